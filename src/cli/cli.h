@@ -1,0 +1,16 @@
+/*
+ * cli.h — the unmask subcommands. Each takes (argc, argv) with argv[0] = the subcommand name and
+ * returns the process exit code (0 ok, 1 runtime error, 2 usage error). Main thread.
+ */
+#ifndef UM_CLI_H
+#define UM_CLI_H
+
+int cmd_make_model(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+
+#endif /* UM_CLI_H */

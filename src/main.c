@@ -1,0 +1,54 @@
+/*
+ * main.c — the unmask binary: dispatches to a subcommand (src/cli/). Main thread.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+#ifndef UNMASK_VERSION
+#define UNMASK_VERSION "0.1.0"
+#endif
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} k_commands[] = {
+    {"serve", cmd_serve, "run the server (WebSocket + HTTP APIs + browser UI)"},
+    {"generate", cmd_generate, "generate text from a prompt on the command line"},
+    {"logits", cmd_logits, "write logits for a token sequence as a .npy file"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text or chat"},
+    {"detokenize", cmd_detokenize, "print the text of token ids"},
+    {"make-model", cmd_make_model, "write a small random checkpoint in the LLaDA layout"},
+    {"bench", cmd_bench, "benchmark forward, decode, tokenizer or server"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "unmask %s — a streaming server for diffusion language models\n\n", UNMASK_VERSION);
+    fprintf(f, "usage: unmask <command> [options]   (unmask <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(f, "  %-12s %s\n", "version", "print the version");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("unmask %s\n", UNMASK_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (strcmp(cmd, k_commands[i].name) == 0) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

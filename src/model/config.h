@@ -1,0 +1,60 @@
+/*
+ * config.h — model hyper-parameters from a checkpoint's config.json (+ generation_config.json).
+ *
+ * model_config_parse() works on a buffer (fuzzable) and validates every field the forward pass
+ * relies on (positive sizes, head_dim dividing the model width, GQA divisibility, token ids inside
+ * the vocabulary). Architecture dispatch is on "architectures" (LLaDA-MoE also says
+ * model_type "llada"), with key names as a fallback. Pure functions, any thread.
+ */
+#ifndef UM_CONFIG_H
+#define UM_CONFIG_H
+
+#include <stddef.h>
+
+#include "util/err.h"
+
+enum model_arch {
+    MODEL_ARCH_UNKNOWN,
+    MODEL_ARCH_LLADA,        /* LLaDA-8B / LLaDA-1.5 / MMaDA text: dense, bidirectional */
+    MODEL_ARCH_LLADA_MOE,    /* LLaDA-MoE-7B-A1B (not implemented yet) */
+    MODEL_ARCH_LLADA2,       /* LLaDA2.0/2.1 BailingMoeV2, block-causal (not implemented yet) */
+    MODEL_ARCH_DREAM,        /* Dream-7B, Qwen2 layout, shifted logits (not implemented yet) */
+};
+
+typedef struct model_config {
+    enum model_arch arch;
+    char   arch_name[64];         /* architectures[0] as written */
+    int    d_model;               /* hidden width */
+    int    n_layers;
+    int    n_heads;
+    int    n_kv_heads;
+    int    head_dim;              /* d_model / n_heads */
+    int    ffn_hidden;            /* SwiGLU inner size (LLaDA mlp_hidden_size) */
+    int    vocab_size;            /* tokenizer vocabulary (config "vocab_size") */
+    int    n_embd_rows;           /* rows of the embedding / LM head (LLaDA "embedding_size") */
+    int    max_seq;               /* max_sequence_length / max_position_embeddings */
+    float  rope_theta;
+    int    rot_dim;               /* dims of each head that RoPE rotates (head_dim for LLaDA) */
+    float  norm_eps;
+    int    weight_tying;          /* LM head = embedding */
+    int    logits_shifted;        /* Dream: logit i predicts token i+1 */
+    int    block_causal;          /* LLaDA2: block size of the block-causal mask, else 0 */
+    /* token ids (-1 when unknown) */
+    int    mask_id;
+    int    eos_id;
+    int    eot_id;                /* end of turn (<|eot_id|>); resolved from the tokenizer */
+    int    bos_id;
+    int    pad_id;
+} model_config;
+
+/* Parse config.json text. label names the file in messages. */
+int model_config_parse(const char *json, size_t len, const char *label, model_config *cfg,
+                       um_err *err);
+/* Apply generation_config.json (bos/eos overrides); missing keys leave cfg unchanged. */
+int model_config_apply_generation(const char *json, size_t len, const char *label,
+                                  model_config *cfg, um_err *err);
+const char *model_arch_name(enum model_arch arch);
+/* Parameter count implied by the config (for bench and make-model messages). */
+long long model_config_n_params(const model_config *cfg);
+
+#endif /* UM_CONFIG_H */

@@ -1,0 +1,292 @@
+/*
+ * make_model.c — random LLaDA-layout checkpoints (see make_model.h). Main thread + OpenMP workers.
+ */
+#include "model/make_model.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "util/fileio.h"
+#include "util/log.h"
+#include "util/rng.h"
+
+int make_model_preset(const char *name, make_model_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->rope_theta = 500000.0;
+    o->dtype = DTYPE_BF16;
+    o->seed = 1234;
+    o->shards = 1;
+    if (strcmp(name, "tiny") == 0) {
+        o->d_model = 64, o->n_layers = 2, o->n_heads = 4, o->n_kv_heads = 4, o->ffn_hidden = 176;
+        o->vocab_size = 512, o->max_seq = 1024;
+    } else if (strcmp(name, "small") == 0) { /* ~100M parameters */
+        o->d_model = 768, o->n_layers = 12, o->n_heads = 12, o->n_kv_heads = 12, o->ffn_hidden = 2048;
+        o->vocab_size = 8192, o->max_seq = 4096;
+    } else if (strcmp(name, "8b") == 0) { /* LLaDA-8B-Instruct shape */
+        o->d_model = 4096, o->n_layers = 32, o->n_heads = 32, o->n_kv_heads = 32, o->ffn_hidden = 12288;
+        o->vocab_size = 126464, o->max_seq = 4096;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- config.json */
+
+static int write_config(const char *dir, const make_model_opts *o, int vocab, int n_rows,
+                        const tokenizer_special *sp, um_err *err) {
+    /* Same keys as LLaDA-8B-Instruct's config.json, sizes replaced. */
+    json_t *c = json_object();
+    json_object_set_new(c, "activation_type", json_string("silu"));
+    json_object_set_new(c, "alibi", json_false());
+    json_object_set_new(c, "alibi_bias_max", json_real(8.0));
+    json_object_set_new(c, "architectures", json_pack("[s]", "LLaDAModelLM"));
+    json_object_set_new(c, "attention_dropout", json_real(0.0));
+    json_object_set_new(c, "attention_layer_norm", json_false());
+    json_object_set_new(c, "attention_layer_norm_with_affine", json_true());
+    json_object_set_new(c, "auto_map", json_pack("{s:s,s:s,s:s}", "AutoConfig", "configuration_llada.LLaDAConfig",
+                                                 "AutoModelForCausalLM", "modeling_llada.LLaDAModelLM",
+                                                 "AutoModel", "modeling_llada.LLaDAModelLM"));
+    json_object_set_new(c, "bias_for_layer_norm", json_false());
+    json_object_set_new(c, "block_group_size", json_integer(1));
+    json_object_set_new(c, "block_type", json_string("llama"));
+    json_object_set_new(c, "d_model", json_integer(o->d_model));
+    json_object_set_new(c, "embedding_dropout", json_real(0.0));
+    json_object_set_new(c, "embedding_size", json_integer(n_rows));
+    json_object_set_new(c, "eos_token_id", json_integer(sp->eos));
+    json_object_set_new(c, "flash_attention", json_false());
+    json_object_set_new(c, "include_bias", json_false());
+    json_object_set_new(c, "include_qkv_bias", json_false());
+    json_object_set_new(c, "init_cutoff_factor", json_null());
+    json_object_set_new(c, "init_device", json_string("meta"));
+    json_object_set_new(c, "init_fn", json_string("mitchell"));
+    json_object_set_new(c, "init_std", json_real(0.02));
+    json_object_set_new(c, "input_emb_norm", json_false());
+    json_object_set_new(c, "layer_norm_type", json_string("rms"));
+    json_object_set_new(c, "layer_norm_with_affine", json_true());
+    json_object_set_new(c, "mask_token_id", json_integer(sp->mask));
+    json_object_set_new(c, "max_sequence_length", json_integer(o->max_seq));
+    json_object_set_new(c, "mlp_hidden_size", json_integer(o->ffn_hidden));
+    json_object_set_new(c, "mlp_ratio", json_integer(4));
+    json_object_set_new(c, "model_type", json_string("llada"));
+    json_object_set_new(c, "multi_query_attention", json_null());
+    json_object_set_new(c, "n_heads", json_integer(o->n_heads));
+    json_object_set_new(c, "n_kv_heads", json_integer(o->n_kv_heads));
+    json_object_set_new(c, "n_layers", json_integer(o->n_layers));
+    json_object_set_new(c, "pad_token_id", json_integer(sp->pad));
+    json_object_set_new(c, "precision", json_string("amp_bf16"));
+    json_object_set_new(c, "residual_dropout", json_real(0.0));
+    json_object_set_new(c, "rms_norm_eps", json_real(1e-05));
+    json_object_set_new(c, "rope", json_true());
+    json_object_set_new(c, "rope_full_precision", json_true());
+    json_object_set_new(c, "rope_theta", json_real(o->rope_theta));
+    json_object_set_new(c, "scale_logits", json_false());
+    json_object_set_new(c, "transformers_version", json_string("4.46.3"));
+    json_object_set_new(c, "use_cache", json_false());
+    json_object_set_new(c, "vocab_size", json_integer(vocab));
+    json_object_set_new(c, "weight_tying", o->weight_tying ? json_true() : json_false());
+    char path[4096];
+    path_join(path, sizeof path, dir, "config.json");
+    int rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(c);
+    if (rc != 0) return um_err_set(err, UM_ERR_IO, "%s: cannot write", path);
+    json_t *g = json_pack("{s:b,s:i,s:i,s:s}", "_from_model_config", 1, "bos_token_id", sp->bos,
+                          "eos_token_id", sp->eos, "transformers_version", "4.38.2");
+    path_join(path, sizeof path, dir, "generation_config.json");
+    rc = json_dump_file(g, path, JSON_INDENT(4));
+    json_decref(g);
+    if (rc != 0) return um_err_set(err, UM_ERR_IO, "%s: cannot write", path);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
+
+typedef struct gen_tensor {
+    char           name[128];
+    int64_t        rows, cols;    /* cols = 0 for vectors */
+    enum init_kind init;
+    float          std;
+} gen_tensor;
+
+static int list_tensors(const make_model_opts *o, int n_rows, gen_tensor **out) {
+    int n_max = 3 + 9 * o->n_layers, n = 0;
+    gen_tensor *t = xcalloc((size_t)n_max, sizeof *t);
+    int64_t d = o->d_model, hd = d / o->n_heads, kvd = hd * o->n_kv_heads, F = o->ffn_hidden;
+#define ADD(nm, r, c_, kind, s)                                              \
+    do {                                                                     \
+        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                     \
+        t[n].rows = r, t[n].cols = c_, t[n].init = kind, t[n].std = (float)(s); \
+        n++;                                                                 \
+    } while (0)
+    ADD("model.transformer.wte.weight", n_rows, d, INIT_NORMAL, 1.0);
+    char nm[128];
+    for (int l = 0; l < o->n_layers; l++) {
+#define LAYER(suffix, r, c_, kind, s)                                                \
+    do {                                                                           \
+        snprintf(nm, sizeof nm, "model.transformer.blocks.%d.%s.weight", l, suffix); \
+        ADD(nm, r, c_, kind, s);                                                   \
+    } while (0)
+        LAYER("attn_norm", d, 0, INIT_NORM_WEIGHT, 0.1);
+        LAYER("q_proj", d, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        LAYER("k_proj", kvd, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        LAYER("v_proj", kvd, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        LAYER("attn_out", d, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        LAYER("ff_norm", d, 0, INIT_NORM_WEIGHT, 0.1);
+        LAYER("ff_proj", F, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        LAYER("up_proj", F, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        LAYER("ff_out", d, F, INIT_NORMAL, 1.0 / sqrt((double)F));
+#undef LAYER
+    }
+    ADD("model.transformer.ln_f.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+    if (!o->weight_tying) ADD("model.transformer.ff_out.weight", n_rows, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+#undef ADD
+    *out = t;
+    return n;
+}
+
+static double normal01(uint64_t seed, uint64_t stream, uint64_t i) {
+    double u1 = rng_u01(seed, stream, 2 * i), u2 = rng_u01(seed, stream, 2 * i + 1);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Generate and write one tensor in chunks. */
+static int write_tensor_data(FILE *fp, const gen_tensor *t, uint64_t seed, uint64_t stream, enum dtype dt) {
+    int64_t n = t->rows * (t->cols ? t->cols : 1);
+    const int64_t CH = 1 << 20;
+    size_t es = dtype_size(dt);
+    float *f = xmalloc((size_t)CH * sizeof *f);
+    uint8_t *b = xmalloc((size_t)CH * es);
+    int ok = 1;
+    for (int64_t at = 0; at < n && ok; at += CH) {
+        int64_t m = n - at < CH ? n - at : CH;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            double z = normal01(seed, stream, (uint64_t)(at + i));
+            f[i] = t->init == INIT_NORM_WEIGHT ? (float)(1.0 + t->std * z) : (float)(t->std * z);
+        }
+        if (dt == DTYPE_F32) {
+            memcpy(b, f, (size_t)m * 4);
+        } else {
+            uint16_t *h = (uint16_t *)b;
+            for (int64_t i = 0; i < m; i++) h[i] = dt == DTYPE_BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+        }
+        ok = fwrite(b, es, (size_t)m, fp) == (size_t)m;
+    }
+    free(f);
+    free(b);
+    return ok ? 0 : -1;
+}
+
+static int validate_opts(const make_model_opts *o, um_err *err) {
+    if (o->d_model <= 0 || o->n_layers <= 0 || o->n_heads <= 0 || o->n_kv_heads <= 0 || o->ffn_hidden <= 0 ||
+        o->max_seq <= 0)
+        return um_err_set(err, UM_ERR_INVALID_ARG, "model sizes must be positive");
+    if (o->d_model % o->n_heads)
+        return um_err_param(err, "n-heads", "d-model %d is not divisible by n-heads %d", o->d_model, o->n_heads);
+    if ((o->d_model / o->n_heads) % 2)
+        return um_err_param(err, "n-heads", "head_dim %d must be even", o->d_model / o->n_heads);
+    if (o->n_heads % o->n_kv_heads)
+        return um_err_param(err, "n-kv-heads", "n-heads %d is not divisible by n-kv-heads %d", o->n_heads,
+                            o->n_kv_heads);
+    if (o->shards < 1 || o->shards > 64) return um_err_param(err, "shards", "shards must be between 1 and 64");
+    if (o->dtype != DTYPE_F32 && o->dtype != DTYPE_BF16 && o->dtype != DTYPE_F16)
+        return um_err_param(err, "dtype", "dtype must be f32, bf16 or f16");
+    return 0;
+}
+
+int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
+    if (validate_opts(o, err) != 0) return -1;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return um_err_set(err, UM_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    tokenizer_special sp = {0};
+    if (!o->no_tokenizer && tokenizer_write_builtin(dir, &sp, err) != 0) return -1;
+    int vocab = sp.vocab_size;
+    if (vocab <= 0) { /* no tokenizer: LLaDA-like special ids at the top of the vocabulary */
+        if (o->vocab_size < 16) return um_err_param(err, "vocab", "vocab must be at least 16");
+        vocab = o->vocab_size;
+        sp.bos = vocab - 5, sp.eos = vocab - 4, sp.eot = vocab - 3, sp.mask = vocab - 2;
+        sp.pad = sp.eos;
+    }
+    int n_rows = (vocab + 63) / 64 * 64; /* like LLaDA: embedding rows padded past the vocabulary */
+    if (write_config(dir, o, n_rows, n_rows, &sp, err) != 0) return -1;
+
+    gen_tensor *gt;
+    int n = list_tensors(o, n_rows, &gt);
+    size_t es = dtype_size(o->dtype);
+    st_write_tensor *wt = xcalloc((size_t)n, sizeof *wt);
+    int *shard_of = xcalloc((size_t)n, sizeof *shard_of);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        wt[i].name = gt[i].name;
+        wt[i].dtype = dtype_name(o->dtype);
+        wt[i].ndim = gt[i].cols ? 2 : 1;
+        wt[i].shape[0] = gt[i].rows;
+        wt[i].shape[1] = gt[i].cols;
+        wt[i].nbytes = (size_t)(gt[i].rows * (gt[i].cols ? gt[i].cols : 1)) * es;
+        total += wt[i].nbytes;
+    }
+    /* split into shards of roughly equal bytes, in tensor order */
+    size_t per = total / (size_t)o->shards + 1, acc = 0;
+    for (int i = 0; i < n; i++) {
+        int s = (int)(acc / per);
+        shard_of[i] = s < o->shards ? s : o->shards - 1;
+        acc += wt[i].nbytes;
+    }
+    json_t *wmap = json_object();
+    int rc = 0;
+    size_t written = 0;
+    for (int s = 0; s < o->shards && rc == 0; s++) {
+        char fname[64], path[4096];
+        if (o->shards == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, o->shards);
+        path_join(path, sizeof path, dir, fname);
+        int first = -1, cnt = 0;
+        for (int i = 0; i < n; i++)
+            if (shard_of[i] == s) {
+                if (first < 0) first = i;
+                cnt++;
+                json_object_set_new(wmap, gt[i].name, json_string(fname));
+            }
+        FILE *fp = fopen(path, "wb");
+        if (!fp) {
+            rc = um_err_set(err, UM_ERR_IO, "%s: cannot create", path);
+            break;
+        }
+        if (safetensors_write_header(fp, wt + (first < 0 ? 0 : first), cnt, "{\"format\":\"pt\"}") != 0)
+            rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+        for (int i = first; rc == 0 && cnt > 0 && i < first + cnt; i++) {
+            if (write_tensor_data(fp, &gt[i], o->seed, (uint64_t)i, o->dtype) != 0)
+                rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+            written += wt[i].nbytes;
+            if (!o->quiet && total > (64u << 20))
+                fprintf(stderr, "\rmake-model: %5.1f%% (%zu / %zu MB)", 100.0 * (double)written / (double)total,
+                        written >> 20, total >> 20);
+        }
+        if (fclose(fp) != 0 && rc == 0) rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+    }
+    if (!o->quiet && total > (64u << 20)) fprintf(stderr, "\n");
+    if (rc == 0 && o->shards > 1) {
+        json_t *idx = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wmap);
+        char path[4096];
+        path_join(path, sizeof path, dir, "model.safetensors.index.json");
+        if (json_dump_file(idx, path, JSON_INDENT(2)) != 0) rc = um_err_set(err, UM_ERR_IO, "%s: cannot write", path);
+        json_decref(idx);
+    } else {
+        json_decref(wmap);
+    }
+    free(gt);
+    free(wt);
+    free(shard_of);
+    return rc;
+}

@@ -1,0 +1,32 @@
+/*
+ * make_model.h — write a seeded random checkpoint in exactly the LLaDA-8B-Instruct layout
+ * (config.json with the real keys, real tensor names, bf16/f32/f16, optional shards + index) plus
+ * the built-in tokenizer files. Used by `unmask make-model`, tests and benchmarks. Main thread;
+ * generation is parallelised with OpenMP and streamed to disk (an 8B-shaped model never sits in RAM).
+ */
+#ifndef UM_MAKE_MODEL_H
+#define UM_MAKE_MODEL_H
+
+#include <stdint.h>
+
+#include "util/dtype.h"
+#include "util/err.h"
+
+typedef struct make_model_opts {
+    int        d_model, n_layers, n_heads, n_kv_heads, ffn_hidden;
+    int        vocab_size;      /* used only when no built-in tokenizer is available */
+    int        max_seq;
+    double     rope_theta;
+    enum dtype dtype;
+    uint64_t   seed;
+    int        weight_tying;
+    int        shards;          /* 1 = model.safetensors; N > 1 = N shards + index */
+    int        no_tokenizer;    /* skip tokenizer files */
+    int        quiet;           /* no progress on stderr */
+} make_model_opts;
+
+/* Fill opts from a preset name ("tiny", "small" ~100M, "8b" LLaDA-8B shape). -1 if unknown. */
+int make_model_preset(const char *name, make_model_opts *opts);
+int make_model_write(const char *dir, const make_model_opts *opts, um_err *err);
+
+#endif /* UM_MAKE_MODEL_H */

@@ -1,0 +1,112 @@
+/*
+ * model.c — checkpoint directory loading, architecture dispatch, forward entry point.
+ * model_load/model_free: any thread (usually main at startup). model_forward: the engine thread
+ * that owns the ctx.
+ */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/chat_template.h"
+#include "model/llada.h"
+#include "model/tokenizer.h"
+#include "util/fileio.h"
+#include "util/log.h"
+
+#define CONFIG_MAX_BYTES (4u << 20)
+
+static int load_json_file(const char *dir, const char *name, int required, char **text, size_t *len,
+                          um_err *err) {
+    char path[4096];
+    path_join(path, sizeof path, dir, name);
+    *text = NULL;
+    if (!required && !file_exists(path)) return 0;
+    return file_read_all(path, CONFIG_MAX_BYTES, text, len, err);
+}
+
+int model_load(const char *dir, model *m, um_err *err) {
+    memset(m, 0, sizeof *m);
+    m->dir = xstrdup(dir);
+    char *text;
+    size_t len;
+    char path[4096];
+    path_join(path, sizeof path, dir, "config.json");
+    if (load_json_file(dir, "config.json", 1, &text, &len, err) != 0) goto fail;
+    int rc = model_config_parse(text, len, path, &m->cfg, err);
+    free(text);
+    if (rc != 0) goto fail;
+    if (load_json_file(dir, "generation_config.json", 0, &text, &len, err) != 0) goto fail;
+    if (text) {
+        path_join(path, sizeof path, dir, "generation_config.json");
+        rc = model_config_apply_generation(text, len, path, &m->cfg, err);
+        free(text);
+        if (rc != 0) goto fail;
+    }
+    if (checkpoint_open(dir, &m->ck, err) != 0) goto fail;
+    if (llada_tensors_bind(m, err) != 0) goto fail;
+    if (tokenizer_load_dir(dir, &m->tok, err) != 0) goto fail;
+    if (m->tok && chat_template_load_dir(dir, m->tok, &m->chat, err) != 0) goto fail;
+    if (m->tok && m->cfg.eot_id < 0) m->cfg.eot_id = tokenizer_token_id(m->tok, "<|eot_id|>");
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    if (m->chat) chat_template_free(m->chat);
+    if (m->tok) tokenizer_free(m->tok);
+    llada_tensors_free(m);
+    checkpoint_free(&m->ck);
+    free(m->dir);
+    memset(m, 0, sizeof *m);
+}
+
+int model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->m = m;
+    ctx->be = be;
+    CHECK(m->cfg.arch == MODEL_ARCH_LLADA);
+    return llada_ctx_init(ctx, err);
+}
+
+void model_ctx_free(model_ctx *ctx) {
+    if (ctx->weights || ctx->scratch) llada_ctx_free(ctx);
+    memset(ctx, 0, sizeof *ctx);
+}
+
+int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
+    const model_config *c = &ctx->m->cfg;
+    if (b->n_seqs <= 0) return um_err_param(err, "tokens", "batch has no sequences");
+    if (b->seq_start[0] != 0) return um_err_set(err, UM_ERR_INTERNAL, "seq_start[0] must be 0");
+    for (int s = 0; s < b->n_seqs; s++) {
+        int len = b->seq_start[s + 1] - b->seq_start[s];
+        if (len <= 0) return um_err_param(err, "tokens", "sequence %d is empty", s);
+        if (len > c->max_seq)
+            return um_err_param(err, "tokens", "sequence %d has %d tokens, the model's maximum is %d", s,
+                                len, c->max_seq);
+    }
+    int n_tokens = b->seq_start[b->n_seqs];
+    for (int i = 0; i < n_tokens; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= c->n_embd_rows)
+            return um_err_param(err, "tokens", "token id %d at index %d is outside the vocabulary [0, %d)",
+                                b->tokens[i], i, c->n_embd_rows);
+    if (b->pos)
+        for (int i = 0; i < n_tokens; i++)
+            if (b->pos[i] < 0 || b->pos[i] >= c->max_seq)
+                return um_err_param(err, "positions", "position %d at index %d is outside [0, %d)", b->pos[i],
+                                    i, c->max_seq);
+    if (b->out_rows) {
+        if (b->n_out <= 0) return um_err_param(err, "positions", "no output rows requested");
+        for (int i = 0; i < b->n_out; i++)
+            if (b->out_rows[i] < 0 || b->out_rows[i] >= n_tokens)
+                return um_err_param(err, "positions", "position %d is outside the %d-token input",
+                                    b->out_rows[i], n_tokens);
+    } else if (b->n_out != n_tokens) {
+        return um_err_set(err, UM_ERR_INTERNAL, "n_out must equal n_tokens when out_rows is NULL");
+    }
+    return llada_forward(ctx, b, logits, err);
+}

@@ -1,0 +1,81 @@
+/*
+ * model.h — a loaded checkpoint (host side) and a model bound to a backend for forward passes.
+ *
+ * model_load(): config.json (+ generation_config.json), the safetensors checkpoint (mmapped) and,
+ * when present, the tokenizer files. It validates that every tensor the architecture needs exists
+ * with the expected shape and a usable dtype, naming the tensor in the error.
+ * model_ctx: the model's weights uploaded to one backend plus that backend's scratch buffers; one
+ * engine thread drives a model_ctx at a time. The host model is shared read-only by all ctxs.
+ */
+#ifndef UM_MODEL_H
+#define UM_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "util/err.h"
+
+struct tokenizer;     /* model/tokenizer.h */
+struct chat_template; /* model/chat_template.h */
+
+/* Host views of the LLaDA tensors (pointers into the checkpoint mapping). */
+typedef struct llada_layer_tensors {
+    const st_tensor *attn_norm;   /* [d] */
+    const st_tensor *q_proj;      /* [n_heads*hd, d] */
+    const st_tensor *k_proj;      /* [n_kv*hd, d] */
+    const st_tensor *v_proj;      /* [n_kv*hd, d] */
+    const st_tensor *attn_out;    /* [d, n_heads*hd] */
+    const st_tensor *ff_norm;     /* [d] */
+    const st_tensor *ff_proj;     /* [ffn, d]  gate (SiLU) */
+    const st_tensor *up_proj;     /* [ffn, d]  up */
+    const st_tensor *ff_out;      /* [d, ffn]  down */
+} llada_layer_tensors;
+
+typedef struct llada_tensors {
+    const st_tensor     *wte;     /* [n_embd_rows, d] */
+    const st_tensor     *ln_f;    /* [d] */
+    const st_tensor     *lm_head; /* [n_embd_rows, d]; == wte when weight_tying */
+    llada_layer_tensors *layers;  /* [n_layers], owned */
+} llada_tensors;
+
+typedef struct model {
+    char                 *dir;       /* owned */
+    model_config          cfg;
+    checkpoint            ck;
+    llada_tensors         llada;     /* cfg.arch == MODEL_ARCH_LLADA */
+    struct tokenizer     *tok;       /* NULL when the checkpoint ships no tokenizer files */
+    struct chat_template *chat;      /* NULL when tokenizer_config.json has no chat_template */
+} model;
+
+int  model_load(const char *dir, model *m, um_err *err);
+void model_free(model *m);
+
+/* ---------------------------------------------------------------- forward */
+
+/* A batch of sequences packed row after row. Positions default to 0..len-1 per sequence. */
+typedef struct fwd_batch {
+    int            n_seqs;
+    const int32_t *seq_start;   /* [n_seqs+1] row offsets into tokens */
+    const int32_t *tokens;      /* [n_tokens] */
+    const int32_t *pos;         /* [n_tokens] absolute positions, or NULL */
+    const uint8_t *key_valid;   /* [n_tokens] 0 = padding (excluded as a key), or NULL */
+    int            n_out;       /* rows whose logits are wanted */
+    const int32_t *out_rows;    /* [n_out] indices into tokens; NULL = all rows (n_out = n_tokens) */
+} fwd_batch;
+
+typedef struct model_ctx {
+    const model *m;
+    backend     *be;
+    void        *weights;       /* arch-specific backend weights (llada_weights in llada.c) */
+    void        *scratch;       /* arch-specific workspace, grown on demand */
+} model_ctx;
+
+int  model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err);
+void model_ctx_free(model_ctx *ctx);
+/* Logits (f32, host) for the requested rows: logits[n_out, cfg.n_embd_rows]. Validates token ids
+ * and lengths (per-request errors), then runs the forward. */
+int  model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err);
+
+#endif /* UM_MODEL_H */

@@ -1,0 +1,114 @@
+/*
+ * dtype.h — element types found in checkpoints, and scalar conversions (bf16/f16 <-> f32).
+ * Header-only, pure functions, any thread.
+ */
+#ifndef UM_DTYPE_H
+#define UM_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum dtype {
+    DTYPE_F32,
+    DTYPE_BF16,
+    DTYPE_F16,
+    DTYPE_OTHER,          /* a dtype safetensors knows but we cannot compute with (I64, U8, ...) */
+};
+
+static inline size_t dtype_size(enum dtype t) {
+    switch (t) {
+    case DTYPE_F32: return 4;
+    case DTYPE_BF16: return 2;
+    case DTYPE_F16: return 2;
+    default: return 0;
+    }
+}
+
+static inline const char *dtype_name(enum dtype t) {
+    switch (t) {
+    case DTYPE_F32: return "F32";
+    case DTYPE_BF16: return "BF16";
+    case DTYPE_F16: return "F16";
+    default: return "OTHER";
+    }
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round-to-nearest-even, NaN kept quiet (what torch does for .to(bfloat16)). */
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            man &= 0x3ff;
+            u = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000;
+    int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t man = u & 0x7fffff;
+    if (((u >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= 0x1f) return (uint16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = 1u << (shift - 1);
+        uint32_t r = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = (uint32_t)(exp << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+}
+
+/* Convert n elements of type t at src to f32. */
+static inline void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n) {
+    if (t == DTYPE_F32) {
+        memcpy(dst, src, n * 4);
+    } else if (t == DTYPE_BF16) {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+    } else if (t == DTYPE_F16) {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
+    }
+}
+
+#endif /* UM_DTYPE_H */
