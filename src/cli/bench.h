@@ -1,0 +1,13 @@
+/*
+ * bench.h — `unmask bench` modes. cmd_bench.c dispatches on the first flag:
+ *   (default) forward latency/GFLOP/s   --tokenizer   --decode   --serve
+ * Each mode parses its own flags (argv[0] = "bench") and prints a table. Main thread.
+ */
+#ifndef UM_BENCH_H
+#define UM_BENCH_H
+
+int bench_tokenizer(int argc, char **argv);   /* cli/bench_tokenizer.c */
+int bench_decode(int argc, char **argv);      /* cli/bench_decode.c */
+int bench_serve(int argc, char **argv);       /* cli/bench_serve.c */
+
+#endif /* UM_BENCH_H */
