@@ -1,17 +1,40 @@
 /*
- * chat_template.h — render a checkpoint's chat_template (Jinja subset). STUB: the tokenizer issue
- * replaces this with the real interpreter; these are the functions model.c relies on.
+ * chat_template.h — render a checkpoint's chat_template (the Jinja subset HF templates use:
+ * for/if/elif/else/set, loop.*, + and ~, comparisons, in/not/and/or, subscripts and attributes,
+ * filters trim/length/upper/lower/default/tojson/..., whitespace control, raise_exception).
+ *
+ * Not here: tokenizing the rendered text (tokenizer_encode with parse_special = 1), macros, call
+ * blocks, imports. Unsupported syntax fails at load time with UM_ERR_UNSUPPORTED naming the
+ * construct — never a silently different prompt.
+ *
+ * Threads: a loaded template is immutable; render may run on any thread concurrently.
  */
 #ifndef UM_CHAT_TEMPLATE_H
 #define UM_CHAT_TEMPLATE_H
+
+#include <jansson.h>
 
 #include "model/tokenizer.h"
 #include "util/err.h"
 
 typedef struct chat_template chat_template;
 
-/* Load tokenizer_config.json's chat_template from dir; *out = NULL when there is none. */
+/* Load tokenizer_config.json's chat_template from dir (a string, or a list of {name, template}
+ * where "default" is taken); bos_token/eos_token come from tok's config. *out = NULL when there is
+ * none. tok may be NULL. */
 int  chat_template_load_dir(const char *dir, const tokenizer *tok, chat_template **out, um_err *err);
+/* Compile a template source string; bos/eos (may be NULL = undefined) become bos_token/eos_token. */
+int  chat_template_load_string(const char *src, const char *bos_token, const char *eos_token,
+                               chat_template **out, um_err *err);
 void chat_template_free(chat_template *t);
+
+/* Render with messages (a JSON array of {role, content, ...} objects) and add_generation_prompt.
+ * *out is malloc'd, NUL-terminated (caller frees). Template errors (raise_exception, type errors)
+ * -> -1 with UM_ERR_INVALID_ARG and the template's message. */
+int chat_template_render(const chat_template *t, const json_t *messages, int add_generation_prompt,
+                         char **out, um_err *err);
+/* Render with an arbitrary variable context (a JSON object: messages, add_generation_prompt,
+ * tools, ...); bos_token/eos_token are added unless vars sets them. */
+int chat_template_render_vars(const chat_template *t, const json_t *vars, char **out, um_err *err);
 
 #endif /* UM_CHAT_TEMPLATE_H */

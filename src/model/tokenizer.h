@@ -1,7 +1,16 @@
 /*
- * tokenizer.h — text <-> token ids for the tokenizers real checkpoints ship (tokenizer.json, or
- * vocab.json + merges.txt). STUB: the tokenizer issue replaces this with the real engine; the
- * functions below are the contract model.c relies on.
+ * tokenizer.h — text <-> token ids for the tokenizers real checkpoints ship: a Hugging Face
+ * tokenizer.json (byte-level BPE: added tokens, NFC/Sequence normalizers, Split/ByteLevel
+ * pre-tokenizers, BPE model, ByteLevel decoder) or GPT-2 style vocab.json + merges.txt (+ the
+ * added tokens of added_tokens.json / tokenizer_config.json, NFC + Qwen2 regex as Dream does).
+ *
+ * Not here: chat templates (chat_template.h), post-processors (templates that add BOS — callers
+ * encode with "add_special_tokens=False" semantics, as the reference code does), other models
+ * (WordPiece, Unigram), byte_fallback.
+ *
+ * Threads: a loaded tokenizer is immutable except for an internal, mutex-guarded word cache, so
+ * every function below may be called from any thread concurrently. A tok_stream belongs to one
+ * thread at a time.
  */
 #ifndef UM_TOKENIZER_H
 #define UM_TOKENIZER_H
@@ -13,12 +22,78 @@
 
 typedef struct tokenizer tokenizer;
 
-/* Load the tokenizer files found in dir. *out = NULL (and 0 returned) when the directory has none;
- * -1 with err when files exist but are malformed. */
+/* ---------------------------------------------------------------- loading */
+
+/* Load the tokenizer files found in dir: tokenizer.json if present, else vocab.json + merges.txt
+ * (+ added_tokens.json); tokenizer_config.json adds added_tokens_decoder entries and the
+ * bos/eos/... token strings. *out = NULL (and 0 returned) when the directory has none;
+ * -1 with err (UM_ERR_FORMAT / UM_ERR_UNSUPPORTED / UM_ERR_IO) when files exist but are bad. */
 int  tokenizer_load_dir(const char *dir, tokenizer **out, um_err *err);
+/* Parse a tokenizer.json held in memory (buf need not be NUL-terminated). label names the source
+ * in error messages. Safe on arbitrary bytes (fuzzable). */
+int  tokenizer_load_json(const char *buf, size_t len, const char *label, tokenizer **out, um_err *err);
 void tokenizer_free(tokenizer *tok);
+
+/* ---------------------------------------------------------------- vocabulary */
+
+/* Number of ids: max id + 1 over the model vocabulary and the added tokens. */
+int  tokenizer_n_vocab(const tokenizer *tok);
 /* Id of a token given by its exact vocabulary string (added or regular), or -1. */
 int  tokenizer_token_id(const tokenizer *tok, const char *piece);
+/* 1 when id is an added token marked "special" (skipped by skip_special decoding), else 0. */
+int  tokenizer_is_special(const tokenizer *tok, int id);
+/* The vocabulary string of id (e.g. "Ġthe", "<|eot_id|>"), NUL-terminated, owned by tok; NULL
+ * for ids not in the vocabulary. */
+const char *tokenizer_token_piece(const tokenizer *tok, int id);
+/* The raw bytes id decodes to (after the ByteLevel mapping: "Ġthe" -> " the"), owned by tok; may
+ * be an incomplete UTF-8 sequence. NULL (and *len = 0) for ids not in the vocabulary. */
+const uint8_t *tokenizer_token_bytes(const tokenizer *tok, int id, size_t *len);
+/* Longest tokenizer_token_bytes() over the vocabulary. */
+size_t tokenizer_max_token_bytes(const tokenizer *tok);
+/* A token string named in tokenizer_config.json / special_tokens_map.json: name is "bos_token",
+ * "eos_token", "pad_token", "unk_token", "mask_token", "cls_token", ... NULL when absent. */
+const char *tokenizer_config_token(const tokenizer *tok, const char *name);
+
+/* ---------------------------------------------------------------- encode / decode */
+
+/* Encode len bytes of UTF-8 text into *ids (malloc'd, caller frees; *ids may be NULL when *n == 0).
+ * parse_special: 1 = added tokens marked special are recognised in the text (HF default);
+ * 0 = only non-special added tokens are, special ones are tokenized as plain text
+ * (HF split_special_tokens=True). No BOS/EOS is added. Invalid UTF-8 -> -1, UM_ERR_INVALID_ARG
+ * naming the byte offset (see utf8_sanitize() in model/unicode.h for lossy input). */
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int parse_special, int32_t **ids,
+                     size_t *n, um_err *err);
+
+/* Decode ids to text: the concatenated token bytes with invalid / incomplete UTF-8 replaced by
+ * U+FFFD per maximal subpart (Rust String::from_utf8_lossy, as HF does). Ids not in the vocabulary
+ * are skipped (as HF does); skip_special drops special added tokens. *text is malloc'd and
+ * NUL-terminated (caller frees); *len excludes the NUL. */
+void tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n, int skip_special, char **text,
+                      size_t *len);
+
+/* Incremental decoder: push ids one at a time, get back only complete UTF-8 text; bytes of a
+ * character split across tokens are held until it completes. Concatenating every push() result
+ * and flush() equals tokenizer_decode() of all the ids.
+ *   tok_stream s; tok_stream_init(&s, tok, 1);
+ *   for each id: tok_stream_push(&s, id, &p, &n); send(p, n);
+ *   tok_stream_flush(&s, &p, &n); send(p, n); tok_stream_free(&s);
+ * The returned pointer is owned by the stream and valid until its next call. */
+typedef struct tok_stream {
+    const tokenizer *tok;
+    int      skip_special;
+    uint8_t  pend[4];      /* bytes of an incomplete UTF-8 character (a valid prefix) */
+    int      n_pend;
+    char    *buf;          /* output buffer, grown as needed (owned) */
+    size_t   cap;
+} tok_stream;
+
+void tok_stream_init(tok_stream *s, const tokenizer *tok, int skip_special);
+void tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len);
+/* Emit what is held (an incomplete character becomes U+FFFD) and reset to the initial state. */
+void tok_stream_flush(tok_stream *s, const char **text, size_t *len);
+void tok_stream_free(tok_stream *s);
+
+/* ---------------------------------------------------------------- built-in tokenizer */
 
 /* Special-token ids of the built-in tokenizer that make-model writes. */
 typedef struct tokenizer_special {
