@@ -16,7 +16,7 @@ int cmd_make_model(int argc, char **argv) {
     double theta = 0;
     arg_spec specs[] = {
         {"out", ARG_STR, &out, "output directory (created if missing) [required]"},
-        {"preset", ARG_STR, &preset, "tiny | small (~100M params) | 8b (LLaDA-8B shape) [tiny]"},
+        {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) [tiny]"},
         {"dtype", ARG_STR, &dtype, "bf16 | f32 | f16 [bf16]"},
         {"seed", ARG_INT, &seed, "weight seed [1234]"},
         {"d-model", ARG_INT, &d_model, "override hidden size"},
@@ -43,7 +43,7 @@ int cmd_make_model(int argc, char **argv) {
     }
     make_model_opts o;
     if (make_model_preset(preset, &o) != 0) {
-        fprintf(stderr, "error: --preset must be tiny, small or 8b, got '%s'\n", preset);
+        fprintf(stderr, "error: --preset must be tiny, demo, small or 8b, got '%s'\n", preset);
         return 2;
     }
     if (strcmp(dtype, "bf16") == 0) o.dtype = DTYPE_BF16;
