@@ -1,0 +1,225 @@
+/*
+ * decode.h — the diffusion decode loop: canvas + block iteration, decoders, sampling, events.
+ *
+ * A decode_seq is one request's generation: canvas = prompt ++ MASK*gen_length, split into blocks;
+ * each step one forward pass gives logits for the active block, the sequence's decoder commits some
+ * masked positions, and the step's changes are reported as plain C events (decode_event) to a
+ * sink. decode_step() advances ANY set of sequences by one step with ONE batched forward (CFG adds
+ * each sequence's unconditional canvas to the same forward); sequences may join or leave between
+ * steps, and a sequence's output never depends on its batch-mates (all randomness comes from the
+ * counter-based rng keyed by (seed, step, position*vocab + token), util/rng.h).
+ *
+ * Not here: queues, admission, cancellation policy, transports (sched/, server/, api/). Cancel =
+ * the scheduler stops passing the sequence to decode_step (and may call decode_seq_finish() to
+ * emit its final `done` event). JSON encoding of events / parameters: decode/event_json.h.
+ *
+ * Threads: a decode_seq belongs to one thread at a time (the engine thread once scheduled).
+ * decode_step() runs on the thread that owns the model_ctx; it keeps a per-thread scratch buffer
+ * (logits), released by decode_thread_scratch_free(). Sinks are called synchronously on that
+ * thread; every pointer inside an event is valid only during the callback.
+ *
+ * Full semantics (parameters, defaults, block layouts, decoders, event fields): docs/decode.md.
+ */
+#ifndef UM_DECODE_H
+#define UM_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/err.h"
+
+/* ---------------------------------------------------------------- parameters */
+
+enum decode_decoder {
+    DECODER_LOW_CONFIDENCE, /* A1: fixed steps, commit the k most confident masked positions */
+    DECODER_RANDOM,         /* A1 'random' remasking: k positions chosen uniformly at random */
+    DECODER_THRESHOLD,      /* A2/A4: commit every masked position with confidence >= threshold,
+                               always at least the most confident one; no fixed step count */
+    DECODER_FACTOR,         /* A3: commit the n highest with c(n) >= 1 - factor/(n+1) */
+    DECODER_COUNT_
+};
+
+enum decode_layout {
+    DECODE_LAYOUT_LLADA,    /* blocks start right after the prompt: [Lp + b*B, Lp + (b+1)*B) */
+    DECODE_LAYOUT_ALIGNED,  /* blocks at multiples of B; the first holds the prompt tail */
+    DECODE_LAYOUT_COUNT_
+};
+
+typedef struct decode_params {
+    int      gen_length;             /* masked positions after the prompt; default 128 */
+    int      block_length;           /* B; default 32 */
+    int      steps;                  /* fixed-step decoders: forward passes in total, spread over the
+                                        blocks; 0 = auto (one token per step = gen_length); default 0.
+                                        Ignored by threshold/factor (they run until the block is full) */
+    enum decode_decoder decoder;     /* default DECODER_LOW_CONFIDENCE */
+    double   threshold;              /* threshold decoder tau, in (0, 1]; default 0.9 */
+    double   factor;                 /* factor decoder f, > 0; default 1.0 */
+    double   temperature;            /* >= 0; 0 = greedy (argmax); default 0 */
+    int      top_k;                  /* sample only among the k best tokens; 0 = off; default 0 */
+    double   top_p;                  /* nucleus sampling mass, in (0, 1]; 1 = off; default 1 */
+    uint64_t seed;                   /* rng key for temperature > 0 and the random decoder; default 0 */
+    double   cfg_scale;              /* classifier-free guidance, >= 0; 0 = off; default 0 */
+    int      logits_eos_inf;         /* 1: logits[eos_id] = -inf before sampling; default 0 */
+    int      confidence_eos_eot_inf; /* 1: the reference quirk: confidence computed with
+                                        logits[eot_id] = -inf (x0 == eot -> confidence 0); default 0 */
+    enum decode_layout layout;       /* default DECODE_LAYOUT_LLADA */
+    int      stop_at_eos;            /* 1: finish at the end of the block that holds the first
+                                        EOS/EOT; default 1 */
+    int      stream_drafts;          /* 1: step events carry drafts for still-masked positions of the
+                                        active block; default 0 */
+    int      draft_every;            /* with stream_drafts: drafts on every N-th step of the
+                                        sequence (step % N == 0); >= 1; default 1 */
+} decode_params;
+
+decode_params decode_params_default(void);
+/* Defaults for model m: decode_params_default() overridden by the checkpoint's
+ * generation_config.json keys when present (temperature, top_k, top_p, steps, gen_length |
+ * max_new_tokens, block_length, threshold, cfg_scale) and by the config (block-causal models:
+ * aligned layout with block_length = the model's block size). Never fails (bad values are
+ * ignored and caught later by validation). */
+decode_params decode_params_for_model(const model *m);
+/* Check p for a prompt of n_prompt tokens on a model with config cfg. On failure: -1 and err with
+ * code UM_ERR_INVALID_ARG, err->param = the parameter name, and a message naming the parameter,
+ * the allowed range and the value, e.g. "steps must be between 4 and 128 (gen_length), got 2". */
+int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err);
+
+const char *decode_decoder_name(enum decode_decoder d);          /* "low_confidence", ... */
+int         decode_decoder_parse(const char *name, enum decode_decoder *out); /* 0 / -1 */
+const char *decode_layout_name(enum decode_layout l);            /* "llada" | "aligned" */
+int         decode_layout_parse(const char *name, enum decode_layout *out);   /* 0 / -1 */
+
+/* ---------------------------------------------------------------- events */
+
+enum decode_event_type {
+    DECODE_EVENT_STEP,      /* one denoising step of one sequence */
+    DECODE_EVENT_BLOCK,     /* a finalized block: its text never changes afterwards */
+    DECODE_EVENT_DONE,      /* the sequence finished; always its last event */
+};
+
+enum decode_finish {
+    DECODE_FINISH_NONE,      /* not finished */
+    DECODE_FINISH_STOP,      /* an EOS/EOT was generated */
+    DECODE_FINISH_LENGTH,    /* every block decoded without EOS/EOT */
+    DECODE_FINISH_CANCELLED, /* decode_seq_finish(.., DECODE_FINISH_CANCELLED, ..) */
+    DECODE_FINISH_ERROR,     /* decode_seq_finish(.., DECODE_FINISH_ERROR, ..) */
+};
+const char *decode_finish_name(enum decode_finish f); /* "stop" | "length" | "cancelled" | "error" */
+
+/* A position committed (unmasked) in this step. */
+typedef struct decode_commit {
+    int32_t     pos;         /* absolute canvas position */
+    int32_t     index;       /* pos - n_prompt: index into the generated region [0, gen_length) */
+    int32_t     token;       /* token id */
+    float       confidence;  /* softmax(noise-free logits)[token] (after CFG / eos flags) */
+    int         special;     /* 1: EOS/EOT or a special added token (piece is its vocabulary
+                                string, e.g. "<|eot_id|>"); text never contains it */
+    const char *piece;       /* the token's text as valid UTF-8: raw token bytes with incomplete
+                                UTF-8 replaced by U+FFFD; "" when the model has no tokenizer or the
+                                position lies after an EOS/EOT already committed */
+} decode_commit;
+
+/* The model's current guess for a still-masked position of the active block. */
+typedef struct decode_draft {
+    int32_t     pos, index;  /* as in decode_commit */
+    int32_t     token;       /* x0 sampled this step (argmax at temperature 0) */
+    float       confidence;  /* softmax(noise-free logits)[token] */
+    int         special;
+    const char *piece;       /* as in decode_commit */
+} decode_draft;
+
+typedef struct decode_usage {
+    int prompt_tokens;       /* n_prompt */
+    int completion_tokens;   /* generated tokens before the first EOS/EOT (all of them on length) */
+    int steps;               /* forward passes this sequence took part in (CFG counts once) */
+    int committed;           /* generated positions unmasked, EOS padding included */
+} decode_usage;
+
+typedef struct decode_timings {
+    double first_event_ms;   /* creation -> first event delivered */
+    double total_ms;         /* creation -> done */
+    double decode_ms;        /* first step start -> done */
+    double tokens_per_s;     /* completion_tokens / decode_ms (0 when decode_ms == 0) */
+} decode_timings;
+
+typedef struct decode_seq decode_seq;
+
+typedef struct decode_event {
+    enum decode_event_type type;
+    decode_seq *seq;
+    void       *seq_user;    /* decode_seq_set_user() value */
+    int         step;        /* STEP: this step's index (0-based); BLOCK/DONE: steps taken so far */
+    int         block;       /* STEP: active block index; BLOCK: the finalized block; DONE: -1 */
+    int         n_blocks;    /* blocks of the canvas (some may be skipped by an early stop) */
+    /* STEP */
+    int                  n_commits;
+    const decode_commit *commits;     /* [n_commits], ascending pos */
+    int                  n_drafts;    /* 0 unless drafts are streamed this step */
+    const decode_draft  *drafts;      /* [n_drafts], ascending pos */
+    int                  masks_left;       /* masked positions left in the whole generated region */
+    int                  block_masks_left; /* masked positions left in the active block */
+    /* BLOCK: text appended by this block (UTF-8, never changes, nothing after EOS/EOT; a character
+     * split across blocks is carried into the next block). The concatenation of every block's
+     * text equals DONE's text. DONE: the full generated text. */
+    const char  *text;
+    size_t       text_len;
+    int          block_start, block_end;   /* BLOCK: generated-region indices [start, end) */
+    /* DONE */
+    enum decode_finish finish;
+    const char  *error;           /* DONE with DECODE_FINISH_ERROR: the message, else NULL */
+    decode_usage   usage;          /* DONE (partial values are also filled on STEP/BLOCK) */
+    decode_timings timings;        /* DONE */
+} decode_event;
+
+typedef void (*decode_sink_fn)(void *user, const decode_event *ev);
+typedef struct decode_sink {
+    decode_sink_fn fn;       /* may be NULL: events are dropped */
+    void          *user;
+} decode_sink;
+
+/* ---------------------------------------------------------------- sequences */
+
+/* Validates p (decode_params_validate) and the prompt (ids in the vocabulary, no mask token), then
+ * builds the canvas. m must outlive the sequence. prompt is copied. */
+decode_seq *decode_seq_create(const model *m, const decode_params *p, const int32_t *prompt, int n_prompt,
+                              um_err *err);
+void decode_seq_free(decode_seq *s);
+
+/* 1 once the DONE event was emitted (by decode_step or decode_seq_finish). */
+int  decode_seq_done(const decode_seq *s);
+enum decode_finish decode_seq_finish_reason(const decode_seq *s);
+void  decode_seq_set_user(decode_seq *s, void *user);
+void *decode_seq_user(const decode_seq *s);
+const decode_params *decode_seq_params(const decode_seq *s);
+int  decode_seq_n_prompt(const decode_seq *s);
+/* The current canvas (prompt ++ generated region, MASK where not yet committed). */
+const int32_t *decode_seq_canvas(const decode_seq *s, int *len);
+/* Tokens this sequence adds to the next batched forward (canvas length, doubled with CFG): for a
+ * scheduler's token budget. 0 when done. */
+int  decode_seq_forward_tokens(const decode_seq *s);
+/* Steps taken so far / blocks finished so far. */
+int  decode_seq_steps(const decode_seq *s);
+int  decode_seq_blocks_done(const decode_seq *s);
+
+/* Finish a sequence that will not be stepped again: emits DONE with reason (CANCELLED or ERROR;
+ * error = message or NULL) carrying the text of the blocks finalized so far. No-op when already
+ * done. */
+void decode_seq_finish(decode_seq *s, enum decode_finish reason, const char *error, const decode_sink *sink);
+
+/* ---------------------------------------------------------------- stepping */
+
+/* One denoising step for every not-done sequence in seqs[0..n) (done ones are skipped): ONE
+ * batched model_forward, then per sequence: sampling, its decoder's commits, and its events (STEP,
+ * then BLOCK when the block completed, then DONE when finished) delivered to sink in seqs order.
+ * Every sequence must have been created for ctx->m.
+ * Returns 0, or -1 with err when the forward failed (no sequence changed state; the caller
+ * typically finishes them with DECODE_FINISH_ERROR). */
+int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err);
+
+/* Loop decode_step() on one sequence until it is done. */
+int decode_generate(model_ctx *ctx, decode_seq *s, const decode_sink *sink, um_err *err);
+
+/* Release the calling thread's decode_step scratch (call when an engine thread exits). */
+void decode_thread_scratch_free(void);
+
+#endif /* UM_DECODE_H */
