@@ -5,6 +5,7 @@
  */
 #include "model/llada.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,18 +82,215 @@ void llada_tensors_free(model *m) {
     memset(&m->llada, 0, sizeof m->llada);
 }
 
-/* ---------------------------------------------------------------- forward (TODO: backend ops) */
+/* ---------------------------------------------------------------- forward */
 
-int llada_ctx_init(model_ctx *ctx, um_err *err) {
-    (void)ctx;
-    return um_err_set(err, UM_ERR_UNSUPPORTED, "forward pass not implemented yet");
+/* The weights of one layer on the backend. */
+typedef struct llada_layer_w {
+    bweight attn_norm;   /* [1, d] */
+    bweight q, k, v;     /* [n_heads*hd, d], [n_kv*hd, d], [n_kv*hd, d] */
+    bweight attn_out;    /* [d, n_heads*hd] */
+    bweight ff_norm;     /* [1, d] */
+    bweight gate, up;    /* [ffn, d] (ff_proj, up_proj) */
+    bweight down;        /* [d, ffn] (ff_out) */
+} llada_layer_w;
+
+typedef struct llada_weights {
+    bweight        wte;      /* [n_embd_rows, d] */
+    bweight        ln_f;     /* [1, d] */
+    bweight        lm_head;  /* [n_embd_rows, d]; a second view of wte when weight_tying */
+    llada_layer_w *layers;   /* [n_layers] */
+} llada_weights;
+
+/* Workspace, grown on demand and reused across forwards (the decode loop calls every step).
+ * Activation buffers live on the backend; index arrays on the host. */
+typedef struct llada_scratch {
+    int      cap_tok;      /* rows the token-sized buffers hold */
+    int      cap_out;      /* rows the output-sized buffers hold */
+    void    *x;            /* [cap_tok, d] residual stream */
+    void    *h;            /* [cap_tok, d] normed input / sublayer output */
+    void    *q;            /* [cap_tok, n_heads*hd] */
+    void    *k, *v;        /* [cap_tok, n_kv*hd] */
+    void    *att;          /* [cap_tok, n_heads*hd] attention output */
+    void    *gate, *up;    /* [cap_tok, ffn] */
+    void    *xo;           /* [cap_out, d] gathered output rows (one LM-head chunk) */
+    void    *lg;           /* [cap_out, n_embd_rows] logits of one chunk on the backend */
+    int32_t *pos;          /* [cap_tok] host: default positions */
+    int32_t *rows;         /* [cap_tok] host: default out rows (0..n-1) */
+} llada_scratch;
+
+static int upload(backend *be, const st_tensor *t, bweight *w, um_err *err) {
+    int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
+    int64_t cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    return be->ops->weight_upload(be, t, rows, cols, w, err);
 }
 
-void llada_ctx_free(model_ctx *ctx) { (void)ctx; }
+int llada_ctx_init(model_ctx *ctx, um_err *err) {
+    const model *m = ctx->m;
+    const model_config *c = &m->cfg;
+    backend *be = ctx->be;
+    llada_weights *w = xcalloc(1, sizeof *w);
+    w->layers = xcalloc((size_t)c->n_layers, sizeof *w->layers);
+    ctx->weights = w;
+    ctx->scratch = xcalloc(1, sizeof(llada_scratch));
+    const llada_tensors *t = &m->llada;
+    if (upload(be, t->wte, &w->wte, err) || upload(be, t->ln_f, &w->ln_f, err) ||
+        upload(be, t->lm_head, &w->lm_head, err))
+        goto fail;
+    for (int l = 0; l < c->n_layers; l++) {
+        const llada_layer_tensors *L = &t->layers[l];
+        llada_layer_w *W = &w->layers[l];
+        if (upload(be, L->attn_norm, &W->attn_norm, err) || upload(be, L->q_proj, &W->q, err) ||
+            upload(be, L->k_proj, &W->k, err) || upload(be, L->v_proj, &W->v, err) ||
+            upload(be, L->attn_out, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err) ||
+            upload(be, L->ff_proj, &W->gate, err) || upload(be, L->up_proj, &W->up, err) ||
+            upload(be, L->ff_out, &W->down, err))
+            goto fail;
+    }
+    return 0;
+fail:
+    um_err_prefix(err, "%s", m->dir);
+    llada_ctx_free(ctx);
+    return -1;
+}
+
+static void scratch_release(backend *be, llada_scratch *s) {
+    void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->xo, &s->lg};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i]) be->ops->act_free(be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(s->pos);
+    free(s->rows);
+    s->pos = s->rows = NULL;
+    s->cap_tok = s->cap_out = 0;
+}
+
+void llada_ctx_free(model_ctx *ctx) {
+    backend *be = ctx->be;
+    llada_weights *w = ctx->weights;
+    if (w) {
+        bweight *top[] = {&w->wte, &w->ln_f, &w->lm_head};
+        for (int i = 0; i < 3; i++)
+            if (top[i]->data) be->ops->weight_free(be, top[i]);
+        for (int l = 0; w->layers && l < ctx->m->cfg.n_layers; l++) {
+            llada_layer_w *W = &w->layers[l];
+            bweight *all[] = {&W->attn_norm, &W->q, &W->k, &W->v, &W->attn_out, &W->ff_norm, &W->gate, &W->up, &W->down};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                if (all[i]->data) be->ops->weight_free(be, all[i]);
+        }
+        free(w->layers);
+        free(w);
+    }
+    if (ctx->scratch) {
+        scratch_release(be, ctx->scratch);
+        free(ctx->scratch);
+    }
+    ctx->weights = NULL;
+    ctx->scratch = NULL;
+}
+
+/* Output rows per LM-head pass: the backend logits buffer holds at most ~16M floats. */
+static int lm_chunk_rows(const model_config *c) {
+    int r = (int)((16u << 20) / (unsigned)c->n_embd_rows);
+    return r < 16 ? 16 : r;
+}
+
+static void scratch_reserve(backend *be, const model_config *c, llada_scratch *s, int n_tok, int n_out) {
+    size_t d = (size_t)c->d_model, qd = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn_hidden;
+    if (n_tok > s->cap_tok) {
+        int cap = n_tok;
+        void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up};
+        size_t width[] = {d, d, qd, kvd, kvd, qd, F, F};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+            if (*bufs[i]) be->ops->act_free(be, *bufs[i]);
+            *bufs[i] = be->ops->act_alloc(be, (size_t)cap * width[i]);
+        }
+        free(s->pos);
+        free(s->rows);
+        s->pos = xmalloc((size_t)cap * sizeof *s->pos);
+        s->rows = xmalloc((size_t)cap * sizeof *s->rows);
+        s->cap_tok = cap;
+    }
+    if (n_out > s->cap_out) {
+        int cap = n_out;
+        if (s->xo) be->ops->act_free(be, s->xo);
+        if (s->lg) be->ops->act_free(be, s->lg);
+        s->xo = be->ops->act_alloc(be, (size_t)cap * d);
+        s->lg = be->ops->act_alloc(be, (size_t)cap * (size_t)c->n_embd_rows);
+        s->cap_out = cap;
+    }
+}
 
 int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
-    (void)ctx;
-    (void)b;
-    (void)logits;
-    return um_err_set(err, UM_ERR_UNSUPPORTED, "forward pass not implemented yet");
+    (void)err;
+    const model_config *c = &ctx->m->cfg;
+    backend *be = ctx->be;
+    const backend_ops *op = be->ops;
+    llada_weights *w = ctx->weights;
+    llada_scratch *s = ctx->scratch;
+    CHECK(w && s);
+    const int n = b->seq_start[b->n_seqs];
+    const int n_out = b->out_rows ? b->n_out : n;
+    const int d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, F = c->ffn_hidden;
+    scratch_reserve(be, c, s, n, n_out < lm_chunk_rows(c) ? n_out : lm_chunk_rows(c));
+
+    const int32_t *pos = b->pos;
+    if (!pos) {
+        for (int q = 0; q < b->n_seqs; q++)
+            for (int i = b->seq_start[q]; i < b->seq_start[q + 1]; i++) s->pos[i] = i - b->seq_start[q];
+        pos = s->pos;
+    }
+    attn_params ap = {
+        .n_seqs = b->n_seqs,
+        .q_start = b->seq_start,
+        .k_start = b->seq_start,
+        .q_pos = pos,
+        .k_pos = pos,
+        .key_valid = b->key_valid,
+        .block_causal = c->block_causal,
+        .n_heads = H,
+        .n_kv_heads = KV,
+        .head_dim = hd,
+        .scale = 1.0f / sqrtf((float)hd),
+    };
+
+    op->embed(be, &w->wte, b->tokens, n, s->x);
+    for (int l = 0; l < c->n_layers; l++) {
+        const llada_layer_w *L = &w->layers[l];
+        /* attention sublayer */
+        op->rmsnorm(be, s->x, &L->attn_norm, n, d, c->norm_eps, s->h);
+        op->matmul(be, s->h, &L->q, NULL, n, s->q);
+        op->matmul(be, s->h, &L->k, NULL, n, s->k);
+        op->matmul(be, s->h, &L->v, NULL, n, s->v);
+        op->rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
+        op->rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
+        op->attention(be, &ap, s->q, s->k, s->v, s->att);
+        op->matmul(be, s->att, &L->attn_out, NULL, n, s->h);
+        op->add(be, s->x, s->h, (size_t)n * (size_t)d);
+        /* SwiGLU MLP sublayer */
+        op->rmsnorm(be, s->x, &L->ff_norm, n, d, c->norm_eps, s->h);
+        op->matmul(be, s->h, &L->gate, NULL, n, s->gate);
+        op->matmul(be, s->h, &L->up, NULL, n, s->up);
+        op->swiglu(be, s->gate, s->up, (size_t)n * (size_t)F, s->gate);
+        op->matmul(be, s->gate, &L->down, NULL, n, s->h);
+        op->add(be, s->x, s->h, (size_t)n * (size_t)d);
+    }
+    /* Only the rows the caller wants go through ln_f and the LM head, in chunks so the logits
+     * staging buffer stays bounded for long outputs over a big vocabulary. */
+    const int32_t *rows = b->out_rows;
+    if (!rows) {
+        for (int i = 0; i < n; i++) s->rows[i] = i;
+        rows = s->rows;
+    }
+    const int chunk = lm_chunk_rows(c);
+    for (int r0 = 0; r0 < n_out; r0 += chunk) {
+        int nr = n_out - r0 < chunk ? n_out - r0 : chunk;
+        op->get_rows(be, s->x, d, rows + r0, nr, s->xo);
+        op->rmsnorm(be, s->xo, &w->ln_f, nr, d, c->norm_eps, s->xo);
+        op->matmul(be, s->xo, &w->lm_head, NULL, nr, s->lg);
+        op->act_to_host(be, s->lg, (size_t)nr * (size_t)c->n_embd_rows,
+                        logits + (size_t)r0 * (size_t)c->n_embd_rows);
+    }
+    return 0;
 }
