@@ -1,0 +1,35 @@
+/*
+ * algo_config.h — server-wide decoder defaults from an algorithm config file, in the style of
+ * SGLang's `--dllm-algorithm-config cfg.yaml` (`unmask serve --algorithm-config FILE`).
+ *
+ * The file is JSON (an object) or a flat YAML subset: `key: value` lines, `#` comments, blank
+ * lines, an optional `---`; values are numbers, true/false, null, or strings (bare or quoted).
+ * Anything nested, a duplicate key or an unknown key is an error naming file:line and the key —
+ * a typo in a server config must not be ignored silently.
+ *
+ * Keys (SGLang names first, unmask names accepted too), normalized to the request field names of
+ * decode/event_json.h:
+ *   algorithm | dllm_algorithm | decoder  ->  decoder   ("LowConfidence" = threshold decoding, as in
+ *                                              SGLang; also low_confidence|random|threshold|factor)
+ *   threshold, factor, temperature, top_k, top_p, seed, cfg_scale, steps, stop_at_eos, draft_every
+ *   block_size | block_length             ->  block_length
+ *   gen_length | max_new_tokens | max_tokens  ->  gen_length
+ *
+ * Not here: applying the result (decode_params_apply_json + decode_params_validate by the
+ * caller). Pure functions, main thread at startup.
+ */
+#ifndef UM_ALGO_CONFIG_H
+#define UM_ALGO_CONFIG_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "util/err.h"
+
+/* Parse text (label names it in messages). *out = a new JSON object with normalized keys. */
+int algo_config_parse(const char *text, size_t len, const char *label, json_t **out, um_err *err);
+/* Read and parse a file. */
+int algo_config_load(const char *path, json_t **out, um_err *err);
+
+#endif /* UM_ALGO_CONFIG_H */
