@@ -1,13 +1,351 @@
 /*
- * cmd_generate.c — `unmask generate`. STUB: not implemented yet.
+ * cmd_generate.c — `unmask generate`: one prompt (text through the chat template, a messages file,
+ * or token ids) decoded on the CPU backend with the decode loop (decode/decode.h). Output: the
+ * final text; with --json one JSON event per line (decode/event_json.h, the server's fields); on a
+ * terminal a live view where masked positions resolve into text step by step.
+ * Does not: batch several prompts (bench --decode does), run on CUDA. Main thread.
  */
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
+#include "backend/backend.h"
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "decode/decode.h"
+#include "decode/event_json.h"
+#include "model/chat_template.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "util/log.h"
+
+/* ---------------------------------------------------------------- live view */
+
+typedef struct live_view {
+    int     n_prompt, G;
+    char  **piece;       /* [G] committed piece per generated position (owned), NULL = masked */
+    int    *special;     /* [G] */
+    int     rows;        /* terminal rows the last frame used */
+    int     width;
+    char   *frame;       /* scratch */
+    size_t  cap, len;
+} live_view;
+
+static void lv_put(live_view *lv, const char *s, size_t n) {
+    if (lv->len + n + 1 > lv->cap) {
+        lv->cap = (lv->len + n + 1) * 2;
+        lv->frame = xrealloc(lv->frame, lv->cap);
+    }
+    memcpy(lv->frame + lv->len, s, n);
+    lv->len += n;
+    lv->frame[lv->len] = 0;
+}
+
+/* Terminal rows a text occupies (code points as one column each; escape sequences skipped). */
+static int lv_count_rows(const char *s, int width) {
+    int rows = 1, col = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == 0x1b) {
+            while (*p && *p != 'm') p++;
+            if (!*p) break;
+            continue;
+        }
+        if (*p == '\n') {
+            rows++, col = 0;
+            continue;
+        }
+        if ((*p & 0xC0) == 0x80) continue;
+        if (++col > width) rows++, col = 1;
+    }
+    return rows;
+}
+
+static void lv_draw(live_view *lv, const char *status, int final_text, const char *text) {
+    lv->len = 0;
+    if (final_text) {
+        lv_put(lv, text, strlen(text));
+    } else {
+        for (int i = 0; i < lv->G; i++) {
+            if (!lv->piece[i]) lv_put(lv, "\x1b[2m\xe2\x96\x91\x1b[0m", 11); /* dim ░ */
+            else if (!lv->special[i]) lv_put(lv, lv->piece[i], strlen(lv->piece[i]));
+        }
+    }
+    if (status) {
+        lv_put(lv, "\n\x1b[2m", 5);
+        lv_put(lv, status, strlen(status));
+        lv_put(lv, "\x1b[0m", 4);
+    }
+    /* back to the frame's first row, clear, redraw */
+    if (lv->rows > 1) printf("\x1b[%dA", lv->rows - 1);
+    printf("\r\x1b[J%s", lv->frame);
+    fflush(stdout);
+    lv->rows = lv_count_rows(lv->frame, lv->width);
+}
+
+/* ---------------------------------------------------------------- sink */
+
+typedef struct gen_out {
+    int        json;
+    live_view *lv;          /* NULL = plain output */
+    int        finish_code; /* enum decode_finish at DONE */
+    int        quiet;
+} gen_out;
+
+static void on_event(void *user, const decode_event *ev) {
+    gen_out *o = user;
+    if (o->json) {
+        json_t *j = decode_event_to_json(ev);
+        char *s = json_dumps(j, JSON_COMPACT);
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        free(s);
+        json_decref(j);
+    }
+    live_view *lv = o->lv;
+    if (ev->type == DECODE_EVENT_STEP && lv) {
+        for (int i = 0; i < ev->n_commits; i++) {
+            int k = ev->commits[i].index;
+            free(lv->piece[k]);
+            lv->piece[k] = xstrdup(ev->commits[i].piece);
+            lv->special[k] = ev->commits[i].special;
+        }
+        char st[160];
+        snprintf(st, sizeof st, "step %d · block %d/%d · %d masked", ev->step + 1, ev->block + 1, ev->n_blocks,
+                 ev->masks_left);
+        lv_draw(lv, st, 0, NULL);
+    }
+    if (ev->type == DECODE_EVENT_DONE) {
+        o->finish_code = ev->finish;
+        if (lv) {
+            lv_draw(lv, NULL, 1, ev->text);
+            printf("\n");
+        } else if (!o->json) {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            printf("\n");
+        }
+        if (!o->json && !o->quiet)
+            fprintf(stderr, "[%s · %d tokens · %d steps · %.1f ms · %.1f tokens/s]\n", decode_finish_name(ev->finish),
+                    ev->usage.completion_tokens, ev->usage.steps, ev->timings.total_ms, ev->timings.tokens_per_s);
+    }
+}
+
+/* ---------------------------------------------------------------- prompt */
+
+static int build_prompt(const model *m, const char *prompt, const char *messages_file, const char *ids_s, int raw,
+                        int32_t **ids, int *n) {
+    int given = (prompt != NULL) + (messages_file != NULL) + (ids_s != NULL);
+    if (given != 1) {
+        fprintf(stderr, "error: give exactly one of --prompt, --messages or --prompt-ids\n");
+        return 2;
+    }
+    if (ids_s) {
+        int *v = NULL;
+        int k = args_parse_int_list("prompt-ids", ids_s, &v);
+        if (k < 0) return 2;
+        *ids = xmalloc((size_t)k * sizeof **ids);
+        for (int i = 0; i < k; i++) (*ids)[i] = v[i];
+        *n = k;
+        free(v);
+        return 0;
+    }
+    if (!m->tok) {
+        fprintf(stderr, "error: the model at %s has no tokenizer; pass token ids with --prompt-ids\n", m->dir);
+        return 2;
+    }
+    um_err err = {0};
+    char *text = NULL;
+    json_t *msgs = NULL;
+    if (messages_file) {
+        json_error_t jerr;
+        msgs = json_load_file(messages_file, 0, &jerr);
+        if (!msgs || !json_is_array(msgs)) {
+            fprintf(stderr, "error: --messages %s: %s\n", messages_file,
+                    msgs ? "expected a JSON array of {\"role\", \"content\"} objects" : jerr.text);
+            json_decref(msgs);
+            return 2;
+        }
+        if (!m->chat) {
+            fprintf(stderr, "error: --messages needs a chat template, and the model at %s has none\n", m->dir);
+            json_decref(msgs);
+            return 2;
+        }
+    } else if (m->chat && !raw) {
+        msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
+    }
+    if (msgs) {
+        int rc = chat_template_render(m->chat, msgs, 1, &text, &err);
+        json_decref(msgs);
+        if (rc != 0) {
+            fprintf(stderr, "error: chat template: %s\n", err.msg);
+            return 2;
+        }
+    } else {
+        text = xstrdup(prompt);
+    }
+    size_t nn = 0;
+    int rc = tokenizer_encode(m->tok, text, strlen(text), 1, ids, &nn, &err);
+    free(text);
+    if (rc != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 2;
+    }
+    *n = (int)nn;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- command */
 
 int cmd_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "error: 'unmask generate' is not implemented yet\n");
-    return 1;
+    const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
+               *layout_s = NULL, *seed_s = NULL;
+    int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0;
+    int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
+    double threshold = NAN, factor = NAN, temperature = NAN, top_p = NAN, cfg = NAN;
+    int eos_inf = 0, conf_eos_inf = 0, no_stop = 0, drafts = 0;
+    arg_spec specs[] = {
+        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
+        {"prompt", ARG_STR, &prompt, "prompt text (wrapped in the chat template when the model has one)"},
+        {"messages", ARG_STR, &messages, "JSON file: an array of {\"role\", \"content\"} messages"},
+        {"prompt-ids", ARG_STR, &ids_s, "prompt as comma-separated token ids, e.g. 1,2,3"},
+        {"raw", ARG_FLAG, &raw, "use --prompt as is, without the chat template"},
+        {"gen-length", ARG_INT, &gen, "generated positions (masks) [128]"},
+        {"block-length", ARG_INT, &block, "block length B [32]"},
+        {"steps", ARG_INT, &steps, "fixed-step decoders: total steps, 0 = gen-length [0]"},
+        {"decoder", ARG_STR, &decoder_s, "low_confidence | random | threshold | factor [low_confidence]"},
+        {"threshold", ARG_FLOAT, &threshold, "threshold decoder: confidence tau in (0,1] [0.9]"},
+        {"factor", ARG_FLOAT, &factor, "factor decoder: f > 0 [1.0]"},
+        {"temperature", ARG_FLOAT, &temperature, "sampling temperature, 0 = greedy [0]"},
+        {"top-k", ARG_INT, &top_k, "sample among the k best tokens, 0 = off [0]"},
+        {"top-p", ARG_FLOAT, &top_p, "nucleus mass in (0,1], 1 = off [1]"},
+        {"seed", ARG_STR, &seed_s, "random seed (unsigned 64-bit) [0]"},
+        {"cfg-scale", ARG_FLOAT, &cfg, "classifier-free guidance scale, 0 = off [0]"},
+        {"logits-eos-inf", ARG_FLAG, &eos_inf, "never sample EOS (logits[eos] = -inf)"},
+        {"confidence-eos-eot-inf", ARG_FLAG, &conf_eos_inf, "reference quirk: confidence without <|eot_id|>"},
+        {"block-layout", ARG_STR, &layout_s, "llada (blocks after the prompt) | aligned [llada]"},
+        {"no-stop-at-eos", ARG_FLAG, &no_stop, "decode every block even after EOS"},
+        {"drafts", ARG_FLAG, &drafts, "--json: step events carry drafts for masked positions"},
+        {"draft-every", ARG_INT, &draft_every, "drafts every N steps [1]"},
+        {"json", ARG_FLAG, &json, "print one JSON event per line"},
+        {"no-live", ARG_FLAG, &no_live, "no live view even on a terminal"},
+        {"quiet", ARG_FLAG, &quiet, "no summary line on stderr"},
+        {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
+        {NULL, 0, NULL, NULL},
+    };
+    int r = args_parse(argc, argv,
+                       "usage: unmask generate --model DIR (--prompt TEXT | --messages FILE | --prompt-ids 1,2,3)\n"
+                       "                       [decode options] [--json] [--threads N]\n\n"
+                       "Generates with a diffusion LM on the CPU. Defaults come from the checkpoint's\n"
+                       "generation_config.json where present. See docs/decode.md.",
+                       specs);
+    if (r != 0) return r > 0 ? 0 : 2;
+    if (!model_dir) {
+        fprintf(stderr, "error: --model DIR is required (see --help)\n");
+        return 2;
+    }
+    if (threads < 0) {
+        fprintf(stderr, "error: --threads must be >= 0, got %d\n", threads);
+        return 2;
+    }
+    uint64_t seed = 0;
+    if (seed_s) {
+        char *end;
+        seed = strtoull(seed_s, &end, 10);
+        if (!*seed_s || *end || seed_s[0] == '-') {
+            fprintf(stderr, "error: --seed expects an unsigned integer, got '%s'\n", seed_s);
+            return 2;
+        }
+    }
+
+    um_err err = {0};
+    model m;
+    if (model_load(model_dir, &m, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    int rc = 2;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    decode_seq *s = NULL;
+    backend *be = NULL;
+    live_view lv;
+    memset(&lv, 0, sizeof lv);
+
+    decode_params p = decode_params_for_model(&m);
+    if (gen != INT_MIN) p.gen_length = gen;
+    if (block != INT_MIN) p.block_length = block;
+    if (steps != INT_MIN) p.steps = steps;
+    if (top_k != INT_MIN) p.top_k = top_k;
+    if (draft_every != INT_MIN) p.draft_every = draft_every;
+    if (!isnan(threshold)) p.threshold = threshold;
+    if (!isnan(factor)) p.factor = factor;
+    if (!isnan(temperature)) p.temperature = temperature;
+    if (!isnan(top_p)) p.top_p = top_p;
+    if (!isnan(cfg)) p.cfg_scale = cfg;
+    if (seed_s) p.seed = seed;
+    if (eos_inf) p.logits_eos_inf = 1;
+    if (conf_eos_inf) p.confidence_eos_eot_inf = 1;
+    if (no_stop) p.stop_at_eos = 0;
+    if (drafts) p.stream_drafts = 1;
+    if (decoder_s && decode_decoder_parse(decoder_s, &p.decoder) != 0) {
+        fprintf(stderr, "error: --decoder must be low_confidence, random, threshold or factor, got '%s'\n",
+                decoder_s);
+        goto done;
+    }
+    if (layout_s && decode_layout_parse(layout_s, &p.layout) != 0) {
+        fprintf(stderr, "error: --block-layout must be llada or aligned, got '%s'\n", layout_s);
+        goto done;
+    }
+    if ((rc = build_prompt(&m, prompt, messages, ids_s, raw, &ids, &n_ids)) != 0) goto done;
+    rc = 2;
+    s = decode_seq_create(&m, &p, ids, n_ids, &err);
+    if (!s) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        rc = err.code == UM_ERR_INVALID_ARG ? 2 : 1;
+        goto done;
+    }
+
+    rc = 1;
+    be = backend_cpu_init(threads);
+    model_ctx ctx;
+    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    gen_out out = {.json = json, .quiet = quiet};
+    if (!json && !no_live && isatty(STDOUT_FILENO)) {
+        struct winsize ws;
+        lv.width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+        lv.n_prompt = n_ids;
+        lv.G = p.gen_length;
+        lv.piece = xcalloc((size_t)lv.G, sizeof *lv.piece);
+        lv.special = xcalloc((size_t)lv.G, sizeof *lv.special);
+        lv.rows = 1;
+        out.lv = &lv;
+    }
+    decode_sink sink = {on_event, &out};
+    if (decode_generate(&ctx, s, &sink, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        decode_seq_finish(s, DECODE_FINISH_ERROR, err.msg, &sink);
+    } else {
+        rc = 0;
+    }
+    model_ctx_free(&ctx);
+done:
+    decode_thread_scratch_free();
+    if (lv.piece)
+        for (int i = 0; i < lv.G; i++) free(lv.piece[i]);
+    free(lv.piece);
+    free(lv.special);
+    free(lv.frame);
+    decode_seq_free(s);
+    if (be) backend_free(be);
+    free(ids);
+    model_free(&m);
+    return rc;
 }

@@ -1,0 +1,828 @@
+/*
+ * decode.c — decode parameters, sequences (canvas + blocks + text), and the batched step loop
+ * (decode.h). Not here: the decoders' commit rules (decoders.c), per-row sampling (sample.c), JSON
+ * (event_json.c). Threads: decode_params_* any thread; a sequence and decode_step() on the engine
+ * thread that owns the model_ctx (the sampling row loop fans out over OpenMP threads).
+ */
+#include "decode/decode.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/decoder.h"
+#include "decode/sample.h"
+#include "model/tokenizer.h"
+#include "util/fileio.h"
+#include "util/log.h"
+#include "util/timeutil.h"
+
+/* ================================================================ parameters */
+
+decode_params decode_params_default(void) {
+    decode_params p;
+    memset(&p, 0, sizeof p);
+    p.gen_length = 128;
+    p.block_length = 32;
+    p.steps = 0;
+    p.decoder = DECODER_LOW_CONFIDENCE;
+    p.threshold = 0.9;
+    p.factor = 1.0;
+    p.temperature = 0.0;
+    p.top_k = 0;
+    p.top_p = 1.0;
+    p.seed = 0;
+    p.cfg_scale = 0.0;
+    p.logits_eos_inf = 0;
+    p.confidence_eos_eot_inf = 0;
+    p.layout = DECODE_LAYOUT_LLADA;
+    p.stop_at_eos = 1;
+    p.stream_drafts = 0;
+    p.draft_every = 1;
+    return p;
+}
+
+static int json_num(const json_t *o, const char *key, double *out) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || !json_is_number(v)) return 0;
+    *out = json_number_value(v);
+    return 1;
+}
+
+decode_params decode_params_for_model(const model *m) {
+    decode_params p = decode_params_default();
+    if (m->cfg.block_causal > 0) {
+        p.layout = DECODE_LAYOUT_ALIGNED;
+        p.block_length = m->cfg.block_causal;
+    }
+    if (!m->dir) return p;
+    char path[4096];
+    path_join(path, sizeof path, m->dir, "generation_config.json");
+    if (!file_exists(path)) return p;
+    json_error_t jerr;
+    json_t *g = json_load_file(path, 0, &jerr);
+    if (!g || !json_is_object(g)) {
+        json_decref(g);
+        return p;
+    }
+    double v;
+    if (json_num(g, "temperature", &v)) p.temperature = v;
+    if (json_num(g, "top_k", &v)) p.top_k = (int)v;
+    if (json_num(g, "top_p", &v)) p.top_p = v;
+    if (json_num(g, "steps", &v)) p.steps = (int)v;
+    if (json_num(g, "max_new_tokens", &v)) p.gen_length = (int)v;
+    if (json_num(g, "gen_length", &v)) p.gen_length = (int)v;
+    if (json_num(g, "block_length", &v)) p.block_length = (int)v;
+    if (json_num(g, "threshold", &v)) p.threshold = v;
+    if (json_num(g, "cfg_scale", &v)) p.cfg_scale = v;
+    json_decref(g);
+    return p;
+}
+
+static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random", "threshold", "factor"};
+static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
+
+const char *decode_decoder_name(enum decode_decoder d) {
+    return (int)d >= 0 && d < DECODER_COUNT_ ? k_decoder_names[d] : "unknown";
+}
+
+int decode_decoder_parse(const char *name, enum decode_decoder *out) {
+    for (int i = 0; i < DECODER_COUNT_; i++)
+        if (strcmp(name, k_decoder_names[i]) == 0) {
+            *out = (enum decode_decoder)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *decode_layout_name(enum decode_layout l) {
+    return (int)l >= 0 && l < DECODE_LAYOUT_COUNT_ ? k_layout_names[l] : "unknown";
+}
+
+int decode_layout_parse(const char *name, enum decode_layout *out) {
+    for (int i = 0; i < DECODE_LAYOUT_COUNT_; i++)
+        if (strcmp(name, k_layout_names[i]) == 0) {
+            *out = (enum decode_layout)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *decode_finish_name(enum decode_finish f) {
+    switch (f) {
+    case DECODE_FINISH_NONE: return "none";
+    case DECODE_FINISH_STOP: return "stop";
+    case DECODE_FINISH_LENGTH: return "length";
+    case DECODE_FINISH_CANCELLED: return "cancelled";
+    case DECODE_FINISH_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+/* Block bounds of the generated region [n_prompt, n_prompt + G) for layout p. Returns the block
+ * count; lo/hi (may be NULL) receive absolute bounds. */
+static int layout_blocks(const decode_params *p, int n_prompt, int32_t *lo, int32_t *hi) {
+    int B = p->block_length, G = p->gen_length, end = n_prompt + G;
+    int first = p->layout == DECODE_LAYOUT_ALIGNED ? (n_prompt / B) * B : n_prompt;
+    int nb = 0;
+    for (int a = first; a < end; a += B, nb++) {
+        if (lo) lo[nb] = a < n_prompt ? n_prompt : a;
+        if (hi) hi[nb] = a + B < end ? a + B : end;
+    }
+    return nb;
+}
+
+int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
+    int ctx = cfg->max_seq;
+    if (n_prompt < 0) return um_err_param(err, "prompt", "prompt length must be >= 0, got %d", n_prompt);
+    if (n_prompt >= ctx)
+        return um_err_param(err, "prompt",
+                            "prompt has %d tokens but the model's context is %d tokens (at least 1 position "
+                            "must remain for generation)",
+                            n_prompt, ctx);
+    int gmax = ctx - n_prompt;
+    if (p->gen_length < 1 || p->gen_length > gmax)
+        return um_err_param(err, "gen_length",
+                            "gen_length must be between 1 and %d (context %d minus %d prompt tokens), got %d", gmax,
+                            ctx, n_prompt, p->gen_length);
+    if ((int)p->layout < 0 || p->layout >= DECODE_LAYOUT_COUNT_)
+        return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
+    if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
+        return um_err_param(err, "decoder", "decoder must be low_confidence, random, threshold or factor");
+    if (p->layout == DECODE_LAYOUT_LLADA) {
+        if (p->block_length < 1 || p->block_length > p->gen_length)
+            return um_err_param(err, "block_length", "block_length must be between 1 and %d (gen_length), got %d",
+                                p->gen_length, p->block_length);
+    } else if (p->block_length < 1 || p->block_length > ctx) {
+        return um_err_param(err, "block_length",
+                            "block_length must be between 1 and %d (the model's context), got %d", ctx,
+                            p->block_length);
+    }
+    if (decoder_get(p->decoder)->flags & DECODER_F_FIXED_STEPS) {
+        int nb = layout_blocks(p, n_prompt, NULL, NULL);
+        if (p->steps != 0 && (p->steps < nb || p->steps > p->gen_length))
+            return um_err_param(err, "steps",
+                                "steps must be between %d (one per block: gen_length %d / block_length %d) and "
+                                "%d (gen_length), or 0 for auto; got %d",
+                                nb, p->gen_length, p->block_length, p->gen_length, p->steps);
+    } else if (p->steps < 0) {
+        return um_err_param(err, "steps", "steps must be >= 0 (ignored by the %s decoder), got %d",
+                            decode_decoder_name(p->decoder), p->steps);
+    }
+    if (!(p->threshold > 0.0 && p->threshold <= 1.0))
+        return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
+    if (!(p->factor > 0.0 && isfinite(p->factor)))
+        return um_err_param(err, "factor", "factor must be a finite number > 0, got %g", p->factor);
+    if (!(p->temperature >= 0.0 && p->temperature <= 100.0))
+        return um_err_param(err, "temperature", "temperature must be between 0 and 100, got %g", p->temperature);
+    if (p->top_k < 0 || p->top_k > cfg->n_embd_rows)
+        return um_err_param(err, "top_k", "top_k must be between 0 (off) and %d (the vocabulary), got %d",
+                            cfg->n_embd_rows, p->top_k);
+    if (!(p->top_p > 0.0 && p->top_p <= 1.0))
+        return um_err_param(err, "top_p", "top_p must be in (0, 1], got %g", p->top_p);
+    if (!(p->cfg_scale >= 0.0 && p->cfg_scale <= 100.0))
+        return um_err_param(err, "cfg_scale", "cfg_scale must be between 0 (off) and 100, got %g", p->cfg_scale);
+    if (p->logits_eos_inf && cfg->eos_id < 0)
+        return um_err_param(err, "logits_eos_inf", "logits_eos_inf needs an eos_token_id, and the model has none");
+    if (p->confidence_eos_eot_inf && cfg->eot_id < 0)
+        return um_err_param(err, "confidence_eos_eot_inf",
+                            "confidence_eos_eot_inf needs an <|eot_id|> token, and the model has none");
+    if (p->draft_every < 1)
+        return um_err_param(err, "draft_every", "draft_every must be >= 1, got %d", p->draft_every);
+    return 0;
+}
+
+/* ================================================================ sequences */
+
+/* Growable byte arena for the strings of one event. */
+typedef struct arena {
+    char  *buf;
+    size_t len, cap;
+} arena;
+
+static size_t arena_put(arena *a, const char *s, size_t n) {
+    if (a->len + n + 1 > a->cap) {
+        size_t c = a->cap ? a->cap : 256;
+        while (c < a->len + n + 1) c *= 2;
+        a->buf = xrealloc(a->buf, c);
+        a->cap = c;
+    }
+    size_t off = a->len;
+    if (n) memcpy(a->buf + off, s, n);
+    a->buf[off + n] = 0;
+    a->len += n + 1;
+    return off;
+}
+
+/* Append bytes as valid UTF-8: invalid or incomplete sequences become U+FFFD (one per maximal
+ * valid prefix, or per invalid byte). Returns the arena offset. */
+static size_t arena_put_utf8(arena *a, const uint8_t *s, size_t n) {
+    char *tmp = xmalloc(n * 3 + 1);
+    size_t o = 0, i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        int need;
+        uint32_t min;
+        if (c < 0x80) {
+            tmp[o++] = (char)c;
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) need = 1, min = 0x80;
+        else if (c >= 0xE0 && c <= 0xEF) need = 2, min = 0x800;
+        else if (c >= 0xF0 && c <= 0xF4) need = 3, min = 0x10000;
+        else need = -1, min = 0;
+        size_t j = i + 1;
+        int ok = need > 0;
+        uint32_t cp = need == 1 ? (c & 0x1Fu) : need == 2 ? (c & 0x0Fu) : (c & 0x07u);
+        for (int k = 0; ok && k < need; k++, j++) {
+            if (j >= n || (s[j] & 0xC0) != 0x80) {
+                ok = 0;
+                break;
+            }
+            cp = (cp << 6) | (s[j] & 0x3Fu);
+        }
+        if (ok && (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)) ok = 0;
+        if (ok) {
+            memcpy(tmp + o, s + i, (size_t)need + 1);
+            o += (size_t)need + 1;
+            i = j;
+        } else {
+            tmp[o++] = (char)0xEF, tmp[o++] = (char)0xBF, tmp[o++] = (char)0xBD;
+            /* skip the lead byte and the continuation bytes that followed it */
+            i++;
+            while (i < n && i < j && (s[i] & 0xC0) == 0x80) i++;
+        }
+    }
+    size_t off = arena_put(a, tmp, o);
+    free(tmp);
+    return off;
+}
+
+struct decode_seq {
+    const model        *m;
+    decode_params       p;
+    const decoder_ops  *dec;
+    void               *dec_state;       /* dec->state_size bytes, owned */
+    void               *user;
+
+    int       n_prompt, L, G;
+    int32_t  *x;                          /* [L] canvas, owned */
+    int       n_blocks;
+    int32_t  *blk_lo, *blk_hi;            /* [n_blocks] absolute bounds of each block's masks */
+    int32_t  *blk_steps;                  /* [n_blocks] fixed-step budget per block */
+    int       cur;                        /* active block */
+    int       block_begun;
+    int       step;                       /* steps taken */
+    int       step_in_block;
+    int       masks_left;                 /* masked generated positions */
+    int       eos_pos;                    /* smallest committed EOS/EOT position, or -1 */
+    int       eos_id, eot_id, mask_id;
+
+    /* per-step buffers, capacity = the largest block */
+    int       cap;
+    int32_t  *row_pos;
+    uint8_t  *row_masked;
+    int32_t  *x0;
+    double   *conf;
+    int32_t  *w_pos, *w_tok;
+    decode_commit *commits;
+    decode_draft  *drafts;
+    size_t        *piece_off;             /* [cap] arena offsets */
+    arena          strs;
+
+    /* text */
+    int        has_tok;
+    tok_stream ts;
+    char      *text;                      /* accumulated final text (NUL-terminated), owned */
+    size_t     text_len, text_cap;
+    int        text_stopped;              /* first EOS/EOT reached in finalized blocks */
+    int        completion_tokens;
+    int        saw_eos;                   /* an EOS/EOT was finalized in the generated region */
+
+    enum decode_finish finish;
+    int        done;
+    uint64_t   t_create, t_first_step, t_first_event, t_done;
+};
+
+static int is_eos(const decode_seq *s, int tok) {
+    return tok >= 0 && (tok == s->eos_id || tok == s->eot_id);
+}
+
+/* Steps per block for the fixed-step decoders: S spread over blocks in proportion to their masked
+ * positions (largest remainder, ties to the earlier block), each in [1, masks]. With equal blocks
+ * and S divisible by the block count this is exactly S / n_blocks per block, as the reference. */
+static void plan_steps(decode_seq *s) {
+    int S = s->p.steps > 0 ? s->p.steps : s->G;
+    int nb = s->n_blocks, G = s->G, sum = 0;
+    long long *rem = xmalloc((size_t)nb * sizeof *rem);
+    for (int b = 0; b < nb; b++) {
+        long long m = s->blk_hi[b] - s->blk_lo[b];
+        s->blk_steps[b] = (int32_t)((long long)S * m / G);
+        rem[b] = (long long)S * m % G;
+        sum += s->blk_steps[b];
+    }
+    while (sum < S) {
+        int best = -1;
+        for (int b = 0; b < nb; b++)
+            if (s->blk_steps[b] < s->blk_hi[b] - s->blk_lo[b] && (best < 0 || rem[b] > rem[best])) best = b;
+        CHECK(best >= 0);
+        s->blk_steps[best]++;
+        rem[best] = -1;
+        sum++;
+    }
+    for (int b = 0; b < nb; b++) {
+        while (s->blk_steps[b] < 1) {
+            int big = 0;
+            for (int c = 1; c < nb; c++)
+                if (s->blk_steps[c] > s->blk_steps[big]) big = c;
+            CHECK(s->blk_steps[big] > 1);
+            s->blk_steps[big]--;
+            s->blk_steps[b]++;
+        }
+    }
+    free(rem);
+}
+
+decode_seq *decode_seq_create(const model *m, const decode_params *p, const int32_t *prompt, int n_prompt,
+                              um_err *err) {
+    const model_config *cfg = &m->cfg;
+    if (decode_params_validate(p, cfg, n_prompt, err) != 0) return NULL;
+    if (cfg->mask_id < 0) {
+        um_err_set(err, UM_ERR_UNSUPPORTED, "the model has no mask token id; it cannot run diffusion decoding");
+        return NULL;
+    }
+    for (int i = 0; i < n_prompt; i++) {
+        if (prompt[i] < 0 || prompt[i] >= cfg->n_embd_rows) {
+            um_err_param(err, "prompt", "prompt token %d at index %d is outside the vocabulary [0, %d)", prompt[i],
+                         i, cfg->n_embd_rows);
+            return NULL;
+        }
+        if (prompt[i] == cfg->mask_id) {
+            um_err_param(err, "prompt", "prompt token at index %d is the mask token (%d), which prompts may not contain",
+                         i, cfg->mask_id);
+            return NULL;
+        }
+    }
+    decode_seq *s = xcalloc(1, sizeof *s);
+    s->t_create = time_now_ns();
+    s->m = m;
+    s->p = *p;
+    s->dec = decoder_get(p->decoder);
+    s->dec_state = s->dec->state_size ? xcalloc(1, s->dec->state_size) : NULL;
+    s->n_prompt = n_prompt;
+    s->G = p->gen_length;
+    s->L = n_prompt + p->gen_length;
+    s->mask_id = cfg->mask_id;
+    s->eos_id = cfg->eos_id;
+    s->eot_id = cfg->eot_id;
+    s->x = xmalloc((size_t)s->L * sizeof *s->x);
+    if (n_prompt) memcpy(s->x, prompt, (size_t)n_prompt * sizeof *s->x);
+    for (int i = n_prompt; i < s->L; i++) s->x[i] = cfg->mask_id;
+    s->n_blocks = layout_blocks(p, n_prompt, NULL, NULL);
+    s->blk_lo = xmalloc((size_t)s->n_blocks * sizeof *s->blk_lo);
+    s->blk_hi = xmalloc((size_t)s->n_blocks * sizeof *s->blk_hi);
+    s->blk_steps = xcalloc((size_t)s->n_blocks, sizeof *s->blk_steps);
+    layout_blocks(p, n_prompt, s->blk_lo, s->blk_hi);
+    if (s->dec->flags & DECODER_F_FIXED_STEPS) plan_steps(s);
+    s->cap = 1;
+    for (int b = 0; b < s->n_blocks; b++)
+        if (s->blk_hi[b] - s->blk_lo[b] > s->cap) s->cap = s->blk_hi[b] - s->blk_lo[b];
+    size_t c = (size_t)s->cap;
+    s->row_pos = xmalloc(c * sizeof *s->row_pos);
+    s->row_masked = xmalloc(c);
+    s->x0 = xmalloc(c * sizeof *s->x0);
+    s->conf = xmalloc(c * sizeof *s->conf);
+    s->w_pos = xmalloc(c * sizeof *s->w_pos);
+    s->w_tok = xmalloc(c * sizeof *s->w_tok);
+    s->commits = xmalloc(c * sizeof *s->commits);
+    s->drafts = xmalloc(c * sizeof *s->drafts);
+    s->piece_off = xmalloc(c * sizeof *s->piece_off);
+    s->masks_left = s->G;
+    s->eos_pos = -1;
+    s->has_tok = m->tok != NULL;
+    if (s->has_tok) tok_stream_init(&s->ts, m->tok, 1);
+    s->text = xmalloc(1);
+    s->text[0] = 0;
+    s->text_cap = 1;
+    return s;
+}
+
+void decode_seq_free(decode_seq *s) {
+    if (!s) return;
+    if (s->dec->free_state && s->dec_state) s->dec->free_state(s->dec_state);
+    free(s->dec_state);
+    if (s->has_tok) tok_stream_free(&s->ts);
+    free(s->x);
+    free(s->blk_lo);
+    free(s->blk_hi);
+    free(s->blk_steps);
+    free(s->row_pos);
+    free(s->row_masked);
+    free(s->x0);
+    free(s->conf);
+    free(s->w_pos);
+    free(s->w_tok);
+    free(s->commits);
+    free(s->drafts);
+    free(s->piece_off);
+    free(s->strs.buf);
+    free(s->text);
+    free(s);
+}
+
+int decode_seq_done(const decode_seq *s) { return s->done; }
+enum decode_finish decode_seq_finish_reason(const decode_seq *s) { return s->finish; }
+void decode_seq_set_user(decode_seq *s, void *user) { s->user = user; }
+void *decode_seq_user(const decode_seq *s) { return s->user; }
+const decode_params *decode_seq_params(const decode_seq *s) { return &s->p; }
+int decode_seq_n_prompt(const decode_seq *s) { return s->n_prompt; }
+int decode_seq_steps(const decode_seq *s) { return s->step; }
+int decode_seq_blocks_done(const decode_seq *s) { return s->cur; }
+
+const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
+    if (len) *len = s->L;
+    return s->x;
+}
+
+int decode_seq_forward_tokens(const decode_seq *s) {
+    if (s->done) return 0;
+    return s->L * (s->p.cfg_scale > 0 ? 2 : 1);
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void fill_usage(const decode_seq *s, decode_usage *u) {
+    u->prompt_tokens = s->n_prompt;
+    u->completion_tokens = s->completion_tokens;
+    u->steps = s->step;
+    u->committed = s->G - s->masks_left;
+}
+
+static void emit(decode_seq *s, const decode_sink *sink, decode_event *ev) {
+    ev->seq = s;
+    ev->seq_user = s->user;
+    ev->n_blocks = s->n_blocks;
+    fill_usage(s, &ev->usage);
+    if (!s->t_first_event) s->t_first_event = time_now_ns();
+    if (sink && sink->fn) sink->fn(sink->user, ev);
+}
+
+static void text_append(decode_seq *s, const char *t, size_t n) {
+    if (!n) return;
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t c = s->text_cap * 2;
+        while (c < s->text_len + n + 1) c *= 2;
+        s->text = xrealloc(s->text, c);
+        s->text_cap = c;
+    }
+    memcpy(s->text + s->text_len, t, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+}
+
+static void emit_done(decode_seq *s, const decode_sink *sink, enum decode_finish reason, const char *error) {
+    s->finish = reason;
+    s->done = 1;
+    s->t_done = time_now_ns();
+    decode_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = DECODE_EVENT_DONE;
+    ev.step = s->step;
+    ev.block = -1;
+    ev.text = s->text;
+    ev.text_len = s->text_len;
+    ev.finish = reason;
+    ev.error = error;
+    ev.masks_left = s->masks_left;
+    if (!s->t_first_event) s->t_first_event = s->t_done;
+    ev.timings.first_event_ms = (double)(s->t_first_event - s->t_create) * 1e-6;
+    ev.timings.total_ms = (double)(s->t_done - s->t_create) * 1e-6;
+    ev.timings.decode_ms = s->t_first_step ? (double)(s->t_done - s->t_first_step) * 1e-6 : 0.0;
+    ev.timings.tokens_per_s =
+        ev.timings.decode_ms > 0 ? (double)s->completion_tokens / (ev.timings.decode_ms * 1e-3) : 0.0;
+    emit(s, sink, &ev);
+}
+
+void decode_seq_finish(decode_seq *s, enum decode_finish reason, const char *error, const decode_sink *sink) {
+    if (s->done) return;
+    emit_done(s, sink, reason, error);
+}
+
+/* Piece of token tok at position pos into the arena; returns the offset. *special set. */
+static size_t piece_put(decode_seq *s, int tok, int pos, int *special) {
+    const tokenizer *tk = s->m->tok;
+    *special = is_eos(s, tok) || (tk && tokenizer_is_special(tk, tok));
+    if (!tk || (s->eos_pos >= 0 && pos > s->eos_pos)) return arena_put(&s->strs, "", 0);
+    if (*special) {
+        const char *pc = tokenizer_token_piece(tk, tok);
+        return arena_put(&s->strs, pc ? pc : "", pc ? strlen(pc) : 0);
+    }
+    size_t n = 0;
+    const uint8_t *b = tokenizer_token_bytes(tk, tok, &n);
+    return arena_put_utf8(&s->strs, b ? b : (const uint8_t *)"", b ? n : 0);
+}
+
+/* The active block finished: its text (block order, through the incremental decoder, nothing after
+ * the first EOS/EOT), the BLOCK event, then DONE when the sequence is finished. */
+static void finish_block(decode_seq *s, const decode_sink *sink) {
+    int b = s->cur, lo = s->blk_lo[b], hi = s->blk_hi[b];
+    int block_eos = 0;
+    for (int p = lo; p < hi; p++)
+        if (is_eos(s, s->x[p])) block_eos = 1;
+    if (block_eos) s->saw_eos = 1;
+    int last = b + 1 >= s->n_blocks || (block_eos && s->p.stop_at_eos);
+    size_t before = s->text_len;
+    for (int p = lo; p < hi && !s->text_stopped; p++) {
+        int tok = s->x[p];
+        if (tok == s->mask_id) continue;
+        if (is_eos(s, tok)) {
+            s->text_stopped = 1;
+            break;
+        }
+        s->completion_tokens++;
+        if (s->has_tok) {
+            const char *t;
+            size_t n;
+            tok_stream_push(&s->ts, tok, &t, &n);
+            text_append(s, t, n);
+        }
+    }
+    if (s->has_tok && (last || s->text_stopped)) {
+        const char *t;
+        size_t n;
+        tok_stream_flush(&s->ts, &t, &n);
+        text_append(s, t, n);
+    }
+    decode_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = DECODE_EVENT_BLOCK;
+    ev.step = s->step;
+    ev.block = b;
+    ev.text = s->text + before;
+    ev.text_len = s->text_len - before;
+    ev.block_start = lo - s->n_prompt;
+    ev.block_end = hi - s->n_prompt;
+    ev.masks_left = s->masks_left;
+    s->cur++;
+    s->block_begun = 0;
+    s->step_in_block = 0;
+    emit(s, sink, &ev);
+    if (last) emit_done(s, sink, s->saw_eos ? DECODE_FINISH_STOP : DECODE_FINISH_LENGTH, NULL);
+}
+
+/* ---------------------------------------------------------------- stepping */
+
+static _Thread_local float *t_logits;
+static _Thread_local size_t t_logits_cap;
+
+void decode_thread_scratch_free(void) {
+    free(t_logits);
+    t_logits = NULL;
+    t_logits_cap = 0;
+}
+
+typedef struct row_job {
+    decode_seq *s;
+    int         r;        /* row index within the sequence */
+    float      *cond;     /* logits row */
+    const float *uncond;  /* CFG row or NULL */
+} row_job;
+
+/* Rows the sequence needs this step (fills row_pos / row_masked); returns the count. */
+static int seq_rows(decode_seq *s) {
+    int lo = s->blk_lo[s->cur], hi = s->blk_hi[s->cur], n = 0;
+    int all = (s->dec->flags & DECODER_F_ALL_ROWS) != 0;
+    for (int p = lo; p < hi; p++) {
+        int masked = s->x[p] == s->mask_id;
+        if (!masked && !all) continue;
+        s->row_pos[n] = p;
+        s->row_masked[n] = (uint8_t)masked;
+        n++;
+    }
+    return n;
+}
+
+static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_view *v) {
+    memset(v, 0, sizeof *v);
+    v->p = &s->p;
+    v->x = s->x;
+    v->mask_id = s->mask_id;
+    v->lo = s->blk_lo[s->cur];
+    v->hi = s->blk_hi[s->cur];
+    v->block = s->cur;
+    int bm = 0;
+    for (int p = v->lo; p < v->hi; p++) bm += s->x[p] == s->mask_id;
+    v->block_masks = bm;
+    v->block_steps = s->blk_steps[s->cur];
+    v->step_in_block = s->step_in_block;
+    v->step = s->step;
+    v->seed = s->p.seed;
+    v->n_rows = n_rows;
+    v->row_pos = s->row_pos;
+    v->row_masked = s->row_masked;
+    v->x0 = s->x0;
+    v->conf = s->conf;
+    v->logits = (s->dec->flags & DECODER_F_LOGITS) ? logits : NULL;
+    v->vocab = s->m->cfg.n_embd_rows;
+}
+
+/* Apply the decoder's writes and deliver this step's events. */
+static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, const decode_sink *sink) {
+    decoder_view v;
+    seq_view(s, n_rows, logits, &v);
+    int nw = s->dec->choose(s->dec_state, &v, s->w_pos, s->w_tok);
+    CHECK(nw >= 0 && nw <= s->cap);
+    if (v.block_masks > 0) CHECK(nw >= 1);
+    /* apply */
+    s->strs.len = 0;
+    int nc = 0;
+    for (int i = 0; i < nw; i++) {
+        int p = s->w_pos[i], tok = s->w_tok[i];
+        CHECK(p >= v.lo && p < v.hi);
+        int was_masked = s->x[p] == s->mask_id;
+        s->x[p] = tok;
+        if (was_masked && tok != s->mask_id) s->masks_left--;
+        if (is_eos(s, tok) && (s->eos_pos < 0 || p < s->eos_pos)) s->eos_pos = p;
+        float cf = 0;
+        for (int r = 0; r < n_rows; r++)
+            if (s->row_pos[r] == p) cf = (float)s->conf[r];
+        s->commits[nc].pos = p;
+        s->commits[nc].index = p - s->n_prompt;
+        s->commits[nc].token = tok;
+        s->commits[nc].confidence = cf;
+        nc++;
+    }
+    s->step++;
+    s->step_in_block++;
+    for (int i = 0; i < nc; i++)
+        s->piece_off[i] = piece_put(s, s->commits[i].token, s->commits[i].pos, &s->commits[i].special);
+    int block_left = 0;
+    for (int p = v.lo; p < v.hi; p++) block_left += s->x[p] == s->mask_id;
+    int nd = 0;
+    size_t *draft_off = NULL;
+    if (s->p.stream_drafts && (s->step - 1) % s->p.draft_every == 0 && block_left > 0) {
+        draft_off = xmalloc((size_t)n_rows * sizeof *draft_off);
+        for (int r = 0; r < n_rows; r++) {
+            int p = s->row_pos[r];
+            if (s->x[p] != s->mask_id) continue;
+            s->drafts[nd].pos = p;
+            s->drafts[nd].index = p - s->n_prompt;
+            s->drafts[nd].token = s->x0[r];
+            s->drafts[nd].confidence = (float)s->conf[r];
+            draft_off[nd] = piece_put(s, s->x0[r], p, &s->drafts[nd].special);
+            nd++;
+        }
+    }
+    for (int i = 0; i < nc; i++) s->commits[i].piece = s->strs.buf + s->piece_off[i];
+    for (int i = 0; i < nd; i++) s->drafts[i].piece = s->strs.buf + draft_off[i];
+    free(draft_off);
+
+    decode_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = DECODE_EVENT_STEP;
+    ev.step = s->step - 1;
+    ev.block = s->cur;
+    ev.n_commits = nc;
+    ev.commits = s->commits;
+    ev.n_drafts = nd;
+    ev.drafts = s->drafts;
+    ev.masks_left = s->masks_left;
+    ev.block_masks_left = block_left;
+    emit(s, sink, &ev);
+
+    int done = s->dec->block_done ? s->dec->block_done(s->dec_state, &v, block_left) : block_left == 0;
+    if (done) finish_block(s, sink);
+}
+
+int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
+    const model *m = ctx->m;
+    int V = m->cfg.n_embd_rows;
+    int n_act = 0, n_fseq = 0, n_tok = 0, n_out = 0;
+    for (int i = 0; i < n; i++) {
+        decode_seq *s = seqs[i];
+        if (s->done) continue;
+        CHECK(s->m == m);
+        n_act++;
+        int f = s->p.cfg_scale > 0 ? 2 : 1;
+        n_fseq += f;
+        n_tok += f * s->L;
+    }
+    if (n_act == 0) return 0;
+    int32_t *seq_start = xmalloc((size_t)(n_fseq + 1) * sizeof *seq_start);
+    int32_t *tokens = xmalloc((size_t)n_tok * sizeof *tokens);
+    int *rows = xmalloc((size_t)n * sizeof *rows);
+    int *out_base = xmalloc((size_t)n * sizeof *out_base);   /* first logits row of each sequence */
+    /* rows per sequence and output row count */
+    for (int i = 0; i < n; i++) {
+        decode_seq *s = seqs[i];
+        rows[i] = 0;
+        if (s->done) continue;
+        if (!s->block_begun) {
+            decoder_view v;
+            seq_view(s, 0, NULL, &v);
+            if (s->dec->block_begin) s->dec->block_begin(s->dec_state, &v);
+            s->block_begun = 1;
+        }
+        rows[i] = seq_rows(s);
+        out_base[i] = n_out;
+        n_out += rows[i] * (s->p.cfg_scale > 0 ? 2 : 1);
+    }
+    int32_t *out_rows = xmalloc((size_t)(n_out > 0 ? n_out : 1) * sizeof *out_rows);
+    int fs = 0, tk = 0;
+    seq_start[0] = 0;
+    for (int i = 0; i < n; i++) {
+        decode_seq *s = seqs[i];
+        if (s->done) continue;
+        int base = tk;
+        memcpy(tokens + tk, s->x, (size_t)s->L * sizeof *tokens);
+        tk += s->L;
+        seq_start[++fs] = tk;
+        for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + r] = base + s->row_pos[r];
+        if (s->p.cfg_scale > 0) {
+            int ubase = tk;
+            memcpy(tokens + tk, s->x, (size_t)s->L * sizeof *tokens);
+            for (int p = 0; p < s->n_prompt; p++) tokens[tk + p] = s->mask_id;
+            tk += s->L;
+            seq_start[++fs] = tk;
+            for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + rows[i] + r] = ubase + s->row_pos[r];
+        }
+    }
+    size_t need = (size_t)n_out * (size_t)V;
+    if (need > t_logits_cap) {
+        free(t_logits);
+        t_logits = xmalloc(need * sizeof *t_logits);
+        t_logits_cap = need;
+    }
+    fwd_batch fb;
+    memset(&fb, 0, sizeof fb);
+    fb.n_seqs = n_fseq;
+    fb.seq_start = seq_start;
+    fb.tokens = tokens;
+    fb.n_out = n_out;
+    fb.out_rows = out_rows;
+    uint64_t t0 = time_now_ns();
+    int rc = n_out > 0 ? model_forward(ctx, &fb, t_logits, err) : 0;
+    free(seq_start);
+    free(tokens);
+    free(out_rows);
+    if (rc != 0) {
+        free(rows);
+        free(out_base);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && !seqs[i]->t_first_step) seqs[i]->t_first_step = t0;
+
+    /* sampling: every row of every sequence, in parallel */
+    int n_jobs = 0;
+    for (int i = 0; i < n; i++) n_jobs += seqs[i]->done ? 0 : rows[i];
+    row_job *jobs = xmalloc((size_t)(n_jobs > 0 ? n_jobs : 1) * sizeof *jobs);
+    int j = 0;
+    for (int i = 0; i < n; i++) {
+        decode_seq *s = seqs[i];
+        if (s->done) continue;
+        for (int r = 0; r < rows[i]; r++, j++) {
+            jobs[j].s = s;
+            jobs[j].r = r;
+            jobs[j].cond = t_logits + (size_t)(out_base[i] + r) * (size_t)V;
+            jobs[j].uncond =
+                s->p.cfg_scale > 0 ? t_logits + (size_t)(out_base[i] + rows[i] + r) * (size_t)V : NULL;
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (n_jobs > 1 && (size_t)n_jobs * (size_t)V > 65536)
+    for (int q = 0; q < n_jobs; q++) {
+        decode_seq *s = jobs[q].s;
+        sample_cfg sc;
+        sc.vocab = V;
+        sc.mask_id = s->mask_id;
+        sc.eos_id = s->eos_id;
+        sc.eot_id = s->eot_id >= 0 ? s->eot_id : -1;
+        sc.cfg_scale = s->p.cfg_scale;
+        sc.logits_eos_inf = s->p.logits_eos_inf;
+        sc.confidence_eos_eot_inf = s->p.confidence_eos_eot_inf;
+        sc.temperature = s->p.temperature;
+        sc.top_k = s->p.top_k;
+        sc.top_p = s->p.top_p;
+        sc.seed = s->p.seed;
+        int r = jobs[q].r;
+        sample_row(&sc, jobs[q].cond, jobs[q].uncond, s->step, s->row_pos[r], &s->x0[r], &s->conf[r]);
+    }
+    free(jobs);
+
+    for (int i = 0; i < n; i++) {
+        decode_seq *s = seqs[i];
+        if (s->done) continue;
+        seq_after_forward(s, rows[i], t_logits + (size_t)out_base[i] * (size_t)V, sink);
+    }
+    free(rows);
+    free(out_base);
+    return 0;
+}
+
+int decode_generate(model_ctx *ctx, decode_seq *s, const decode_sink *sink, um_err *err) {
+    while (!s->done)
+        if (decode_step(ctx, &s, 1, sink, err) != 0) return -1;
+    return 0;
+}
