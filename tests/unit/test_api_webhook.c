@@ -1,0 +1,194 @@
+/*
+ * test_api_webhook.c — webhook signing (RFC 4231 vector), URL parsing, and real deliveries to a
+ * loopback listener: signature header, retry with backoff after a 500, give-up after max_attempts.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sched/webhook.h"
+#include "test.h"
+#include "util/timeutil.h"
+
+static void test_sign(void) {
+    char hex[65];
+    const char *data = "what do ya want for nothing?";
+    webhook_sign("Jefe", data, strlen(data), hex);
+    TEST_CHECK(strcmp(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843") == 0, "RFC 4231 #2: %s",
+               hex);
+}
+
+static void test_url(void) {
+    webhook_url u;
+    um_err err = {0};
+    TEST_CHECK(webhook_url_parse("http://127.0.0.1:8123/hook?x=1", &u, &err) == 0, "parse: %s", err.msg);
+    TEST_CHECK(strcmp(u.host, "127.0.0.1") == 0 && strcmp(u.port, "8123") == 0 && strcmp(u.path, "/hook?x=1") == 0,
+               "fields %s %s %s", u.host, u.port, u.path);
+    TEST_CHECK(webhook_url_parse("http://example.com", &u, &err) == 0 && strcmp(u.port, "80") == 0 &&
+                   strcmp(u.path, "/") == 0,
+               "defaults");
+    TEST_CHECK(webhook_url_parse("http://[::1]:9/x", &u, &err) == 0 && strcmp(u.host, "::1") == 0, "ipv6");
+    TEST_CHECK(webhook_url_parse("https://example.com/", &u, &err) == -1 && strcmp(err.param, "webhook") == 0 &&
+                   strstr(err.msg, "https"),
+               "https refused: %s", err.msg);
+    TEST_CHECK(webhook_url_parse("ftp://x", &u, &err) == -1, "scheme");
+    TEST_CHECK(webhook_url_parse("http://:80/", &u, &err) == -1, "no host");
+    TEST_CHECK(webhook_url_parse("http://h:99999/", &u, &err) == -1, "bad port");
+    TEST_CHECK(webhook_url_parse("http://h/a b", &u, &err) == -1, "space in path");
+    TEST_CHECK(webhook_url_parse("http://user@h/", &u, &err) == -1, "credentials");
+}
+
+/* ---------------------------------------------------------------- loopback listener */
+
+typedef struct listener {
+    int  fd, port;
+    int  n_requests;        /* answered so far */
+    int  fail_first;        /* answer 500 to the first N requests */
+    char last_sig[160];
+    char last_body[512];
+    char last_delivery[64];
+} listener;
+
+static void header_value(const char *req, const char *name, char *out, size_t cap) {
+    out[0] = 0;
+    const char *p = strcasestr(req, name);
+    if (!p) return;
+    p += strlen(name);
+    while (*p == ' ') p++;
+    size_t n = strcspn(p, "\r\n");
+    if (n >= cap) n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = 0;
+}
+
+static void *listener_main(void *arg) {
+    listener *l = arg;
+    for (;;) {
+        int c = accept(l->fd, NULL, NULL);
+        if (c < 0) return NULL;
+        char req[4096];
+        size_t got = 0;
+        long want = -1;
+        for (;;) {
+            ssize_t k = recv(c, req + got, sizeof req - 1 - got, 0);
+            if (k <= 0) break;
+            got += (size_t)k;
+            req[got] = 0;
+            char *end = strstr(req, "\r\n\r\n");
+            if (end) {
+                char cl[32];
+                header_value(req, "content-length:", cl, sizeof cl);
+                want = (long)(end + 4 - req) + atol(cl);
+                if ((long)got >= want) break;
+            }
+        }
+        char *end = strstr(req, "\r\n\r\n");
+        if (end) snprintf(l->last_body, sizeof l->last_body, "%s", end + 4);
+        header_value(req, "x-unmask-signature:", l->last_sig, sizeof l->last_sig);
+        header_value(req, "x-unmask-delivery:", l->last_delivery, sizeof l->last_delivery);
+        int n = ++l->n_requests;
+        const char *resp = n <= l->fail_first ? "HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n"
+                                              : "HTTP/1.1 204 No Content\r\n\r\n";
+        send(c, resp, strlen(resp), MSG_NOSIGNAL);
+        close(c);
+    }
+}
+
+static void listener_start(listener *l, pthread_t *th) {
+    l->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(l->fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t al = sizeof a;
+    getsockname(l->fd, (struct sockaddr *)&a, &al);
+    l->port = ntohs(a.sin_port);
+    listen(l->fd, 8);
+    pthread_create(th, NULL, listener_main, l);
+}
+
+typedef struct done_rec {
+    pthread_mutex_t lock;
+    int             calls, ok, attempts, status;
+} done_rec;
+
+static void on_done(void *user, const char *id, int ok, int attempts, int status) {
+    done_rec *d = user;
+    (void)id;
+    pthread_mutex_lock(&d->lock);
+    d->calls++;
+    d->ok = ok;
+    d->attempts = attempts;
+    d->status = status;
+    pthread_mutex_unlock(&d->lock);
+}
+
+static int wait_calls(done_rec *d, int n, double timeout_s) {
+    double t0 = time_now_s();
+    for (;;) {
+        pthread_mutex_lock(&d->lock);
+        int c = d->calls;
+        pthread_mutex_unlock(&d->lock);
+        if (c >= n) return 1;
+        if (time_now_s() - t0 > timeout_s) return 0;
+        usleep(2000); /* polling a condition with a deadline, not sleeping as synchronisation */
+    }
+}
+
+static void test_delivery(void) {
+    listener l = {0};
+    l.fail_first = 2;
+    pthread_t th;
+    listener_start(&l, &th);
+    webhook_config cfg = {.secret = "s3cret", .max_attempts = 4, .base_delay_s = 0.02, .timeout_s = 2};
+    webhook_sender *w = webhook_sender_new(&cfg);
+    done_rec d = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", l.port);
+    const char *body = "{\"id\":\"job_1\",\"status\":\"succeeded\"}";
+    um_err err = {0};
+    double t0 = time_now_s();
+    TEST_CHECK(webhook_enqueue(w, url, "job.succeeded", "dlv_1", body, strlen(body), on_done, &d, &err) == 0, "enqueue");
+    TEST_CHECK(wait_calls(&d, 1, 10), "delivered in time");
+    double took = time_now_s() - t0;
+    TEST_CHECK(d.ok == 1 && d.attempts == 3 && d.status == 204, "ok after 2 failures: ok=%d attempts=%d status=%d", d.ok,
+               d.attempts, d.status);
+    TEST_CHECK(took >= 0.02 + 0.04 - 0.005, "exponential backoff waited %.3f s", took);
+    char want[80];
+    webhook_sign("s3cret", body, strlen(body), want);
+    char want_hdr[90];
+    snprintf(want_hdr, sizeof want_hdr, "sha256=%s", want);
+    TEST_CHECK(strcmp(l.last_sig, want_hdr) == 0, "signature header %s", l.last_sig);
+    TEST_CHECK(strcmp(l.last_body, body) == 0, "body %s", l.last_body);
+    TEST_CHECK(strcmp(l.last_delivery, "dlv_1") == 0, "delivery id");
+
+    /* always failing -> gives up after max_attempts */
+    l.fail_first = 1000;
+    l.n_requests = 0;
+    TEST_CHECK(webhook_enqueue(w, url, "job.failed", "dlv_2", "{}", 2, on_done, &d, &err) == 0, "enqueue 2");
+    TEST_CHECK(wait_calls(&d, 2, 10), "gave up in time");
+    TEST_CHECK(d.ok == 0 && d.attempts == 4 && d.status == 500 && l.n_requests == 4, "4 attempts then failed");
+
+    /* nothing listening -> connect error, status 0 */
+    TEST_CHECK(webhook_enqueue(w, "http://127.0.0.1:1/x", "job.failed", "dlv_3", "{}", 2, on_done, &d, &err) == 0, "enqueue 3");
+    TEST_CHECK(wait_calls(&d, 3, 10), "connect failures reported");
+    TEST_CHECK(d.ok == 0 && d.status == 0, "no status on connect failure");
+    TEST_CHECK(webhook_enqueue(w, "https://x/", "e", "d", "{}", 2, NULL, NULL, &err) == -1, "https refused at enqueue");
+    TEST_CHECK(webhook_pending(w) == 0, "nothing pending");
+    webhook_sender_free(w, 1);
+    shutdown(l.fd, SHUT_RDWR);
+    close(l.fd);
+    pthread_join(th, NULL);
+}
+
+int main(void) {
+    test_sign();
+    test_url();
+    test_delivery();
+    return test_report();
+}
