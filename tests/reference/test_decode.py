@@ -1,0 +1,203 @@
+"""test_decode.py — `unmask generate --json` against the independent NumPy decode reference.
+
+On f32 `make-model` checkpoints (so near-ties between confidences are not an issue) the committed
+(position, token) sets of every step must equal decode_ref.py's for: low_confidence with several
+(gen_length, block_length, steps) combinations (even and uneven per-step quotas), CFG on and off,
+the random decoder, temperature > 0 (Gumbel noise from the documented rng keying), threshold and
+factor decoders, the aligned block layout, logits_eos_inf, and EOS early stop. Also checks the
+event-stream invariants: every generated position committed exactly once, blocks in order, block
+texts concatenate to the done text, usage counts, and seeds (same seed -> same output, different
+seed -> different output). Prints one line per check and "N passed, N failed".
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decode_ref import Decoder  # noqa: E402
+from llada_ref import LLaDARef  # noqa: E402
+
+BIN = os.environ.get("UNMASK_BIN", "unmask")
+TMP = os.path.join(os.environ.get("UNMASK_TEST_TMP", "/tmp"), "test_decode")
+os.makedirs(TMP, exist_ok=True)
+
+passed = failed = 0
+
+
+def report(ok, name, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+
+def make_model(name, args):
+    out = os.path.join(TMP, name)
+    subprocess.run([BIN, "make-model", "--out", out, "--no-tokenizer", "--quiet", "--dtype", "f32"] + args,
+                   check=True)
+    return out
+
+
+def generate(model_dir, prompt, flags):
+    cmd = [BIN, "generate", "--model", model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--json",
+           "--threads", "1"] + [str(f) for f in flags]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def step_commits(events):
+    return [sorted((c["pos"], c["id"]) for c in e["commits"]) for e in events if e["type"] == "step"]
+
+
+def check_invariants(name, events, n_prompt, gen_length):
+    steps = [e for e in events if e["type"] == "step"]
+    blocks = [e for e in events if e["type"] == "block"]
+    done = [e for e in events if e["type"] == "done"]
+    ok = len(done) == 1 and events[-1]["type"] == "done"
+    seen = {}
+    for e in steps:
+        for c in e["commits"]:
+            seen[c["pos"]] = seen.get(c["pos"], 0) + 1
+            ok = ok and c["index"] == c["pos"] - n_prompt and 0 <= c["index"] < gen_length
+    ok = ok and all(v == 1 for v in seen.values())
+    ok = ok and [b["block"] for b in blocks] == list(range(len(blocks)))
+    ok = ok and [e["step"] for e in steps] == list(range(len(steps)))
+    d = done[0] if done else {}
+    ok = ok and "".join(b["text"] for b in blocks) == d.get("text")
+    u = d.get("usage", {})
+    ok = ok and u.get("steps") == len(steps) and u.get("committed") == len(seen) and u.get("prompt_tokens") == n_prompt
+    if d.get("finish_reason") == "length":
+        ok = ok and len(seen) == gen_length and u.get("completion_tokens") == gen_length
+    report(ok, f"{name}: event invariants", f"{len(steps)} steps, {len(blocks)} blocks, {len(seen)} committed, "
+           f"finish {d.get('finish_reason')}")
+
+
+def initial_confidences(dec, prompt, G, B):
+    x = list(prompt) + [dec.mask] * G
+    l = dec.logits(x, len(prompt), 0.0, False)
+    return [dec.sample(l[p], 0.0, 0, 0, p, False)[1] for p in range(len(prompt), len(prompt) + B)]
+
+
+def compare(name, model_dir, dec, prompt, G, B, S, flags=(), **kw):
+    flags = ["--gen-length", G, "--block-length", B] + (["--steps", S] if S else []) + list(flags)
+    ev = generate(model_dir, prompt, flags)
+    ours = step_commits(ev)
+    ref, _ = dec.generate(prompt, G, B, S, **kw)
+    ref = [sorted(s) for s in ref]
+    first_diff = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
+    ok = ours == ref
+    detail = f"{len(ours)} steps identical" if ok else \
+        f"ours {len(ours)} steps, ref {len(ref)}; first difference at step {first_diff}: " \
+        f"{ours[first_diff] if first_diff is not None else ''} vs {ref[first_diff] if first_diff is not None else ''}"
+    report(ok, name, detail)
+    check_invariants(name, ev, len(prompt), G)
+    return ev
+
+
+def main():
+    m = make_model("tiny_f32", ["--preset", "tiny"])
+    with open(os.path.join(m, "config.json")) as f:
+        cfg = json.load(f)
+    V = cfg.get("embedding_size") or cfg["vocab_size"]
+    ref_model = LLaDARef(m)
+    dec = Decoder(ref_model.forward, V, cfg["mask_token_id"], cfg["eos_token_id"])
+    prompt = [3, 17, 99, 250, 7, 42, 300]
+
+    # low_confidence, temperature 0
+    compare("low_confidence G16 B8 S8 (2/step)", m, dec, prompt, 16, 8, 8)
+    compare("low_confidence G24 B8 S24 (1/step)", m, dec, prompt, 24, 8, 24)
+    compare("low_confidence G24 B8 S6 (4/step)", m, dec, prompt, 24, 8, 6)
+    compare("low_confidence G12 B12 S5 (uneven quota 3,3,2,2,2)", m, dec, prompt, 12, 12, 5)
+    compare("low_confidence G16 B4 S8 + CFG 1.5", m, dec, prompt, 16, 4, 8, ["--cfg-scale", 1.5], cfg=1.5)
+    compare("low_confidence logits_eos_inf", m, dec, prompt, 16, 8, 8, ["--logits-eos-inf"], logits_eos_inf=True)
+    # randomness: temperature (Gumbel) and the random decoder
+    compare("low_confidence T=0.8 seed 5", m, dec, prompt, 16, 8, 8, ["--temperature", 0.8, "--seed", 5],
+            temperature=0.8, seed=5)
+    compare("random decoder seed 9", m, dec, prompt, 16, 8, 8, ["--decoder", "random", "--seed", 9],
+            decoder="random", seed=9)
+    # threshold / factor: tiny random models are unconfident (~1/V), so tau and f are derived from
+    # the median confidence of the first block on the initial canvas: several commits per step
+    confs = initial_confidences(dec, prompt, 16, 8)
+    sc = sorted(confs)
+    tau = float((sc[len(sc) // 2 - 1] + sc[len(sc) // 2]) / 2)   # between two values: no ties at tau
+    compare(f"threshold tau {tau:.5f} G16 B8", m, dec, prompt, 16, 8, 0, ["--decoder", "threshold",
+            "--threshold", repr(tau)], decoder="threshold", threshold=tau)
+    compare(f"threshold tau {tau:.5f} + CFG 2", m, dec, prompt, 16, 8, 0,
+            ["--decoder", "threshold", "--threshold", repr(tau), "--cfg-scale", 2],
+            decoder="threshold", threshold=tau, cfg=2.0)
+    ev = compare("threshold tau 0.9 (one per step)", m, dec, prompt, 8, 4, 0,
+                 ["--decoder", "threshold", "--threshold", 0.9], decoder="threshold", threshold=0.9)
+    report(all(len(e["commits"]) == 1 for e in ev if e["type"] == "step"), "threshold 0.9 commits 1 per step")
+    f = 3.0 * (1.0 - tau)   # c(2) >= 1 - f/3 passes for the upper half
+    ev = compare(f"factor f={f:.5f}", m, dec, prompt, 16, 8, 0, ["--decoder", "factor", "--factor", repr(f)],
+                 decoder="factor", factor=f)
+    report(any(len(e["commits"]) >= 2 for e in ev if e["type"] == "step" and e["progress"]["block_masks_left"] > 0),
+           "factor commits several positions in some step")
+    compare("aligned layout threshold B8 (prompt 7)", m, dec, prompt, 21, 8, 0,
+            ["--decoder", "threshold", "--threshold", repr(tau), "--block-layout", "aligned"],
+            decoder="threshold", threshold=tau, layout="aligned")
+    ev = generate(m, prompt, ["--gen-length", 21, "--block-length", 8, "--block-layout", "aligned"])
+    blocks = [(b["start"], b["end"]) for b in ev if b["type"] == "block"]
+    report(blocks == [(0, 1), (1, 9), (9, 17), (17, 21)], "aligned layout block bounds", str(blocks))
+
+    # EOS: a 16-id vocabulary (64 embedding rows) makes EOS likely; the run stops at the end of the
+    # block holding the first EOS and counts only the tokens before it
+    m16 = make_model("v16_f32", ["--preset", "tiny", "--vocab", "16", "--seed", "7"])
+    with open(os.path.join(m16, "config.json")) as f:
+        c16 = json.load(f)
+    d16 = Decoder(LLaDARef(m16).forward, c16.get("embedding_size") or c16["vocab_size"], c16["mask_token_id"],
+                  c16["eos_token_id"])
+    eos = c16["eos_token_id"]
+    p16 = [1, 2, 3]
+    # find a seed whose first EOS lies before the last block (our binary only: fast), then compare
+    # that run step by step with the reference, with and without the early stop
+    chosen = None
+    for seed in range(40):
+        ev = generate(m16, p16, ["--gen-length", 64, "--block-length", 8, "--steps", 64, "--temperature", 1.0,
+                                 "--seed", seed, "--no-stop-at-eos"])
+        ids = {c["index"]: c["id"] for e in ev if e["type"] == "step" for c in e["commits"]}
+        first = min((i for i, t in ids.items() if t == eos), default=None)
+        if first is not None and first < 40:
+            chosen = (seed, first)
+            break
+    report(chosen is not None, "a seed with an early EOS exists", str(chosen))
+    if chosen:
+        seed, first = chosen
+        flags = ["--temperature", 1.0, "--seed", seed]
+        ev = compare(f"EOS stop (seed {seed})", m16, d16, p16, 64, 8, 64, flags, temperature=1.0, seed=seed)
+        canvas = {c["index"]: c["id"] for e in ev if e["type"] == "step" for c in e["commits"]}
+        d = ev[-1]
+        blk_end = (first // 8 + 1) * 8
+        ok = d["finish_reason"] == "stop" and d["usage"]["completion_tokens"] == first
+        ok = ok and max(canvas) == blk_end - 1 and len(canvas) == blk_end
+        ok = ok and [b["block"] for b in ev if b["type"] == "block"][-1] == first // 8
+        after = [c for e in ev if e["type"] == "step" for c in e["commits"] if c["index"] > first and c["text"]]
+        report(ok and not after, f"EOS early stop semantics (seed {seed})",
+               f"first EOS at {first}, decoded up to {max(canvas) + 1} of 64, completion_tokens "
+               f"{d['usage']['completion_tokens']}, finish {d['finish_reason']}")
+        ev2 = compare(f"EOS no-stop (seed {seed})", m16, d16, p16, 64, 8, 64, flags + ["--no-stop-at-eos"],
+                      temperature=1.0, seed=seed, stop_at_eos=False)
+        d2 = ev2[-1]
+        report(d2["finish_reason"] == "stop" and d2["usage"]["committed"] == 64 and
+               d2["usage"]["completion_tokens"] == first, f"EOS with --no-stop-at-eos (seed {seed})",
+               f"committed {d2['usage']['committed']}, completion_tokens {d2['usage']['completion_tokens']}")
+
+    # seeds
+    base = ["--gen-length", 16, "--block-length", 8, "--steps", 8, "--temperature", 1.0]
+    a = step_commits(generate(m, prompt, base + ["--seed", 11]))
+    b = step_commits(generate(m, prompt, base + ["--seed", 11]))
+    c = step_commits(generate(m, prompt, base + ["--seed", 12]))
+    report(a == b, "same seed -> identical output")
+    report(a != c, "different seed -> different output")
+
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
