@@ -268,7 +268,8 @@ struct decode_seq {
     void               *user;
 
     int       n_prompt, L, G;
-    int32_t  *x;                          /* [L] canvas, owned */
+    int       n_suffix;                   /* infill suffix tokens at the end of the canvas */
+    int32_t  *x;                          /* [L] canvas = prompt ++ generated (G) ++ suffix, owned */
     int       n_blocks;
     int32_t  *blk_lo, *blk_hi;            /* [n_blocks] absolute bounds of each block's masks */
     int32_t  *blk_steps;                  /* [n_blocks] fixed-step budget per block */
@@ -347,8 +348,44 @@ static void plan_steps(decode_seq *s) {
 
 decode_seq *decode_seq_create(const model *m, const decode_params *p, const int32_t *prompt, int n_prompt,
                               um_err *err) {
+    return decode_seq_create_infill(m, p, prompt, n_prompt, NULL, 0, err);
+}
+
+/* Ids usable as fixed context: inside the vocabulary and not the mask token. */
+static int check_context_ids(const model_config *cfg, const char *what, const int32_t *ids, int n, um_err *err) {
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= cfg->n_embd_rows)
+            return um_err_param(err, what, "%s token %d at index %d is outside the vocabulary [0, %d)", what, ids[i],
+                                i, cfg->n_embd_rows);
+        if (ids[i] == cfg->mask_id)
+            return um_err_param(err, what, "%s token at index %d is the mask token (%d), which %ss may not contain",
+                                what, i, cfg->mask_id, what);
+    }
+    return 0;
+}
+
+decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, const int32_t *prompt, int n_prompt,
+                                     const int32_t *suffix, int n_suffix, um_err *err) {
     const model_config *cfg = &m->cfg;
     if (decode_params_validate(p, cfg, n_prompt, err) != 0) return NULL;
+    if (n_suffix < 0) n_suffix = 0;
+    if (n_suffix > 0) {
+        if (cfg->block_causal > 0) {
+            um_err_set(err, UM_ERR_UNSUPPORTED,
+                       "infilling (a suffix after the generated region) needs a bidirectional model; this model "
+                       "attends block-causally (block size %d)",
+                       cfg->block_causal);
+            return NULL;
+        }
+        if ((long long)n_prompt + p->gen_length + n_suffix > cfg->max_seq) {
+            int gmax = cfg->max_seq - n_prompt - n_suffix;
+            um_err_param(err, "gen_length",
+                         "gen_length must be between 1 and %d (context %d minus %d prompt and %d suffix tokens), got %d",
+                         gmax > 0 ? gmax : 0, cfg->max_seq, n_prompt, n_suffix, p->gen_length);
+            return NULL;
+        }
+        if (check_context_ids(cfg, "suffix", suffix, n_suffix, err)) return NULL;
+    }
     if (cfg->mask_id < 0) {
         um_err_set(err, UM_ERR_UNSUPPORTED, "the model has no mask token id; it cannot run diffusion decoding");
         return NULL;
@@ -373,13 +410,15 @@ decode_seq *decode_seq_create(const model *m, const decode_params *p, const int3
     s->dec_state = s->dec->state_size ? xcalloc(1, s->dec->state_size) : NULL;
     s->n_prompt = n_prompt;
     s->G = p->gen_length;
-    s->L = n_prompt + p->gen_length;
+    s->n_suffix = n_suffix;
+    s->L = n_prompt + p->gen_length + n_suffix;
     s->mask_id = cfg->mask_id;
     s->eos_id = cfg->eos_id;
     s->eot_id = cfg->eot_id;
     s->x = xmalloc((size_t)s->L * sizeof *s->x);
     if (n_prompt) memcpy(s->x, prompt, (size_t)n_prompt * sizeof *s->x);
-    for (int i = n_prompt; i < s->L; i++) s->x[i] = cfg->mask_id;
+    for (int i = n_prompt; i < n_prompt + s->G; i++) s->x[i] = cfg->mask_id;
+    if (n_suffix) memcpy(s->x + n_prompt + s->G, suffix, (size_t)n_suffix * sizeof *s->x);
     s->n_blocks = layout_blocks(p, n_prompt, NULL, NULL);
     s->blk_lo = xmalloc((size_t)s->n_blocks * sizeof *s->blk_lo);
     s->blk_hi = xmalloc((size_t)s->n_blocks * sizeof *s->blk_hi);
@@ -744,6 +783,7 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
             int ubase = tk;
             memcpy(tokens + tk, s->x, (size_t)s->L * sizeof *tokens);
             for (int p = 0; p < s->n_prompt; p++) tokens[tk + p] = s->mask_id;
+            for (int p = s->L - s->n_suffix; p < s->L; p++) tokens[tk + p] = s->mask_id;
             tk += s->L;
             seq_start[++fs] = tk;
             for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + rows[i] + r] = ubase + s->row_pos[r];

@@ -183,6 +183,13 @@ typedef struct decode_sink {
  * builds the canvas. m must outlive the sequence. prompt is copied. */
 decode_seq *decode_seq_create(const model *m, const decode_params *p, const int32_t *prompt, int n_prompt,
                               um_err *err);
+/* Native infilling: canvas = prompt ++ MASK*gen_length ++ suffix. The suffix is fixed context (like
+ * the prompt, and masked too in CFG's unconditional canvas); blocks, events, text and usage cover
+ * the generated middle only. Needs a bidirectional model (block-causal ones: UM_ERR_UNSUPPORTED);
+ * n_prompt + gen_length + n_suffix must fit the context (else UM_ERR_INVALID_ARG on gen_length).
+ * n_suffix = 0 is decode_seq_create(). */
+decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, const int32_t *prompt, int n_prompt,
+                                     const int32_t *suffix, int n_suffix, um_err *err);
 void decode_seq_free(decode_seq *s);
 
 /* 1 once the DONE event was emitted (by decode_step or decode_seq_finish). */
@@ -192,7 +199,7 @@ void  decode_seq_set_user(decode_seq *s, void *user);
 void *decode_seq_user(const decode_seq *s);
 const decode_params *decode_seq_params(const decode_seq *s);
 int  decode_seq_n_prompt(const decode_seq *s);
-/* The current canvas (prompt ++ generated region, MASK where not yet committed). */
+/* The current canvas (prompt ++ generated region ++ infill suffix, MASK where not yet committed). */
 const int32_t *decode_seq_canvas(const decode_seq *s, int *len);
 /* Tokens this sequence adds to the next batched forward (canvas length, doubled with CFG): for a
  * scheduler's token budget. 0 when done. */
