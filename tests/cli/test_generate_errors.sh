@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_generate_errors.sh — `unmask generate` rejects bad decode parameters with exit code 2 and a
+# precise message naming the parameter and its allowed range; good parameters still work.
+set -u
+BIN="${UNMASK_BIN:?}"
+TMP="${UNMASK_TEST_TMP:-/tmp}/test_generate_errors"
+mkdir -p "$TMP"
+M="$TMP/model"
+"$BIN" make-model --out "$M" --no-tokenizer --quiet --dtype f32 --max-seq 256 || { echo "make-model failed"; exit 1; }
+
+pass=0 fail=0
+# expect CODE SUBSTRING args...
+expect() {
+    local code="$1" want="$2"
+    shift 2
+    local out rc
+    out=$("$BIN" generate --model "$M" --threads 1 "$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ "$rc" -eq "$code" ] && [[ "$out" == *"$want"* ]]; then
+        pass=$((pass + 1))
+        echo "PASS [$*] -> $rc: $out"
+    else
+        fail=$((fail + 1))
+        echo "FAIL [$*] -> rc $rc (want $code), stderr: '$out' (want '$want')"
+    fi
+}
+P="--prompt-ids 1,2,3,4"
+expect 2 "gen_length must be between 1 and 252 (context 256 minus 4 prompt tokens), got 0" $P --gen-length 0
+expect 2 "gen_length must be between 1 and 252" $P --gen-length 253
+expect 2 "gen_length must be between 1 and 252" $P --gen-length -5
+expect 2 "block_length must be between 1 and 64 (gen_length), got 0" $P --gen-length 64 --block-length 0
+expect 2 "block_length must be between 1 and 64 (gen_length), got 65" $P --gen-length 64 --block-length 65
+expect 2 "steps must be between 4 (one per block: gen_length 64 / block_length 16) and 64 (gen_length), or 0 for auto; got 3" \
+    $P --gen-length 64 --block-length 16 --steps 3
+expect 2 "steps must be between 4" $P --gen-length 64 --block-length 16 --steps 65
+expect 2 "steps must be >= 0" $P --decoder threshold --steps -1
+expect 2 "threshold must be in (0, 1], got 0" $P --decoder threshold --threshold 0
+expect 2 "threshold must be in (0, 1], got 1.2" $P --decoder threshold --threshold 1.2
+expect 2 "temperature must be between 0 and 100, got -1" $P --temperature -1
+expect 2 "top_p must be in (0, 1], got 0" $P --top-p 0
+expect 2 "top_p must be in (0, 1], got 1.5" $P --top-p 1.5
+expect 2 "top_k must be between 0 (off) and" $P --top-k -2
+expect 2 "factor must be a finite number > 0, got -1" $P --decoder factor --factor -1
+expect 2 "cfg_scale must be between 0 (off) and 100, got -0.5" $P --cfg-scale -0.5
+expect 2 "draft_every must be >= 1, got 0" $P --drafts --draft-every 0
+expect 2 "prompt has 300 tokens but the model's context is 256 tokens" \
+    --prompt-ids "$(seq -s, 1 300)"
+expect 2 "is the mask token" --prompt-ids "1,$(sed -n 's/.*"mask_token_id": *\([0-9]*\).*/\1/p' "$M/config.json"),3"
+expect 2 "outside the vocabulary" --prompt-ids 1,99999
+expect 2 "--decoder must be low_confidence, random, threshold or factor, got 'greedy'" $P --decoder greedy
+expect 2 "--block-layout must be llada or aligned" $P --block-layout diagonal
+expect 2 "--seed expects an unsigned integer" $P --seed -3
+expect 2 "give exactly one of --prompt, --messages or --prompt-ids" $P --prompt hello
+expect 2 "has no tokenizer" --prompt hello
+expect 2 "confidence_eos_eot_inf needs an <|eot_id|> token" $P --confidence-eos-eot-inf
+expect 2 "--gen-length expects an integer" $P --gen-length abc
+expect 1 "config.json" --model "$TMP/does-not-exist" $P
+
+# good parameters still work (exit 0, one done event)
+out=$("$BIN" generate --model "$M" --threads 1 $P --gen-length 8 --block-length 4 --json 2>/dev/null | tail -1)
+if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS valid run"; else fail=$((fail + 1)); echo "FAIL valid run: $out"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
