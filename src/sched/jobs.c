@@ -1,0 +1,454 @@
+/*
+ * jobs.c — the async job store (see jobs.h). Thread-safe: one mutex guards every job.
+ */
+#include "sched/jobs.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+#include "util/log.h"
+
+typedef struct job {
+    struct job *hnext;             /* hash chain */
+    struct job *prev, *next;       /* creation order (oldest first) */
+    char        id[40];
+    char       *owner;             /* owned */
+    char       *idem_key;          /* owned or NULL */
+    json_t     *request;           /* owned */
+    char       *webhook;           /* owned or NULL */
+    enum job_status status;
+    int         attempts;
+    int         cancel_requested;
+    double      created_at, started_at, completed_at;   /* unix seconds, 0 = not yet */
+    double      gen_length;
+    long        steps, committed;
+    json_t     *result;            /* owned or NULL */
+    char       *error;             /* owned or NULL */
+    char        webhook_status[16];
+    int         webhook_attempts;
+    /* event log: ring of max_events */
+    int64_t     next_event_id;     /* id of the next event (starts at 1) */
+    int64_t     first_kept_id;     /* oldest id still in the ring */
+    char      **ring;              /* [max_events] compact JSON, owned */
+} job;
+
+#define JOB_HASH 4096
+
+struct job_store {
+    job_store_opts  o;
+    pthread_mutex_t lock;
+    /* --- lock { */
+    job  *buckets[JOB_HASH];
+    job  *oldest, *newest;
+    int   n, n_active;
+    /* } lock --- */
+};
+
+const char *job_status_name(enum job_status s) {
+    switch (s) {
+    case JOB_QUEUED: return "queued";
+    case JOB_RUNNING: return "running";
+    case JOB_SUCCEEDED: return "succeeded";
+    case JOB_FAILED: return "failed";
+    case JOB_CANCELLED: return "cancelled";
+    }
+    return "unknown";
+}
+
+static double unix_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static unsigned hash_id(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % JOB_HASH;
+}
+
+job_store *job_store_new(const job_store_opts *o) {
+    job_store *js = xcalloc(1, sizeof *js);
+    js->o.max_jobs = o && o->max_jobs > 0 ? o->max_jobs : 10000;
+    js->o.max_active = o && o->max_active > 0 ? o->max_active : 1000;
+    js->o.max_events = o && o->max_events > 0 ? o->max_events : 4096;
+    js->o.max_attempts = o && o->max_attempts > 0 ? o->max_attempts : 3;
+    pthread_mutex_init(&js->lock, NULL);
+    return js;
+}
+
+static void job_free(job_store *js, job *j) {
+    free(j->owner);
+    free(j->idem_key);
+    json_decref(j->request);
+    free(j->webhook);
+    json_decref(j->result);
+    free(j->error);
+    for (int i = 0; i < js->o.max_events; i++) free(j->ring[i]);
+    free(j->ring);
+    free(j);
+}
+
+void job_store_free(job_store *js) {
+    if (!js) return;
+    job *j = js->oldest;
+    while (j) {
+        job *nx = j->next;
+        job_free(js, j);
+        j = nx;
+    }
+    pthread_mutex_destroy(&js->lock);
+    free(js);
+}
+
+/* Lookup under the lock. */
+static job *find(job_store *js, const char *id) {
+    if (!id) return NULL;
+    for (job *j = js->buckets[hash_id(id)]; j; j = j->hnext)
+        if (strcmp(j->id, id) == 0) return j;
+    return NULL;
+}
+
+static void unlink_job(job_store *js, job *j) {
+    job **pp = &js->buckets[hash_id(j->id)];
+    while (*pp != j) pp = &(*pp)->hnext;
+    *pp = j->hnext;
+    if (j->prev) j->prev->next = j->next;
+    else js->oldest = j->next;
+    if (j->next) j->next->prev = j->prev;
+    else js->newest = j->prev;
+    js->n--;
+}
+
+/* Append an event under the lock; returns its id. */
+static int64_t log_event(job_store *js, job *j, const json_t *ev) {
+    char *s = json_dumps(ev, JSON_COMPACT);
+    CHECK(s != NULL);
+    int64_t id = j->next_event_id++;
+    int slot = (int)(id % js->o.max_events);
+    free(j->ring[slot]);
+    j->ring[slot] = s;
+    if (id - j->first_kept_id >= js->o.max_events) j->first_kept_id = id - js->o.max_events + 1;
+    return id;
+}
+
+static void log_status(job_store *js, job *j) {
+    json_t *ev = json_pack("{s:s, s:s, s:i}", "type", "status", "status", job_status_name(j->status), "attempts",
+                           j->attempts);
+    if (j->error) json_object_set_new(ev, "error", json_string(j->error));
+    log_event(js, j, ev);
+    json_decref(ev);
+}
+
+static void set_terminal(job_store *js, job *j, enum job_status st) {
+    if (!job_status_terminal(j->status)) js->n_active--;
+    j->status = st;
+    j->completed_at = unix_now();
+    log_status(js, j);
+}
+
+int job_store_create(job_store *js, const char *owner, const char *idem_key, const json_t *request,
+                     const char *webhook, char id_out[40], int *existed, um_err *err) {
+    *existed = 0;
+    owner = owner ? owner : "";
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    if (idem_key && idem_key[0]) {
+        for (job *j = js->oldest; j; j = j->next) {
+            if (j->idem_key && strcmp(j->idem_key, idem_key) == 0 && strcmp(j->owner, owner) == 0) {
+                int same = json_equal(j->request, (json_t *)request);
+                if (same) {
+                    snprintf(id_out, 40, "%s", j->id);
+                    *existed = 1;
+                }
+                pthread_mutex_unlock(&js->lock);
+                if (!same)
+                    return um_err_param(err, "Idempotency-Key",
+                                        "Idempotency-Key '%.64s' was already used with a different request body",
+                                        idem_key);
+                return 0;
+            }
+        }
+    }
+    if (js->n_active >= js->o.max_active) {
+        pthread_mutex_unlock(&js->lock);
+        return um_err_set(err, UM_ERR_RESOURCE, "too many unfinished jobs (%d); retry later", js->o.max_active);
+    }
+    /* evict the oldest finished jobs beyond max_jobs */
+    for (job *j = js->oldest; j && js->n >= js->o.max_jobs;) {
+        job *nx = j->next;
+        if (job_status_terminal(j->status)) {
+            unlink_job(js, j);
+            job_free(js, j);
+        }
+        j = nx;
+    }
+    job *j = xcalloc(1, sizeof *j);
+    unsigned char rnd[12];
+    if (RAND_bytes(rnd, sizeof rnd) != 1) UM_FATAL("RAND_bytes failed");
+    char *p = j->id + snprintf(j->id, sizeof j->id, "job_");
+    for (size_t i = 0; i < sizeof rnd; i++) p += sprintf(p, "%02x", rnd[i]);
+    j->owner = xstrdup(owner);
+    j->idem_key = idem_key && idem_key[0] ? xstrdup(idem_key) : NULL;
+    j->request = json_deep_copy(request);
+    j->webhook = webhook ? xstrdup(webhook) : NULL;
+    j->status = JOB_QUEUED;
+    j->created_at = unix_now();
+    j->next_event_id = 1;
+    j->first_kept_id = 1;
+    j->ring = xcalloc((size_t)js->o.max_events, sizeof *j->ring);
+    snprintf(j->webhook_status, sizeof j->webhook_status, "%s", webhook ? "pending" : "");
+    unsigned h = hash_id(j->id);
+    j->hnext = js->buckets[h];
+    js->buckets[h] = j;
+    j->prev = js->newest;
+    if (js->newest) js->newest->next = j;
+    else js->oldest = j;
+    js->newest = j;
+    js->n++;
+    js->n_active++;
+    json_t *ev = json_pack("{s:s, s:s}", "type", "status", "status", "queued");
+    log_event(js, j, ev);
+    json_decref(ev);
+    snprintf(id_out, 40, "%s", j->id);
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return 0;
+}
+
+int job_store_exists(job_store *js, const char *id, const char *owner) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    int ok = j && strcmp(j->owner, owner ? owner : "") == 0;
+    pthread_mutex_unlock(&js->lock);
+    return ok;
+}
+
+static json_t *time_or_null(double t) { return t > 0 ? json_integer((json_int_t)t) : json_null(); }
+
+json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    job *j = find(js, id);
+    if (!j || strcmp(j->owner, owner ? owner : "") != 0) {
+        pthread_mutex_unlock(&js->lock);
+        return NULL;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(j->id));
+    json_object_set_new(o, "object", json_string("job"));
+    json_object_set_new(o, "status", json_string(job_status_name(j->status)));
+    json_object_set_new(o, "created_at", time_or_null(j->created_at));
+    json_object_set_new(o, "started_at", time_or_null(j->started_at));
+    json_object_set_new(o, "completed_at", time_or_null(j->completed_at));
+    json_object_set_new(o, "attempts", json_integer(j->attempts));
+    double frac = j->status == JOB_SUCCEEDED ? 1.0 : j->gen_length > 0 ? (double)j->committed / j->gen_length : 0.0;
+    if (frac > 1) frac = 1;
+    json_object_set_new(o, "progress",
+                        json_pack("{s:f, s:I, s:I, s:I, s:I}", "fraction", frac, "steps", (json_int_t)j->steps,
+                                  "committed", (json_int_t)j->committed, "gen_length", (json_int_t)j->gen_length,
+                                  "events", (json_int_t)(j->next_event_id - 1)));
+    json_object_set_new(o, "result", j->result ? json_deep_copy(j->result) : json_null());
+    json_object_set_new(o, "error",
+                        j->error ? json_pack("{s:s, s:s, s:n, s:s}", "message", j->error, "type", "server_error",
+                                             "param", "code", "engine_failure")
+                                 : json_null());
+    if (j->webhook)
+        json_object_set_new(o, "webhook",
+                            json_pack("{s:s, s:s, s:i}", "url", j->webhook, "status", j->webhook_status, "attempts",
+                                      j->webhook_attempts));
+    else
+        json_object_set_new(o, "webhook", json_null());
+    json_object_set_new(o, "request", json_deep_copy(j->request));
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return o;
+}
+
+json_t *job_store_request(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    json_t *r = j ? json_deep_copy(j->request) : NULL;
+    pthread_mutex_unlock(&js->lock);
+    return r;
+}
+
+enum job_status job_store_status(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    enum job_status s = j ? j->status : JOB_FAILED;
+    pthread_mutex_unlock(&js->lock);
+    return s;
+}
+
+int job_store_start(job_store *js, const char *id, double gen_length) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    if (!j || j->status != JOB_QUEUED) {
+        pthread_mutex_unlock(&js->lock);
+        return -1;
+    }
+    j->status = JOB_RUNNING;
+    j->attempts++;
+    if (!j->started_at) j->started_at = unix_now();
+    j->gen_length = gen_length;
+    j->steps = j->committed = 0;
+    json_t *ev = json_pack("{s:s, s:s, s:i}", "type", "status", "status", "running", "attempt", j->attempts);
+    log_event(js, j, ev);
+    json_decref(ev);
+    pthread_mutex_unlock(&js->lock);
+    return 0;
+}
+
+int64_t job_store_append(job_store *js, const char *id, const json_t *ev) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    int64_t eid = 0;
+    if (j && !job_status_terminal(j->status)) {
+        const json_t *pr = json_object_get(ev, "progress");
+        if (pr) {
+            j->steps = (long)json_integer_value(json_object_get(pr, "steps"));
+            j->committed = (long)json_integer_value(json_object_get(pr, "committed"));
+        }
+        eid = log_event(js, j, ev);
+    }
+    pthread_mutex_unlock(&js->lock);
+    return eid;
+}
+
+void job_store_succeed(job_store *js, const char *id, const json_t *result) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    if (j && !job_status_terminal(j->status)) {
+        json_decref(j->result);
+        j->result = json_deep_copy(result);
+        j->committed = (long)j->gen_length;
+        set_terminal(js, j, JOB_SUCCEEDED);
+    }
+    pthread_mutex_unlock(&js->lock);
+}
+
+void job_store_cancelled(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    if (j && !job_status_terminal(j->status)) set_terminal(js, j, JOB_CANCELLED);
+    pthread_mutex_unlock(&js->lock);
+}
+
+int job_store_attempt_failed(job_store *js, const char *id, const char *message) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    int retry = 0;
+    if (j && !job_status_terminal(j->status)) {
+        if (j->attempts < js->o.max_attempts && !j->cancel_requested) {
+            j->status = JOB_QUEUED;
+            json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error",
+                                   message ? message : "engine failure");
+            log_event(js, j, ev);
+            json_decref(ev);
+            retry = 1;
+        } else {
+            free(j->error);
+            j->error = xstrdup(message ? message : "engine failure");
+            set_terminal(js, j, JOB_FAILED);
+        }
+    }
+    pthread_mutex_unlock(&js->lock);
+    return retry;
+}
+
+int job_store_cancel(job_store *js, const char *id, const char *owner) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    int r = 0;
+    if (j && strcmp(j->owner, owner ? owner : "") == 0 && !job_status_terminal(j->status)) {
+        j->cancel_requested = 1;
+        if (j->status == JOB_QUEUED) {
+            set_terminal(js, j, JOB_CANCELLED);
+            r = 1;
+        } else {
+            r = 2;
+        }
+    }
+    pthread_mutex_unlock(&js->lock);
+    return r;
+}
+
+int job_store_cancel_requested(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    int r = j ? j->cancel_requested : 0;
+    pthread_mutex_unlock(&js->lock);
+    return r;
+}
+
+void job_store_webhook_state(job_store *js, const char *id, const char *status, int attempts) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    if (j) {
+        snprintf(j->webhook_status, sizeof j->webhook_status, "%s", status);
+        j->webhook_attempts = attempts;
+    }
+    pthread_mutex_unlock(&js->lock);
+}
+
+char *job_store_webhook(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    char *w = j && j->webhook ? xstrdup(j->webhook) : NULL;
+    pthread_mutex_unlock(&js->lock);
+    return w;
+}
+
+int job_store_events_since(job_store *js, const char *id, int64_t after_id, int max, job_event_copy **out,
+                           int *terminal, um_err *err) {
+    *out = NULL;
+    *terminal = 0;
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    job *j = find(js, id);
+    if (!j) {
+        pthread_mutex_unlock(&js->lock);
+        return um_err_set(err, UM_ERR_INVALID_ARG, "no job '%s'", id);
+    }
+    if (after_id < 0) after_id = 0;
+    if (after_id + 1 < j->first_kept_id) {
+        int64_t first = j->first_kept_id;
+        pthread_mutex_unlock(&js->lock);
+        return um_err_param(err, "Last-Event-ID",
+                            "events after %lld are no longer retained (the oldest kept is %lld); fetch the job "
+                            "with GET /v1/jobs/%s",
+                            (long long)after_id, (long long)first, id);
+    }
+    int64_t from = after_id + 1, to = j->next_event_id; /* [from, to) */
+    int n = to > from ? (int)(to - from) : 0;
+    if (n > max) n = max;
+    job_event_copy *ev = n ? xcalloc((size_t)n, sizeof *ev) : NULL;
+    for (int i = 0; i < n; i++) {
+        int64_t eid = from + i;
+        ev[i].id = eid;
+        ev[i].json = xstrdup(j->ring[eid % js->o.max_events]);
+    }
+    *terminal = job_status_terminal(j->status) && from + n >= to;
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    *out = ev;
+    return n;
+}
+
+void job_events_free(job_event_copy *ev, int n) {
+    for (int i = 0; i < n; i++) free(ev[i].json);
+    free(ev);
+}
+
+void job_store_counts(job_store *js, int *queued, int *running, int *total) {
+    pthread_mutex_lock(&js->lock);
+    int q = 0, r = 0;
+    for (job *j = js->oldest; j; j = j->next) {
+        q += j->status == JOB_QUEUED;
+        r += j->status == JOB_RUNNING;
+    }
+    if (queued) *queued = q;
+    if (running) *running = r;
+    if (total) *total = js->n;
+    pthread_mutex_unlock(&js->lock);
+}

@@ -1,0 +1,105 @@
+/*
+ * jobs.h — the async job store behind /v1/jobs: ids, client idempotency keys, status, progress,
+ * result, an event log for resumable SSE (ids 1, 2, 3, ... per job), engine-failure retries and
+ * eviction of old finished jobs.
+ *
+ * Lifecycle: queued -> running -> succeeded | failed | cancelled. An engine failure while
+ * attempts < max_attempts puts the job back to queued (a "retry" event is logged) and the runner
+ * submits it again; after that it is failed. Events keep increasing ids across attempts, so a
+ * client resuming with Last-Event-ID receives exactly what it missed. Each job keeps the last
+ * max_events events; older ones are dropped (a resume from before the window gets an error).
+ *
+ * Not here: running generations (server/http_api.c submits them through the scheduler and feeds
+ * the events back here), HTTP, webhooks (sched/webhook.h; the store only records delivery state).
+ *
+ * Threads: every function is thread-safe (one mutex). Functions return copies (JSON snapshots,
+ * malloc'd strings), never pointers into the store, so callers on any thread stay safe.
+ */
+#ifndef UM_JOBS_H
+#define UM_JOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "util/err.h"
+
+enum job_status { JOB_QUEUED, JOB_RUNNING, JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED };
+const char *job_status_name(enum job_status s);
+static inline int job_status_terminal(enum job_status s) { return s >= JOB_SUCCEEDED; }
+
+typedef struct job_store job_store;
+
+typedef struct job_store_opts {
+    int    max_jobs;        /* jobs kept (finished ones are evicted oldest first); default 10000 */
+    int    max_active;      /* queued + running jobs; beyond: job_store_create fails (-> 503); default 1000 */
+    int    max_events;      /* event log window per job; default 4096 */
+    int    max_attempts;    /* engine attempts per job; default 3 */
+} job_store_opts;
+
+job_store *job_store_new(const job_store_opts *o);
+void       job_store_free(job_store *js);
+
+/* Create a job for request (a JSON object, copied) owned by owner (the API key or "" under open
+ * access; jobs are visible to their owner only). idem_key (may be NULL): an earlier job of the same
+ * owner with that key is returned instead (*existed = 1) when its request is equal; a different
+ * request under the same key -> -1, UM_ERR_INVALID_ARG param "Idempotency-Key". Store full of
+ * active jobs -> -1, UM_ERR_RESOURCE. webhook may be NULL. id_out receives the job id. */
+int job_store_create(job_store *js, const char *owner, const char *idem_key, const json_t *request,
+                     const char *webhook, char id_out[40], int *existed, um_err *err);
+
+/* 1 when id exists and belongs to owner. */
+int job_store_exists(job_store *js, const char *id, const char *owner);
+
+/* The job as its API object (new reference) or NULL when unknown / not owner's:
+ *   {"id","object":"job","status","created_at","started_at","completed_at","attempts",
+ *    "progress":{"fraction","steps","committed","gen_length","events"},"result","error",
+ *    "webhook":{"url","status","attempts"}|null,"request"} */
+json_t *job_store_get_json(job_store *js, const char *id, const char *owner);
+/* The original request (new reference) or NULL. */
+json_t *job_store_request(job_store *js, const char *id);
+enum job_status job_store_status(job_store *js, const char *id);
+
+/* ---------------------------------------------------------------- runner side */
+
+/* queued -> running (attempt++), logs {"type":"start","attempt":n}. -1 when not queued. */
+int  job_store_start(job_store *js, const char *id, double gen_length);
+/* Append an event object (copied; "type" required) to the log and update progress from step events'
+ * "progress"; returns the event id (> 0), or 0 when the job is unknown / already terminal. */
+int64_t job_store_append(job_store *js, const char *id, const json_t *ev);
+/* Finish the attempt: succeeded (result copied) / cancelled. Logs a final "status" event. */
+void job_store_succeed(job_store *js, const char *id, const json_t *result);
+void job_store_cancelled(job_store *js, const char *id);
+/* Engine failure: returns 1 when the job was put back to queued for another attempt (a "retry"
+ * event is logged), 0 when it is now failed (terminal, error recorded). */
+int  job_store_attempt_failed(job_store *js, const char *id, const char *message);
+/* Request cancellation: a queued job becomes cancelled at once (returns 1); a running job is marked
+ * (returns 2: the caller cancels the engine work, then calls job_store_cancelled); terminal or
+ * unknown: 0. */
+int  job_store_cancel(job_store *js, const char *id, const char *owner);
+int  job_store_cancel_requested(job_store *js, const char *id);
+
+/* Webhook bookkeeping (any thread, e.g. the webhook worker). status: "pending" | "delivered" | "failed". */
+void job_store_webhook_state(job_store *js, const char *id, const char *status, int attempts);
+/* The webhook URL (malloc'd) or NULL. */
+char *job_store_webhook(job_store *js, const char *id);
+
+/* ---------------------------------------------------------------- event log */
+
+typedef struct job_event_copy {
+    int64_t id;
+    char   *json;        /* compact JSON of the event, malloc'd */
+} job_event_copy;
+
+/* Events with id > after_id, at most max: *out malloc'd array (free each .json and the array).
+ * Returns the count, or -1 when after_id is older than the retained window (err says so).
+ * *terminal = 1 when the job is terminal (no more events will come). */
+int job_store_events_since(job_store *js, const char *id, int64_t after_id, int max, job_event_copy **out,
+                           int *terminal, um_err *err);
+void job_events_free(job_event_copy *ev, int n);
+
+/* Counts for metrics. */
+void job_store_counts(job_store *js, int *queued, int *running, int *total);
+
+#endif /* UM_JOBS_H */

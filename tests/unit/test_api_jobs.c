@@ -1,0 +1,129 @@
+/*
+ * test_api_jobs.c — the async job store: idempotency keys, owner isolation, lifecycle, retries of
+ * failed engine work up to the limit, cancellation, the resumable event log and its window.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/jobs.h"
+#include "test.h"
+
+static json_t *step_ev(int steps, int committed) {
+    return json_pack("{s:s, s:{s:i, s:i}}", "type", "step", "progress", "steps", steps, "committed", committed);
+}
+
+int main(void) {
+    job_store_opts o = {.max_jobs = 4, .max_active = 3, .max_events = 8, .max_attempts = 2};
+    job_store *js = job_store_new(&o);
+    um_err err = {0};
+    json_t *req = json_pack("{s:s}", "prompt", "hi");
+    json_t *req2 = json_pack("{s:s}", "prompt", "other");
+    char id[40], id2[40], id3[40];
+    int existed = 0;
+    TEST_CHECK(job_store_create(js, "k1", "idem-1", req, NULL, id, &existed, &err) == 0 && !existed, "create");
+    TEST_CHECK(strncmp(id, "job_", 4) == 0 && strlen(id) == 28, "id shape %s", id);
+    TEST_CHECK(job_store_create(js, "k1", "idem-1", req, NULL, id2, &existed, &err) == 0 && existed &&
+                   strcmp(id, id2) == 0,
+               "same key -> same job");
+    TEST_CHECK(job_store_create(js, "k1", "idem-1", req2, NULL, id2, &existed, &err) == -1 &&
+                   strcmp(err.param, "Idempotency-Key") == 0,
+               "same key, different body refused: %s", err.msg);
+    TEST_CHECK(job_store_create(js, "k2", "idem-1", req, NULL, id2, &existed, &err) == 0 && !existed &&
+                   strcmp(id, id2) != 0,
+               "keys are per owner");
+    TEST_CHECK(!job_store_exists(js, id, "k2") && job_store_exists(js, id, "k1"), "owner isolation");
+    TEST_CHECK(job_store_get_json(js, id, "k2") == NULL, "no snapshot for other owner");
+
+    /* lifecycle with one failed attempt then success */
+    TEST_CHECK(job_store_start(js, id, 32) == 0, "start");
+    TEST_CHECK(job_store_start(js, id, 32) == -1, "start twice refused");
+    json_t *ev = step_ev(1, 8);
+    TEST_CHECK(job_store_append(js, id, ev) == 3, "event ids continue (queued=1, running=2, step=3)");
+    json_decref(ev);
+    TEST_CHECK(job_store_attempt_failed(js, id, "forward failed") == 1, "retried");
+    TEST_CHECK(job_store_status(js, id) == JOB_QUEUED, "back to queued");
+    TEST_CHECK(job_store_start(js, id, 32) == 0, "second attempt");
+    ev = step_ev(2, 16);
+    job_store_append(js, id, ev);
+    json_decref(ev);
+    json_t *snap = job_store_get_json(js, id, "k1");
+    TEST_CHECK(snap && strcmp(json_string_value(json_object_get(snap, "status")), "running") == 0, "running");
+    TEST_CHECK(json_real_value(json_object_get(json_object_get(snap, "progress"), "fraction")) == 0.5, "progress 0.5");
+    TEST_CHECK(json_integer_value(json_object_get(snap, "attempts")) == 2, "attempts 2");
+    json_decref(snap);
+    json_t *result = json_pack("{s:s}", "text", "hello");
+    job_store_succeed(js, id, result);
+    json_decref(result);
+    snap = job_store_get_json(js, id, "k1");
+    TEST_CHECK(strcmp(json_string_value(json_object_get(snap, "status")), "succeeded") == 0, "succeeded");
+    TEST_CHECK(strcmp(json_string_value(json_object_get(json_object_get(snap, "result"), "text")), "hello") == 0, "result");
+    TEST_CHECK(json_integer_value(json_object_get(snap, "completed_at")) > 0, "completed_at");
+    json_decref(snap);
+
+    /* event log: all, then resume after 3 */
+    job_event_copy *evs = NULL;
+    int terminal = 0;
+    int n = job_store_events_since(js, id, 0, 100, &evs, &terminal, &err);
+    TEST_CHECK(n == 7 && terminal, "7 events (queued, running, step, retry, running, step, succeeded): %d", n);
+    TEST_CHECK(n > 3 && strstr(evs[3].json, "\"retry\""), "retry logged");
+    TEST_CHECK(n == 7 && strstr(evs[6].json, "succeeded") && evs[6].id == 7, "final status event");
+    job_events_free(evs, n);
+    n = job_store_events_since(js, id, 5, 100, &evs, &terminal, &err);
+    TEST_CHECK(n == 2 && evs[0].id == 6 && evs[1].id == 7, "resume after 5 -> exactly 6, 7");
+    job_events_free(evs, n);
+
+    /* a second failure beyond max_attempts -> failed */
+    TEST_CHECK(job_store_start(js, id2, 8) == 0, "start job 2");
+    TEST_CHECK(job_store_attempt_failed(js, id2, "boom") == 1, "retry 1");
+    TEST_CHECK(job_store_start(js, id2, 8) == 0, "attempt 2");
+    TEST_CHECK(job_store_attempt_failed(js, id2, "boom again") == 0, "no more attempts");
+    snap = job_store_get_json(js, id2, "k2");
+    TEST_CHECK(strcmp(json_string_value(json_object_get(snap, "status")), "failed") == 0, "failed");
+    TEST_CHECK(strcmp(json_string_value(json_object_get(json_object_get(snap, "error"), "message")), "boom again") == 0,
+               "error message");
+    json_decref(snap);
+
+    /* cancellation: queued -> cancelled now; running -> marked */
+    TEST_CHECK(job_store_create(js, "k1", NULL, req2, "http://127.0.0.1:9/h", id3, &existed, &err) == 0, "create 3");
+    TEST_CHECK(job_store_cancel(js, id3, "k2") == 0, "other owner cannot cancel");
+    TEST_CHECK(job_store_cancel(js, id3, "k1") == 1 && job_store_status(js, id3) == JOB_CANCELLED, "queued cancel");
+    TEST_CHECK(job_store_cancel(js, id3, "k1") == 0, "terminal: no-op");
+    char *wh = job_store_webhook(js, id3);
+    TEST_CHECK(wh && strcmp(wh, "http://127.0.0.1:9/h") == 0, "webhook kept");
+    free(wh);
+    char id4[40];
+    TEST_CHECK(job_store_create(js, "k1", NULL, req2, NULL, id4, &existed, &err) == 0, "create 4 (evicts oldest)");
+    TEST_CHECK(job_store_start(js, id4, 8) == 0 && job_store_cancel(js, id4, "k1") == 2, "running cancel marked");
+    TEST_CHECK(job_store_cancel_requested(js, id4) && job_store_attempt_failed(js, id4, "x") == 0,
+               "no retry after cancel");
+
+    /* event window */
+    char id5[40];
+    TEST_CHECK(job_store_create(js, "k1", NULL, req, NULL, id5, &existed, &err) == 0, "create 5");
+    job_store_start(js, id5, 100);
+    for (int i = 0; i < 20; i++) {
+        ev = step_ev(i + 1, i);
+        job_store_append(js, id5, ev);
+        json_decref(ev);
+    }
+    n = job_store_events_since(js, id5, 2, 100, &evs, &terminal, &err);
+    TEST_CHECK(n == -1 && strcmp(err.param, "Last-Event-ID") == 0, "outside the window: %s", err.msg);
+    n = job_store_events_since(js, id5, 20, 100, &evs, &terminal, &err);
+    TEST_CHECK(n == 2 && !terminal && evs[0].id == 21, "inside the window");
+    job_events_free(evs, n);
+
+    /* active limit */
+    char idx[40];
+    int q, r, total;
+    job_store_counts(js, &q, &r, &total);
+    TEST_CHECK(r == 1 && total <= 4, "counts q=%d r=%d total=%d", q, r, total);
+    job_store_create(js, "k9", NULL, req, NULL, idx, &existed, &err);
+    job_store_create(js, "k9", NULL, req2, NULL, idx, &existed, &err);
+    TEST_CHECK(job_store_create(js, "k9", NULL, req, NULL, idx, &existed, &err) == -1 && err.code == UM_ERR_RESOURCE,
+               "too many active: %s", err.msg);
+
+    json_decref(req);
+    json_decref(req2);
+    job_store_free(js);
+    return test_report();
+}
