@@ -92,7 +92,7 @@ static json_t *yaml_scalar(char *v) {
     size_t n = strlen(v);
     if (n >= 2 && ((v[0] == '"' && v[n - 1] == '"') || (v[0] == '\'' && v[n - 1] == '\''))) {
         v[n - 1] = 0;
-        return api_json_string_lossy(v + 1, n - 2);
+        return oai_json_string_lossy(v + 1, n - 2);
     }
     if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "yes")) return json_true();
     if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "no")) return json_false();
@@ -104,7 +104,7 @@ static json_t *yaml_scalar(char *v) {
     errno = 0;
     double dv = strtod(v, &end);
     if (*end == 0 && errno == 0) return json_real(dv);
-    return api_json_string_lossy(v, n);
+    return oai_json_string_lossy(v, n);
 }
 
 static int parse_yaml(const char *text, size_t len, const char *label, json_t *out, um_err *err) {

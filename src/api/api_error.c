@@ -1,5 +1,5 @@
 /*
- * api_error.c — the OpenAI error object and status mapping (see api_error.h). Pure, any thread.
+ * api_error.c — oai_error: the OpenAI error object and status mapping (see api_error.h). Pure, any thread.
  */
 #include "api/api_error.h"
 
@@ -9,7 +9,7 @@
 
 #include "util/log.h"
 
-const char *api_error_type_for_status(int status) {
+const char *oai_error_type_for_status(int status) {
     switch (status) {
     case 401: return "authentication_error";
     case 403: return "permission_error";
@@ -19,7 +19,7 @@ const char *api_error_type_for_status(int status) {
     return status >= 500 ? "server_error" : "invalid_request_error";
 }
 
-const char *api_status_reason(int status) {
+const char *oai_status_reason(int status) {
     switch (status) {
     case 200: return "OK";
     case 202: return "Accepted";
@@ -45,11 +45,11 @@ const char *api_status_reason(int status) {
     return "Error";
 }
 
-int api_error_set(api_error *e, int status, const char *code, const char *param, const char *fmt, ...) {
+int oai_error_set(oai_error *e, int status, const char *code, const char *param, const char *fmt, ...) {
     if (!e) return -1;
     memset(e, 0, sizeof *e);
     e->status = status;
-    snprintf(e->type, sizeof e->type, "%s", api_error_type_for_status(status));
+    snprintf(e->type, sizeof e->type, "%s", oai_error_type_for_status(status));
     snprintf(e->code, sizeof e->code, "%s", code ? code : "");
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
@@ -59,7 +59,7 @@ int api_error_set(api_error *e, int status, const char *code, const char *param,
     return -1;
 }
 
-int api_error_from_um(api_error *e, const um_err *err) {
+int oai_error_from_um(oai_error *e, const um_err *err) {
     int status = 500;
     const char *code = "internal_error";
     switch (err->code) {
@@ -72,11 +72,11 @@ int api_error_from_um(api_error *e, const um_err *err) {
     case UM_ERR_IO:
     case UM_ERR_INTERNAL: break;
     }
-    return api_error_set(e, status, code, err->param[0] ? err->param : NULL, "%s",
+    return oai_error_set(e, status, code, err->param[0] ? err->param : NULL, "%s",
                          err->msg[0] ? err->msg : um_err_code_name(err->code));
 }
 
-int api_error_should_retry(const api_error *e) {
+int oai_error_should_retry(const oai_error *e) {
     return e->status == 408 || e->status == 409 || e->status == 429 || e->status >= 500;
 }
 
@@ -100,7 +100,7 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n) {
     return need;
 }
 
-json_t *api_json_string_lossy(const char *s, size_t len) {
+json_t *oai_json_string_lossy(const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < len) {
@@ -130,12 +130,12 @@ json_t *api_json_string_lossy(const char *s, size_t len) {
     return j;
 }
 
-static json_t *str_or_null(const char *s) { return s[0] ? api_json_string_lossy(s, strlen(s)) : json_null(); }
+static json_t *str_or_null(const char *s) { return s[0] ? oai_json_string_lossy(s, strlen(s)) : json_null(); }
 
-json_t *api_error_json(const api_error *e) {
+json_t *oai_error_json(const oai_error *e) {
     json_t *inner = json_object();
-    json_object_set_new(inner, "message", api_json_string_lossy(e->message, strlen(e->message)));
-    json_object_set_new(inner, "type", json_string(e->type[0] ? e->type : api_error_type_for_status(e->status)));
+    json_object_set_new(inner, "message", oai_json_string_lossy(e->message, strlen(e->message)));
+    json_object_set_new(inner, "type", json_string(e->type[0] ? e->type : oai_error_type_for_status(e->status)));
     json_object_set_new(inner, "param", str_or_null(e->param));
     json_object_set_new(inner, "code", str_or_null(e->code));
     json_t *o = json_object();
@@ -143,8 +143,8 @@ json_t *api_error_json(const api_error *e) {
     return o;
 }
 
-char *api_error_body(const api_error *e, size_t *len) {
-    json_t *o = api_error_json(e);
+char *oai_error_body(const oai_error *e, size_t *len) {
+    json_t *o = oai_error_json(e);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     CHECK(s != NULL);

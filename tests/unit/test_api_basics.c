@@ -17,44 +17,44 @@
 #include "test.h"
 
 static void test_api_error(void) {
-    api_error e;
-    int r = api_error_set(&e, 400, "invalid_value", "diffusion_steps", "diffusion_steps must be between 1 and 1024, got %d",
+    oai_error e;
+    int r = oai_error_set(&e, 400, "invalid_value", "diffusion_steps", "diffusion_steps must be between 1 and 1024, got %d",
                           2000);
     TEST_CHECK(r == -1, "returns -1");
-    char *body = api_error_body(&e, NULL);
+    char *body = oai_error_body(&e, NULL);
     TEST_CHECK(strcmp(body, "{\"error\":{\"message\":\"diffusion_steps must be between 1 and 1024, got 2000\","
                             "\"type\":\"invalid_request_error\",\"param\":\"diffusion_steps\",\"code\":\"invalid_value\"}}") == 0,
                "body: %s", body);
     free(body);
 
-    api_error_set(&e, 500, NULL, NULL, "boom");
-    body = api_error_body(&e, NULL);
+    oai_error_set(&e, 500, NULL, NULL, "boom");
+    body = oai_error_body(&e, NULL);
     TEST_CHECK(strstr(body, "\"param\":null") && strstr(body, "\"code\":null") && strstr(body, "\"server_error\""),
                "nulls + server_error: %s", body);
     free(body);
-    TEST_CHECK(api_error_should_retry(&e), "500 retryable");
+    TEST_CHECK(oai_error_should_retry(&e), "500 retryable");
 
-    TEST_CHECK(strcmp(api_error_type_for_status(401), "authentication_error") == 0, "401 type");
-    TEST_CHECK(strcmp(api_error_type_for_status(429), "rate_limit_error") == 0, "429 type");
-    TEST_CHECK(strcmp(api_error_type_for_status(404), "invalid_request_error") == 0, "404 type");
-    TEST_CHECK(strcmp(api_status_reason(413), "Payload Too Large") == 0, "413 reason");
-    api_error_set(&e, 400, NULL, NULL, "x");
-    TEST_CHECK(!api_error_should_retry(&e), "400 not retryable");
+    TEST_CHECK(strcmp(oai_error_type_for_status(401), "authentication_error") == 0, "401 type");
+    TEST_CHECK(strcmp(oai_error_type_for_status(429), "rate_limit_error") == 0, "429 type");
+    TEST_CHECK(strcmp(oai_error_type_for_status(404), "invalid_request_error") == 0, "404 type");
+    TEST_CHECK(strcmp(oai_status_reason(413), "Payload Too Large") == 0, "413 reason");
+    oai_error_set(&e, 400, NULL, NULL, "x");
+    TEST_CHECK(!oai_error_should_retry(&e), "400 not retryable");
 
     um_err ue = {0};
     um_err_param(&ue, "top_p", "top_p must be in (0, 1], got 3");
-    api_error_from_um(&e, &ue);
+    oai_error_from_um(&e, &ue);
     TEST_CHECK(e.status == 400 && strcmp(e.param, "top_p") == 0 && strstr(e.message, "got 3"), "from um_err");
     um_err_set(&ue, UM_ERR_RESOURCE, "queue full");
-    api_error_from_um(&e, &ue);
+    oai_error_from_um(&e, &ue);
     TEST_CHECK(e.status == 503 && e.param[0] == 0, "resource -> 503");
 
     /* client text with invalid UTF-8 never makes the body unserializable */
-    api_error_set(&e, 400, NULL, "decoder", "unknown decoder '%s'", "bad\xff\xfe");
-    body = api_error_body(&e, NULL);
+    oai_error_set(&e, 400, NULL, "decoder", "unknown decoder '%s'", "bad\xff\xfe");
+    body = oai_error_body(&e, NULL);
     TEST_CHECK(body && strstr(body, "bad\xEF\xBF\xBD\xEF\xBF\xBD'"), "lossy: %s", body);
     free(body);
-    json_t *s = api_json_string_lossy("a\xC3\xA9\xE2\x82", 5);
+    json_t *s = oai_json_string_lossy("a\xC3\xA9\xE2\x82", 5);
     TEST_CHECK(s && strcmp(json_string_value(s), "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD") == 0, "truncated seq");
     json_decref(s);
 }
