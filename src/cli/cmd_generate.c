@@ -28,6 +28,7 @@
 
 typedef struct live_view {
     int     n_prompt, G;
+    int     has_tok;     /* 0: show committed positions as token ids */
     char  **piece;       /* [G] committed piece per generated position (owned), NULL = masked */
     int    *special;     /* [G] */
     int     rows;        /* terminal rows the last frame used */
@@ -72,7 +73,7 @@ static void lv_draw(live_view *lv, const char *status, int final_text, const cha
     } else {
         for (int i = 0; i < lv->G; i++) {
             if (!lv->piece[i]) lv_put(lv, "\x1b[2m\xe2\x96\x91\x1b[0m", 11); /* dim ░ */
-            else if (!lv->special[i]) lv_put(lv, lv->piece[i], strlen(lv->piece[i]));
+            else if (!lv->special[i] || !lv->has_tok) lv_put(lv, lv->piece[i], strlen(lv->piece[i]));
         }
     }
     if (status) {
@@ -112,7 +113,13 @@ static void on_event(void *user, const decode_event *ev) {
         for (int i = 0; i < ev->n_commits; i++) {
             int k = ev->commits[i].index;
             free(lv->piece[k]);
-            lv->piece[k] = xstrdup(ev->commits[i].piece);
+            if (lv->has_tok) {
+                lv->piece[k] = xstrdup(ev->commits[i].piece);
+            } else {
+                char id[24];
+                snprintf(id, sizeof id, "%d ", ev->commits[i].token);
+                lv->piece[k] = xstrdup(id);
+            }
             lv->special[k] = ev->commits[i].special;
         }
         char st[160];
@@ -123,7 +130,7 @@ static void on_event(void *user, const decode_event *ev) {
     if (ev->type == DECODE_EVENT_DONE) {
         o->finish_code = ev->finish;
         if (lv) {
-            lv_draw(lv, NULL, 1, ev->text);
+            lv_draw(lv, NULL, lv->has_tok, ev->text);
             printf("\n");
         } else if (!o->json) {
             fwrite(ev->text, 1, ev->text_len, stdout);
@@ -322,6 +329,7 @@ int cmd_generate(int argc, char **argv) {
         struct winsize ws;
         lv.width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
         lv.n_prompt = n_ids;
+        lv.has_tok = m.tok != NULL;
         lv.G = p.gen_length;
         lv.piece = xcalloc((size_t)lv.G, sizeof *lv.piece);
         lv.special = xcalloc((size_t)lv.G, sizeof *lv.special);
