@@ -78,6 +78,9 @@ decode_params decode_params_for_model(const model *m) {
     if (json_num(g, "threshold", &v)) p.threshold = v;
     if (json_num(g, "cfg_scale", &v)) p.cfg_scale = v;
     json_decref(g);
+    /* a step count meant for a longer default generation (Dream: steps 512) would make every
+     * request that only sets gen_length invalid: fall back to auto */
+    if (p.steps > p.gen_length) p.steps = 0;
     return p;
 }
 
