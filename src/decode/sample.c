@@ -28,6 +28,33 @@ static int tv_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* Partition a[0..n) so that a[0..k) holds the k first elements in tv_cmp order (quickselect with
+ * a median-of-three pivot; tv_cmp is a total order, so the result is deterministic). */
+static void select_top(tv *a, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (tv_cmp(&a[mid], &a[lo]) < 0) { tv t = a[mid]; a[mid] = a[lo]; a[lo] = t; }
+        if (tv_cmp(&a[hi], &a[lo]) < 0) { tv t = a[hi]; a[hi] = a[lo]; a[lo] = t; }
+        if (tv_cmp(&a[hi], &a[mid]) < 0) { tv t = a[hi]; a[hi] = a[mid]; a[mid] = t; }
+        tv pivot = a[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (tv_cmp(&a[i], &pivot) < 0) i++;
+            while (tv_cmp(&a[j], &pivot) > 0) j--;
+            if (i <= j) {
+                tv t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+                i++, j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else return;
+    }
+}
+
 /* Candidates allowed by top_k / top_p, as ids in cand (returns the count). n_all candidates are the
  * ids != mask with finite logits. */
 static int filter_candidates(const sample_cfg *c, const float *l, int32_t *cand) {
@@ -37,9 +64,10 @@ static int filter_candidates(const sample_cfg *c, const float *l, int32_t *cand)
     for (int v = 0; v < V; v++)
         if (v != c->mask_id && isfinite(l[v])) a[n].v = l[v], a[n].id = v, n++;
     if (c->top_k > 0 && c->top_k < n) {
-        /* keep the k best (ties by lower id) */
-        qsort(a, (size_t)n, sizeof *a, tv_cmp);
+        /* keep the k best (ties by lower id): O(V) selection, then sort only those */
+        select_top(a, n, c->top_k);
         n = c->top_k;
+        qsort(a, (size_t)n, sizeof *a, tv_cmp);
     } else if (c->top_p < 1.0) {
         qsort(a, (size_t)n, sizeof *a, tv_cmp);
     }

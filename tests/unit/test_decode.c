@@ -450,6 +450,19 @@ static void test_sampler(void) {
     }
     TEST_CHECK(bad1 == 0 && bad3 == 0 && badp == 0, "top_k/top_p filtering: %d %d %d", bad1, bad3, badp);
     TEST_CHECK(distinct >= 10, "temperature 2 samples %d distinct tokens", distinct);
+    /* top_k = 17 at a high temperature: exactly the 17 best tokens get sampled */
+    c.temperature = 50.0;
+    c.top_k = 17;
+    int hit17[V] = {0}, outside = 0, covered = 0;
+    for (int pos = 0; pos < 2000; pos++) {
+        memcpy(w, l, sizeof w);
+        sample_row(&c, w, NULL, 3, pos, &x0, &conf);
+        outside += rank[x0] >= 17;
+        if (!hit17[x0]++) covered++;
+    }
+    TEST_CHECK(outside == 0 && covered == 17, "top_k 17: %d outside, %d of 17 covered", outside, covered);
+    c.top_k = 0;
+    c.temperature = 2.0;
     /* top_p = 0.5: the nucleus of softmax(l/T) */
     c.top_p = 0.5;
     double pr[V], zz = 0;
