@@ -1,13 +1,167 @@
 /*
- * cmd_bench.c — `unmask bench`. STUB: not implemented yet.
+ * cmd_bench.c — `unmask bench`. With --tokenizer / --decode / --serve as the first flag it hands
+ * over to that mode (cli/bench.h; the mode flag is removed, so the mode sees argv[0] = "bench" and
+ * its own flags). Otherwise: the forward benchmark — full LLaDA forward passes on the CPU backend
+ * for each --seq length, a printed table of ms/forward, tokens/s, GFLOP/s and peak RSS.
+ * GFLOP counted: 2 x (matmul params per token) x tokens, the LM head only for the rows whose logits
+ * are computed, plus attention 4 x L^2 x n_heads x head_dim per sequence and layer.
+ * Does not: check numerics (tests do), time the decode loop (--decode does).
+ * Main thread (+ the backend's OpenMP workers).
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/bench.h"
 #include "cli/cli.h"
+#include "model/model.h"
+#include "util/log.h"
+#include "util/rng.h"
+#include "util/timeutil.h"
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;   /* ru_maxrss is in KiB on Linux */
+}
+
+static double forward_gflop(const model_config *c, int seq, int batch, int out_rows) {
+    double d = c->d_model, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    double per_layer = d * qd + 2.0 * d * kvd + qd * d + 3.0 * d * c->ffn_hidden;
+    double tokens = (double)seq * batch;
+    double mm = 2.0 * per_layer * c->n_layers * tokens + 2.0 * d * c->n_embd_rows * out_rows * batch;
+    double att = 4.0 * (double)seq * seq * qd * c->n_layers * batch;
+    return (mm + att) * 1e-9;
+}
+
+static int bench_forward(int argc, char **argv) {
+    const char *model_dir = NULL, *seq_s = "64,256,1024";
+    int threads = 0, reps = 3, batch = 1, warmup = 1, out_rows = 0;
+    arg_spec specs[] = {
+        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
+        {"seq", ARG_STR, &seq_s, "comma-separated sequence lengths [64,256,1024]"},
+        {"batch", ARG_INT, &batch, "sequences packed per forward [1]"},
+        {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
+        {"reps", ARG_INT, &reps, "timed forwards per row [3]"},
+        {"warmup", ARG_INT, &warmup, "untimed forwards before timing [1]"},
+        {"out-rows", ARG_INT, &out_rows, "logit rows per sequence (0 = all; the decode loop uses a block) [0]"},
+        {NULL, 0, NULL, NULL},
+    };
+    int r = args_parse(argc, argv,
+                       "usage: unmask bench --model DIR [--seq 64,256,1024] [--batch N] [--threads N] [--reps N]\n"
+                       "       unmask bench --tokenizer ... | --decode ... | --serve ...   (other modes)\n\n"
+                       "Forward benchmark: LLaDA forward passes on the CPU backend, one table row per --seq.",
+                       specs);
+    if (r != 0) return r > 0 ? 0 : 2;
+    if (!model_dir) {
+        fprintf(stderr, "error: --model DIR is required (see --help)\n");
+        return 2;
+    }
+    if (threads < 0 || reps < 1 || batch < 1 || warmup < 0 || out_rows < 0) {
+        fprintf(stderr, "error: --threads/--warmup/--out-rows must be >= 0, --reps and --batch >= 1\n");
+        return 2;
+    }
+    int *seqs = NULL;
+    int n_seqs = args_parse_int_list("seq", seq_s, &seqs);
+    if (n_seqs < 0) return 2;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i] < 1) {
+            fprintf(stderr, "error: --seq entries must be >= 1, got %d\n", seqs[i]);
+            free(seqs);
+            return 2;
+        }
+
+    um_err err = {0};
+    model m;
+    if (model_load(model_dir, &m, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        free(seqs);
+        return 1;
+    }
+    const model_config *c = &m.cfg;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i] > c->max_seq) {
+            fprintf(stderr, "error: --seq %d exceeds the model's maximum sequence length %d\n", seqs[i], c->max_seq);
+            model_free(&m);
+            free(seqs);
+            return 2;
+        }
+    backend *be = backend_cpu_init(threads);
+    model_ctx ctx;
+    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        backend_free(be);
+        model_free(&m);
+        free(seqs);
+        return 1;
+    }
+    const st_tensor *q0 = m.llada.layers[0].q_proj;
+    printf("unmask bench (forward): %s — %.1fM params, %s weights, d_model %d, %d layers, %d/%d heads, ffn %d, "
+           "vocab rows %d\n",
+           model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name, c->d_model, c->n_layers, c->n_heads,
+           c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
+    printf("backend %s, %d threads, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB\n\n",
+           be->name, be->n_threads, warmup, reps, peak_rss_mib());
+    printf("%7s %6s %9s %12s %12s %10s %9s %14s\n", "seq", "batch", "out rows", "ms/forward", "min ms", "tokens/s",
+           "GFLOP/s", "peak RSS MiB");
+
+    int rc = 0;
+    for (int si = 0; si < n_seqs && rc == 0; si++) {
+        int L = seqs[si], n = L * batch, per = out_rows && out_rows < L ? out_rows : L, n_out = per * batch;
+        int32_t *tok = xmalloc((size_t)n * sizeof *tok), *start = xmalloc((size_t)(batch + 1) * sizeof *start);
+        int32_t *rows = xmalloc((size_t)n_out * sizeof *rows);
+        for (int i = 0; i < n; i++) tok[i] = (int32_t)(rng_u64(7, (uint64_t)L, (uint64_t)i) % (uint64_t)c->vocab_size);
+        for (int b = 0; b <= batch; b++) start[b] = b * L;
+        for (int b = 0; b < batch; b++)
+            for (int j = 0; j < per; j++) rows[b * per + j] = b * L + (L - per) + j;   /* last rows: a block */
+        float *logits = xmalloc((size_t)n_out * (size_t)c->n_embd_rows * sizeof *logits);
+        fwd_batch fb = {.n_seqs = batch, .seq_start = start, .tokens = tok, .n_out = n_out,
+                        .out_rows = per < L ? rows : NULL};
+        double total = 0, best = 1e30;
+        for (int it = 0; it < warmup + reps && rc == 0; it++) {
+            uint64_t t0 = time_now_ns();
+            if (model_forward(&ctx, &fb, logits, &err) != 0) {
+                fprintf(stderr, "error: %s\n", err.msg);
+                rc = 1;
+                break;
+            }
+            double ms = time_ms_since(t0);
+            if (it >= warmup) {
+                total += ms;
+                if (ms < best) best = ms;
+            }
+        }
+        if (rc == 0) {
+            double ms = total / reps;
+            printf("%7d %6d %9d %12.1f %12.1f %10.0f %9.1f %14.0f\n", L, batch, per, ms, best,
+                   (double)n / (ms * 1e-3), forward_gflop(c, L, batch, per) / (ms * 1e-3), peak_rss_mib());
+            fflush(stdout);
+        }
+        free(tok);
+        free(start);
+        free(rows);
+        free(logits);
+    }
+    model_ctx_free(&ctx);
+    backend_free(be);
+    model_free(&m);
+    free(seqs);
+    return rc;
+}
 
 int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "error: 'unmask bench' is not implemented yet\n");
-    return 1;
+    if (argc >= 2) {
+        int (*mode)(int, char **) = NULL;
+        if (strcmp(argv[1], "--tokenizer") == 0) mode = bench_tokenizer;
+        else if (strcmp(argv[1], "--decode") == 0) mode = bench_decode;
+        else if (strcmp(argv[1], "--serve") == 0) mode = bench_serve;
+        if (mode) {
+            argv[1] = argv[0];   /* drop the mode flag: the mode sees "bench" + its own flags */
+            return mode(argc - 1, argv + 1);
+        }
+    }
+    return bench_forward(argc, argv);
 }

@@ -10,6 +10,10 @@
  * Does not: keep any cache (k/v rows are whatever the caller passes).
  * Threading: called by the backend's engine thread; items run on OpenMP workers.
  */
+/* The branch-free helpers in cpu_internal.h (clamps, selects) only vectorise when float compares
+ * may be if-converted; nothing here relies on floating-point exception flags. */
+#pragma GCC optimize("no-trapping-math")
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>

@@ -8,6 +8,10 @@
  * Does not: validate per-request input (model_forward does; a bad index here is a bug -> CHECK).
  * Threading: called from the engine thread that owns the backend; loops fan out to OpenMP workers.
  */
+/* The branch-free helpers in cpu_internal.h (clamps, selects) only vectorise when float compares
+ * may be if-converted; nothing here relies on floating-point exception flags. */
+#pragma GCC optimize("no-trapping-math")
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
