@@ -1,0 +1,270 @@
+// ops.cu — element-wise kernels of the CUDA backend: embedding gather, RMSNorm, RoPE (table +
+// rotate-half), SwiGLU, add, get_rows, bias add, dtype conversions. bf16 storage, fp32 math.
+// Rows whose width is a multiple of 8 elements (16 bytes) use 16-byte vector accesses.
+// Does not: allocate or synchronise. Launched by src/backend/cuda/ on the backend's stream.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "um_kernels.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace {
+
+__device__ __forceinline__ float b2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ uint16_t f2b(float f) {
+    bf16 b = __float2bfloat16_rn(f);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+// 8 bf16 in a 16-byte vector
+__device__ __forceinline__ void unpack8(uint4 v, float *f) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float *f) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = (uint32_t)f2b(f[2 * i]) | ((uint32_t)f2b(f[2 * i + 1]) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+int grid_for(size_t n, int threads) {
+    size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+    if (b > 65535u * 8u) b = 65535u * 8u;   // grid-stride loops cover the rest
+    return (int)(b ? b : 1);
+}
+
+// ---------------------------------------------------------------- embed / get_rows
+
+__global__ void k_gather_rows(const uint16_t *__restrict__ src, int64_t d, const int32_t *__restrict__ rows,
+                              uint16_t *__restrict__ out) {
+    const int i = blockIdx.x;
+    const uint16_t *s = src + (int64_t)rows[i] * d;
+    uint16_t *o = out + (int64_t)i * d;
+    if ((d & 7) == 0 && aligned16(s) && aligned16(o)) {
+        const uint4 *s4 = reinterpret_cast<const uint4 *>(s);
+        uint4 *o4 = reinterpret_cast<uint4 *>(o);
+        for (int64_t j = threadIdx.x; j < d / 8; j += blockDim.x) o4[j] = s4[j];
+    } else {
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = s[j];
+    }
+}
+
+// ---------------------------------------------------------------- rmsnorm
+
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) k_rmsnorm(const uint16_t *x, const uint16_t *__restrict__ w, int d,
+                                                     float eps, uint16_t *out) {
+    const int64_t row = blockIdx.x;
+    const uint16_t *xr = x + row * d;
+    uint16_t *orow = out + row * d;
+    const bool vec = (d & 7) == 0 && aligned16(xr) && aligned16(orow) && aligned16(w);
+    float ss = 0.0f;
+    if (vec) {
+        for (int j = threadIdx.x; j < d / 8; j += THREADS) {
+            float f[8];
+            unpack8(reinterpret_cast<const uint4 *>(xr)[j], f);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
+        }
+    } else {
+        for (int j = threadIdx.x; j < d; j += THREADS) {
+            float f = b2f(xr[j]);
+            ss += f * f;
+        }
+    }
+    __shared__ float red[THREADS / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < THREADS / 32 ? red[threadIdx.x] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float r = rsqrtf(red[0] / (float)d + eps);
+    // y = w * cast_bf16(x * r): the product with the weight happens after rounding to bf16
+    if (vec) {
+        for (int j = threadIdx.x; j < d / 8; j += THREADS) {
+            float f[8], g[8];
+            unpack8(reinterpret_cast<const uint4 *>(xr)[j], f);
+            unpack8(reinterpret_cast<const uint4 *>(w)[j], g);
+#pragma unroll
+            for (int e = 0; e < 8; e++) f[e] = g[e] * b2f(f2b(f[e] * r));
+            reinterpret_cast<uint4 *>(orow)[j] = pack8(f);
+        }
+    } else {
+        for (int j = threadIdx.x; j < d; j += THREADS) orow[j] = f2b(b2f(w[j]) * b2f(f2b(b2f(xr[j]) * r)));
+    }
+}
+
+// ---------------------------------------------------------------- rope
+
+__global__ void k_rope_table(const int32_t *__restrict__ pos, int n, int half, float theta, float2 *tab) {
+    const int64_t total = (int64_t)n * half;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int i = (int)(t / half), j = (int)(t % half);
+        const double inv = pow((double)theta, -2.0 * j / (2.0 * half));
+        double sn, cs;
+        sincos((double)pos[i] * inv, &sn, &cs);
+        tab[t] = make_float2((float)cs, (float)sn);
+    }
+}
+
+__global__ void k_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int half,
+                             const float2 *__restrict__ tab) {
+    const int64_t total = (int64_t)n * n_heads * half;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int j = (int)(t % half);
+        const int64_t ih = t / half;              // row * n_heads + head
+        const int64_t i = ih / n_heads;
+        uint16_t *x1 = x + ih * head_dim;
+        const float2 cs = tab[i * half + j];
+        const float a = b2f(x1[j]), b = b2f(x1[j + half]);
+        x1[j] = f2b(a * cs.x - b * cs.y);
+        x1[j + half] = f2b(b * cs.x + a * cs.y);
+    }
+}
+
+// ---------------------------------------------------------------- swiglu / add / bias
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+__global__ void k_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, bool vec) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (vec) {
+        for (; t < n / 8; t += stride) {
+            float g[8], u[8];
+            unpack8(reinterpret_cast<const uint4 *>(gate)[t], g);
+            unpack8(reinterpret_cast<const uint4 *>(up)[t], u);
+#pragma unroll
+            for (int e = 0; e < 8; e++) g[e] = silu_mul(g[e], u[e]);
+            reinterpret_cast<uint4 *>(out)[t] = pack8(g);
+        }
+    } else {
+        for (; t < n; t += stride) out[t] = f2b(silu_mul(b2f(gate[t]), b2f(up[t])));
+    }
+}
+
+__global__ void k_add(uint16_t *x, const uint16_t *y, size_t n, bool vec) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (vec) {
+        for (; t < n / 8; t += stride) {
+            float a[8], b[8];
+            unpack8(reinterpret_cast<const uint4 *>(x)[t], a);
+            unpack8(reinterpret_cast<const uint4 *>(y)[t], b);
+#pragma unroll
+            for (int e = 0; e < 8; e++) a[e] += b[e];
+            reinterpret_cast<uint4 *>(x)[t] = pack8(a);
+        }
+    } else {
+        for (; t < n; t += stride) x[t] = f2b(b2f(x[t]) + b2f(y[t]));
+    }
+}
+
+__global__ void k_bias_add(uint16_t *y, const uint16_t *__restrict__ b, int64_t n, int m) {
+    const int64_t total = n * m;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x)
+        y[t] = f2b(b2f(y[t]) + b2f(b[t % m]));
+}
+
+// ---------------------------------------------------------------- conversions
+
+__global__ void k_f32_to_bf16(const float *src, size_t n, uint16_t *dst) {
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < n; t += (size_t)gridDim.x * blockDim.x)
+        dst[t] = f2b(src[t]);
+}
+
+__global__ void k_f16_to_bf16(const __half *src, size_t n, uint16_t *dst) {
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < n; t += (size_t)gridDim.x * blockDim.x)
+        dst[t] = f2b(__half2float(src[t]));
+}
+
+__global__ void k_bf16_to_f32(const uint16_t *src, size_t n, float *dst) {
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < n; t += (size_t)gridDim.x * blockDim.x)
+        dst[t] = b2f(src[t]);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- launchers
+
+extern "C" cudaError_t umk_embed(const uint16_t *wte, int64_t d, const int32_t *ids, int n, uint16_t *out,
+                                 cudaStream_t s) {
+    if (n > 0) k_gather_rows<<<n, 128, 0, s>>>(wte, d, ids, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_get_rows(const uint16_t *x, int d, const int32_t *rows, int n, uint16_t *out,
+                                    cudaStream_t s) {
+    if (n > 0) k_gather_rows<<<n, 128, 0, s>>>(x, d, rows, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_rmsnorm(const uint16_t *x, const uint16_t *w, int n, int d, float eps, uint16_t *out,
+                                   cudaStream_t s) {
+    if (n > 0) k_rmsnorm<256><<<n, 256, 0, s>>>(x, w, d, eps, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_rope_table(const int32_t *pos, int n, int half, float theta, float *tab, cudaStream_t s) {
+    size_t total = (size_t)n * (size_t)half;
+    if (total) k_rope_table<<<grid_for(total, 256), 256, 0, s>>>(pos, n, half, theta, reinterpret_cast<float2 *>(tab));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int rot_dim, const float *tab,
+                                      cudaStream_t s) {
+    size_t total = (size_t)n * (size_t)n_heads * (size_t)(rot_dim / 2);
+    if (total)
+        k_rope_apply<<<grid_for(total, 256), 256, 0, s>>>(x, n, n_heads, head_dim, rot_dim / 2,
+                                                          reinterpret_cast<const float2 *>(tab));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s) {
+    bool vec = (n & 7) == 0 && ((uintptr_t)gate & 15) == 0 && ((uintptr_t)up & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    if (n) k_swiglu<<<grid_for(vec ? n / 8 : n, 256), 256, 0, s>>>(gate, up, n, out, vec);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_add(uint16_t *x, const uint16_t *y, size_t n, cudaStream_t s) {
+    bool vec = (n & 7) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0;
+    if (n) k_add<<<grid_for(vec ? n / 8 : n, 256), 256, 0, s>>>(x, y, n, vec);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_bias_add(uint16_t *y, const uint16_t *b, int n, int m, cudaStream_t s) {
+    size_t total = (size_t)n * (size_t)m;
+    if (total) k_bias_add<<<grid_for(total, 256), 256, 0, s>>>(y, b, n, m);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_to_bf16(const void *src, int src_is_f16, size_t n, uint16_t *dst, cudaStream_t s) {
+    if (n) {
+        if (src_is_f16)
+            k_f16_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(static_cast<const __half *>(src), n, dst);
+        else
+            k_f32_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(static_cast<const float *>(src), n, dst);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_bf16_to_f32(const uint16_t *src, size_t n, float *dst, cudaStream_t s) {
+    if (n) k_bf16_to_f32<<<grid_for(n, 256), 256, 0, s>>>(src, n, dst);
+    return cudaGetLastError();
+}

@@ -1,0 +1,864 @@
+/*
+ * cuda_backend.c — the CUDA backend behind backend.h: device selection, weight upload (mmapped
+ * checkpoint -> pinned staging buffers -> HBM, converted to bf16 on the device, with progress and a
+ * "does not fit" um_err), bf16 activation buffers (exact-size caching allocator), cuBLAS GEMMs
+ * (bf16 in/out, fp32 compute) and the kernels/ launchers for every other op; CUDA graph capture and
+ * device-resident input aliases for the decode engine (cuda_backend.h).
+ *
+ * Does not: validate per-request input (model_forward does; bad indices here are bugs -> CHECK);
+ * decide anything about decoding (cuda_decode.c). Built without CUDA, only the stubs at the end
+ * are compiled. Threading: one driving thread at a time per backend (see cuda_backend.h).
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+int backend_cuda_parse_device(const char *s) {
+    if (!s || strncmp(s, "cuda", 4) != 0) return -1;
+    if (s[4] == '\0') return 0;
+    if (s[4] != ':' || s[5] < '0' || s[5] > '9') return -1;
+    char *end = NULL;
+    long v = strtol(s + 5, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1024) return -1;
+    return (int)v;
+}
+
+#ifdef UNMASK_HAVE_CUDA
+
+#include <math.h>
+#include <unistd.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "util/timeutil.h"
+
+#define STAGE_CHUNK_MIN (4u << 20)       /* first staging chunk: 4 MiB */
+#define UPLOAD_CHUNK (32u << 20)         /* weight upload staging buffer: 32 MiB each, two of them */
+#define CUBLAS_WS_BYTES (32u << 20)
+#define FIT_RESERVE_BYTES (512ull << 20) /* kept free for cuBLAS, staging, the CUDA context growth */
+
+const char *cublas_status_name(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_?";
+    }
+}
+
+static _Thread_local int tl_device = -1;
+
+void cuda_use_device(const cuda_impl *ci) {
+    if (tl_device != ci->device) {
+        CUDA_CHECK(cudaSetDevice(ci->device));
+        tl_device = ci->device;
+    }
+}
+
+static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+static double mib(uint64_t b) { return (double)b / (double)(1ull << 20); }
+
+/* ---------------------------------------------------------------- staging arenas */
+
+static void arena_insert_chunk(cuda_arena *a, int at, size_t cap) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 4;
+        a->chunks = xrealloc(a->chunks, (size_t)a->cap * sizeof *a->chunks);
+    }
+    memmove(a->chunks + at + 1, a->chunks + at, (size_t)(a->n - at) * sizeof *a->chunks);
+    cuda_chunk *c = &a->chunks[at];
+    memset(c, 0, sizeof *c);
+    c->cap = cap;
+    CUDA_CHECK(cudaMallocHost((void **)&c->host, cap));
+    CUDA_CHECK(cudaMalloc((void **)&c->dev, cap));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->last_use, cudaEventDisableTiming));
+    a->n++;
+}
+
+static void arena_free(cuda_arena *a) {
+    for (int i = 0; i < a->n; i++) {
+        CUDA_CHECK(cudaFreeHost(a->chunks[i].host));
+        CUDA_CHECK(cudaFree(a->chunks[i].dev));
+        CUDA_CHECK(cudaEventDestroy(a->chunks[i].last_use));
+    }
+    free(a->chunks);
+    memset(a, 0, sizeof *a);
+}
+
+/* Room for `bytes` in the arena: returns the chunk index, with used advanced past the block. */
+static cuda_chunk *arena_take(cuda_arena *a, size_t bytes, size_t *off) {
+    bytes = (bytes + 255) & ~(size_t)255;
+    if (a->n == 0) arena_insert_chunk(a, 0, bytes > STAGE_CHUNK_MIN ? bytes : STAGE_CHUNK_MIN);
+    cuda_chunk *c = &a->chunks[a->cur];
+    if (c->used + bytes > c->cap) {
+        int next = (a->cur + 1) % a->n;
+        if (a->ring && next != a->cur && a->chunks[next].cap >= bytes) {
+            cuda_chunk *nc = &a->chunks[next];
+            if (nc->recorded) CUDA_CHECK(cudaEventSynchronize(nc->last_use));
+            nc->used = 0;
+            a->cur = next;
+        } else {
+            size_t cap = 2 * c->cap > bytes ? 2 * c->cap : bytes;
+            arena_insert_chunk(a, a->cur + 1, cap);
+            a->cur++;
+        }
+        c = &a->chunks[a->cur];
+    }
+    *off = c->used;
+    c->used += bytes;
+    c->recorded = 0;   /* this chunk is read by an op not yet fenced */
+    return c;
+}
+
+/* arena_take on the active arena; a new chunk during capture is allocated in relaxed capture mode */
+static cuda_chunk *stage_take(cuda_impl *ci, size_t bytes, size_t *off) {
+    if (!ci->capturing) return arena_take(&ci->stage, bytes, off);
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cuda_chunk *c = arena_take(ci->graph_stage, bytes, off);
+    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    return c;
+}
+
+const void *cuda_stage(cuda_impl *ci, const void *host, size_t bytes) {
+    if (!host || bytes == 0) return NULL;
+    const char *h = host;
+    for (int i = 0; i < ci->n_alias; i++) {
+        const cuda_alias *al = &ci->aliases[i];
+        if (h >= al->host && h + bytes <= al->host + al->bytes) return al->dev + (h - al->host);
+    }
+    size_t off;
+    cuda_chunk *c = stage_take(ci, bytes, &off);
+    memcpy(c->host + off, host, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(c->dev + off, c->host + off, bytes, cudaMemcpyHostToDevice, ci->stream));
+    return c->dev + off;
+}
+
+void cuda_stage_done(cuda_impl *ci) {
+    if (ci->capturing) return;   /* graph arenas are never reused */
+    cuda_arena *a = &ci->stage;
+    for (int i = 0; i < a->n; i++) {
+        cuda_chunk *c = &a->chunks[i];
+        if (c->used && !c->recorded) {
+            CUDA_CHECK(cudaEventRecord(c->last_use, ci->stream));
+            c->recorded = 1;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- weights */
+
+static void upload_progress(cuda_impl *ci, int final) {
+    const uint64_t step = ci->up_total ? (ci->up_total / 100 > 0 ? ci->up_total / 100 : 1) : (2ull << 30);
+    if (!final && ci->up_done - ci->up_shown < step) return;
+    if (final && ci->up_done == ci->up_shown) return;
+    ci->up_shown = ci->up_done;
+    const double secs = time_now_s() - ci->up_t0;
+    const double rate = secs > 0 ? gib(ci->up_done) / secs : 0.0;
+    const char *label = ci->up_label[0] ? ci->up_label : "weights";
+    const int tty = isatty(STDERR_FILENO);
+    if (ci->up_total) {
+        const int pct = (int)(100.0 * (double)ci->up_done / (double)ci->up_total);
+        const int done = ci->up_done >= ci->up_total;
+        if (tty) {
+            fprintf(stderr, "\r%s: uploading %s: %.2f / %.2f GiB (%d%%), %.1f GiB/s%s", ci->name, label,
+                    gib(ci->up_done), gib(ci->up_total), pct, rate, done ? "\n" : "");
+        } else if (done || pct / 25 != (int)(100.0 * (double)(ci->up_done - step) / (double)ci->up_total) / 25) {
+            log_info("%s: uploading %s: %.2f / %.2f GiB (%d%%), %.1f GiB/s", ci->name, label, gib(ci->up_done),
+                     gib(ci->up_total), pct, rate);
+        }
+    } else {
+        log_info("%s: uploaded %.2f GiB of %s, %.1f GiB/s", ci->name, gib(ci->up_done), label, rate);
+    }
+}
+
+static int cuda_weight_upload(backend *be, const st_tensor *t, int64_t rows, int64_t cols, bweight *out,
+                              um_err *err) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(!ci->capturing);
+    memset(out, 0, sizeof *out);
+    if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16)
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16 and F16 are supported",
+                          t->name, t->type_name);
+    if (rows <= 0 || cols <= 0 || rows * cols != t->n_elems)
+        return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
+                          (long long)t->n_elems, (long long)rows, (long long)cols);
+    const size_t n = (size_t)t->n_elems, dev_bytes = n * 2, es = dtype_size(t->type);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if ((uint64_t)dev_bytes + FIT_RESERVE_BYTES / 4 > (uint64_t)free_b)
+        return um_err_set(err, UM_ERR_RESOURCE,
+                          "model does not fit on %s (%s): tensor '%s' needs %.1f MiB but only %.1f MiB of %.1f GiB "
+                          "are free after %.2f GiB of weights",
+                          be->name, ci->name, t->name, mib(dev_bytes), mib(free_b), gib(total_b), gib(ci->up_done));
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, dev_bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return um_err_set(err, UM_ERR_RESOURCE, "model does not fit on %s (%s): allocating %.1f MiB for tensor '%s': %s",
+                          be->name, ci->name, mib(dev_bytes), t->name, cudaGetErrorString(e));
+    }
+    if (ci->up_done == 0) ci->up_t0 = time_now_s();
+    const char *src = t->data;
+    const size_t per = ci->up_chunk / es;
+    for (size_t off = 0; off < n; off += per) {
+        const size_t cnt = n - off < per ? n - off : per;
+        const int b = ci->up_next;
+        ci->up_next ^= 1;
+        if (ci->up_used[b]) CUDA_CHECK(cudaEventSynchronize(ci->up_ev[b]));   /* buffer b free again */
+        memcpy(ci->up_host[b], src + off * es, cnt * es);                     /* reads the mapping */
+        if (t->type == DTYPE_BF16) {
+            CUDA_CHECK(cudaMemcpyAsync((uint16_t *)d + off, ci->up_host[b], cnt * 2, cudaMemcpyHostToDevice, ci->stream));
+        } else {
+            CUDA_CHECK(cudaMemcpyAsync(ci->up_dev[b], ci->up_host[b], cnt * es, cudaMemcpyHostToDevice, ci->stream));
+            CUDA_CHECK(umk_to_bf16(ci->up_dev[b], t->type == DTYPE_F16, cnt, (uint16_t *)d + off, ci->stream));
+        }
+        CUDA_CHECK(cudaEventRecord(ci->up_ev[b], ci->stream));
+        ci->up_used[b] = 1;
+        ci->up_done += cnt * 2;
+        upload_progress(ci, 0);
+    }
+    if (ci->up_total && ci->up_done >= ci->up_total) upload_progress(ci, 1);
+    out->data = d;
+    out->owned = d;
+    out->type = DTYPE_BF16;
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+static void cuda_weight_free(backend *be, bweight *w) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    if (w->owned) CUDA_CHECK(cudaFree(w->owned));
+    memset(w, 0, sizeof *w);
+}
+
+/* ---------------------------------------------------------------- activations */
+
+static size_t act_bytes(size_t n) { return ((n * 2) + 255) & ~(size_t)255; }
+
+static void block_push(cuda_free_block **arr, int *n, int *cap, void *p, size_t bytes) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        *arr = xrealloc(*arr, (size_t)*cap * sizeof **arr);
+    }
+    (*arr)[(*n)++] = (cuda_free_block){p, bytes};
+}
+
+static void release_free_blocks(cuda_impl *ci) {
+    for (int i = 0; i < ci->n_free; i++) CUDA_CHECK(cudaFree(ci->free_blocks[i].p));
+    ci->n_free = 0;
+}
+
+static void *cuda_act_alloc(backend *be, size_t n) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    const size_t bytes = act_bytes(n ? n : 1);
+    void *p = NULL;
+    for (int i = 0; i < ci->n_free; i++) {
+        if (ci->free_blocks[i].bytes == bytes) {
+            p = ci->free_blocks[i].p;
+            ci->free_blocks[i] = ci->free_blocks[--ci->n_free];
+            break;
+        }
+    }
+    if (!p) {
+        /* a new block; allowed during capture (relaxed capture mode around the allocation) */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        if (ci->capturing) CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+        cudaError_t e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess && ci->n_free > 0) {
+            (void)cudaGetLastError();
+            release_free_blocks(ci);   /* cudaFree waits for the device */
+            e = cudaMalloc(&p, bytes);
+        }
+        if (ci->capturing) CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            size_t fb = 0, tb = 0;
+            (void)cudaMemGetInfo(&fb, &tb);
+            UM_FATAL("%s (%s): out of GPU memory allocating a %.1f MiB activation buffer (%.1f MiB live, %.1f MiB "
+                     "free of %.1f GiB): lower the batch size or sequence length (backend_cuda_check_fit sizes "
+                     "this up front)",
+                     be->name, ci->name, mib(bytes), mib(ci->act_live_bytes), mib(fb), gib(tb));
+        }
+    }
+    block_push(&ci->live_blocks, &ci->n_live, &ci->cap_live, p, bytes);
+    ci->act_live_bytes += bytes;
+    return p;
+}
+
+static void cuda_act_free(backend *be, void *p) {
+    if (!p) return;
+    cuda_impl *ci = cuda_impl_of(be);
+    for (int i = 0; i < ci->n_live; i++) {
+        if (ci->live_blocks[i].p == p) {
+            const size_t bytes = ci->live_blocks[i].bytes;
+            ci->live_blocks[i] = ci->live_blocks[--ci->n_live];
+            ci->act_live_bytes -= bytes;
+            /* stream-ordered reuse: later work on the same stream runs after earlier readers */
+            block_push(&ci->free_blocks, &ci->n_free, &ci->cap_free, p, bytes);
+            return;
+        }
+    }
+    UM_FATAL("act_free(%p): not an activation buffer of %s", p, be->name);
+}
+
+static size_t live_bytes_of(const cuda_impl *ci, const void *p) {
+    for (int i = 0; i < ci->n_live; i++)
+        if (ci->live_blocks[i].p == p) return ci->live_blocks[i].bytes;
+    return 0;
+}
+
+static void *tmp_reserve(cuda_impl *ci, size_t bytes) {
+    if (bytes > ci->tmp_bytes) {
+        if (ci->tmp) CUDA_CHECK(cudaFree(ci->tmp));   /* synchronous: no pending reader survives */
+        ci->tmp_bytes = bytes + bytes / 4;
+        CUDA_CHECK(cudaMalloc(&ci->tmp, ci->tmp_bytes));
+    }
+    return ci->tmp;
+}
+
+static uint16_t *bounce_reserve(cuda_impl *ci, size_t bytes) {
+    if (bytes > ci->bounce_bytes) {
+        if (ci->bounce) CUDA_CHECK(cudaFreeHost(ci->bounce));
+        ci->bounce_bytes = bytes;
+        CUDA_CHECK(cudaMallocHost((void **)&ci->bounce, bytes));
+    }
+    return ci->bounce;
+}
+
+#define BOUNCE_CHUNK (16u << 20)
+
+static void cuda_act_to_host(backend *be, const void *src, size_t n, float *dst) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    if (ci->capturing) UM_FATAL("act_to_host inside a CUDA graph capture (the step must stay on the device)");
+    const size_t per = BOUNCE_CHUNK / 2;
+    uint16_t *b = bounce_reserve(ci, BOUNCE_CHUNK);
+    for (size_t off = 0; off < n; off += per) {
+        const size_t cnt = n - off < per ? n - off : per;
+        CUDA_CHECK(cudaMemcpyAsync(b, (const uint16_t *)src + off, cnt * 2, cudaMemcpyDeviceToHost, ci->stream));
+        CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+        for (size_t i = 0; i < cnt; i++) dst[off + i] = bf16_to_f32(b[i]);
+    }
+}
+
+void backend_cuda_act_from_host(backend *be, void *dst, const float *src, size_t n) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(!ci->capturing);
+    const size_t per = BOUNCE_CHUNK / 2;
+    uint16_t *b = bounce_reserve(ci, BOUNCE_CHUNK);
+    for (size_t off = 0; off < n; off += per) {
+        const size_t cnt = n - off < per ? n - off : per;
+        CUDA_CHECK(cudaStreamSynchronize(ci->stream));   /* the bounce buffer is free */
+        for (size_t i = 0; i < cnt; i++) b[i] = f32_to_bf16(src[off + i]);
+        CUDA_CHECK(cudaMemcpyAsync((uint16_t *)dst + off, b, cnt * 2, cudaMemcpyHostToDevice, ci->stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static void cuda_embed(backend *be, const bweight *wte, const int32_t *ids, int n, void *out) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(wte->type == DTYPE_BF16);
+    if (n <= 0) return;
+    const int32_t *d_ids = cuda_stage(ci, ids, (size_t)n * sizeof *ids);
+    if (d_ids == NULL) return;
+    CUDA_CHECK(umk_embed(wte->data, wte->cols, d_ids, n, out, ci->stream));
+    cuda_stage_done(ci);
+}
+
+static void cuda_rmsnorm(backend *be, const void *x, const bweight *w, int n, int d, float eps, void *out) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(w->rows * w->cols == d && w->type == DTYPE_BF16);
+    CUDA_CHECK(umk_rmsnorm(x, w->data, n, d, eps, out, ci->stream));
+}
+
+static void cuda_matmul(backend *be, const void *x, const bweight *w, const bweight *bias, int n, void *y) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(w->type == DTYPE_BF16);
+    if (n <= 0) return;
+    /* row-major y[n, out] = x[n, in] · Wᵀ  ==  column-major yᵀ[out, n] = W[out, in] (stored as in x out
+     * column-major, so op T) · xᵀ[in, n] */
+    const float one = 1.0f, zero = 0.0f;
+    const int m_out = (int)w->rows, k_in = (int)w->cols;
+    CUBLAS_CHECK(cublasGemmEx(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_out, n, k_in, &one, w->data, CUDA_R_16BF, k_in,
+                              x, CUDA_R_16BF, k_in, &zero, y, CUDA_R_16BF, m_out, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    if (bias) {
+        CHECK(bias->type == DTYPE_BF16 && bias->rows * bias->cols == w->rows);
+        CUDA_CHECK(umk_bias_add(y, bias->data, n, m_out, ci->stream));
+    }
+}
+
+static void cuda_rope(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                      float theta) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim);
+    if (n <= 0) return;
+    const int half = rot_dim / 2;
+    const int hit = ci->rope_valid && ci->rope_n == n && ci->rope_half == half && ci->rope_theta == theta &&
+                    memcmp(ci->rope_pos, pos, (size_t)n * sizeof *pos) == 0;
+    if (!hit) {
+        const size_t elems = (size_t)n * (size_t)half;   /* float2 entries */
+        if (ci->capturing) {   /* the graph keeps reading the table: it lives in the graph's arena */
+            size_t off;
+            cuda_chunk *c = stage_take(ci, elems * 2 * sizeof(float), &off);
+            ci->rope_tab = (float *)(c->dev + off);
+        } else {
+            if (elems > ci->rope_own_cap) {
+                if (ci->rope_own) CUDA_CHECK(cudaFree(ci->rope_own));   /* synchronous */
+                ci->rope_own_cap = elems + elems / 4;
+                CUDA_CHECK(cudaMalloc((void **)&ci->rope_own, ci->rope_own_cap * 2 * sizeof(float)));
+            }
+            ci->rope_tab = ci->rope_own;
+        }
+        const int32_t *d_pos = cuda_stage(ci, pos, (size_t)n * sizeof *pos);
+        CUDA_CHECK(umk_rope_table(d_pos, n, half, theta, ci->rope_tab, ci->stream));
+        cuda_stage_done(ci);
+        if (n > ci->rope_pos_cap) {
+            ci->rope_pos_cap = n;
+            ci->rope_pos = xrealloc(ci->rope_pos, (size_t)n * sizeof *ci->rope_pos);
+        }
+        memcpy(ci->rope_pos, pos, (size_t)n * sizeof *pos);
+        ci->rope_n = n;
+        ci->rope_half = half;
+        ci->rope_theta = theta;
+        ci->rope_valid = 1;
+    }
+    CUDA_CHECK(umk_rope_apply(x, n, n_heads, head_dim, rot_dim, ci->rope_tab, ci->stream));
+}
+
+static void cuda_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v,
+                           void *out) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(p->n_heads > 0 && p->n_kv_heads > 0 && p->head_dim > 0 && p->n_heads % p->n_kv_heads == 0);
+    CHECK(p->n_seqs > 0 && p->q_start && p->k_start);
+    CHECK(!p->block_causal || (p->q_pos && p->k_pos));
+    CHECK(p->head_dim <= 256);
+    int max_q = 0;
+    for (int s = 0; s < p->n_seqs; s++) {
+        CHECK(p->q_start[s + 1] >= p->q_start[s] && p->k_start[s + 1] >= p->k_start[s]);
+        if (p->q_start[s + 1] - p->q_start[s] > max_q) max_q = p->q_start[s + 1] - p->q_start[s];
+    }
+    const int n_q = p->q_start[p->n_seqs], n_k = p->k_start[p->n_seqs];
+    if (n_q <= 0) return;
+    umk_attn a;
+    memset(&a, 0, sizeof a);
+    a.n_seqs = p->n_seqs;
+    a.q_start = cuda_stage(ci, p->q_start, (size_t)(p->n_seqs + 1) * sizeof(int32_t));
+    a.k_start = cuda_stage(ci, p->k_start, (size_t)(p->n_seqs + 1) * sizeof(int32_t));
+    if (p->block_causal > 0) {
+        a.q_pos = cuda_stage(ci, p->q_pos, (size_t)n_q * sizeof(int32_t));
+        a.k_pos = cuda_stage(ci, p->k_pos, (size_t)n_k * sizeof(int32_t));
+    }
+    if (p->key_valid && n_k > 0) a.key_valid = cuda_stage(ci, p->key_valid, (size_t)n_k);
+    a.block_causal = p->block_causal;
+    a.n_heads = p->n_heads;
+    a.n_kv_heads = p->n_kv_heads;
+    a.head_dim = p->head_dim;
+    a.scale = p->scale;
+    a.n_q = n_q;
+    a.max_q_len = max_q;
+    CUDA_CHECK(umk_attention(&a, q, k, v, out, ci->force_generic_attn, ci->stream));
+    cuda_stage_done(ci);
+}
+
+static void cuda_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(umk_swiglu(gate, up, n, out, ci->stream));
+}
+
+static void cuda_add(backend *be, void *x, const void *y, size_t n) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(umk_add(x, y, n, ci->stream));
+}
+
+static void cuda_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    if (n <= 0) return;
+    const int32_t *d_rows = cuda_stage(ci, rows, (size_t)n * sizeof *rows);
+    const size_t out_bytes = (size_t)n * (size_t)d * 2;
+    /* the CPU backend allows out == x (in-place compaction); on the device that would race, so an
+     * overlapping gather goes through scratch */
+    const char *xs = x, *os = out;
+    size_t x_bytes = live_bytes_of(ci, x);
+    const int overlap = xs == os || (x_bytes && os >= xs && os < xs + x_bytes) ||
+                        (xs >= os && xs < os + out_bytes);
+    if (overlap) {
+        void *t = tmp_reserve(ci, out_bytes);
+        CUDA_CHECK(umk_get_rows(x, d, d_rows, n, t, ci->stream));
+        CUDA_CHECK(cudaMemcpyAsync(out, t, out_bytes, cudaMemcpyDeviceToDevice, ci->stream));
+    } else {
+        CUDA_CHECK(umk_get_rows(x, d, d_rows, n, out, ci->stream));
+    }
+    cuda_stage_done(ci);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void cuda_free_backend(backend *be) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+    release_free_blocks(ci);
+    for (int i = 0; i < ci->n_live; i++) CUDA_CHECK(cudaFree(ci->live_blocks[i].p));
+    free(ci->live_blocks);
+    free(ci->free_blocks);
+    arena_free(&ci->stage);
+    for (int b = 0; b < 2; b++) {
+        CUDA_CHECK(cudaFreeHost(ci->up_host[b]));
+        CUDA_CHECK(cudaFree(ci->up_dev[b]));
+        CUDA_CHECK(cudaEventDestroy(ci->up_ev[b]));
+    }
+    if (ci->rope_own) CUDA_CHECK(cudaFree(ci->rope_own));
+    free(ci->rope_pos);
+    if (ci->tmp) CUDA_CHECK(cudaFree(ci->tmp));
+    if (ci->bounce) CUDA_CHECK(cudaFreeHost(ci->bounce));
+    free(ci->aliases);
+    CUBLAS_CHECK(cublasDestroy(ci->cublas));
+    CUDA_CHECK(cudaFree(ci->cublas_ws));
+    CUDA_CHECK(cudaStreamDestroy(ci->stream));
+    free((char *)be->name);
+    free(ci);
+    free(be);
+}
+
+static const backend_ops k_cuda_ops = {
+    .name = "cuda",
+    .weight_upload = cuda_weight_upload,
+    .weight_free = cuda_weight_free,
+    .act_alloc = cuda_act_alloc,
+    .act_free = cuda_act_free,
+    .act_to_host = cuda_act_to_host,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .matmul = cuda_matmul,
+    .rope = cuda_rope,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .add = cuda_add,
+    .get_rows = cuda_get_rows,
+    .free = cuda_free_backend,
+};
+
+int backend_cuda_compiled(void) { return 1; }
+
+int backend_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+backend *backend_cuda_init(const char *device, um_err *err) {
+    const int idx = backend_cuda_parse_device(device);
+    if (idx < 0) {
+        um_err_param(err, "device", "'%s' is not a CUDA device (expected cuda or cuda:N)", device ? device : "");
+        return NULL;
+    }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        um_err_set(err, UM_ERR_RESOURCE, "no CUDA device: %s",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+        return NULL;
+    }
+    if (idx >= count) {
+        um_err_param(err, "device", "%s: only %d CUDA device%s (cuda:0..cuda:%d)", device, count, count == 1 ? "" : "s",
+                     count - 1);
+        return NULL;
+    }
+    struct cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, idx);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        um_err_set(err, UM_ERR_RESOURCE, "%s: cannot query the device: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (prop.major < 9) {
+        um_err_set(err, UM_ERR_UNSUPPORTED, "%s (%s) has compute capability %d.%d; unmask's kernels are built for "
+                   "sm_90 (Hopper, 9.0) and newer", device, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    e = cudaSetDevice(idx);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        um_err_set(err, UM_ERR_RESOURCE, "%s: cannot open the device: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    tl_device = idx;
+
+    cuda_impl *ci = xcalloc(1, sizeof *ci);
+    ci->device = idx;
+    snprintf(ci->name, sizeof ci->name, "%s", prop.name);
+    ci->cc_major = prop.major;
+    ci->cc_minor = prop.minor;
+    ci->n_sm = prop.multiProcessorCount;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&ci->cublas));
+    CUBLAS_CHECK(cublasSetStream(ci->cublas, ci->stream));
+    ci->cublas_ws_bytes = CUBLAS_WS_BYTES;
+    CUDA_CHECK(cudaMalloc(&ci->cublas_ws, ci->cublas_ws_bytes));
+    CUBLAS_CHECK(cublasSetWorkspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
+    CUBLAS_CHECK(cublasSetMathMode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    ci->stage.ring = 1;
+    ci->up_chunk = UPLOAD_CHUNK;
+    for (int b = 0; b < 2; b++) {
+        CUDA_CHECK(cudaMallocHost(&ci->up_host[b], ci->up_chunk));
+        CUDA_CHECK(cudaMalloc(&ci->up_dev[b], ci->up_chunk));
+        CUDA_CHECK(cudaEventCreateWithFlags(&ci->up_ev[b], cudaEventDisableTiming));
+    }
+    backend *be = xcalloc(1, sizeof *be);
+    char name[32];
+    snprintf(name, sizeof name, "cuda:%d", idx);
+    be->ops = &k_cuda_ops;
+    be->name = xstrdup(name);
+    be->n_threads = 1;
+    be->impl = ci;
+    size_t fb = 0, tb = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fb, &tb));
+    log_info("%s: %s, compute capability %d.%d, %d SMs, %.1f GiB free of %.1f GiB", be->name, ci->name, prop.major,
+             prop.minor, ci->n_sm, gib(fb), gib(tb));
+    return be;
+}
+
+int backend_is_cuda(const backend *be) { return be && be->ops == &k_cuda_ops; }
+
+const char *backend_cuda_device_name(const backend *be) { return ((const cuda_impl *)be->impl)->name; }
+
+void backend_cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    size_t fb = 0, tb = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fb, &tb));
+    if (free_bytes) *free_bytes = fb;
+    if (total_bytes) *total_bytes = tb;
+}
+
+int backend_cuda_check_fit(backend *be, uint64_t weight_bytes, uint64_t act_bytes_, um_err *err) {
+    size_t fb = 0, tb = 0;
+    backend_cuda_mem_info(be, &fb, &tb);
+    const uint64_t need = weight_bytes + act_bytes_ + FIT_RESERVE_BYTES;
+    if (need > (uint64_t)fb)
+        return um_err_set(err, UM_ERR_RESOURCE,
+                          "model does not fit on %s (%s): needs %.2f GiB (weights %.2f GiB bf16 + activations %.2f "
+                          "GiB + %.2f GiB reserve) but %.2f GiB of %.2f GiB are free",
+                          be->name, cuda_impl_of(be)->name, gib(need), gib(weight_bytes), gib(act_bytes_),
+                          gib(FIT_RESERVE_BYTES), gib(fb), gib(tb));
+    return 0;
+}
+
+void backend_cuda_set_upload_total(backend *be, uint64_t bytes, const char *label) {
+    cuda_impl *ci = cuda_impl_of(be);
+    ci->up_total = bytes;
+    ci->up_done = 0;
+    ci->up_shown = 0;
+    snprintf(ci->up_label, sizeof ci->up_label, "%s", label ? label : "");
+}
+
+void backend_cuda_sync(backend *be) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+}
+
+void *backend_cuda_stream(backend *be) { return cuda_impl_of(be)->stream; }
+
+void backend_cuda_alias_add(backend *be, const void *host, const void *dev, size_t bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    if (ci->n_alias == ci->cap_alias) {
+        ci->cap_alias = ci->cap_alias ? 2 * ci->cap_alias : 4;
+        ci->aliases = xrealloc(ci->aliases, (size_t)ci->cap_alias * sizeof *ci->aliases);
+    }
+    ci->aliases[ci->n_alias++] = (cuda_alias){host, dev, bytes};
+}
+
+void backend_cuda_alias_clear(backend *be) { cuda_impl_of(be)->n_alias = 0; }
+
+void backend_cuda_force_generic_attention(backend *be, int on) { cuda_impl_of(be)->force_generic_attn = on; }
+
+/* ---------------------------------------------------------------- graphs */
+
+struct cuda_graph {
+    cuda_impl      *ci;
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+    cuda_arena      arena;   /* index arrays and RoPE tables the graph reads */
+};
+
+void backend_cuda_capture_begin(backend *be) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(!ci->capturing);
+    ci->graph_stage = xcalloc(1, sizeof *ci->graph_stage);
+    ci->graph_stage->ring = 0;
+    /* the arena's first chunk is allocated before capture starts */
+    size_t off;
+    (void)arena_take(ci->graph_stage, STAGE_CHUNK_MIN, &off);
+    ci->graph_stage->chunks[0].used = 0;
+    ci->rope_valid = 0;
+    ci->capturing = 1;
+    CUDA_CHECK(cudaStreamBeginCapture(ci->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+cuda_graph *backend_cuda_capture_end(backend *be) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(ci->capturing);
+    cuda_graph *g = xcalloc(1, sizeof *g);
+    g->ci = ci;
+    CUDA_CHECK(cudaStreamEndCapture(ci->stream, &g->graph));
+    CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    ci->capturing = 0;
+    g->arena = *ci->graph_stage;
+    free(ci->graph_stage);
+    ci->graph_stage = NULL;
+    ci->rope_valid = 0;   /* the cached table lives in the graph's arena */
+    return g;
+}
+
+void cuda_graph_launch(cuda_graph *g) {
+    cuda_use_device(g->ci);
+    CUDA_CHECK(cudaGraphLaunch(g->exec, g->ci->stream));
+}
+
+void cuda_graph_free(cuda_graph *g) {
+    if (!g) return;
+    cuda_use_device(g->ci);
+    CUDA_CHECK(cudaStreamSynchronize(g->ci->stream));
+    CUDA_CHECK(cudaGraphExecDestroy(g->exec));
+    CUDA_CHECK(cudaGraphDestroy(g->graph));
+    arena_free(&g->arena);
+    free(g);
+}
+
+/* ---------------------------------------------------------------- tools */
+
+double backend_cuda_copy_bandwidth(backend *be, size_t bytes, int reps) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    if (reps < 1) reps = 1;
+    void *a = NULL, *b = NULL;
+    CUDA_CHECK(cudaMalloc(&a, bytes));
+    CUDA_CHECK(cudaMalloc(&b, bytes));
+    CUDA_CHECK(cudaMemsetAsync(a, 0x3c, bytes, ci->stream));   /* not zeros: real data patterns */
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, ci->stream));   /* warm-up */
+    float *ms = xmalloc((size_t)reps * sizeof *ms);
+    for (int r = 0; r < reps; r++) {
+        CUDA_CHECK(cudaEventRecord(e0, ci->stream));
+        CUDA_CHECK(cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, ci->stream));
+        CUDA_CHECK(cudaEventRecord(e1, ci->stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    for (int i = 1; i < reps; i++)   /* insertion sort for the median */
+        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+            float t = ms[j];
+            ms[j] = ms[j - 1];
+            ms[j - 1] = t;
+        }
+    const double med = ms[reps / 2];
+    free(ms);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    return med > 0 ? 2.0 * (double)bytes / (med * 1e-3) : 0.0;
+}
+
+void *backend_cuda_malloc(backend *be, size_t bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+void backend_cuda_free_dev(backend *be, void *p) {
+    cuda_use_device(cuda_impl_of(be));
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+
+void backend_cuda_memcpy_h2d(backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void backend_cuda_memcpy_d2h(backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+#else /* !UNMASK_HAVE_CUDA: stubs so callers need no #ifdefs */
+
+int backend_cuda_compiled(void) { return 0; }
+int backend_cuda_device_count(void) { return 0; }
+
+backend *backend_cuda_init(const char *device, um_err *err) {
+    um_err_set(err, UM_ERR_UNSUPPORTED, "%s: this unmask was built without CUDA (no nvcc at build time)",
+               device ? device : "cuda");
+    return NULL;
+}
+
+int backend_is_cuda(const backend *be) {
+    (void)be;
+    return 0;
+}
+
+#define CUDA_UNAVAILABLE() UM_FATAL("CUDA backend function called in a build without CUDA")
+
+const char *backend_cuda_device_name(const backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+void backend_cuda_mem_info(backend *be, size_t *f, size_t *t) { (void)be, (void)f, (void)t; CUDA_UNAVAILABLE(); }
+int backend_cuda_check_fit(backend *be, uint64_t w, uint64_t a, um_err *err) { (void)be, (void)w, (void)a, (void)err; CUDA_UNAVAILABLE(); }
+void backend_cuda_set_upload_total(backend *be, uint64_t b, const char *l) { (void)be, (void)b, (void)l; CUDA_UNAVAILABLE(); }
+void backend_cuda_sync(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+void *backend_cuda_stream(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+void backend_cuda_alias_add(backend *be, const void *h, const void *d, size_t n) { (void)be, (void)h, (void)d, (void)n; CUDA_UNAVAILABLE(); }
+void backend_cuda_alias_clear(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+void backend_cuda_capture_begin(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+cuda_graph *backend_cuda_capture_end(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+void cuda_graph_launch(cuda_graph *g) { (void)g; CUDA_UNAVAILABLE(); }
+void cuda_graph_free(cuda_graph *g) { (void)g; CUDA_UNAVAILABLE(); }
+void backend_cuda_act_from_host(backend *be, void *d, const float *s, size_t n) { (void)be, (void)d, (void)s, (void)n; CUDA_UNAVAILABLE(); }
+void backend_cuda_force_generic_attention(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
+void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }
+void backend_cuda_free_dev(backend *be, void *p) { (void)be, (void)p; CUDA_UNAVAILABLE(); }
+void backend_cuda_memcpy_h2d(backend *be, void *d, const void *s, size_t b) { (void)be, (void)d, (void)s, (void)b; CUDA_UNAVAILABLE(); }
+void backend_cuda_memcpy_d2h(backend *be, void *d, const void *s, size_t b) { (void)be, (void)d, (void)s, (void)b; CUDA_UNAVAILABLE(); }
+
+#endif /* UNMASK_HAVE_CUDA */

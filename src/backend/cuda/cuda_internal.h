@@ -1,0 +1,130 @@
+/*
+ * cuda_internal.h — shared by the files of src/backend/cuda/ (only compiled with UNMASK_HAVE_CUDA): the
+ * CUDA_CHECK / CUBLAS_CHECK / NCCL_CHECK macros and the backend's private state.
+ *
+ * The CHECK macros are for setup failures and bugs (a failing launch, an impossible copy): they
+ * print the statement, the error string and file:line, then abort. Conditions a user can cause
+ * (no device, model does not fit) are reported as um_err by the callers before reaching them.
+ * Threading: as cuda_backend.h.
+ */
+#ifndef UM_CUDA_INTERNAL_H
+#define UM_CUDA_INTERNAL_H
+
+#ifdef UNMASK_HAVE_CUDA
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "um_kernels.h"
+#include "util/log.h"
+
+#define CUDA_CHECK(stmt)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (stmt);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            um_abort(__FILE__, __LINE__, "CUDA_CHECK(%s) failed: %s (%s)", #stmt, cudaGetErrorString(e_), \
+                     cudaGetErrorName(e_));                                                        \
+    } while (0)
+
+#define CUBLAS_CHECK(stmt)                                                                          \
+    do {                                                                                            \
+        cublasStatus_t s_ = (stmt);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+            um_abort(__FILE__, __LINE__, "CUBLAS_CHECK(%s) failed: %s (%d)", #stmt, cublas_status_name(s_), \
+                     (int)s_);                                                                      \
+    } while (0)
+
+const char *cublas_status_name(cublasStatus_t s);
+
+/* A bump arena of pinned host memory mirrored by device memory, for staging host index arrays:
+ * bytes are written to host[used..], copied to dev[used..] with cudaMemcpyAsync on the stream. */
+typedef struct cuda_chunk {
+    char       *host;      /* pinned */
+    char       *dev;
+    size_t      cap, used;
+    cudaEvent_t last_use;  /* recorded after the last op that read this chunk (ring mode) */
+    int         recorded;
+} cuda_chunk;
+
+typedef struct cuda_arena {
+    cuda_chunk *chunks;
+    int         n, cap, cur;
+    int         ring;      /* 1: chunks are reused round-robin after their last_use event;
+                              0: grow only (graph-owned arenas live as long as their graph) */
+} cuda_arena;
+
+typedef struct cuda_alias {
+    const char *host;
+    const char *dev;
+    size_t      bytes;
+} cuda_alias;
+
+typedef struct cuda_free_block {
+    void  *p;
+    size_t bytes;
+} cuda_free_block;
+
+typedef struct cuda_impl {
+    int            device;
+    char           name[256];
+    int            cc_major, cc_minor, n_sm;
+    cudaStream_t   stream;
+    cublasHandle_t cublas;
+    void          *cublas_ws;          /* cuBLAS workspace (needed for graph capture) */
+    size_t         cublas_ws_bytes;
+
+    cuda_arena     stage;              /* per-op index arrays (ring) */
+    cuda_arena    *graph_stage;        /* during capture: arena owned by the graph being captured */
+    int            capturing;
+
+    /* weight upload: two pinned staging buffers (+ device scratch for F32/F16 -> BF16) */
+    void          *up_host[2];
+    void          *up_dev[2];
+    cudaEvent_t    up_ev[2];
+    int            up_used[2];
+    size_t         up_chunk;           /* bytes per staging buffer */
+    int            up_next;
+    uint64_t       up_done, up_total;  /* device bytes uploaded / expected */
+    uint64_t       up_shown;           /* last progress mark printed */
+    double         up_t0;
+    char           up_label[128];
+
+    /* activation allocator: live blocks (pointer -> size) and an exact-size free list */
+    cuda_free_block *live_blocks;
+    int            n_live, cap_live;
+    cuda_free_block *free_blocks;
+    int            n_free, cap_free;
+    size_t         act_live_bytes;
+
+    /* RoPE cos/sin table cache */
+    int32_t       *rope_pos;           /* host copy of the positions the table was built for */
+    int            rope_n, rope_half, rope_pos_cap, rope_valid;
+    float          rope_theta;
+    float         *rope_tab;           /* current table: rope_own, or inside a graph's arena */
+    float         *rope_own;           /* device [rope_own_cap] float2, owned */
+    size_t         rope_own_cap;
+
+    /* scratch: overlapping get_rows, act_to_host bounce */
+    void          *tmp;
+    size_t         tmp_bytes;
+    uint16_t      *bounce;             /* pinned */
+    size_t         bounce_bytes;
+
+    cuda_alias    *aliases;
+    int            n_alias, cap_alias;
+    int            force_generic_attn;
+} cuda_impl;
+
+static inline cuda_impl *cuda_impl_of(backend *be) { return (cuda_impl *)be->impl; }
+
+/* Make the backend's device current on the calling thread (cached per thread). */
+void cuda_use_device(const cuda_impl *ci);
+
+/* Stage a host array for device reads by the next op (or resolve an alias). */
+const void *cuda_stage(cuda_impl *ci, const void *host, size_t bytes);
+/* Mark the end of an op that read staged arrays (ring reuse fence). */
+void cuda_stage_done(cuda_impl *ci);
+
+#endif /* UNMASK_HAVE_CUDA */
+#endif /* UM_CUDA_INTERNAL_H */
