@@ -1,13 +1,119 @@
 /*
- * cmd_serve.c — `unmask serve`. STUB: not implemented yet.
+ * cmd_serve.c — `unmask serve`: settings from built-in defaults, then the JSON config file
+ * (config/unmask.json or --config), then command-line flags; then server_run().
+ * Not here: the server itself (server/). Main thread (it becomes the lws service thread).
  */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "server/server.h"
+#include "server/server_config.h"
+#include "util/fileio.h"
+#include "util/log.h"
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static const char k_usage[] =
+    "usage: unmask serve [--model DIR] [--port N] [options]\n"
+    "\n"
+    "Serves the browser UI (web/), the WebSocket protocol (ws[s]://HOST:PORT/ws, docs/protocol.md) and the\n"
+    "HTTP routes (GET /health, GET /stats, ...) on one port. Prints the URL to open once listening;\n"
+    "GET /health answers 503 {\"status\":\"loading\"} until the model is loaded, then 200 {\"status\":\"ok\"}.\n"
+    "\n"
+    "Settings come from built-in defaults, then the JSON config file (config/unmask.json when it exists,\n"
+    "or --config FILE; keys are the option names with '_' for '-', e.g. \"max_batch\": 8,\n"
+    "\"session_retention\": 120), then these flags. SIGINT/SIGTERM stop the server cleanly.";
 
 int cmd_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "error: 'unmask serve' is not implemented yet\n");
-    return 1;
+    const char *config = NULL, *model_dir = NULL, *host = NULL, *web_root = NULL, *tls_cert = NULL, *tls_key = NULL;
+    int port = INT_MIN, threads = INT_MIN, engines = INT_MIN, max_batch = INT_MIN, max_queue = INT_MIN;
+    int max_bytes = INT_MIN, max_events = INT_MIN, max_sessions = INT_MIN, max_gens = INT_MIN, max_msg = INT_MIN;
+    int ping = INT_MIN, verbose = 0;
+    double retention = NAN;
+    arg_spec specs[] = {
+        {"config", ARG_STR, &config, "JSON config file [config/unmask.json if present]"},
+        {"model", ARG_STR, &model_dir, "checkpoint directory [models/bundled]"},
+        {"host", ARG_STR, &host, "listen address: 127.0.0.1, 0.0.0.0, ::, localhost [127.0.0.1]"},
+        {"port", ARG_INT, &port, "listen port, 0 = any free port (printed) [8080]"},
+        {"web-root", ARG_STR, &web_root, "directory of the browser UI [web]"},
+        {"threads", ARG_INT, &threads, "CPU compute threads in total, 0 = all cores [0]"},
+        {"engines", ARG_INT, &engines, "engine threads (one per device) [1]"},
+        {"max-batch", ARG_INT, &max_batch, "sequences per decode step per engine [8]"},
+        {"max-queue", ARG_INT, &max_queue, "requests waiting beyond free batch slots; more -> queue_full [256]"},
+        {"session-retention", ARG_FLOAT, &retention, "seconds a disconnected session (and its generations) lives [120]"},
+        {"session-max-bytes", ARG_INT, &max_bytes, "per-session event buffer, bytes [8388608]"},
+        {"session-max-events", ARG_INT, &max_events, "per-session event buffer, events [8192]"},
+        {"max-sessions", ARG_INT, &max_sessions, "sessions alive at once, connected + retained [1024]"},
+        {"max-session-generations", ARG_INT, &max_gens, "running generations per session [16]"},
+        {"max-message-bytes", ARG_INT, &max_msg, "largest WebSocket message / HTTP body, bytes [1048576]"},
+        {"ping-interval", ARG_INT, &ping, "seconds of silence before a WebSocket ping; hang up 10 s later [30]"},
+        {"tls-cert", ARG_STR, &tls_cert, "PEM certificate (chain): serve https:// and wss:// (TLS 1.2+)"},
+        {"tls-key", ARG_STR, &tls_key, "PEM private key for --tls-cert"},
+        {"verbose", ARG_FLAG, &verbose, "debug logging (also libwebsockets warnings)"},
+        {NULL, 0, NULL, NULL},
+    };
+    int r = args_parse(argc, argv, k_usage, specs);
+    if (r != 0) return r > 0 ? 0 : 2;
+
+    server_config cfg;
+    server_config_defaults(&cfg);
+    um_err err = {0};
+    const char *cfg_path = config;
+    char fallback[4096];
+    if (!cfg_path) {
+        if (file_exists("config/unmask.json")) cfg_path = "config/unmask.json";
+    }
+    if (cfg_path && server_config_load_file(&cfg, cfg_path, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        server_config_free(&cfg);
+        return 2;
+    }
+    int web_root_given = web_root != NULL || (cfg.file && json_object_get(cfg.file, "web_root"));
+    if (model_dir) server_config_set_str(&cfg.model, model_dir);
+    if (host) server_config_set_str(&cfg.host, host);
+    if (web_root) server_config_set_str(&cfg.web_root, web_root);
+    if (tls_cert) server_config_set_str(&cfg.tls_cert, tls_cert);
+    if (tls_key) server_config_set_str(&cfg.tls_key, tls_key);
+    if (port != INT_MIN) cfg.port = port;
+    if (threads != INT_MIN) cfg.threads = threads;
+    if (engines != INT_MIN) cfg.engines = engines;
+    if (max_batch != INT_MIN) cfg.max_batch = max_batch;
+    if (max_queue != INT_MIN) cfg.max_queue = max_queue;
+    if (!isnan(retention)) cfg.session_retention_s = retention;
+    if (max_bytes != INT_MIN) cfg.session_max_bytes = max_bytes < 0 ? 0 : (size_t)max_bytes;
+    if (max_events != INT_MIN) cfg.session_max_events = max_events;
+    if (max_sessions != INT_MIN) cfg.max_sessions = max_sessions;
+    if (max_gens != INT_MIN) cfg.max_session_generations = max_gens;
+    if (max_msg != INT_MIN) cfg.max_message_bytes = max_msg < 0 ? 0 : (size_t)max_msg;
+    if (ping != INT_MIN) cfg.ping_interval_s = ping;
+    if (verbose) cfg.verbose = 1;
+    /* the UI ships with the sources: when run from elsewhere, fall back to the source tree's web/ */
+    if (!web_root_given && !is_dir(cfg.web_root)) {
+        path_join(fallback, sizeof fallback, UNMASK_SOURCE_DIR, "web");
+        if (is_dir(fallback)) server_config_set_str(&cfg.web_root, fallback);
+    }
+    if (server_config_check(&cfg, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        server_config_free(&cfg);
+        return 2;
+    }
+    if (cfg.verbose) log_level_set(LOG_LEVEL_DEBUG);
+    if (!is_dir(cfg.model)) {
+        fprintf(stderr, "error: --model %s: no such checkpoint directory (make one with: unmask make-model --out %s)\n",
+                cfg.model, cfg.model);
+        server_config_free(&cfg);
+        return 2;
+    }
+    int rc = server_run(&cfg, &err);
+    if (rc != 0) fprintf(stderr, "error: %s\n", err.msg);
+    server_config_free(&cfg);
+    return rc;
 }

@@ -1,0 +1,198 @@
+/*
+ * request.c — prompt + decode parameters from JSON (request.h). Pure; any thread.
+ * Not here: transport framing and ids (ws_protocol.c), scheduling (sched/).
+ */
+#include "api/request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/event_json.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "util/log.h"
+
+#define API_MAX_PROMPT_IDS (1 << 20)
+
+int api_error_set(api_error *e, const char *code, const char *param, const char *fmt, ...) {
+    if (!e) return -1;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int api_error_from(api_error *e, const char *code, const um_err *err) {
+    if (!e) return -1;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", err->param);
+    snprintf(e->msg, sizeof e->msg, "%s", err->msg);
+    return -1;
+}
+
+int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, api_error *e) {
+    const json_t *prompt = json_object_get(obj, "prompt");
+    const json_t *msgs = json_object_get(obj, "messages");
+    const json_t *pids = json_object_get(obj, "prompt_ids");
+    if (json_is_null(prompt)) prompt = NULL;
+    if (json_is_null(msgs)) msgs = NULL;
+    if (json_is_null(pids)) pids = NULL;
+    int given = !!prompt + !!msgs + !!pids;
+    if (given != 1)
+        return api_error_set(e, "invalid_request", given ? "prompt" : "prompt",
+                             given ? "give only one of \"prompt\", \"messages\" or \"prompt_ids\""
+                                   : "missing the prompt: give \"prompt\" (text), \"messages\" (chat) or "
+                                     "\"prompt_ids\" (token ids)");
+    *ids = NULL;
+    *n = 0;
+    if (pids) {
+        if (!json_is_array(pids)) return api_error_set(e, "invalid_request", "prompt_ids", "\"prompt_ids\" must be an array of token ids");
+        size_t k = json_array_size(pids);
+        if (k == 0) return api_error_set(e, "invalid_request", "prompt_ids", "\"prompt_ids\" is empty");
+        if (k > API_MAX_PROMPT_IDS)
+            return api_error_set(e, "invalid_request", "prompt_ids", "\"prompt_ids\" has %zu ids, at most %d are allowed", k,
+                                 API_MAX_PROMPT_IDS);
+        int32_t *v = xmalloc(k * sizeof *v);
+        for (size_t i = 0; i < k; i++) {
+            const json_t *x = json_array_get(pids, i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+                free(v);
+                return api_error_set(e, "invalid_request", "prompt_ids",
+                                     "\"prompt_ids\"[%zu] must be a non-negative integer token id", i);
+            }
+            v[i] = (int32_t)json_integer_value(x);
+        }
+        *ids = v;
+        *n = (int)k;
+        return 0;
+    }
+    if (!m->tok)
+        return api_error_set(e, "unsupported", prompt ? "prompt" : "messages",
+                             "this model has no tokenizer; send \"prompt_ids\" instead");
+    char *text = NULL;
+    um_err err = {0};
+    if (msgs) {
+        if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+            return api_error_set(e, "invalid_request", "messages",
+                                 "\"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
+        for (size_t i = 0; i < json_array_size(msgs); i++) {
+            const json_t *mo = json_array_get(msgs, i);
+            if (!json_is_object(mo) || !json_is_string(json_object_get(mo, "role")) ||
+                !json_is_string(json_object_get(mo, "content")))
+                return api_error_set(e, "invalid_request", "messages",
+                                     "\"messages\"[%zu] must be an object with string \"role\" and \"content\"", i);
+        }
+        if (!m->chat)
+            return api_error_set(e, "unsupported", "messages",
+                                 "this model has no chat template; send \"prompt\" (raw text) instead");
+        if (chat_template_render(m->chat, msgs, 1, &text, &err) != 0) {
+            um_err_prefix(&err, "chat template");
+            return api_error_from(e, "invalid_request", &err);
+        }
+    } else {
+        if (!json_is_string(prompt)) return api_error_set(e, "invalid_request", "prompt", "\"prompt\" must be a string");
+        text = xstrndup(json_string_value(prompt), json_string_length(prompt));
+    }
+    size_t nn = 0;
+    int rc = tokenizer_encode(m->tok, text, strlen(text), 1, ids, &nn, &err);
+    free(text);
+    if (rc != 0) {
+        snprintf(err.param, sizeof err.param, "%s", msgs ? "messages" : "prompt");
+        return api_error_from(e, "invalid_request", &err);
+    }
+    if (nn == 0) {
+        free(*ids);
+        *ids = NULL;
+        return api_error_set(e, "invalid_request", msgs ? "messages" : "prompt", "the prompt is empty");
+    }
+    *n = (int)nn;
+    return 0;
+}
+
+/* Top-level fields a generation request may carry (others are reported back as ignored). */
+static const char *const k_known_fields[] = {
+    "type", "event_id", "id", "prompt", "messages", "prompt_ids", "params", "stream",
+    /* decode parameters (decode/event_json.h) */
+    "gen_length", "max_tokens", "max_new_tokens", "block_length", "steps", "decoder", "threshold", "factor",
+    "temperature", "top_k", "top_p", "seed", "cfg_scale", "logits_eos_inf", "confidence_eos_eot_inf",
+    "block_layout", "stop_at_eos", "stream_drafts", "drafts", "draft_every", NULL,
+};
+
+static int known_field(const char *k) {
+    for (int i = 0; k_known_fields[i]; i++)
+        if (strcmp(k_known_fields[i], k) == 0) return 1;
+    return 0;
+}
+
+void api_gen_request_free(api_gen_request *r) {
+    if (r->seq) decode_seq_free(r->seq);
+    if (r->params) json_decref(r->params);
+    if (r->ignored) json_decref(r->ignored);
+    memset(r, 0, sizeof *r);
+}
+
+int api_gen_request_parse(const model *m, const json_t *obj, api_gen_request *out, api_error *e) {
+    memset(out, 0, sizeof *out);
+    out->stream_every = 1;
+    if (!json_is_object(obj)) return api_error_set(e, "invalid_request", "", "the request must be a JSON object");
+    decode_params p = decode_params_for_model(m);
+    um_err err = {0};
+    if (decode_params_apply_json(&p, obj, &err) != 0) return api_error_from(e, "invalid_request", &err);
+    const json_t *params = json_object_get(obj, "params");
+    if (params && !json_is_null(params)) {
+        if (!json_is_object(params)) return api_error_set(e, "invalid_request", "params", "\"params\" must be an object");
+        if (decode_params_apply_json(&p, params, &err) != 0) {
+            char inner[64];
+            snprintf(inner, sizeof inner, "params.%s", err.param);
+            snprintf(err.param, sizeof err.param, "%s", inner);
+            return api_error_from(e, "invalid_request", &err);
+        }
+    }
+    const json_t *stream = json_object_get(obj, "stream");
+    if (stream && !json_is_null(stream) && !json_is_boolean(stream)) { /* booleans: HTTP APIs' "stream" */
+        if (!json_is_object(stream))
+            return api_error_set(e, "invalid_request", "stream",
+                                 "\"stream\" must be an object like {\"drafts\": true, \"every\": 1}");
+        const char *k;
+        const json_t *v;
+        json_object_foreach((json_t *)stream, k, v) {
+            if (strcmp(k, "drafts") == 0) {
+                if (!json_is_boolean(v)) return api_error_set(e, "invalid_request", "stream.drafts", "\"stream.drafts\" must be true or false");
+                p.stream_drafts = json_is_true(v);
+            } else if (strcmp(k, "draft_every") == 0) {
+                if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
+                    return api_error_set(e, "invalid_request", "stream.draft_every", "\"stream.draft_every\" must be an integer >= 1");
+                p.draft_every = (int)json_integer_value(v);
+            } else if (strcmp(k, "every") == 0) {
+                if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
+                    return api_error_set(e, "invalid_request", "stream.every", "\"stream.every\" must be an integer >= 1");
+                out->stream_every = (int)json_integer_value(v);
+            } else {
+                return api_error_set(e, "invalid_request", "stream",
+                                     "unknown field \"stream.%s\" (known: drafts, draft_every, every)", k);
+            }
+        }
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    if (api_prompt_tokens(m, obj, &ids, &n, e) != 0) return -1;
+    decode_seq *seq = decode_seq_create(m, &p, ids, n, &err);
+    free(ids);
+    if (!seq) return api_error_from(e, "invalid_request", &err);
+    out->seq = seq;
+    out->n_prompt = n;
+    out->params = decode_params_to_json(&p);
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)obj, k, v) {
+        if (known_field(k)) continue;
+        if (!out->ignored) out->ignored = json_array();
+        json_array_append_new(out->ignored, json_string(k));
+    }
+    return 0;
+}

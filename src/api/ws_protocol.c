@@ -1,0 +1,217 @@
+/*
+ * ws_protocol.c — WebSocket JSON protocol messages (ws_protocol.h). Pure; any thread.
+ * Not here: sessions and sockets (server/), request bodies (request.c).
+ */
+#include "api/ws_protocol.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "util/log.h"
+
+static const struct {
+    const char       *name;
+    enum api_msg_type type;
+} k_types[] = {
+    {"generate", API_MSG_GENERATE}, {"cancel", API_MSG_CANCEL}, {"session.resume", API_MSG_RESUME},
+    {"ack", API_MSG_ACK},           {"ping", API_MSG_PING},
+};
+
+const char *api_msg_type_name(enum api_msg_type t) {
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
+        if (k_types[i].type == t) return k_types[i].name;
+    return "?";
+}
+
+static int id_ok(const char *s, size_t n) {
+    if (n == 0 || n > API_ID_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.' || c == ':'))
+            return 0;
+    }
+    return 1;
+}
+
+static int seq_field(const json_t *root, const char *name, uint64_t *out, api_error *e) {
+    const json_t *v = json_object_get(root, name);
+    if (!v) return api_error_set(e, "invalid_request", name, "missing \"%s\" (a non-negative integer)", name);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return api_error_set(e, "invalid_request", name, "\"%s\" must be a non-negative integer", name);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+void api_msg_free(api_msg *m) {
+    if (m->root) json_decref(m->root);
+    m->root = NULL;
+}
+
+int api_msg_parse(const char *text, size_t len, api_msg *m, api_error *e) {
+    memset(m, 0, sizeof *m);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return api_error_set(e, "invalid_json", "", "the message is not valid JSON: %s (at byte %d)", je.text, je.position);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return api_error_set(e, "invalid_message", "", "a message must be a JSON object with a \"type\"");
+    }
+    const json_t *eid = json_object_get(root, "event_id");
+    if (eid && !json_is_null(eid)) {
+        size_t n = json_is_string(eid) ? json_string_length(eid) : 0;
+        int ok = json_is_string(eid) && n <= API_EVENT_ID_MAX && strlen(json_string_value(eid)) == n;
+        if (!ok) {
+            json_decref(root);
+            return api_error_set(e, "invalid_message", "event_id", "\"event_id\" must be a string of at most %d bytes",
+                                 API_EVENT_ID_MAX);
+        }
+        memcpy(m->event_id, json_string_value(eid), n + 1);
+    }
+    const json_t *type = json_object_get(root, "type");
+    if (!json_is_string(type)) {
+        json_decref(root);
+        return api_error_set(e, "invalid_message", "type", type ? "\"type\" must be a string" : "the message has no \"type\"");
+    }
+    const char *tn = json_string_value(type);
+    size_t ti = 0;
+    for (; ti < sizeof k_types / sizeof k_types[0]; ti++)
+        if (strcmp(k_types[ti].name, tn) == 0) break;
+    if (ti == sizeof k_types / sizeof k_types[0]) {
+        api_error_set(e, "unknown_type", "type",
+                      "unknown message type \"%.64s\" (expected generate, cancel, session.resume, ack or ping)", tn);
+        json_decref(root);
+        return -1;
+    }
+    m->type = k_types[ti].type;
+    const json_t *id = json_object_get(root, "id");
+    switch (m->type) {
+    case API_MSG_GENERATE:
+        if (id && !json_is_null(id)) {
+            if (!json_is_string(id) || !id_ok(json_string_value(id), json_string_length(id))) {
+                json_decref(root);
+                return api_error_set(e, "invalid_request", "id",
+                                     "\"id\" must be 1-%d characters of [A-Za-z0-9_.:-]", API_ID_MAX);
+            }
+            memcpy(m->id, json_string_value(id), json_string_length(id) + 1);
+        }
+        break;
+    case API_MSG_CANCEL:
+        if (!json_is_string(id) || !id_ok(json_string_value(id), json_string_length(id))) {
+            json_decref(root);
+            return api_error_set(e, "invalid_request", "id", "cancel needs the \"id\" of a generation (a string)");
+        }
+        memcpy(m->id, json_string_value(id), json_string_length(id) + 1);
+        break;
+    case API_MSG_RESUME: {
+        const json_t *sess = json_object_get(root, "session");
+        if (!json_is_string(sess) || json_string_length(sess) != API_TOKEN_HEX) {
+            json_decref(root);
+            return api_error_set(e, "invalid_request", "session",
+                                 "\"session\" must be the %d-character token from session.created", API_TOKEN_HEX);
+        }
+        memcpy(m->session, json_string_value(sess), API_TOKEN_HEX + 1);
+        if (seq_field(root, "last_seq", &m->seq, e) != 0) {
+            json_decref(root);
+            return -1;
+        }
+        break;
+    }
+    case API_MSG_ACK:
+        if (seq_field(root, "seq", &m->seq, e) != 0) {
+            json_decref(root);
+            return -1;
+        }
+        break;
+    case API_MSG_PING: break;
+    }
+    m->root = root;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- events */
+
+json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_id) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("error"));
+    if (gen_id && gen_id[0]) json_object_set_new(o, "id", json_string(gen_id));
+    if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
+    json_object_set_new(o, "error", json_pack("{s:s,s:s,s:o}", "code", e->code ? e->code : "error", "message", e->msg,
+                                              "param", e->param[0] ? json_string(e->param) : json_null()));
+    return o;
+}
+
+json_t *api_ev_pong(const char *event_id) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("pong"));
+    if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    json_object_set_new(o, "time_ms", json_integer((json_int_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000));
+    return o;
+}
+
+json_t *api_ev_accepted(const char *gen_id, const char *event_id, int queue_pos, int n_prompt, const json_t *params,
+                        const json_t *ignored) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("accepted"));
+    json_object_set_new(o, "id", json_string(gen_id));
+    if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
+    json_object_set_new(o, "queue_position", json_integer(queue_pos));
+    json_object_set_new(o, "prompt_tokens", json_integer(n_prompt));
+    if (params) json_object_set(o, "params", (json_t *)params);
+    if (ignored && json_array_size(ignored)) json_object_set(o, "ignored_fields", (json_t *)ignored);
+    return o;
+}
+
+json_t *api_ev_generation(json_t *ev_obj, const char *gen_id) {
+    json_t *o = json_object();
+    json_t *type = json_object_get(ev_obj, "type");
+    if (type) json_object_set(o, "type", type);
+    json_object_set_new(o, "id", json_string(gen_id));
+    json_object_update_missing(o, ev_obj);
+    json_decref(ev_obj);
+    return o;
+}
+
+static int pos_in(const json_t *arr, json_int_t pos) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(arr, i, c) {
+        if (json_integer_value(json_object_get(c, "pos")) == pos) return 1;
+    }
+    return 0;
+}
+
+void api_step_merge(json_t *into, const json_t *next) {
+    json_t *ic = json_object_get(into, "commits");
+    const json_t *nc = json_object_get(next, "commits");
+    if (!json_is_array(ic)) {
+        ic = json_array();
+        json_object_set_new(into, "commits", ic);
+    }
+    if (json_is_array(nc)) json_array_extend(ic, (json_t *)nc);
+    const json_t *nd = json_object_get(next, "drafts");
+    if (nd) {
+        json_object_set(into, "drafts", (json_t *)nd);
+    } else {
+        json_t *id = json_object_get(into, "drafts");
+        if (json_is_array(id) && json_is_array(nc)) {
+            json_t *kept = json_array();
+            size_t i;
+            json_t *d;
+            json_array_foreach(id, i, d) {
+                if (!pos_in(nc, json_integer_value(json_object_get(d, "pos")))) json_array_append(kept, d);
+            }
+            json_object_set_new(into, "drafts", kept);
+        }
+    }
+    static const char *const latest[] = {"step", "block", "n_blocks", "progress", NULL};
+    for (int i = 0; latest[i]; i++) {
+        json_t *v = json_object_get(next, latest[i]);
+        if (v) json_object_set(into, latest[i], v);
+    }
+    json_int_t a = json_integer_value(json_object_get(into, "merged"));
+    json_int_t b = json_integer_value(json_object_get(next, "merged"));
+    json_object_set_new(into, "merged", json_integer((a ? a : 1) + (b ? b : 1)));
+}

@@ -1,0 +1,63 @@
+/*
+ * ws_protocol.h — the unmask WebSocket JSON protocol (docs/protocol.md): client message parsing
+ * and validation, server event objects, and merging of step events.
+ *
+ * Client -> server (one JSON object per text message, "type" required, "event_id" optional and
+ * echoed in errors/replies): generate, cancel {id}, session.resume {session, last_seq},
+ * ack {seq}, ping.
+ * Server -> client: session.created, session.resumed, accepted, step, block, done, error, pong.
+ * Every server event carries "seq" (added by the session layer when the frame is written).
+ *
+ * Not here: sessions, buffering, sockets (server/ws.c, server/session.c); request bodies
+ * (api/request.h). Pure functions; any thread.
+ */
+#ifndef UM_API_WS_PROTOCOL_H
+#define UM_API_WS_PROTOCOL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/request.h"
+
+#define API_ID_MAX       64    /* generation ids: [A-Za-z0-9_.:-]{1,64} */
+#define API_EVENT_ID_MAX 128   /* client event ids: printable, <= 128 bytes */
+#define API_TOKEN_HEX    64    /* session token: 64 hex characters */
+
+enum api_msg_type { API_MSG_GENERATE, API_MSG_CANCEL, API_MSG_RESUME, API_MSG_ACK, API_MSG_PING };
+
+typedef struct api_msg {
+    enum api_msg_type type;
+    json_t     *root;                         /* the parsed object (owned) */
+    char        event_id[API_EVENT_ID_MAX + 1]; /* "" when absent */
+    char        id[API_ID_MAX + 1];           /* generate (optional) / cancel (required) */
+    char        session[API_TOKEN_HEX + 1];   /* session.resume */
+    uint64_t    seq;                          /* session.resume: last_seq; ack: seq */
+} api_msg;
+
+/* Parse one text message. On error fills e (code: invalid_json, invalid_message, unknown_type,
+ * invalid_request) and, when it could be read, m->event_id (so the error can echo it); m->root is
+ * then NULL. */
+int  api_msg_parse(const char *text, size_t len, api_msg *m, api_error *e);
+void api_msg_free(api_msg *m);
+const char *api_msg_type_name(enum api_msg_type t);
+
+/* ---------------------------------------------------------------- server events (new refs) */
+
+/* {"type":"error","error":{"code","message","param"},"event_id"?,"id"?} */
+json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_id);
+/* {"type":"pong","event_id"?,"time_ms"} */
+json_t *api_ev_pong(const char *event_id);
+/* {"type":"accepted","id","event_id"?,"queue_position","prompt_tokens","params","ignored_fields"?} */
+json_t *api_ev_accepted(const char *gen_id, const char *event_id, int queue_pos, int n_prompt, const json_t *params,
+                        const json_t *ignored);
+/* A decode event object (event_json.h) re-keyed as {"type", "id", <rest>} for the wire. Steals
+ * ev_obj. */
+json_t *api_ev_generation(json_t *ev_obj, const char *gen_id);
+
+/* Merge step event `next` (same generation, later) into `into`: commits concatenated, drafts
+ * replaced (or, when next has none, pruned of positions next committed), step/block/progress
+ * from next, "merged" = number of steps folded into the frame. */
+void api_step_merge(json_t *into, const json_t *next);
+
+#endif /* UM_API_WS_PROTOCOL_H */

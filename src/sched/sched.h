@@ -1,0 +1,131 @@
+/*
+ * sched.h — admission queue, step-level continuous batching and the engine thread pool.
+ *
+ * A sched_req wraps one decode_seq (a generation). Transports (WebSocket sessions, HTTP/SSE
+ * handlers) create requests, sched_submit() them and receive their events through the `emit`
+ * callback given to sched_create(); the server forwards those to the service thread (server/hub).
+ *
+ * Engines: one thread per device (today: the CPU backend; N model_ctx for N devices). Each engine
+ * loops: drop cancelled sequences, admit queued requests up to max_batch (round-robin across
+ * owner keys — sessions — so one session's burst cannot starve others), run ONE decode_step over
+ * all its active sequences, let finished ones leave. Requests join and leave between steps.
+ *
+ * Every submitted request produces exactly one final event (kind SCHED_EV_DONE, final = 1) —
+ * finished, cancelled (queued or running) or failed — after which the scheduler never touches it
+ * again; whoever consumes that event frees the request (sched_req_free).
+ *
+ * Not here: sockets, JSON protocol, sessions, tokenization (server/, api/). Decoding (decode/).
+ *
+ * Threads: sched_create/sched_stop/sched_free on the main thread; sched_submit/sched_cancel from
+ * any thread (the lws service thread in practice); `emit` runs on engine threads and, for requests
+ * cancelled while still queued, on the thread that called sched_cancel. All shared state is under
+ * sched.lock.
+ */
+#ifndef UM_SCHED_H
+#define UM_SCHED_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "decode/decode.h"
+#include "model/model.h"
+#include "util/err.h"
+
+typedef struct sched sched;
+typedef struct sched_req sched_req;
+
+enum sched_ev_kind {
+    SCHED_EV_STEP,   /* decode STEP event */
+    SCHED_EV_BLOCK,  /* decode BLOCK event */
+    SCHED_EV_DONE,   /* decode DONE event: always the request's last event (final = 1) */
+};
+
+/* One event of one request, handed from an engine thread to whoever consumes it. */
+typedef struct sched_event {
+    struct sched_event *next;   /* list link for the consumer's queues */
+    sched_req          *req;
+    enum sched_ev_kind  kind;
+    int                 final;  /* 1: last event of req; the scheduler has let go of req */
+    json_t             *obj;    /* owned: decode_event_to_json() of the event (+ "queue_ms" in
+                                   DONE's timings); transports add id/seq */
+    uint64_t            t_ns;   /* time_now_ns() when the engine produced it */
+} sched_event;
+
+void sched_event_free(sched_event *ev);
+
+/* Called for every event (engine threads, or sched_cancel's caller). Takes ownership of ev. Must
+ * not block for long and must not call back into the scheduler. */
+typedef void (*sched_emit_fn)(void *user, sched_event *ev);
+
+/* Service-thread delivery hook of a request (see server/hub): set by the transport that owns the
+ * request; never called by the scheduler itself. */
+typedef void (*sched_deliver_fn)(sched_req *r, sched_event *ev);
+
+struct sched_req {
+    /* --- set at creation, immutable afterwards (read by any thread) */
+    decode_seq *seq;            /* owned */
+    uint64_t    owner_key;      /* fairness key (session id); requests with equal keys share a
+                                   round-robin turn */
+    uint64_t    id;             /* unique, assigned by sched_req_create */
+    uint64_t    t_create_ns;
+
+    /* --- transport-owned (service thread only; the scheduler never reads these) */
+    sched_deliver_fn deliver;   /* NULL = events are dropped (owner gone) */
+    void            *owner;     /* the transport's object (session generation, HTTP stream) */
+
+    /* --- scheduler-owned (under sched.lock, or the owning engine thread once admitted) */
+    atomic_int  cancel;         /* 1: stop at the next step boundary (set by sched_cancel) */
+    int         state;          /* SCHED_REQ_* */
+    uint64_t    t_submit_ns;
+    uint64_t    t_admit_ns;
+    sched_req  *q_next;         /* queue link (within its owner bucket) */
+};
+
+enum { SCHED_REQ_NEW, SCHED_REQ_QUEUED, SCHED_REQ_ACTIVE, SCHED_REQ_FINISHED };
+
+typedef struct sched_opts {
+    int max_batch;   /* sequences per decode_step per engine (>= 1) */
+    int max_queue;   /* requests waiting for admission in total (>= 0) */
+} sched_opts;
+
+/* Aggregate counters (a consistent snapshot taken under the lock). */
+typedef struct sched_stats {
+    int      queued, active;        /* now */
+    uint64_t submitted, rejected, finished, cancelled, failed;
+    uint64_t steps;                 /* decode_step calls over all engines */
+    uint64_t step_seqs;             /* sum of batch sizes over those calls */
+    int      max_batch_seen;
+    double   step_ms_total;         /* wall time inside decode_step, summed */
+} sched_stats;
+
+/* ctxs[0..n_engines): one model_ctx per engine, all for the same model; the scheduler borrows
+ * them (the caller frees them after sched_free). Engines start immediately. */
+sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_emit_fn emit, void *emit_user);
+/* Stop engines after their current step and join them. Idempotent. */
+void sched_stop(sched *s);
+/* After sched_stop: finish every request still queued or active (DONE, finish_reason "cancelled"),
+ * emitted through `emit` from the calling thread; then the scheduler holds nothing. */
+void sched_finish_all(sched *s);
+void sched_free(sched *s);
+
+/* New request around seq (ownership of seq moves to the request). */
+sched_req *sched_req_create(decode_seq *seq, uint64_t owner_key);
+/* Free a request that was never submitted, or whose final event was consumed. */
+void sched_req_free(sched_req *r);
+
+/* Queue r. On success *queue_pos = requests that must be admitted before it (0: it joins at the
+ * next step boundary). The queue holds max_queue waiting requests beyond the free batch slots;
+ * when full: -1, UM_ERR_RESOURCE. After sched_stop: -1, UM_ERR_INTERNAL. On failure r is
+ * untouched (the caller frees it). */
+int sched_submit(sched *s, sched_req *r, int *queue_pos, um_err *err);
+/* Cancel r: queued -> removed now and its final DONE (finish_reason "cancelled") emitted from this
+ * thread; running -> stops at the next step boundary (final DONE from the engine). No-op once it
+ * finished. Call it from the thread that consumes r's events (so r cannot be freed meanwhile). */
+void sched_cancel(sched *s, sched_req *r);
+
+void sched_get_stats(sched *s, sched_stats *out);
+int  sched_n_engines(const sched *s);
+const sched_opts *sched_get_opts(const sched *s);
+
+#endif /* UM_SCHED_H */

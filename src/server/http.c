@@ -1,0 +1,512 @@
+/*
+ * http.c — the lws "http" protocol (protocols[0]): route table dispatch, request bodies, queued
+ * responses and streams written one lws_write per WRITEABLE, static files for unclaimed GETs,
+ * and the hub wake-up (LWS_CALLBACK_EVENT_WAIT_CANCELLED arrives here).
+ *
+ * Not here: route handlers (routes.c and other route modules), static path checks (static.c),
+ * WebSocket (ws.c). Threads: lws service thread only.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_internal.h"
+#include "util/log.h"
+
+#define HTTP_CHUNK          (16u << 10)   /* bytes per body lws_write */
+#define HTTP_STREAM_MAX     (16u << 20)   /* queued stream bytes before http_stream_write fails */
+#define HTTP_PATH_MAX       2048
+#define HTTP_MAX_ROUTE_SETS 64
+
+struct http_conn {
+    struct lws *wsi;
+    server     *srv;
+    /* current transaction */
+    int         in_txn;
+    enum http_method method;
+    char        method_name[12];
+    char        path[HTTP_PATH_MAX];
+    const http_route *route;
+    char       *body;           /* owned, NUL-terminated */
+    size_t      body_len, body_cap;
+    /* response */
+    int         responded;      /* a response or stream was set up */
+    int         hdr_sent;
+    int         status;
+    char        ctype[128];
+    char      **hdrs;           /* owned "Name: value" strings, NULL-terminated, or NULL */
+    int         streaming;      /* body length unknown: connection closes at the end */
+    int         stream_ended;
+    int         close_after;    /* close the connection once the response is written */
+    unsigned char *out;         /* queued body bytes [out_off, out_len) */
+    size_t      out_len, out_off, out_cap;
+    size_t      content_len;    /* one-shot responses */
+    unsigned char *wbuf;        /* LWS_PRE + HTTP_CHUNK */
+    void      (*close_fn)(void *user);
+    void       *close_user;
+};
+
+size_t http_conn_size(void) { return sizeof(http_conn); }
+
+/* ---------------------------------------------------------------- route table */
+
+static const http_route *g_route_sets[HTTP_MAX_ROUTE_SETS];
+static int g_n_route_sets;
+
+void http_routes_add(const http_route *routes) {
+    for (int i = 0; i < g_n_route_sets; i++)
+        if (g_route_sets[i] == routes) return;
+    CHECK(g_n_route_sets < HTTP_MAX_ROUTE_SETS);
+    g_route_sets[g_n_route_sets++] = routes;
+}
+
+static int method_matches(const char *want, const char *have) {
+    return strcmp(want, "*") == 0 || strcmp(want, have) == 0 ||
+           (strcmp(want, "GET") == 0 && strcmp(have, "HEAD") == 0);
+}
+
+/* Best route for (method, path); *path_known = 1 when some route claims the path with another
+ * method (-> 405). */
+static const http_route *route_find(const char *method, const char *path, int *path_known) {
+    const http_route *best = NULL;
+    size_t best_len = 0;
+    int best_exact = 0;
+    *path_known = 0;
+    for (int i = 0; i < g_n_route_sets; i++)
+        for (const http_route *r = g_route_sets[i]; r->path; r++) {
+            size_t n = strlen(r->path);
+            int exact = !r->prefix && strcmp(r->path, path) == 0;
+            int pre = r->prefix && strncmp(r->path, path, n) == 0;
+            if (!exact && !pre) continue;
+            if (!method_matches(r->method, method)) {
+                *path_known = 1;
+                continue;
+            }
+            if (exact && !best_exact) {
+                best = r, best_len = n, best_exact = 1;
+            } else if (!best_exact && n > best_len) {
+                best = r, best_len = n;
+            }
+        }
+    return best;
+}
+
+/* ---------------------------------------------------------------- request helpers */
+
+struct server *http_server(http_conn *c) { return c->srv; }
+struct lws *http_wsi(http_conn *c) { return c->wsi; }
+
+int http_header(http_conn *c, const char *name, char *buf, size_t cap) {
+    if (!c->wsi || cap < 2 || cap > 0x7fffffff) return -1;
+    char want[96];
+    size_t n = strlen(name);
+    if (n + 2 > sizeof want) return -1;
+    for (size_t i = 0; i < n; i++) want[i] = (char)tolower((unsigned char)name[i]);
+    want[n] = ':';
+    want[n + 1] = 0;
+    for (int t = 0; t < WSI_TOKEN_COUNT; t++) {
+        const unsigned char *s = lws_token_to_string((enum lws_token_indexes)t);
+        if (!s || strcmp((const char *)s, want) != 0) continue;
+        int len = lws_hdr_total_length(c->wsi, (enum lws_token_indexes)t);
+        if (len <= 0 || (size_t)len >= cap) return -1;
+        return lws_hdr_copy(c->wsi, buf, (int)cap, (enum lws_token_indexes)t) < 0 ? -1 : len;
+    }
+#if defined(LWS_WITH_CUSTOM_HEADERS)
+    int len = lws_hdr_custom_length(c->wsi, want, (int)n + 1);
+    if (len <= 0 || (size_t)len >= cap) return -1;
+    return lws_hdr_custom_copy(c->wsi, buf, (int)cap, want, (int)n + 1) < 0 ? -1 : len;
+#else
+    return -1;
+#endif
+}
+
+int http_query(http_conn *c, const char *name, char *buf, size_t cap) {
+    if (!c->wsi || cap < 2 || cap > 0x7fffffff) return -1;
+    size_t nl = strlen(name);
+    char frag[4096];
+    for (int i = 0;; i++) {
+        int n = lws_hdr_copy_fragment(c->wsi, frag, sizeof frag, WSI_TOKEN_HTTP_URI_ARGS, i);
+        if (n < 0) return -1;
+        if ((size_t)n > nl && strncmp(frag, name, nl) == 0 && frag[nl] == '=') {
+            size_t vl = (size_t)n - nl - 1;
+            if (vl >= cap) return -1;
+            memcpy(buf, frag + nl + 1, vl);
+            buf[vl] = 0;
+            return (int)vl;
+        }
+        if ((size_t)n == nl && strncmp(frag, name, nl) == 0) {
+            buf[0] = 0;
+            return 0;
+        }
+    }
+}
+
+void http_peer(http_conn *c, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (c->wsi) lws_get_peer_simple(c->wsi, buf, cap);
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static void txn_reset(http_conn *c) {
+    free(c->body);
+    c->body = NULL;
+    c->body_len = c->body_cap = 0;
+    if (c->hdrs) {
+        for (char **h = c->hdrs; *h; h++) free(*h);
+        free(c->hdrs);
+    }
+    c->hdrs = NULL;
+    free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_off = c->out_cap = 0;
+    c->in_txn = c->responded = c->hdr_sent = c->streaming = c->stream_ended = c->close_after = 0;
+    c->status = 0;
+    c->content_len = 0;
+    c->route = NULL;
+    c->close_fn = NULL;
+    c->close_user = NULL;
+}
+
+static void conn_free(http_conn *c) {
+    txn_reset(c);
+    free(c->wbuf);
+    c->wbuf = NULL;
+}
+
+static void set_headers(http_conn *c, const char *const *headers) {
+    if (!headers) return;
+    int n = 0;
+    while (headers[n]) n++;
+    c->hdrs = xcalloc((size_t)n + 1, sizeof *c->hdrs);
+    for (int i = 0; i < n; i++) c->hdrs[i] = xstrdup(headers[i]);
+}
+
+static void out_append(http_conn *c, const void *data, size_t len) {
+    if (c->out_off > 0 && c->out_off == c->out_len) c->out_off = c->out_len = 0;
+    if (c->out_len + len > c->out_cap) {
+        if (c->out_off > 0) { /* compact first */
+            memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+            c->out_len -= c->out_off;
+            c->out_off = 0;
+        }
+        if (c->out_len + len > c->out_cap) {
+            size_t cap = c->out_cap ? c->out_cap : 4096;
+            while (cap < c->out_len + len) cap *= 2;
+            c->out = xrealloc(c->out, cap);
+            c->out_cap = cap;
+        }
+    }
+    memcpy(c->out + c->out_len, data, len);
+    c->out_len += len;
+}
+
+int http_respond(http_conn *c, int status, const char *content_type, const char *body, size_t len,
+                 const char *const *headers) {
+    if (!c->wsi || c->responded) return -1;
+    c->responded = 1;
+    c->status = status;
+    snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/plain; charset=utf-8");
+    set_headers(c, headers);
+    if (len && c->method != HTTP_HEAD) out_append(c, body, len);
+    c->content_len = len;
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+int http_respond_json(http_conn *c, int status, json_t *obj, const char *const *headers) {
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    CHECK(s);
+    size_t n = strlen(s);
+    char *t = xmalloc(n + 2);
+    memcpy(t, s, n);
+    t[n] = '\n';
+    free(s);
+    int rc = http_respond(c, status, "application/json", t, n + 1, headers);
+    free(t);
+    return rc;
+}
+
+int http_respond_error(http_conn *c, int status, const char *code, const char *type, const char *param,
+                       const char *msg, const char *const *headers) {
+    json_t *e = json_object();
+    json_object_set_new(e, "message", json_string(msg));
+    json_object_set_new(e, "type", json_string(type ? type : "invalid_request_error"));
+    json_object_set_new(e, "param", param && param[0] ? json_string(param) : json_null());
+    json_object_set_new(e, "code", code ? json_string(code) : json_null());
+    return http_respond_json(c, status, json_pack("{s:o}", "error", e), headers);
+}
+
+int http_stream_begin(http_conn *c, int status, const char *content_type, const char *const *headers) {
+    if (!c->wsi || c->responded) return -1;
+    c->responded = 1;
+    c->streaming = 1;
+    c->status = status;
+    snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/event-stream");
+    set_headers(c, headers);
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+int http_stream_write(http_conn *c, const void *data, size_t len) {
+    if (!c->wsi || !c->streaming || c->stream_ended) return -1;
+    if (c->out_len - c->out_off + len > HTTP_STREAM_MAX) return -1;
+    out_append(c, data, len);
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+void http_stream_end(http_conn *c) {
+    if (!c->wsi || !c->streaming || c->stream_ended) return;
+    c->stream_ended = 1;
+    c->close_fn = NULL; /* the owner is done with c */
+    c->close_user = NULL;
+    lws_callback_on_writable(c->wsi);
+}
+
+size_t http_stream_pending(const http_conn *c) { return c->out_len - c->out_off; }
+
+void http_stream_on_close(http_conn *c, void (*fn)(void *user), void *user) {
+    c->close_fn = fn;
+    c->close_user = user;
+}
+
+/* Headers (one lws_write). */
+static int write_headers(http_conn *c) {
+    unsigned char hb[LWS_PRE + 4096];
+    unsigned char *start = hb + LWS_PRE, *p = start, *end = hb + sizeof hb - 1;
+    lws_filepos_t clen = c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN : (lws_filepos_t)c->content_len;
+    if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype, clen, &p, end)) return -1;
+    if (c->hdrs)
+        for (char **h = c->hdrs; *h; h++) {
+            const char *colon = strchr(*h, ':');
+            if (!colon || colon == *h || colon - *h > 80) continue;
+            char name[96];
+            size_t nl = (size_t)(colon - *h);
+            for (size_t i = 0; i < nl; i++) name[i] = (char)tolower((unsigned char)(*h)[i]);
+            name[nl] = ':';
+            name[nl + 1] = 0;
+            const char *v = colon + 1;
+            while (*v == ' ') v++;
+            if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)name, (const unsigned char *)v,
+                                            (int)strlen(v), &p, end))
+                return -1;
+        }
+    if (c->streaming &&
+        lws_add_http_header_by_name(c->wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-cache",
+                                    8, &p, end))
+        return -1;
+    if (lws_finalize_write_http_header(c->wsi, start, &p, end)) return -1;
+    return 0;
+}
+
+/* One WRITEABLE: headers, or one body chunk. Returns the callback's return value. */
+static int on_writeable(http_conn *c) {
+    if (!c->responded) return 0;
+    if (!c->hdr_sent) {
+        if (write_headers(c) != 0) return -1;
+        c->hdr_sent = 1;
+        if (!c->streaming && c->out_len == c->out_off) { /* empty body: done */
+            if (c->close_after) return -1;
+            txn_reset(c);
+            return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+        }
+        lws_callback_on_writable(c->wsi);
+        return 0;
+    }
+    size_t avail = c->out_len - c->out_off;
+    if (avail == 0) {
+        if (c->streaming && c->stream_ended) return -1; /* close-delimited body: closing ends it */
+        return 0;
+    }
+    if (!c->wbuf) c->wbuf = xmalloc(LWS_PRE + HTTP_CHUNK);
+    size_t n = avail < HTTP_CHUNK ? avail : HTTP_CHUNK;
+    memcpy(c->wbuf + LWS_PRE, c->out + c->out_off, n);
+    c->out_off += n;
+    int last = !c->streaming && c->out_off == c->out_len;
+    if (lws_write(c->wsi, c->wbuf + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n) return -1;
+    if (last) {
+        if (c->close_after) return -1;
+        txn_reset(c);
+        return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+    }
+    if (c->out_off < c->out_len || (c->streaming && c->stream_ended)) lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+static const struct {
+    enum lws_token_indexes tok;
+    enum http_method       m;
+    const char            *name;
+} k_methods[] = {
+    {WSI_TOKEN_GET_URI, HTTP_GET, "GET"},
+    {WSI_TOKEN_POST_URI, HTTP_POST, "POST"},
+#if defined(LWS_WITH_HTTP_UNCOMMON_HEADERS)
+    {WSI_TOKEN_OPTIONS_URI, HTTP_OPTIONS, "OPTIONS"},
+    {WSI_TOKEN_PUT_URI, HTTP_PUT, "PUT"},
+    {WSI_TOKEN_PATCH_URI, HTTP_PATCH, "PATCH"},
+    {WSI_TOKEN_DELETE_URI, HTTP_DELETE, "DELETE"},
+#endif
+    {WSI_TOKEN_HEAD_URI, HTTP_HEAD, "HEAD"},
+};
+
+static void detect_method(http_conn *c) {
+    c->method = HTTP_OTHER;
+    snprintf(c->method_name, sizeof c->method_name, "OTHER");
+    for (size_t i = 0; i < sizeof k_methods / sizeof k_methods[0]; i++)
+        if (lws_hdr_total_length(c->wsi, k_methods[i].tok) > 0) {
+            c->method = k_methods[i].m;
+            snprintf(c->method_name, sizeof c->method_name, "%s", k_methods[i].name);
+            return;
+        }
+}
+
+static int run_handler(http_conn *c) {
+    http_req rq = {
+        .method = c->method,
+        .method_name = c->method_name,
+        .path = c->path,
+        .body = c->body ? c->body : "",
+        .body_len = c->body_len,
+        .srv = c->srv,
+    };
+    int rc = c->route->fn(c, &rq);
+    if (rc < 0) return -1;
+    if (!c->responded) {
+        log_error("http: handler for %s %s produced no response", c->method_name, c->path);
+        return http_respond_error(c, 500, "internal_error", "server_error", NULL, "the handler produced no response",
+                                  NULL);
+    }
+    return 0;
+}
+
+static int on_http(http_conn *c, const char *uri, size_t len) {
+    txn_reset(c);
+    c->in_txn = 1;
+    detect_method(c);
+    if (len >= sizeof c->path || len == 0 || uri[0] != '/') {
+        c->close_after = 1;
+        return http_respond_error(c, 414, "uri_too_long", "invalid_request_error", NULL, "the request path is too long",
+                                  NULL);
+    }
+    memcpy(c->path, uri, len);
+    c->path[len] = 0;
+    if (strlen(c->path) != len) { /* embedded NUL */
+        c->close_after = 1;
+        return http_respond_error(c, 400, "bad_path", "invalid_request_error", NULL, "the request path is malformed",
+                                  NULL);
+    }
+    int path_known = 0;
+    c->route = route_find(c->method_name, c->path, &path_known);
+    if (!c->route) {
+        if (c->method == HTTP_GET || c->method == HTTP_HEAD) {
+            int status = 0;
+            int rc = static_serve(c->wsi, c->srv, c->path, c->method == HTTP_HEAD, &status);
+            if (status) { /* static.c decided on an error status: answer in JSON */
+                const char *msg = status == 404 ? "not found" : status == 403 ? "forbidden" : "bad request";
+                return http_respond_error(c, status, status == 404 ? "not_found" : "forbidden",
+                                          "invalid_request_error", NULL, msg, NULL);
+            }
+            return rc;
+        }
+        if (path_known)
+            return http_respond_error(c, 405, "method_not_allowed", "invalid_request_error", NULL,
+                                      "method not allowed for this path", NULL);
+        return http_respond_error(c, 404, "not_found", "invalid_request_error", NULL, "no such endpoint", NULL);
+    }
+    int has_body = c->method == HTTP_POST || c->method == HTTP_PUT || c->method == HTTP_PATCH;
+    if (has_body) {
+        char cl[32];
+        long long want = 0;
+        if (lws_hdr_copy(c->wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) want = atoll(cl);
+        const server_config *cfg = server_cfg(c->srv);
+        if (want < 0 || (unsigned long long)want > cfg->max_message_bytes) {
+            c->close_after = 1;
+            char msg[128];
+            snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", cfg->max_message_bytes);
+            return http_respond_error(c, 413, "body_too_large", "invalid_request_error", NULL, msg, NULL);
+        }
+        if (want > 0) { /* wait for LWS_CALLBACK_HTTP_BODY_COMPLETION */
+            c->body_cap = (size_t)want + 1;
+            c->body = xmalloc(c->body_cap);
+            c->body[0] = 0;
+            return 0;
+        }
+    }
+    return run_handler(c);
+}
+
+static int on_body(http_conn *c, const void *in, size_t len) {
+    if (!c->in_txn || !c->route || c->responded) return 0;
+    const server_config *cfg = server_cfg(c->srv);
+    if (c->body_len + len > cfg->max_message_bytes) {
+        c->close_after = 1;
+        return http_respond_error(c, 413, "body_too_large", "invalid_request_error", NULL, "the request body is too large",
+                                  NULL);
+    }
+    if (c->body_len + len + 1 > c->body_cap) {
+        c->body_cap = (c->body_len + len + 1) * 2;
+        c->body = xrealloc(c->body, c->body_cap);
+    }
+    memcpy(c->body + c->body_len, in, len);
+    c->body_len += len;
+    c->body[c->body_len] = 0;
+    return 0;
+}
+
+int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    http_conn *c = user;
+    server *s = lws_context_user(lws_get_context(wsi));
+    switch (reason) {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        /* not tied to a wsi (fake wsi, no pss): only the server state is touched */
+        if (s) server_on_wake(s);
+        return 0;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
+        /* WebSocket only on /ws */
+        char uri[256];
+        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/ws") != 0) {
+            if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "WebSocket endpoint is /ws")) return -1;
+            return 1;
+        }
+        return 0;
+    }
+    case LWS_CALLBACK_HTTP:
+        if (!c) return -1;
+        c->wsi = wsi;
+        c->srv = s;
+        return on_http(c, in, len) < 0 ? -1 : 0;
+    case LWS_CALLBACK_HTTP_BODY:
+        if (!c) return -1;
+        return on_body(c, in, len) < 0 ? -1 : 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (!c) return -1;
+        if (!c->in_txn || !c->route || c->responded) return 0;
+        return run_handler(c) < 0 ? -1 : 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (!c) return 0;
+        return on_writeable(c);
+    case LWS_CALLBACK_HTTP_FILE_COMPLETION:
+        if (c) txn_reset(c);
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+        if (c) {
+            if (c->close_fn) {
+                void (*fn)(void *) = c->close_fn;
+                void *u = c->close_user;
+                c->close_fn = NULL;
+                fn(u);
+            }
+            conn_free(c);
+            c->wsi = NULL;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}

@@ -1,0 +1,93 @@
+/*
+ * http.h — HTTP on the server port: a route table dispatched from the lws "http" protocol
+ * (protocols[0]), responses written one lws_write per WRITEABLE, streaming bodies (SSE), and
+ * static files from the web root for every GET that no route claims.
+ *
+ * Adding routes (e.g. OpenAI/SGLang APIs in another file):
+ *   static int h_generate(http_conn *c, const http_req *rq) { ... http_respond_json(c, 200, obj); }
+ *   static const http_route k_routes[] = {{"POST", "/generate", 0, h_generate}, {NULL}};
+ *   void routes_sglang_register(void) { http_routes_add(k_routes); }
+ * and call the register function from routes_register_all() in server/routes.c. A handler must
+ * produce exactly one response: http_respond*() (possibly later, from a request's deliver hook on
+ * the service thread) or http_stream_begin() + http_stream_write()* + http_stream_end(). Returning
+ * -1 closes the connection without a response.
+ *
+ * Request bodies are collected up to max_message_bytes (413 beyond) before the handler runs.
+ * Streams: the handler keeps the http_conn pointer until the stream ends or the on_close callback
+ * runs (the client went away: cancel the generation there). Stream bytes are queued and written
+ * in chunks as the socket allows.
+ *
+ * Not here: WebSocket (ws.c), JSON request parsing (api/). Threads: lws service thread only.
+ */
+#ifndef UM_HTTP_H
+#define UM_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+struct lws;
+struct server;
+
+typedef struct http_conn http_conn;
+
+enum http_method { HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_PATCH, HTTP_DELETE, HTTP_OPTIONS, HTTP_OTHER };
+
+typedef struct http_req {
+    enum http_method method;
+    const char      *method_name;  /* "GET", ... */
+    const char      *path;         /* decoded path without the query, starts with '/' */
+    const char      *body;         /* complete body (NUL-terminated), "" when none */
+    size_t           body_len;
+    struct server   *srv;
+} http_req;
+
+typedef int (*http_handler)(http_conn *c, const http_req *rq);
+
+typedef struct http_route {
+    const char  *method;   /* "GET", "POST", ..., or "*" for any method */
+    const char  *path;     /* exact path, or a prefix when prefix = 1 (e.g. "/v1/jobs/") */
+    int          prefix;
+    http_handler fn;
+} http_route;
+
+/* Register routes (array ending with a {NULL} entry; must stay valid). Main thread, before
+ * server_run. Exact matches win over prefixes; longer prefixes win over shorter ones. */
+void http_routes_add(const http_route *routes);
+/* Registers every route module (server/routes.c). Idempotent. */
+void routes_register_all(void);
+
+/* ---------------------------------------------------------------- request helpers */
+
+/* Request header by lowercase name ("authorization", "content-type", "x-api-key", ...): copies
+ * into buf (NUL-terminated) and returns its length, or -1 when absent / longer than cap - 1. */
+int  http_header(http_conn *c, const char *name, char *buf, size_t cap);
+/* URL query argument ("?name=value", decoded): like http_header. */
+int  http_query(http_conn *c, const char *name, char *buf, size_t cap);
+/* The peer's address as text ("127.0.0.1"). */
+void http_peer(http_conn *c, char *buf, size_t cap);
+struct server *http_server(http_conn *c);
+struct lws    *http_wsi(http_conn *c);
+
+/* ---------------------------------------------------------------- responses */
+
+/* Extra headers: NULL or an array of "Name: value" strings ending with NULL. */
+int http_respond(http_conn *c, int status, const char *content_type, const char *body, size_t len,
+                 const char *const *headers);
+/* JSON body (steals obj). */
+int http_respond_json(http_conn *c, int status, json_t *obj, const char *const *headers);
+/* {"error":{"message":msg,"type":type,"param":param|null,"code":code}} with status. */
+int http_respond_error(http_conn *c, int status, const char *code, const char *type, const char *param,
+                       const char *msg, const char *const *headers);
+
+/* Streaming response (SSE or chunked-style close-delimited body). */
+int  http_stream_begin(http_conn *c, int status, const char *content_type, const char *const *headers);
+/* Queue bytes; -1 when the stream is closed or over its buffer limit (the caller should stop). */
+int  http_stream_write(http_conn *c, const void *data, size_t len);
+void http_stream_end(http_conn *c);
+/* Bytes queued but not yet written (back-pressure hint). */
+size_t http_stream_pending(const http_conn *c);
+/* Called once if the connection closes before http_stream_end() was flushed (client went away).
+ * After it returns the http_conn is gone. */
+void http_stream_on_close(http_conn *c, void (*fn)(void *user), void *user);
+
+#endif /* UM_HTTP_H */

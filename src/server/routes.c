@@ -1,0 +1,63 @@
+/*
+ * routes.c — the server's own HTTP routes (GET /health, GET /stats) and routes_register_all(),
+ * the one place route modules are hooked in (add a line per module).
+ *
+ * Not here: OpenAI / SGLang / infill / jobs routes (their own files). Threads: handlers on the lws
+ * service thread; routes_register_all on the main thread before the server starts.
+ */
+#include <jansson.h>
+
+#include "server/http.h"
+#include "server/server.h"
+
+/* GET /health: 200 {"status":"ok"} once the model is loaded, 503 {"status":"loading"} before. */
+static int h_health(http_conn *c, const http_req *rq) {
+    static const char *const no_store[] = {"Cache-Control: no-store", NULL};
+    if (server_ready(rq->srv)) return http_respond_json(c, 200, json_pack("{s:s}", "status", "ok"), no_store);
+    static const char *const retry[] = {"Cache-Control: no-store", "Retry-After: 1", NULL};
+    return http_respond_json(c, 503, json_pack("{s:s}", "status", "loading"), retry);
+}
+
+/* GET /stats: scheduler, connection and event-latency counters (JSON). */
+static int h_stats(http_conn *c, const http_req *rq) {
+    server *s = rq->srv;
+    json_t *o = json_object();
+    json_object_set_new(o, "ready", json_boolean(server_ready(s)));
+    server_conn_stats cs;
+    server_get_conn_stats(s, &cs);
+    json_object_set_new(o, "connections", json_pack("{s:i,s:i,s:i}", "websocket", cs.ws_connections, "sessions",
+                                                    cs.sessions, "sessions_detached", cs.sessions_detached));
+    server_event_stats es;
+    server_get_event_stats(s, &es);
+    json_object_set_new(o, "events", json_pack("{s:I,s:f,s:f,s:f,s:f}", "written", (json_int_t)es.count, "mean_us",
+                                               es.mean_us, "p50_us", es.p50_us, "p99_us", es.p99_us, "max_us",
+                                               es.max_us));
+    sched *sc = server_sched(s);
+    if (sc) {
+        sched_stats st;
+        sched_get_stats(sc, &st);
+        const sched_opts *so = sched_get_opts(sc);
+        json_object_set_new(
+            o, "scheduler",
+            json_pack("{s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:i,s:f}", "engines", sched_n_engines(sc),
+                      "max_batch", so->max_batch, "max_queue", so->max_queue, "queued", st.queued, "active", st.active,
+                      "submitted", (json_int_t)st.submitted, "rejected", (json_int_t)st.rejected, "finished",
+                      (json_int_t)st.finished, "cancelled", (json_int_t)st.cancelled, "failed", (json_int_t)st.failed,
+                      "steps", (json_int_t)st.steps, "step_seqs", (json_int_t)st.step_seqs, "mean_batch",
+                      st.steps ? (double)st.step_seqs / (double)st.steps : 0.0, "max_batch_seen", st.max_batch_seen,
+                      "mean_step_ms", st.steps ? st.step_ms_total / (double)st.steps : 0.0));
+    }
+    static const char *const no_store[] = {"Cache-Control: no-store", NULL};
+    return http_respond_json(c, 200, o, no_store);
+}
+
+static const http_route k_core_routes[] = {
+    {"GET", "/health", 0, h_health},
+    {"GET", "/stats", 0, h_stats},
+    {NULL, NULL, 0, NULL},
+};
+
+void routes_register_all(void) {
+    http_routes_add(k_core_routes);
+    /* Route modules register here, e.g.: routes_openai_register(); */
+}

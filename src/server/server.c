@@ -1,0 +1,409 @@
+/*
+ * server.c — lws context + vhost (plain or TLS), the service loop, the engine -> service-thread
+ * event hub, the model loader thread, signals and orderly shutdown.
+ *
+ * Ownership: the server owns the model, backends, model_ctxs, scheduler, the WebSocket state and
+ * the hub. Engine threads only call hub_emit() (lock, append, unlock, lws_cancel_service()).
+ * Everything else here runs on the service thread (the caller of server_run), except
+ * loader_main() which builds the model/engines once and publishes them with `ready`.
+ *
+ * Not here: HTTP (http.c), static files (static.c), WebSocket protocol and sessions (ws.c,
+ * session.c), the scheduler (sched/).
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/ssl.h>
+
+#include "backend/backend.h"
+#include "server/server_internal.h"
+#include "util/log.h"
+#include "util/timeutil.h"
+
+#define HUB_HIGH_WATER 65536   /* engine events waiting for the service thread before engines wait */
+#define LAT_BUCKETS    256      /* event latency histogram: bucket = floor(8 * log2(1 + us)) */
+
+struct server {
+    const server_config *cfg;
+    struct lws_context  *ctx;
+    struct lws_vhost    *vh;
+    int                  port;
+    pthread_t            service_thread;
+    struct lws_protocols protocols[3];
+
+    /* --- hub lock { engine threads -> service thread */
+    pthread_mutex_t hub_lock;
+    pthread_cond_t  hub_cv;        /* engines waiting at the high-water mark */
+    sched_event    *hub_head, **hub_tail;
+    size_t          hub_n;
+    int             hub_closing;
+    /* } hub lock --- */
+
+    /* model + engines: written by the loader thread before `ready` = 1, read-only afterwards */
+    atomic_int      ready;         /* 0 loading, 1 ready, -1 failed */
+    int             ready_seen;    /* service thread: transition logged */
+    pthread_t       loader;
+    int             loader_started;
+    um_err          load_err;
+    model           m;
+    int             model_loaded;
+    backend       **bes;
+    model_ctx      *ctxs;
+    model_ctx     **ctxp;
+    int             n_engines;
+    sched          *sc;
+
+    atomic_uint_fast64_t next_owner_key;
+    int             stop;          /* service thread: leave the loop */
+
+    /* service thread: event latency histogram */
+    uint64_t        lat_count;
+    double          lat_sum_us, lat_max_us;
+    uint64_t        lat_hist[LAT_BUCKETS];
+
+    struct ws_state *ws;
+};
+
+static volatile sig_atomic_t g_signalled;
+static struct lws_context *volatile g_ctx;
+
+/* ---------------------------------------------------------------- accessors */
+
+const server_config *server_cfg(const server *s) { return s->cfg; }
+int server_ready(const server *s) { return atomic_load(&((server *)s)->ready) == 1; }
+const model *server_model(const server *s) { return server_ready(s) ? &s->m : NULL; }
+sched *server_sched(server *s) { return server_ready(s) ? s->sc : NULL; }
+uint64_t server_new_owner_key(server *s) { return atomic_fetch_add(&s->next_owner_key, 1); }
+struct ws_state *server_ws(server *s) { return s->ws; }
+struct lws_context *server_lws_context(server *s) { return s->ctx; }
+
+int server_submit(server *s, sched_req *r, int *queue_pos, um_err *err) {
+    if (!server_ready(s)) return um_err_set(err, UM_ERR_UNSUPPORTED, "the model is still loading; retry shortly");
+    return sched_submit(s->sc, r, queue_pos, err);
+}
+
+void server_cancel(server *s, sched_req *r) {
+    if (s->sc) sched_cancel(s->sc, r);
+}
+
+/* ---------------------------------------------------------------- event latency stats */
+
+void server_note_event_written(server *s, uint64_t t_event_ns) {
+    if (!t_event_ns) return;
+    uint64_t now = time_now_ns();
+    double us = now > t_event_ns ? (double)(now - t_event_ns) * 1e-3 : 0.0;
+    int b = (int)(8.0 * log2(1.0 + us));
+    if (b < 0) b = 0;
+    if (b >= LAT_BUCKETS) b = LAT_BUCKETS - 1;
+    s->lat_hist[b]++;
+    s->lat_count++;
+    s->lat_sum_us += us;
+    if (us > s->lat_max_us) s->lat_max_us = us;
+}
+
+static double lat_quantile(const server *s, double q) {
+    if (!s->lat_count) return 0;
+    uint64_t want = (uint64_t)ceil(q * (double)s->lat_count), acc = 0;
+    for (int b = 0; b < LAT_BUCKETS; b++) {
+        acc += s->lat_hist[b];
+        if (acc >= want) return exp2(((double)b + 0.5) / 8.0) - 1.0; /* bucket midpoint (log scale) */
+    }
+    return s->lat_max_us;
+}
+
+void server_get_event_stats(const server *s, server_event_stats *out) {
+    out->count = s->lat_count;
+    out->mean_us = s->lat_count ? s->lat_sum_us / (double)s->lat_count : 0;
+    out->p50_us = lat_quantile(s, 0.50);
+    out->p99_us = lat_quantile(s, 0.99);
+    out->max_us = s->lat_max_us;
+}
+
+void server_get_conn_stats(const server *s, server_conn_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (s->ws) ws_get_conn_stats(s->ws, out);
+}
+
+/* ---------------------------------------------------------------- hub */
+
+/* sched emit callback: engine threads (and the service thread for cancels of queued requests). */
+static void hub_emit(void *user, sched_event *ev) {
+    server *s = user;
+    ev->next = NULL;
+    int on_service = pthread_equal(pthread_self(), s->service_thread);
+    /* --- hub lock { */
+    pthread_mutex_lock(&s->hub_lock);
+    while (!on_service && s->hub_n >= HUB_HIGH_WATER && !s->hub_closing) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->hub_cv, &s->hub_lock, &ts);
+    }
+    *s->hub_tail = ev;
+    s->hub_tail = &ev->next;
+    s->hub_n++;
+    pthread_mutex_unlock(&s->hub_lock);
+    /* } hub lock --- */
+    lws_cancel_service(s->ctx);
+}
+
+/* Deliver one event to its request's owner; frees the request after its final event. */
+static void hub_deliver(sched_event *ev) {
+    sched_req *r = ev->req;
+    int final = ev->final;
+    if (r->deliver) r->deliver(r, ev);
+    else sched_event_free(ev);
+    if (final) sched_req_free(r);
+}
+
+void server_on_wake(server *s) {
+    int st = atomic_load(&s->ready);
+    if (st != 0 && !s->ready_seen) {
+        s->ready_seen = 1;
+        if (st == 1) {
+            log_info("model ready: %s (%d engine%s, max batch %d)", s->cfg->model, s->n_engines,
+                     s->n_engines == 1 ? "" : "s", s->cfg->max_batch);
+        } else {
+            log_error("model load failed: %s", s->load_err.msg);
+            s->stop = 1;
+        }
+    }
+    /* wake-ups coalesce: take everything that is pending */
+    /* --- hub lock { */
+    pthread_mutex_lock(&s->hub_lock);
+    sched_event *ev = s->hub_head;
+    s->hub_head = NULL;
+    s->hub_tail = &s->hub_head;
+    s->hub_n = 0;
+    pthread_cond_broadcast(&s->hub_cv);
+    pthread_mutex_unlock(&s->hub_lock);
+    /* } hub lock --- */
+    while (ev) {
+        sched_event *next = ev->next;
+        ev->next = NULL;
+        hub_deliver(ev);
+        ev = next;
+    }
+}
+
+/* ---------------------------------------------------------------- loader thread */
+
+static void *loader_main(void *arg) {
+    server *s = arg;
+    const server_config *c = s->cfg;
+    um_err *err = &s->load_err;
+    uint64_t t0 = time_now_ns();
+    if (model_load(c->model, &s->m, err) != 0) goto fail;
+    s->model_loaded = 1;
+    if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
+    s->n_engines = c->engines;
+    s->bes = xcalloc((size_t)s->n_engines, sizeof *s->bes);
+    s->ctxs = xcalloc((size_t)s->n_engines, sizeof *s->ctxs);
+    s->ctxp = xcalloc((size_t)s->n_engines, sizeof *s->ctxp);
+    for (int i = 0; i < s->n_engines; i++) {
+        int threads = c->threads > 0 ? (c->threads + s->n_engines - 1) / s->n_engines : 0;
+        s->bes[i] = backend_cpu_init(threads);
+        if (!s->bes[i]) {
+            um_err_set(err, UM_ERR_RESOURCE, "cannot start the CPU backend for engine %d", i);
+            goto fail;
+        }
+        if (model_ctx_init(&s->ctxs[i], &s->m, s->bes[i], err) != 0) {
+            um_err_prefix(err, "engine %d", i);
+            goto fail;
+        }
+        s->ctxp[i] = &s->ctxs[i];
+    }
+    sched_opts so = {.max_batch = c->max_batch, .max_queue = c->max_queue};
+    s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);
+    log_info("loaded %s in %.0f ms", c->model, time_ms_since(t0));
+    atomic_store(&s->ready, 1);
+    lws_cancel_service(s->ctx);
+    return NULL;
+fail:
+    atomic_store(&s->ready, -1);
+    lws_cancel_service(s->ctx);
+    return NULL;
+}
+
+static void engines_free(server *s) {
+    if (s->sc) sched_free(s->sc);
+    s->sc = NULL;
+    for (int i = 0; i < s->n_engines; i++) {
+        if (s->ctxp && s->ctxp[i]) model_ctx_free(&s->ctxs[i]);
+        if (s->bes && s->bes[i]) backend_free(s->bes[i]);
+    }
+    free(s->bes);
+    free(s->ctxs);
+    free(s->ctxp);
+    s->bes = NULL, s->ctxs = NULL, s->ctxp = NULL;
+    if (s->model_loaded) model_free(&s->m);
+    s->model_loaded = 0;
+}
+
+/* ---------------------------------------------------------------- lws setup */
+
+static void lws_log_emit(int level, const char *line) {
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    log_msg(level == LLL_ERR ? LOG_LEVEL_ERROR : level == LLL_WARN ? LOG_LEVEL_WARN : LOG_LEVEL_DEBUG, "lws: %.*s",
+            (int)n, line);
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_signalled = 1;
+    struct lws_context *ctx = g_ctx;
+    if (ctx) lws_cancel_service(ctx);
+}
+
+static int host_is_any(const char *h) { return !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
+
+int server_run(const server_config *cfg, um_err *err) {
+    server *s = xcalloc(1, sizeof *s);
+    s->cfg = cfg;
+    s->service_thread = pthread_self();
+    atomic_init(&s->ready, 0);
+    atomic_init(&s->next_owner_key, 1);
+    pthread_mutex_init(&s->hub_lock, NULL);
+    pthread_cond_init(&s->hub_cv, NULL);
+    s->hub_tail = &s->hub_head;
+    int rc = 1;
+
+    /* the listen address must be a numeric address lws can bind (it defers unusable ones silently) */
+    const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
+    unsigned char abuf[16];
+    int is_v6 = strchr(host, ':') != NULL;
+    if (!host_is_any(host) && inet_pton(is_v6 ? AF_INET6 : AF_INET, host, abuf) != 1) {
+        um_err_param(err, "host", "--host must be a numeric IPv4/IPv6 address or localhost, got '%s'", cfg->host);
+        goto out;
+    }
+    if (static_init(cfg->web_root, err) != 0) goto out;
+
+    routes_register_all();
+    s->ws = ws_state_create(s);
+
+    int lws_levels = LLL_ERR | (cfg->verbose ? LLL_WARN | LLL_NOTICE : 0);
+    lws_set_log_level(lws_levels, lws_log_emit);
+
+    s->protocols[0] = (struct lws_protocols){"http", http_lws_cb, http_conn_size(), 0, 0, NULL, 0};
+    s->protocols[1] = (struct lws_protocols){"unmask", ws_lws_cb, ws_conn_size(), 65536, 0, NULL, 0};
+    static const struct lws_protocol_vhost_options pvo_default = {NULL, NULL, "default", "1"};
+    static const struct lws_protocol_vhost_options pvo = {NULL, &pvo_default, "unmask", ""};
+    lws_retry_bo_t *retry = xcalloc(1, sizeof *retry);
+    retry->secs_since_valid_ping = (uint16_t)cfg->ping_interval_s;
+    retry->secs_since_valid_hangup = (uint16_t)(cfg->ping_interval_s + 10);
+
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+    info.user = s;
+    info.max_http_header_data = 8192;
+    info.server_string = "unmask";
+    g_ctx = NULL;
+    s->ctx = lws_create_context(&info);
+    if (!s->ctx) {
+        um_err_set(err, UM_ERR_RESOURCE, "cannot create the libwebsockets context");
+        free(retry);
+        goto out;
+    }
+
+    memset(&info, 0, sizeof info);
+    info.vhost_name = "unmask";
+    info.port = cfg->port;
+    info.iface = host_is_any(host) ? NULL : host;
+    info.protocols = s->protocols;
+    info.pvo = &pvo;
+    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE | LWS_SERVER_OPTION_VALIDATE_UTF8;
+    if (!is_v6 && strcmp(host, "::") != 0) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    info.retry_and_idle_policy = retry;
+    info.timeout_secs = 30;
+    info.keepalive_timeout = 30;
+    info.alpn = "http/1.1";
+    if (cfg->tls_cert) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = cfg->tls_cert;
+        info.ssl_private_key_filepath = cfg->tls_key;
+        /* TLS 1.2+ only */
+        info.ssl_options_set = SSL_OP_NO_SSLv2 | SSL_OP_NO_SSLv3 | SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 |
+                               SSL_OP_CIPHER_SERVER_PREFERENCE;
+    }
+    s->vh = lws_create_vhost(s->ctx, &info);
+    if (!s->vh) {
+        if (cfg->tls_cert)
+            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d with TLS (port in use, or bad --tls-cert/--tls-key)",
+                       cfg->host, cfg->port);
+        else
+            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d (port in use or address unavailable)", cfg->host,
+                       cfg->port);
+        lws_context_destroy(s->ctx);
+        s->ctx = NULL;
+        free(retry);
+        goto out;
+    }
+    s->port = lws_get_vhost_listen_port(s->vh);
+    g_ctx = s->ctx;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    const char *shown = host_is_any(host) ? "127.0.0.1" : host;
+    printf("unmask: listening on %s://%s%s%s:%d/  (open this URL in a browser; WebSocket at /ws)\n",
+           cfg->tls_cert ? "https" : "http", is_v6 ? "[" : "", shown, is_v6 ? "]" : "", s->port);
+    fflush(stdout);
+
+    /* the loader never takes signals */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    if (pthread_create(&s->loader, NULL, loader_main, s) != 0) UM_FATAL("cannot start the loader thread");
+    s->loader_started = 1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    while (!g_signalled && !s->stop)
+        if (lws_service(s->ctx, 0) < 0) break;
+
+    rc = atomic_load(&s->ready) == -1 ? 1 : 0;
+    if (rc) *err = s->load_err;
+    log_info("stopping%s", g_signalled ? " (signal)" : "");
+
+    pthread_join(s->loader, NULL);
+    s->loader_started = 0;
+    if (s->sc) {
+        sched_stop(s->sc);      /* engines joined: nothing produces events any more */
+        sched_finish_all(s->sc); /* remaining requests end with "cancelled" */
+    }
+    server_on_wake(s);           /* deliver what is left (frees finished requests) */
+    g_ctx = NULL;
+    /* --- hub lock { */
+    pthread_mutex_lock(&s->hub_lock);
+    s->hub_closing = 1;
+    pthread_mutex_unlock(&s->hub_lock);
+    /* } hub lock --- */
+    ws_state_shutdown(s->ws);    /* no lws timers may outlive the context */
+    lws_context_destroy(s->ctx); /* closes every connection (sessions detach) */
+    s->ctx = NULL;
+    free(retry);
+
+out:
+    if (s->loader_started) pthread_join(s->loader, NULL);
+    if (s->ws) ws_state_free(s->ws);
+    s->ws = NULL;
+    engines_free(s);
+    static_free();
+    pthread_cond_destroy(&s->hub_cv);
+    pthread_mutex_destroy(&s->hub_lock);
+    free(s);
+    return rc;
+}

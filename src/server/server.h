@@ -1,0 +1,73 @@
+/*
+ * server.h — `unmask serve`: one lws context (ONE service thread = the thread that calls
+ * server_run) serving static files from web/, HTTP routes (server/http.h) and the WebSocket
+ * protocol (server/ws.c) on one port, optionally over TLS.
+ *
+ * Event path: engine threads (sched/) -> server hub (a locked list) + lws_cancel_service() ->
+ * the service thread drains the hub completely on every LWS_CALLBACK_EVENT_WAIT_CANCELLED and
+ * hands each event to its request's `deliver` hook (a WebSocket session, an SSE stream, ...),
+ * which queues bytes and asks lws for WRITEABLE. Producers never touch lws objects.
+ *
+ * Startup: the listener opens first (GET /health answers 503 {"status":"loading"}), a loader
+ * thread loads the model and starts the engines, then /health answers 200 {"status":"ok"}.
+ * SIGINT/SIGTERM stop the loop; engines are joined before the lws context is destroyed.
+ *
+ * Not here: route handlers (http.c, routes_*.c), the WebSocket protocol (ws.c, session.c).
+ * Threads: server_run on the main thread (it becomes the service thread); the accessors below on
+ * the service thread (route handlers, ws callbacks) unless noted.
+ */
+#ifndef UM_SERVER_H
+#define UM_SERVER_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "sched/sched.h"
+#include "server/server_config.h"
+#include "util/err.h"
+
+typedef struct server server;
+
+/* Run until SIGINT/SIGTERM (or a fatal startup error). Returns the process exit code: 0 after a
+ * clean stop, 1 when the model failed to load or the port could not be opened (err says why). */
+int server_run(const server_config *cfg, um_err *err);
+
+const server_config *server_cfg(const server *s);
+/* 1 once the model is loaded and the engines run (any thread). */
+int           server_ready(const server *s);
+/* NULL until server_ready(). */
+const model  *server_model(const server *s);
+sched        *server_sched(server *s);
+/* Monotonic id for owner keys (sessions, HTTP streams): never 0. */
+uint64_t      server_new_owner_key(server *s);
+
+/* Submit r (r->deliver / r->owner set by the caller): sched_submit on the running scheduler, or
+ * -1 with UM_ERR_UNSUPPORTED "the model is still loading" before server_ready(). */
+int  server_submit(server *s, sched_req *r, int *queue_pos, um_err *err);
+/* sched_cancel(r) (service thread; r's final event has not been delivered yet). */
+void server_cancel(server *s, sched_req *r);
+
+/* Server-side event latency (engine produced the event -> its frame handed to lws_write), kept as
+ * a histogram; transports call this when they write an event's bytes. Service thread. */
+void server_note_event_written(server *s, uint64_t t_event_ns);
+
+typedef struct server_event_stats {
+    uint64_t count;
+    double   mean_us, p50_us, p99_us, max_us;
+} server_event_stats;
+void server_get_event_stats(const server *s, server_event_stats *out);
+
+/* Live connections (service thread): WebSocket connections open / sessions alive. */
+typedef struct server_conn_stats {
+    int ws_connections;
+    int sessions;
+    int sessions_detached;
+} server_conn_stats;
+void server_get_conn_stats(const server *s, server_conn_stats *out);
+
+/* The WebSocket layer's state (server/ws.c), owned by the server. */
+struct ws_state;
+struct ws_state *server_ws(server *s);
+struct lws_context *server_lws_context(server *s);
+
+#endif /* UM_SERVER_H */

@@ -1,0 +1,53 @@
+/*
+ * server_config.h — `unmask serve` settings: built-in defaults, then config/unmask.json (jansson),
+ * then command-line flags (cmd_serve.c) override; server_config_check() validates the result.
+ *
+ * Not here: decode defaults for requests (decode/), the HTTP API limits of other route files.
+ * Main thread only (filled before the server starts; read-only afterwards from every thread).
+ */
+#ifndef UM_SERVER_CONFIG_H
+#define UM_SERVER_CONFIG_H
+
+#include <stddef.h>
+
+#include "util/err.h"
+
+typedef struct server_config {
+    /* strings are owned (malloc'd) or NULL */
+    char  *model;                 /* checkpoint directory */
+    char  *host;                  /* listen address ("127.0.0.1", "0.0.0.0", "::") */
+    int    port;                  /* 0 = pick a free port (printed on startup) */
+    char  *web_root;              /* directory of the browser UI */
+    int    threads;               /* CPU compute threads per engine, 0 = all cores */
+    int    engines;               /* engine threads (one per device; CPU: 1) */
+    int    max_batch;             /* sequences per decode step per engine */
+    int    max_queue;             /* requests waiting for admission (all engines) */
+    double session_retention_s;   /* how long a disconnected session (and its generations) lives */
+    size_t session_max_bytes;     /* per-session buffered events (unsent + sent-unacked), bytes */
+    int    session_max_events;    /* ... and count */
+    int    max_sessions;          /* sessions alive at once (connected + retained) */
+    int    max_session_generations; /* running/queued generations per session */
+    size_t max_message_bytes;     /* largest client WebSocket message / HTTP body */
+    int    ping_interval_s;       /* idle time before a WebSocket protocol ping; hang up 10 s later */
+    char  *tls_cert;              /* PEM server certificate (chain); with tls_key enables https/wss */
+    char  *tls_key;               /* PEM private key */
+    int    verbose;               /* log level debug */
+    struct json_t *file;          /* the whole config object as loaded (owned), or NULL: other
+                                     modules (HTTP APIs, auth) read their own sections from it */
+} server_config;
+
+/* Built-in defaults (all strings allocated). */
+void server_config_defaults(server_config *c);
+/* Apply a JSON config file. Wrong types / bad values of known keys are errors naming the key;
+ * unknown keys are left to other modules (c->file) and only logged at debug level. */
+int  server_config_load_file(server_config *c, const char *path, um_err *err);
+/* Apply a JSON object held in memory (same rules). label names it in messages. */
+int  server_config_apply_json(server_config *c, const char *text, size_t len, const char *label,
+                              um_err *err);
+/* Range checks after all sources are applied. */
+int  server_config_check(const server_config *c, um_err *err);
+void server_config_free(server_config *c);
+/* Replace a string field (frees the old value; v may be NULL). */
+void server_config_set_str(char **field, const char *v);
+
+#endif /* UM_SERVER_CONFIG_H */

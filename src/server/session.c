@@ -1,0 +1,489 @@
+/*
+ * session.c — WebSocket session state (session.h): frames, seq, acks, budget, replay, retention,
+ * generations and their event delivery.
+ *
+ * Not here: the lws callback, message parsing, resume handshake (ws.c).
+ * Threads: lws service thread only (gen_deliver runs from the hub drain on that thread).
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "server/session.h"
+#include "util/log.h"
+#include "util/timeutil.h"
+
+#define FRAME_OVERHEAD 96   /* bytes charged per frame besides its payload */
+
+/* ---------------------------------------------------------------- frames */
+
+/* Budget charge of a not-yet-serialized event: a cheap upper-ish estimate of its JSON size. */
+static size_t frame_estimate(const json_t *obj) {
+    size_t n = 160;
+    const json_t *c = json_object_get(obj, "commits"), *d = json_object_get(obj, "drafts");
+    n += 96 * (json_array_size(c) + json_array_size(d));
+    const json_t *t = json_object_get(obj, "text");
+    if (json_is_string(t)) n += json_string_length(t) * 2;
+    return n + FRAME_OVERHEAD;
+}
+
+static void frame_free(ws_frame *f) {
+    if (f->gen && f->gen->pending_step == f) f->gen->pending_step = NULL;
+    if (f->obj) json_decref(f->obj);
+    free(f->buf);
+    free(f);
+}
+
+static ws_frame *frame_new(json_t *obj, uint64_t t_event_ns) {
+    ws_frame *f = xcalloc(1, sizeof *f);
+    f->obj = obj;
+    f->cost = frame_estimate(obj);
+    f->t_event_ns = t_event_ns;
+    return f;
+}
+
+static void pop_head(ws_session *s) {
+    ws_frame *f = s->head;
+    CHECK(f && f != s->cursor);
+    s->head = f->next;
+    if (!s->head) s->tail = NULL;
+    s->bytes -= f->cost;
+    s->n_frames--;
+    frame_free(f);
+}
+
+/* Serialize f as {"type", "id"?, "seq", ...rest} with the next seq. */
+static void frame_serialize(ws_session *s, ws_frame *f) {
+    CHECK(f->obj && !f->buf);
+    f->seq = s->next_seq++;
+    json_t *w = json_object();
+    json_t *type = json_object_get(f->obj, "type");
+    if (type) json_object_set(w, "type", type);
+    json_t *id = json_object_get(f->obj, "id");
+    if (id) json_object_set(w, "id", id);
+    json_object_set_new(w, "seq", json_integer((json_int_t)f->seq));
+    json_object_update_missing(w, f->obj);
+    char *text = json_dumps(w, JSON_COMPACT);
+    CHECK(text);
+    json_decref(w);
+    json_decref(f->obj);
+    f->obj = NULL;
+    f->len = strlen(text);
+    f->buf = xmalloc(LWS_PRE + f->len);
+    memcpy(f->buf + LWS_PRE, text, f->len);
+    free(text);
+    s->bytes -= f->cost;
+    f->cost = f->len + FRAME_OVERHEAD;
+    s->bytes += f->cost;
+    if (f->gen && f->gen->pending_step == f) f->gen->pending_step = NULL;
+    f->gen = NULL;
+}
+
+static ws_frame *first_unwritten(ws_session *s) {
+    ws_frame *f = s->cursor;
+    while (f && f->buf) f = f->next;
+    return f;
+}
+
+static void request_write(ws_session *s) {
+    if (s->conn && s->cursor) lws_callback_on_writable(s->conn->wsi);
+}
+
+/* ---------------------------------------------------------------- budget */
+
+static void session_overflow(ws_session *s);
+
+static void trim(ws_session *s) {
+    const server_config *cfg = server_cfg(s->w->srv);
+    while (s->head && s->head != s->cursor && s->head->seq <= s->acked) pop_head(s);
+    while ((s->bytes > cfg->session_max_bytes || s->n_frames > cfg->session_max_events) && s->head &&
+           s->head != s->cursor) {
+        s->floor = s->head->seq;
+        pop_head(s);
+    }
+    if (!s->overflowed && (s->bytes > cfg->session_max_bytes || s->n_frames > cfg->session_max_events))
+        session_overflow(s);
+}
+
+static void append(ws_session *s, ws_frame *f) {
+    f->next = NULL;
+    if (s->tail) s->tail->next = f;
+    else s->head = f;
+    s->tail = f;
+    if (!s->cursor) s->cursor = f;
+    s->bytes += f->cost;
+    s->n_frames++;
+}
+
+static void schedule_destroy(ws_session *s, double seconds);
+
+/* Unwritten events cannot be kept: stop the session's generations, drop what is unwritten, leave
+ * one error frame and close (or discard the detached session). Never frees generations or the
+ * session synchronously (callers may be inside gen_deliver). */
+static void session_overflow(ws_session *s) {
+    const server_config *cfg = server_cfg(s->w->srv);
+    log_warn("session %.8s…: event buffer overflow (%zu bytes / %d events, limits %zu / %d): closing", s->token,
+             s->bytes, s->n_frames, cfg->session_max_bytes, cfg->session_max_events);
+    s->overflowed = 1;
+    for (ws_gen *g = s->gens; g; g = g->next) {
+        if (g->req) server_cancel(s->w->srv, g->req);
+        if (g->held_step) json_decref(g->held_step);
+        g->held_step = NULL;
+    }
+    /* drop every unwritten frame */
+    ws_frame *prev = NULL, *f = s->head;
+    while (f && f != s->cursor) prev = f, f = f->next;
+    while (f) {
+        ws_frame *next = f->next;
+        s->bytes -= f->cost;
+        s->n_frames--;
+        frame_free(f);
+        f = next;
+    }
+    s->cursor = NULL;
+    s->tail = prev;
+    if (prev) prev->next = NULL;
+    else s->head = NULL;
+    api_error e;
+    api_error_set(&e, "session_overflow", "",
+                  "the session's event buffer overflowed (client too slow or away too long); its generations were "
+                  "cancelled and undelivered events dropped");
+    append(s, frame_new(api_ev_error(&e, NULL, NULL), 0));
+    if (s->conn) request_write(s);
+    else {
+        ws_state *w = s->w;
+        snprintf(w->tomb[w->tomb_next], sizeof w->tomb[0], "%s", s->token);
+        w->tomb_next = (w->tomb_next + 1) % (int)(sizeof w->tomb / sizeof w->tomb[0]);
+        schedule_destroy(s, 0);
+    }
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static void random_token(char out[API_TOKEN_HEX + 1]) {
+    unsigned char b[API_TOKEN_HEX / 2];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n < 0) UM_FATAL("getrandom failed");
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof b; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[API_TOKEN_HEX] = 0;
+}
+
+ws_session *session_create(ws_state *w) {
+    const server_config *cfg = server_cfg(w->srv);
+    if (w->shutting_down) return NULL;
+    if (w->n_sessions >= cfg->max_sessions) { /* make room: the longest-detached session goes */
+        ws_session *old = NULL;
+        for (ws_session *s = w->sessions; s; s = s->next)
+            if (!s->conn && (!old || s->detached_ns < old->detached_ns)) old = s;
+        if (!old) return NULL;
+        log_info("session %.8s…: discarded to make room (max_sessions %d)", old->token, cfg->max_sessions);
+        session_destroy(old);
+    }
+    ws_session *s = xcalloc(1, sizeof *s);
+    s->w = w;
+    random_token(s->token);
+    s->key = server_new_owner_key(w->srv);
+    s->next_seq = 1;
+    s->next = w->sessions;
+    if (w->sessions) w->sessions->prev = s;
+    w->sessions = s;
+    w->n_sessions++;
+    return s;
+}
+
+static void gen_free(ws_gen *g);
+
+void session_destroy(ws_session *s) {
+    ws_state *w = s->w;
+    if (s->sul_armed) lws_sul_cancel(&s->sul);
+    s->sul_armed = 0;
+    while (s->gens) {
+        ws_gen *g = s->gens;
+        s->gens = g->next;
+        if (g->req) {
+            sched_req *r = g->req;
+            r->deliver = NULL; /* its remaining events are dropped; the hub frees it */
+            r->owner = NULL;
+            server_cancel(w->srv, r);
+        }
+        gen_free(g);
+    }
+    while (s->head) {
+        ws_frame *f = s->head;
+        s->head = f->next;
+        frame_free(f);
+    }
+    if (s->conn) s->conn->sess = NULL;
+    else w->n_detached--;
+    if (s->prev) s->prev->next = s->next;
+    else w->sessions = s->next;
+    if (s->next) s->next->prev = s->prev;
+    w->n_sessions--;
+    free(s);
+}
+
+static int token_eq(const char *a, const char *b) {
+    unsigned char d = 0;
+    for (int i = 0; i < API_TOKEN_HEX; i++) d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+ws_session *session_find(ws_state *w, const char *token) {
+    if (strlen(token) != API_TOKEN_HEX) return NULL;
+    for (ws_session *s = w->sessions; s; s = s->next)
+        if (token_eq(s->token, token)) return s;
+    return NULL;
+}
+
+int session_tombstoned(const ws_state *w, const char *token) {
+    for (size_t i = 0; i < sizeof w->tomb / sizeof w->tomb[0]; i++)
+        if (w->tomb[i][0] && token_eq(w->tomb[i], token)) return 1;
+    return 0;
+}
+
+static void session_expire_cb(lws_sorted_usec_list_t *sul) {
+    ws_session *s = lws_container_of(sul, ws_session, sul);
+    s->sul_armed = 0;
+    if (s->conn) return; /* re-attached meanwhile */
+    log_info("session %.8s…: %s after %.1f s detached (%d generation%s cancelled)", s->token,
+             s->overflowed ? "discarded (overflow)" : "expired", (double)(time_now_ns() - s->detached_ns) * 1e-9,
+             s->n_gens, s->n_gens == 1 ? "" : "s");
+    session_destroy(s);
+}
+
+static void schedule_destroy(ws_session *s, double seconds) {
+    if (s->w->shutting_down) return;
+    if (s->sul_armed) lws_sul_cancel(&s->sul);
+    lws_usec_t us = (lws_usec_t)(seconds * 1e6);
+    lws_sul_schedule(server_lws_context(s->w->srv), 0, &s->sul, session_expire_cb, us > 0 ? us : 1);
+    s->sul_armed = 1;
+}
+
+void session_attach(ws_session *s, ws_conn *c) {
+    if (s->sul_armed) lws_sul_cancel(&s->sul);
+    s->sul_armed = 0;
+    if (!s->conn && s->detached_ns) s->w->n_detached--;
+    s->detached_ns = 0;
+    s->conn = c;
+    c->sess = s;
+    request_write(s);
+}
+
+void session_detach(ws_session *s) {
+    if (!s->conn) return;
+    s->conn->sess = NULL;
+    s->conn = NULL;
+    s->detached_ns = time_now_ns();
+    s->w->n_detached++;
+    const server_config *cfg = server_cfg(s->w->srv);
+    schedule_destroy(s, s->overflowed ? 0 : cfg->session_retention_s);
+}
+
+/* ---------------------------------------------------------------- queueing and writing */
+
+void session_push(ws_session *s, json_t *obj) {
+    if (s->overflowed) {
+        json_decref(obj);
+        return;
+    }
+    append(s, frame_new(obj, 0));
+    trim(s);
+    request_write(s);
+}
+
+void session_push_next(ws_session *s, json_t *obj) {
+    if (s->overflowed) {
+        json_decref(obj);
+        return;
+    }
+    ws_frame *at = first_unwritten(s);
+    if (!at) {
+        session_push(s, obj);
+        return;
+    }
+    ws_frame *f = frame_new(obj, 0);
+    /* insert before `at` */
+    ws_frame *prev = NULL;
+    for (ws_frame *p = s->head; p != at; p = p->next) prev = p;
+    f->next = at;
+    if (prev) prev->next = f;
+    else s->head = f;
+    if (s->cursor == at) s->cursor = f;
+    s->bytes += f->cost;
+    s->n_frames++;
+    trim(s);
+    request_write(s);
+}
+
+int session_write_next(ws_session *s) {
+    ws_conn *c = s->conn;
+    ws_frame *f = s->cursor;
+    if (!c || !f) return 0;
+    if (!f->buf) frame_serialize(s, f);
+    if (lws_write(c->wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT) < (int)f->len) return -1;
+    if (!f->written_once) {
+        f->written_once = 1;
+        server_note_event_written(s->w->srv, f->t_event_ns);
+    }
+    s->cursor = f->next;
+    if (s->overflowed && !s->cursor) {
+        static const char reason[] = "session buffer overflow";
+        lws_close_reason(c->wsi, (enum lws_close_status)WS_CLOSE_OVERFLOW, (unsigned char *)reason, sizeof reason - 1);
+        return -1;
+    }
+    trim(s);
+    request_write(s);
+    return 0;
+}
+
+void session_ack(ws_session *s, uint64_t seq) {
+    uint64_t written = s->next_seq - 1;
+    if (seq > written) seq = written;
+    if (seq > s->acked) s->acked = seq;
+    trim(s);
+}
+
+int session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e) {
+    uint64_t written = s->next_seq - 1;
+    if (last_seq > written)
+        return api_error_set(e, "invalid_request", "last_seq",
+                             "last_seq %llu is ahead of the last event this session sent (%llu)",
+                             (unsigned long long)last_seq, (unsigned long long)written);
+    session_ack(s, last_seq);
+    *gap = last_seq < s->floor;
+    ws_frame *f = s->head;
+    while (f && f->buf && f->seq <= last_seq) f = f->next;
+    s->cursor = f;
+    int n = 0;
+    for (; f && f->buf; f = f->next) n++;
+    return n;
+}
+
+/* ---------------------------------------------------------------- generations */
+
+static void gen_free(ws_gen *g) {
+    if (g->pending_step) g->pending_step->gen = NULL;
+    if (g->held_step) json_decref(g->held_step);
+    free(g);
+}
+
+static void gen_unlink(ws_gen *g) {
+    ws_session *s = g->sess;
+    for (ws_gen **pp = &s->gens; *pp; pp = &(*pp)->next)
+        if (*pp == g) {
+            *pp = g->next;
+            s->n_gens--;
+            return;
+        }
+}
+
+/* A step frame: merged into the generation's unwritten step frame when there is one. */
+static void enqueue_step(ws_gen *g, json_t *obj, uint64_t t_ns) {
+    ws_session *s = g->sess;
+    ws_frame *p = g->pending_step;
+    if (p && p->obj) {
+        api_step_merge(p->obj, obj);
+        json_decref(obj);
+        s->bytes -= p->cost;
+        p->cost = frame_estimate(p->obj);
+        s->bytes += p->cost;
+        trim(s);
+        request_write(s);
+        return;
+    }
+    ws_frame *f = frame_new(obj, t_ns);
+    f->gen = g;
+    g->pending_step = f;
+    append(s, f);
+    trim(s);
+    request_write(s);
+}
+
+static void flush_held(ws_gen *g) {
+    if (!g->held_step) return;
+    json_t *h = g->held_step;
+    g->held_step = NULL;
+    g->held_n = 0;
+    enqueue_step(g, h, 0);
+}
+
+static void gen_deliver(sched_req *r, sched_event *ev) {
+    ws_gen *g = r->owner;
+    ws_session *s = g->sess;
+    int final = ev->final;
+    if (!s->overflowed) {
+        json_t *obj = api_ev_generation(ev->obj, g->id);
+        ev->obj = NULL;
+        if (ev->kind == SCHED_EV_STEP) {
+            if (g->every > 1) {
+                if (g->held_step) {
+                    api_step_merge(g->held_step, obj);
+                    json_decref(obj);
+                } else {
+                    g->held_step = obj;
+                }
+                if (++g->held_n >= g->every) flush_held(g);
+            } else {
+                enqueue_step(g, obj, ev->t_ns);
+            }
+        } else {
+            flush_held(g);
+            if (g->pending_step) g->pending_step->gen = NULL;
+            g->pending_step = NULL; /* later steps must not merge across a block/done */
+            ws_frame *f = frame_new(obj, ev->t_ns);
+            append(s, f);
+            trim(s);
+            request_write(s);
+        }
+    }
+    sched_event_free(ev);
+    if (final) {
+        r->owner = NULL;
+        r->deliver = NULL;
+        g->req = NULL;
+        gen_unlink(g);
+        gen_free(g);
+    }
+}
+
+ws_gen *session_gen_find(ws_session *s, const char *id) {
+    for (ws_gen *g = s->gens; g; g = g->next)
+        if (strcmp(g->id, id) == 0) return g;
+    return NULL;
+}
+
+ws_gen *session_gen_add(ws_session *s, const char *id, sched_req *r, int every) {
+    ws_gen *g = xcalloc(1, sizeof *g);
+    g->sess = s;
+    snprintf(g->id, sizeof g->id, "%s", id);
+    g->req = r;
+    g->every = every > 0 ? every : 1;
+    r->owner = g;
+    r->deliver = gen_deliver;
+    g->next = s->gens;
+    s->gens = g;
+    s->n_gens++;
+    return g;
+}
+
+void session_gen_cancel(ws_gen *g) {
+    if (g->req) server_cancel(g->sess->w->srv, g->req);
+}
+
+void ws_state_shutdown(ws_state *w) {
+    w->shutting_down = 1;
+    for (ws_session *s = w->sessions; s; s = s->next) {
+        if (s->sul_armed) lws_sul_cancel(&s->sul);
+        s->sul_armed = 0;
+    }
+}

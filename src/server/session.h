@@ -1,0 +1,138 @@
+/*
+ * session.h — persistent WebSocket sessions: the per-session event log (frames), sequence
+ * numbers, acks, bounded buffers, replay on resume, retention after a disconnect, and the
+ * generations a session owns. Internal to server/ (ws.c drives it).
+ *
+ * A session's frames form one list, oldest first:
+ *   [written, not yet acknowledged ...] [cursor -> not yet written ...]
+ * A frame gets its seq (session-wide, +1 each) when it is first written, so seq order is wire
+ * order. Written frames stay until the client acks them (ack / session.resume last_seq) so a
+ * reconnecting client can get them again byte-for-byte. Unwritten step frames of a generation
+ * absorb later steps of that generation (merge: commits accumulate, drafts are the latest) —
+ * a slow or absent reader costs at most one step frame per generation plus its block/done frames.
+ *
+ * Budget (session_max_bytes / session_max_events) over all frames: over it, written-but-unacked
+ * frames are released oldest first (replay below that point becomes impossible: "floor"); if
+ * unwritten frames alone exceed it the session overflows: its generations are cancelled, an
+ * error {code:"session_overflow"} is the last frame, and the socket closes with 4008; a detached
+ * session is discarded and a later resume is told "session_overflow".
+ *
+ * Not here: lws callbacks and message parsing (ws.c). Threads: lws service thread only.
+ */
+#ifndef UM_SESSION_H
+#define UM_SESSION_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/ws_protocol.h"
+#include "server/server_internal.h"
+
+typedef struct ws_state   ws_state;
+typedef struct ws_session ws_session;
+typedef struct ws_gen     ws_gen;
+typedef struct ws_frame   ws_frame;
+
+#define WS_CLOSE_OVERFLOW  4008   /* session buffer overflow: events could not be kept */
+#define WS_CLOSE_REPLACED  4001   /* another connection resumed this session */
+#define WS_CLOSE_CAPACITY  1013   /* too many sessions (try again later) */
+
+/* lws per-session data of the "unmask" protocol: one WebSocket connection. */
+typedef struct ws_conn {
+    struct lws     *wsi;
+    ws_session     *sess;          /* NULL after it was taken over by a resume elsewhere */
+    unsigned char  *rx;            /* message being assembled (owned) */
+    size_t          rx_len, rx_cap;
+    int             rx_binary;
+    int             rx_in_msg;     /* inside a (possibly fragmented) message */
+    struct ws_conn *next, *prev;   /* ws_state.conns */
+} ws_conn;
+
+struct ws_frame {
+    ws_frame      *next;
+    uint64_t       seq;            /* 0 until first written */
+    ws_gen        *gen;            /* generation whose mergeable step this is (unwritten only) */
+    json_t        *obj;            /* event object until serialized (owned) */
+    unsigned char *buf;            /* LWS_PRE + len bytes once serialized (owned) */
+    size_t         len;
+    size_t         cost;           /* bytes charged to the session budget */
+    uint64_t       t_event_ns;     /* engine time for latency stats (0: session-level event) */
+    int            written_once;
+};
+
+struct ws_gen {
+    ws_gen     *next;
+    ws_session *sess;
+    char        id[API_ID_MAX + 1];
+    sched_req  *req;               /* until its final event */
+    ws_frame   *pending_step;      /* unwritten step frame that absorbs the next steps */
+    int         every;             /* stream.every */
+    json_t     *held_step;         /* stream.every > 1: steps accumulated before queueing */
+    int         held_n;
+};
+
+struct ws_session {
+    ws_session *next, *prev;       /* ws_state.sessions */
+    ws_state   *w;
+    char        token[API_TOKEN_HEX + 1];
+    uint64_t    key;               /* scheduler owner key */
+    ws_conn    *conn;              /* NULL while detached */
+    ws_frame   *head, *tail, *cursor; /* cursor: next frame to write (NULL: all written) */
+    uint64_t    next_seq;          /* seq of the next frame written */
+    uint64_t    acked;             /* client confirmed every seq <= acked */
+    uint64_t    floor;             /* frames <= floor were released unacknowledged */
+    size_t      bytes;
+    int         n_frames;
+    ws_gen     *gens;
+    int         n_gens;
+    uint64_t    gen_counter;
+    lws_sorted_usec_list_t sul;    /* retention timer while detached */
+    int         sul_armed;
+    uint64_t    detached_ns;       /* when the connection went away (0 while attached) */
+    int         overflowed;        /* close after the final error frame */
+};
+
+struct ws_state {
+    server     *srv;
+    ws_session *sessions;
+    int         n_sessions, n_detached;
+    ws_conn    *conns;
+    int         n_conns;
+    int         shutting_down;     /* no timers, no new sessions */
+    /* tokens of sessions discarded after an overflow (ring), so a resume can say why */
+    char        tomb[64][API_TOKEN_HEX + 1];
+    int         tomb_next;
+};
+
+ws_session *session_create(ws_state *w);
+/* Cancels its generations (their events are dropped) and frees everything. */
+void        session_destroy(ws_session *s);
+ws_session *session_find(ws_state *w, const char *token);
+int         session_tombstoned(const ws_state *w, const char *token);
+
+void session_attach(ws_session *s, ws_conn *c);
+/* The connection went away: keep the session for the retention time (or destroy it now when the
+ * retention is 0 or it overflowed). */
+void session_detach(ws_session *s);
+
+/* Queue a session-level event (steals obj). */
+void session_push(ws_session *s, json_t *obj);
+/* Queue an event ahead of every not-yet-written frame (it gets the next seq). Steals obj. */
+void session_push_next(ws_session *s, json_t *obj);
+/* Write the next frame (one lws_write). Returns -1 to close the connection. */
+int  session_write_next(ws_session *s);
+/* Client acknowledged everything <= seq. */
+void session_ack(ws_session *s, uint64_t seq);
+/* Rewind the cursor for a replay of everything after last_seq. Returns the number of frames that
+ * will be replayed, or -1 (api_error filled) when last_seq is ahead of what was sent. *gap = 1
+ * when frames after last_seq were already released (replay starts at floor + 1). */
+int  session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e);
+
+/* Generations */
+ws_gen *session_gen_find(ws_session *s, const char *id);
+/* A new generation around an admitted-or-queued request (deliver hook set here). */
+ws_gen *session_gen_add(ws_session *s, const char *id, sched_req *r, int every);
+void    session_gen_cancel(ws_gen *g);
+
+#endif /* UM_SESSION_H */

@@ -1,0 +1,328 @@
+/*
+ * ws.c — the "unmask" WebSocket protocol on /ws: connection lifecycle, message assembly and
+ * limits, dispatch of client messages (generate, cancel, session.resume, ack, ping) to sessions
+ * and the scheduler, and one frame per SERVER_WRITEABLE.
+ *
+ * Every connection gets a fresh session (session.created is its first event); session.resume
+ * moves the connection onto an earlier session and replays what the client missed.
+ * Close codes: 1009 message too big, 1007 invalid UTF-8 (lws), 1013 too many sessions,
+ * 4001 session resumed on another connection, 4008 session buffer overflow.
+ *
+ * Not here: session buffering/replay (session.c), JSON shapes (api/ws_protocol.c), request
+ * parsing (api/request.c). Threads: lws service thread only.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/event_json.h"
+#include "server/session.h"
+#include "util/log.h"
+
+#ifndef UNMASK_VERSION
+#define UNMASK_VERSION "0.1.0"
+#endif
+
+size_t ws_conn_size(void) { return sizeof(ws_conn); }
+
+ws_state *ws_state_create(server *srv) {
+    ws_state *w = xcalloc(1, sizeof *w);
+    w->srv = srv;
+    return w;
+}
+
+void ws_state_free(ws_state *w) {
+    if (!w) return;
+    w->shutting_down = 1;
+    while (w->sessions) session_destroy(w->sessions);
+    free(w);
+}
+
+void ws_get_conn_stats(const ws_state *w, server_conn_stats *out) {
+    out->ws_connections = w->n_conns;
+    out->sessions = w->n_sessions;
+    out->sessions_detached = w->n_detached;
+}
+
+/* ---------------------------------------------------------------- events */
+
+static json_t *ev_session_created(ws_state *w, ws_session *s) {
+    server *srv = w->srv;
+    const server_config *cfg = server_cfg(srv);
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("session.created"));
+    json_object_set_new(o, "session", json_string(s->token));
+    json_object_set_new(o, "server", json_pack("{s:s,s:s}", "name", "unmask", "version", UNMASK_VERSION));
+    const model *m = server_model(srv);
+    json_t *mi = json_object();
+    json_object_set_new(mi, "ready", json_boolean(m != NULL));
+    const char *name = strrchr(cfg->model, '/');
+    json_object_set_new(mi, "name", json_string(name && name[1] ? name + 1 : cfg->model));
+    if (m) {
+        json_object_set_new(mi, "architecture", json_string(m->cfg.arch_name));
+        json_object_set_new(mi, "vocab_size", json_integer(m->cfg.vocab_size));
+        json_object_set_new(mi, "max_seq", json_integer(m->cfg.max_seq));
+        json_object_set_new(mi, "tokenizer", json_boolean(m->tok != NULL));
+        json_object_set_new(mi, "chat_template", json_boolean(m->chat != NULL));
+        decode_params p = decode_params_for_model(m);
+        json_object_set_new(o, "defaults", decode_params_to_json(&p));
+    }
+    json_object_set_new(o, "model", mi);
+    json_object_set_new(o, "limits",
+                        json_pack("{s:I,s:i,s:f,s:i,s:I,s:i}", "max_message_bytes", (json_int_t)cfg->max_message_bytes,
+                                  "max_generations", cfg->max_session_generations, "retention_s",
+                                  cfg->session_retention_s, "max_batch", cfg->max_batch, "session_max_bytes",
+                                  (json_int_t)cfg->session_max_bytes, "session_max_events", cfg->session_max_events));
+    return o;
+}
+
+static void push_error(ws_session *s, const char *code, const char *param, const char *event_id, const char *gen_id,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void push_error(ws_session *s, const char *code, const char *param, const char *event_id, const char *gen_id,
+                       const char *fmt, ...) {
+    api_error e;
+    e.code = code;
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    va_end(ap);
+    session_push(s, api_ev_error(&e, event_id, gen_id));
+}
+
+/* ---------------------------------------------------------------- messages */
+
+static void on_generate(ws_state *w, ws_session *s, const api_msg *m) {
+    server *srv = w->srv;
+    const server_config *cfg = server_cfg(srv);
+    const model *mdl = server_model(srv);
+    if (!mdl) {
+        push_error(s, "model_loading", NULL, m->event_id, m->id, "the model is still loading; retry in a moment");
+        return;
+    }
+    if (s->n_gens >= cfg->max_session_generations) {
+        push_error(s, "too_many_generations", NULL, m->event_id, m->id,
+                   "this session already runs %d generations (max_session_generations); wait for one to finish or "
+                   "cancel one",
+                   s->n_gens);
+        return;
+    }
+    char id[API_ID_MAX + 1];
+    if (m->id[0]) {
+        snprintf(id, sizeof id, "%s", m->id);
+        if (session_gen_find(s, id)) {
+            push_error(s, "duplicate_id", "id", m->event_id, id, "a generation with id \"%s\" is still running", id);
+            return;
+        }
+    } else {
+        do snprintf(id, sizeof id, "gen_%llu", (unsigned long long)++s->gen_counter);
+        while (session_gen_find(s, id));
+    }
+    api_gen_request g;
+    api_error e;
+    if (api_gen_request_parse(mdl, m->root, &g, &e) != 0) {
+        session_push(s, api_ev_error(&e, m->event_id, id));
+        return;
+    }
+    sched_req *r = sched_req_create(g.seq, s->key);
+    g.seq = NULL;
+    int qpos = 0;
+    um_err err = {0};
+    if (server_submit(srv, r, &qpos, &err) != 0) {
+        sched_req_free(r);
+        push_error(s, err.code == UM_ERR_RESOURCE ? "queue_full" : "unavailable", NULL, m->event_id, id, "%s", err.msg);
+        api_gen_request_free(&g);
+        return;
+    }
+    /* events cannot be delivered before we return to the service loop: safe to attach now */
+    session_gen_add(s, id, r, g.stream_every);
+    session_push(s, api_ev_accepted(id, m->event_id, qpos, g.n_prompt, g.params, g.ignored));
+    api_gen_request_free(&g);
+}
+
+static void on_cancel(ws_session *s, const api_msg *m) {
+    ws_gen *g = session_gen_find(s, m->id);
+    if (!g) {
+        push_error(s, "unknown_generation", "id", m->event_id, m->id,
+                   "no running generation with id \"%s\" in this session (finished, or never started)", m->id);
+        return;
+    }
+    session_gen_cancel(g); /* its `done` (finish_reason "cancelled") follows */
+}
+
+static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
+    ws_session *old = session_find(w, m->session);
+    if (!old) {
+        if (session_tombstoned(w, m->session))
+            push_error(cur, "session_overflow", "session", m->event_id, NULL,
+                       "that session was discarded after its event buffer overflowed; start over");
+        else
+            push_error(cur, "unknown_session", "session", m->event_id, NULL,
+                       "no such session (expired, or the token is wrong); start over with this connection's session");
+        return;
+    }
+    if (old != cur) {
+        if (cur->n_gens > 0) {
+            push_error(cur, "resume_not_allowed", "session", m->event_id, NULL,
+                       "this connection already started generations in its own session; resume on a fresh connection");
+            return;
+        }
+        if (m->seq > old->next_seq - 1) {
+            push_error(cur, "invalid_request", "last_seq", m->event_id, NULL,
+                       "last_seq %llu is ahead of the last event that session sent (%llu)", (unsigned long long)m->seq,
+                       (unsigned long long)(old->next_seq - 1));
+            return;
+        }
+        if (old->conn) { /* a half-dead earlier connection: this one takes over */
+            ws_conn *oc = old->conn;
+            static const char reason[] = "session resumed on another connection";
+            lws_close_reason(oc->wsi, (enum lws_close_status)WS_CLOSE_REPLACED, (unsigned char *)reason,
+                             sizeof reason - 1);
+            lws_set_timeout(oc->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+            oc->sess = NULL;
+            old->conn = NULL;
+            old->detached_ns = 0;
+        }
+        session_destroy(cur); /* the connection's fresh session (nothing of value in it) */
+        session_attach(old, c);
+    }
+    api_error e;
+    int gap = 0;
+    int n = session_rewind(old, m->seq, &gap, &e);
+    if (n < 0) {
+        session_push_next(old, api_ev_error(&e, m->event_id, NULL));
+        return;
+    }
+    if (gap) {
+        api_error ge;
+        api_error_set(&ge, "resume_gap", "last_seq",
+                      "events %llu..%llu were released before they were acknowledged (buffer limit); replay starts at "
+                      "%llu",
+                      (unsigned long long)m->seq + 1, (unsigned long long)old->floor, (unsigned long long)old->floor + 1);
+        session_push_next(old, api_ev_error(&ge, m->event_id, NULL));
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("session.resumed"));
+    if (m->event_id[0]) json_object_set_new(o, "event_id", json_string(m->event_id));
+    json_object_set_new(o, "session", json_string(old->token));
+    json_object_set_new(o, "last_seq", json_integer((json_int_t)m->seq));
+    json_object_set_new(o, "replayed", json_integer(n));
+    json_t *ids = json_array();
+    for (ws_gen *g = old->gens; g; g = g->next) json_array_append_new(ids, json_string(g->id));
+    json_object_set_new(o, "running", ids);
+    session_push_next(old, o);
+    log_debug("session %.8s…: resumed after seq %llu, %d events replayed", old->token, (unsigned long long)m->seq, n);
+}
+
+static void on_message(ws_state *w, ws_conn *c, const unsigned char *data, size_t len, int binary) {
+    ws_session *s = c->sess;
+    if (!s || s->overflowed) return;
+    if (binary) {
+        push_error(s, "binary_not_supported", NULL, NULL, NULL,
+                   "binary messages are not supported: send JSON text messages");
+        return;
+    }
+    api_msg m;
+    api_error e;
+    if (api_msg_parse((const char *)data, len, &m, &e) != 0) {
+        session_push(s, api_ev_error(&e, m.event_id, NULL));
+        return;
+    }
+    switch (m.type) {
+    case API_MSG_GENERATE: on_generate(w, s, &m); break;
+    case API_MSG_CANCEL: on_cancel(s, &m); break;
+    case API_MSG_RESUME: on_resume(w, c, s, &m); break;
+    case API_MSG_ACK: session_ack(s, m.seq); break;
+    case API_MSG_PING: session_push(s, api_ev_pong(m.event_id)); break;
+    }
+    api_msg_free(&m);
+}
+
+/* ---------------------------------------------------------------- lws callback */
+
+static void conn_unlink(ws_state *w, ws_conn *c) {
+    if (c->prev) c->prev->next = c->next;
+    else if (w->conns == c) w->conns = c->next;
+    else return; /* not linked */
+    if (c->next) c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    w->n_conns--;
+}
+
+int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    ws_conn *c = user;
+    server *srv = lws_context_user(lws_get_context(wsi));
+    ws_state *w = srv ? server_ws(srv) : NULL;
+    if (!w) return 0;
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED: {
+        c->wsi = wsi;
+        c->next = w->conns;
+        c->prev = NULL;
+        if (w->conns) w->conns->prev = c;
+        w->conns = c;
+        w->n_conns++;
+        ws_session *s = session_create(w);
+        if (!s) {
+            static const char reason_txt[] = "too many sessions; try again later";
+            lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_CAPACITY, (unsigned char *)reason_txt,
+                             sizeof reason_txt - 1);
+            return -1;
+        }
+        session_attach(s, c);
+        session_push(s, ev_session_created(w, s));
+        return 0;
+    }
+    case LWS_CALLBACK_RECEIVE: {
+        if (!c->sess) return 0; /* taken over by a resume elsewhere: closing */
+        const server_config *cfg = server_cfg(srv);
+        if (!c->rx_in_msg) {
+            c->rx_in_msg = 1;
+            c->rx_len = 0;
+            c->rx_binary = lws_frame_is_binary(wsi);
+        }
+        if (c->rx_len + len > cfg->max_message_bytes) {
+            char msg[96];
+            int n = snprintf(msg, sizeof msg, "message larger than %zu bytes", cfg->max_message_bytes);
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)msg, (size_t)n);
+            return -1;
+        }
+        if (!c->rx_binary) { /* binary messages are only counted, then refused */
+            if (c->rx_len + len + 1 > c->rx_cap) {
+                size_t cap = c->rx_cap ? c->rx_cap : 4096;
+                while (cap < c->rx_len + len + 1) cap *= 2;
+                c->rx = xrealloc(c->rx, cap);
+                c->rx_cap = cap;
+            }
+            memcpy(c->rx + c->rx_len, in, len);
+            c->rx[c->rx_len + len] = 0;
+        }
+        c->rx_len += len;
+        if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
+            c->rx_in_msg = 0;
+            on_message(w, c, c->rx, c->rx_binary ? 0 : c->rx_len, c->rx_binary);
+            c->rx_len = 0;
+            if (c->rx_cap > (64u << 10)) { /* do not keep a large buffer around */
+                free(c->rx);
+                c->rx = NULL;
+                c->rx_cap = 0;
+            }
+        }
+        return 0;
+    }
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (!c->sess) return 0;
+        return session_write_next(c->sess);
+    case LWS_CALLBACK_CLOSED:
+        conn_unlink(w, c);
+        if (c->sess) session_detach(c->sess);
+        free(c->rx);
+        c->rx = NULL;
+        c->rx_cap = c->rx_len = 0;
+        return 0;
+    default:
+        return 0;
+    }
+}
