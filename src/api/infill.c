@@ -1,0 +1,179 @@
+/*
+ * infill.c — llama.cpp /infill and /v1/fim/completions over native infilling (see infill.h).
+ * Pure; any thread.
+ */
+#include "api/infill.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+static int opt_string(const json_t *o, const char *k, const char **out, oai_error *e) {
+    const json_t *v = json_object_get(o, k);
+    *out = "";
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return oai_error_set(e, 400, "invalid_type", k, "%s must be a string", k);
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Growable text. */
+typedef struct tbuf {
+    char  *p;
+    size_t n, cap;
+} tbuf;
+
+static void tb_put(tbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = b->cap ? b->cap : 256;
+        while (b->n + n + 1 > b->cap) b->cap *= 2;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+int infill_parse(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
+                 oai_error *e) {
+    api_gen_init(g, API_KIND_INFILL, defaults);
+    json_t *o = api_parse_body(body, len, e);
+    if (!o) return -1;
+    int rc = -1;
+    tbuf pre = {0};
+    const char *prefix, *suffix, *prompt;
+    if (opt_string(o, "input_prefix", &prefix, e) || opt_string(o, "input_suffix", &suffix, e) ||
+        opt_string(o, "prompt", &prompt, e))
+        goto out;
+    const json_t *extra = json_object_get(o, "input_extra");
+    if (extra && !json_is_null(extra)) {
+        if (!json_is_array(extra)) {
+            oai_error_set(e, 400, "invalid_type", "input_extra", "input_extra must be an array of {filename, text} objects");
+            goto out;
+        }
+        for (size_t i = 0; i < json_array_size(extra); i++) {
+            const json_t *ch = json_array_get(extra, i);
+            const json_t *fn = json_object_get(ch, "filename"), *tx = json_object_get(ch, "text");
+            if (!json_is_object(ch) || !json_is_string(tx) || (fn && !json_is_null(fn) && !json_is_string(fn))) {
+                oai_error_set(e, 400, "invalid_type", "input_extra",
+                              "input_extra[%zu] must be an object with a string \"text\" (and optional \"filename\")", i);
+                goto out;
+            }
+            if (json_is_string(fn) && json_string_length(fn)) {
+                tb_put(&pre, json_string_value(fn), json_string_length(fn));
+                tb_put(&pre, "\n", 1);
+            }
+            tb_put(&pre, json_string_value(tx), json_string_length(tx));
+            tb_put(&pre, "\n\n", 2);
+        }
+    }
+    tb_put(&pre, prefix, strlen(prefix));
+    tb_put(&pre, prompt, strlen(prompt));
+    g->prompts = xcalloc(1, sizeof *g->prompts);
+    g->prompts[0].text = pre.p ? pre.p : xstrdup("");
+    pre.p = NULL;
+    g->n_prompts = 1;
+    if (suffix[0]) g->suffix = xstrdup(suffix);
+    const json_t *st = json_object_get(o, "stream");
+    if (st && !json_is_null(st) && !json_is_boolean(st)) {
+        oai_error_set(e, 400, "invalid_type", "stream", "stream must be a boolean");
+        goto out;
+    }
+    g->stream = json_is_true(st);
+    const json_t *rf = json_object_get(o, "response_fields");
+    if (rf && !json_is_null(rf)) {
+        if (!json_is_array(rf)) {
+            oai_error_set(e, 400, "invalid_type", "response_fields", "response_fields must be an array of strings");
+            goto out;
+        }
+        for (size_t i = 0; i < json_array_size(rf); i++)
+            if (!json_is_string(json_array_get(rf, i))) {
+                oai_error_set(e, 400, "invalid_type", "response_fields", "response_fields[%zu] must be a string", i);
+                goto out;
+            }
+        if (json_array_size(rf)) g->response_fields = json_incref((json_t *)rf);
+    }
+    if (api_parse_params(g, o, lim, e)) goto out;
+    rc = 0;
+out:
+    free(pre.p);
+    json_decref(o);
+    return rc;
+}
+
+int infill_parse_fim(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
+                     oai_error *e) {
+    if (openai_parse_completion(body, len, defaults, lim, g, e)) return -1;
+    g->kind = API_KIND_FIM;
+    return 0;
+}
+
+json_t *infill_chunk(int index, const char *delta, size_t len, const api_track *t, int n_prompt) {
+    size_t tl;
+    api_track_text(t, &tl);
+    json_t *ids = api_track_output_ids(t);
+    json_int_t predicted = (json_int_t)json_array_size(ids);
+    json_decref(ids);
+    return json_pack("{s:i, s:o, s:[], s:b, s:i, s:I, s:i}", "index", index, "content", oai_json_string_lossy(delta, len),
+                     "tokens", "stop", 0, "id_slot", -1, "tokens_predicted", predicted, "tokens_evaluated", n_prompt);
+}
+
+static double num(const json_t *o, const char *k) { return o ? json_number_value(json_object_get(o, k)) : 0.0; }
+
+/* Value at "a/b/c" inside o, or NULL. */
+static json_t *path_get(json_t *o, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = o;
+    for (char *tok = strtok(buf, "/"); tok && cur; tok = strtok(NULL, "/")) cur = json_object_get(cur, tok);
+    return cur;
+}
+
+json_t *infill_final(const char *model_name, int index, const api_track *t, int n_prompt, const char *prompt,
+                     const json_t *settings, int streaming, const json_t *response_fields) {
+    size_t len = 0;
+    const char *text = t ? api_track_text(t, &len) : "";
+    const char *fin = t ? api_track_finish(t) : NULL;
+    const char *sw = t ? api_track_stop_word(t) : NULL;
+    const char *stop_type = !fin ? "none" : sw ? "word" : strcmp(fin, "length") == 0 ? "limit" : "eos";
+    const json_t *u = t ? api_track_usage(t) : NULL;
+    const json_t *tm = t ? api_track_timings(t) : NULL;
+    double predicted_n = u ? num(u, "completion_tokens") : 0;
+    double predicted_ms = num(tm, "decode_ms"), prompt_ms = num(tm, "first_event_ms");
+    json_t *timings = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "prompt_n", n_prompt, "prompt_ms", prompt_ms,
+                                "prompt_per_token_ms", n_prompt ? prompt_ms / n_prompt : 0.0, "prompt_per_second",
+                                prompt_ms > 0 ? n_prompt * 1000.0 / prompt_ms : 0.0, "predicted_n", predicted_n,
+                                "predicted_ms", predicted_ms, "predicted_per_token_ms",
+                                predicted_n > 0 ? predicted_ms / predicted_n : 0.0, "predicted_per_second",
+                                predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0.0);
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(index));
+    json_object_set_new(o, "content", streaming ? json_string("") : oai_json_string_lossy(text, len));
+    json_object_set_new(o, "tokens", json_array());
+    json_object_set_new(o, "id_slot", json_integer(-1));
+    json_object_set_new(o, "stop", json_true());
+    json_object_set_new(o, "model", json_string(model_name ? model_name : "unmask"));
+    json_object_set_new(o, "tokens_predicted", json_integer((json_int_t)predicted_n));
+    json_object_set_new(o, "tokens_evaluated", json_integer(n_prompt));
+    json_object_set_new(o, "generation_settings", settings ? json_deep_copy(settings) : json_object());
+    json_object_set_new(o, "prompt", prompt ? oai_json_string_lossy(prompt, strlen(prompt)) : json_string(""));
+    json_object_set_new(o, "has_new_line", json_boolean(memchr(text, '\n', len) != NULL));
+    json_object_set_new(o, "truncated", json_false());
+    json_object_set_new(o, "stop_type", json_string(stop_type));
+    json_object_set_new(o, "stopping_word", json_string(sw ? sw : ""));
+    json_object_set_new(o, "tokens_cached", json_integer(0));
+    json_object_set_new(o, "timings", timings);
+    if (!response_fields) return o;
+    json_t *sel = json_object();
+    size_t i;
+    const json_t *f;
+    json_array_foreach(response_fields, i, f) {
+        const char *path = json_string_value(f);
+        json_t *v = path && path[0] ? path_get(o, path) : NULL;
+        if (v) json_object_set(sel, path, v);
+    }
+    json_decref(o);
+    return sel;
+}

@@ -1,0 +1,1243 @@
+/*
+ * openai.c — request model, shared parameter parsing, building decode sequences, the per-choice
+ * event tracker and the response encoders of every HTTP generation API (see openai.h). The
+ * SGLang and llama.cpp shapes live in sglang.c / infill.c and are called from here.
+ * Pure; any thread (the server calls it on the lws service thread).
+ */
+#include "api/openai.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/rand.h>
+
+#include "api/infill.h"
+#include "api/sglang.h"
+#include "decode/event_json.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "util/log.h"
+#include "util/timeutil.h"
+
+#define API_MAX_STOP_BYTES 256
+#define API_MAX_PROMPT_IDS (1 << 20)
+
+api_limits api_limits_default(void) {
+    api_limits l = {.max_gen_length = 8192, .max_prompt_tokens = 0, .max_choices = 16, .max_steps = 1024, .max_stop = 8};
+    return l;
+}
+
+/* ================================================================ request model */
+
+void api_gen_init(api_gen *g, enum api_kind kind, const decode_params *defaults) {
+    memset(g, 0, sizeof *g);
+    g->kind = kind;
+    g->n = 1;
+    g->params = defaults ? *defaults : decode_params_default();
+}
+
+void api_gen_free(api_gen *g) {
+    json_decref(g->messages);
+    for (int i = 0; i < g->n_prompts; i++) {
+        free(g->prompts[i].text);
+        free(g->prompts[i].ids);
+    }
+    free(g->prompts);
+    free(g->suffix);
+    for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->stop);
+    json_decref(g->response_fields);
+    memset(g, 0, sizeof *g);
+}
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+json_t *api_parse_body(const char *body, size_t len, oai_error *e) {
+    if (len == 0) {
+        oai_error_set(e, 400, "invalid_json", NULL, "the request body is empty; send a JSON object");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        oai_error_set(e, 400, "invalid_json", NULL, "the request body is not valid JSON: %s (line %d, column %d)", je.text,
+                      je.line, je.column);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        oai_error_set(e, 400, "invalid_json", NULL, "the request body must be a JSON object, got %s", json_type_name(o));
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static const json_t *field(const json_t *obj, const char *k) {
+    const json_t *v = json_object_get(obj, k);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int get_bool_field(const json_t *obj, const char *k, int *dst, oai_error *e) {
+    const json_t *v = field(obj, k);
+    if (!v) return 0;
+    if (!json_is_boolean(v))
+        return oai_error_set(e, 400, "invalid_type", k, "%s must be a boolean, got %s", k, json_type_name(v));
+    *dst = json_is_true(v);
+    return 0;
+}
+
+/* An integer field (integral reals accepted). 1 = present, 0 = absent, -1 = error. */
+static int get_int_field(const json_t *obj, const char *k, long long *dst, oai_error *e) {
+    const json_t *v = field(obj, k);
+    if (!v) return 0;
+    if (json_is_integer(v)) {
+        *dst = json_integer_value(v);
+        return 1;
+    }
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
+        *dst = (long long)json_real_value(v);
+        return 1;
+    }
+    return oai_error_set(e, 400, "invalid_type", k, "%s must be an integer, got %s", k, json_type_name(v));
+}
+
+static int get_num_field(const json_t *obj, const char *k, double *dst, oai_error *e) {
+    const json_t *v = field(obj, k);
+    if (!v) return 0;
+    if (!json_is_number(v))
+        return oai_error_set(e, 400, "invalid_type", k, "%s must be a number, got %s", k, json_type_name(v));
+    *dst = json_number_value(v);
+    return 1;
+}
+
+static int range_err(oai_error *e, const char *k, const char *range, double v) {
+    return oai_error_set(e, 400, "invalid_value", k, "%s must be %s, got %g", k, range, v);
+}
+
+int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e) {
+    if (!v || json_is_null(v)) return 0;
+    const json_t *one = json_is_string(v) ? v : NULL;
+    size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if (!one && !json_is_array(v))
+        return oai_error_set(e, 400, "invalid_type", "stop", "stop must be a string or an array of strings, got %s",
+                             json_type_name(v));
+    if ((int)n > lim->max_stop)
+        return oai_error_set(e, 400, "invalid_value", "stop", "stop may hold at most %d strings, got %zu", lim->max_stop, n);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = one ? one : json_array_get(v, i);
+        if (!json_is_string(s))
+            return oai_error_set(e, 400, "invalid_type", "stop", "stop[%zu] must be a string, got %s", i, json_type_name(s));
+        size_t len = json_string_length(s);
+        if (len == 0) continue; /* an empty stop string would stop at once: ignore, as OpenAI does */
+        if (len > API_MAX_STOP_BYTES)
+            return oai_error_set(e, 400, "invalid_value", "stop", "stop strings may be at most %d bytes, got %zu",
+                                 API_MAX_STOP_BYTES, len);
+        g->stop = xrealloc(g->stop, (size_t)(g->n_stop + 1) * sizeof *g->stop);
+        g->stop[g->n_stop++] = xstrndup(json_string_value(s), len);
+    }
+    return 0;
+}
+
+int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
+    decode_params *p = &g->params;
+    /* the decode fields we do not rename (stop_at_eos, block_layout, drafts, ...): decode's own
+     * parser; its messages use the same names as the request */
+    um_err ue = {0};
+    decode_params saved = *p;
+    json_t *rest = json_deep_copy(obj);
+    static const char *const mine[] = {"gen_length", "max_tokens", "max_new_tokens", "steps", "decoder", "threshold",
+                                       "factor", "temperature", "top_k", "top_p", "seed", "cfg_scale", "block_length"};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) json_object_del(rest, mine[i]);
+    int rc = decode_params_apply_json(p, rest, &ue);
+    json_decref(rest);
+    if (rc) {
+        *p = saved;
+        return oai_error_from_um(e, &ue);
+    }
+
+    /* length */
+    static const char *const len_names[] = {"gen_length", "max_tokens", "max_completion_tokens", "max_new_tokens",
+                                            "n_predict"};
+    for (size_t i = 0; i < sizeof len_names / sizeof len_names[0]; i++) {
+        long long v = 0;
+        int r = get_int_field(obj, len_names[i], &v, e);
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        const char *k = len_names[i];
+        if (strcmp(k, "n_predict") == 0 && v < 0) continue;    /* llama.cpp: -1 = no limit -> server default */
+        if (strcmp(k, "n_predict") == 0 && v == 0 && g->kind == API_KIND_INFILL) {
+            g->warmup = 1;
+            continue;
+        }
+        if (v < 1 || v > lim->max_gen_length)
+            return oai_error_set(e, 400, "invalid_value", k, "%s must be between 1 and %d, got %lld", k,
+                                 lim->max_gen_length, v);
+        if (!g->gen_length_set) {
+            p->gen_length = (int)v;
+            g->gen_length_set = 1;
+            snprintf(g->gen_length_name, sizeof g->gen_length_name, "%s", k);
+        }
+    }
+    if (!g->gen_length_set && p->gen_length > lim->max_gen_length) p->gen_length = lim->max_gen_length;
+
+    /* steps */
+    static const char *const step_names[] = {"steps", "diffusion_steps"};
+    for (size_t i = 0; i < 2; i++) {
+        long long v = 0;
+        int r = get_int_field(obj, step_names[i], &v, e);
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        if (v < 1 || v > lim->max_steps)
+            return oai_error_set(e, 400, "invalid_value", step_names[i], "%s must be between 1 and %d, got %lld",
+                                 step_names[i], lim->max_steps, v);
+        p->steps = (int)v;
+        snprintf(g->steps_name, sizeof g->steps_name, "%s", step_names[i]);
+    }
+    /* block length */
+    static const char *const block_names[] = {"block_length", "block_size"};
+    for (size_t i = 0; i < 2; i++) {
+        long long v = 0;
+        int r = get_int_field(obj, block_names[i], &v, e);
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        if (v < 1 || v > lim->max_gen_length)
+            return oai_error_set(e, 400, "invalid_value", block_names[i], "%s must be between 1 and %d, got %lld",
+                                 block_names[i], lim->max_gen_length, v);
+        p->block_length = (int)v;
+        snprintf(g->block_name, sizeof g->block_name, "%s", block_names[i]);
+    }
+    /* decoder */
+    const json_t *v = field(obj, "decoder");
+    if (v) {
+        if (!json_is_string(v))
+            return oai_error_set(e, 400, "invalid_type", "decoder", "decoder must be a string, got %s", json_type_name(v));
+        const char *name = json_string_value(v);
+        if (strcmp(name, "LowConfidence") == 0) name = "threshold"; /* SGLang's name */
+        if (decode_decoder_parse(name, &p->decoder) != 0)
+            return oai_error_set(e, 400, "invalid_value", "decoder",
+                                 "decoder must be one of low_confidence, random, threshold, factor, got '%.64s'",
+                                 json_string_value(v));
+    }
+    double d;
+    int r;
+    if ((r = get_num_field(obj, "threshold", &d, e)) < 0) return -1;
+    if (r && !(d > 0 && d <= 1)) return range_err(e, "threshold", "in (0, 1]", d);
+    if (r) p->threshold = d;
+    if ((r = get_num_field(obj, "factor", &d, e)) < 0) return -1;
+    if (r && !(d > 0 && isfinite(d))) return range_err(e, "factor", "a finite number > 0", d);
+    if (r) p->factor = d;
+    if ((r = get_num_field(obj, "temperature", &d, e)) < 0) return -1;
+    if (r && !(d >= 0 && d <= 2)) return range_err(e, "temperature", "between 0 and 2", d);
+    if (r) p->temperature = d;
+    if ((r = get_num_field(obj, "top_p", &d, e)) < 0) return -1;
+    if (r && !(d > 0 && d <= 1)) return range_err(e, "top_p", "in (0, 1]", d);
+    if (r) p->top_p = d;
+    if ((r = get_num_field(obj, "cfg_scale", &d, e)) < 0) return -1;
+    if (r && !(d >= 0 && d <= 100)) return range_err(e, "cfg_scale", "between 0 (off) and 100", d);
+    if (r) p->cfg_scale = d;
+    long long iv;
+    if ((r = get_int_field(obj, "top_k", &iv, e)) < 0) return -1;
+    if (r && (iv < -1 || iv > 1000000)) return range_err(e, "top_k", "between 0 (off) and the vocabulary size", (double)iv);
+    if (r) p->top_k = iv < 0 ? 0 : (int)iv; /* -1 = off (vLLM / SGLang convention) */
+    if ((r = get_int_field(obj, "seed", &iv, e)) < 0) return -1;
+    if (r && iv < 0) return range_err(e, "seed", "a non-negative integer", (double)iv);
+    if (r) p->seed = (uint64_t)iv;
+    return api_parse_stop(g, field(obj, "stop"), lim, e);
+}
+
+int api_parse_prompt_value(const json_t *v, const char *fieldname, api_prompt *p, oai_error *e) {
+    memset(p, 0, sizeof *p);
+    if (json_is_string(v)) {
+        p->text = xstrndup(json_string_value(v), json_string_length(v));
+        return 0;
+    }
+    if (json_is_array(v)) {
+        size_t n = json_array_size(v);
+        if (n > API_MAX_PROMPT_IDS)
+            return oai_error_set(e, 400, "invalid_value", fieldname, "%s has %zu token ids, at most %d are allowed",
+                                 fieldname, n, API_MAX_PROMPT_IDS);
+        p->ids = xmalloc((n ? n : 1) * sizeof *p->ids);
+        p->n_ids = (int)n;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *x = json_array_get(v, i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+                free(p->ids);
+                p->ids = NULL;
+                return oai_error_set(e, 400, "invalid_type", fieldname, "%s[%zu] must be a non-negative integer token id",
+                                     fieldname, i);
+            }
+            p->ids[i] = (int32_t)json_integer_value(x);
+        }
+        return 0;
+    }
+    return oai_error_set(e, 400, "invalid_type", fieldname, "%s must be a string or an array of token ids, got %s",
+                         fieldname, json_type_name(v));
+}
+
+/* model, n, stream, stream_options, diffusing, logprobs: fields common to the OpenAI endpoints. */
+static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *lim, oai_error *e) {
+    const json_t *v = field(o, "model");
+    if (v && !json_is_string(v))
+        return oai_error_set(e, 400, "invalid_type", "model", "model must be a string, got %s", json_type_name(v));
+    if (v) snprintf(g->model, sizeof g->model, "%s", json_string_value(v));
+    long long n = 1;
+    int r = get_int_field(o, "n", &n, e);
+    if (r < 0) return -1;
+    if (r && (n < 1 || n > lim->max_choices))
+        return oai_error_set(e, 400, "invalid_value", "n", "n must be between 1 and %d, got %lld", lim->max_choices, n);
+    g->n = (int)n;
+    if (get_bool_field(o, "stream", &g->stream, e) || get_bool_field(o, "diffusing", &g->diffusing, e)) return -1;
+    v = field(o, "stream_options");
+    if (v) {
+        if (!json_is_object(v))
+            return oai_error_set(e, 400, "invalid_type", "stream_options", "stream_options must be an object, got %s",
+                                 json_type_name(v));
+        const json_t *iu = field(v, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return oai_error_set(e, 400, "invalid_type", "stream_options.include_usage",
+                                 "stream_options.include_usage must be a boolean, got %s", json_type_name(iu));
+        g->include_usage = iu && json_is_true(iu);
+    }
+    v = field(o, "logprobs");
+    if (v && (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) > 0)))
+        return oai_error_set(e, 400, "unsupported", "logprobs",
+                             "logprobs are not supported: a diffusion model commits tokens out of order");
+    return api_parse_params(g, o, lim, e);
+}
+
+/* One chat message content -> string (text parts concatenated). NULL + error on other parts. */
+static json_t *message_text(const json_t *content, size_t i, oai_error *e) {
+    if (!content || json_is_null(content)) return json_string("");
+    if (json_is_string(content)) return json_incref((json_t *)content);
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (!json_is_array(content)) {
+        oai_error_set(e, 400, "invalid_type", param, "%s must be a string or an array of content parts, got %s", param,
+                      json_type_name(content));
+        return NULL;
+    }
+    size_t cap = 256, len = 0;
+    char *buf = xmalloc(cap);
+    buf[0] = 0;
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        const json_t *part = json_array_get(content, k);
+        const json_t *type = json_object_get(part, "type");
+        const json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type)) {
+            free(buf);
+            oai_error_set(e, 400, "invalid_type", param, "%s[%zu] must be an object with a \"type\"", param, k);
+            return NULL;
+        }
+        if (strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+            free(buf);
+            oai_error_set(e, 400, "unsupported", param, "%s[%zu]: content parts of type '%.32s' are not supported (text only)",
+                          param, k, json_string_value(type));
+            return NULL;
+        }
+        size_t tl = json_string_length(text);
+        if (len + tl + 1 > cap) {
+            while (len + tl + 1 > cap) cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        memcpy(buf + len, json_string_value(text), tl);
+        len += tl;
+        buf[len] = 0;
+    }
+    json_t *s = json_stringn(buf, len);
+    free(buf);
+    return s;
+}
+
+int openai_parse_chat(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
+                      oai_error *e) {
+    api_gen_init(g, API_KIND_CHAT, defaults);
+    json_t *o = api_parse_body(body, len, e);
+    if (!o) return -1;
+    int rc = -1;
+    const json_t *msgs = json_object_get(o, "messages");
+    if (!msgs || json_is_null(msgs)) {
+        oai_error_set(e, 400, "missing_required_parameter", "messages", "messages is required");
+        goto out;
+    }
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        oai_error_set(e, 400, "invalid_value", "messages", "messages must be a non-empty array of {role, content} objects");
+        goto out;
+    }
+    g->messages = json_array();
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *mo = json_array_get(msgs, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        const json_t *role = json_is_object(mo) ? json_object_get(mo, "role") : NULL;
+        if (!json_is_string(role)) {
+            oai_error_set(e, 400, "invalid_type", param, "messages[%zu] must be an object with a string \"role\"", i);
+            goto out;
+        }
+        const char *rs = json_string_value(role);
+        if (strcmp(rs, "developer") == 0) rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
+            oai_error_set(e, 400, "invalid_value", param,
+                          "%s must be one of system, developer, user, assistant, tool, got '%.32s'", param,
+                          json_string_value(role));
+            goto out;
+        }
+        json_t *text = message_text(json_object_get(mo, "content"), i, e);
+        if (!text) goto out;
+        json_array_append_new(g->messages, json_pack("{s:s, s:o}", "role", rs, "content", text));
+    }
+    if (parse_openai_common(g, o, lim, e)) goto out;
+    rc = 0;
+out:
+    json_decref(o);
+    return rc;
+}
+
+int openai_parse_completion(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
+                            api_gen *g, oai_error *e) {
+    api_gen_init(g, API_KIND_COMPLETION, defaults);
+    json_t *o = api_parse_body(body, len, e);
+    if (!o) return -1;
+    int rc = -1;
+    const json_t *pr = field(o, "prompt");
+    if (!pr) {
+        oai_error_set(e, 400, "missing_required_parameter", "prompt", "prompt is required");
+        goto out;
+    }
+    /* string | [string] | [int] | [[int]] */
+    int list = json_is_array(pr) && json_array_size(pr) > 0 &&
+               (json_is_string(json_array_get(pr, 0)) || json_is_array(json_array_get(pr, 0)));
+    size_t np = list ? json_array_size(pr) : 1;
+    if ((int)np > lim->max_choices) {
+        oai_error_set(e, 400, "invalid_value", "prompt", "prompt may hold at most %d prompts, got %zu", lim->max_choices, np);
+        goto out;
+    }
+    g->prompts = xcalloc(np, sizeof *g->prompts);
+    for (size_t i = 0; i < np; i++) {
+        char name[32];
+        snprintf(name, sizeof name, list ? "prompt[%zu]" : "prompt", i);
+        if (api_parse_prompt_value(list ? json_array_get(pr, i) : pr, name, &g->prompts[i], e)) goto out;
+        g->n_prompts++;
+    }
+    g->prompts_list = list;
+    const json_t *sfx = field(o, "suffix");
+    if (sfx && !json_is_string(sfx)) {
+        oai_error_set(e, 400, "invalid_type", "suffix", "suffix must be a string, got %s", json_type_name(sfx));
+        goto out;
+    }
+    if (sfx && json_string_length(sfx) > 0) g->suffix = xstrndup(json_string_value(sfx), json_string_length(sfx));
+    if (get_bool_field(o, "echo", &g->echo, e)) goto out;
+    if (parse_openai_common(g, o, lim, e)) goto out;
+    if (g->n_prompts * g->n > lim->max_choices) {
+        oai_error_set(e, 400, "invalid_value", "n", "prompts x n must be at most %d, got %d", lim->max_choices,
+                      g->n_prompts * g->n);
+        goto out;
+    }
+    rc = 0;
+out:
+    json_decref(o);
+    return rc;
+}
+
+/* ================================================================ build */
+
+void api_seqs_free(api_seq *s, int n) {
+    if (!s) return;
+    for (int i = 0; i < n; i++) {
+        if (s[i].seq) decode_seq_free(s[i].seq);
+        free(s[i].echo);
+    }
+    free(s);
+}
+
+/* Replace whole-word occurrences of from by to in msg (the client's parameter names). */
+static void rename_word(char *msg, size_t cap, const char *from, const char *to) {
+    if (!to || !to[0] || strcmp(from, to) == 0) return;
+    char out[1024];
+    size_t o = 0, fl = strlen(from), tl = strlen(to);
+    for (const char *p = msg; *p && o + 1 < sizeof out;) {
+        int word = strncmp(p, from, fl) == 0 && (p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+                   !(isalnum((unsigned char)p[fl]) || p[fl] == '_');
+        if (word && o + tl + 1 < sizeof out) {
+            memcpy(out + o, to, tl);
+            o += tl;
+            p += fl;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = 0;
+    snprintf(msg, cap, "%s", out);
+}
+
+static void client_names(const api_gen *g, um_err *ue) {
+    const char *len_name = g->gen_length_name[0] ? g->gen_length_name
+                           : g->kind == API_KIND_INFILL ? "n_predict"
+                           : g->kind == API_KIND_GENERATE ? "max_new_tokens"
+                           : g->kind == API_KIND_CHAT || g->kind == API_KIND_COMPLETION || g->kind == API_KIND_FIM
+                               ? "max_tokens"
+                               : NULL;
+    struct {
+        const char *from, *to;
+    } map[] = {{"gen_length", len_name}, {"steps", g->steps_name}, {"block_length", g->block_name}};
+    for (size_t i = 0; i < 3; i++) {
+        if (!map[i].to || !map[i].to[0]) continue;
+        rename_word(ue->msg, sizeof ue->msg, map[i].from, map[i].to);
+        if (strcmp(ue->param, map[i].from) == 0) snprintf(ue->param, sizeof ue->param, "%s", map[i].to);
+    }
+}
+
+static int tokenize(const model *m, const char *text, int parse_special, const char *param, int32_t **ids, int *n,
+                    oai_error *e) {
+    *ids = NULL;
+    *n = 0;
+    if (!text[0]) return 0;
+    if (!m->tok)
+        return oai_error_set(e, 400, "unsupported", param, "this model has no tokenizer; send token ids instead of text");
+    um_err ue = {0};
+    size_t nn = 0;
+    if (tokenizer_encode(m->tok, text, strlen(text), parse_special, ids, &nn, &ue) != 0) {
+        snprintf(ue.param, sizeof ue.param, "%s", param);
+        return oai_error_from_um(e, &ue);
+    }
+    *n = (int)nn;
+    return 0;
+}
+
+/* Chat messages -> prompt text with the model's chat template (or a plain fallback). */
+static char *render_chat(const api_gen *g, const model *m, oai_error *e) {
+    if (m->chat) {
+        char *out = NULL;
+        um_err ue = {0};
+        if (chat_template_render(m->chat, g->messages, 1, &out, &ue) != 0) {
+            um_err_prefix(&ue, "chat template");
+            snprintf(ue.param, sizeof ue.param, "messages");
+            oai_error_from_um(e, &ue);
+            return NULL;
+        }
+        return out;
+    }
+    /* no template: "role: content" lines and an assistant cue */
+    size_t cap = 256, len = 0;
+    char *buf = xmalloc(cap);
+    for (size_t i = 0; i <= json_array_size(g->messages); i++) {
+        const char *role = "assistant", *content = "";
+        if (i < json_array_size(g->messages)) {
+            const json_t *mo = json_array_get(g->messages, i);
+            role = json_string_value(json_object_get(mo, "role"));
+            content = json_string_value(json_object_get(mo, "content"));
+        }
+        size_t need = strlen(role) + strlen(content) + 4;
+        while (len + need + 1 > cap) cap *= 2;
+        buf = xrealloc(buf, cap);
+        len += (size_t)sprintf(buf + len, i < json_array_size(g->messages) ? "%s: %s\n" : "%s:%s", role, content);
+    }
+    return buf;
+}
+
+int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, oai_error *e) {
+    *out = NULL;
+    *n_out = 0;
+    int n_prompts = g->kind == API_KIND_CHAT ? 1 : g->n_prompts;
+    int total = n_prompts * g->n;
+    api_seq *seqs = xcalloc((size_t)(total ? total : 1), sizeof *seqs);
+    int32_t *sfx = NULL;
+    int n_sfx = 0;
+    const char *prompt_param = g->kind == API_KIND_CHAT       ? "messages"
+                               : g->kind == API_KIND_INFILL   ? "input_prefix"
+                               : g->kind == API_KIND_GENERATE ? "text"
+                                                              : "prompt";
+    const char *suffix_param = g->kind == API_KIND_INFILL ? "input_suffix" : "suffix";
+    if (g->suffix && tokenize(m, g->suffix, 0, suffix_param, &sfx, &n_sfx, e)) goto fail;
+    decode_params p = g->params;
+    if (g->diffusing) p.stream_drafts = 1;
+    /* a short generation with the default block length: one block of the whole length */
+    if (!g->block_name[0] && p.layout == DECODE_LAYOUT_LLADA && p.block_length > p.gen_length)
+        p.block_length = p.gen_length;
+    int k = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        char *text = NULL;
+        if (g->kind == API_KIND_CHAT) {
+            text = render_chat(g, m, e);
+            if (!text) goto fail;
+            if (tokenize(m, text, 1, prompt_param, &ids, &n, e)) {
+                free(text);
+                goto fail;
+            }
+        } else if (g->prompts[i].text) {
+            /* raw code for infilling: special-token strings in it are plain text */
+            int special = g->kind != API_KIND_FIM && g->kind != API_KIND_INFILL && !g->suffix;
+            if (tokenize(m, g->prompts[i].text, special, prompt_param, &ids, &n, e)) goto fail;
+            text = xstrdup(g->prompts[i].text);
+        } else {
+            n = g->prompts[i].n_ids;
+            ids = xmalloc((size_t)(n ? n : 1) * sizeof *ids);
+            if (n) memcpy(ids, g->prompts[i].ids, (size_t)n * sizeof *ids);
+        }
+        if (lim->max_prompt_tokens > 0 && n + n_sfx > lim->max_prompt_tokens) {
+            oai_error_set(e, 400, "context_length_exceeded", prompt_param,
+                          "the prompt has %d tokens%s, more than this server's limit of %d", n + n_sfx,
+                          n_sfx ? " (with the suffix)" : "", lim->max_prompt_tokens);
+            free(ids);
+            free(text);
+            goto fail;
+        }
+        if (n == 0 && n_sfx == 0 && g->kind != API_KIND_CHAT) {
+            oai_error_set(e, 400, "invalid_value", prompt_param, "%s is empty", prompt_param);
+            free(ids);
+            free(text);
+            goto fail;
+        }
+        for (int c = 0; c < g->n; c++, k++) {
+            decode_params pc = p;
+            pc.seed = p.seed + (uint64_t)c;
+            um_err ue = {0};
+            decode_seq *s = decode_seq_create_infill(m, &pc, ids, n, sfx, n_sfx, &ue);
+            if (!s) {
+                client_names(g, &ue);
+                if (strcmp(ue.param, "prompt") == 0) snprintf(ue.param, sizeof ue.param, "%s", prompt_param);
+                if (strcmp(ue.param, "suffix") == 0) snprintf(ue.param, sizeof ue.param, "%s", suffix_param);
+                oai_error_from_um(e, &ue);
+                if (ue.code == UM_ERR_INVALID_ARG && strstr(ue.msg, "context")) snprintf(e->code, sizeof e->code, "context_length_exceeded");
+                free(ids);
+                free(text);
+                goto fail;
+            }
+            seqs[k].seq = s;
+            seqs[k].index = k;
+            seqs[k].prompt = i;
+            seqs[k].n_prompt = n;
+            seqs[k].n_suffix = n_sfx;
+            if (g->echo && text) seqs[k].echo = xstrdup(text);
+            *n_out = k + 1;
+        }
+        free(ids);
+        free(text);
+    }
+    free(sfx);
+    *out = seqs;
+    return 0;
+fail:
+    free(sfx);
+    api_seqs_free(seqs, *n_out);
+    *n_out = 0;
+    return -1;
+}
+
+/* ================================================================ tracker */
+
+struct api_track {
+    int              G;
+    const tokenizer *tok;
+    int              eos_id, eot_id;
+    uint8_t         *state;        /* [G] 0 masked, 1 committed, 2 draft */
+    int32_t         *ids;          /* [G] */
+    char           **piece;        /* [G] owned display text ("" for special tokens) */
+    int              prefix;       /* committed contiguous prefix consumed into text */
+    int              text_stopped; /* an EOS/EOT ended the text */
+    int32_t         *text_ids;     /* ids that made the text */
+    int              n_text_ids;
+    tok_stream       ts;
+    char            *text;         /* decoded text (NUL-terminated) */
+    size_t           len, cap, taken;
+    char *const     *stop;
+    int              n_stop;
+    size_t           max_stop;
+    char            *stop_word;    /* owned copy of the matched stop string */
+    int              done;
+    char             finish[16];
+    char            *error;
+    json_t          *usage, *timings;
+    int              step, block, n_blocks, masks_left, committed;
+};
+
+api_track *api_track_new(int G, const model *m, char *const *stop, int n_stop) {
+    api_track *t = xcalloc(1, sizeof *t);
+    t->G = G;
+    t->tok = m ? m->tok : NULL;
+    t->eos_id = m ? m->cfg.eos_id : -1;
+    t->eot_id = m ? m->cfg.eot_id : -1;
+    t->state = xcalloc((size_t)(G ? G : 1), 1);
+    t->ids = xcalloc((size_t)(G ? G : 1), sizeof *t->ids);
+    t->piece = xcalloc((size_t)(G ? G : 1), sizeof *t->piece);
+    t->text_ids = xmalloc((size_t)(G ? G : 1) * sizeof *t->text_ids);
+    if (t->tok) tok_stream_init(&t->ts, t->tok, 1);
+    t->cap = 64;
+    t->text = xmalloc(t->cap);
+    t->text[0] = 0;
+    t->stop = stop;
+    t->n_stop = n_stop;
+    for (int i = 0; i < n_stop; i++)
+        if (strlen(stop[i]) > t->max_stop) t->max_stop = strlen(stop[i]);
+    t->masks_left = G;
+    return t;
+}
+
+void api_track_free(api_track *t) {
+    if (!t) return;
+    for (int i = 0; i < t->G; i++) free(t->piece[i]);
+    free(t->piece);
+    free(t->state);
+    free(t->ids);
+    free(t->text_ids);
+    if (t->tok) tok_stream_free(&t->ts);
+    free(t->text);
+    free(t->stop_word);
+    free(t->error);
+    json_decref(t->usage);
+    json_decref(t->timings);
+    free(t);
+}
+
+static void text_put(api_track *t, const char *s, size_t n) {
+    if (!n) return;
+    if (t->len + n + 1 > t->cap) {
+        while (t->len + n + 1 > t->cap) t->cap *= 2;
+        t->text = xrealloc(t->text, t->cap);
+    }
+    memcpy(t->text + t->len, s, n);
+    t->len += n;
+    t->text[t->len] = 0;
+}
+
+static int is_eos_id(const api_track *t, int id) { return id >= 0 && (id == t->eos_id || id == t->eot_id); }
+
+static void set_piece(api_track *t, int i, const json_t *c, uint8_t st) {
+    free(t->piece[i]);
+    const json_t *tx = json_object_get(c, "text");
+    int special = json_is_true(json_object_get(c, "special"));
+    t->piece[i] = xstrdup(!special && json_is_string(tx) ? json_string_value(tx) : "");
+    t->ids[i] = (int32_t)json_integer_value(json_object_get(c, "id"));
+    t->state[i] = st;
+}
+
+/* Consume the committed contiguous prefix into text. */
+static void advance_prefix(api_track *t) {
+    while (t->prefix < t->G && t->state[t->prefix] == 1) {
+        int i = t->prefix++;
+        if (t->text_stopped) continue;
+        int id = t->ids[i];
+        const char *p;
+        size_t n;
+        if (is_eos_id(t, id)) {
+            t->text_stopped = 1;
+            if (t->tok) {
+                tok_stream_flush(&t->ts, &p, &n);
+                text_put(t, p, n);
+            }
+            continue;
+        }
+        t->text_ids[t->n_text_ids++] = id;
+        if (t->tok) {
+            tok_stream_push(&t->ts, id, &p, &n);
+            text_put(t, p, n);
+        } else {
+            text_put(t, t->piece[i], strlen(t->piece[i]));
+        }
+    }
+}
+
+/* Earliest stop string at or after from; truncates the text there. 1 when found. */
+static int check_stop(api_track *t, size_t from) {
+    if (!t->n_stop || t->stop_word) return 0;
+    size_t best = (size_t)-1;
+    int which = -1;
+    for (int i = 0; i < t->n_stop; i++) {
+        const char *hit = strstr(t->text + from, t->stop[i]);
+        if (hit && (size_t)(hit - t->text) < best) best = (size_t)(hit - t->text), which = i;
+    }
+    if (which < 0) return 0;
+    t->stop_word = xstrdup(t->stop[which]);
+    t->len = best;
+    t->text[best] = 0;
+    if (t->taken > t->len) t->taken = t->len;
+    return 1;
+}
+
+static void finish_as(api_track *t, const char *reason) {
+    t->done = 1;
+    snprintf(t->finish, sizeof t->finish, "%s", reason);
+}
+
+int api_track_event(api_track *t, const json_t *ev) {
+    if (t->done) return TRACK_DONE;
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    if (!type) return 0;
+    int flags = 0;
+    size_t before = t->len;
+    if (strcmp(type, "step") == 0) {
+        t->step = (int)json_integer_value(json_object_get(json_object_get(ev, "progress"), "steps"));
+        t->block = (int)json_integer_value(json_object_get(ev, "block"));
+        t->n_blocks = (int)json_integer_value(json_object_get(ev, "n_blocks"));
+        const json_t *pr = json_object_get(ev, "progress");
+        t->masks_left = (int)json_integer_value(json_object_get(pr, "masks_left"));
+        t->committed = (int)json_integer_value(json_object_get(pr, "committed"));
+        const json_t *drafts = json_object_get(ev, "drafts");
+        if (drafts)
+            for (int i = 0; i < t->G; i++)
+                if (t->state[i] == 2) t->state[i] = 0;
+        size_t k;
+        const json_t *c;
+        json_array_foreach(json_object_get(ev, "commits"), k, c) {
+            json_int_t i = json_integer_value(json_object_get(c, "index"));
+            if (i >= 0 && i < t->G) set_piece(t, (int)i, c, 1);
+        }
+        json_array_foreach(drafts, k, c) {
+            json_int_t i = json_integer_value(json_object_get(c, "index"));
+            if (i >= 0 && i < t->G && t->state[i] != 1) set_piece(t, (int)i, c, 2);
+        }
+        advance_prefix(t);
+        flags |= TRACK_FRAME;
+    } else if (strcmp(type, "done") == 0) {
+        const char *fr = json_string_value(json_object_get(ev, "finish_reason"));
+        const json_t *tx = json_object_get(ev, "text");
+        json_decref(t->usage);
+        json_decref(t->timings);
+        t->usage = json_incref(json_object_get(ev, "usage"));
+        t->timings = json_incref(json_object_get(ev, "timings"));
+        const json_t *er = json_object_get(ev, "error");
+        if (json_is_string(er)) t->error = xstrdup(json_string_value(er));
+        if (fr && strcmp(fr, "error") == 0 && !t->error) t->error = xstrdup("the generation failed");
+        if (t->tok && !t->text_stopped) {
+            const char *p;
+            size_t n;
+            tok_stream_flush(&t->ts, &p, &n);
+            text_put(t, p, n);
+        }
+        /* the final text is authoritative (it equals ours unless positions stayed masked) */
+        if (json_is_string(tx)) {
+            size_t fl = json_string_length(tx);
+            const char *fs = json_string_value(tx);
+            if (fl < t->taken || memcmp(fs, t->text, t->taken) != 0)
+                log_warn("api: streamed text diverged from the final text (%zu bytes sent)", t->taken);
+            t->len = 0;
+            text_put(t, fs, fl);
+            if (t->taken > t->len) t->taken = t->len;
+        }
+        for (int i = 0; i < t->G; i++)
+            if (t->state[i] == 2) t->state[i] = 0;
+        t->masks_left = 0;
+        finish_as(t, fr ? fr : "stop");
+        flags |= TRACK_DONE;
+    }
+    size_t from = before > t->max_stop ? before - t->max_stop : 0;
+    if (t->len != before || (flags & TRACK_DONE)) {
+        if (check_stop(t, from)) {
+            if (!t->done) flags |= TRACK_STOP;
+            finish_as(t, "stop");
+            flags |= TRACK_DONE;
+        }
+    }
+    if (t->len > t->taken) flags |= TRACK_TEXT;
+    return flags;
+}
+
+/* Bytes of text that can be sent: everything once done; otherwise all but a possible stop-string
+ * prefix at the end, cut back to a UTF-8 character boundary. */
+static size_t safe_len(const api_track *t) {
+    if (t->done) return t->len;
+    size_t hold = t->max_stop ? t->max_stop - 1 : 0;
+    size_t s = t->len > hold ? t->len - hold : 0;
+    while (s > t->taken && s < t->len && ((unsigned char)t->text[s] & 0xC0) == 0x80) s--;
+    return s < t->taken ? t->taken : s;
+}
+
+const char *api_track_take(api_track *t, size_t *len) {
+    size_t s = safe_len(t);
+    const char *p = t->text + t->taken;
+    *len = s - t->taken;
+    t->taken = s;
+    return p;
+}
+
+const char *api_track_text(const api_track *t, size_t *len) {
+    if (len) *len = t->len;
+    return t->text;
+}
+
+char *api_track_canvas(const api_track *t) {
+    if (t->done) return xstrndup(t->text, t->len);
+    size_t cap = 64, len = 0;
+    char *out = xmalloc(cap);
+    int eos_seen = 0;
+    for (int i = 0; i < t->G; i++) {
+        if (t->state[i] == 0 || !t->piece[i]) continue;
+        if (t->state[i] == 1 && is_eos_id(t, t->ids[i])) eos_seen = 1;
+        if (eos_seen) break;
+        size_t n = strlen(t->piece[i]);
+        if (len + n + 1 > cap) {
+            while (len + n + 1 > cap) cap *= 2;
+            out = xrealloc(out, cap);
+        }
+        memcpy(out + len, t->piece[i], n);
+        len += n;
+    }
+    out[len] = 0;
+    return out;
+}
+
+json_t *api_track_meta(const api_track *t) {
+    char *st = xmalloc((size_t)t->G + 1);
+    int committed = 0;
+    for (int i = 0; i < t->G; i++) {
+        int s = t->done ? 1 : t->state[i];
+        st[i] = s == 1 ? 'c' : s == 2 ? 'd' : 'm';
+        committed += s == 1;
+    }
+    st[t->G] = 0;
+    double progress = t->done ? 1.0 : t->G ? (double)committed / t->G : 1.0;
+    json_t *m = json_pack("{s:b, s:f, s:i, s:i, s:i, s:i, s:s}", "diffusion_content", 1, "diffusion_progress", progress,
+                          "step", t->step, "block", t->block, "n_blocks", t->n_blocks, "masks_left",
+                          t->done ? 0 : t->G - committed, "state", st);
+    free(st);
+    return m;
+}
+
+const char *api_track_finish(const api_track *t) { return t->done ? t->finish : NULL; }
+const char *api_track_stop_word(const api_track *t) { return t->stop_word; }
+const char *api_track_error(const api_track *t) { return t->error; }
+const json_t *api_track_usage(const api_track *t) { return t->usage; }
+const json_t *api_track_timings(const api_track *t) { return t->timings; }
+int api_track_done(const api_track *t) { return t->done; }
+
+json_t *api_track_output_ids(const api_track *t) {
+    json_t *a = json_array();
+    for (int i = 0; i < t->n_text_ids; i++) json_array_append_new(a, json_integer(t->text_ids[i]));
+    return a;
+}
+
+/* ================================================================ responses */
+
+typedef struct api_choice {
+    api_track *t;
+    int        index, prompt, n_prompt, gen_length;
+    char      *echo;          /* owned or NULL */
+} api_choice;
+
+struct api_resp {
+    enum api_kind kind;
+    int           stream, include_usage, diffusing, prompts_list, warmup;
+    char          id[64];
+    long          created;
+    char          model[256];
+    char          rid[128];
+    json_t       *response_fields;   /* owned or NULL */
+    json_t       *settings;          /* effective decode params (owned) */
+    char         *prompt_text;       /* /infill: "prompt" echo (owned) */
+    api_choice   *c;
+    int           n;
+    uint64_t      t0_ns;
+    char        **stop;              /* owned copies (tracks point here) */
+    int           n_stop;
+};
+
+static void random_hex(char *out, int nbytes) {
+    unsigned char b[32];
+    if (nbytes > 32) nbytes = 32;
+    if (RAND_bytes(b, nbytes) != 1) UM_FATAL("RAND_bytes failed");
+    for (int i = 0; i < nbytes; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+api_resp *api_resp_new(const api_gen *g, const api_seq *seqs, int n, const model *m, const char *model_name) {
+    api_resp *r = xcalloc(1, sizeof *r);
+    r->kind = g->kind;
+    r->stream = g->stream;
+    r->include_usage = g->include_usage && g->stream;
+    r->diffusing = g->diffusing;
+    r->prompts_list = g->prompts_list;
+    r->warmup = g->warmup;
+    r->created = (long)time(NULL);
+    snprintf(r->model, sizeof r->model, "%s", model_name ? model_name : "unmask");
+    char hex[49];
+    random_hex(hex, 12);
+    switch (g->kind) {
+    case API_KIND_CHAT: snprintf(r->id, sizeof r->id, "chatcmpl-%s", hex); break;
+    case API_KIND_COMPLETION:
+    case API_KIND_FIM: snprintf(r->id, sizeof r->id, "cmpl-%s", hex); break;
+    case API_KIND_INFILL: snprintf(r->id, sizeof r->id, "infill-%s", hex); break;
+    case API_KIND_GENERATE: snprintf(r->id, sizeof r->id, "%s", g->rid[0] ? g->rid : hex); break;
+    }
+    snprintf(r->rid, sizeof r->rid, "%s", r->id);
+    r->response_fields = g->response_fields ? json_incref(g->response_fields) : NULL;
+    r->settings = decode_params_to_json(&g->params);
+    if (g->kind == API_KIND_INFILL && g->n_prompts > 0 && g->prompts[0].text) r->prompt_text = xstrdup(g->prompts[0].text);
+    r->n_stop = g->n_stop;
+    r->stop = xcalloc((size_t)(g->n_stop ? g->n_stop : 1), sizeof *r->stop);
+    for (int i = 0; i < g->n_stop; i++) r->stop[i] = xstrdup(g->stop[i]);
+    r->n = n;
+    r->c = xcalloc((size_t)(n ? n : 1), sizeof *r->c);
+    for (int i = 0; i < n; i++) {
+        int G = seqs[i].seq ? decode_seq_params(seqs[i].seq)->gen_length : g->params.gen_length;
+        r->c[i].t = api_track_new(G, m, r->stop, r->n_stop);
+        r->c[i].index = seqs[i].index;
+        r->c[i].prompt = seqs[i].prompt;
+        r->c[i].n_prompt = seqs[i].n_prompt + seqs[i].n_suffix;
+        r->c[i].gen_length = G;
+        r->c[i].echo = seqs[i].echo ? xstrdup(seqs[i].echo) : NULL;
+    }
+    r->t0_ns = time_now_ns();
+    return r;
+}
+
+void api_resp_free(api_resp *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) {
+        api_track_free(r->c[i].t);
+        free(r->c[i].echo);
+    }
+    free(r->c);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    json_decref(r->response_fields);
+    json_decref(r->settings);
+    free(r->prompt_text);
+    free(r);
+}
+
+const char *api_resp_id(const api_resp *r) { return r->id; }
+
+int api_resp_done(const api_resp *r) {
+    for (int i = 0; i < r->n; i++)
+        if (!api_track_done(r->c[i].t)) return 0;
+    return 1;
+}
+
+const char *api_resp_error(const api_resp *r) {
+    for (int i = 0; i < r->n; i++) {
+        const char *e = api_track_error(r->c[i].t);
+        if (e) return e;
+        const char *f = api_track_finish(r->c[i].t);
+        if (f && strcmp(f, "cancelled") == 0) return "the generation was cancelled (server shutting down or request aborted)";
+    }
+    return NULL;
+}
+
+int api_resp_sse_done(const api_resp *r) { return r->kind != API_KIND_INFILL; }
+
+void api_resp_usage(const api_resp *r, long *prompt_tokens, long *completion_tokens, long *steps) {
+    long p = 0, c = 0, s = 0;
+    for (int i = 0; i < r->n; i++) {
+        int first_copy = 1;
+        for (int j = 0; j < i; j++)
+            if (r->c[j].prompt == r->c[i].prompt) first_copy = 0;
+        const json_t *u = api_track_usage(r->c[i].t);
+        if (first_copy) p += r->c[i].n_prompt;
+        if (u) {
+            c += (long)json_integer_value(json_object_get(u, "completion_tokens"));
+            s += (long)json_integer_value(json_object_get(u, "steps"));
+        }
+    }
+    if (prompt_tokens) *prompt_tokens = p;
+    if (completion_tokens) *completion_tokens = c;
+    if (steps) *steps = s;
+}
+
+static json_t *usage_json(const api_resp *r) {
+    long p, c, s;
+    api_resp_usage(r, &p, &c, &s);
+    return json_pack("{s:I, s:I, s:I, s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                     "total_tokens", (json_int_t)(p + c), "diffusion_steps", (json_int_t)s);
+}
+
+/* OpenAI finish_reason for a finished choice. */
+static const char *oai_finish(const api_track *t) {
+    const char *f = api_track_finish(t);
+    if (!f) return NULL;
+    if (strcmp(f, "length") == 0) return "length";
+    return "stop";
+}
+
+/* Chunk envelope shared by chat and completions streams. */
+static json_t *chunk_new(const api_resp *r, json_t *choice) {
+    int chat = r->kind == API_KIND_CHAT;
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", r->id, "object",
+                          chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created, "model",
+                          r->model, "choices", choice);
+    if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static json_t *chat_choice(int index, json_t *delta, const char *finish) {
+    return json_pack("{s:i, s:o, s:n, s:o}", "index", index, "delta", delta, "logprobs", "finish_reason",
+                     finish ? json_string(finish) : json_null());
+}
+
+static json_t *text_choice(const api_resp *r, int index, const char *text, size_t len, const char *finish) {
+    json_t *c = json_pack("{s:o, s:i, s:n, s:o}", "text", oai_json_string_lossy(text, len), "index", index, "logprobs",
+                          "finish_reason", finish ? json_string(finish) : json_null());
+    if (r->kind == API_KIND_FIM) /* Mistral-style FIM clients read delta.content */
+        json_object_set_new(c, "delta", json_pack("{s:o}", "content", oai_json_string_lossy(text, len)));
+    return c;
+}
+
+void api_resp_begin(api_resp *r, json_t *out) {
+    if (!r->stream) return;
+    for (int i = 0; i < r->n; i++) {
+        if (r->kind == API_KIND_CHAT)
+            json_array_append_new(out, chunk_new(r, chat_choice(r->c[i].index,
+                                                                json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                                                                NULL)));
+        else if ((r->kind == API_KIND_COMPLETION || r->kind == API_KIND_FIM) && r->c[i].echo)
+            json_array_append_new(out, chunk_new(r, text_choice(r, r->c[i].index, r->c[i].echo, strlen(r->c[i].echo), NULL)));
+    }
+}
+
+/* A Mercury-style frame: whole canvas (or final text) + diffusion_meta. */
+static json_t *frame_chunk(const api_resp *r, api_choice *c, const char *finish) {
+    char *canvas = api_track_canvas(c->t);
+    json_t *choice;
+    if (r->kind == API_KIND_CHAT)
+        choice = chat_choice(c->index, json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                                 oai_json_string_lossy(canvas, strlen(canvas))),
+                             finish);
+    else
+        choice = text_choice(r, c->index, canvas, strlen(canvas), finish);
+    free(canvas);
+    json_t *o = chunk_new(r, choice);
+    json_object_set_new(o, "diffusion_meta", api_track_meta(c->t));
+    return o;
+}
+
+int api_resp_event(api_resp *r, int choice, const json_t *ev, int slow, json_t *out) {
+    if (choice < 0 || choice >= r->n) return 0;
+    api_choice *c = &r->c[choice];
+    int was_done = api_track_done(c->t);
+    int flags = api_track_event(c->t, ev);
+    if (was_done) return 0;
+    int stop_hit = (flags & TRACK_STOP) != 0;
+    if (!r->stream || !out) return stop_hit;
+    int done = (flags & TRACK_DONE) != 0;
+    const char *err = done ? api_track_error(c->t) : NULL;
+    const char *fin = api_track_finish(c->t);
+    int cancelled = done && fin && strcmp(fin, "cancelled") == 0;
+    switch (r->kind) {
+    case API_KIND_CHAT:
+    case API_KIND_COMPLETION:
+    case API_KIND_FIM:
+        if (r->diffusing) {
+            if ((flags & TRACK_FRAME) && !done && !slow) json_array_append_new(out, frame_chunk(r, c, NULL));
+            if (done && !err && !cancelled) {
+                json_array_append_new(out, frame_chunk(r, c, oai_finish(c->t)));
+                if (r->kind == API_KIND_CHAT)
+                    json_array_append_new(out, chunk_new(r, chat_choice(c->index, json_object(), oai_finish(c->t))));
+            }
+            size_t n;
+            api_track_take(c->t, &n); /* keep the append-only cursor in step */
+            break;
+        }
+        if (flags & TRACK_TEXT) {
+            size_t n = 0;
+            const char *d = api_track_take(c->t, &n);
+            if (n) {
+                json_t *choice_obj = r->kind == API_KIND_CHAT
+                                         ? chat_choice(c->index, json_pack("{s:o}", "content", oai_json_string_lossy(d, n)), NULL)
+                                         : text_choice(r, c->index, d, n, NULL);
+                json_array_append_new(out, chunk_new(r, choice_obj));
+            }
+        }
+        if (done && !err && !cancelled) {
+            json_t *choice_obj = r->kind == API_KIND_CHAT ? chat_choice(c->index, json_object(), oai_finish(c->t))
+                                                          : text_choice(r, c->index, "", 0, oai_finish(c->t));
+            json_array_append_new(out, chunk_new(r, choice_obj));
+        }
+        break;
+    case API_KIND_GENERATE:
+        if ((flags & (TRACK_TEXT | TRACK_DONE)) && !(done && (err || cancelled))) {
+            size_t n;
+            api_track_take(c->t, &n);
+            json_array_append_new(out, sglang_chunk(r->rid, c->index, r->prompts_list, c->t, c->n_prompt,
+                                                    time_ms_since(r->t0_ns) * 1e-3, 1));
+        }
+        break;
+    case API_KIND_INFILL:
+        if (flags & TRACK_TEXT) {
+            size_t n = 0;
+            const char *d = api_track_take(c->t, &n);
+            if (n) json_array_append_new(out, infill_chunk(c->index, d, n, c->t, c->n_prompt));
+        }
+        if (done && !err && !cancelled)
+            json_array_append_new(out, infill_final(r->model, c->index, c->t, c->n_prompt, r->prompt_text, r->settings,
+                                                    1, NULL));
+        break;
+    }
+    return stop_hit;
+}
+
+void api_resp_end(api_resp *r, json_t *out) {
+    if (!r->stream || !out) return;
+    if (r->include_usage && (r->kind == API_KIND_CHAT || r->kind == API_KIND_COMPLETION || r->kind == API_KIND_FIM)) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
+                              r->kind == API_KIND_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                              (json_int_t)r->created, "model", r->model, "choices", "usage", usage_json(r));
+        json_array_append_new(out, o);
+    }
+}
+
+json_t *api_resp_body(api_resp *r) {
+    switch (r->kind) {
+    case API_KIND_GENERATE: {
+        if (!r->prompts_list && r->n == 1)
+            return sglang_chunk(r->rid, 0, 0, r->c[0].t, r->c[0].n_prompt, time_ms_since(r->t0_ns) * 1e-3, 0);
+        json_t *a = json_array();
+        for (int i = 0; i < r->n; i++)
+            json_array_append_new(a, sglang_chunk(r->rid, r->c[i].index, 1, r->c[i].t, r->c[i].n_prompt,
+                                                  time_ms_since(r->t0_ns) * 1e-3, 0));
+        return a;
+    }
+    case API_KIND_INFILL:
+        if (r->warmup || r->n == 0)
+            return infill_final(r->model, 0, NULL, 0, r->prompt_text, r->settings, 0, r->response_fields);
+        return infill_final(r->model, r->c[0].index, r->c[0].t, r->c[0].n_prompt, r->prompt_text, r->settings, 0,
+                            r->response_fields);
+    default: break;
+    }
+    int chat = r->kind == API_KIND_CHAT;
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n; i++) {
+        api_choice *c = &r->c[i];
+        size_t len;
+        const char *text = api_track_text(c->t, &len);
+        char *full = NULL;
+        if (c->echo) {
+            size_t el = strlen(c->echo);
+            full = xmalloc(el + len + 1);
+            memcpy(full, c->echo, el);
+            memcpy(full + el, text, len);
+            full[el + len] = 0;
+            text = full;
+            len += el;
+        }
+        json_t *ch;
+        if (chat)
+            ch = json_pack("{s:i, s:{s:s, s:o}, s:n, s:s?}", "index", c->index, "message", "role", "assistant", "content",
+                           oai_json_string_lossy(text, len), "logprobs", "finish_reason", oai_finish(c->t));
+        else {
+            ch = json_pack("{s:o, s:i, s:n, s:s?}", "text", oai_json_string_lossy(text, len), "index", c->index, "logprobs",
+                           "finish_reason", oai_finish(c->t));
+            if (r->kind == API_KIND_FIM)
+                json_object_set_new(ch, "message",
+                                    json_pack("{s:s, s:o}", "role", "assistant", "content", oai_json_string_lossy(text, len)));
+        }
+        free(full);
+        json_array_append_new(choices, ch);
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", chat ? "chat.completion" : "text_completion",
+                     "created", (json_int_t)r->created, "model", r->model, "choices", choices, "usage", usage_json(r));
+}
