@@ -28,7 +28,7 @@ typedef struct attn_item {
 } attn_item;
 
 /* In-place masked softmax of one score row of nk entries (mask already written as -inf). */
-static void softmax_row(float *row, int nk) {
+CPU_HOT_CLONES static void softmax_row(float *row, int nk) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int j = 0; j < nk; j++) m = row[j] > m ? row[j] : m;

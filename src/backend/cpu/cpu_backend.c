@@ -39,7 +39,7 @@ float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n) {
     return b->p;
 }
 
-void cpu_weight_to_f32(const bweight *w, size_t off, size_t n, float *dst) {
+CPU_HOT_CLONES void cpu_weight_to_f32(const bweight *w, size_t off, size_t n, float *dst) {
     if (w->type == DTYPE_F32) {
         memcpy(dst, (const float *)w->data + off, n * sizeof(float));
     } else if (w->type == DTYPE_BF16) {
@@ -188,6 +188,11 @@ static void cpu_rope(backend *be, void *x, int n, int n_heads, int head_dim, int
     }
 }
 
+CPU_HOT_CLONES static void swiglu_span(const float *g, const float *u, float *o, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+}
+
 static void cpu_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out) {
     const float *g = gate, *u = up;
     float *o = out;
@@ -196,8 +201,7 @@ static void cpu_swiglu(backend *be, const void *gate, const void *up, size_t n, 
 #pragma omp parallel for schedule(static) num_threads(be->n_threads) if (n >= PAR_MIN_ELEMS)
     for (size_t c = 0; c < n_ch; c++) {
         size_t lo = c * CH, hi = lo + CH < n ? lo + CH : n;
-#pragma omp simd
-        for (size_t i = lo; i < hi; i++) o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+        swiglu_span(g + lo, u + lo, o + lo, hi - lo);
     }
 }
 
