@@ -1,12 +1,192 @@
 /*
- * bpe_builtin.c — STUB: tokenizer_write_builtin() reports "no built-in tokenizer" until the
- * trainer lands.
+ * bpe_builtin.c — the built-in tokenizer make-model writes: a byte-level BPE trained here, at
+ * write time, by bpe_train() on a small embedded English + code corpus (deterministic), saved as a
+ * real HF tokenizer.json (Split with the Bailing/LLaDA regex + ByteLevel, BPE, ByteLevel decoder)
+ * with LLaDA's special tokens, plus tokenizer_config.json carrying the real LLaDA-8B-Instruct chat
+ * template and special_tokens_map.json.
+ *
+ * Not here: loading (tokenizer.c), weights/config.json (make_model.c). Threads: any (main at
+ * make-model time).
  */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/bpe_train.h"
 #include "model/tokenizer.h"
+#include "util/fileio.h"
+#include "util/log.h"
+
+#define BUILTIN_MERGES 1200
+
+static const char BAILING_REGEX[] =
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|"
+    "\\s+(?!\\S)|\\s+";
+
+/* Verbatim from LLaDA-8B-Instruct's tokenizer_config.json. */
+static const char LLADA_CHAT_TEMPLATE[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}";
+
+/* LLaDA's added tokens, in LLaDA's order (ids follow the BPE vocabulary). */
+static const char *const SPECIALS[] = {
+    "<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mdm_mask|>", "<role>", "</role>",
+    "<|arithmetic_start|>", "<|arithmetic_end|>", "<|number_start|>", "<|number_end|>",
+    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+};
+#define N_SPECIALS ((int)(sizeof SPECIALS / sizeof SPECIALS[0]))
+
+/* Training text: plain English about the project, chat-style turns and some code. */
+static const char CORPUS[] =
+    "The quick brown fox jumps over the lazy dog. A diffusion language model does not write from left to "
+    "right. It starts from a canvas where every answer position is masked, and at each step it predicts all "
+    "of the masked tokens at once. The decoder then keeps the predictions it is most confident about and "
+    "leaves the others masked for the next step. After enough steps, every position holds a token and the "
+    "answer is complete.\n\n"
+    "This server streams that process as it happens. A browser can watch the text appear out of the masks, "
+    "a chat client can show each finished block, and an editor can ask for a completion between a prefix "
+    "and a suffix. The same events travel over WebSockets, over server-sent events for the OpenAI style "
+    "API, and over plain HTTP for clients that only want the final result.\n\n"
+    "What is the capital of France? The capital of France is Paris. How many legs does a spider have? A "
+    "spider has eight legs. Can you write a short poem about the sea? The sea is wide and the sea is deep, "
+    "it sings the sailors into sleep. Please summarize the following paragraph in one sentence. Thank you "
+    "for your help! You are welcome; let me know if there is anything else I can do.\n\n"
+    "user: Hello, who are you?\nassistant: I am a helpful assistant. I can answer questions, explain "
+    "ideas, and help you write or debug code.\nuser: Explain what a tokenizer does.\nassistant: A "
+    "tokenizer turns text into a sequence of integer ids that the model understands, and turns ids back "
+    "into text. Byte pair encoding starts from single bytes and repeatedly merges the most frequent pair "
+    "of neighbouring symbols into a new symbol, so common words become one token while rare words are "
+    "spelled out in pieces.\n\n"
+    "It's time to go. I'm sure they're right, but we've been here before and you'll see that he'd agree. "
+    "Don't worry; it isn't hard. There are 3 apples, 12 oranges and 365 days in a year; 2024 was a leap "
+    "year, and 1.5 plus 2.5 equals 4.0. The meeting starts at 10:30 on Monday, June 3rd.\n\n"
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000 2048 4096 65536. Symbols: + - * / = < > ( ) [ ] { } ; : , . "
+    "! ? ' \" # $ % & | ~ ^ _ @ \\ `\n\n"
+    "#include <stdio.h>\n#include <stdlib.h>\n\nint main(int argc, char **argv) {\n    if (argc < 2) {\n"
+    "        fprintf(stderr, \"usage: %s FILE\\n\", argv[0]);\n        return 1;\n    }\n"
+    "    for (int i = 1; i < argc; i++) {\n        printf(\"%d: %s\\n\", i, argv[i]);\n    }\n"
+    "    return 0;\n}\n\n"
+    "static size_t count_lines(const char *text, size_t len) {\n    size_t n = 0;\n"
+    "    for (size_t i = 0; i < len; i++)\n        if (text[i] == '\\n') n++;\n    return n;\n}\n\n"
+    "def fibonacci(n):\n    \"\"\"Return the first n Fibonacci numbers.\"\"\"\n    a, b = 0, 1\n"
+    "    result = []\n    for _ in range(n):\n        result.append(a)\n        a, b = b, a + b\n"
+    "    return result\n\n\nif __name__ == \"__main__\":\n    print(fibonacci(10))\n\n"
+    "class Tokenizer:\n    def __init__(self, vocab, merges):\n        self.vocab = vocab\n"
+    "        self.merges = {pair: rank for rank, pair in enumerate(merges)}\n\n"
+    "    def encode(self, text):\n        return [self.vocab[token] for token in self.split(text)]\n\n"
+    "function render(messages) {\n  return messages\n    .map((m) => `${m.role}: ${m.content}`)\n"
+    "    .join('\\n');\n}\n\nconst socket = new WebSocket('wss://localhost:8443/ws');\n"
+    "socket.onmessage = (event) => {\n  const data = JSON.parse(event.data);\n"
+    "  if (data.type === 'step') console.log(data.progress);\n};\n\n"
+    "{\"model\": \"llada\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi there\"}], "
+    "\"stream\": true, \"max_tokens\": 128, \"temperature\": 0.0}\n\n"
+    "SELECT name, count(*) AS total FROM requests WHERE status = 'done' GROUP BY name ORDER BY total DESC;\n\n"
+    "In the morning the streets were quiet. She opened the window, made a cup of tea and read the news. "
+    "Later that day they walked along the river, talking about books, music, travel and the weather. "
+    "Nobody knew exactly when the rain would stop, but everyone agreed that the garden needed it. The "
+    "children played in the park while their parents watched from a bench under the old trees.\n\n"
+    "Machine learning models are trained on large collections of text. They learn patterns of language "
+    "such as grammar, facts about the world and common ways of reasoning. A smaller model is faster and "
+    "cheaper to run; a larger model usually gives better answers. Researchers measure quality with "
+    "benchmarks for question answering, mathematics, coding and translation.\n";
+
+static json_t *added_entry(int id, const char *content) {
+    return json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content", content, "single_word", 0, "lstrip", 0,
+                     "rstrip", 0, "normalized", 0, "special", 1);
+}
+
+static int dump(json_t *j, const char *dir, const char *name, um_err *err) {
+    char path[4096];
+    path_join(path, sizeof path, dir, name);
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (!s) return um_err_set(err, UM_ERR_INTERNAL, "%s: JSON encoding failed", path);
+    size_t len = strlen(s);
+    int rc = file_write_all(path, s, len, err);
+    free(s);
+    return rc;
+}
+
+static json_t *token_obj(const char *content) {
+    return json_pack("{s:s,s:b,s:b,s:b,s:b}", "content", content, "lstrip", 0, "normalized", 0, "rstrip", 0,
+                     "single_word", 0);
+}
 
 int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err) {
-    (void)dir;
-    (void)err;
-    sp->vocab_size = 0;
+    bpe_trained tr;
+    if (bpe_train(CORPUS, sizeof CORPUS - 1, BAILING_REGEX, BUILTIN_MERGES, 1, &tr, err) != 0)
+        return um_err_prefix(err, "built-in tokenizer");
+    int base = tr.n_tokens;
+
+    /* tokenizer.json */
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    for (int i = 0; i < tr.n_tokens; i++) json_object_set_new(vocab, tr.token[i], json_integer(i));
+    for (int i = 0; i < tr.n_merges; i++)
+        json_array_append_new(merges, json_pack("[s,s]", tr.token[tr.merge[i][0]], tr.token[tr.merge[i][1]]));
+    for (int i = 0; i < N_SPECIALS; i++) json_array_append_new(added, added_entry(base + i, SPECIALS[i]));
+    json_t *bytelevel = json_pack("{s:s,s:b,s:b,s:b}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0,
+                                  "use_regex", 0);
+    json_t *pre = json_pack("{s:s,s:[{s:s,s:{s:s},s:s,s:b},O]}", "type", "Sequence", "pretokenizers", "type", "Split",
+                            "pattern", "Regex", BAILING_REGEX, "behavior", "Isolated", "invert", 0, bytelevel);
+    json_t *model = json_pack("{s:s,s:n,s:n,s:n,s:n,s:b,s:b,s:b,s:o,s:o}", "type", "BPE", "dropout", "unk_token",
+                              "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
+                              "ignore_merges", 0, "vocab", vocab, "merges", merges);
+    json_t *tj = json_pack("{s:s,s:n,s:n,s:o,s:n,s:o,s:n,s:o,s:o}", "version", "1.0", "truncation", "padding",
+                           "added_tokens", added, "normalizer", "pre_tokenizer", pre, "post_processor", "decoder",
+                           bytelevel, "model", model);
+    bpe_trained_free(&tr);
+    if (!tj) return um_err_set(err, UM_ERR_INTERNAL, "built-in tokenizer: JSON construction failed");
+    if (dump(tj, dir, "tokenizer.json", err) != 0) return -1;
+
+    /* tokenizer_config.json (key set of LLaDA-8B-Instruct's, plus mask_token) */
+    json_t *dec = json_object();
+    for (int i = 0; i < N_SPECIALS; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", base + i);
+        json_t *o = token_obj(SPECIALS[i]);
+        json_object_set_new(o, "special", json_true());
+        json_object_set_new(dec, key, o);
+    }
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "add_bos_token", json_false());
+    json_object_set_new(cfg, "add_eos_token", json_false());
+    json_object_set_new(cfg, "added_tokens_decoder", dec);
+    json_object_set_new(cfg, "additional_special_tokens",
+                        json_pack("[s,s,s,s,s,s]", "<role>", "</role>", "<|arithmetic_start|>", "<|arithmetic_end|>",
+                                  "<|number_start|>", "<|number_end|>"));
+    json_object_set_new(cfg, "bos_token", json_string("<|startoftext|>"));
+    json_object_set_new(cfg, "chat_template", json_string(LLADA_CHAT_TEMPLATE));
+    json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
+    json_object_set_new(cfg, "cls_token", json_string("[CLS]"));
+    json_object_set_new(cfg, "eos_token", json_string("<|endoftext|>"));
+    json_object_set_new(cfg, "fast_tokenizer", json_true());
+    json_object_set_new(cfg, "gmask_token", json_string("[gMASK]"));
+    json_object_set_new(cfg, "mask_token", json_string("<|mdm_mask|>"));
+    json_object_set_new(cfg, "model_input_names", json_pack("[s,s]", "input_ids", "attention_mask"));
+    json_object_set_new(cfg, "model_max_length", json_integer(1000000000000000000LL));
+    json_object_set_new(cfg, "pad_token", json_string("<|endoftext|>"));
+    json_object_set_new(cfg, "tokenizer_class", json_string("PreTrainedTokenizerFast"));
+    if (dump(cfg, dir, "tokenizer_config.json", err) != 0) return -1;
+
+    json_t *stm = json_object();
+    json_object_set_new(stm, "additional_special_tokens",
+                        json_pack("[s,s,s,s,s,s]", "<role>", "</role>", "<|arithmetic_start|>", "<|arithmetic_end|>",
+                                  "<|number_start|>", "<|number_end|>"));
+    json_object_set_new(stm, "bos_token", token_obj("<|startoftext|>"));
+    json_object_set_new(stm, "cls_token", token_obj("[CLS]"));
+    json_object_set_new(stm, "eos_token", token_obj("<|endoftext|>"));
+    json_object_set_new(stm, "mask_token", token_obj("<|mdm_mask|>"));
+    json_object_set_new(stm, "pad_token", token_obj("<|endoftext|>"));
+    if (dump(stm, dir, "special_tokens_map.json", err) != 0) return -1;
+
+    sp->vocab_size = base + N_SPECIALS;
+    sp->bos = base + 0;
+    sp->eos = base + 1;
+    sp->pad = base + 1;
+    sp->mask = base + 4;
+    sp->eot = base + 13;
     return 0;
 }
