@@ -1,0 +1,396 @@
+/*
+ * comm.c — the comm interface's dispatch helpers and the multi-node bootstrap over TCP (comm.h).
+ *
+ * Bootstrap protocol (all integers little-endian u32):
+ *   node r -> node 0:  "UMBOOT01" nnodes node_rank
+ *   node 0 -> node r:  "UMBOOT01" status len payload   (status 0: payload = the blob;
+ *                                                       status 1: payload = an error message)
+ * Node 0 replies only after every node has joined, so a node that never arrives fails the whole
+ * rendezvous with a message naming it instead of leaving the others hanging inside NCCL.
+ * Does not: implement collectives (comm_local.c, cuda/comm_nccl.c). Any thread (blocking calls).
+ */
+#include "backend/comm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/timeutil.h"
+
+/* ---------------------------------------------------------------- dispatch */
+
+void comm_all_reduce_sum(comm *c, void *buf, size_t n, enum dtype t) {
+    CHECK(t == DTYPE_F32 || t == DTYPE_BF16);
+    if (!c || c->world == 1) return;
+    c->ops->all_reduce_sum(c, buf, n, t);
+}
+
+void comm_all_reduce_sum_f32(comm *c, float *buf, size_t n) { comm_all_reduce_sum(c, buf, n, DTYPE_F32); }
+
+void comm_all_reduce_act(comm *c, void *buf, size_t n) {
+    if (!c || c->world == 1) return;
+    comm_all_reduce_sum(c, buf, n, c->act_dtype);
+}
+
+void comm_all_gather(comm *c, const void *send, size_t bytes, void *recv) {
+    if (!c || c->world == 1) {
+        if (recv != send && bytes) memmove(recv, send, bytes);
+        return;
+    }
+    c->ops->all_gather(c, send, bytes, recv);
+}
+
+void comm_barrier(comm *c) {
+    if (c && c->world > 1) c->ops->barrier(c);
+}
+
+void comm_free(comm *c) {
+    if (c) c->ops->free(c);
+}
+
+/* ---------------------------------------------------------------- options */
+
+int comm_parse_addr(const char *s, char *host, size_t host_len, int *port, um_err *err) {
+    if (!s || !*s) return um_err_param(err, "dist-init-addr", "empty address (expected host:port)");
+    const char *colon;
+    const char *h0 = s, *h1;
+    if (s[0] == '[') {   /* [v6]:port */
+        const char *rb = strchr(s, ']');
+        if (!rb || rb[1] != ':') return um_err_param(err, "dist-init-addr", "'%s': expected [ipv6]:port", s);
+        h0 = s + 1;
+        h1 = rb;
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon) return um_err_param(err, "dist-init-addr", "'%s': expected host:port", s);
+        h1 = colon;
+    }
+    size_t hl = (size_t)(h1 - h0);
+    if (hl == 0 || hl >= host_len) return um_err_param(err, "dist-init-addr", "'%s': bad host part", s);
+    char *end = NULL;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || p < 1 || p > 65535)
+        return um_err_param(err, "dist-init-addr", "'%s': port must be 1..65535", s);
+    memcpy(host, h0, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+int comm_dist_opts_check(const comm_dist_opts *o, um_err *err) {
+    if (o->nnodes < 1 || o->nnodes > 4096) return um_err_param(err, "nnodes", "--nnodes must be 1..4096, got %d", o->nnodes);
+    if (o->node_rank < 0 || o->node_rank >= o->nnodes)
+        return um_err_param(err, "node-rank", "--node-rank must be 0..%d (--nnodes %d), got %d", o->nnodes - 1, o->nnodes,
+                            o->node_rank);
+    if (o->nnodes > 1) {
+        char host[256];
+        int port;
+        if (!o->init_addr) return um_err_param(err, "dist-init-addr", "--nnodes %d needs --dist-init-addr host:port", o->nnodes);
+        if (comm_parse_addr(o->init_addr, host, sizeof host, &port, err) < 0) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- socket helpers */
+
+static const char k_magic[8] = {'U', 'M', 'B', 'O', 'O', 'T', '0', '1'};
+
+static int remaining_ms(uint64_t deadline_ns) {
+    uint64_t now = time_now_ns();
+    if (now >= deadline_ns) return 0;
+    uint64_t ms = (deadline_ns - now) / 1000000ull;
+    return ms > 0x7fffffff ? 0x7fffffff : (int)(ms ? ms : 1);
+}
+
+/* Full read/write with a deadline. 0 ok, -1 timeout/error (errno-ish reason in *why). */
+static int io_full(int fd, void *buf, size_t len, int writing, uint64_t deadline_ns, const char **why) {
+    char *p = buf;
+    while (len) {
+        struct pollfd pf = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
+        int ms = remaining_ms(deadline_ns);
+        if (ms == 0) {
+            *why = "timed out";
+            return -1;
+        }
+        int r = poll(&pf, 1, ms);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            *why = strerror(errno);
+            return -1;
+        }
+        if (r == 0) {
+            *why = "timed out";
+            return -1;
+        }
+        ssize_t k = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+        if (k < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+            *why = strerror(errno);
+            return -1;
+        }
+        if (k == 0) {
+            *why = "connection closed by the peer";
+            return -1;
+        }
+        p += k;
+        len -= (size_t)k;
+    }
+    return 0;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8), p[2] = (unsigned char)(v >> 16), p[3] = (unsigned char)(v >> 24);
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* reply: magic, status, len, payload */
+static int send_reply(int fd, uint32_t status, const void *payload, size_t len, uint64_t deadline_ns) {
+    unsigned char h[16];
+    memcpy(h, k_magic, 8);
+    put_u32(h + 8, status);
+    put_u32(h + 12, (uint32_t)len);
+    const char *why = NULL;
+    if (io_full(fd, h, sizeof h, 1, deadline_ns, &why) < 0) return -1;
+    if (len && io_full(fd, (void *)payload, len, 1, deadline_ns, &why) < 0) return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- node 0 */
+
+int comm_bootstrap_listen(int port, int *fd_out, int *bound_port, um_err *err) {
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int v6 = 1;
+    if (fd < 0) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        v6 = 0;
+    }
+    if (fd < 0) return um_err_set(err, UM_ERR_IO, "bootstrap: socket(): %s", strerror(errno));
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc;
+    if (v6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);   /* accept IPv4 too */
+        struct sockaddr_in6 a;
+        memset(&a, 0, sizeof a);
+        a.sin6_family = AF_INET6;
+        a.sin6_addr = in6addr_any;
+        a.sin6_port = htons((uint16_t)port);
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    } else {
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        a.sin_port = htons((uint16_t)port);
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    if (rc < 0 || listen(fd, 64) < 0) {
+        int e = errno;
+        close(fd);
+        return um_err_set(err, UM_ERR_IO, "bootstrap: cannot listen on port %d: %s", port, strerror(e));
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && bound_port)
+        *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return 0;
+}
+
+static void close_all(int *fds, int n) {
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) close(fds[i]);
+}
+
+int comm_bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, um_err *err) {
+    if (timeout_ms <= 0) timeout_ms = 120000;
+    const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    int *peer = xmalloc((size_t)nnodes * sizeof *peer);   /* peer[r] = fd of node r (r >= 1) */
+    for (int r = 0; r < nnodes; r++) peer[r] = -1;
+    int joined = 1, rc = 0;
+    while (joined < nnodes) {
+        struct pollfd pf = {lfd, POLLIN, 0};
+        int ms = remaining_ms(deadline);
+        int pr = ms ? poll(&pf, 1, ms) : 0;
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr <= 0) {
+            char missing[256] = "";
+            size_t o = 0;
+            for (int r = 1; r < nnodes && o < sizeof missing - 16; r++)
+                if (peer[r] < 0) o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", o ? ", " : "", r);
+            rc = um_err_set(err, UM_ERR_IO,
+                            "bootstrap: timed out after %d ms waiting for node%s %s to connect (%d of %d nodes joined)",
+                            timeout_ms, nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
+            break;
+        }
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        unsigned char h[16];
+        const char *why = NULL;
+        /* a silent connection must not eat the whole budget of the others: 5 s to say hello */
+        uint64_t hello_deadline = time_now_ns() + 5000ull * 1000000ull;
+        if (hello_deadline > deadline) hello_deadline = deadline;
+        if (io_full(fd, h, sizeof h, 0, hello_deadline, &why) < 0 || memcmp(h, k_magic, 8) != 0) {
+            log_warn("bootstrap: ignoring a connection that did not identify itself (%s)", why ? why : "bad magic");
+            close(fd);
+            continue;
+        }
+        uint32_t their_n = get_u32(h + 8), their_r = get_u32(h + 12);
+        char msg[200];
+        if ((int)their_n != nnodes) {
+            snprintf(msg, sizeof msg, "nnodes mismatch: node %u says --nnodes %u, node 0 has --nnodes %d", their_r, their_n,
+                     nnodes);
+        } else if (their_r < 1 || (int)their_r >= nnodes) {
+            snprintf(msg, sizeof msg, "node rank %u out of range 1..%d", their_r, nnodes - 1);
+        } else if (peer[their_r] >= 0) {
+            snprintf(msg, sizeof msg, "two nodes claim --node-rank %u", their_r);
+        } else {
+            peer[their_r] = fd;
+            joined++;
+            continue;
+        }
+        send_reply(fd, 1, msg, strlen(msg), deadline);
+        close(fd);
+        rc = um_err_set(err, UM_ERR_INVALID_ARG, "bootstrap: %s", msg);
+        break;
+    }
+    if (rc == 0) {
+        for (int r = 1; r < nnodes; r++) {
+            if (send_reply(peer[r], 0, blob, len, deadline) < 0) {
+                rc = um_err_set(err, UM_ERR_IO, "bootstrap: sending the id to node %d failed", r);
+                break;
+            }
+        }
+    } else {
+        char m[600];
+        snprintf(m, sizeof m, "node 0 aborted the rendezvous: %s", err ? err->msg : "error");
+        for (int r = 1; r < nnodes; r++)
+            if (peer[r] >= 0) send_reply(peer[r], 1, m, strlen(m), time_now_ns() + 1000000000ull);
+    }
+    close_all(peer, nnodes);
+    free(peer);
+    close(lfd);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- other nodes */
+
+static int connect_once(const struct addrinfo *ai, uint64_t deadline_ns, int *out, const char **why) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+        *why = strerror(errno);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL, 0);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc < 0 && errno == EINPROGRESS) {
+        struct pollfd pf = {fd, POLLOUT, 0};
+        int ms = remaining_ms(deadline_ns);
+        if (ms > 1000) ms = 1000;
+        rc = poll(&pf, 1, ms) == 1 ? 0 : -1;
+        if (rc == 0) {
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+            if (soerr) {
+                errno = soerr;
+                rc = -1;
+            }
+        } else {
+            errno = ETIMEDOUT;
+        }
+    }
+    if (rc < 0) {
+        *why = strerror(errno);
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fl);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *out = fd;
+    return 0;
+}
+
+int comm_bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
+                        um_err *err) {
+    if (timeout_ms <= 0) timeout_ms = 120000;
+    const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int gai = getaddrinfo(host, ports, &hints, &res);
+    if (gai != 0) return um_err_set(err, UM_ERR_IO, "bootstrap: cannot resolve '%s': %s", host, gai_strerror(gai));
+    int fd = -1;
+    const char *why = "timed out";
+    while (fd < 0) {   /* node 0 may not be listening yet: retry until the deadline */
+        for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+            if (connect_once(ai, deadline, &fd, &why) == 0) break;
+        if (fd >= 0 || remaining_ms(deadline) == 0) break;
+        usleep(100000);
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return um_err_set(err, UM_ERR_IO, "bootstrap: could not connect to node 0 at %s:%d within %d ms (%s)", host, port,
+                          timeout_ms, why);
+    unsigned char h[16];
+    memcpy(h, k_magic, 8);
+    put_u32(h + 8, (uint32_t)nnodes);
+    put_u32(h + 12, (uint32_t)node_rank);
+    int rc = 0;
+    if (io_full(fd, h, sizeof h, 1, deadline, &why) < 0 || io_full(fd, h, sizeof h, 0, deadline, &why) < 0) {
+        rc = um_err_set(err, UM_ERR_IO, "bootstrap: node %d: no answer from node 0 at %s:%d: %s", node_rank, host, port,
+                        why);
+    } else if (memcmp(h, k_magic, 8) != 0) {
+        rc = um_err_set(err, UM_ERR_IO, "bootstrap: %s:%d is not an unmask bootstrap endpoint", host, port);
+    } else {
+        uint32_t status = get_u32(h + 8), n = get_u32(h + 12);
+        if (status != 0) {
+            char msg[512];
+            size_t k = n < sizeof msg - 1 ? n : sizeof msg - 1;
+            if (io_full(fd, msg, k, 0, deadline, &why) < 0) k = 0;
+            msg[k] = '\0';
+            rc = um_err_set(err, UM_ERR_INVALID_ARG, "bootstrap: node 0 refused node %d: %s", node_rank, msg);
+        } else if (n != len) {
+            rc = um_err_set(err, UM_ERR_FORMAT, "bootstrap: node 0 sent %u bytes, expected %zu", n, len);
+        } else if (io_full(fd, blob, len, 0, deadline, &why) < 0) {
+            rc = um_err_set(err, UM_ERR_IO, "bootstrap: receiving from node 0: %s", why);
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int comm_bootstrap_exchange(const comm_dist_opts *o, void *blob, size_t len, um_err *err) {
+    if (comm_dist_opts_check(o, err) < 0) return -1;
+    if (o->nnodes == 1) return 0;
+    char host[256];
+    int port;
+    if (comm_parse_addr(o->init_addr, host, sizeof host, &port, err) < 0) return -1;
+    if (o->node_rank == 0) {
+        int fd;
+        if (comm_bootstrap_listen(port, &fd, NULL, err) < 0) return -1;
+        log_info("bootstrap: node 0 listening on port %d for %d node(s)", port, o->nnodes - 1);
+        return comm_bootstrap_serve(fd, o->nnodes, blob, len, o->timeout_ms, err);
+    }
+    return comm_bootstrap_join(host, port, o->nnodes, o->node_rank, blob, len, o->timeout_ms, err);
+}

@@ -1,0 +1,101 @@
+/*
+ * comm.h — collective communication between the ranks of a tensor-parallel group, behind a small
+ * interface so the sharded forward is written once and tested on the CPU:
+ *   - local (comm_local.c): N ranks = N threads of one process, shared buffers + barriers, a fixed
+ *     reduction order (rank 0 + rank 1 + ...), so results are bit-reproducible. Host buffers.
+ *   - NCCL (backend/cuda/comm_nccl.c, built when nccl.h is found): one GPU per rank, device buffers,
+ *     collectives enqueued on the rank's CUDA stream. Ranks on several nodes agree on the NCCL
+ *     unique id through comm_bootstrap_* (TCP; node 0 listens on --dist-init-addr host:port).
+ *
+ * Every rank calls every collective in the same order with the same sizes (a mismatch is a bug and
+ * aborts where it can be detected). Threading: a comm handle belongs to its rank's thread.
+ */
+#ifndef UM_COMM_H
+#define UM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/dtype.h"
+#include "util/err.h"
+
+typedef struct comm comm;
+
+typedef struct comm_ops {
+    const char *name;
+    /* buf[i] = sum over ranks of buf[i], in place; t = F32 or BF16 */
+    void (*all_reduce_sum)(comm *c, void *buf, size_t n, enum dtype t);
+    /* recv[r * bytes .. (r+1) * bytes) = rank r's send, for every rank r */
+    void (*all_gather)(comm *c, const void *send, size_t bytes, void *recv);
+    void (*barrier)(comm *c);
+    void (*free)(comm *c);
+} comm_ops;
+
+struct comm {
+    const comm_ops *ops;
+    int             rank, world;
+    enum dtype      act_dtype;   /* dtype of the backend's activations (comm_all_reduce_act) */
+    void           *impl;
+};
+
+static inline int comm_rank(const comm *c) { return c ? c->rank : 0; }
+static inline int comm_world(const comm *c) { return c ? c->world : 1; }
+
+void comm_all_reduce_sum(comm *c, void *buf, size_t n, enum dtype t);
+void comm_all_reduce_sum_f32(comm *c, float *buf, size_t n);
+/* all-reduce of an activation buffer of the rank's backend (F32 on CPU, BF16 on CUDA) */
+void comm_all_reduce_act(comm *c, void *buf, size_t n);
+void comm_all_gather(comm *c, const void *send, size_t bytes, void *recv);
+void comm_barrier(comm *c);
+void comm_free(comm *c);
+
+/* ---------------------------------------------------------------- local (threads) */
+
+typedef struct comm_local_group comm_local_group;
+
+/* A group of `world` ranks; comm_local_get(g, r) is rank r's handle (owned by the group; each rank's
+ * thread uses its own). Activation dtype F32 (the CPU backend). */
+comm_local_group *comm_local_group_create(int world);
+comm             *comm_local_get(comm_local_group *g, int rank);
+void              comm_local_group_free(comm_local_group *g);
+
+/* ---------------------------------------------------------------- NCCL */
+
+#define COMM_NCCL_ID_BYTES 128
+
+/* 1 when built with NCCL. */
+int   comm_nccl_available(void);
+/* A fresh NCCL unique id (rank 0 / node 0 only). */
+int   comm_nccl_unique_id(uint8_t id[COMM_NCCL_ID_BYTES], um_err *err);
+/* Join the group as `rank` of `world` on CUDA device `device`, collectives on `stream` (a
+ * cudaStream_t). Activation dtype BF16. */
+comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, int device, void *stream,
+                     um_err *err);
+
+/* ---------------------------------------------------------------- multi-node bootstrap (TCP) */
+
+/* --dist-init-addr host:port --nnodes N --node-rank R (SGLang style). */
+typedef struct comm_dist_opts {
+    const char *init_addr;   /* "host:port" of node 0 */
+    int         nnodes;      /* >= 1 */
+    int         node_rank;   /* 0..nnodes-1 */
+    int         timeout_ms;  /* for the whole rendezvous; <= 0: 120000 */
+} comm_dist_opts;
+
+/* Validate the options (host:port syntax, ranges). */
+int comm_dist_opts_check(const comm_dist_opts *o, um_err *err);
+/* "host:port" / "[v6]:port" -> host, port. */
+int comm_parse_addr(const char *s, char *host, size_t host_len, int *port, um_err *err);
+/* Node 0 sends `len` bytes (blob) to every other node: node 0 listens on the port of init_addr,
+ * waits until all nnodes-1 nodes have connected and identified themselves, then sends. Other nodes
+ * connect (retrying until node 0 is up) and receive into blob. Errors (timeouts, refused or
+ * dropped connections, duplicate node ranks, nnodes mismatch) name the peer and the address. */
+int comm_bootstrap_exchange(const comm_dist_opts *o, void *blob, size_t len, um_err *err);
+/* The two halves of node 0's side (tests bind port 0 and read the port back). */
+int comm_bootstrap_listen(int port, int *fd, int *bound_port, um_err *err);
+int comm_bootstrap_serve(int fd, int nnodes, const void *blob, size_t len, int timeout_ms, um_err *err);
+/* The other nodes' side. */
+int comm_bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
+                        int timeout_ms, um_err *err);
+
+#endif /* UM_COMM_H */

@@ -1,0 +1,142 @@
+/*
+ * comm_nccl.c — the comm interface over NCCL (comm.h): one rank per GPU, device buffers,
+ * collectives enqueued on the rank's CUDA stream (no host synchronisation except in barrier).
+ * Multi-node: node 0 creates the unique id (comm_nccl_unique_id) and hands it to the other nodes
+ * with comm_bootstrap_exchange; every GPU thread then calls comm_nccl_init with its global rank.
+ *
+ * Does not: pick ranks or devices (the engine does). Without NCCL at build time only the stubs at
+ * the end are compiled and comm_nccl_available() is 0.
+ * Threading: each rank's handle on its own engine thread; init may run concurrently on all of them.
+ */
+#include "backend/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+#if defined(UNMASK_HAVE_CUDA) && defined(UNMASK_HAVE_NCCL)
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#define NCCL_CHECK(stmt)                                                                                 \
+    do {                                                                                                 \
+        ncclResult_t r_ = (stmt);                                                                        \
+        if (r_ != ncclSuccess)                                                                           \
+            um_abort(__FILE__, __LINE__, "NCCL_CHECK(%s) failed: %s", #stmt, ncclGetErrorString(r_));     \
+    } while (0)
+
+_Static_assert(sizeof(ncclUniqueId) == COMM_NCCL_ID_BYTES, "NCCL unique id size");
+
+typedef struct nccl_impl {
+    ncclComm_t   nc;
+    cudaStream_t stream;
+    int          device;
+    float       *one;   /* device scalar for barrier */
+} nccl_impl;
+
+static nccl_impl *nimpl(comm *c) { return (nccl_impl *)c->impl; }
+
+static void nccl_use(const nccl_impl *n) { CUDA_CHECK(cudaSetDevice(n->device)); }
+
+static void nccl_all_reduce_sum(comm *c, void *buf, size_t n, enum dtype t) {
+    nccl_impl *ni = nimpl(c);
+    nccl_use(ni);
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, t == DTYPE_F32 ? ncclFloat32 : ncclBfloat16, ncclSum, ni->nc, ni->stream));
+}
+
+static void nccl_all_gather(comm *c, const void *send, size_t bytes, void *recv) {
+    nccl_impl *ni = nimpl(c);
+    nccl_use(ni);
+    NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, ni->nc, ni->stream));
+}
+
+static void nccl_barrier(comm *c) {
+    nccl_impl *ni = nimpl(c);
+    nccl_use(ni);
+    NCCL_CHECK(ncclAllReduce(ni->one, ni->one, 1, ncclFloat32, ncclSum, ni->nc, ni->stream));
+    CUDA_CHECK(cudaStreamSynchronize(ni->stream));
+}
+
+static void nccl_free(comm *c) {
+    nccl_impl *ni = nimpl(c);
+    nccl_use(ni);
+    CUDA_CHECK(cudaStreamSynchronize(ni->stream));
+    NCCL_CHECK(ncclCommDestroy(ni->nc));
+    CUDA_CHECK(cudaFree(ni->one));
+    free(ni);
+    free(c);
+}
+
+static const comm_ops k_nccl_ops = {
+    .name = "nccl",
+    .all_reduce_sum = nccl_all_reduce_sum,
+    .all_gather = nccl_all_gather,
+    .barrier = nccl_barrier,
+    .free = nccl_free,
+};
+
+int comm_nccl_available(void) { return 1; }
+
+int comm_nccl_unique_id(uint8_t id[COMM_NCCL_ID_BYTES], um_err *err) {
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) return um_err_set(err, UM_ERR_RESOURCE, "NCCL: ncclGetUniqueId: %s", ncclGetErrorString(r));
+    memcpy(id, u.internal, COMM_NCCL_ID_BYTES);
+    return 0;
+}
+
+comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, int device, void *stream, um_err *err) {
+    if (world < 1 || rank < 0 || rank >= world) {
+        um_err_set(err, UM_ERR_INVALID_ARG, "NCCL: rank %d out of range for world %d", rank, world);
+        return NULL;
+    }
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce != cudaSuccess) {
+        (void)cudaGetLastError();
+        um_err_set(err, UM_ERR_RESOURCE, "NCCL rank %d: cuda:%d: %s", rank, device, cudaGetErrorString(ce));
+        return NULL;
+    }
+    ncclUniqueId u;
+    memcpy(u.internal, id, COMM_NCCL_ID_BYTES);
+    ncclComm_t nc;
+    ncclResult_t r = ncclCommInitRank(&nc, world, u, rank);
+    if (r != ncclSuccess) {
+        um_err_set(err, UM_ERR_RESOURCE, "NCCL rank %d of %d on cuda:%d: ncclCommInitRank: %s (%s)", rank, world, device,
+                   ncclGetErrorString(r), ncclGetLastError(NULL));
+        return NULL;
+    }
+    nccl_impl *ni = xcalloc(1, sizeof *ni);
+    ni->nc = nc;
+    ni->stream = (cudaStream_t)stream;
+    ni->device = device;
+    CUDA_CHECK(cudaMalloc((void **)&ni->one, sizeof(float)));
+    CUDA_CHECK(cudaMemset(ni->one, 0, sizeof(float)));
+    comm *c = xcalloc(1, sizeof *c);
+    c->ops = &k_nccl_ops;
+    c->rank = rank;
+    c->world = world;
+    c->act_dtype = DTYPE_BF16;
+    c->impl = ni;
+    return c;
+}
+
+#else /* no NCCL */
+
+int comm_nccl_available(void) { return 0; }
+
+int comm_nccl_unique_id(uint8_t id[COMM_NCCL_ID_BYTES], um_err *err) {
+    (void)id;
+    return um_err_set(err, UM_ERR_UNSUPPORTED, "this unmask was built without NCCL (multi-GPU needs nccl.h at build time)");
+}
+
+comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, int device, void *stream, um_err *err) {
+    (void)id, (void)rank, (void)world, (void)device, (void)stream;
+    um_err_set(err, UM_ERR_UNSUPPORTED, "this unmask was built without NCCL (multi-GPU needs nccl.h at build time)");
+    return NULL;
+}
+
+#endif
