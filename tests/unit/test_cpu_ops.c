@@ -313,7 +313,7 @@ static void test_rmsnorm(backend *be) {
 }
 
 static void test_elementwise(backend *be) {
-    size_t n = 70001;   /* above the parallel threshold, not a multiple of the chunk */
+    size_t n = 1100001;   /* above the parallel thresholds, not a multiple of the chunk */
     float *g = be->ops->act_alloc(be, n), *u = be->ops->act_alloc(be, n), *o = be->ops->act_alloc(be, n);
     fill(g, n, -30, 30);
     fill(u, n, -2, 2);

@@ -21,8 +21,9 @@
 #include "backend/cpu/cpu_internal.h"
 #include "util/log.h"
 
-/* Below this many elements an element-wise op runs on the calling thread only. */
-#define PAR_MIN_ELEMS 32768
+/* Below this many elements an element-wise op runs on the calling thread only: a parallel region
+ * costs more than these memory-bound loops save, and much more when cores are oversubscribed. */
+#define PAR_MIN_ELEMS (1 << 18)
 
 static void *aligned_alloc64(size_t bytes) {
     void *p = NULL;
