@@ -36,6 +36,8 @@ struct http_conn {
     int         status;
     char        ctype[128];
     char      **hdrs;           /* owned "Name: value" strings, NULL-terminated, or NULL */
+    char      **mw_hdrs;        /* middleware headers of this transaction (owned, [n_mw_hdrs]) */
+    int         n_mw_hdrs;
     int         streaming;      /* body length unknown: connection closes at the end */
     int         stream_ended;
     int         close_after;    /* close the connection once the response is written */
@@ -53,6 +55,20 @@ size_t http_conn_size(void) { return sizeof(http_conn); }
 
 static const http_route *g_route_sets[HTTP_MAX_ROUTE_SETS];
 static int g_n_route_sets;
+static http_middleware g_mw;
+
+void http_set_middleware(const http_middleware *mw) {
+    if (mw) g_mw = *mw;
+    else memset(&g_mw, 0, sizeof g_mw);
+}
+
+void http_add_header(http_conn *c, const char *line) {
+    c->mw_hdrs = xrealloc(c->mw_hdrs, (size_t)(c->n_mw_hdrs + 1) * sizeof *c->mw_hdrs);
+    c->mw_hdrs[c->n_mw_hdrs++] = xstrdup(line);
+}
+
+const http_route *http_conn_route(const http_conn *c) { return c->route; }
+const char *http_conn_method(const http_conn *c) { return c->method_name; }
 
 void http_routes_add(const http_route *routes) {
     for (int i = 0; i < g_n_route_sets; i++)
@@ -158,6 +174,10 @@ static void txn_reset(http_conn *c) {
         free(c->hdrs);
     }
     c->hdrs = NULL;
+    for (int i = 0; i < c->n_mw_hdrs; i++) free(c->mw_hdrs[i]);
+    free(c->mw_hdrs);
+    c->mw_hdrs = NULL;
+    c->n_mw_hdrs = 0;
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_off = c->out_cap = 0;
@@ -273,12 +293,33 @@ void http_stream_on_close(http_conn *c, void (*fn)(void *user), void *user) {
     c->close_user = user;
 }
 
+/* Add "Name: value" header lines. */
+static int add_header_lines(http_conn *c, char **lines, int n, unsigned char **pp, unsigned char *end) {
+    for (int i = 0; i < n; i++) {
+        const char *h = lines[i];
+        const char *colon = strchr(h, ':');
+        if (!colon || colon == h || colon - h > 80) continue;
+        char name[96];
+        size_t nl = (size_t)(colon - h);
+        for (size_t k = 0; k < nl; k++) name[k] = (char)tolower((unsigned char)h[k]);
+        name[nl] = ':';
+        name[nl + 1] = 0;
+        const char *v = colon + 1;
+        while (*v == ' ') v++;
+        if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)name, (const unsigned char *)v, (int)strlen(v),
+                                        pp, end))
+            return -1;
+    }
+    return 0;
+}
+
 /* Headers (one lws_write). */
 static int write_headers(http_conn *c) {
     unsigned char hb[LWS_PRE + 4096];
     unsigned char *start = hb + LWS_PRE, *p = start, *end = hb + sizeof hb - 1;
     lws_filepos_t clen = c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN : (lws_filepos_t)c->content_len;
     if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype, clen, &p, end)) return -1;
+    if (add_header_lines(c, c->mw_hdrs, c->n_mw_hdrs, &p, end)) return -1;
     if (c->hdrs)
         for (char **h = c->hdrs; *h; h++) {
             const char *colon = strchr(*h, ':');
@@ -308,6 +349,7 @@ static int on_writeable(http_conn *c) {
     if (!c->hdr_sent) {
         if (write_headers(c) != 0) return -1;
         c->hdr_sent = 1;
+        if (g_mw.after) g_mw.after(c, c->status);
         if (!c->streaming && c->out_len == c->out_off) { /* empty body: done */
             if (c->close_after) return -1;
             txn_reset(c);
@@ -402,6 +444,16 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
     }
     int path_known = 0;
     c->route = route_find(c->method_name, c->path, &path_known);
+    if (g_mw.before) {
+        http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->srv};
+        if (g_mw.before(c, &rq, c->route)) {
+            if (c->method == HTTP_POST || c->method == HTTP_PUT || c->method == HTTP_PATCH) c->close_after = 1;
+            if (!c->responded)
+                return http_respond_error(c, 500, "internal_error", "server_error", NULL,
+                                          "the middleware produced no response", NULL);
+            return 0;
+        }
+    }
     if (!c->route) {
         if (c->method == HTTP_GET || c->method == HTTP_HEAD) {
             int status = 0;

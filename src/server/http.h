@@ -56,6 +56,25 @@ void http_routes_add(const http_route *routes);
 /* Registers every route module (server/routes.c). Idempotent. */
 void routes_register_all(void);
 
+/* ---------------------------------------------------------------- middleware */
+
+/* One middleware (server/http_api.c installs it): cross-cutting policy of every HTTP request. */
+typedef struct http_middleware {
+    /* Every request, once method and path are known and the route is chosen (NULL: none matched:
+     * static file, 404 or 405), before its body is read (rq->body is ""). It may add response
+     * headers (http_add_header) and may answer itself: return 1 and the handler is not run (an
+     * unread request body then closes the connection after the response). */
+    int  (*before)(http_conn *c, const http_req *rq, const http_route *route);
+    /* Every response whose headers this file writes, with its status (metrics). */
+    void (*after)(http_conn *c, int status);
+} http_middleware;
+void http_set_middleware(const http_middleware *mw);
+/* Add a "Name: value" header to the current transaction's response, whatever answers it. */
+void http_add_header(http_conn *c, const char *line);
+/* The current transaction's route (NULL: none) and method name. */
+const http_route *http_conn_route(const http_conn *c);
+const char       *http_conn_method(const http_conn *c);
+
 /* ---------------------------------------------------------------- request helpers */
 
 /* Request header by lowercase name ("authorization", "content-type", "x-api-key", ...): copies
