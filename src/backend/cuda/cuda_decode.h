@@ -1,0 +1,96 @@
+/*
+ * cuda_decode.h — device-resident diffusion decode steps on the CUDA backend: for a fixed batch
+ * (n sequences, block length B) the canvas, per-sequence decode state, sampling and the decoder's
+ * commit decisions all live on the GPU, so a step is
+ *     forward (embed reads the device canvas, LM head only on the B active-block rows)
+ *       -> umk_sample (fused softmax confidence / Gumbel-max, kernels/decode.cu)
+ *       -> umk_decode_commit (decoder rule, commit, block advance, EOS stop, next rows)
+ *       -> async copy of the step records into a pinned ring slot + event
+ * with no host synchronisation; the steady-state step can be captured once as a CUDA graph and
+ * replayed. The host polls the ring (cudaEventQuery) and turns records into decode events one or
+ * more steps behind the device.
+ *
+ * Semantics equal the CPU reference (decode/sample.c, decode/decoders.c): same candidates, same
+ * noise (util/rng.h counters), same commit rules and tie orders. Not covered on the device: CFG
+ * (cfg_scale > 0), the LLaDA2.1 editing decoders, infill suffixes with separate layouts — those use
+ * the host decode loop. docs/gpu.md describes how decode/ plugs this in.
+ *
+ * Threading: the engine thread that owns the backend.
+ */
+#ifndef UM_CUDA_DECODE_H
+#define UM_CUDA_DECODE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "util/err.h"
+
+/* One sequence of the batch. */
+typedef struct cuda_decode_seq {
+    const int32_t *tokens;        /* canvas [len] (prompt ++ MASK * gen), host; copied */
+    int            len;
+    int            lo, hi;        /* first block [lo, hi) (absolute positions) */
+    int            gen_end;       /* blocks end here (normally len) */
+    int            block_steps;   /* fixed-step decoders: steps per block */
+    int            decoder;       /* enum decode_decoder (LOW_CONFIDENCE, RANDOM, THRESHOLD, FACTOR) */
+    double         threshold, factor;
+    int            stop_at_eos;
+    double         temperature, top_p;
+    int            top_k;
+    uint64_t       seed;
+    int            logits_eos_inf, confidence_eos_eot_inf;
+} cuda_decode_seq;
+
+/* Model token ids. */
+typedef struct cuda_decode_ids {
+    int vocab;                    /* logits per row (n_embd_rows) */
+    int mask_id, eos_id, eot_id;
+} cuda_decode_ids;
+
+/* The forward pass: run it for batch b on the backend and return the device logits
+ * [b->n_out, vocab] (activation dtype) through *d_logits. Must not synchronise (it may be captured). */
+typedef int (*cuda_forward_fn)(void *user, const fwd_batch *b, const void **d_logits, um_err *err);
+
+/* One sequence's record of a completed step. Pointers are valid until the next cuda_decode_poll. */
+typedef struct cuda_step_event {
+    int            step;          /* the sequence's step index */
+    int            lo, hi;        /* block of the commits */
+    int            n_commit;
+    int            masks_left;    /* in that block, after the commits */
+    int            block_done, done, was_done;
+    const int32_t *pos, *tok;     /* [n_commit] ascending positions, committed tokens */
+    const float   *conf;          /* [n_commit] */
+    const int32_t *draft_tok;     /* [B] by block offset: x0 of still-masked positions, else -1 */
+    const float   *draft_conf;    /* [B] */
+} cuda_step_event;
+
+typedef struct cuda_decode cuda_decode;
+
+/* Set up a batch on backend be (CUDA). ring = step records buffered on the host side (>= 2). */
+cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_seqs, int block_len,
+                                cuda_decode_ids ids, int ring, cuda_forward_fn fwd, void *fwd_user, um_err *err);
+void         cuda_decode_free(cuda_decode *cd);
+
+/* The packed batch the forward runs on (tokens / out_rows are host arrays aliased to the device
+ * canvas and the device LM-head row list: their host contents are not used). */
+const fwd_batch *cuda_decode_batch(const cuda_decode *cd);
+
+/* Capture forward + sample + commit as a CUDA graph (runs one uncaptured forward first so buffers
+ * exist; that forward's results are discarded). Later steps replay the graph. */
+int  cuda_decode_capture(cuda_decode *cd, um_err *err);
+/* Enqueue one step (graph replay or direct launches) and its record copy. -1 + err when the
+ * forward fails; aborts when `ring` steps are pending unpolled (caller bug). */
+int  cuda_decode_step(cuda_decode *cd, um_err *err);
+/* The oldest unpolled step: 1 when its records are ready (wait = 1 blocks until they are), 0 when
+ * nothing is pending / not ready yet. */
+int  cuda_decode_poll(cuda_decode *cd, int wait);
+/* Sequence s's record of the step returned by the last successful poll. */
+void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev);
+/* Steps enqueued but not yet polled. */
+int  cuda_decode_pending(const cuda_decode *cd);
+/* Copy the current device canvas (all sequences, packed as cuda_decode_batch()->tokens) to out;
+ * synchronises. */
+void cuda_decode_tokens(cuda_decode *cd, int32_t *out);
+
+#endif /* UM_CUDA_DECODE_H */
