@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/comm.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------- tensor binding */
@@ -99,7 +100,16 @@ typedef struct llada_weights {
     bweight        ln_f;     /* [1, d] */
     bweight        lm_head;  /* [n_embd_rows, d]; a second view of wte when weight_tying */
     llada_layer_w *layers;   /* [n_layers] */
+    void         **parts;    /* [n_parts] host copies of column slices (tensor parallel), owned:
+                                a backend may keep views of what it uploads */
+    int            n_parts;
 } llada_weights;
+
+/* Tensor parallel (ctx->shard, model.h): every rank holds whole heads of q/k/v and a slice of the
+ * MLP width (column-parallel: rows of q_proj/k_proj/v_proj/ff_proj/up_proj), the matching input
+ * columns of attn_out and ff_out (row-parallel), and full copies of the embedding, norms and LM
+ * head. Each rank's attn_out / ff_out product is a partial sum: one all-reduce after each. */
+enum shard_split { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS };
 
 /* Workspace, grown on demand and reused across forwards (the decode loop calls every step).
  * Activation buffers live on the backend; index arrays on the host. */
@@ -124,6 +134,37 @@ static int upload(backend *be, const st_tensor *t, bweight *w, um_err *err) {
     return be->ops->weight_upload(be, t, rows, cols, w, err);
 }
 
+/* Upload t, or this rank's slice of it: SPLIT_ROWS rows [r*R/W, (r+1)*R/W) (a view of the
+ * checkpoint), SPLIT_COLS columns [r*C/W, (r+1)*C/W) (gathered into a host copy kept in w->parts). */
+static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enum shard_split split, bweight *out,
+                       um_err *err) {
+    const int W = ctx->shard.world, r = ctx->shard.rank;
+    if (split == SPLIT_NONE || W <= 1) return upload(ctx->be, t, out, err);
+    CHECK(t->ndim == 2);
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    const size_t es = dtype_size(t->type);
+    st_tensor part = *t;
+    if (split == SPLIT_ROWS) {
+        const int64_t lr = rows / W;
+        part.data = (const char *)t->data + (size_t)(r * lr) * (size_t)cols * es;
+        part.shape[0] = lr;
+        part.n_elems = lr * cols;
+        part.nbytes = (size_t)part.n_elems * es;
+        return ctx->be->ops->weight_upload(ctx->be, &part, lr, cols, out, err);
+    }
+    const int64_t lc = cols / W;
+    char *buf = xmalloc((size_t)(rows * lc) * es);
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(buf + (size_t)(i * lc) * es, (const char *)t->data + (size_t)(i * cols + r * lc) * es, (size_t)lc * es);
+    w->parts = xrealloc(w->parts, (size_t)(w->n_parts + 1) * sizeof *w->parts);
+    w->parts[w->n_parts++] = buf;
+    part.data = buf;
+    part.shape[1] = lc;
+    part.n_elems = rows * lc;
+    part.nbytes = (size_t)part.n_elems * es;
+    return ctx->be->ops->weight_upload(ctx->be, &part, rows, lc, out, err);
+}
+
 int llada_ctx_init(model_ctx *ctx, um_err *err) {
     const model *m = ctx->m;
     const model_config *c = &m->cfg;
@@ -139,11 +180,13 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_tensors *L = &t->layers[l];
         llada_layer_w *W = &w->layers[l];
-        if (upload(be, L->attn_norm, &W->attn_norm, err) || upload(be, L->q_proj, &W->q, err) ||
-            upload(be, L->k_proj, &W->k, err) || upload(be, L->v_proj, &W->v, err) ||
-            upload(be, L->attn_out, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err) ||
-            upload(be, L->ff_proj, &W->gate, err) || upload(be, L->up_proj, &W->up, err) ||
-            upload(be, L->ff_out, &W->down, err))
+        if (upload(be, L->attn_norm, &W->attn_norm, err) || upload_part(ctx, w, L->q_proj, SPLIT_ROWS, &W->q, err) ||
+            upload_part(ctx, w, L->k_proj, SPLIT_ROWS, &W->k, err) ||
+            upload_part(ctx, w, L->v_proj, SPLIT_ROWS, &W->v, err) ||
+            upload_part(ctx, w, L->attn_out, SPLIT_COLS, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err) ||
+            upload_part(ctx, w, L->ff_proj, SPLIT_ROWS, &W->gate, err) ||
+            upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
+            upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err))
             goto fail;
     }
     return 0;
@@ -179,6 +222,8 @@ void llada_ctx_free(model_ctx *ctx) {
                 if (all[i]->data) be->ops->weight_free(be, all[i]);
         }
         free(w->layers);
+        for (int i = 0; i < w->n_parts; i++) free(w->parts[i]);
+        free(w->parts);
         free(w);
     }
     if (ctx->scratch) {
@@ -195,9 +240,10 @@ static int lm_chunk_rows(const model_config *c) {
     return r < 16 ? 16 : r;
 }
 
-static void scratch_reserve(backend *be, const model_config *c, llada_scratch *s, int n_tok, int n_out) {
-    size_t d = (size_t)c->d_model, qd = (size_t)c->n_heads * (size_t)c->head_dim;
-    size_t kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn_hidden;
+/* world: tensor-parallel ranks (the head / MLP buffers hold this rank's slice) */
+static void scratch_reserve(backend *be, const model_config *c, int world, llada_scratch *s, int n_tok, int n_out) {
+    size_t d = (size_t)c->d_model, qd = (size_t)(c->n_heads / world) * (size_t)c->head_dim;
+    size_t kvd = (size_t)(c->n_kv_heads / world) * (size_t)c->head_dim, F = (size_t)(c->ffn_hidden / world);
     if (n_tok > s->cap_tok) {
         int cap = n_tok;
         void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up};
@@ -222,8 +268,9 @@ static void scratch_reserve(backend *be, const model_config *c, llada_scratch *s
     }
 }
 
-int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
-    (void)err;
+/* Embedding and every layer: leaves the final residual stream in s->x. out_cap: output rows the
+ * LM-head buffers must hold. */
+static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     const model_config *c = &ctx->m->cfg;
     backend *be = ctx->be;
     const backend_ops *op = be->ops;
@@ -231,9 +278,9 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
     llada_scratch *s = ctx->scratch;
     CHECK(w && s);
     const int n = b->seq_start[b->n_seqs];
-    const int n_out = b->out_rows ? b->n_out : n;
-    const int d = c->d_model, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, F = c->ffn_hidden;
-    scratch_reserve(be, c, s, n, n_out < lm_chunk_rows(c) ? n_out : lm_chunk_rows(c));
+    const int TP = ctx->shard.world > 1 ? ctx->shard.world : 1;   /* heads and MLP width per rank */
+    const int d = c->d_model, H = c->n_heads / TP, KV = c->n_kv_heads / TP, hd = c->head_dim, F = c->ffn_hidden / TP;
+    scratch_reserve(be, c, TP, s, n, out_cap);
 
     const int32_t *pos = b->pos;
     if (!pos) {
@@ -267,6 +314,7 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
         op->rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
         op->attention(be, &ap, s->q, s->k, s->v, s->att);
         op->matmul(be, s->att, &L->attn_out, NULL, n, s->h);
+        if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);
         op->add(be, s->x, s->h, (size_t)n * (size_t)d);
         /* SwiGLU MLP sublayer */
         op->rmsnorm(be, s->x, &L->ff_norm, n, d, c->norm_eps, s->h);
@@ -274,15 +322,32 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
         op->matmul(be, s->h, &L->up, NULL, n, s->up);
         op->swiglu(be, s->gate, s->up, (size_t)n * (size_t)F, s->gate);
         op->matmul(be, s->gate, &L->down, NULL, n, s->h);
+        if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);
         op->add(be, s->x, s->h, (size_t)n * (size_t)d);
     }
+}
+
+/* The caller's output rows, or 0..n-1. */
+static const int32_t *out_rows_of(const fwd_batch *b, llada_scratch *s, int n) {
+    if (b->out_rows) return b->out_rows;
+    for (int i = 0; i < n; i++) s->rows[i] = i;
+    return s->rows;
+}
+
+int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
+    (void)err;
+    const model_config *c = &ctx->m->cfg;
+    backend *be = ctx->be;
+    const backend_ops *op = be->ops;
+    llada_weights *w = ctx->weights;
+    llada_scratch *s = ctx->scratch;
+    const int n = b->seq_start[b->n_seqs];
+    const int n_out = b->out_rows ? b->n_out : n;
+    const int d = c->d_model;
+    forward_layers(ctx, b, n_out < lm_chunk_rows(c) ? n_out : lm_chunk_rows(c));
     /* Only the rows the caller wants go through ln_f and the LM head, in chunks so the logits
      * staging buffer stays bounded for long outputs over a big vocabulary. */
-    const int32_t *rows = b->out_rows;
-    if (!rows) {
-        for (int i = 0; i < n; i++) s->rows[i] = i;
-        rows = s->rows;
-    }
+    const int32_t *rows = out_rows_of(b, s, n);
     const int chunk = lm_chunk_rows(c);
     for (int r0 = 0; r0 < n_out; r0 += chunk) {
         int nr = n_out - r0 < chunk ? n_out - r0 : chunk;
@@ -292,5 +357,21 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
         op->act_to_host(be, s->lg, (size_t)nr * (size_t)c->n_embd_rows,
                         logits + (size_t)r0 * (size_t)c->n_embd_rows);
     }
+    return 0;
+}
+
+int llada_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err) {
+    (void)err;
+    const model_config *c = &ctx->m->cfg;
+    backend *be = ctx->be;
+    llada_weights *w = ctx->weights;
+    llada_scratch *s = ctx->scratch;
+    const int n = b->seq_start[b->n_seqs];
+    const int n_out = b->out_rows ? b->n_out : n;
+    forward_layers(ctx, b, n_out);   /* LM-head buffers hold every output row: one pass, no copy-out */
+    be->ops->get_rows(be, s->x, c->d_model, out_rows_of(b, s, n), n_out, s->xo);
+    be->ops->rmsnorm(be, s->xo, &w->ln_f, n_out, c->d_model, c->norm_eps, s->xo);
+    be->ops->matmul(be, s->xo, &w->lm_head, NULL, n_out, s->lg);
+    *logits = s->lg;
     return 0;
 }

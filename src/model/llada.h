@@ -13,5 +13,7 @@ int  llada_ctx_init(model_ctx *ctx, um_err *err);    /* upload weights to ctx->b
 void llada_ctx_free(model_ctx *ctx);
 /* Batch already validated by model_forward. */
 int  llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err);
+/* Logits left on the backend (model_forward_dev). */
+int  llada_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err);
 
 #endif /* UM_LLADA_H */

@@ -66,9 +66,27 @@ void model_free(model *m) {
 }
 
 int model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err) {
+    return model_ctx_init_shard(ctx, m, be, NULL, err);
+}
+
+int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const model_shard *shard, um_err *err) {
     memset(ctx, 0, sizeof *ctx);
     ctx->m = m;
     ctx->be = be;
+    ctx->shard.world = 1;
+    if (shard && shard->world > 1) {
+        const model_config *c = &m->cfg;
+        int W = shard->world;
+        if (shard->rank < 0 || shard->rank >= W || !shard->comm)
+            return um_err_set(err, UM_ERR_INTERNAL, "shard rank %d of %d (comm %s)", shard->rank, W,
+                              shard->comm ? "set" : "missing");
+        if (c->n_heads % W || c->n_kv_heads % W || c->ffn_hidden % W)
+            return um_err_set(err, UM_ERR_UNSUPPORTED,
+                              "%s: tensor parallelism over %d ranks needs n_heads (%d), n_kv_heads (%d) and the MLP "
+                              "width (%d) divisible by %d",
+                              m->dir, W, c->n_heads, c->n_kv_heads, c->ffn_hidden, W);
+        ctx->shard = *shard;
+    }
     CHECK(m->cfg.arch == MODEL_ARCH_LLADA);
     return llada_ctx_init(ctx, err);
 }
@@ -78,7 +96,7 @@ void model_ctx_free(model_ctx *ctx) {
     memset(ctx, 0, sizeof *ctx);
 }
 
-int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
+static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *err) {
     const model_config *c = &ctx->m->cfg;
     if (b->n_seqs <= 0) return um_err_param(err, "tokens", "batch has no sequences");
     if (b->seq_start[0] != 0) return um_err_set(err, UM_ERR_INTERNAL, "seq_start[0] must be 0");
@@ -108,5 +126,15 @@ int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
     } else if (b->n_out != n_tokens) {
         return um_err_set(err, UM_ERR_INTERNAL, "n_out must equal n_tokens when out_rows is NULL");
     }
+    return 0;
+}
+
+int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
+    if (forward_validate(ctx, b, err) != 0) return -1;
     return llada_forward(ctx, b, logits, err);
+}
+
+int model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err) {
+    if (forward_validate(ctx, b, err) != 0) return -1;
+    return llada_forward_dev(ctx, b, logits, err);
 }

@@ -65,17 +65,36 @@ typedef struct fwd_batch {
     const int32_t *out_rows;    /* [n_out] indices into tokens; NULL = all rows (n_out = n_tokens) */
 } fwd_batch;
 
+struct comm; /* backend/comm.h */
+
+/* Tensor parallelism: this ctx is rank `rank` of `world` ranks that each hold a slice of the
+ * weights (whole attention heads of q/k/v, a column slice of ff_proj/up_proj; the matching input
+ * slices of attn_out / ff_out) and sum their partial outputs with an all-reduce over `comm`.
+ * world <= 1 (the zeroed default): unsharded. */
+typedef struct model_shard {
+    int          rank, world;
+    struct comm *comm;
+} model_shard;
+
 typedef struct model_ctx {
     const model *m;
     backend     *be;
+    model_shard  shard;
     void        *weights;       /* arch-specific backend weights (llada_weights in llada.c) */
     void        *scratch;       /* arch-specific workspace, grown on demand */
 } model_ctx;
 
 int  model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err);
+/* As model_ctx_init for one rank of a tensor-parallel group (heads / FFN width must divide by
+ * world: -1 + UM_ERR_UNSUPPORTED otherwise). */
+int  model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const model_shard *shard, um_err *err);
 void model_ctx_free(model_ctx *ctx);
 /* Logits (f32, host) for the requested rows: logits[n_out, cfg.n_embd_rows]. Validates token ids
  * and lengths (per-request errors), then runs the forward. */
 int  model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err);
+/* Same validation and forward, but the logits stay on the backend: *logits = an activation buffer
+ * [n_out, n_embd_rows] owned by the ctx, valid until the next forward. Never synchronises the
+ * device (the CUDA decode step captures it in a graph). */
+int  model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err);
 
 #endif /* UM_MODEL_H */
