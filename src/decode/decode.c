@@ -15,6 +15,7 @@
 #include "decode/decoder.h"
 #include "decode/sample.h"
 #include "model/tokenizer.h"
+#include "model/unicode.h"
 #include "util/fileio.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -219,45 +220,11 @@ static size_t arena_put(arena *a, const char *s, size_t n) {
     return off;
 }
 
-/* Append bytes as valid UTF-8: invalid or incomplete sequences become U+FFFD (one per maximal
- * valid prefix, or per invalid byte). Returns the arena offset. */
+/* Append bytes as valid UTF-8 (every maximal invalid subpart -> U+FFFD, as HF decode does).
+ * Returns the arena offset. */
 static size_t arena_put_utf8(arena *a, const uint8_t *s, size_t n) {
-    char *tmp = xmalloc(n * 3 + 1);
-    size_t o = 0, i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        int need;
-        uint32_t min;
-        if (c < 0x80) {
-            tmp[o++] = (char)c;
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) need = 1, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF) need = 2, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4) need = 3, min = 0x10000;
-        else need = -1, min = 0;
-        size_t j = i + 1;
-        int ok = need > 0;
-        uint32_t cp = need == 1 ? (c & 0x1Fu) : need == 2 ? (c & 0x0Fu) : (c & 0x07u);
-        for (int k = 0; ok && k < need; k++, j++) {
-            if (j >= n || (s[j] & 0xC0) != 0x80) {
-                ok = 0;
-                break;
-            }
-            cp = (cp << 6) | (s[j] & 0x3Fu);
-        }
-        if (ok && (cp < min || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)) ok = 0;
-        if (ok) {
-            memcpy(tmp + o, s + i, (size_t)need + 1);
-            o += (size_t)need + 1;
-            i = j;
-        } else {
-            tmp[o++] = (char)0xEF, tmp[o++] = (char)0xBF, tmp[o++] = (char)0xBD;
-            /* skip the lead byte and the continuation bytes that followed it */
-            i++;
-            while (i < n && i < j && (s[i] & 0xC0) == 0x80) i++;
-        }
-    }
+    size_t o = 0;
+    char *tmp = utf8_sanitize((const char *)s, n, &o);
     size_t off = arena_put(a, tmp, o);
     free(tmp);
     return off;

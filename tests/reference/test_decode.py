@@ -23,6 +23,7 @@ TMP = os.path.join(os.environ.get("UNMASK_TEST_TMP", "/tmp"), "test_decode")
 os.makedirs(TMP, exist_ok=True)
 
 passed = failed = 0
+REPL = "\ufffd"
 
 
 def report(ok, name, detail=""):
@@ -97,6 +98,79 @@ def compare(name, model_dir, dec, prompt, G, B, S, flags=(), **kw):
     report(ok, name, detail)
     check_invariants(name, ev, len(prompt), G)
     return ev
+
+
+def detok_lines(model_dir, id_lists, skip_special):
+    """Texts of several id lists through `unmask detokenize --jsonl` (the tokenizer's own decode)."""
+    path = os.path.join(TMP, "ids.jsonl")
+    with open(path, "w") as f:
+        for ids in id_lists:
+            f.write(json.dumps(ids) + "\n")
+    cmd = [BIN, "detokenize", "--model", model_dir, "--jsonl", path] + (["--skip-special"] if skip_special else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def text_checks():
+    """With a tokenizer: block texts concatenate to the done text, which is exactly the tokenizer's
+    decode of the generated ids before the first EOS/EOT (special tokens skipped) — so no text after
+    EOS; per-position pieces are the token's own text; positions after a committed EOS carry no text."""
+    mt = os.path.join(TMP, "tok_f32")
+    subprocess.run([BIN, "make-model", "--out", mt, "--quiet", "--dtype", "f32"], check=True)
+    if not os.path.exists(os.path.join(mt, "tokenizer.json")):
+        report(False, "make-model wrote a tokenizer")
+        return
+    with open(os.path.join(mt, "config.json")) as f:
+        c = json.load(f)
+    with open(os.path.join(mt, "tokenizer.json")) as f:
+        tj = json.load(f)
+    added = {t["content"]: t["id"] for t in tj.get("added_tokens", [])}
+    specials = {t["id"]: t["content"] for t in tj.get("added_tokens", []) if t.get("special")}
+    stops = {c["eos_token_id"], added.get("<|eot_id|>", -1)}
+    runs = []
+    for seed in range(30):
+        ev = generate(mt, [5, 6, 7, 8], ["--gen-length", 128, "--block-length", 32, "--steps", 16,
+                                         "--temperature", 1.0, "--seed", seed])
+        ids = {cm["index"]: cm["id"] for e in ev if e["type"] == "step" for cm in e["commits"]}
+        has_eos = any(t in stops for t in ids.values())
+        if not runs or (has_eos and not any(r[2] for r in runs)):
+            runs.append((seed, ev, has_eos))
+        if len(runs) == 2:
+            break
+    report(any(r[2] for r in runs), "text: a run with EOS/EOT found", str([(r[0], r[2]) for r in runs]))
+    for seed, ev, has_eos in runs:
+        steps = [e for e in ev if e["type"] == "step"]
+        ids = {cm["index"]: cm["id"] for e in steps for cm in e["commits"]}
+        gen = [ids[i] for i in sorted(ids)]
+        first = next((i for i, t in enumerate(gen) if t in stops), len(gen))
+        done = ev[-1]
+        blocks = "".join(e["text"] for e in ev if e["type"] == "block")
+        want, = detok_lines(mt, [gen[:first]], True)
+        report(blocks == done["text"] == want and len(want) > 0, f"text (seed {seed}, EOS {has_eos}): block texts == "
+               "done text == tokenizer decode of the ids before the first EOS",
+               f"{len(want)} chars, first EOS at {first if first < len(gen) else None}")
+        report(done["usage"]["completion_tokens"] == first and
+               done["finish_reason"] == ("stop" if has_eos else "length"), f"text (seed {seed}): usage and finish",
+               f"{done['usage']['completion_tokens']} completion tokens, {done['finish_reason']}")
+        # per-position pieces
+        eos_known = None
+        singles, expect_idx, bad_after = [], [], 0
+        for e in steps:
+            for cm in e["commits"]:
+                if cm["id"] in stops and (eos_known is None or cm["pos"] < eos_known):
+                    eos_known = cm["pos"]
+            for cm in e["commits"]:
+                if eos_known is not None and cm["pos"] > eos_known:
+                    bad_after += cm["text"] != ""
+                elif cm["id"] in specials:
+                    bad_after += cm["text"] != specials[cm["id"]] or not cm["special"]
+                else:
+                    singles.append(cm)
+        texts = detok_lines(mt, [[cm["id"]] for cm in singles], False)
+        mism = [(cm["id"], cm["text"], t) for cm, t in zip(singles, texts) if cm["text"] != t]
+        report(not mism and bad_after == 0, f"text (seed {seed}): pieces are the tokens' own text, empty after EOS",
+               f"{len(singles)} pieces checked ({sum(REPL in cm['text'] for cm in singles)} with U+FFFD), "
+               f"{len(mism)} mismatches {mism[:3]}, {bad_after} bad after EOS/special")
 
 
 def main():
@@ -186,6 +260,8 @@ def main():
         report(d2["finish_reason"] == "stop" and d2["usage"]["committed"] == 64 and
                d2["usage"]["completion_tokens"] == first, f"EOS with --no-stop-at-eos (seed {seed})",
                f"committed {d2['usage']['committed']}, completion_tokens {d2['usage']['completion_tokens']}")
+
+    text_checks()
 
     # seeds
     base = ["--gen-length", 16, "--block-length", 8, "--steps", 8, "--temperature", 1.0]
