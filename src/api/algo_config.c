@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/api_error.h"
+#include "decode/event_json.h"
 #include "util/fileio.h"
 #include "util/log.h"
 
@@ -202,4 +203,25 @@ int algo_config_load(const char *path, json_t **out, um_err *err) {
     int r = algo_config_parse(buf, len, path, out, err);
     free(buf);
     return r;
+}
+
+/* ---------------------------------------------------------------- server-wide defaults */
+
+static json_t *g_defaults; /* written once at startup (main thread), read-only afterwards */
+
+void algo_config_set_defaults(const json_t *overrides) {
+    json_decref(g_defaults);
+    g_defaults = overrides ? json_deep_copy(overrides) : NULL;
+}
+
+decode_params algo_config_params_for_model(const model *m) {
+    decode_params p = decode_params_for_model(m);
+    if (g_defaults) {
+        decode_params saved = p;
+        um_err err = {0};
+        /* values were type-checked when the file was loaded; a range problem shows up in the
+         * request's validation, naming the field */
+        if (decode_params_apply_json(&p, g_defaults, &err) != 0) p = saved;
+    }
+    return p;
 }

@@ -25,11 +25,19 @@
 
 #include <jansson.h>
 
+#include "decode/decode.h"
 #include "util/err.h"
 
 /* Parse text (label names it in messages). *out = a new JSON object with normalized keys. */
 int algo_config_parse(const char *text, size_t len, const char *label, json_t **out, um_err *err);
 /* Read and parse a file. */
 int algo_config_load(const char *path, json_t **out, um_err *err);
+
+/* The server-wide defaults: set once at startup on the main thread (overrides is copied; NULL
+ * clears), read by every request path afterwards (any thread). */
+void algo_config_set_defaults(const json_t *overrides);
+/* decode_params_for_model(m) with the server-wide overrides applied: the defaults every request
+ * (HTTP APIs and WebSocket) starts from. */
+decode_params algo_config_params_for_model(const model *m);
 
 #endif /* UM_ALGO_CONFIG_H */

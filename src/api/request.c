@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/algo_config.h"
 #include "decode/event_json.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
@@ -140,7 +141,7 @@ int api_gen_request_parse(const model *m, const json_t *obj, api_gen_request *ou
     memset(out, 0, sizeof *out);
     out->stream_every = 1;
     if (!json_is_object(obj)) return api_error_set(e, "invalid_request", "", "the request must be a JSON object");
-    decode_params p = decode_params_for_model(m);
+    decode_params p = algo_config_params_for_model(m); /* + --algorithm-config defaults */
     um_err err = {0};
     if (decode_params_apply_json(&p, obj, &err) != 0) return api_error_from(e, "invalid_request", &err);
     const json_t *params = json_object_get(obj, "params");

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "server/http_api.h"
 #include "server/server.h"
 #include "server/server_config.h"
 #include "util/fileio.h"
@@ -60,7 +61,13 @@ int cmd_serve(int argc, char **argv) {
         {"verbose", ARG_FLAG, &verbose, "debug logging (also libwebsockets warnings)"},
         {NULL, 0, NULL, NULL},
     };
-    int r = args_parse(argc, argv, k_usage, specs);
+    /* + the HTTP APIs' flags (server/http_api.c) */
+    arg_spec all[64];
+    int n_all = 0;
+    while (specs[n_all].name) all[n_all] = specs[n_all], n_all++;
+    n_all += http_api_cli_specs(all + n_all, (int)(sizeof all / sizeof all[0]) - n_all - 1);
+    all[n_all] = specs[sizeof specs / sizeof specs[0] - 1];
+    int r = args_parse(argc, argv, k_usage, all);
     if (r != 0) return r > 0 ? 0 : 2;
 
     server_config cfg;
@@ -112,8 +119,14 @@ int cmd_serve(int argc, char **argv) {
         server_config_free(&cfg);
         return 2;
     }
+    if (http_api_configure(&cfg, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        server_config_free(&cfg);
+        return 2;
+    }
     int rc = server_run(&cfg, &err);
     if (rc != 0) fprintf(stderr, "error: %s\n", err.msg);
+    http_api_shutdown();
     server_config_free(&cfg);
     return rc;
 }

@@ -266,6 +266,14 @@ json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
     return o;
 }
 
+char *job_store_owner(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    job *j = find(js, id);
+    char *o = j ? xstrdup(j->owner) : NULL;
+    pthread_mutex_unlock(&js->lock);
+    return o;
+}
+
 json_t *job_store_request(job_store *js, const char *id) {
     pthread_mutex_lock(&js->lock);
     job *j = find(js, id);

@@ -57,6 +57,8 @@ int job_store_exists(job_store *js, const char *id, const char *owner);
  *    "progress":{"fraction","steps","committed","gen_length","events"},"result","error",
  *    "webhook":{"url","status","attempts"}|null,"request"} */
 json_t *job_store_get_json(job_store *js, const char *id, const char *owner);
+/* The owner the job was created by (malloc'd) or NULL. */
+char *job_store_owner(job_store *js, const char *id);
 /* The original request (new reference) or NULL. */
 json_t *job_store_request(job_store *js, const char *id);
 enum job_status job_store_status(job_store *js, const char *id);

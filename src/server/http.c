@@ -32,6 +32,7 @@ struct http_conn {
     size_t      body_len, body_cap;
     /* response */
     int         responded;      /* a response or stream was set up */
+    int         deferred;       /* the handler will respond later (http_respond_later) */
     int         hdr_sent;
     int         status;
     char        ctype[128];
@@ -56,6 +57,9 @@ size_t http_conn_size(void) { return sizeof(http_conn); }
 static const http_route *g_route_sets[HTTP_MAX_ROUTE_SETS];
 static int g_n_route_sets;
 static http_middleware g_mw;
+static int g_inflight; /* responses set up and not yet completely written */
+
+int http_responses_in_flight(void) { return g_inflight; }
 
 void http_set_middleware(const http_middleware *mw) {
     if (mw) g_mw = *mw;
@@ -166,6 +170,7 @@ void http_peer(http_conn *c, char *buf, size_t cap) {
 /* ---------------------------------------------------------------- responses */
 
 static void txn_reset(http_conn *c) {
+    if (c->responded) g_inflight--;
     free(c->body);
     c->body = NULL;
     c->body_len = c->body_cap = 0;
@@ -182,6 +187,7 @@ static void txn_reset(http_conn *c) {
     c->out = NULL;
     c->out_len = c->out_off = c->out_cap = 0;
     c->in_txn = c->responded = c->hdr_sent = c->streaming = c->stream_ended = c->close_after = 0;
+    c->deferred = 0;
     c->status = 0;
     c->content_len = 0;
     c->route = NULL;
@@ -226,6 +232,7 @@ int http_respond(http_conn *c, int status, const char *content_type, const char 
                  const char *const *headers) {
     if (!c->wsi || c->responded) return -1;
     c->responded = 1;
+    g_inflight++;
     c->status = status;
     snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/plain; charset=utf-8");
     set_headers(c, headers);
@@ -262,6 +269,7 @@ int http_respond_error(http_conn *c, int status, const char *code, const char *t
 int http_stream_begin(http_conn *c, int status, const char *content_type, const char *const *headers) {
     if (!c->wsi || c->responded) return -1;
     c->responded = 1;
+    g_inflight++;
     c->streaming = 1;
     c->status = status;
     snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/event-stream");
@@ -287,6 +295,8 @@ void http_stream_end(http_conn *c) {
 }
 
 size_t http_stream_pending(const http_conn *c) { return c->out_len - c->out_off; }
+
+void http_respond_later(http_conn *c) { c->deferred = 1; }
 
 void http_stream_on_close(http_conn *c, void (*fn)(void *user), void *user) {
     c->close_fn = fn;
@@ -418,7 +428,7 @@ static int run_handler(http_conn *c) {
     };
     int rc = c->route->fn(c, &rq);
     if (rc < 0) return -1;
-    if (!c->responded) {
+    if (!c->responded && !c->deferred) {
         log_error("http: handler for %s %s produced no response", c->method_name, c->path);
         return http_respond_error(c, 500, "internal_error", "server_error", NULL, "the handler produced no response",
                                   NULL);

@@ -75,6 +75,10 @@ void http_add_header(http_conn *c, const char *line);
 const http_route *http_conn_route(const http_conn *c);
 const char       *http_conn_method(const http_conn *c);
 
+/* Responses set up but not completely written yet, over all connections (graceful shutdown waits
+ * for 0 so that no answer is cut off). */
+int http_responses_in_flight(void);
+
 /* ---------------------------------------------------------------- request helpers */
 
 /* Request header by lowercase name ("authorization", "content-type", "x-api-key", ...): copies
@@ -97,6 +101,10 @@ int http_respond_json(http_conn *c, int status, json_t *obj, const char *const *
 /* {"error":{"message":msg,"type":type,"param":param|null,"code":code}} with status. */
 int http_respond_error(http_conn *c, int status, const char *code, const char *type, const char *param,
                        const char *msg, const char *const *headers);
+
+/* The handler answers later (from a deliver hook, on the service thread) with http_respond*() or a
+ * stream; until then http_stream_on_close() tells when the client goes away. */
+void http_respond_later(http_conn *c);
 
 /* Streaming response (SSE or chunked-style close-delimited body). */
 int  http_stream_begin(http_conn *c, int status, const char *content_type, const char *const *headers);

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "server/http.h"
+#include "server/http_api.h"
 #include "server/server.h"
 
 /* GET /health: 200 {"status":"ok"} once the model is loaded, 503 {"status":"loading"} before. */
@@ -60,4 +61,5 @@ static const http_route k_core_routes[] = {
 void routes_register_all(void) {
     http_routes_add(k_core_routes);
     /* Route modules register here, e.g.: routes_openai_register(); */
+    routes_http_api_register(); /* OpenAI, SGLang, llama.cpp, jobs, metrics (server/http_api.c) */
 }

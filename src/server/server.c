@@ -22,6 +22,7 @@
 #include <openssl/ssl.h>
 
 #include "backend/backend.h"
+#include "server/metrics.h"
 #include "server/server_internal.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -68,9 +69,23 @@ struct server {
     uint64_t        lat_hist[LAT_BUCKETS];
 
     struct ws_state *ws;
+
+    int             draining;      /* service thread: graceful shutdown in progress */
+    lws_sorted_usec_list_t drain_sul;
 };
 
-static volatile sig_atomic_t g_signalled;
+static volatile sig_atomic_t g_signalled;   /* signals received (a second one stops at once) */
+static double g_drain_grace_s;
+static void (*g_drain_begin)(server *s);
+static int (*g_drain_idle)(server *s);
+
+void server_set_drain(double grace_s, void (*begin)(server *s), int (*idle)(server *s)) {
+    g_drain_grace_s = grace_s;
+    g_drain_begin = begin;
+    g_drain_idle = idle;
+}
+
+int server_draining(const server *s) { return s->draining; }
 static struct lws_context *volatile g_ctx;
 
 /* ---------------------------------------------------------------- accessors */
@@ -104,6 +119,7 @@ void server_note_event_written(server *s, uint64_t t_event_ns) {
     s->lat_hist[b]++;
     s->lat_count++;
     s->lat_sum_us += us;
+    metrics_event_overhead(us * 1e-6);
     if (us > s->lat_max_us) s->lat_max_us = us;
 }
 
@@ -258,9 +274,15 @@ static void lws_log_emit(int level, const char *line) {
 
 static void on_signal(int sig) {
     (void)sig;
-    g_signalled = 1;
+    if (g_signalled < 2) g_signalled++;
     struct lws_context *ctx = g_ctx;
     if (ctx) lws_cancel_service(ctx);
+}
+
+/* While draining: wake the loop every 100 ms so it can check idleness and the deadline. */
+static void drain_tick(lws_sorted_usec_list_t *sul) {
+    server *s = lws_container_of(sul, server, drain_sul);
+    lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
 }
 
 static int host_is_any(const char *h) { return !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
@@ -371,8 +393,33 @@ int server_run(const server_config *cfg, um_err *err) {
     s->loader_started = 1;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
-    while (!g_signalled && !s->stop)
+    double drain_deadline = 0;
+    while (!s->stop) {
+        if (g_signalled && !s->draining) {
+            if (g_drain_grace_s <= 0 || !server_ready(s)) break;
+            s->draining = 1;
+            drain_deadline = time_now_s() + g_drain_grace_s;
+            log_info("draining: new work is refused; finishing running requests (up to %.0f s; signal again to stop now)",
+                     g_drain_grace_s);
+            if (g_drain_begin) g_drain_begin(s);
+            lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
+        }
+        if (s->draining) {
+            sched_stats st;
+            sched_get_stats(s->sc, &st);
+            if (g_signalled > 1) break;
+            if (st.queued == 0 && st.active == 0 && http_responses_in_flight() == 0 && (!g_drain_idle || g_drain_idle(s))) {
+                log_info("drained: every request finished");
+                break;
+            }
+            if (time_now_s() >= drain_deadline) {
+                log_warn("drain deadline passed: cancelling %d running and %d queued requests", st.active, st.queued);
+                break;
+            }
+        }
         if (lws_service(s->ctx, 0) < 0) break;
+    }
+    if (s->draining) lws_sul_cancel(&s->drain_sul);
 
     rc = atomic_load(&s->ready) == -1 ? 1 : 0;
     if (rc) *err = s->load_err;

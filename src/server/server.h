@@ -47,6 +47,14 @@ int  server_submit(server *s, sched_req *r, int *queue_pos, um_err *err);
 /* sched_cancel(r) (service thread; r's final event has not been delivered yet). */
 void server_cancel(server *s, sched_req *r);
 
+/* Graceful shutdown (set on the main thread before server_run; server/http_api.c does it): with
+ * grace_s > 0 the first SIGINT/SIGTERM starts draining instead of stopping: server_draining()
+ * turns 1 (the HTTP APIs answer new work with 503), begin() runs once, and the loop keeps serving
+ * until the scheduler is idle, every HTTP response is written and idle() (may be NULL) agrees — or
+ * grace_s passed (what is left is cancelled). A second signal stops at once. */
+void server_set_drain(double grace_s, void (*begin)(server *s), int (*idle)(server *s));
+int  server_draining(const server *s);
+
 /* Server-side event latency (engine produced the event -> its frame handed to lws_write), kept as
  * a histogram; transports call this when they write an event's bytes. Service thread. */
 void server_note_event_written(server *s, uint64_t t_event_ns);

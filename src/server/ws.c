@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/algo_config.h"
 #include "decode/event_json.h"
 #include "server/session.h"
 #include "util/log.h"
@@ -65,7 +66,7 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
         json_object_set_new(mi, "max_seq", json_integer(m->cfg.max_seq));
         json_object_set_new(mi, "tokenizer", json_boolean(m->tok != NULL));
         json_object_set_new(mi, "chat_template", json_boolean(m->chat != NULL));
-        decode_params p = decode_params_for_model(m);
+        decode_params p = algo_config_params_for_model(m);
         json_object_set_new(o, "defaults", decode_params_to_json(&p));
     }
     json_object_set_new(o, "model", mi);

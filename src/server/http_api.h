@@ -1,0 +1,39 @@
+/*
+ * http_api.h — the HTTP APIs other clients already speak, on the server's route table:
+ *   POST /v1/chat/completions, /v1/completions, /v1/fim/completions   (OpenAI / Mistral FIM)
+ *   GET  /v1/models, /v1/models/{id}
+ *   POST /generate                                                      (SGLang)
+ *   POST /infill                                                        (llama.cpp)
+ *   POST /v1/jobs, GET /v1/jobs/{id}, GET /v1/jobs/{id}/events, DELETE /v1/jobs/{id}
+ *   GET  /metrics                                                       (Prometheus)
+ * plus the middleware every HTTP request passes: x-request-id, CORS (+ preflight), API keys,
+ * per-key rate limits, 503 while draining, request metrics; and the graceful-shutdown policy.
+ * docs/http-api.md is the user-facing reference.
+ *
+ * Settings: flags of `unmask serve` (http_api_cli_specs, appended to the serve table) override the
+ * same keys in the JSON config file (cfg->file), e.g. "api_keys": "keys.txt", "rate_limit": 5.
+ *
+ * Not here: request parsing / response shapes (api/), the scheduler (sched/), lws plumbing
+ * (server/http.c). Threads: configure/free on the main thread; everything else on the lws service
+ * thread, except the webhook worker (sched/webhook.c).
+ */
+#ifndef UM_HTTP_API_H
+#define UM_HTTP_API_H
+
+#include "cli/args.h"
+#include "server/server_config.h"
+#include "util/err.h"
+
+/* Command-line flags of the HTTP APIs: copies up to cap specs into out (without the {NULL}
+ * terminator) and returns how many. The destinations are this module's own storage. */
+int  http_api_cli_specs(arg_spec *out, int cap);
+/* Resolve settings (flags > config file > defaults), load the key file and the algorithm config,
+ * register the routes and the middleware. Main thread, after server_config_check. */
+int  http_api_configure(const server_config *cfg, um_err *err);
+/* Release everything (after server_run returned). */
+void http_api_shutdown(void);
+
+/* Registers the routes + middleware (called from routes_register_all). Idempotent. */
+void routes_http_api_register(void);
+
+#endif /* UM_HTTP_API_H */
