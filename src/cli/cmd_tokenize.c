@@ -162,12 +162,12 @@ int cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     um_err err = {0};
-    tokenizer *tok;
-    if (tokenizer_load_dir(dir, &tok, &err) != 0) {
+    tokenizer *tok = NULL;
+    if (!render && tokenizer_load_dir(dir, &tok, &err) != 0) { /* --render needs only the template */
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
-    if (!tok) {
+    if (!tok && !render) {
         fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt)\n", dir);
         return 1;
     }

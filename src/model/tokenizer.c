@@ -951,7 +951,7 @@ int tokenizer_load_json(const char *buf, size_t len, const char *label, tokenize
 
 /* ================================================================ directory loading */
 
-static int load_json_path(const char *dir, const char *name, json_t **out, um_err *err) {
+static int load_json_path(const char *dir, const char *name, size_t flags, json_t **out, um_err *err) {
     char path[4096];
     path_join(path, sizeof path, dir, name);
     *out = NULL;
@@ -960,7 +960,7 @@ static int load_json_path(const char *dir, const char *name, json_t **out, um_er
     size_t len;
     if (file_read_all(path, TOKENIZER_MAX_FILE, &text, &len, err) != 0) return -1;
     json_error_t je;
-    *out = json_loadb(text, len, 0, &je);
+    *out = json_loadb(text, len, flags, &je);
     free(text);
     if (!*out) return um_err_set(err, UM_ERR_FORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
     return 0;
@@ -1013,7 +1013,7 @@ static int apply_config(tokenizer *t, const json_t *cfg, const char *label, int 
 static int load_vocab_merges(tokenizer *t, const char *dir, const json_t *cfg, um_err *err) {
     char path[4096];
     json_t *vocab;
-    if (load_json_path(dir, "vocab.json", &vocab, err) != 0) return -1;
+    if (load_json_path(dir, "vocab.json", 0, &vocab, err) != 0) return -1;
     path_join(path, sizeof path, dir, "vocab.json");
     int rc = parse_vocab(t, vocab, path, err);
     json_decref(vocab);
@@ -1047,7 +1047,7 @@ static int load_vocab_merges(tokenizer *t, const char *dir, const json_t *cfg, u
     if (rc != 0) return -1;
     /* added_tokens.json: {content: id}; flags come from tokenizer_config's added_tokens_decoder */
     json_t *added;
-    if (load_json_path(dir, "added_tokens.json", &added, err) != 0) return -1;
+    if (load_json_path(dir, "added_tokens.json", 0, &added, err) != 0) return -1;
     if (added) {
         path_join(path, sizeof path, dir, "added_tokens.json");
         const char *key;
@@ -1096,8 +1096,8 @@ int tokenizer_load_dir(const char *dir, tokenizer **out, um_err *err) {
     json_t *cfg = NULL, *stm = NULL;
     tokenizer *t = NULL;
     int rc = -1;
-    if (load_json_path(dir, "tokenizer_config.json", &cfg, err) != 0) goto done;
-    if (load_json_path(dir, "special_tokens_map.json", &stm, err) != 0) goto done;
+    if (load_json_path(dir, "tokenizer_config.json", JSON_DECODE_INT_AS_REAL, &cfg, err) != 0) goto done;
+    if (load_json_path(dir, "special_tokens_map.json", JSON_DECODE_INT_AS_REAL, &stm, err) != 0) goto done;
     path_join(path, sizeof path, dir, "tokenizer.json");
     if (file_exists(path)) {
         char *text;
