@@ -1,6 +1,6 @@
 /*
  * bench.h — `unmask bench` modes. cmd_bench.c dispatches on the first flag:
- *   (default) forward latency/GFLOP/s   --tokenizer   --decode   --serve
+ *   (default) forward latency/GFLOP/s   --tokenizer   --decode   --serve   --device cuda:N
  * Each mode parses its own flags (argv[0] = "bench") and prints a table. Main thread.
  */
 #ifndef UM_BENCH_H
@@ -9,5 +9,7 @@
 int bench_tokenizer(int argc, char **argv);   /* cli/bench_tokenizer.c */
 int bench_decode(int argc, char **argv);      /* cli/bench_decode.c */
 int bench_serve(int argc, char **argv);       /* cli/bench_serve.c */
+/* --device cuda[:N] anywhere in the flags: device-resident decode steps on a GPU (cli/bench_cuda.c) */
+int bench_cuda(int argc, char **argv);
 
 #endif /* UM_BENCH_H */

@@ -153,6 +153,18 @@ static int bench_forward(int argc, char **argv) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {   /* --device cuda[:N]: the GPU decode-step bench (cli/bench_cuda.c) */
+        if ((strcmp(argv[i], "--device") == 0 && i + 1 < argc && strncmp(argv[i + 1], "cuda", 4) == 0) ||
+            strncmp(argv[i], "--device=cuda", 13) == 0)
+            return bench_cuda(argc, argv);
+        int k = strcmp(argv[i], "--device=cpu") == 0 ? 1
+                : (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cpu") == 0) ? 2 : 0;
+        if (k) {   /* --device cpu: the default; drop it */
+            memmove(argv + i, argv + i + k, (size_t)(argc - i - k) * sizeof *argv);
+            argc -= k;
+            i--;
+        }
+    }
     if (argc >= 2) {
         int (*mode)(int, char **) = NULL;
         if (strcmp(argv[1], "--tokenizer") == 0) mode = bench_tokenizer;
