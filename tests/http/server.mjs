@@ -1,0 +1,113 @@
+// server.mjs — shared helpers for the HTTP API tests: a tiny make-model checkpoint, the real
+// `unmask serve` on a free loopback port (--port 0, the port is read from its first stdout line),
+// readiness by polling /health, and a stop that always reaps the process.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+export const BIN = process.env.UNMASK_BIN;
+export const TMP = process.env.UNMASK_TEST_TMP || os.tmpdir();
+if (!BIN) throw new Error('UNMASK_BIN is not set (run through ctest)');
+
+// One checkpoint per name, written to a temp dir and renamed into place (safe under ctest -j).
+export function makeModel(name = 'http-tiny', extra = []) {
+  const dir = path.join(TMP, name);
+  if (fs.existsSync(path.join(dir, 'config.json'))) return dir;
+  const tmp = fs.mkdtempSync(path.join(TMP, `${name}-`));
+  execFileSync(BIN, ['make-model', '--out', tmp, '--quiet', ...extra]);
+  try {
+    fs.renameSync(tmp, dir);
+  } catch {
+    fs.rmSync(tmp, { recursive: true, force: true }); // another test made it first
+  }
+  return dir;
+}
+
+const until = async (what, fn, timeoutMs = 30000, everyMs = 20) => {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+};
+export { until };
+
+// Start `unmask serve` with extra flags; resolves once GET /health answers 200.
+export async function startServer(args = [], { model = makeModel(), env = {} } = {}) {
+  const proc = spawn(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let exited = null;
+  const exitP = new Promise((resolve) => proc.on('exit', (code, sig) => resolve((exited = { code, sig }))));
+  proc.stdout.on('data', (d) => (out += d));
+  proc.stderr.on('data', (d) => (out += d));
+  const srv = {
+    proc,
+    logs: () => out,
+    exited: () => exited,
+    exit: exitP,
+    async stop(signal = 'SIGKILL') {
+      if (!exited) proc.kill(signal);
+      return exitP;
+    },
+  };
+  try {
+    const port = await until('the listening line', () => {
+      if (exited) throw new Error(`unmask serve exited early (${JSON.stringify(exited)}):\n${out}`);
+      const m = out.match(/listening on https?:\/\/[^:]+:(\d+)\//);
+      return m && Number(m[1]);
+    });
+    srv.port = port;
+    srv.url = `http://127.0.0.1:${port}`;
+    await until('/health 200', async () => {
+      if (exited) throw new Error(`unmask serve exited (${JSON.stringify(exited)}):\n${out}`);
+      try {
+        return (await fetch(`${srv.url}/health`)).status === 200;
+      } catch {
+        return false;
+      }
+    });
+  } catch (e) {
+    await srv.stop();
+    throw e;
+  }
+  return srv;
+}
+
+// Parse an SSE body into records [{id, event, data}], data lines joined with '\n'.
+export function parseSSE(text) {
+  const recs = [];
+  for (const block of text.split(/\r?\n\r?\n/)) {
+    if (!block.trim()) continue;
+    const r = { data: null };
+    const data = [];
+    for (const line of block.split(/\r?\n/)) {
+      if (line.startsWith(':')) continue;
+      const i = line.indexOf(':');
+      const k = i < 0 ? line : line.slice(0, i);
+      let v = i < 0 ? '' : line.slice(i + 1);
+      if (v.startsWith(' ')) v = v.slice(1);
+      if (k === 'data') data.push(v);
+      else r[k] = v;
+    }
+    if (data.length) r.data = data.join('\n');
+    if (r.data !== null || r.id !== undefined) recs.push(r);
+  }
+  return recs;
+}
+
+// POST JSON and return {status, headers, body(text), json()}.
+export async function post(url, body, headers = {}) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) };
+}
