@@ -28,6 +28,17 @@ static double peak_rss_mib(void) {
     return (double)ru.ru_maxrss / 1024.0;   /* ru_maxrss is in KiB on Linux */
 }
 
+/* 1-minute load average (-1 if unknown): a busy machine explains noisy rows. */
+static double load_avg_1m(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
 static double forward_gflop(const model_config *c, int seq, int batch, int out_rows) {
     double d = c->d_model, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
     double per_layer = d * qd + 2.0 * d * kvd + qd * d + 3.0 * d * c->ffn_hidden;
@@ -103,8 +114,9 @@ static int bench_forward(int argc, char **argv) {
            "vocab rows %d\n",
            model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name, c->d_model, c->n_layers, c->n_heads,
            c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
-    printf("backend %s, %d threads, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB\n\n",
-           be->name, be->n_threads, warmup, reps, peak_rss_mib());
+    printf("backend %s, %d threads, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
+           "load average %.2f\n\n",
+           be->name, be->n_threads, warmup, reps, peak_rss_mib(), load_avg_1m());
     printf("%7s %6s %9s %12s %12s %10s %9s %14s\n", "seq", "batch", "out rows", "ms/forward", "min ms", "tokens/s",
            "GFLOP/s", "peak RSS MiB");
 
