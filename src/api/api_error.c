@@ -77,7 +77,8 @@ int oai_error_from_um(oai_error *e, const um_err *err) {
 }
 
 int oai_error_should_retry(const oai_error *e) {
-    return e->status == 408 || e->status == 409 || e->status == 429 || e->status >= 500;
+    /* the SDKs also retry 409 (lock timeouts); our 409s (a finished job) are permanent */
+    return e->status == 408 || e->status == 429 || e->status >= 500;
 }
 
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is invalid / truncated. */

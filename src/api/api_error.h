@@ -39,8 +39,8 @@ int oai_error_from_um(oai_error *e, const um_err *err);
 const char *oai_error_type_for_status(int status);
 /* Reason phrase for a status ("Too Many Requests"); "Error" for unknown ones. */
 const char *oai_status_reason(int status);
-/* 1 when an OpenAI SDK should retry this error (408, 409, 429, >= 500), else 0: drives the
- * `x-should-retry` header so SDK retries follow the server's intent exactly. */
+/* 1 when an OpenAI SDK should retry this error (408, 429, >= 500), else 0 (409 included: ours are
+ * permanent): drives the `x-should-retry` header so SDK retries follow the server's intent. */
 int oai_error_should_retry(const oai_error *e);
 
 /* {"error":{...}} as a new reference. */
