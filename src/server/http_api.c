@@ -1036,6 +1036,23 @@ static int mw_before(http_conn *c, const http_req *rq, const http_route *route) 
         http_respond(c, 204, "text/plain", "", 0, NULL);
         return 1;
     }
+    if (!route && (rq->method == HTTP_GET || rq->method == HTTP_HEAD)) {
+        /* a GET on one of our POST-only paths would fall through to the static files: 405 instead */
+        char allow[64] = "";
+        for (const http_route *r = k_routes; r->path; r++) {
+            int match = r->prefix ? strncmp(rq->path, r->path, strlen(r->path)) == 0 : strcmp(rq->path, r->path) == 0;
+            if (match && !strstr(allow, r->method))
+                snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s", allow[0] ? ", " : "", r->method);
+        }
+        if (allow[0]) {
+            char line[96], msg[160];
+            snprintf(line, sizeof line, "Allow: %s", allow);
+            http_add_header(c, line);
+            snprintf(msg, sizeof msg, "%s is not allowed on %.80s (allowed: %s)", rq->method_name, rq->path, allow);
+            respond_error_fmt(c, 405, "method_not_allowed", NULL, msg);
+            return 1;
+        }
+    }
     if (!is_my_route(route)) {
         /* health checks of load balancers see the drain */
         if (route && strcmp(route->path, "/health") == 0 && draining(rq->srv)) {
