@@ -85,7 +85,8 @@ void server_set_drain(double grace_s, void (*begin)(server *s), int (*idle)(serv
     g_drain_idle = idle;
 }
 
-int server_draining(const server *s) { return s->draining; }
+/* Also true between the signal and the loop noticing it, so no request slips in meanwhile. */
+int server_draining(const server *s) { return s->draining || (g_signalled && g_drain_grace_s > 0 && server_ready(s)); }
 static struct lws_context *volatile g_ctx;
 
 /* ---------------------------------------------------------------- accessors */

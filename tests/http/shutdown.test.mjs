@@ -1,0 +1,57 @@
+// shutdown.test.mjs — graceful shutdown: on SIGTERM the server stops admitting work (503 +
+// Retry-After on the APIs, /health 503 "draining"), finishes the streams that are running and
+// queued, then exits 0; a second signal would stop at once.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, makeModel, parseSSE, post } from './server.mjs';
+
+test('SIGTERM drains: running work completes, new work gets 503, exit code 0', async () => {
+  const model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
+  const srv = await startServer(['--max-batch', '1', '--shutdown-grace', '60'], { model });
+  try {
+    const body = { prompt: 'Tell me a story', max_tokens: 16, block_length: 8, stream: true };
+    // three streams, one at a time on the engine (max-batch 1): two wait in the queue
+    let firstChunk;
+    const gotFirst = new Promise((r) => (firstChunk = r));
+    const streams = [0, 1, 2].map(async (i) => {
+      const res = await fetch(`${srv.url}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, seed: i }),
+      });
+      assert.equal(res.status, 200);
+      let text = '';
+      const dec = new TextDecoder();
+      for await (const chunk of res.body) {
+        text += dec.decode(chunk, { stream: true });
+        if (text.includes('"text":') ) firstChunk();
+      }
+      return text;
+    });
+    await gotFirst;
+    srv.proc.kill('SIGTERM');
+    // while draining: refuse new work, report it on /health; reads still work
+    const refused = await post(`${srv.url}/v1/completions`, { prompt: 'x', max_tokens: 2 });
+    assert.equal(refused.status, 503);
+    assert.equal(refused.json().error.code, 'shutting_down');
+    assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+    assert.equal(refused.headers.get('x-should-retry'), 'true');
+    const health = await fetch(`${srv.url}/health`);
+    assert.equal(health.status, 503);
+    assert.equal((await health.json()).status, 'draining');
+    assert.equal((await fetch(`${srv.url}/v1/models`)).status, 200);
+    assert.equal(srv.exited(), null, 'still running while work remains');
+    // every accepted stream completes normally
+    const texts = await Promise.all(streams);
+    for (const t of texts) {
+      const recs = parseSSE(t);
+      assert.equal(recs.at(-1).data, '[DONE]', 'stream finished with [DONE]');
+      const chunks = recs.slice(0, -1).map((r) => JSON.parse(r.data));
+      assert.ok(chunks.some((c) => c.choices[0]?.finish_reason), 'a finish chunk, not a cancellation');
+      assert.ok(!chunks.some((c) => c.error));
+    }
+    const ex = await srv.exit;
+    assert.equal(ex.code, 0, `exit ${JSON.stringify(ex)}\n${srv.logs()}`);
+    assert.match(srv.logs(), /drained/);
+  } finally {
+    await srv.stop();
+  }
+});
