@@ -468,14 +468,20 @@ __device__ ev_view event_at(void *events, int s, int B) {
 
 __device__ int quota(int m, int s, int i) { return s <= 0 ? m : m / s + (i < m % s ? 1 : 0); }
 
-// advance past finished / mask-free blocks (thread 0); sets lo/hi/m0/done/step_in_block
-__device__ void advance_block(umk_seq_state &S, const int32_t *tokens, int mask_id) {
+__device__ void load_block_steps(umk_seq_state &S, const int32_t *blk_steps) {
+    if (blk_steps && S.blk_steps_off >= 0) S.block_steps = blk_steps[S.blk_steps_off + S.blk];
+}
+
+// advance past finished / mask-free blocks (thread 0); sets lo/hi/blk/m0/done/step_in_block
+__device__ void advance_block(umk_seq_state &S, const int32_t *tokens, int mask_id, const int32_t *blk_steps) {
     for (;;) {
         S.lo = S.hi;
         if (S.lo >= S.gen_end) {
             S.done = 1;
             return;
         }
+        S.blk++;
+        load_block_steps(S, blk_steps);
         S.hi = min(S.lo + S.block_len, S.gen_end);
         int m = 0;
         for (int p = S.lo; p < S.hi; p++) m += tokens[S.row0 + p] == mask_id;
@@ -505,18 +511,19 @@ __device__ void write_next(const umk_seq_state &S, int s, int B, const int32_t *
     }
 }
 
-__global__ void k_begin(umk_seq_state *st, int B, umk_vocab_ids ids, const int32_t *tokens, umk_sample_job *jobs,
-                        int32_t *out_rows) {
+__global__ void k_begin(umk_seq_state *st, int B, umk_vocab_ids ids, const int32_t *tokens, const int32_t *blk_steps,
+                        umk_sample_job *jobs, int32_t *out_rows) {
     __shared__ umk_seq_state S;
     const int s = blockIdx.x;
     if (threadIdx.x == 0) {
         S = st[s];
+        load_block_steps(S, blk_steps);
         if (!S.done) {
             int m = 0;
             for (int p = S.lo; p < S.hi; p++) m += tokens[S.row0 + p] == ids.mask_id;
             if (S.lo >= S.gen_end) S.done = 1;
             else if (m > 0) S.m0 = m, S.step_in_block = 0;
-            else advance_block(S, tokens, ids.mask_id);
+            else advance_block(S, tokens, ids.mask_id, blk_steps);
         }
         st[s] = S;
     }
@@ -525,7 +532,8 @@ __global__ void k_begin(umk_seq_state *st, int B, umk_vocab_ids ids, const int32
 }
 
 __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_vocab_ids ids, int32_t *tokens,
-                                               const int32_t *x0, const double *conf, void *events,
+                                               const int32_t *blk_steps, const int32_t *x0, const double *conf,
+                                               void *events,
                                                umk_sample_job *jobs, int32_t *out_rows) {
     extern __shared__ __align__(16) unsigned char dyn[];
     double *score = reinterpret_cast<double *>(dyn);    // [B] commit score per block offset
@@ -635,7 +643,7 @@ __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_voc
                     eos |= (ids.eos_id >= 0 && t == ids.eos_id) || (ids.eot_id >= 0 && t == ids.eot_id);
                 }
             if (eos) S.done = 1;
-            else advance_block(S, tokens, ids.mask_id);
+            else advance_block(S, tokens, ids.mask_id, blk_steps);
         }
         h.done = S.done;
         *ev.hdr = h;
@@ -663,19 +671,20 @@ extern "C" cudaError_t umk_gumbel(uint64_t seed, int step, int pos, int vocab, i
 }
 
 extern "C" cudaError_t umk_decode_begin(umk_seq_state *st, int n_seqs, int block_len, umk_vocab_ids ids,
-                                        const int32_t *tokens, umk_sample_job *jobs, int32_t *out_rows,
-                                        cudaStream_t s) {
-    if (n_seqs > 0) k_begin<<<n_seqs, 128, 0, s>>>(st, block_len, ids, tokens, jobs, out_rows);
+                                        const int32_t *tokens, const int32_t *blk_steps, umk_sample_job *jobs,
+                                        int32_t *out_rows, cudaStream_t s) {
+    if (n_seqs > 0) k_begin<<<n_seqs, 128, 0, s>>>(st, block_len, ids, tokens, blk_steps, jobs, out_rows);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_decode_commit(umk_seq_state *st, int n_seqs, int block_len, umk_vocab_ids ids,
-                                         int32_t *tokens, const int32_t *x0, const double *conf, void *events,
-                                         umk_sample_job *next_jobs, int32_t *out_rows, cudaStream_t s) {
+                                         int32_t *tokens, const int32_t *blk_steps, const int32_t *x0,
+                                         const double *conf, void *events, umk_sample_job *next_jobs,
+                                         int32_t *out_rows, cudaStream_t s) {
     if (n_seqs <= 0) return cudaGetLastError();
     const size_t B = (size_t)block_len;
     const size_t sm = 2 * B * sizeof(double) + 2 * B * sizeof(int);
     if (sm > 48 * 1024) return cudaErrorInvalidValue;   // block_len > ~2000
-    k_commit<<<n_seqs, CT, sm, s>>>(st, block_len, ids, tokens, x0, conf, events, next_jobs, out_rows);
+    k_commit<<<n_seqs, CT, sm, s>>>(st, block_len, ids, tokens, blk_steps, x0, conf, events, next_jobs, out_rows);
     return cudaGetLastError();
 }

@@ -117,14 +117,16 @@ typedef struct umk_seq_state {
     int32_t gen_end;       /* blocks end here (normally L) */
     int32_t block_len;     /* B */
     int32_t lo, hi;        /* active block [lo, hi), absolute positions */
-    int32_t block_steps;   /* fixed-step decoders: steps budgeted per block */
+    int32_t block_steps;   /* fixed-step decoders: steps budgeted to the active block */
+    int32_t blk;           /* index of the active block (0 = the block [lo, hi) given at setup) */
+    int32_t blk_steps_off; /* offset of this sequence's per-block steps in the blk_steps table, or
+                              -1: every block gets block_steps */
     int32_t step_in_block; /* steps taken in the active block */
     int32_t step;          /* the sequence's step index (rng stream) */
     int32_t m0;            /* masks in the active block when it began */
     int32_t done;          /* 1: finished (no further commits) */
     int32_t decoder;       /* enum umk_decoder */
     int32_t stop_at_eos;   /* finish at the end of the block holding the first EOS/EOT */
-    int32_t pad_;
     double  threshold;     /* threshold decoder tau */
     double  factor;        /* factor decoder f */
     uint64_t seed;         /* random decoder scores */
@@ -145,16 +147,19 @@ typedef struct umk_event_hdr {
 
 size_t umk_event_bytes(int block_len);
 
-/* One decode step for n_seqs sequences: reads x0/conf laid out [n_seqs][B] (row s*B + j = block
+/* blk_steps: per-block step budgets of the fixed-step decoders (decode.c plan_steps), indexed by
+ * umk_seq_state.blk_steps_off + block index; may be NULL when no sequence uses it.
+ * One decode step for n_seqs sequences: reads x0/conf laid out [n_seqs][B] (row s*B + j = block
  * offset j), commits into tokens (the packed canvas, in place), advances blocks, writes the step
  * records into events and the next step's sample jobs ([n_seqs][B]) and LM-head rows
  * (out_rows[n_seqs*B], valid rows even for finished sequences) — no host synchronisation. */
 cudaError_t umk_decode_commit(umk_seq_state *st, int n_seqs, int block_len, umk_vocab_ids ids, int32_t *tokens,
-                              const int32_t *x0, const double *conf, void *events, umk_sample_job *next_jobs,
-                              int32_t *out_rows, cudaStream_t s);
+                              const int32_t *blk_steps, const int32_t *x0, const double *conf, void *events,
+                              umk_sample_job *next_jobs, int32_t *out_rows, cudaStream_t s);
 /* Prepare step 0: skip blocks without masks, set m0, write the first jobs and out_rows. */
 cudaError_t umk_decode_begin(umk_seq_state *st, int n_seqs, int block_len, umk_vocab_ids ids,
-                             const int32_t *tokens, umk_sample_job *jobs, int32_t *out_rows, cudaStream_t s);
+                             const int32_t *tokens, const int32_t *blk_steps, umk_sample_job *jobs,
+                             int32_t *out_rows, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,7 @@ struct cuda_decode {
     int32_t        *d_out_rows;    /* [n_seqs*B] LM-head rows of the next step */
     umk_seq_state  *d_state;       /* [n_seqs] */
     umk_sample_cfg *d_cfg;         /* [n_seqs] */
+    int32_t        *d_blk_steps;   /* per-block step budgets of all sequences, or NULL */
     umk_sample_job *d_jobs;        /* [n_seqs*B] */
     int32_t        *d_x0;          /* [n_seqs*B] */
     double         *d_conf;        /* [n_seqs*B] */
@@ -80,7 +81,7 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     for (int s = 0; s < n_seqs; s++) {
         const cuda_decode_seq *q = &seqs[s];
         if (q->len < 1 || q->lo < 0 || q->hi < q->lo || q->hi - q->lo > block_len || q->gen_end > q->len ||
-            q->decoder < 0 || q->decoder > (int)DECODER_FACTOR) {
+            q->decoder < 0 || q->decoder > (int)DECODER_FACTOR || (q->blk_steps && q->n_blocks < 1)) {
             um_err_set(err, UM_ERR_INVALID_ARG, "cuda_decode: sequence %d: bad canvas/block/decoder", s);
             return NULL;
         }
@@ -108,6 +109,10 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     cd->h_out_rows = xmalloc((size_t)n_rows * sizeof *cd->h_out_rows);
     umk_seq_state *st = xcalloc((size_t)n_seqs, sizeof *st);
     umk_sample_cfg *cf = xcalloc((size_t)n_seqs, sizeof *cf);
+    int n_tab = 0;
+    for (int s = 0; s < n_seqs; s++) n_tab += seqs[s].blk_steps ? seqs[s].n_blocks : 0;
+    int32_t *tab = n_tab ? xmalloc((size_t)n_tab * sizeof *tab) : NULL;
+    int tab_off = 0;
     for (int s = 0; s < n_seqs; s++) {
         const cuda_decode_seq *q = &seqs[s];
         for (int j = 0; j < block_len; j++) {
@@ -121,6 +126,13 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
         st[s].lo = q->lo;
         st[s].hi = q->hi;
         st[s].block_steps = q->block_steps;
+        st[s].blk = 0;
+        st[s].blk_steps_off = -1;
+        if (q->blk_steps) {
+            memcpy(tab + tab_off, q->blk_steps, (size_t)q->n_blocks * sizeof *tab);
+            st[s].blk_steps_off = tab_off;
+            tab_off += q->n_blocks;
+        }
         st[s].decoder = q->decoder;
         st[s].stop_at_eos = q->stop_at_eos;
         st[s].threshold = q->threshold;
@@ -147,6 +159,11 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     CUDA_CHECK(cudaMemcpy(cd->d_out_rows, cd->h_out_rows, (size_t)n_rows * sizeof(int32_t), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(cd->d_state, st, (size_t)n_seqs * sizeof *st, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(cd->d_cfg, cf, (size_t)n_seqs * sizeof *cf, cudaMemcpyHostToDevice));
+    if (n_tab) {
+        cd->d_blk_steps = dmalloc(ci, (size_t)n_tab * sizeof(int32_t));
+        CUDA_CHECK(cudaMemcpy(cd->d_blk_steps, tab, (size_t)n_tab * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    free(tab);
     free(st);
     free(cf);
     CUDA_CHECK(cudaMallocHost((void **)&cd->h_ring, (size_t)ring * (size_t)n_seqs * cd->ev_bytes));
@@ -169,8 +186,10 @@ void cuda_decode_free(cuda_decode *cd) {
     cuda_use_device(ci);
     CUDA_CHECK(cudaStreamSynchronize(ci->stream));
     cuda_graph_free(cd->graph);
-    void *bufs[] = {cd->d_tokens, cd->d_out_rows, cd->d_state, cd->d_cfg, cd->d_jobs, cd->d_x0, cd->d_conf, cd->d_events};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CUDA_CHECK(cudaFree(bufs[i]));
+    void *bufs[] = {cd->d_tokens, cd->d_out_rows, cd->d_state, cd->d_cfg, cd->d_jobs, cd->d_x0, cd->d_conf, cd->d_events,
+                    cd->d_blk_steps};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) CUDA_CHECK(cudaFree(bufs[i]));
     for (int i = 0; i < cd->ring; i++) CUDA_CHECK(cudaEventDestroy(cd->ring_ev[i]));
     free(cd->ring_ev);
     CUDA_CHECK(cudaFreeHost(cd->h_ring));
@@ -195,15 +214,15 @@ static int enqueue_compute(cuda_decode *cd, int with_commit, um_err *err) {
     if (!with_commit) return 0;
     const int n_rows = cd->n_seqs * cd->B;
     CUDA_CHECK(umk_sample(logits, cd->ids, cd->d_jobs, n_rows, cd->d_cfg, cd->d_x0, cd->d_conf, ci->stream));
-    CUDA_CHECK(umk_decode_commit(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_x0, cd->d_conf,
-                                 cd->d_events, cd->d_jobs, cd->d_out_rows, ci->stream));
+    CUDA_CHECK(umk_decode_commit(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_blk_steps, cd->d_x0,
+                                 cd->d_conf, cd->d_events, cd->d_jobs, cd->d_out_rows, ci->stream));
     return 0;
 }
 
 static void ensure_begun(cuda_decode *cd) {
     if (cd->begun) return;
-    CUDA_CHECK(umk_decode_begin(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_jobs, cd->d_out_rows,
-                                cd->ci->stream));
+    CUDA_CHECK(umk_decode_begin(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_blk_steps, cd->d_jobs,
+                                cd->d_out_rows, cd->ci->stream));
     cd->begun = 1;
 }
 

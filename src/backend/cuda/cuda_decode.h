@@ -32,7 +32,10 @@ typedef struct cuda_decode_seq {
     int            len;
     int            lo, hi;        /* first block [lo, hi) (absolute positions) */
     int            gen_end;       /* blocks end here (normally len) */
-    int            block_steps;   /* fixed-step decoders: steps per block */
+    int            block_steps;   /* fixed-step decoders: steps per block (when blk_steps is NULL) */
+    const int32_t *blk_steps;     /* or [n_blocks] steps of each block from [lo, hi) on (decode.c's
+                                     plan), copied; NULL: block_steps for every block */
+    int            n_blocks;
     int            decoder;       /* enum decode_decoder (LOW_CONFIDENCE, RANDOM, THRESHOLD, FACTOR) */
     double         threshold, factor;
     int            stop_at_eos;

@@ -1,0 +1,1023 @@
+/*
+ * gpu_parity.c — CUDA backend vs CPU backend, run on a GPU machine (scripts/gpu/run-checks.sh; not
+ * a ctest test: CI has no GPU). Every GPU kernel against its CPU counterpart:
+ *   ops       embed, rmsnorm (incl. in place), matmul (+bias, several shapes), rope (full/partial,
+ *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction): inputs are
+ *             bf16-exact so both backends see the same numbers; relative L2 error vs the f32 CPU
+ *   attention varlen + GQA + key padding, block-causal, queries != keys, a query with no visible
+ *             key, head dims 16/32/64/128 (tensor-core kernel) and 80 (generic kernel), a 4096-token
+ *             sequence; the tensor-core kernel also against the generic GPU kernel
+ *   sampling  umk_sample vs decode/sample.c sample_row on identical bf16 logits (ties, -inf, mask /
+ *             eos / eot ids, T = 0, Gumbel, top-k, top-p, both, CFG): x0 bit-exact, conf 1e-9;
+ *             Gumbel noise vs sample_gumbel (counter-based rng ported bit for bit)
+ *   decoders  umk_decode_commit vs decode/decoders.c (low_confidence, random, threshold, factor) on
+ *             random blocks: identical commits, block advance and EOS stop
+ *   forward   a make-model bf16 checkpoint (GQA, head_dim 64) and one with head_dim 128: logits of
+ *             a packed batch with padding, relative error <= 2e-2 and argmax agreement (>= 99.9%
+ *             required, or every disagreement a near-tie of the CPU logits — random weights give
+ *             near-ties that bf16 activations legitimately flip; the raw rate is always printed)
+ *   decodes   temperature 0: device-resident steps replayed from a CUDA graph == direct launches
+ *             (bit-exact canvases); teacher-forced per-step comparison with the CPU (on the GPU's
+ *             canvas, the CPU forward + sampler + decoder choose the same commits in >= 90% of
+ *             steps); free-running CPU vs CUDA (host loop) vs CUDA (device loop) decodes, token
+ *             agreement reported.
+ * Prints one line per check and "gpu_parity: N checks, M failed"; exit 1 on any failure.
+ * Usage: gpu_parity [--quick] [--device cuda:N] [--tmp DIR]   (--quick: small sizes, for
+ * compute-sanitizer). Main thread.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_decode.h"
+#include "decode/decode.h"
+#include "decode/decoder.h"
+#include "decode/sample.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "um_kernels.h"
+#include "util/dtype.h"
+#include "util/log.h"
+#include "util/rng.h"
+
+static int g_checks, g_failed, g_quick;
+static backend *g_cpu, *g_gpu;
+static uint64_t g_ctr;
+
+#define CHECKF(cond, ...)                                      \
+    do {                                                       \
+        g_checks++;                                            \
+        if (!(cond)) {                                         \
+            g_failed++;                                        \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
+            printf(__VA_ARGS__);                               \
+            printf("\n");                                      \
+        }                                                      \
+    } while (0)
+
+static double urand(void) { return rng_u01(777, 1, g_ctr++); }
+static float bfr(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+static float *rnd(size_t n, float lo, float hi) {
+    float *a = xmalloc((n ? n : 1) * sizeof *a);
+    for (size_t i = 0; i < n; i++) a[i] = bfr(lo + (hi - lo) * (float)urand());
+    return a;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+static void *c_up(const float *h, size_t n) {
+    float *p = g_cpu->ops->act_alloc(g_cpu, n);
+    memcpy(p, h, n * sizeof *h);
+    return p;
+}
+
+static void *g_up(const float *h, size_t n) {
+    void *p = g_gpu->ops->act_alloc(g_gpu, n);
+    backend_cuda_act_from_host(g_gpu, p, h, n);
+    return p;
+}
+
+static void *g_poisoned(size_t n) {
+    float *nan = xmalloc((n ? n : 1) * sizeof *nan);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    void *p = g_up(nan, n);
+    free(nan);
+    return p;
+}
+
+static float *g_down(const void *d, size_t n) {
+    float *h = xmalloc((n ? n : 1) * sizeof *h);
+    g_gpu->ops->act_to_host(g_gpu, d, n, h);
+    return h;
+}
+
+/* relative L2 error; NaN/Inf anywhere -> +inf */
+static double rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) && isfinite(ref[i])) return INFINITY;
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void expect_close(const char *what, const float *gpu, const float *cpu, size_t n, double tol) {
+    double e = rel_l2(gpu, cpu, n);
+    printf("  %-58s rel %.3g (tol %.0e)\n", what, e, tol);
+    CHECKF(e <= tol, "%s: relative error %.3g > %.3g", what, e, tol);
+}
+
+/* a bf16 weight [rows, cols] uploaded to both backends */
+typedef struct pw {
+    st_tensor t;
+    uint16_t *mem;
+    bweight   c, g;
+} pw;
+
+static void pw_make(pw *w, int64_t rows, int64_t cols, float scale) {
+    memset(w, 0, sizeof *w);
+    size_t n = (size_t)(rows * cols);
+    w->mem = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) w->mem[i] = f32_to_bf16((float)((urand() - 0.5) * 2 * scale));
+    w->t.name = "parity";
+    w->t.type = DTYPE_BF16;
+    snprintf(w->t.type_name, sizeof w->t.type_name, "BF16");
+    w->t.ndim = 2;
+    w->t.shape[0] = rows;
+    w->t.shape[1] = cols;
+    w->t.n_elems = (int64_t)n;
+    w->t.data = w->mem;
+    w->t.nbytes = n * 2;
+    um_err err;
+    CHECK(g_cpu->ops->weight_upload(g_cpu, &w->t, rows, cols, &w->c, &err) == 0);
+    CHECK(g_gpu->ops->weight_upload(g_gpu, &w->t, rows, cols, &w->g, &err) == 0);
+}
+
+static void pw_free(pw *w) {
+    g_cpu->ops->weight_free(g_cpu, &w->c);
+    g_gpu->ops->weight_free(g_gpu, &w->g);
+    free(w->mem);
+}
+
+/* ---------------------------------------------------------------- element-wise ops */
+
+static void test_embed_getrows(void) {
+    const int V = 1000;
+    const int dims[] = {264, 37};
+    for (int di = 0; di < 2; di++) {
+        int d = dims[di], n = 77;
+        pw w;
+        pw_make(&w, V, d, 1.0f);
+        int32_t *ids = xmalloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++) ids[i] = (int32_t)(urand() * V);
+        float *co = g_cpu->ops->act_alloc(g_cpu, (size_t)n * d);
+        void *go = g_poisoned((size_t)n * d);
+        g_cpu->ops->embed(g_cpu, &w.c, ids, n, co);
+        g_gpu->ops->embed(g_gpu, &w.g, ids, n, go);
+        float *gh = g_down(go, (size_t)n * d);
+        char what[96];
+        snprintf(what, sizeof what, "embed d=%d", d);
+        expect_close(what, gh, co, (size_t)n * d, 0.0);   /* a copy: exact */
+        /* get_rows: separate output, then in-place compaction (rows ascending, as the forward) */
+        int m = 30;
+        int32_t *rows = xmalloc((size_t)m * sizeof *rows);
+        for (int i = 0; i < m; i++) rows[i] = (int32_t)(i * 2 + (i % 3 == 0));
+        float *cr = g_cpu->ops->act_alloc(g_cpu, (size_t)m * d);
+        void *gr = g_poisoned((size_t)m * d);
+        g_cpu->ops->get_rows(g_cpu, co, d, rows, m, cr);
+        g_gpu->ops->get_rows(g_gpu, go, d, rows, m, gr);
+        float *grh = g_down(gr, (size_t)m * d);
+        snprintf(what, sizeof what, "get_rows d=%d", d);
+        expect_close(what, grh, cr, (size_t)m * d, 0.0);
+        g_cpu->ops->get_rows(g_cpu, co, d, rows, m, co);
+        g_gpu->ops->get_rows(g_gpu, go, d, rows, m, go);
+        float *gih = g_down(go, (size_t)m * d);
+        snprintf(what, sizeof what, "get_rows in place d=%d", d);
+        expect_close(what, gih, co, (size_t)m * d, 0.0);
+        free(gh), free(grh), free(gih), free(ids), free(rows);
+        g_cpu->ops->act_free(g_cpu, co), g_cpu->ops->act_free(g_cpu, cr);
+        g_gpu->ops->act_free(g_gpu, go), g_gpu->ops->act_free(g_gpu, gr);
+        pw_free(&w);
+    }
+}
+
+static void test_rmsnorm(void) {
+    const int dims[] = {4096, 100, 264};
+    for (int di = 0; di < 3; di++) {
+        int d = dims[di], n = g_quick ? 5 : 67;
+        float *x = rnd((size_t)n * d, -3, 3);
+        pw w;
+        pw_make(&w, 1, d, 1.5f);
+        float *cx = c_up(x, (size_t)n * d), *co = g_cpu->ops->act_alloc(g_cpu, (size_t)n * d);
+        void *gx = g_up(x, (size_t)n * d), *go = g_poisoned((size_t)n * d);
+        g_cpu->ops->rmsnorm(g_cpu, cx, &w.c, n, d, 1e-5f, co);
+        g_gpu->ops->rmsnorm(g_gpu, gx, &w.g, n, d, 1e-5f, go);
+        float *gh = g_down(go, (size_t)n * d);
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm d=%d", d);
+        expect_close(what, gh, co, (size_t)n * d, 1e-2);
+        g_gpu->ops->rmsnorm(g_gpu, gx, &w.g, n, d, 1e-5f, gx);   /* in place */
+        float *gih = g_down(gx, (size_t)n * d);
+        snprintf(what, sizeof what, "rmsnorm in place d=%d", d);
+        expect_close(what, gih, co, (size_t)n * d, 1e-2);
+        free(x), free(gh), free(gih);
+        g_cpu->ops->act_free(g_cpu, cx), g_cpu->ops->act_free(g_cpu, co);
+        g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, go);
+        pw_free(&w);
+    }
+}
+
+static void test_matmul(void) {
+    struct {
+        int n, out, in, bias;
+    } cs[] = {{1, 384, 256, 0}, {17, 1000, 4096, 1}, {300, 512, 704, 0}, {64, 126, 264, 1}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        int n = g_quick ? (cs[k].n < 8 ? cs[k].n : 8) : cs[k].n, out = cs[k].out, in = cs[k].in;
+        float *x = rnd((size_t)n * in, -1, 1);
+        pw w, b;
+        pw_make(&w, out, in, 0.05f);
+        if (cs[k].bias) pw_make(&b, 1, out, 0.5f);
+        float *cx = c_up(x, (size_t)n * in), *cy = g_cpu->ops->act_alloc(g_cpu, (size_t)n * out);
+        void *gx = g_up(x, (size_t)n * in), *gy = g_poisoned((size_t)n * out);
+        g_cpu->ops->matmul(g_cpu, cx, &w.c, cs[k].bias ? &b.c : NULL, n, cy);
+        g_gpu->ops->matmul(g_gpu, gx, &w.g, cs[k].bias ? &b.g : NULL, n, gy);
+        float *gh = g_down(gy, (size_t)n * out);
+        char what[96];
+        snprintf(what, sizeof what, "matmul n=%d out=%d in=%d%s", n, out, in, cs[k].bias ? " +bias" : "");
+        expect_close(what, gh, cy, (size_t)n * out, 1e-2);
+        free(x), free(gh);
+        g_cpu->ops->act_free(g_cpu, cx), g_cpu->ops->act_free(g_cpu, cy);
+        g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gy);
+        pw_free(&w);
+        if (cs[k].bias) pw_free(&b);
+    }
+}
+
+static void test_rope(void) {
+    const int n = g_quick ? 9 : 50, H = 4, hd = 128;
+    const int rots[] = {128, 64};
+    int32_t *pos = xmalloc((size_t)n * sizeof *pos);
+    for (int r = 0; r < 2; r++) {
+        for (int rep = 0; rep < 3; rep++) {   /* 0: fresh table, 1: cache hit, 2: new positions */
+            if (rep != 1)
+                for (int i = 0; i < n; i++) pos[i] = (int32_t)(urand() * 4000);
+            float *x = rnd((size_t)n * H * hd, -2, 2);
+            float *cx = c_up(x, (size_t)n * H * hd);
+            void *gx = g_up(x, (size_t)n * H * hd);
+            g_cpu->ops->rope(g_cpu, cx, n, H, hd, rots[r], pos, 500000.0f);
+            g_gpu->ops->rope(g_gpu, gx, n, H, hd, rots[r], pos, 500000.0f);
+            float *gh = g_down(gx, (size_t)n * H * hd);
+            char what[96];
+            snprintf(what, sizeof what, "rope rot_dim=%d %s", rots[r], rep == 0 ? "fresh" : rep == 1 ? "cache hit" : "refresh");
+            expect_close(what, gh, cx, (size_t)n * H * hd, 1e-2);
+            free(x), free(gh);
+            g_cpu->ops->act_free(g_cpu, cx);
+            g_gpu->ops->act_free(g_gpu, gx);
+        }
+    }
+    free(pos);
+}
+
+static void test_swiglu_add(void) {
+    const size_t ns[] = {1000, 1001, 3 * 12288};
+    for (int k = 0; k < 3; k++) {
+        size_t n = ns[k];
+        float *g = rnd(n, -6, 6), *u = rnd(n, -2, 2);
+        float *cg = c_up(g, n), *cu = c_up(u, n), *co = g_cpu->ops->act_alloc(g_cpu, n);
+        void *gg = g_up(g, n), *gu = g_up(u, n), *go = g_poisoned(n);
+        g_cpu->ops->swiglu(g_cpu, cg, cu, n, co);
+        g_gpu->ops->swiglu(g_gpu, gg, gu, n, go);
+        float *gh = g_down(go, n);
+        char what[96];
+        snprintf(what, sizeof what, "swiglu n=%zu", n);
+        expect_close(what, gh, co, n, 1e-2);
+        g_cpu->ops->add(g_cpu, cg, cu, n);
+        g_gpu->ops->add(g_gpu, gg, gu, n);
+        float *ah = g_down(gg, n);
+        snprintf(what, sizeof what, "add n=%zu", n);
+        expect_close(what, ah, cg, n, 1e-2);
+        free(g), free(u), free(gh), free(ah);
+        g_cpu->ops->act_free(g_cpu, cg), g_cpu->ops->act_free(g_cpu, cu), g_cpu->ops->act_free(g_cpu, co);
+        g_gpu->ops->act_free(g_gpu, gg), g_gpu->ops->act_free(g_gpu, gu), g_gpu->ops->act_free(g_gpu, go);
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct attn_case {
+    const char *name;
+    int         n_seqs;
+    int         qlen[4], klen[4];   /* klen = 0: same rows as the queries */
+    int         H, KV, hd;
+    int         block_causal;
+    int         pad;                /* mark some keys invalid (and every key of one short sequence) */
+} attn_case;
+
+static void run_attn(const attn_case *ac) {
+    const int S = ac->n_seqs, H = ac->H, KV = ac->KV, hd = ac->hd;
+    int32_t qs[5] = {0}, ks[5] = {0};
+    int sep = ac->klen[0] > 0;
+    for (int s = 0; s < S; s++) {
+        qs[s + 1] = qs[s] + ac->qlen[s];
+        ks[s + 1] = ks[s] + (sep ? ac->klen[s] : ac->qlen[s]);
+    }
+    const int nq = qs[S], nk = ks[S];
+    int32_t *qpos = xmalloc((size_t)nq * sizeof *qpos), *kpos = xmalloc((size_t)nk * sizeof *kpos);
+    for (int s = 0; s < S; s++) {
+        int kl = ks[s + 1] - ks[s], ql = qs[s + 1] - qs[s];
+        for (int i = 0; i < kl; i++) kpos[ks[s] + i] = i;
+        for (int i = 0; i < ql; i++) qpos[qs[s] + i] = kl - ql + i;   /* queries are the last rows */
+    }
+    uint8_t *kv = NULL;
+    if (ac->pad) {
+        kv = xmalloc((size_t)nk);
+        for (int j = 0; j < nk; j++) kv[j] = urand() > 0.15;
+        if (S > 1)
+            for (int j = ks[0]; j < ks[1]; j++) kv[j] = 0;   /* sequence 0 sees no key at all */
+    }
+    float *q = rnd((size_t)nq * H * hd, -1, 1), *k = rnd((size_t)nk * KV * hd, -1, 1), *v = rnd((size_t)nk * KV * hd, -1, 1);
+    attn_params p = {S, qs, ks, qpos, kpos, kv, ac->block_causal, H, KV, hd, 1.0f / sqrtf((float)hd)};
+    float *cq = c_up(q, (size_t)nq * H * hd), *ck = c_up(k, (size_t)nk * KV * hd), *cv = c_up(v, (size_t)nk * KV * hd);
+    float *co = g_cpu->ops->act_alloc(g_cpu, (size_t)nq * H * hd);
+    void *gq = g_up(q, (size_t)nq * H * hd), *gk = g_up(k, (size_t)nk * KV * hd), *gv = g_up(v, (size_t)nk * KV * hd);
+    void *go = g_poisoned((size_t)nq * H * hd), *gg = g_poisoned((size_t)nq * H * hd);
+    g_cpu->ops->attention(g_cpu, &p, cq, ck, cv, co);
+    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, go);
+    backend_cuda_force_generic_attention(g_gpu, 1);
+    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, gg);
+    backend_cuda_force_generic_attention(g_gpu, 0);
+    float *gh = g_down(go, (size_t)nq * H * hd), *ggh = g_down(gg, (size_t)nq * H * hd);
+    char what[128];
+    snprintf(what, sizeof what, "attention %s", ac->name);
+    expect_close(what, gh, co, (size_t)nq * H * hd, 2e-2);
+    snprintf(what, sizeof what, "attention %s (generic kernel)", ac->name);
+    expect_close(what, ggh, co, (size_t)nq * H * hd, 2e-2);
+    snprintf(what, sizeof what, "attention %s: tensor-core vs generic GPU", ac->name);
+    expect_close(what, gh, ggh, (size_t)nq * H * hd, 2e-2);
+    if (ac->pad && S > 1) {   /* no visible key: zeros */
+        int zero = 1;
+        for (size_t i = 0; i < (size_t)(qs[1] - qs[0]) * H * hd; i++) zero &= gh[i] == 0.0f;
+        CHECKF(zero, "attention %s: query without visible keys must give zeros", ac->name);
+    }
+    free(q), free(k), free(v), free(qpos), free(kpos), free(kv), free(gh), free(ggh);
+    g_cpu->ops->act_free(g_cpu, cq), g_cpu->ops->act_free(g_cpu, ck), g_cpu->ops->act_free(g_cpu, cv);
+    g_cpu->ops->act_free(g_cpu, co);
+    void *gb[] = {gq, gk, gv, go, gg};
+    for (int i = 0; i < 5; i++) g_gpu->ops->act_free(g_gpu, gb[i]);
+}
+
+static void test_attention(void) {
+    attn_case cs[] = {
+        {"varlen GQA pad hd128", 3, {5, 70, 200}, {0}, 8, 2, 128, 0, 1},
+        {"varlen hd64", 4, {1, 64, 65, 130}, {0}, 4, 4, 64, 0, 0},
+        {"block-causal B=32 hd128", 2, {100, 67}, {0}, 4, 2, 128, 32, 0},
+        {"block-causal B=4 pad hd64", 2, {9, 37}, {0}, 2, 1, 64, 4, 1},
+        {"queries != keys hd128", 2, {32, 16}, {96, 50}, 4, 4, 128, 32, 0},
+        {"hd32", 2, {40, 41}, {0}, 6, 3, 32, 0, 1},
+        {"hd16", 1, {77}, {0}, 4, 4, 16, 0, 0},
+        {"hd80 (generic path)", 2, {33, 20}, {0}, 4, 2, 80, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        attn_case c = cs[i];
+        if (g_quick)
+            for (int s = 0; s < c.n_seqs; s++) {
+                c.qlen[s] = c.qlen[s] > 20 ? 20 : c.qlen[s];
+                if (c.klen[s]) c.klen[s] = c.klen[s] > 30 ? 30 : c.klen[s];
+            }
+        run_attn(&c);
+    }
+    if (!g_quick) {
+        attn_case lng = {"one 4096-token sequence hd128", 1, {4096}, {0}, 4, 4, 128, 0, 0};
+        run_attn(&lng);
+    }
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+static void test_gumbel(void) {
+    const int n = g_quick ? 1000 : 20000, V = 126464;
+    double *d = backend_cuda_malloc(g_gpu, (size_t)n * sizeof *d);
+    CHECK(umk_gumbel(99, 7, 321, V, n, d, backend_cuda_stream(g_gpu)) == cudaSuccess);
+    double *h = xmalloc((size_t)n * sizeof *h);
+    backend_cuda_memcpy_d2h(g_gpu, h, d, (size_t)n * sizeof *h);
+    double mx = 0;
+    for (int t = 0; t < n; t++) {
+        double r = sample_gumbel(99, 7, 321, V, t);
+        double e = fabs(h[t] - r) / (fabs(r) + 1e-300);
+        if (e > mx) mx = e;
+    }
+    printf("  %-58s max rel %.3g\n", "gumbel noise vs sample_gumbel", mx);
+    CHECKF(mx <= 1e-12, "gumbel noise differs from the CPU rng: %.3g", mx);
+    free(h);
+    backend_cuda_free_dev(g_gpu, d);
+}
+
+typedef struct samp_case {
+    const char *name;
+    double      T, top_p, cfg;
+    int         top_k, eos_inf, conf_eot_inf;
+    int         quantized;   /* logits from a small set of values: many exact ties */
+} samp_case;
+
+static void test_sample(void) {
+    const int V = g_quick ? 3001 : 50003, mask = 17, eos = 5, eot = 9;
+    const samp_case cs[] = {
+        {"argmax", 0, 1, 0, 0, 0, 0, 0},
+        {"argmax ties", 0, 1, 0, 0, 0, 0, 1},
+        {"argmax eos=-inf conf eot=-inf", 0, 1, 0, 0, 1, 1, 0},
+        {"gumbel T=0.7", 0.7, 1, 0, 0, 0, 0, 0},
+        {"gumbel T=1.3 ties", 1.3, 1, 0, 0, 0, 0, 1},
+        {"top-k 5", 1.0, 1, 0, 5, 0, 0, 0},
+        {"top-k 1", 0.8, 1, 0, 1, 0, 0, 0},
+        {"top-k 40 ties", 1.0, 1, 0, 40, 0, 0, 1},
+        {"top-k > candidates", 1.0, 1, 0, 10000000, 0, 0, 0},
+        {"top-p 0.9", 1.0, 0.9, 0, 0, 0, 0, 0},
+        {"top-p 0.3 ties", 0.6, 0.3, 0, 0, 0, 0, 1},
+        {"top-k 50 + top-p 0.5", 1.2, 0.5, 0, 50, 0, 0, 0},
+        {"cfg 1.5 argmax", 0, 1, 1.5, 0, 0, 0, 0},
+        {"cfg 0.5 top-p 0.8", 0.9, 0.8, 0.5, 0, 1, 0, 0},
+    };
+    const int ncs = (int)(sizeof cs / sizeof cs[0]);
+    const int per = g_quick ? 3 : 12;   /* rows per case */
+    const int rows = ncs * per * 2;     /* each job has a conditional and an unconditional row */
+    uint16_t *lg = xmalloc((size_t)rows * V * sizeof *lg);
+    for (int r = 0; r < rows; r++) {
+        const int quant = cs[(r / 2) / per].quantized;
+        for (int v = 0; v < V; v++) {
+            double x = (urand() - 0.5) * 12.0;
+            if (quant) x = floor(x * 2.0) / 2.0;   /* ~24 distinct values */
+            lg[(size_t)r * V + v] = f32_to_bf16((float)x);
+        }
+        lg[(size_t)r * V + (r * 7 + 3) % V] = f32_to_bf16(-INFINITY);
+        lg[(size_t)r * V + mask] = f32_to_bf16(9.0f);   /* a big mask logit: never sampled */
+    }
+    umk_sample_job *jobs = xcalloc((size_t)ncs * per, sizeof *jobs);
+    umk_sample_cfg *cfgs = xcalloc((size_t)ncs, sizeof *cfgs);
+    for (int c = 0; c < ncs; c++) {
+        cfgs[c].temperature = cs[c].T;
+        cfgs[c].top_p = cs[c].top_p;
+        cfgs[c].cfg_scale = cs[c].cfg;
+        cfgs[c].seed = 1000 + (uint64_t)c;
+        cfgs[c].top_k = cs[c].top_k;
+        cfgs[c].logits_eos_inf = cs[c].eos_inf;
+        cfgs[c].confidence_eos_eot_inf = cs[c].conf_eot_inf;
+        for (int i = 0; i < per; i++) {
+            umk_sample_job *j = &jobs[c * per + i];
+            j->row = 2 * (c * per + i);
+            j->urow = cs[c].cfg > 0 ? j->row + 1 : -1;
+            j->pos = 100 + 3 * i;
+            j->step = 4 + i;
+            j->cfg = c;
+            j->active = 1;
+        }
+    }
+    /* the argmax-eot case: make eot the argmax in some rows so conf must be 0 */
+    for (int i = 0; i < per; i += 2) lg[(size_t)jobs[2 * per + i].row * V + eot] = f32_to_bf16(20.0f);
+    const int nj = ncs * per;
+    cudaStream_t st = backend_cuda_stream(g_gpu);
+    void *dl = backend_cuda_malloc(g_gpu, (size_t)rows * V * 2);
+    void *dj = backend_cuda_malloc(g_gpu, (size_t)nj * sizeof *jobs);
+    void *dc = backend_cuda_malloc(g_gpu, (size_t)ncs * sizeof *cfgs);
+    int32_t *dx = backend_cuda_malloc(g_gpu, (size_t)nj * sizeof(int32_t));
+    double *dcf = backend_cuda_malloc(g_gpu, (size_t)nj * sizeof(double));
+    backend_cuda_memcpy_h2d(g_gpu, dl, lg, (size_t)rows * V * 2);
+    backend_cuda_memcpy_h2d(g_gpu, dj, jobs, (size_t)nj * sizeof *jobs);
+    backend_cuda_memcpy_h2d(g_gpu, dc, cfgs, (size_t)ncs * sizeof *cfgs);
+    umk_vocab_ids ids = {V, mask, eos, eot};
+    CHECK(umk_sample(dl, ids, dj, nj, dc, dx, dcf, st) == cudaSuccess);
+    int32_t *gx = xmalloc((size_t)nj * sizeof *gx);
+    double *gc = xmalloc((size_t)nj * sizeof *gc);
+    backend_cuda_memcpy_d2h(g_gpu, gx, dx, (size_t)nj * sizeof *gx);
+    backend_cuda_memcpy_d2h(g_gpu, gc, dcf, (size_t)nj * sizeof *gc);
+    float *l = xmalloc((size_t)V * sizeof *l), *u = xmalloc((size_t)V * sizeof *u);
+    for (int c = 0; c < ncs; c++) {
+        int bad_x = 0;
+        double worst = 0;
+        for (int i = 0; i < per; i++) {
+            const umk_sample_job *j = &jobs[c * per + i];
+            for (int v = 0; v < V; v++) {
+                l[v] = bf16_to_f32(lg[(size_t)j->row * V + v]);
+                u[v] = j->urow >= 0 ? bf16_to_f32(lg[(size_t)j->urow * V + v]) : 0.0f;
+            }
+            sample_cfg sc = {V, mask, eos, eot, cs[c].cfg, cs[c].eos_inf, cs[c].conf_eot_inf, cs[c].T, cs[c].top_k,
+                             cs[c].top_p, cfgs[c].seed};
+            int32_t x0;
+            double conf;
+            sample_row(&sc, l, j->urow >= 0 ? u : NULL, j->step, j->pos, &x0, &conf);
+            const int k = c * per + i;
+            if (gx[k] != x0) bad_x++;
+            double e = fabs(gc[k] - conf) / (fabs(conf) > 1e-300 ? fabs(conf) : 1.0);
+            if (gx[k] == x0 && e > worst) worst = e;
+        }
+        char what[96];
+        snprintf(what, sizeof what, "sample %s", cs[c].name);
+        printf("  %-58s x0 mismatches %d/%d, conf max rel %.3g\n", what, bad_x, per, worst);
+        CHECKF(bad_x == 0, "%s: %d of %d sampled tokens differ from sample_row", what, bad_x, per);
+        CHECKF(worst <= 1e-9, "%s: confidence differs from sample_row by %.3g", what, worst);
+    }
+    free(l), free(u), free(lg), free(jobs), free(cfgs), free(gx), free(gc);
+    void *db[] = {dl, dj, dc, dx, dcf};
+    for (int i = 0; i < 5; i++) backend_cuda_free_dev(g_gpu, db[i]);
+}
+
+/* ---------------------------------------------------------------- decoders */
+
+static void test_decoders(void) {
+    const int B = 32, NS = g_quick ? 8 : 64, mask = 3, eos = 1, eot = 2, V = 50;
+    int32_t *seq_start = xmalloc((size_t)(NS + 1) * sizeof *seq_start);
+    umk_seq_state *st = xcalloc((size_t)NS, sizeof *st);
+    seq_start[0] = 0;
+    int lens[256];
+    for (int s = 0; s < NS; s++) {
+        lens[s] = 40 + (int)(urand() * 100);
+        seq_start[s + 1] = seq_start[s] + lens[s];
+    }
+    const int ntok = seq_start[NS];
+    int32_t *tok = xmalloc((size_t)ntok * sizeof *tok), *tok0 = xmalloc((size_t)ntok * sizeof *tok0);
+    int32_t *x0 = xmalloc((size_t)NS * B * sizeof *x0);
+    double *conf = xmalloc((size_t)NS * B * sizeof *conf);
+    int32_t blk_tab[256 * 8];
+    for (int s = 0; s < NS; s++) {
+        umk_seq_state *q = &st[s];
+        int L = lens[s], prompt = 5 + (int)(urand() * 20);
+        for (int i = 0; i < L; i++) {
+            int32_t t = i < prompt ? 10 + (int32_t)(urand() * 30) : (urand() < 0.7 ? mask : 10 + (int32_t)(urand() * 30));
+            if (i >= prompt && urand() < 0.02) t = eos;
+            tok[seq_start[s] + i] = t;
+        }
+        q->row0 = seq_start[s];
+        q->len = L;
+        q->gen_end = L;
+        q->block_len = B;
+        q->lo = prompt;
+        q->hi = prompt + B < L ? prompt + B : L;
+        q->decoder = s % 4;
+        q->block_steps = 1 + (int)(urand() * 6);
+        q->blk_steps_off = s % 3 == 0 ? s * 8 : -1;
+        for (int b = 0; b < 8; b++) blk_tab[s * 8 + b] = 1 + (int)(urand() * 5);
+        q->stop_at_eos = s % 2;
+        q->threshold = 0.3 + 0.5 * urand();
+        q->factor = 0.5 + urand();
+        q->seed = 42 + (uint64_t)s;
+        q->step = (int)(urand() * 10);
+        for (int j = 0; j < B; j++) {
+            x0[s * B + j] = 10 + (int32_t)(urand() * 30);
+            conf[s * B + j] = urand() < 0.2 ? 0.5 : urand();   /* some exact ties */
+        }
+    }
+    memcpy(tok0, tok, (size_t)ntok * sizeof *tok);
+    cudaStream_t cs = backend_cuda_stream(g_gpu);
+    umk_vocab_ids ids = {V, mask, eos, eot};
+    void *dst = backend_cuda_malloc(g_gpu, (size_t)NS * sizeof *st);
+    int32_t *dtok = backend_cuda_malloc(g_gpu, (size_t)ntok * sizeof *tok);
+    int32_t *dtab = backend_cuda_malloc(g_gpu, sizeof blk_tab);
+    int32_t *dx0 = backend_cuda_malloc(g_gpu, (size_t)NS * B * sizeof *x0);
+    double *dcf = backend_cuda_malloc(g_gpu, (size_t)NS * B * sizeof *conf);
+    size_t evb = umk_event_bytes(B);
+    void *dev = backend_cuda_malloc(g_gpu, (size_t)NS * evb);
+    void *djobs = backend_cuda_malloc(g_gpu, (size_t)NS * B * sizeof(umk_sample_job));
+    int32_t *drows = backend_cuda_malloc(g_gpu, (size_t)NS * B * sizeof(int32_t));
+    backend_cuda_memcpy_h2d(g_gpu, dst, st, (size_t)NS * sizeof *st);
+    backend_cuda_memcpy_h2d(g_gpu, dtok, tok, (size_t)ntok * sizeof *tok);
+    backend_cuda_memcpy_h2d(g_gpu, dtab, blk_tab, sizeof blk_tab);
+    backend_cuda_memcpy_h2d(g_gpu, dx0, x0, (size_t)NS * B * sizeof *x0);
+    backend_cuda_memcpy_h2d(g_gpu, dcf, conf, (size_t)NS * B * sizeof *conf);
+    CHECK(umk_decode_begin(dst, NS, B, ids, dtok, dtab, djobs, drows, cs) == cudaSuccess);
+    umk_seq_state *st_b = xcalloc((size_t)NS, sizeof *st_b);
+    backend_cuda_memcpy_d2h(g_gpu, st_b, dst, (size_t)NS * sizeof *st_b);
+    CHECK(umk_decode_commit(dst, NS, B, ids, dtok, dtab, dx0, dcf, dev, djobs, drows, cs) == cudaSuccess);
+    unsigned char *ev = xmalloc((size_t)NS * evb);
+    umk_seq_state *st_a = xcalloc((size_t)NS, sizeof *st_a);
+    int32_t *tok_a = xmalloc((size_t)ntok * sizeof *tok_a);
+    backend_cuda_memcpy_d2h(g_gpu, ev, dev, (size_t)NS * evb);
+    backend_cuda_memcpy_d2h(g_gpu, st_a, dst, (size_t)NS * sizeof *st_a);
+    backend_cuda_memcpy_d2h(g_gpu, tok_a, dtok, (size_t)ntok * sizeof *tok_a);
+
+    int bad = 0, bad_adv = 0, total_commits = 0;
+    for (int s = 0; s < NS; s++) {
+        const umk_seq_state *b4 = &st_b[s];   /* after begin: the block actually decoded */
+        if (b4->done) continue;
+        int lo = b4->lo, hi = b4->hi, nb = hi - lo;
+        int32_t *cx = tok + seq_start[s];
+        int32_t rpos[64];
+        uint8_t rmask[64];
+        int32_t rx0[64];
+        double rconf[64];
+        int nr = 0, m = 0;
+        for (int j = 0; j < nb; j++) {
+            if (cx[lo + j] != mask) continue;
+            rpos[nr] = lo + j, rmask[nr] = 1, rx0[nr] = x0[s * B + j], rconf[nr] = conf[s * B + j];
+            nr++, m++;
+        }
+        decode_params dp = decode_params_default();
+        dp.threshold = b4->threshold;
+        dp.factor = b4->factor;
+        decoder_view v;
+        memset(&v, 0, sizeof v);
+        v.p = &dp;
+        v.x = cx;
+        v.mask_id = mask;
+        v.lo = lo, v.hi = hi;
+        v.block_masks = b4->m0;
+        v.block_steps = b4->block_steps;
+        v.step_in_block = 0;
+        v.step = b4->step;
+        v.seed = b4->seed;
+        v.n_rows = nr, v.row_pos = rpos, v.row_masked = rmask, v.x0 = rx0, v.conf = rconf, v.vocab = V;
+        const decoder_ops *ops = decoder_get((enum decode_decoder)b4->decoder);
+        unsigned char state[256] = {0};
+        CHECK(ops->state_size <= sizeof state);
+        if (ops->block_begin) ops->block_begin(state, &v);
+        int32_t wp[64], wt[64];
+        int nw = ops->choose(state, &v, wp, wt);
+        umk_event_hdr h;
+        memcpy(&h, ev + (size_t)s * evb, sizeof h);
+        const int32_t *gp = (const int32_t *)(ev + (size_t)s * evb + sizeof h), *gt = gp + B;
+        int same = h.n_commit == nw;
+        for (int i = 0; same && i < nw; i++) same = gp[i] == wp[i] && gt[i] == wt[i];
+        if (!same) {
+            if (bad < 5)
+                printf("    decoder %d seq %d: GPU %d commits, CPU %d (first GPU pos %d, CPU pos %d)\n", b4->decoder, s,
+                       h.n_commit, nw, h.n_commit ? gp[0] : -1, nw ? wp[0] : -1);
+            bad++;
+        }
+        total_commits += nw;
+        for (int i = 0; i < nw; i++) cx[wp[i]] = wt[i];
+        /* expected state after the step */
+        int left = 0, eos_in = 0;
+        for (int p = lo; p < hi; p++) {
+            left += cx[p] == mask;
+            eos_in |= cx[p] == eos || cx[p] == eot;
+        }
+        int e_done = 0, e_lo = lo, e_hi = hi, e_blk = b4->blk;
+        if (left == 0) {
+            if (b4->stop_at_eos && eos_in) {
+                e_done = 1;
+            } else {
+                for (;;) {
+                    e_lo = e_hi;
+                    if (e_lo >= b4->gen_end) {
+                        e_done = 1;
+                        break;
+                    }
+                    e_blk++;
+                    e_hi = e_lo + B < b4->gen_end ? e_lo + B : b4->gen_end;
+                    int mm = 0;
+                    for (int p = e_lo; p < e_hi; p++) mm += cx[p] == mask;
+                    if (mm > 0) break;
+                }
+            }
+        }
+        const umk_seq_state *af = &st_a[s];
+        int ok = af->done == e_done && af->step == b4->step + 1 && h.masks_left == left && h.block_done == (left == 0);
+        if (!e_done) ok &= af->lo == e_lo && af->hi == e_hi && af->blk == e_blk;
+        if (!e_done && e_blk != b4->blk && b4->blk_steps_off >= 0) ok &= af->block_steps == blk_tab[b4->blk_steps_off + e_blk];
+        if (!ok) bad_adv++;
+    }
+    int canvas_same = memcmp(tok_a, tok, (size_t)ntok * sizeof *tok) == 0;
+    printf("  %-58s %d/%d sequences differ, %d commits, advance mismatches %d, canvas %s\n",
+           "decoders (low_confidence/random/threshold/factor)", bad, NS, total_commits, bad_adv,
+           canvas_same ? "identical" : "DIFFERS");
+    CHECKF(bad == 0, "device decoders differ from decoders.c in %d of %d sequences", bad, NS);
+    CHECKF(bad_adv == 0, "block advance / EOS stop / step counters differ in %d sequences", bad_adv);
+    CHECKF(canvas_same, "committed canvas differs");
+    free(seq_start), free(st), free(st_b), free(st_a), free(tok), free(tok0), free(tok_a), free(x0), free(conf), free(ev);
+    void *db[] = {dst, dtok, dtab, dx0, dcf, dev, djobs, drows};
+    for (int i = 0; i < 8; i++) backend_cuda_free_dev(g_gpu, db[i]);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static int make_model(const char *tmp, const char *name, int d, int layers, int heads, int kv, int ffn, model *m) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    make_model_opts o;
+    CHECK(make_model_preset("demo", &o) == 0);
+    o.d_model = d, o.n_layers = layers, o.n_heads = heads, o.n_kv_heads = kv, o.ffn_hidden = ffn;
+    o.dtype = DTYPE_BF16;
+    o.quiet = 1;
+    um_err err = {0};
+    if (make_model_write(dir, &o, &err) != 0 || model_load(dir, m, &err) != 0) {
+        printf("FAIL: model %s: %s\n", name, err.msg);
+        g_checks++, g_failed++;
+        return -1;
+    }
+    return 0;
+}
+
+static void test_forward(const model *m, const char *label) {
+    const model_config *c = &m->cfg;
+    const int lens[] = {33, 100, 257, 64};
+    const int S = g_quick ? 2 : 4;
+    int32_t ss[5] = {0};
+    for (int s = 0; s < S; s++) ss[s + 1] = ss[s] + (g_quick ? lens[s] / 4 + 1 : lens[s]);
+    const int n = ss[S], V = c->n_embd_rows;
+    int32_t *tok = xmalloc((size_t)n * sizeof *tok);
+    uint8_t *kv = xmalloc((size_t)n);
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)(urand() * c->vocab_size);
+        if (urand() < 0.3) tok[i] = c->mask_id;
+        kv[i] = 1;
+    }
+    kv[ss[1] - 1] = 0;
+    fwd_batch b = {S, ss, tok, NULL, kv, n, NULL};
+    model_ctx cc, gc;
+    um_err err = {0};
+    CHECK(model_ctx_init(&cc, m, g_cpu, &err) == 0);
+    if (model_ctx_init(&gc, m, g_gpu, &err) != 0) {
+        printf("FAIL: CUDA model_ctx_init: %s\n", err.msg);
+        g_checks++, g_failed++;
+        model_ctx_free(&cc);
+        return;
+    }
+    float *cl = xmalloc((size_t)n * V * sizeof *cl), *gl = xmalloc((size_t)n * V * sizeof *gl);
+    for (size_t i = 0; i < (size_t)n * V; i++) gl[i] = NAN;
+    CHECK(model_forward(&cc, &b, cl, &err) == 0);
+    CHECK(model_forward(&gc, &b, gl, &err) == 0);
+    char what[128];
+    snprintf(what, sizeof what, "forward logits %s (%d rows)", label, n);
+    expect_close(what, gl, cl, (size_t)n * V, 2e-2);
+    /* argmax agreement; a disagreement is a near-tie when the CPU logits of the two choices differ
+     * by less than 3x the row's RMS GPU-CPU difference */
+    int agree = 0, near_tie = 0, hard = 0;
+    double worst_gap = 0;
+    for (int i = 0; i < n; i++) {
+        const float *cr = cl + (size_t)i * V, *gr = gl + (size_t)i * V;
+        int ca = 0, ga = 0;
+        double rms = 0;
+        for (int v = 0; v < V; v++) {
+            if (cr[v] > cr[ca]) ca = v;
+            if (gr[v] > gr[ga]) ga = v;
+            rms += ((double)gr[v] - cr[v]) * ((double)gr[v] - cr[v]);
+        }
+        rms = sqrt(rms / V);
+        if (ca == ga) {
+            agree++;
+        } else {
+            double gap = (double)cr[ca] - cr[ga];
+            if (gap > worst_gap) worst_gap = gap;
+            if (gap <= 3.0 * rms) near_tie++;
+            else hard++;
+        }
+    }
+    double rate = (double)agree / n;
+    printf("  %-58s %.2f%% (%d of %d disagreements are near-ties; largest CPU gap %.3g)\n", "  argmax agreement", 100 * rate,
+           near_tie, n - agree, worst_gap);
+    CHECKF(rate >= 0.999 || hard == 0, "%s: argmax agreement %.3f%% with %d non-near-tie disagreements", label, 100 * rate,
+           hard);
+    /* model_forward_dev == model_forward on the GPU */
+    const void *dl = NULL;
+    CHECK(model_forward_dev(&gc, &b, &dl, &err) == 0);
+    float *dh = g_down(dl, (size_t)n * V);
+    snprintf(what, sizeof what, "model_forward_dev vs model_forward %s", label);
+    expect_close(what, dh, gl, (size_t)n * V, 1e-2);
+    free(dh), free(cl), free(gl), free(tok), free(kv);
+    model_ctx_free(&cc);
+    model_ctx_free(&gc);
+}
+
+/* ---------------------------------------------------------------- decodes */
+
+typedef struct dev_run {
+    int32_t *canvas;   /* final packed canvas */
+    int      steps;
+} dev_run;
+
+static int fwd_dev(void *user, const fwd_batch *b, const void **logits, um_err *err) {
+    return model_forward_dev(user, b, logits, err);
+}
+
+/* the decode_params of the test decodes */
+static decode_params dec_params(enum decode_decoder d) {
+    decode_params p = decode_params_default();
+    p.gen_length = g_quick ? 16 : 64;
+    p.block_length = g_quick ? 8 : 16;
+    p.steps = p.gen_length;
+    p.decoder = d;
+    p.threshold = 0.02;   /* random weights give low confidences: commit a few per step */
+    p.stop_at_eos = 0;
+    return p;
+}
+
+static void build_seqs(const model *m, const decode_params *p, int n, int32_t **prompts, int *plen, int32_t **canv,
+                       cuda_decode_seq *sq) {
+    const model_config *c = &m->cfg;
+    for (int s = 0; s < n; s++) {
+        plen[s] = 8 + 5 * s;
+        prompts[s] = xmalloc((size_t)plen[s] * sizeof(int32_t));
+        for (int i = 0; i < plen[s]; i++) {
+            int32_t t = (int32_t)(urand() * c->vocab_size);
+            prompts[s][i] = t == c->mask_id ? t + 1 : t;
+        }
+        int L = plen[s] + p->gen_length, nb = p->gen_length / p->block_length;
+        canv[s] = xmalloc((size_t)L * sizeof(int32_t));
+        memcpy(canv[s], prompts[s], (size_t)plen[s] * sizeof(int32_t));
+        for (int i = plen[s]; i < L; i++) canv[s][i] = c->mask_id;
+        sq[s] = (cuda_decode_seq){.tokens = canv[s], .len = L, .lo = plen[s], .hi = plen[s] + p->block_length,
+                                  .gen_end = L, .block_steps = p->steps / nb, .decoder = (int)p->decoder,
+                                  .threshold = p->threshold, .factor = p->factor, .stop_at_eos = p->stop_at_eos,
+                                  .temperature = 0, .top_p = 1, .top_k = 0, .seed = p->seed};
+    }
+}
+
+static void test_decodes(const model *m) {
+    const model_config *c = &m->cfg;
+    const int NS = g_quick ? 2 : 6;
+    um_err err = {0};
+    model_ctx gc, cc;
+    CHECK(model_ctx_init(&gc, m, g_gpu, &err) == 0);
+    CHECK(model_ctx_init(&cc, m, g_cpu, &err) == 0);
+    cuda_decode_ids ids = {c->n_embd_rows, c->mask_id, c->eos_id, c->eot_id};
+    const enum decode_decoder decs[] = {DECODER_LOW_CONFIDENCE, DECODER_THRESHOLD};
+    for (int di = 0; di < 2; di++) {
+        decode_params p = dec_params(decs[di]);
+        int32_t *prompts[8], *canv[8];
+        int plen[8];
+        cuda_decode_seq sq[8];
+        build_seqs(m, &p, NS, prompts, plen, canv, sq);
+        const int B = p.block_length;
+        /* 1. graph replay == direct launches, bit for bit */
+        int32_t *fin[2] = {NULL, NULL};
+        int steps_run[2] = {0, 0}, ntok = 0;
+        for (int g = 0; g < 2; g++) {
+            cuda_decode *cd = cuda_decode_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
+            CHECK(cd);
+            if (g) CHECK(cuda_decode_capture(cd, &err) == 0);
+            int done = 0, guard = 0;
+            while (!done && guard++ < 4 * p.gen_length + 8) {
+                CHECK(cuda_decode_step(cd, &err) == 0);
+                CHECK(cuda_decode_poll(cd, 1) == 1);
+                done = 1;
+                for (int s = 0; s < NS; s++) {
+                    cuda_step_event ev;
+                    cuda_decode_event(cd, s, &ev);
+                    done &= ev.done;
+                }
+                steps_run[g]++;
+            }
+            ntok = cuda_decode_batch(cd)->seq_start[NS];
+            fin[g] = xmalloc((size_t)ntok * sizeof(int32_t));
+            cuda_decode_tokens(cd, fin[g]);
+            cuda_decode_free(cd);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "device decode %s: graph vs direct", decode_decoder_name(p.decoder));
+        int same = steps_run[0] == steps_run[1] && memcmp(fin[0], fin[1], (size_t)ntok * sizeof(int32_t)) == 0;
+        int masks_left = 0;
+        for (int i = 0; i < ntok; i++) masks_left += fin[0][i] == c->mask_id;
+        printf("  %-58s %s (%d steps), masks left %d\n", what, same ? "identical" : "DIFFER", steps_run[0], masks_left);
+        CHECKF(same, "%s: canvases differ", what);
+        CHECKF(masks_left == 0, "%s: %d masks left after the decode", what, masks_left);
+        if (p.decoder == DECODER_LOW_CONFIDENCE)
+            CHECKF(steps_run[0] == p.steps, "%s: %d steps, expected %d", what, steps_run[0], p.steps);
+
+        /* 2. teacher-forced: per step, the CPU (forward + sampler + decoder) on the GPU's canvas */
+        cuda_decode *cd = cuda_decode_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
+        CHECK(cd);
+        const fwd_batch *gb = cuda_decode_batch(cd);
+        int32_t *cur = xmalloc((size_t)ntok * sizeof *cur);
+        int step_cmp = 0, step_same = 0, tok_cmp = 0, tok_same = 0;
+        int *m0 = xcalloc((size_t)NS, sizeof *m0), *sib = xcalloc((size_t)NS, sizeof *sib), *lo_prev = xcalloc((size_t)NS, sizeof *lo_prev);
+        int *stepn = xcalloc((size_t)NS, sizeof *stepn);
+        float *lg = xmalloc((size_t)B * c->n_embd_rows * sizeof *lg);
+        for (int it = 0; it < 4 * p.gen_length + 8; it++) {
+            cuda_decode_tokens(cd, cur);
+            /* CPU expectation per sequence */
+            int32_t exp_pos[8][64], exp_tok[8][64], exp_n[8];
+            int active[8];
+            for (int s = 0; s < NS; s++) {
+                int32_t *x = cur + gb->seq_start[s];
+                int L = gb->seq_start[s + 1] - gb->seq_start[s], lo = -1;
+                for (int b0 = plen[s]; b0 < L && lo < 0; b0 += B)
+                    for (int q = b0; q < b0 + B && q < L; q++)
+                        if (x[q] == c->mask_id) lo = b0;
+                active[s] = lo >= 0;
+                exp_n[s] = 0;
+                if (!active[s]) continue;
+                int hi = lo + B < L ? lo + B : L;
+                if (lo != lo_prev[s]) {
+                    m0[s] = 0;
+                    for (int q = lo; q < hi; q++) m0[s] += x[q] == c->mask_id;
+                    sib[s] = 0;
+                    lo_prev[s] = lo;
+                }
+                int32_t rows[64], rpos[64], rx0[64];
+                uint8_t rm[64];
+                double rc[64];
+                int nr = 0;
+                for (int q = lo; q < hi; q++)
+                    if (x[q] == c->mask_id) rows[nr] = q, rpos[nr] = q, rm[nr] = 1, nr++;
+                int32_t st0[2] = {0, L};
+                fwd_batch fb = {1, st0, x, NULL, NULL, nr, rows};
+                CHECK(model_forward(&cc, &fb, lg, &err) == 0);
+                sample_cfg sc = {c->n_embd_rows, c->mask_id, c->eos_id, c->eot_id, 0, 0, 0, 0.0, 0, 1.0, p.seed};
+                for (int r = 0; r < nr; r++)
+                    sample_row(&sc, lg + (size_t)r * c->n_embd_rows, NULL, stepn[s], rpos[r], &rx0[r], &rc[r]);
+                decoder_view v;
+                memset(&v, 0, sizeof v);
+                v.p = &p, v.x = x, v.mask_id = c->mask_id, v.lo = lo, v.hi = hi, v.block_masks = m0[s];
+                v.block_steps = sq[s].block_steps, v.step_in_block = sib[s], v.step = stepn[s], v.seed = p.seed;
+                v.n_rows = nr, v.row_pos = rpos, v.row_masked = rm, v.x0 = rx0, v.conf = rc, v.vocab = c->n_embd_rows;
+                const decoder_ops *ops = decoder_get(p.decoder);
+                unsigned char state[256] = {0};
+                v.block_masks = m0[s];
+                if (ops->block_begin) ops->block_begin(state, &v);
+                exp_n[s] = ops->choose(state, &v, exp_pos[s], exp_tok[s]);
+            }
+            int any = 0;
+            for (int s = 0; s < NS; s++) any |= active[s];
+            if (!any) break;
+            CHECK(cuda_decode_step(cd, &err) == 0);
+            CHECK(cuda_decode_poll(cd, 1) == 1);
+            for (int s = 0; s < NS; s++) {
+                if (!active[s]) continue;
+                cuda_step_event ev;
+                cuda_decode_event(cd, s, &ev);
+                int same_set = ev.n_commit == exp_n[s];
+                for (int i = 0; same_set && i < exp_n[s]; i++) same_set = ev.pos[i] == exp_pos[s][i];
+                step_cmp++;
+                step_same += same_set;
+                for (int i = 0; i < ev.n_commit; i++)
+                    for (int k = 0; k < exp_n[s]; k++)
+                        if (exp_pos[s][k] == ev.pos[i]) {
+                            tok_cmp++;
+                            tok_same += exp_tok[s][k] == ev.tok[i];
+                        }
+                stepn[s]++;
+                sib[s]++;
+            }
+        }
+        cuda_decode_free(cd);
+        double rs = step_cmp ? (double)step_same / step_cmp : 0, rt = tok_cmp ? (double)tok_same / tok_cmp : 0;
+        snprintf(what, sizeof what, "teacher-forced steps vs CPU, %s", decode_decoder_name(p.decoder));
+        printf("  %-58s same commits %.1f%% of %d steps, same tokens %.1f%% of %d\n", what, 100 * rs, step_cmp, 100 * rt,
+               tok_cmp);
+        CHECKF(step_cmp > 0 && rs >= 0.90, "%s: commit sets agree in only %.1f%% of steps", what, 100 * rs);
+        CHECKF(tok_cmp > 0 && rt >= 0.95, "%s: tokens agree in only %.1f%%", what, 100 * rt);
+
+        /* 3. free-running decodes: CPU loop, CUDA host loop, CUDA device loop (reported) */
+        int agree_cpu = 0, agree_host = 0, total = 0;
+        for (int s = 0; s < NS; s++) {
+            decode_seq *a = decode_seq_create(m, &p, prompts[s], plen[s], &err);
+            decode_seq *b = decode_seq_create(m, &p, prompts[s], plen[s], &err);
+            CHECK(a && b);
+            CHECK(decode_generate(&cc, a, NULL, &err) == 0);
+            CHECK(decode_generate(&gc, b, NULL, &err) == 0);
+            int la, lb;
+            const int32_t *xa = decode_seq_canvas(a, &la), *xb = decode_seq_canvas(b, &lb);
+            const int32_t *xd = fin[1] + gb->seq_start[s];
+            for (int i = plen[s]; i < la && i < lb; i++) {
+                total++;
+                agree_cpu += xa[i] == xd[i];
+                agree_host += xb[i] == xd[i];
+            }
+            decode_seq_free(a);
+            decode_seq_free(b);
+        }
+        printf("  %-58s device vs CPU %.1f%%, device vs CUDA host loop %.1f%% of %d tokens\n", "  free-running decodes",
+               total ? 100.0 * agree_cpu / total : 0.0, total ? 100.0 * agree_host / total : 0.0, total);
+        for (int s = 0; s < NS; s++) free(prompts[s]), free(canv[s]);
+        free(fin[0]), free(fin[1]), free(cur), free(m0), free(sib), free(lo_prev), free(stepn), free(lg);
+    }
+    decode_thread_scratch_free();
+    model_ctx_free(&gc);
+    model_ctx_free(&cc);
+}
+
+int main(int argc, char **argv) {
+    const char *device = "cuda:0", *tmp = getenv("UNMASK_TEST_TMP");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--tmp") && i + 1 < argc) tmp = argv[++i];
+        else {
+            fprintf(stderr, "usage: gpu_parity [--quick] [--device cuda:N] [--tmp DIR]\n");
+            return 2;
+        }
+    }
+    if (!tmp) tmp = "/tmp";
+    um_err err = {0};
+    g_gpu = backend_cuda_init(device, &err);
+    if (!g_gpu) {
+        fprintf(stderr, "gpu_parity: %s\n", err.msg);
+        return 1;
+    }
+    g_cpu = backend_cpu_init(0);
+    printf("gpu_parity on %s (%s)%s\n", device, backend_cuda_device_name(g_gpu), g_quick ? ", quick" : "");
+    printf("ops:\n");
+    test_embed_getrows();
+    test_rmsnorm();
+    test_matmul();
+    test_rope();
+    test_swiglu_add();
+    printf("attention:\n");
+    test_attention();
+    printf("sampling:\n");
+    test_gumbel();
+    test_sample();
+    printf("decoders:\n");
+    test_decoders();
+    printf("forward:\n");
+    model m1, m2;
+    int ok1 = make_model(tmp, "parity_gqa_hd64", 256, g_quick ? 2 : 4, 4, 2, 704, &m1) == 0;
+    if (ok1) test_forward(&m1, "demo-shaped GQA hd64");
+    if (!g_quick && make_model(tmp, "parity_hd128", 512, 2, 4, 4, 1376, &m2) == 0) {
+        test_forward(&m2, "hd128");
+        model_free(&m2);
+    }
+    printf("decodes (temperature 0):\n");
+    if (ok1) {
+        test_decodes(&m1);
+        model_free(&m1);
+    }
+    backend_free(g_cpu);
+    backend_free(g_gpu);
+    printf("gpu_parity: %d checks, %d failed\n", g_checks, g_failed);
+    return g_failed ? 1 : 0;
+}
