@@ -1102,6 +1102,22 @@ static void mw_after(http_conn *c, int status) {
     metrics_http_request(r ? r->path : "other", http_conn_method(c), status);
 }
 
+int http_api_ws_authorize(struct lws *wsi) {
+    if (!auth_keys_required(&G.keys)) return 1;
+    char h[1024], tok[400];
+    int malformed = 0, have = 0;
+    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) > 0) {
+        have = auth_bearer_token(h, tok, sizeof tok) == 0;
+        malformed = !have;
+    }
+    if (!have && lws_hdr_custom_copy(wsi, tok, sizeof tok, "x-api-key:", 10) > 0) have = 1, malformed = 0;
+    if (!have && lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) > 0 && auth_key_from_subprotocols(h, tok, sizeof tok) == 0)
+        have = 1, malformed = 0;
+    enum auth_result r = auth_check(&G.keys, have ? tok : NULL, malformed);
+    if (r != AUTH_OK) log_info("websocket handshake refused: %s", auth_result_message(r));
+    return r == AUTH_OK;
+}
+
 void routes_http_api_register(void) {
     http_routes_add(k_routes);
     static const http_middleware mw = {mw_before, mw_after};

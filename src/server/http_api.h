@@ -33,6 +33,14 @@ int  http_api_configure(const server_config *cfg, um_err *err);
 /* Release everything (after server_run returned). */
 void http_api_shutdown(void);
 
+/* WebSocket handshakes (server/ws.c, LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION): with API keys
+ * configured, the key must come as `Authorization: Bearer <key>`, `x-api-key`, or — for browsers,
+ * which cannot set headers — a subprotocol entry `unmask-key.<key>` (or
+ * `openai-insecure-api-key.<key>`) next to "unmask": new WebSocket(url, ["unmask", "unmask-key." + key]).
+ * Returns 1 when the connection may proceed, 0 to refuse it. Service thread. */
+struct lws;
+int http_api_ws_authorize(struct lws *wsi);
+
 /* Registers the routes + middleware (called from routes_register_all). Idempotent. */
 void routes_http_api_register(void);
 
