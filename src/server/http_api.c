@@ -400,7 +400,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
                 gen_cancel_all(gs);
             }
         }
-        if (gs->job_id[0] && ev->obj) {
+        if (gs->job_id[0] && !gs->submit_failed && ev->obj) {
             json_t *jev = json_deep_copy(ev->obj);
             if (gs->n > 1) json_object_set_new(jev, "choice", json_integer(gc->i));
             job_store_append(G.jobs, gs->job_id, jev);
