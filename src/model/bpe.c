@@ -129,14 +129,15 @@ int bpe_cp_to_byte(uint32_t cp) {
 
 /* ================================================================ cache */
 
-#define CACHE_SLOTS   16384u
-#define CACHE_KEY_MAX 40
-#define CACHE_IDS_MAX 12
+#define CACHE_SLOTS   32768u
+#define CACHE_KEY_MAX 24
+#define CACHE_IDS_MAX 8
 
-typedef struct cache_slot {
+typedef struct cache_slot { /* one 64-byte cache line */
     uint32_t hash;
     uint8_t  klen;            /* 0 = empty */
     uint8_t  nids;
+    uint8_t  pad[2];
     char     key[CACHE_KEY_MAX];
     int32_t  ids[CACHE_IDS_MAX];
 } cache_slot;
@@ -147,6 +148,37 @@ struct bpe_cache {
     cache_slot slots[CACHE_SLOTS];
     /* } mu lock --- */
 };
+
+/* ================================================================ pair lookup cache */
+
+/* Merge lookups hit an MB-sized hash table in DRAM; words share most of their pairs, so each
+ * thread keeps a small direct-mapped cache of recent lookups (hits and misses), tagged with the
+ * model's uid so no clearing is needed when a thread switches tokenizers. */
+#define PAIR_SLOTS 16384u
+
+typedef struct pair_slot {
+    uint64_t key;
+    uint32_t owner;           /* bpe_model.uid; 0 = empty */
+    uint32_t rank;            /* UINT32_MAX = no merge */
+    int32_t  id;
+    int32_t  pad;
+} pair_slot;
+
+static pthread_key_t pair_key;
+static pthread_once_t pair_once = PTHREAD_ONCE_INIT;
+static uint32_t next_uid;     /* atomic */
+
+static void pair_key_init(void) { CHECK(pthread_key_create(&pair_key, free) == 0); }
+
+static pair_slot *pair_cache(void) {
+    pthread_once(&pair_once, pair_key_init);
+    pair_slot *c = pthread_getspecific(pair_key);
+    if (!c) {
+        c = xcalloc(PAIR_SLOTS, sizeof *c);
+        CHECK(pthread_setspecific(pair_key, c) == 0);
+    }
+    return c;
+}
 
 /* ================================================================ model */
 
@@ -167,6 +199,7 @@ void bpe_free(bpe_model *b) {
         pthread_mutex_destroy(&b->cache->mu);
         free(b->cache);
     }
+    free(b->byte_pairs);
     memset(b, 0, sizeof *b);
 }
 
@@ -239,6 +272,7 @@ const bpe_merge *bpe_merge_get(const bpe_model *b, int32_t left, int32_t right) 
 }
 
 void bpe_finish(bpe_model *b) {
+    if (!b->uid) b->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
     int32_t n = b->n_ids;
     while (n > 0 && !b->piece[n - 1]) n--;
     b->n_ids = n;
@@ -249,6 +283,20 @@ void bpe_finish(bpe_model *b) {
         if (cp < 0x80) buf[0] = (char)cp, len = 1;
         else buf[0] = (char)(0xC0 | cp >> 6), buf[1] = (char)(0x80 | (cp & 0x3F)), len = 2;
         b->byte_id[i] = strmap_get(&b->vocab, buf, (size_t)len);
+    }
+    if (b->byte_level) {
+        int all = 1;
+        for (int i = 0; i < 256; i++) all &= b->byte_id[i] >= 0;
+        free(b->byte_pairs);
+        b->byte_pairs = NULL;
+        if (all) { /* every byte has a token: initial pair lookups go through a dense table */
+            b->byte_pairs = xmalloc(65536 * sizeof *b->byte_pairs);
+            for (int x = 0; x < 256; x++)
+                for (int y = 0; y < 256; y++) {
+                    const bpe_merge *m = bpe_merge_get(b, b->byte_id[x], b->byte_id[y]);
+                    b->byte_pairs[x << 8 | y] = m ? (bpe_pair){m->rank, m->id} : (bpe_pair){UINT32_MAX, -1};
+                }
+        }
     }
     if (!b->cache) {
         b->cache = xcalloc(1, sizeof *b->cache);
@@ -267,6 +315,7 @@ typedef struct heap_ent {
     uint32_t rank;
     uint32_t pos;
     int32_t  new_id;
+    int32_t  left, right;     /* the pair when pushed: if unchanged at pop, no lookup is needed */
 } heap_ent;
 
 static inline int heap_less(const heap_ent *a, const heap_ent *b) {
@@ -310,9 +359,26 @@ static heap_ent heap_pop(heap *h) {
     return top;
 }
 
-static inline void try_push(const bpe_model *b, heap *h, const sym *s, int32_t pos) {
-    const bpe_merge *m = bpe_merge_get(b, s[pos].id, s[s[pos].next].id);
-    if (m) heap_push(h, (heap_ent){m->rank, (uint32_t)pos, m->id});
+/* bpe_merge_get through the thread's pair cache: returns the rank (UINT32_MAX = none), sets *id. */
+static inline uint32_t pair_lookup(const bpe_model *b, pair_slot *pc, int32_t l, int32_t r, int32_t *id) {
+    uint64_t key = merge_key(l, r);
+    pair_slot *ps = &pc[(size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & (PAIR_SLOTS - 1)];
+    if (ps->owner == b->uid && ps->key == key) {
+        *id = ps->id;
+        return ps->rank;
+    }
+    const bpe_merge *m = bpe_merge_get(b, l, r);
+    ps->owner = b->uid, ps->key = key;
+    ps->rank = m ? m->rank : UINT32_MAX;
+    ps->id = m ? m->id : -1;
+    *id = ps->id;
+    return ps->rank;
+}
+
+static inline void try_push(const bpe_model *b, pair_slot *pc, heap *h, const sym *s, int32_t pos) {
+    int32_t l = s[pos].id, r = s[s[pos].next].id, id;
+    uint32_t rank = pair_lookup(b, pc, l, r, &id);
+    if (rank != UINT32_MAX) heap_push(h, (heap_ent){rank, (uint32_t)pos, id, l, r});
 }
 
 #define STACK_SYMS 64
@@ -357,17 +423,31 @@ static void merge_word(const bpe_model *b, const char *w, size_t len, idvec *out
     size_t n = word_symbols(b, w, len, s);
     if (n == 0) goto done;
     for (size_t i = 0; i < n; i++) s[i].prev = (int32_t)i - 1, s[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+    pair_slot *pc = pair_cache();
     heap h;
     if (n <= STACK_SYMS) h = (heap){stack_heap, 0, STACK_SYMS * 2};
     else h = (heap){xmalloc(n * sizeof(heap_ent)), 0, n};
-    for (size_t i = 0; i + 1 < n; i++) try_push(b, &h, s, (int32_t)i);
+    if (b->byte_pairs && n == len) { /* byte-level word: initial pairs from the dense byte-pair table */
+        const uint8_t *u = (const uint8_t *)w;
+        for (size_t i = 0; i + 1 < n; i++) {
+            const bpe_pair *bp = &b->byte_pairs[(size_t)u[i] << 8 | u[i + 1]];
+            if (bp->rank != UINT32_MAX)
+                heap_push(&h, (heap_ent){bp->rank, (uint32_t)i, bp->id, s[i].id, s[i + 1].id});
+        }
+    } else {
+        for (size_t i = 0; i + 1 < n; i++) try_push(b, pc, &h, s, (int32_t)i);
+    }
     while (h.n) {
         heap_ent top = heap_pop(&h);
         sym *cur = &s[top.pos];
         if (cur->id < 0 || cur->next < 0) continue;
         int32_t nx = cur->next;
-        const bpe_merge *m = bpe_merge_get(b, cur->id, s[nx].id);
-        if (!m || m->id != top.new_id) continue; /* expired entry */
+        if (cur->id != top.left || s[nx].id != top.right) {
+            /* the pair changed since the push: HF keeps the entry if the new pair merges into the
+             * same token */
+            int32_t id;
+            if (pair_lookup(b, pc, cur->id, s[nx].id, &id) == UINT32_MAX || id != top.new_id) continue;
+        }
         cur->id = top.new_id;
         cur->next = s[nx].next;
         s[nx].id = -1;
@@ -378,8 +458,8 @@ static void merge_word(const bpe_model *b, const char *w, size_t len, idvec *out
             h.v = v;
             h.cap *= 2;
         }
-        if (cur->prev >= 0) try_push(b, &h, s, cur->prev);
-        if (cur->next >= 0) try_push(b, &h, s, (int32_t)top.pos);
+        if (cur->prev >= 0) try_push(b, pc, &h, s, cur->prev);
+        if (cur->next >= 0) try_push(b, pc, &h, s, (int32_t)top.pos);
     }
     if (h.v != stack_heap) free(h.v);
     for (int32_t i = 0; i >= 0; i = s[i].next) idvec_push(out, s[i].id);

@@ -6,7 +6,8 @@
  * reproduces HF tokenizers' `Word::merge_all` exactly: a min-heap of (rank, position, new id),
  * stale entries validated by the new id, O(n log n) per word.
  *
- * Threads: after bpe_finish() the model is read-only except the cache, which has its own mutex;
+ * Threads: after bpe_finish() the model is read-only except the word cache, which has its own
+ * mutex, and a per-thread cache of merge lookups (thread-specific data, freed at thread exit);
  * bpe_encode_word may run on any thread concurrently.
  */
 #ifndef UM_BPE_H
@@ -56,6 +57,11 @@ typedef struct bpe_merge {
     int32_t  id;              /* merged token */
 } bpe_merge;
 
+typedef struct bpe_pair {
+    uint32_t rank;            /* UINT32_MAX = no merge */
+    int32_t  id;
+} bpe_pair;
+
 typedef struct bpe_cache bpe_cache;
 
 typedef struct bpe_model {
@@ -70,6 +76,8 @@ typedef struct bpe_model {
     int       ignore_merges;  /* a word found whole in the vocabulary is one token */
     int32_t   unk_id;         /* -1: unknown characters are dropped (HF without unk_token) */
     int       fuse_unk;
+    uint32_t  uid;            /* unique per model (tags thread-local pair-cache entries) */
+    bpe_pair *byte_pairs;     /* byte_level with all 256 byte tokens: [a << 8 | b] merge of two bytes */
     bpe_cache *cache;
 } bpe_model;
 

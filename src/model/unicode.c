@@ -355,31 +355,76 @@ char *unicode_nfd(const char *s, size_t len, size_t *out_len) {
     return out;
 }
 
+/* Full NFC (decompose, reorder, compose) of one span. */
+static void nfc_span(const char *s, size_t len, cpbuf *b) {
+    b->n = 0;
+    nfd_cps(s, len, b);
+    if (b->n == 0) return;
+    size_t starter = 0, w = 1;
+    int last_class = unicode_ccc(b->v[0]) ? 256 : 0;
+    for (size_t r = 1; r < b->n; r++) { /* canonical composition (UAX #15) */
+        uint32_t ch = b->v[r];
+        int cls = unicode_ccc(ch);
+        int64_t comp = last_class == 256 ? -1 : compose_pair(b->v[starter], ch);
+        if (comp >= 0 && (last_class < cls || last_class == 0)) {
+            b->v[starter] = (uint32_t)comp;
+            continue;
+        }
+        if (cls == 0) starter = w;
+        last_class = cls;
+        b->v[w++] = ch;
+    }
+    b->n = w;
+}
+
+/* Only the spans around code points that may change are normalized: a span runs from the last
+ * "safe" code point (a starter that NFC leaves alone and that never composes with what precedes
+ * it) before an unsafe one to the next safe code point. */
 char *unicode_nfc(const char *s, size_t len, size_t *out_len) {
-    if (unicode_nfc_quick(s, len)) {
+    const uint8_t *u = (const uint8_t *)s;
+    char *out = NULL;
+    size_t o = 0, cap = 0, flushed = 0, i = 0, last_safe = 0;
+    int have_safe = 0;
+    cpbuf b = {0};
+    while (i < len) {
+        size_t adv = 1;
+        int32_t cp = u[i];
+        if (u[i] >= 0xCC) cp = utf8_decode(u + i, len - i, &adv);
+        if (u[i] < 0xCC || cp < 0 || !nfc_unsafe((uint32_t)cp)) {
+            if (u[i] < 0x80 || (u[i] & 0xC0) == 0xC0) last_safe = i, have_safe = 1;
+            i += adv;
+            continue;
+        }
+        size_t start = have_safe && last_safe >= flushed ? last_safe : flushed;
+        size_t j = i;
+        while (j < len) {
+            size_t a2 = 1;
+            int32_t c2 = u[j];
+            if (u[j] >= 0xCC) c2 = utf8_decode(u + j, len - j, &a2);
+            if (u[j] < 0xCC || c2 < 0 || !nfc_unsafe((uint32_t)c2)) break;
+            j += a2;
+        }
+        nfc_span(s + start, j - start, &b);
+        size_t need = o + (start - flushed) + b.n * 4 + (len - j) + 1;
+        if (need > cap) {
+            cap = need + len / 4 + 64;
+            out = xrealloc(out, cap);
+        }
+        memcpy(out + o, s + flushed, start - flushed);
+        o += start - flushed;
+        for (size_t k = 0; k < b.n; k++) o += (size_t)utf8_encode(b.v[k], out + o);
+        flushed = i = j;
+        have_safe = 0;
+    }
+    free(b.v);
+    if (!out) {
         *out_len = len;
         return xstrndup(s, len);
     }
-    cpbuf b = {0};
-    nfd_cps(s, len, &b);
-    if (b.n > 0) { /* canonical composition (UAX #15) */
-        size_t starter = 0, w = 1;
-        int last_class = unicode_ccc(b.v[0]) ? 256 : 0;
-        for (size_t r = 1; r < b.n; r++) {
-            uint32_t ch = b.v[r];
-            int cls = unicode_ccc(ch);
-            int64_t comp = last_class == 256 ? -1 : compose_pair(b.v[starter], ch);
-            if (comp >= 0 && (last_class < cls || last_class == 0)) {
-                b.v[starter] = (uint32_t)comp;
-                continue;
-            }
-            if (cls == 0) starter = w;
-            last_class = cls;
-            b.v[w++] = ch;
-        }
-        b.n = w;
-    }
-    char *out = cps_to_utf8(&b, out_len);
-    free(b.v);
+    if (o + (len - flushed) + 1 > cap) out = xrealloc(out, o + (len - flushed) + 1);
+    memcpy(out + o, s + flushed, len - flushed);
+    o += len - flushed;
+    out[o] = 0;
+    *out_len = o;
     return out;
 }

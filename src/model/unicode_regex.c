@@ -56,11 +56,30 @@ typedef struct firstset {
     int nullable;             /* can match the empty string */
 } firstset;
 
+/* An alternative that is a plain sequence of (quantified) single-character atoms, greedy or
+ * possessive, optionally ending in a lookahead of one character class: matched by an iterative
+ * backtracking loop over repeat counts instead of the recursive matcher (same semantics). */
+#define SIMPLE_MAX 8
+
+typedef struct simple_item {
+    const rnode *atom;        /* CHAR / CLASS / ANY */
+    int min, max;             /* max = REP_INF */
+    int possessive;
+} simple_item;
+
+typedef struct simple_seq {
+    simple_item items[SIMPLE_MAX];
+    int n;
+    const rnode *look;        /* trailing (?=x) / (?!x) with a single-character x, or NULL */
+    int look_neg;
+} simple_seq;
+
 struct uregex {
     rnode  *root;
     rnode **alts;             /* root's alternatives (root itself when not an ALT) */
     int     nalts;
     firstset *first;          /* per alternative */
+    simple_seq **simple;      /* per alternative: the fast form, or NULL */
     rnode **all;              /* every node, for freeing */
     int     nall, capall;
 };
@@ -569,6 +588,34 @@ static void first_of(const rnode *n, firstset *f) {
     }
 }
 
+static int is_single_node(const rnode *n) { return n->type == RN_CHAR || n->type == RN_CLASS || n->type == RN_ANY; }
+
+static simple_seq *simple_of(const rnode *alt) {
+    const rnode *const *kids = &alt;
+    int nk = 1;
+    if (alt->type == RN_SEQ) kids = (const rnode *const *)alt->kids, nk = alt->nkids;
+    simple_seq q = {0};
+    for (int i = 0; i < nk; i++) {
+        const rnode *k = kids[i];
+        if (k->type == RN_LOOK && i == nk - 1 && is_single_node(k->kid)) {
+            q.look = k->kid, q.look_neg = k->neg;
+            continue;
+        }
+        if (q.n == SIMPLE_MAX) return NULL;
+        if (is_single_node(k)) {
+            q.items[q.n++] = (simple_item){k, 1, 1, 0};
+        } else if (k->type == RN_REP && is_single_node(k->kid) && k->mode != REP_LAZY) {
+            q.items[q.n++] = (simple_item){k->kid, k->min, k->max, k->mode == REP_POSSESSIVE};
+        } else {
+            return NULL;
+        }
+    }
+    if (q.n == 0) return NULL;
+    simple_seq *out = xmalloc(sizeof *out);
+    *out = q;
+    return out;
+}
+
 int uregex_compile(const char *pattern, size_t len, uregex **out, um_err *err) {
     *out = NULL;
     uregex *re = xcalloc(1, sizeof *re);
@@ -591,7 +638,11 @@ int uregex_compile(const char *pattern, size_t len, uregex **out, um_err *err) {
         re->nalts = 1;
     }
     re->first = xcalloc((size_t)re->nalts, sizeof *re->first);
-    for (int i = 0; i < re->nalts; i++) first_of(re->alts[i], &re->first[i]);
+    re->simple = xcalloc((size_t)re->nalts, sizeof *re->simple);
+    for (int i = 0; i < re->nalts; i++) {
+        first_of(re->alts[i], &re->first[i]);
+        re->simple[i] = simple_of(re->alts[i]);
+    }
     *out = re;
     return 0;
 }
@@ -609,6 +660,8 @@ void uregex_free(uregex *re) {
     }
     free(re->all);
     free(re->first);
+    for (int i = 0; re->simple && i < re->nalts; i++) free(re->simple[i]);
+    free(re->simple);
     free(re);
 }
 
@@ -786,6 +839,44 @@ static long m_node(matcher *m, const rnode *n, size_t pos, const kont *k) {
     return r;
 }
 
+/* Iterative backtracking over the repeat counts of a simple sequence (greedy: most first). */
+static long m_simple(const matcher *m, const simple_seq *q, size_t pos) {
+    size_t end[SIMPLE_MAX];
+    long cnt[SIMPLE_MAX];
+    int k = 0;
+    size_t p = pos, adv;
+    for (;;) {
+        /* forward: match items k.. greedily */
+        while (k < q->n) {
+            const simple_item *it = &q->items[k];
+            long c = 0;
+            while ((it->max == REP_INF || c < it->max) && m_one(m, it->atom, p, &adv)) p += adv, c++;
+            if (c < it->min) goto backtrack;
+            cnt[k] = c, end[k] = p;
+            k++;
+        }
+        if (!q->look) return (long)p;
+        {
+            int hit = m_one(m, q->look, p, &adv);
+            if (hit != q->look_neg) return (long)p;
+        }
+    backtrack:
+        /* give back one character from the last item that can */
+        for (;;) {
+            if (--k < 0) return -1;
+            const simple_item *it = &q->items[k];
+            if (!it->possessive && cnt[k] > it->min) {
+                cnt[k]--;
+                end[k] = prev_char(m, end[k]);
+                p = end[k];
+                k++;
+                break;
+            }
+        }
+        /* the items after k restart from p */
+    }
+}
+
 int uregex_find(const uregex *re, const char *s, size_t len, size_t from, size_t *ms, size_t *me,
                 um_err *err) {
     matcher m = {(const uint8_t *)s, len, 0, 0};
@@ -798,7 +889,7 @@ int uregex_find(const uregex *re, const char *s, size_t len, size_t from, size_t
                 if (pos >= len) continue;
                 if (b < 0x80 ? !((f->ascii[b >> 5] >> (b & 31)) & 1) : !f->nonascii) continue;
             }
-            long e = m_node(&m, re->alts[i], pos, NULL);
+            long e = re->simple[i] ? m_simple(&m, re->simple[i], pos) : m_node(&m, re->alts[i], pos, NULL);
             if (m.overflow)
                 return um_err_set(err, UM_ERR_RESOURCE, "regex: backtracking depth limit exceeded at byte %zu",
                                   pos);
