@@ -81,12 +81,6 @@ static void frame_serialize(ws_session *s, ws_frame *f) {
     f->gen = NULL;
 }
 
-static ws_frame *first_unwritten(ws_session *s) {
-    ws_frame *f = s->cursor;
-    while (f && f->buf) f = f->next;
-    return f;
-}
-
 static void request_write(ws_session *s) {
     if (s->conn && s->cursor) lws_callback_on_writable(s->conn->wsi);
 }
@@ -301,30 +295,6 @@ void session_push(ws_session *s, json_t *obj) {
     request_write(s);
 }
 
-void session_push_next(ws_session *s, json_t *obj) {
-    if (s->overflowed) {
-        json_decref(obj);
-        return;
-    }
-    ws_frame *at = first_unwritten(s);
-    if (!at) {
-        session_push(s, obj);
-        return;
-    }
-    ws_frame *f = frame_new(obj, 0);
-    /* insert before `at` */
-    ws_frame *prev = NULL;
-    for (ws_frame *p = s->head; p != at; p = p->next) prev = p;
-    f->next = at;
-    if (prev) prev->next = f;
-    else s->head = f;
-    if (s->cursor == at) s->cursor = f;
-    s->bytes += f->cost;
-    s->n_frames++;
-    trim(s);
-    request_write(s);
-}
-
 int session_write_next(ws_session *s) {
     ws_conn *c = s->conn;
     ws_frame *f = s->cursor;
@@ -365,7 +335,7 @@ int session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e) {
     while (f && f->buf && f->seq <= last_seq) f = f->next;
     s->cursor = f;
     int n = 0;
-    for (; f && f->buf; f = f->next) n++;
+    for (; f; f = f->next) n++;
     return n;
 }
 

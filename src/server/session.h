@@ -46,6 +46,7 @@ typedef struct ws_conn {
     size_t          rx_len, rx_cap;
     int             rx_binary;
     int             rx_in_msg;     /* inside a (possibly fragmented) message */
+    int             kicked;        /* its session moved to another connection: close with 4001 */
     struct ws_conn *next, *prev;   /* ws_state.conns */
 } ws_conn;
 
@@ -118,15 +119,14 @@ void session_detach(ws_session *s);
 
 /* Queue a session-level event (steals obj). */
 void session_push(ws_session *s, json_t *obj);
-/* Queue an event ahead of every not-yet-written frame (it gets the next seq). Steals obj. */
-void session_push_next(ws_session *s, json_t *obj);
 /* Write the next frame (one lws_write). Returns -1 to close the connection. */
 int  session_write_next(ws_session *s);
 /* Client acknowledged everything <= seq. */
 void session_ack(ws_session *s, uint64_t seq);
-/* Rewind the cursor for a replay of everything after last_seq. Returns the number of frames that
- * will be replayed, or -1 (api_error filled) when last_seq is ahead of what was sent. *gap = 1
- * when frames after last_seq were already released (replay starts at floor + 1). */
+/* Rewind the cursor for a replay of everything after last_seq. Returns the number of frames the
+ * client missed (written-but-lost and never written, all queued now), or -1 (api_error filled)
+ * when last_seq is ahead of what was sent. *gap = 1 when frames after last_seq were already
+ * released (replay starts at floor + 1). */
 int  session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e);
 
 /* Generations */

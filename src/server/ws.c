@@ -177,15 +177,13 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
                        (unsigned long long)(old->next_seq - 1));
             return;
         }
-        if (old->conn) { /* a half-dead earlier connection: this one takes over */
+        if (old->conn) { /* a half-dead earlier connection: this one takes over; it closes with 4001 */
             ws_conn *oc = old->conn;
-            static const char reason[] = "session resumed on another connection";
-            lws_close_reason(oc->wsi, (enum lws_close_status)WS_CLOSE_REPLACED, (unsigned char *)reason,
-                             sizeof reason - 1);
-            lws_set_timeout(oc->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+            oc->kicked = 1;
             oc->sess = NULL;
             old->conn = NULL;
             old->detached_ns = 0;
+            lws_callback_on_writable(oc->wsi);
         }
         session_destroy(cur); /* the connection's fresh session (nothing of value in it) */
         session_attach(old, c);
@@ -194,7 +192,7 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
     int gap = 0;
     int n = session_rewind(old, m->seq, &gap, &e);
     if (n < 0) {
-        session_push_next(old, api_ev_error(&e, m->event_id, NULL));
+        session_push(old, api_ev_error(&e, m->event_id, NULL));
         return;
     }
     if (gap) {
@@ -203,7 +201,7 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
                       "events %llu..%llu were released before they were acknowledged (buffer limit); replay starts at "
                       "%llu",
                       (unsigned long long)m->seq + 1, (unsigned long long)old->floor, (unsigned long long)old->floor + 1);
-        session_push_next(old, api_ev_error(&ge, m->event_id, NULL));
+        session_push(old, api_ev_error(&ge, m->event_id, NULL));
     }
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string("session.resumed"));
@@ -214,7 +212,7 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
     json_t *ids = json_array();
     for (ws_gen *g = old->gens; g; g = g->next) json_array_append_new(ids, json_string(g->id));
     json_object_set_new(o, "running", ids);
-    session_push_next(old, o);
+    session_push(old, o);
     log_debug("session %.8s…: resumed after seq %llu, %d events replayed", old->token, (unsigned long long)m->seq, n);
 }
 
@@ -317,6 +315,12 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
         return 0;
     }
     case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (c->kicked) {
+            static const char reason_txt[] = "session resumed on another connection";
+            lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_REPLACED, (unsigned char *)reason_txt,
+                             sizeof reason_txt - 1);
+            return -1;
+        }
         if (!c->sess) return 0;
         return session_write_next(c->sess);
     case LWS_CALLBACK_CLOSED:

@@ -1,0 +1,191 @@
+// harness.mjs — shared helpers for the protocol and browser tests: make a tiny checkpoint, start the
+// real `unmask serve` on 127.0.0.1 with a free port (--port 0, port read from its "listening on"
+// line, readiness from GET /health), always stop it, and a WebSocket client that records every
+// server event and lets a test await the next one matching a predicate (no sleeps).
+
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import path from 'node:path';
+import WebSocket from 'ws';
+
+export const BIN = process.env.UNMASK_BIN;
+export const SRC = process.env.UNMASK_SOURCE_DIR;
+export const TMP = process.env.UNMASK_TEST_TMP;
+if (!BIN || !SRC || !TMP) throw new Error('UNMASK_BIN, UNMASK_SOURCE_DIR and UNMASK_TEST_TMP must be set (run through ctest)');
+
+// A tiny checkpoint (with the built-in tokenizer) private to the calling test file.
+export function tinyModel(name) {
+  const dir = path.join(TMP, `model-${name}`);
+  if (!fs.existsSync(path.join(dir, 'model.safetensors'))) {
+    fs.rmSync(dir, { recursive: true, force: true });
+    const r = spawnSync(BIN, ['make-model', '--out', dir, '--preset', 'tiny', '--quiet'], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`make-model failed: ${r.stderr}`);
+  }
+  return dir;
+}
+
+export function httpGet(url, opts = {}) {
+  const mod = url.startsWith('https:') ? https : http;
+  return new Promise((resolve, reject) => {
+    const req = mod.get(url, { ...opts, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.setTimeout(10000, () => req.destroy(new Error(`GET ${url} timed out`)));
+  });
+}
+
+// Start `unmask serve`. Resolves once GET /health says 200. extra: more CLI flags.
+export async function startServer({ model, extra = [], tls = null, name = 'srv' } = {}) {
+  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
+    '--threads', '2', ...extra];
+  if (tls) args.push('--tls-cert', tls.cert, '--tls-key', tls.key);
+  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  proc.stderr.setEncoding('utf8');
+  proc.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const port = await new Promise((resolve, reject) => {
+    proc.stdout.setEncoding('utf8');
+    proc.stdout.on('data', (d) => {
+      stdout += d;
+      const m = stdout.match(/listening on (https?):\/\/127\.0\.0\.1:(\d+)\//);
+      if (m) resolve(Number(m[2]));
+    });
+    exited.then(({ code, signal }) => reject(new Error(`${name}: server exited early (${code ?? signal}): ${stderr}`)));
+  });
+  const scheme = tls ? 'https' : 'http';
+  const base = `${scheme}://127.0.0.1:${port}`;
+  const getOpts = tls ? { ca: fs.readFileSync(tls.ca) } : {};
+  // readiness: /health turns 200 once the model is loaded (503 before)
+  for (let i = 0; ; i++) {
+    const r = await httpGet(`${base}/health`, getOpts).catch(() => null);
+    if (r && r.status === 200) break;
+    if (i > 600) throw new Error(`${name}: /health never became ready: ${stderr}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  const srv = {
+    proc, port, base, exited,
+    wsUrl: `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}/ws`,
+    get stderr() { return stderr; },
+    get: (p) => httpGet(`${base}${p}`, getOpts),
+    async stats() {
+      return JSON.parse((await httpGet(`${base}/stats`, getOpts)).body);
+    },
+    // SIGTERM, then SIGKILL if it does not stop within 10 s. Resolves with {code, signal}.
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return exited;
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
+      const r = await exited;
+      clearTimeout(t);
+      return r;
+    },
+  };
+  return srv;
+}
+
+// A recording WebSocket client. msgs: every parsed server event in arrival order.
+export class Client {
+  constructor(url, opts = {}) {
+    this.ws = new WebSocket(url, opts);
+    this.msgs = [];
+    this.waiters = [];
+    this.closed = null;
+    this.opened = new Promise((resolve, reject) => {
+      this.ws.once('open', resolve);
+      this.ws.once('error', reject);
+    });
+    this.closedP = new Promise((resolve) => {
+      this.ws.on('close', (code, reason) => {
+        this.closed = { code, reason: reason.toString() };
+        for (const w of this.waiters.splice(0)) w.reject(new Error(`socket closed (${code} ${reason}) while waiting for ${w.what}`));
+        resolve(this.closed);
+      });
+    });
+    this.ws.on('error', () => {});
+    this.ws.on('message', (data, isBinary) => {
+      const m = JSON.parse(isBinary ? data : data.toString());
+      this.msgs.push(m);
+      for (const w of this.waiters.slice()) {
+        if (w.pred(m)) {
+          this.waiters.splice(this.waiters.indexOf(w), 1);
+          w.resolve(m);
+        }
+      }
+    });
+  }
+
+  send(obj) {
+    this.ws.send(typeof obj === 'string' ? obj : JSON.stringify(obj));
+  }
+
+  // Resolve with the first message (already received or future) matching pred.
+  wait(pred, what = 'a message', timeoutMs = 60000) {
+    const have = this.msgs.find(pred);
+    if (have) return Promise.resolve(have);
+    if (this.closed) return Promise.reject(new Error(`socket closed before ${what}`));
+    return new Promise((resolve, reject) => {
+      const w = { pred, what, resolve, reject };
+      this.waiters.push(w);
+      setTimeout(() => {
+        const i = this.waiters.indexOf(w);
+        if (i >= 0) {
+          this.waiters.splice(i, 1);
+          reject(new Error(`timed out waiting for ${what}; got ${this.msgs.length} messages, last: ${JSON.stringify(this.msgs.at(-1))?.slice(0, 300)}`));
+        }
+      }, timeoutMs);
+    });
+  }
+
+  session() {
+    return this.wait((m) => m.type === 'session.created', 'session.created');
+  }
+
+  done(id) {
+    return this.wait((m) => m.type === 'done' && m.id === id, `done of ${id}`);
+  }
+
+  of(id) {
+    return this.msgs.filter((m) => m.id === id);
+  }
+
+  close() {
+    this.ws.close();
+    return this.closedP;
+  }
+}
+
+// Every event of a generation is well-formed: accepted first, done last, block texts concatenate
+// to done.text, blocks in order. Returns the done event.
+export function checkGeneration(assert, msgs, id) {
+  const ev = msgs.filter((m) => m.id === id);
+  assert.ok(ev.length >= 2, `${id}: has events`);
+  assert.equal(ev[0].type, 'accepted', `${id}: accepted comes first`);
+  const done = ev.at(-1);
+  assert.equal(done.type, 'done', `${id}: done comes last`);
+  assert.equal(ev.filter((m) => m.type === 'done').length, 1, `${id}: exactly one done`);
+  const blocks = ev.filter((m) => m.type === 'block');
+  blocks.forEach((b, i) => assert.equal(b.block, i, `${id}: blocks in order`));
+  if (done.finish_reason === 'stop' || done.finish_reason === 'length')
+    assert.equal(blocks.map((b) => b.text).join(''), done.text, `${id}: block texts concatenate to the done text`);
+  return done;
+}
+
+// seq numbers of a list of messages are 1..n (or from..) without gaps or duplicates.
+export function checkSeqContiguous(assert, msgs, from = 1) {
+  msgs.forEach((m, i) => assert.equal(m.seq, from + i, `seq ${from + i} expected, got ${m.seq} (${m.type})`));
+}
+
+export function makeDevCerts(dir) {
+  fs.rmSync(dir, { recursive: true, force: true });
+  const r = spawnSync('bash', [path.join(SRC, 'certs', 'make-dev-certs.sh'), dir], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`make-dev-certs.sh failed: ${r.stderr}`);
+  return { cert: path.join(dir, 'server.pem'), key: path.join(dir, 'server.key'), ca: path.join(dir, 'ca.pem') };
+}

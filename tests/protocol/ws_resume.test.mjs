@@ -1,0 +1,191 @@
+// ws_resume.test.mjs — persistent sessions: after a forced disconnect, session.resume replays
+// exactly the missed events (seq continuity, no gaps, no duplicates) and the generation continues
+// live; a generation that finished while the client was away is replayed too; acks release the
+// replay buffer; forged tokens and impossible last_seq values are refused; an expired session's
+// generations are cancelled (they stop using compute).
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel } from './harness.mjs';
+
+// Resume `token` after `last` on a new connection; resolves with the client once session.resumed
+// arrived.
+async function resume(srv, token, last, eventId = 'r1') {
+  const c = new Client(srv.wsUrl);
+  const fresh = await c.session();
+  assert.notEqual(fresh.session, token);
+  c.send({ type: 'session.resume', event_id: eventId, session: token, last_seq: last });
+  return c;
+}
+
+// Messages of the resumed session on connection c (everything after its own session.created).
+const resumedPart = (c) => c.msgs.slice(1);
+
+describe('session resume', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: tinyModel('ws-resume'), extra: ['--session-retention', '30'] });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('a forced disconnect mid-generation: the missed events come back exactly once, then live', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'g', prompt_ids: [3, 4, 5], gen_length: 48, block_length: 16, steps: 48, stream: { drafts: true } });
+    await a.wait((m) => m.type === 'step' && m.id === 'g' && m.step >= 3, 'some steps');
+    a.ws.terminate(); // TCP drop, no close frame: events in flight are lost to this client
+    await a.closedP;
+    const before = a.msgs.slice();
+    const last = before.at(-1).seq;
+    checkSeqContiguous(assert, before);
+
+    const b = await resume(srv, s.session, last);
+    await b.done('g');
+    const resumed = await b.wait((m) => m.type === 'session.resumed');
+    assert.equal(resumed.session, s.session);
+    assert.equal(resumed.last_seq, last);
+    assert.equal(resumed.event_id, 'r1');
+    const after = resumedPart(b);
+    // continuity: last+1, last+2, ... with the replayed events first, then session.resumed, then live
+    checkSeqContiguous(assert, after, last + 1);
+    assert.equal(after.filter((m) => m.type === 'session.resumed').length, 1);
+    const replayed = after.slice(0, after.indexOf(resumed));
+    assert.equal(replayed.length, resumed.replayed);
+    // the union is one complete, well-formed generation
+    const all = [...before, ...after];
+    checkSeqContiguous(assert, all);
+    const done = checkGeneration(assert, all.filter((m) => m.type !== 'session.resumed'), 'g');
+    const committed = all.filter((m) => m.type === 'step' && m.id === 'g').flatMap((m) => m.commits.map((x) => x.index));
+    assert.equal(new Set(committed).size, 48, 'every position committed once over the whole stream');
+    assert.equal(committed.length, 48);
+    assert.equal(done.finish_reason === 'length' || done.finish_reason === 'stop', true);
+    await b.close();
+  });
+
+  test('a generation that finished while disconnected is replayed on resume', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'h', prompt_ids: [9, 9], gen_length: 32, block_length: 8, steps: 32 });
+    await a.wait((m) => m.type === 'step' && m.id === 'h');
+    const finishedBefore = (await srv.stats()).scheduler.finished;
+    a.ws.terminate();
+    await a.closedP;
+    const last = a.msgs.at(-1).seq;
+    // wait (by polling the server's counters, not by sleeping) until it finished server-side
+    for (;;) {
+      const st = await srv.stats();
+      if (st.scheduler.finished > finishedBefore && st.scheduler.active === 0) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const b = await resume(srv, s.session, last);
+    const resumed = await b.wait((m) => m.type === 'session.resumed');
+    const after = resumedPart(b);
+    checkSeqContiguous(assert, after, last + 1);
+    const replayedDone = after.findIndex((m) => m.type === 'done' && m.id === 'h');
+    assert.ok(replayedDone >= 0 && replayedDone < after.indexOf(resumed), 'done is among the replayed events');
+    checkGeneration(assert, [...a.msgs, ...after].filter((m) => m.type !== 'session.resumed'), 'h');
+    assert.deepEqual(resumed.running, []);
+    await b.close();
+  });
+
+  test('resume after an ack: acknowledged events are released, the rest replayed', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'k', prompt_ids: [1], gen_length: 16, block_length: 8, steps: 16 });
+    await a.done('k');
+    const ackAt = a.msgs[Math.floor(a.msgs.length / 2)].seq;
+    a.send({ type: 'ack', seq: ackAt });
+    a.send({ type: 'ping', event_id: 'p' }); // the pong proves the ack was processed first
+    await a.wait((m) => m.type === 'pong');
+    a.ws.terminate();
+    await a.closedP;
+    // resuming below the ack point: those events are gone, the server says so
+    const b = await resume(srv, s.session, ackAt - 2, 'r-gap');
+    const resumed = await b.wait((m) => m.type === 'session.resumed');
+    assert.ok(resumed.replayed > 0);
+    const after = resumedPart(b);
+    checkSeqContiguous(assert, after, ackAt + 1);
+    await b.close();
+  });
+
+  test('forged token, impossible last_seq, resume after own generations', async () => {
+    const c = new Client(srv.wsUrl);
+    const s = await c.session();
+    c.send({ type: 'session.resume', event_id: 'f1', session: 'ab'.repeat(32), last_seq: 0 });
+    const e1 = await c.wait((m) => m.type === 'error' && m.event_id === 'f1');
+    assert.equal(e1.error.code, 'unknown_session');
+    c.send({ type: 'session.resume', event_id: 'f2', session: 'short', last_seq: 0 });
+    const e2 = await c.wait((m) => m.type === 'error' && m.event_id === 'f2');
+    assert.equal(e2.error.code, 'invalid_request');
+    assert.equal(e2.error.param, 'session');
+    // our own session, but a last_seq from the future
+    c.send({ type: 'session.resume', event_id: 'f3', session: s.session, last_seq: 1e9 });
+    const e3 = await c.wait((m) => m.type === 'error' && m.event_id === 'f3');
+    assert.equal(e3.error.param, 'last_seq');
+    // the connection still works
+    c.send({ type: 'ping', event_id: 'p1' });
+    await c.wait((m) => m.type === 'pong' && m.event_id === 'p1');
+    checkSeqContiguous(assert, c.msgs);
+    // another session's token while this connection runs generations of its own: refused
+    const other = new Client(srv.wsUrl);
+    const os = await other.session();
+    c.send({ type: 'generate', id: 'mine', prompt_ids: [1], gen_length: 64, block_length: 64, steps: 64 });
+    await c.wait((m) => m.type === 'accepted' && m.id === 'mine');
+    c.send({ type: 'session.resume', event_id: 'f4', session: os.session, last_seq: 1 });
+    const e4 = await c.wait((m) => m.type === 'error' && m.event_id === 'f4');
+    assert.equal(e4.error.code, 'resume_not_allowed');
+    await c.done('mine');
+    await c.close();
+    await other.close();
+  });
+
+  test('a second connection resuming a live session takes it over (the old socket is closed)', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 't', prompt_ids: [1, 2], gen_length: 64, block_length: 16, steps: 64 });
+    await a.wait((m) => m.type === 'step' && m.id === 't');
+    const last = a.msgs.at(-1).seq;
+    const b = await resume(srv, s.session, last);
+    const closed = await a.closedP;
+    assert.equal(closed.code, 4001);
+    await b.done('t');
+    // a may have received more events before it was closed: b's stream still starts at last+1
+    checkSeqContiguous(assert, resumedPart(b), last + 1);
+    await b.close();
+  });
+});
+
+describe('session retention', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: tinyModel('ws-resume'), extra: ['--session-retention', '0.3'], name: 'short-retention' });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('an expired session cancels its generations and can no longer be resumed', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'x', prompt_ids: [1], gen_length: 960, block_length: 960, steps: 960 });
+    await a.wait((m) => m.type === 'step' && m.id === 'x');
+    const cancelledBefore = (await srv.stats()).scheduler.cancelled;
+    a.ws.terminate();
+    for (;;) { // retention 0.3 s: the generation is cancelled well before its 960 steps
+      const st = await srv.stats();
+      if (st.scheduler.cancelled > cancelledBefore && st.connections.sessions === 0) {
+        assert.equal(st.scheduler.active, 0, 'no compute is spent on it any more');
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const b = new Client(srv.wsUrl);
+    await b.session();
+    b.send({ type: 'session.resume', event_id: 'late', session: s.session, last_seq: 3 });
+    const e = await b.wait((m) => m.type === 'error' && m.event_id === 'late');
+    assert.equal(e.error.code, 'unknown_session');
+    await b.close();
+  });
+});
