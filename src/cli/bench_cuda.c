@@ -23,6 +23,16 @@
 #include "util/rng.h"
 #include "util/timeutil.h"
 
+/* FLOPs of one step: every canvas token through every layer, the LM head for the B block rows of
+ * each sequence, attention 4 L^2 (heads x head_dim) per sequence and layer. */
+static double step_tflop(const model_config *c, int batch, int len, int block) {
+    double d = c->d_model, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    double per_layer = d * qd + 2.0 * d * kvd + qd * d + 3.0 * d * c->ffn_hidden;
+    double mm = 2.0 * per_layer * c->n_layers * (double)len * batch + 2.0 * d * c->n_embd_rows * (double)block * batch;
+    double att = 4.0 * (double)len * len * qd * c->n_layers * batch;
+    return (mm + att) * 1e-12;
+}
+
 static int fwd_dev(void *user, const fwd_batch *b, const void **logits, um_err *err) {
     return model_forward_dev(user, b, logits, err);
 }
@@ -214,8 +224,8 @@ int bench_cuda(int argc, char **argv) {
            bw * 1e-9, floor_ms);
     printf("decoder %s, gen %d, block %d, prompt %d, steps %d, temperature 0, %s\n\n", decode_decoder_name(dec), gen,
            block, prompt, steps, graph ? "CUDA graph" : "direct launches");
-    printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | floor ms/step | floor/actual | GPU mem GiB |\n");
-    printf("|------:|-------:|------:|--------:|---------:|--------:|--------------:|-------------:|------------:|\n");
+    printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | TFLOP/s | HBM floor ms/step | floor/actual | GPU mem GiB |\n");
+    printf("|------:|-------:|------:|--------:|---------:|--------:|--------:|------------------:|-------------:|------------:|\n");
     for (int i = 0; i < nb && rc == 0; i++) {
         cuda_row row;
         if (run_batch(be, &ctx, &m, batches[i], prompt, gen, block, steps, dec, threshold, graph, 1000u + (uint64_t)i,
@@ -225,10 +235,11 @@ int bench_cuda(int argc, char **argv) {
             break;
         }
         const double ms = row.steps ? row.wall_s * 1e3 / row.steps : 0.0;
-        printf("| %5d | %6d | %5d | %7.3f | %8.1f | %7.1f | %13.3f | %11.1f%% | %11.2f |\n", row.batch, row.canvas,
-               row.steps, ms, row.wall_s > 0 ? (double)row.tokens / row.wall_s : 0.0,
-               row.wall_s > 0 ? row.steps / row.wall_s : 0.0, floor_ms, ms > 0 ? 100.0 * floor_ms / ms : 0.0,
-               row.mem_gib);
+        const double tf = step_tflop(c, row.batch, row.canvas, block);
+        printf("| %5d | %6d | %5d | %7.3f | %8.1f | %7.1f | %7.1f | %17.3f | %11.1f%% | %11.2f |\n", row.batch,
+               row.canvas, row.steps, ms, row.wall_s > 0 ? (double)row.tokens / row.wall_s : 0.0,
+               row.wall_s > 0 ? row.steps / row.wall_s : 0.0, ms > 0 ? tf / (ms * 1e-3) : 0.0, floor_ms,
+               ms > 0 ? 100.0 * floor_ms / ms : 0.0, row.mem_gib);
         fflush(stdout);
     }
 out:

@@ -102,7 +102,10 @@ static cuda_chunk *arena_take(cuda_arena *a, size_t bytes, size_t *off) {
     cuda_chunk *c = &a->chunks[a->cur];
     if (c->used + bytes > c->cap) {
         int next = (a->cur + 1) % a->n;
-        if (a->ring && next != a->cur && a->chunks[next].cap >= bytes) {
+        /* reusable: big enough, and either empty or fenced (an unfenced chunk holds arrays of the
+         * op being staged right now, not yet launched) */
+        if (a->ring && next != a->cur && a->chunks[next].cap >= bytes &&
+            (a->chunks[next].recorded || a->chunks[next].used == 0)) {
             cuda_chunk *nc = &a->chunks[next];
             if (nc->recorded) CUDA_CHECK(cudaEventSynchronize(nc->last_use));
             nc->used = 0;

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# run-checks.sh — run ON THE GPU MACHINE (an H100/H200 lent through the device `run` tool, with
+# carry: [".deps"] prepared here by scripts/gpu/prepare-deps.sh). One command does everything:
+#     bash scripts/gpu/run-checks.sh            (= all)
+# or one stage per call: build | parity | sanitize | bench | all.
+#   build     configure CMake against .deps (pkg-config sysroot, OpenSSL root, LD_LIBRARY_PATH) and
+#             build unmask, gpu_parity and the unit tests into build-gpu/ (kept between calls on a warm
+#             machine); run the C unit tests (CPU numerics + the CUDA init test with a real device)
+#   parity    tests/gpu/gpu_parity: every op, attention variant, the sampling / decoder kernels and a
+#             whole forward on CUDA vs the CPU backend on make-model bf16 checkpoints, temperature-0
+#             decodes (graph vs direct, teacher-forced vs CPU, free-running)
+#   sanitize  compute-sanitizer memcheck (and racecheck) on gpu_parity --quick
+#   bench     unmask bench --device cuda:0 on an 8B-shaped bf16 model (make-model --preset 8b, in
+#             /tmp, reused while the machine stays warm) at batch 1/8/32, gen 256, block 32:
+#             ms/step, tokens/s, HBM floor
+# Logs go to $OUT (the run tool brings them back) or build-gpu/logs/. Exit status != 0 if any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+STAGE=${1:-all}
+DEPS=$ROOT/.deps
+ARCH=x86_64-linux-gnu
+BUILD=$ROOT/build-gpu
+LOGS=${OUT:-$BUILD/logs}
+MODEL8B=${UNMASK_8B_DIR:-/tmp/unmask-8b}
+mkdir -p "$LOGS"
+fail=0
+
+if [ ! -d "$DEPS/usr/lib/$ARCH" ]; then
+  echo "run-checks: $DEPS missing: run scripts/gpu/prepare-deps.sh on the dev machine and carry .deps"
+  exit 1
+fi
+export PATH="$DEPS/usr/bin:/usr/local/cuda/bin:$PATH"
+export LD_LIBRARY_PATH="$DEPS/usr/lib/$ARCH:$DEPS/usr/lib/$ARCH/openblas-pthread:${LD_LIBRARY_PATH:-}"
+export PKG_CONFIG_LIBDIR="$DEPS/usr/lib/$ARCH/pkgconfig:$DEPS/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$DEPS"
+export CMAKE_PREFIX_PATH="$DEPS/usr"
+export UNMASK_TEST_TMP=/tmp/unmask-gpu-tmp
+mkdir -p "$UNMASK_TEST_TMP"
+
+stage() { echo; echo "==================== $* ===================="; }
+
+do_build() {
+  stage "build ($(nvcc --version | tail -1))"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  if ! cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPKG_CONFIG_EXECUTABLE="$DEPS/usr/bin/pkgconf" \
+        -DOPENSSL_ROOT_DIR="$DEPS/usr" -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$LOGS/configure.log" 2>&1; then
+    tail -30 "$LOGS/configure.log"; echo "run-checks: configure FAILED"; return 1
+  fi
+  grep -E "unmask:" "$LOGS/configure.log"
+  if ! cmake --build "$BUILD" -j"$(nproc)" >"$LOGS/build.log" 2>&1; then
+    grep -E "error|Error" "$LOGS/build.log" | head -30; echo "run-checks: build FAILED"; return 1
+  fi
+  echo "build ok"
+  stage "unit tests (C)"
+  (cd "$BUILD" && ctest -R "^unit/" --output-on-failure -j8 >"$LOGS/unit.log" 2>&1)
+  local rc=$?
+  tail -4 "$LOGS/unit.log"
+  return $rc
+}
+
+do_parity() {
+  stage "gpu_parity"
+  "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP" 2>&1 | tee "$LOGS/parity.log" | grep -E "FAIL|gpu_parity|argmax|decode|teacher|free-running"
+  return "${PIPESTATUS[0]}"
+}
+
+do_sanitize() {
+  stage "compute-sanitizer memcheck + racecheck (gpu_parity --quick)"
+  local rc=0
+  compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP" \
+    >"$LOGS/memcheck.log" 2>&1 || rc=$?
+  grep -E "ERROR SUMMARY|gpu_parity:" "$LOGS/memcheck.log" | tail -3
+  compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$BUILD/gpu_parity" --quick \
+    --tmp "$UNMASK_TEST_TMP" >"$LOGS/racecheck.log" 2>&1 || rc=$((rc ? rc : $?))
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|gpu_parity:" "$LOGS/racecheck.log" | tail -3
+  [ $rc -eq 0 ] && echo "sanitizers clean" || echo "run-checks: sanitizer reported errors (see memcheck.log / racecheck.log)"
+  return $rc
+}
+
+do_bench() {
+  stage "bench: 8B-shaped bf16 model, batch 1/8/32, gen 256, block 32"
+  if [ ! -f "$MODEL8B/config.json" ]; then
+    echo "writing $MODEL8B (make-model --preset 8b, ~16 GB)"
+    "$BUILD/unmask" make-model --out "$MODEL8B" --preset 8b --quiet || return 1
+  fi
+  "$BUILD/unmask" bench --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --gen 256 --block 32 2>&1 |
+    tee "$LOGS/bench.log"
+  return "${PIPESTATUS[0]}"
+}
+
+run() { "$@" || { echo "run-checks: stage $1 FAILED"; fail=1; }; }
+case "$STAGE" in
+  build) run do_build ;;
+  parity) run do_parity ;;
+  sanitize) run do_sanitize ;;
+  bench) run do_bench ;;
+  all)
+    if do_build; then run do_parity; run do_sanitize; run do_bench; else fail=1; fi ;;
+  *) echo "usage: run-checks.sh [all|build|parity|sanitize|bench]"; exit 2 ;;
+esac
+echo
+[ $fail -eq 0 ] && echo "run-checks: ALL OK ($STAGE)" || echo "run-checks: FAILURES ($STAGE)"
+exit $fail
