@@ -777,8 +777,15 @@ static void finish_as(api_track *t, const char *reason) {
 }
 
 int api_track_event(api_track *t, const json_t *ev) {
-    if (t->done) return TRACK_DONE;
     const char *type = json_string_value(json_object_get(ev, "type"));
+    if (t->done) {
+        /* finished early by a stop string: the cancelled sequence's DONE still brings the usage */
+        if (type && strcmp(type, "done") == 0 && !t->usage) {
+            t->usage = json_incref(json_object_get(ev, "usage"));
+            t->timings = json_incref(json_object_get(ev, "timings"));
+        }
+        return TRACK_DONE;
+    }
     if (!type) return 0;
     int flags = 0;
     size_t before = t->len;

@@ -205,6 +205,8 @@ static void test_tracker(void) {
     json_decref(ev);
     TEST_CHECK(strcmp(api_track_finish(t), "stop") == 0 && strcmp(api_track_text(t, &tl), "abc") == 0,
                "later cancelled DONE ignored");
+    TEST_CHECK(api_track_usage(t) && json_integer_value(json_object_get(api_track_usage(t), "completion_tokens")) == 3,
+               "but its usage is kept");
     api_track_free(t);
 
     /* UTF-8: the holdback never splits a character */
