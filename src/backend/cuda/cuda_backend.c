@@ -355,7 +355,9 @@ static void cuda_act_to_host(backend *be, const void *src, size_t n, float *dst)
         const size_t cnt = n - off < per ? n - off : per;
         CUDA_CHECK(cudaMemcpyAsync(b, (const uint16_t *)src + off, cnt * 2, cudaMemcpyDeviceToHost, ci->stream));
         CUDA_CHECK(cudaStreamSynchronize(ci->stream));
-        for (size_t i = 0; i < cnt; i++) dst[off + i] = bf16_to_f32(b[i]);
+        float *d = dst + off;
+#pragma omp parallel for simd schedule(static) if (cnt >= (1u << 20))
+        for (size_t i = 0; i < cnt; i++) d[i] = bf16_to_f32(b[i]);
     }
 }
 
