@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libwebsockets.h>
 #include <openssl/rand.h>
@@ -91,6 +92,8 @@ static struct {
     api_limits     lim;
     char           served_name[256];
     double         shutdown_grace;
+    int            secret_set;         /* a webhook secret was configured */
+    long           created;            /* unix time the server was configured (models' "created") */
     job_store     *jobs;
     webhook_sender *wh;
     server        *srv;                /* captured from the first request (service thread) */
@@ -216,7 +219,8 @@ int http_api_configure(const server_config *cfg, um_err *err) {
     G.jobs = job_store_new(&jo);
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = wh_attempts, .base_delay_s = wh_base, .timeout_s = 5};
     G.wh = webhook_sender_new(&wc);
-    if (!secret) log_warn("job webhooks are signed with an empty key: set --webhook-secret or $UNMASK_WEBHOOK_SECRET");
+    G.secret_set = secret && secret[0];
+    G.created = (long)time(NULL);
     metrics_reset();
     metrics_gauge_register("queue_depth", "Generation requests waiting for admission.", gauge_sched, (void *)(intptr_t)0);
     metrics_gauge_register("active_sequences", "Sequences being denoised now.", gauge_sched, (void *)(intptr_t)1);
@@ -558,7 +562,7 @@ static int h_infill(http_conn *c, const http_req *rq) { return handle_generation
 static json_t *model_object(const server *s) {
     const model *m = server_model((server *)s);
     json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", G.served_name, "object", "model", "created",
-                          (json_int_t)time(NULL), "owned_by", "unmask");
+                          (json_int_t)G.created, "owned_by", "unmask");
     if (m)
         json_object_set_new(o, "meta", json_pack("{s:i, s:i, s:i, s:b}", "context_length", m->cfg.max_seq, "vocab_size",
                                                  m->cfg.n_embd_rows, "block_causal", m->cfg.block_causal,
@@ -828,6 +832,7 @@ static int h_jobs_create(http_conn *c, const http_req *rq) {
         um_err ue = {0};
         if (!json_is_string(wh)) rc = oai_error_set(&e, 400, "invalid_type", "webhook", "webhook must be a string URL");
         else if (webhook_url_parse(json_string_value(wh), &u, &ue) != 0) rc = oai_error_from_um(&e, &ue);
+        else if (!G.secret_set) log_warn("job webhooks are signed with an empty key: set --webhook-secret or $UNMASK_WEBHOOK_SECRET");
     }
     if (rc != 0) {
         json_decref(o);
