@@ -311,11 +311,14 @@ typedef struct sym {
     int32_t prev, next;       /* -1 = none */
 } sym;
 
+/* A queued merge: (rank, position), smallest rank first, then leftmost. HF also stores the new
+ * id and skips entries whose current pair no longer merges into it; since a merged token's string
+ * is the concatenation of its pair's strings and vocabulary strings are unique, that new id is
+ * produced only by the same pair, i.e. the same rank, so "current pair has this rank" is the same
+ * test and the id need not be stored (8 bytes per entry: long words stay affordable). */
 typedef struct heap_ent {
     uint32_t rank;
     uint32_t pos;
-    int32_t  new_id;
-    int32_t  left, right;     /* the pair when pushed: if unchanged at pop, no lookup is needed */
 } heap_ent;
 
 static inline int heap_less(const heap_ent *a, const heap_ent *b) {
@@ -327,6 +330,8 @@ typedef struct heap {
     size_t n, cap;
 } heap;
 
+/* A 4-ary min-heap: half the depth of a binary heap, and a node's children share a cache line
+ * (what matters for words of millions of bytes). */
 static void heap_push(heap *h, heap_ent e) {
     if (h->n == h->cap) {
         h->cap = h->cap * 2;
@@ -334,7 +339,7 @@ static void heap_push(heap *h, heap_ent e) {
     }
     size_t i = h->n++;
     while (i > 0) {
-        size_t p = (i - 1) / 2;
+        size_t p = (i - 1) / 4;
         if (!heap_less(&e, &h->v[p])) break;
         h->v[i] = h->v[p];
         i = p;
@@ -347,13 +352,14 @@ static heap_ent heap_pop(heap *h) {
     heap_ent last = h->v[--h->n];
     size_t i = 0, n = h->n;
     for (;;) {
-        size_t l = 2 * i + 1, s = i;
-        const heap_ent *best = &last;
-        if (l < n && heap_less(&h->v[l], best)) s = l, best = &h->v[l];
-        if (l + 1 < n && heap_less(&h->v[l + 1], best)) s = l + 1;
-        if (s == i) break;
-        h->v[i] = h->v[s];
-        i = s;
+        size_t c = 4 * i + 1, best = i;
+        const heap_ent *bv = &last;
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (; c < end; c++)
+            if (heap_less(&h->v[c], bv)) best = c, bv = &h->v[c];
+        if (best == i) break;
+        h->v[i] = h->v[best];
+        i = best;
     }
     if (n) h->v[i] = last;
     return top;
@@ -376,9 +382,9 @@ static inline uint32_t pair_lookup(const bpe_model *b, pair_slot *pc, int32_t l,
 }
 
 static inline void try_push(const bpe_model *b, pair_slot *pc, heap *h, const sym *s, int32_t pos) {
-    int32_t l = s[pos].id, r = s[s[pos].next].id, id;
-    uint32_t rank = pair_lookup(b, pc, l, r, &id);
-    if (rank != UINT32_MAX) heap_push(h, (heap_ent){rank, (uint32_t)pos, id, l, r});
+    int32_t id;
+    uint32_t rank = pair_lookup(b, pc, s[pos].id, s[s[pos].next].id, &id);
+    if (rank != UINT32_MAX) heap_push(h, (heap_ent){rank, (uint32_t)pos});
 }
 
 #define STACK_SYMS 64
@@ -431,8 +437,7 @@ static void merge_word(const bpe_model *b, const char *w, size_t len, idvec *out
         const uint8_t *u = (const uint8_t *)w;
         for (size_t i = 0; i + 1 < n; i++) {
             const bpe_pair *bp = &b->byte_pairs[(size_t)u[i] << 8 | u[i + 1]];
-            if (bp->rank != UINT32_MAX)
-                heap_push(&h, (heap_ent){bp->rank, (uint32_t)i, bp->id, s[i].id, s[i + 1].id});
+            if (bp->rank != UINT32_MAX) heap_push(&h, (heap_ent){bp->rank, (uint32_t)i});
         }
     } else {
         for (size_t i = 0; i + 1 < n; i++) try_push(b, pc, &h, s, (int32_t)i);
@@ -441,14 +446,9 @@ static void merge_word(const bpe_model *b, const char *w, size_t len, idvec *out
         heap_ent top = heap_pop(&h);
         sym *cur = &s[top.pos];
         if (cur->id < 0 || cur->next < 0) continue;
-        int32_t nx = cur->next;
-        if (cur->id != top.left || s[nx].id != top.right) {
-            /* the pair changed since the push: HF keeps the entry if the new pair merges into the
-             * same token */
-            int32_t id;
-            if (pair_lookup(b, pc, cur->id, s[nx].id, &id) == UINT32_MAX || id != top.new_id) continue;
-        }
-        cur->id = top.new_id;
+        int32_t nx = cur->next, new_id;
+        if (pair_lookup(b, pc, cur->id, s[nx].id, &new_id) != top.rank) continue; /* expired entry */
+        cur->id = new_id;
         cur->next = s[nx].next;
         s[nx].id = -1;
         if (cur->next >= 0) s[cur->next].prev = (int32_t)top.pos;
