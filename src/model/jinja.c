@@ -582,7 +582,10 @@ typedef struct parser {
     size_t pos;
     um_err *err;
     int failed;
+    int depth;                /* expression / block nesting, bounded */
 } parser;
+
+#define PARSE_MAX_DEPTH 100
 
 static int perr(parser *p, enum um_err_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int perr(parser *p, enum um_err_code code, const char *fmt, ...) {
@@ -877,13 +880,18 @@ static expr *parse_primary(parser *p) {
 
 static expr *parse_unary(parser *p, int with_filter) {
     expr *node;
+    if (p->depth > PARSE_MAX_DEPTH) return perr(p, UM_ERR_UNSUPPORTED, "expression nested too deeply"), NULL;
     if (accept_op(p, "-")) {
         node = enew(p, E_NEG);
+        p->depth++;
         node->a = parse_unary(p, 0);
+        p->depth--;
         if (!node->a) return NULL;
     } else if (accept_op(p, "+")) {
         node = enew(p, E_POS);
+        p->depth++;
         node->a = parse_unary(p, 0);
+        p->depth--;
         if (!node->a) return NULL;
     } else {
         node = parse_primary(p);
@@ -984,8 +992,10 @@ static expr *parse_compare(parser *p) {
 
 static expr *parse_not(parser *p) {
     if (accept_name(p, "not")) {
+        if (++p->depth > PARSE_MAX_DEPTH) return perr(p, UM_ERR_UNSUPPORTED, "expression nested too deeply"), NULL;
         expr *e = enew(p, E_NOT);
         e->a = parse_not(p);
+        p->depth--;
         return e->a ? e : NULL;
     }
     return parse_compare(p);
@@ -1015,7 +1025,16 @@ static expr *parse_or(parser *p) {
     return l;
 }
 
+static expr *parse_expr_inner(parser *p);
+
 static expr *parse_expr(parser *p) {
+    if (++p->depth > PARSE_MAX_DEPTH) return perr(p, UM_ERR_UNSUPPORTED, "expression nested too deeply"), NULL;
+    expr *e = parse_expr_inner(p);
+    p->depth--;
+    return e;
+}
+
+static expr *parse_expr_inner(parser *p) {
     expr *l = parse_or(p);
     while (l && accept_name(p, "if")) {
         expr *e = enew(p, E_COND);
@@ -1141,7 +1160,16 @@ static int parse_set(parser *p, stmt *s) {
     return expect_block_end(p);
 }
 
+static int parse_body_inner(parser *p, block *b, const char *const *ends);
+
 static int parse_body(parser *p, block *b, const char *const *ends) {
+    if (++p->depth > PARSE_MAX_DEPTH) return perr(p, UM_ERR_UNSUPPORTED, "blocks nested too deeply");
+    int rc = parse_body_inner(p, b, ends);
+    p->depth--;
+    return rc;
+}
+
+static int parse_body_inner(parser *p, block *b, const char *const *ends) {
     for (;;) {
         if (p->failed) return -1;
         token *t = cur(p);
@@ -1226,7 +1254,7 @@ int jinja_compile(const char *src, size_t len, jinja_tmpl **out, um_err *err) {
     lexer lx = {&t->ar, norm, n, 0, 1, NULL, 0, 0, err};
     int rc = lex_all(&lx);
     if (rc == 0) {
-        parser ps = {&t->ar, lx.toks, 0, err, 0};
+        parser ps = {&t->ar, lx.toks, 0, err, 0, 0};
         rc = parse_body(&ps, &t->root, NULL);
         if (rc > 0) rc = 0;
     }

@@ -1,0 +1,144 @@
+/*
+ * test_chat_template.c — the chat-template interpreter where Python's Jinja2 (what transformers
+ * runs) and @huggingface/jinja disagree, so the node goldens cannot cover it: Python str() of
+ * booleans / None / lists / dicts / floats, Python % and //, str.strip(chars), string repetition,
+ * chained comparisons; plus errors (raise_exception, undefined attributes, type errors,
+ * unsupported syntax at compile time), limits, newline handling and the messages checks of
+ * chat_template_render.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/chat_template.h"
+#include "test.h"
+
+static json_t *g_messages;
+
+static void expect_render(const char *src, const char *want) {
+    chat_template *t;
+    um_err err = {0};
+    if (chat_template_load_string(src, "<s>", "</s>", &t, &err) != 0) {
+        TEST_CHECK(0, "compile '%s': %s", src, err.msg);
+        return;
+    }
+    char *out = NULL;
+    int rc = chat_template_render(t, g_messages, 1, &out, &err);
+    TEST_CHECK(rc == 0 && strcmp(out, want) == 0, "'%s' -> '%s' (%s), want '%s'", src, rc ? "" : out, rc ? err.msg : "",
+               want);
+    free(out);
+    chat_template_free(t);
+}
+
+static void expect_compile_error(const char *src, const char *needle) {
+    chat_template *t;
+    um_err err = {0};
+    int rc = chat_template_load_string(src, NULL, NULL, &t, &err);
+    TEST_CHECK(rc == -1 && strstr(err.msg, needle), "'%s' must not compile with '%s', got rc %d '%s'", src, needle, rc,
+               err.msg);
+    if (rc == 0) chat_template_free(t);
+}
+
+static void expect_render_error(const char *src, enum um_err_code code, const char *needle) {
+    chat_template *t;
+    um_err err = {0};
+    if (chat_template_load_string(src, NULL, NULL, &t, &err) != 0) {
+        TEST_CHECK(0, "compile '%s': %s", src, err.msg);
+        return;
+    }
+    char *out = NULL;
+    int rc = chat_template_render(t, g_messages, 0, &out, &err);
+    TEST_CHECK(rc == -1 && out == NULL && err.code == code && strstr(err.msg, needle),
+               "'%s' must fail (%s) with '%s', got rc %d '%s'", src, um_err_code_name(code), needle, rc, err.msg);
+    free(out);
+    chat_template_free(t);
+}
+
+int main(void) {
+    json_error_t je;
+    g_messages = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]",
+                            0, &je);
+
+    /* Python str() and operators */
+    expect_render("{{ true }} {{ false }} {{ none }}", "True False None");
+    expect_render("{{ [1, 'a', none, true] }}", "[1, 'a', None, True]");
+    expect_render("{{ {'k': 'v', 'n': 2} }}", "{'k': 'v', 'n': 2}");
+    expect_render("{{ \"it's\" }} {{ [\"it's\"] }}", "it's [\"it's\"]");
+    expect_render("{{ 1.0 }} {{ 2.5 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 10 / 4 }} {{ 1e-05 }}",
+                  "1.0 2.5 0.30000000000000004 1e+20 2.5 1e-05");
+    expect_render("{{ -7 % 3 }} {{ 7 % -3 }} {{ -7 // 2 }} {{ 2 ** 3 ** 2 }}", "2 -2 -4 64");
+    expect_render("{{ 'xxhixx'.strip('x') }}|{{ 'ab' * 3 }}|{{ 3 * 'c' }}", "hi|ababab|ccc");
+    expect_render("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' < 'b' }}", "True False True");
+    expect_render("{{ messages }}", "[{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'yo'}]");
+    expect_render("{{ [1, 5, 3] | max }} {{ [1, 5, 3] | min }} {{ [1, 2] | sum }} {{ [1, 2, 3] | select('odd') | list }}",
+                  "5 1 3 [1, 3]");
+    expect_render("{{ messages | rejectattr('role', 'eq', 'user') | map(attribute='content') | join }}", "yo");
+    expect_render("{{ 'a' ~ none ~ true }}", "aNoneTrue");
+    expect_render("{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}", "<s></s>True");
+    /* scoping: set inside a loop does not leak; namespace does */
+    expect_render("{% set x = 1 %}{% for m in messages %}{% set x = 2 %}{% endfor %}{{ x }}", "1");
+    expect_render("{% set ns = namespace(x=1) %}{% for m in messages %}{% set ns.x = ns.x + 1 %}{% endfor %}{{ ns.x }}",
+                  "3");
+    /* newlines: one trailing newline dropped, CRLF normalized, trim_blocks / lstrip_blocks */
+    expect_render("abc\n", "abc");
+    expect_render("a\r\nb\rc", "a\nb\nc");
+    expect_render("x\n    {% if true %}\n    y\n    {% endif %}\nz", "x\n    y\nz");
+    expect_render("{% generation %}kept{% endgeneration %}", "kept");
+
+    /* errors */
+    expect_render_error("{{ raise_exception('Only user and assistant roles are supported!') }}", UM_ERR_INVALID_ARG,
+                        "Only user and assistant roles are supported!");
+    expect_render_error("{{ nothing.attr }}", UM_ERR_INVALID_ARG, "undefined value has no attribute 'attr'");
+    expect_render_error("{{ 'a' + 1 }}", UM_ERR_INVALID_ARG, "unsupported operand");
+    expect_render_error("{{ 'a' + nothing }}", UM_ERR_INVALID_ARG, "undefined");
+    expect_render_error("{{ messages[0].content.nope() }}", UM_ERR_UNSUPPORTED, "nope");
+    expect_render_error("{{ 1 / 0 }}", UM_ERR_INVALID_ARG, "division by zero");
+    expect_render_error("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}"
+                        "{% endfor %}{% endfor %}",
+                        UM_ERR_RESOURCE, "too long");
+    expect_render_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", UM_ERR_RESOURCE, "output");
+    expect_render_error("{% set s = 1 %}{% set s.a = 2 %}", UM_ERR_INVALID_ARG, "non-namespace");
+    expect_compile_error("{% macro m() %}{% endmacro %}", "unsupported statement {% macro %}");
+    expect_compile_error("{% call m() %}{% endcall %}", "unsupported statement {% call %}");
+    expect_compile_error("{% raw %}{{ x }}{% endraw %}", "unsupported statement {% raw %}");
+    expect_compile_error("{{ x | wordcount }}", "unsupported filter 'wordcount'");
+    expect_compile_error("{{ x | nosuchfilter }}", "unsupported filter 'nosuchfilter'");
+    expect_compile_error("{% if x is prime %}{% endif %}", "unsupported test 'is prime'");
+    expect_compile_error("{% if x %}", "missing {% endif %}");
+    expect_compile_error("{% endfor %}", "unexpected {% endfor %}");
+    expect_compile_error("{{ 'unterminated }}", "unterminated string");
+    expect_compile_error("{{ x ", "unterminated tag");
+    expect_compile_error("{{ x $ y }}", "unexpected character '$'");
+    expect_compile_error("{% set a, b = 1, 2 %}", "tuple assignment");
+    {
+        char deep[4000];
+        size_t n = 0;
+        n += (size_t)snprintf(deep + n, sizeof deep - n, "{{ ");
+        for (int i = 0; i < 1000; i++) deep[n++] = '(';
+        deep[n++] = '1';
+        for (int i = 0; i < 1000; i++) deep[n++] = ')';
+        snprintf(deep + n, sizeof deep - n, " }}");
+        expect_compile_error(deep, "nested too deeply");
+    }
+
+    /* chat_template_render checks its messages */
+    chat_template *t;
+    um_err err = {0};
+    TEST_CHECK(chat_template_load_string("{{ messages | length }}", NULL, NULL, &t, &err) == 0, "%s", err.msg);
+    char *out = NULL;
+    json_t *bad = json_loads("[{\"content\": \"no role\"}]", 0, &je);
+    TEST_CHECK(chat_template_render(t, bad, 0, &out, &err) == -1 && err.code == UM_ERR_INVALID_ARG &&
+                   strstr(err.msg, "role"),
+               "message without a role: %s", err.msg);
+    json_decref(bad);
+    bad = json_string("not a list");
+    TEST_CHECK(chat_template_render(t, bad, 0, &out, &err) == -1, "messages must be an array");
+    json_decref(bad);
+    json_t *empty = json_array();
+    TEST_CHECK(chat_template_render(t, empty, 0, &out, &err) == 0 && strcmp(out, "0") == 0, "empty conversation");
+    free(out);
+    json_decref(empty);
+    chat_template_free(t);
+    json_decref(g_messages);
+    return test_report();
+}
