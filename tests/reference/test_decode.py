@@ -127,6 +127,28 @@ def text_checks():
     added = {t["content"]: t["id"] for t in tj.get("added_tokens", [])}
     specials = {t["id"]: t["content"] for t in tj.get("added_tokens", []) if t.get("special")}
     stops = {c["eos_token_id"], added.get("<|eot_id|>", -1)}
+    # prompts: --prompt goes through the chat template (unless --raw), --messages too
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why is the sky blue?"}]
+    mpath = os.path.join(TMP, "msgs.json")
+    upath = os.path.join(TMP, "user.json")
+    with open(mpath, "w") as f:
+        json.dump(msgs, f)
+    with open(upath, "w") as f:
+        json.dump(msgs[1:], f)
+
+    def n_tok(args):
+        r = subprocess.run([BIN, "tokenize", "--model", mt] + args, capture_output=True, text=True, check=True)
+        return len(r.stdout.strip().split(","))
+
+    def n_prompt(args):
+        r = subprocess.run([BIN, "generate", "--model", mt, "--gen-length", "4", "--block-length", "4", "--json",
+                            "--threads", "1"] + args, capture_output=True, text=True, check=True)
+        return json.loads(r.stdout.splitlines()[-1])["usage"]["prompt_tokens"]
+    got = (n_prompt(["--messages", mpath]), n_prompt(["--prompt", msgs[1]["content"]]),
+           n_prompt(["--prompt", msgs[1]["content"], "--raw"]))
+    want = (n_tok(["--chat", mpath]), n_tok(["--chat", upath]), n_tok(["--text", msgs[1]["content"]]))
+    report(got == want and want[1] > want[2], "prompt: --messages / --prompt (chat template) / --raw token counts",
+           f"{got} vs tokenize {want}")
     runs = []
     for seed in range(30):
         ev = generate(mt, [5, 6, 7, 8], ["--gen-length", 128, "--block-length", 32, "--steps", 16,
