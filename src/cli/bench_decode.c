@@ -167,13 +167,12 @@ int bench_decode(int argc, char **argv) {
            prompt_len, gen, block, steps ? steps : gen, temperature);
     printf("%-15s %5s %7s %9s %9s %9s %9s %10s %9s\n", "decoder", "batch", "steps", "tokens", "wall s", "tokens/s",
            "steps/s", "tok/step", "ms/step");
-    /* warm-up: one step (thread pools, page faults) */
+    /* warm-up: one untimed batch-1 run of the first decoder (thread pools, page faults; a single
+     * forward was not enough to reach steady state) */
     {
         bench_row w;
         decode_params p = base;
-        p.gen_length = block < gen ? block : gen;
-        p.block_length = p.gen_length;
-        p.steps = 1;
+        p.decoder = decs[0];
         if (run_one(&ctx, &m, &p, 1, prompt_len, 99, &w, &err) != 0) fprintf(stderr, "warm-up: %s\n", err.msg);
     }
     int rc = 0;
