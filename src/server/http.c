@@ -520,6 +520,18 @@ static int on_body(http_conn *c, const void *in, size_t len) {
     return 0;
 }
 
+int http_confirm_upgrade(struct lws *wsi) {
+    /* WebSocket only on /ws (a new connection is bound to the default protocol, so both the
+     * http and the ws callback route LWS_CALLBACK_HTTP_CONFIRM_UPGRADE here) */
+    char uri[256];
+    int n = lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+    if (n <= 0 || strcmp(uri, "/ws") != 0) {
+        if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "the WebSocket endpoint is /ws")) return -1;
+        return 1;
+    }
+    return 0;
+}
+
 int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     http_conn *c = user;
     server *s = lws_context_user(lws_get_context(wsi));
@@ -528,15 +540,8 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         /* not tied to a wsi (fake wsi, no pss): only the server state is touched */
         if (s) server_on_wake(s);
         return 0;
-    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
-        /* WebSocket only on /ws */
-        char uri[256];
-        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/ws") != 0) {
-            if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "WebSocket endpoint is /ws")) return -1;
-            return 1;
-        }
-        return 0;
-    }
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return http_confirm_upgrade(wsi);
     case LWS_CALLBACK_HTTP:
         if (!c) return -1;
         c->wsi = wsi;

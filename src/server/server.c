@@ -325,7 +325,8 @@ int server_run(const server_config *cfg, um_err *err) {
 
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
-    info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+    info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
+                   LWS_SERVER_OPTION_VALIDATE_UTF8; /* a context option: text frames must be UTF-8 (1007) */
     info.user = s;
     info.max_http_header_data = 8192;
     info.server_string = "unmask";
@@ -343,7 +344,7 @@ int server_run(const server_config *cfg, um_err *err) {
     info.iface = host_is_any(host) ? NULL : host;
     info.protocols = s->protocols;
     info.pvo = &pvo;
-    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE | LWS_SERVER_OPTION_VALIDATE_UTF8;
+    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
     if (!is_v6 && strcmp(host, "::") != 0) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     info.retry_and_idle_policy = retry;
     info.timeout_secs = 30;

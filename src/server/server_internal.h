@@ -18,6 +18,8 @@ void server_on_wake(server *s);
 /* http.c */
 int    http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 size_t http_conn_size(void);
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to allow (path /ws), 1 after answering 404, -1 to close. */
+int    http_confirm_upgrade(struct lws *wsi);
 
 /* static.c: serve path (decoded, starting with '/') from the web root through lws. Returns what an
  * LWS_CALLBACK_HTTP handler returns (0 keep going, -1 close). */

@@ -257,6 +257,8 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
     ws_state *w = srv ? server_ws(srv) : NULL;
     if (!w) return 0;
     switch (reason) {
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+        return http_confirm_upgrade(wsi);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return http_api_ws_authorize(wsi) ? 0 : 1; /* API keys (server/http_api.c) */
     case LWS_CALLBACK_ESTABLISHED: {
