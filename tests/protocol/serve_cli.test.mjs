@@ -1,0 +1,139 @@
+// serve_cli.test.mjs — `unmask serve` as a command: --help documents every option, bad flags and
+// config files exit 2 with a message naming the problem, config/unmask.json keys are applied and
+// flags override them, the port in use is a clear error, /health is 503 while loading, SIGINT
+// stops cleanly.
+
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { test } from 'node:test';
+import { BIN, SRC, TMP, startServer, tinyModel } from './harness.mjs';
+
+const run = (args, opts = {}) => spawnSync(BIN, args, { encoding: 'utf8', timeout: 30000, ...opts });
+
+test('--help documents every option', () => {
+  const r = run(['serve', '--help']);
+  assert.equal(r.status, 0);
+  for (const opt of ['--model', '--host', '--port', '--web-root', '--threads', '--max-batch', '--max-queue',
+    '--session-retention', '--tls-cert', '--tls-key', '--config', '--engines', '--max-message-bytes',
+    '--session-max-bytes', '--session-max-events', '--max-sessions', '--max-session-generations', '--ping-interval'])
+    assert.match(r.stdout, new RegExp(`\\s${opt}\\b`), `${opt} in --help`);
+  assert.match(r.stdout, /config\/unmask\.json/);
+});
+
+test('bad flags and values exit 2 naming the problem', () => {
+  const model = tinyModel('serve-cli');
+  const cases = [
+    [['--port', '70000'], /--port/],
+    [['--port', 'eighty'], /--port/],
+    [['--max-batch', '0'], /--max-batch/],
+    [['--session-retention', '-1'], /--session-retention/],
+    [['--tls-cert', '/nonexistent.pem', '--tls-key', '/nonexistent.key'], /tls-cert/],
+    [['--tls-cert', path.join(SRC, 'web', 'index.html')], /together/],
+    [['--host', 'not an address'], /--host/],
+    [['--frobnicate'], /unknown option/],
+  ];
+  for (const [flags, re] of cases) {
+    const r = run(['serve', '--model', model, '--port', '0', ...flags]);
+    assert.notEqual(r.status, 0, `${flags.join(' ')} must fail`);
+    assert.match(r.stderr, re, `${flags.join(' ')}: ${r.stderr}`);
+  }
+  const nomodel = run(['serve', '--model', path.join(TMP, 'no-such-model'), '--port', '0']);
+  assert.equal(nomodel.status, 2);
+  assert.match(nomodel.stderr, /make-model/);
+});
+
+test('config file: keys applied, wrong types refused, flags override', async () => {
+  const model = tinyModel('serve-cli');
+  const bad = path.join(TMP, 'serve-cli-bad.json');
+  fs.writeFileSync(bad, JSON.stringify({ max_batch: 'eight' }));
+  const r = run(['serve', '--config', bad, '--model', model]);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /max_batch/);
+  fs.writeFileSync(bad, '{ not json');
+  assert.match(run(['serve', '--config', bad, '--model', model]).stderr, /serve-cli-bad\.json/);
+
+  const good = path.join(TMP, 'serve-cli-good.json');
+  fs.writeFileSync(good, JSON.stringify({ max_batch: 3, max_queue: 7, model: '/nonexistent', port: 1 }));
+  const srv = await startServer({ model, extra: ['--config', good] }); // --model/--port flags override
+  try {
+    const st = await srv.stats();
+    assert.equal(st.scheduler.max_batch, 3);
+    assert.equal(st.scheduler.max_queue, 7);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test('a port already in use is a clear startup error', async () => {
+  const blocker = net.createServer();
+  await new Promise((r) => blocker.listen(0, '127.0.0.1', r));
+  const port = blocker.address().port;
+  try {
+    const r = run(['serve', '--model', tinyModel('serve-cli'), '--port', String(port)]);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}`));
+  } finally {
+    blocker.close();
+  }
+});
+
+test('prints the URL, serves the UI, stops cleanly on SIGINT', async () => {
+  const srv = await startServer({ model: tinyModel('serve-cli') });
+  const page = await srv.get('/');
+  assert.equal(page.status, 200);
+  assert.match(page.body, /<script type="module" src="app\.js"><\/script>/);
+  assert.doesNotMatch(page.body, /<script>(?!<)/, 'no inline scripts (strict CSP)');
+  assert.match(page.headers['content-security-policy'], /script-src 'self'/);
+  srv.proc.kill('SIGINT');
+  const r = await srv.exited;
+  assert.equal(r.code, 0, srv.stderr);
+});
+
+test('/health answers 503 {"status":"loading"} until the model is loaded', async () => {
+  // config.json is a FIFO: the loader blocks reading it until the test writes it, so the
+  // "loading" state is observed deterministically
+  const src = tinyModel('serve-cli');
+  const dir = path.join(TMP, 'serve-cli-fifo');
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir);
+  for (const f of fs.readdirSync(src)) if (f !== 'config.json') fs.copyFileSync(path.join(src, f), path.join(dir, f));
+  assert.equal(spawnSync('mkfifo', [path.join(dir, 'config.json')]).status, 0);
+  const proc = spawn(BIN, ['serve', '--model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
+  try {
+    let out = '';
+    const port = await new Promise((resolve, reject) => {
+      proc.stdout.on('data', (d) => {
+        out += d;
+        const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
+        if (m) resolve(Number(m[1]));
+      });
+      exited.then(() => reject(new Error('exited')));
+    });
+    const get = (p) => new Promise((resolve, reject) => {
+      const s = net.connect(port, '127.0.0.1', () => s.write(`GET ${p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`));
+      let d = '';
+      s.on('data', (x) => (d += x));
+      s.on('end', () => resolve(d));
+      s.on('error', reject);
+    });
+    const loading = await get('/health');
+    assert.match(loading, /^HTTP\/1\.1 503/);
+    assert.match(loading, /"status":"loading"/);
+    assert.match(await get('/'), /^HTTP\/1\.1 200/, 'the UI is served while loading');
+    fs.writeFileSync(path.join(dir, 'config.json'), fs.readFileSync(path.join(src, 'config.json'))); // unblocks the loader
+    let ok = '';
+    for (let i = 0; i < 600 && !/^HTTP\/1\.1 200/.test(ok); i++) {
+      ok = await get('/health');
+      if (!/^HTTP\/1\.1 200/.test(ok)) await new Promise((r) => setTimeout(r, 25));
+    }
+    assert.match(ok, /"status":"ok"/);
+    proc.kill('SIGTERM');
+    assert.equal(await exited, 0);
+  } finally {
+    proc.kill('SIGKILL');
+  }
+});
