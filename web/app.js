@@ -288,7 +288,8 @@ function onServerEvent(m) {
       const t = m.timings || {};
       const parts = [];
       parts.push(reason === 'length' ? 'hit the length limit' : reason === 'stop' ? 'finished' : reason);
-      if (u.completion_tokens !== undefined) parts.push(`${u.completion_tokens} tokens`);
+      if (reason === 'cancelled' && g.canvas) parts.push(`${g.canvas.committed} of ${g.canvas.n} positions committed`);
+      else if (u.completion_tokens !== undefined) parts.push(`${u.completion_tokens} tokens`);
       if (u.steps !== undefined) parts.push(`${u.steps} steps`);
       if (t.total_ms !== undefined && t.total_ms !== null) parts.push(`${(t.total_ms / 1000).toFixed(2)} s`);
       if (t.tokens_per_s) parts.push(`${t.tokens_per_s.toFixed(0)} tok/s`);

@@ -1,0 +1,157 @@
+// ui.test.mjs — the browser UI in headless Chromium (playwright-core, Debian's /usr/bin/chromium)
+// against the real server: the page loads under the strict CSP without errors, a prompt's answer
+// visibly denoises (DOM snapshots with masks + drafts + committed tokens, then none left), blocks
+// are marked final, the canvas text equals the done text, Stop cancels, a dropped connection is
+// resumed and the generation completes. Screenshots go to $UNMASK_TEST_TMP (artifacts).
+
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { chromium } from 'playwright-core';
+import { TMP, startServer, tinyModel } from '../protocol/harness.mjs';
+
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+describe('browser UI', () => {
+  let srv;
+  let ctx;
+  let page;
+  const problems = [];
+  const shots = path.join(TMP, 'screenshots');
+
+  before(async () => {
+    srv = await startServer({ model: tinyModel('browser') });
+    fs.mkdirSync(shots, { recursive: true });
+    const profile = fs.mkdtempSync(path.join(TMP, 'chromium-profile-'));
+    ctx = await chromium.launchPersistentContext(profile, {
+      executablePath: '/usr/bin/chromium', args: ARGS, headless: true,
+      viewport: { width: 1360, height: 860 }, colorScheme: 'dark',
+    });
+    page = ctx.pages()[0] || (await ctx.newPage());
+    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
+    page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
+    await page.goto(`${srv.base}/`);
+    await page.waitForSelector('#conn[data-state="open"]');
+    await page.waitForSelector('#model-pill.ready');
+  });
+
+  after(async () => {
+    if (ctx) await ctx.close();
+    if (srv) await srv.stop();
+  });
+
+  async function setParams(p) {
+    for (const [k, v] of Object.entries(p)) {
+      const sel = `#p-${k}`;
+      if (typeof v === 'boolean') await page.setChecked(sel, v, { force: true });
+      else if (k === 'decoder') await page.selectOption(sel, v);
+      else await page.fill(sel, String(v));
+    }
+  }
+
+  // Record the canvas state after every DOM mutation batch of the newest answer.
+  async function recordCanvas() {
+    await page.evaluate(() => {
+      window.__snaps = [];
+      window.__events = [];
+      if (window.__recording) return;
+      window.__recording = true;
+      window.unmask.addEventListener('message', (e) => window.__events.push(e.detail.msg));
+      const t = document.getElementById('transcript');
+      const snap = () => {
+        const c = [...document.querySelectorAll('.msg.bot .canvas')].at(-1);
+        if (!c) return;
+        window.__snaps.push({
+          mask: c.querySelectorAll('.tok.mask').length,
+          draft: c.querySelectorAll('.tok.draft').length,
+          done: c.querySelectorAll('.tok.done').length,
+          final: c.querySelectorAll('.blk.final').length,
+        });
+      };
+      new MutationObserver(snap).observe(t, { subtree: true, childList: true, attributes: true, characterData: true });
+    });
+  }
+
+  test('the page loads under the strict CSP without errors', async () => {
+    const csp = (await srv.get('/')).headers['content-security-policy'];
+    assert.match(csp, /script-src 'self'/);
+    assert.doesNotMatch(csp, /unsafe-inline/);
+    assert.equal(await page.title(), 'unmask — watch text emerge from masks');
+    assert.equal(await page.locator('#hero h1').textContent(), 'Watch text emerge from noise.');
+    await page.screenshot({ path: path.join(shots, 'ui-empty.png') });
+    assert.deepEqual(problems, []);
+  });
+
+  test('a prompt visibly denoises: masks -> drafts -> committed text, blocks finalized', async () => {
+    await setParams({ gen_length: 48, block_length: 16, steps: 48, decoder: 'low_confidence', drafts: true, draft_every: 1, every: 1 });
+    await recordCanvas();
+    await page.fill('#prompt', 'Write a haiku about autumn rain.');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.msg.bot .tok.done');
+    await page.screenshot({ path: path.join(shots, 'ui-denoising.png') });
+    await page.waitForSelector('.msg.bot[data-state="done"]', { timeout: 120000 });
+    await page.screenshot({ path: path.join(shots, 'ui-done.png') });
+
+    const snaps = await page.evaluate(() => window.__snaps);
+    const events = await page.evaluate(() => window.__events);
+    assert.ok(snaps.some((s) => s.mask === 48 && s.done === 0), 'starts as 48 masks');
+    assert.ok(snaps.some((s) => s.mask > 0 && s.done > 0), 'intermediate state: some committed, some still masked');
+    assert.ok(snaps.some((s) => s.draft > 0), 'drafts shown for masked positions');
+    assert.ok(snaps.some((s) => s.final >= 1 && s.mask > 0), 'a block is marked final while later blocks still denoise');
+    const last = snaps.at(-1);
+    assert.equal(last.mask, 0, 'no masks left at the end');
+    assert.equal(last.draft, 0, 'no drafts left at the end');
+    const done = events.find((m) => m.type === 'done');
+    assert.ok(done);
+    const blocks = events.filter((m) => m.type === 'block');
+    assert.equal(await page.locator('.msg.bot .blk.final').count(), blocks.length);
+    const canvasText = await page.locator('.msg.bot .canvas').last().evaluate((c) => c.textContent);
+    assert.equal(canvasText, done.text, 'what the page shows is exactly the final text');
+    assert.match(await page.locator('.msg.bot .meta').last().textContent(), /tokens/);
+    assert.equal(await page.locator('.msg.bot').last().getAttribute('data-state'), 'done');
+    assert.deepEqual(problems, []);
+  });
+
+  test('Stop cancels a running generation', async () => {
+    await setParams({ gen_length: 512, block_length: 512, steps: 512 });
+    await page.fill('#prompt', 'a long one');
+    await page.keyboard.press('Enter');
+    const msg = page.locator('.msg.bot').last();
+    await msg.locator('.tok.done').first().waitFor();
+    await msg.locator('.cancel').click();
+    await page.waitForSelector('.msg.bot:last-of-type[data-state="cancelled"]', { timeout: 60000 });
+    assert.match(await msg.locator('.meta').textContent(), /cancelled/);
+    assert.deepEqual(problems, []);
+  });
+
+  test('a dropped connection is resumed and the answer completes', async () => {
+    await setParams({ gen_length: 64, block_length: 16, steps: 64 });
+    await recordCanvas();
+    await page.fill('#prompt', 'keep going through a network drop');
+    await page.keyboard.press('Enter');
+    const msg = page.locator('.msg.bot').last();
+    await msg.locator('.tok.done').first().waitFor();
+    await page.click('#drop');
+    await page.waitForSelector('#conn[data-state="open"] >> text=/resumed/', { timeout: 30000 });
+    await page.waitForSelector('.msg.bot:last-of-type[data-state="done"]', { timeout: 120000 });
+    const events = await page.evaluate(() => window.__events);
+    const done = events.find((m) => m.type === 'done');
+    assert.ok(done, 'done arrived after the resume');
+    const canvasText = await msg.locator('.canvas').evaluate((c) => c.textContent);
+    assert.equal(canvasText, done.text);
+    assert.equal(await msg.locator('.tok.mask').count(), 0);
+    assert.equal(Number(await page.locator('#s-reconnects').textContent()), 1);
+    const seqs = events.map((m) => m.seq);
+    assert.deepEqual(seqs, seqs.map((_, i) => seqs[0] + i), 'the page saw every seq exactly once across the drop');
+    const deadline = problems.filter((p) => !/WebSocket/.test(p)); // the drop itself may log a socket warning
+    assert.deepEqual(deadline, []);
+  });
+
+  test('light theme', async () => {
+    await page.click('#theme-toggle');
+    assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'light');
+    await page.screenshot({ path: path.join(shots, 'ui-light.png') });
+  });
+});
