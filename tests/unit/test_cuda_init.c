@@ -2,12 +2,15 @@
  * test_cuda_init.c — the CUDA backend's entry points on whatever machine runs the tests: device
  * names parse; with no GPU / driver (CI) or without CUDA compiled in, backend_cuda_init fails with
  * a clear um_err instead of aborting, and the comm's NCCL entry points fail cleanly when NCCL is
- * absent. With a GPU present (a lent device machine) init succeeds and reports the device.
+ * absent. With a GPU present (a lent device machine) init succeeds and reports the device. In a
+ * CUDA build, the lazily dlopen'ed cuBLAS / NCCL entry points all resolve (the toolkit that built
+ * unmask is on this machine; no GPU needed).
  */
 #include <string.h>
 
 #include "backend/comm.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_dl.h"
 #include "test.h"
 
 int main(void) {
@@ -36,6 +39,21 @@ int main(void) {
         snprintf(name, sizeof name, "cuda:%d", n);
         TEST_CHECK(backend_cuda_init(name, &err) == NULL && strstr(err.msg, "only"), "out-of-range device: %s", err.msg);
     }
+#ifdef UNMASK_HAVE_CUDA
+    memset(&err, 0, sizeof err);
+    const cublas_fns *cb = cuda_dl_cublas(&err);
+    TEST_CHECK(cb && cb->create && cb->gemm_ex && cb->set_workspace, "cuBLAS entry points: %s", err.msg);
+#ifdef UNMASK_HAVE_NCCL
+    memset(&err, 0, sizeof err);
+    const nccl_fns *nf = cuda_dl_nccl(&err);
+    TEST_CHECK(nf && nf->all_reduce && nf->comm_init_rank, "NCCL entry points: %s", err.msg);
+    TEST_CHECK(comm_nccl_available(), "NCCL available");
+    uint8_t uid[COMM_NCCL_ID_BYTES];
+    memset(&err, 0, sizeof err);
+    int rc = comm_nccl_unique_id(uid, &err);   /* no GPU needed for an id */
+    TEST_CHECK(rc == 0 || strstr(err.msg, "NCCL"), "ncclGetUniqueId: %s", err.msg);
+#endif
+#endif
     if (!comm_nccl_available()) {
         uint8_t id[COMM_NCCL_ID_BYTES];
         memset(&err, 0, sizeof err);

@@ -20,13 +20,16 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "backend/cuda/cuda_dl.h"
 #include "backend/cuda/cuda_internal.h"
+
+static const nccl_fns *g_nf;   /* set by the first successful comm_nccl_unique_id / init (cuda_dl.c) */
 
 #define NCCL_CHECK(stmt)                                                                                 \
     do {                                                                                                 \
         ncclResult_t r_ = (stmt);                                                                        \
         if (r_ != ncclSuccess)                                                                           \
-            um_abort(__FILE__, __LINE__, "NCCL_CHECK(%s) failed: %s", #stmt, ncclGetErrorString(r_));     \
+            um_abort(__FILE__, __LINE__, "NCCL_CHECK(%s) failed: %s", #stmt, g_nf->get_error_string(r_)); \
     } while (0)
 
 _Static_assert(sizeof(ncclUniqueId) == COMM_NCCL_ID_BYTES, "NCCL unique id size");
@@ -45,19 +48,19 @@ static void nccl_use(const nccl_impl *n) { CUDA_CHECK(cudaSetDevice(n->device));
 static void nccl_all_reduce_sum(comm *c, void *buf, size_t n, enum dtype t) {
     nccl_impl *ni = nimpl(c);
     nccl_use(ni);
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, t == DTYPE_F32 ? ncclFloat32 : ncclBfloat16, ncclSum, ni->nc, ni->stream));
+    NCCL_CHECK(g_nf->all_reduce(buf, buf, n, t == DTYPE_F32 ? ncclFloat32 : ncclBfloat16, ncclSum, ni->nc, ni->stream));
 }
 
 static void nccl_all_gather(comm *c, const void *send, size_t bytes, void *recv) {
     nccl_impl *ni = nimpl(c);
     nccl_use(ni);
-    NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, ni->nc, ni->stream));
+    NCCL_CHECK(g_nf->all_gather(send, recv, bytes, ncclUint8, ni->nc, ni->stream));
 }
 
 static void nccl_barrier(comm *c) {
     nccl_impl *ni = nimpl(c);
     nccl_use(ni);
-    NCCL_CHECK(ncclAllReduce(ni->one, ni->one, 1, ncclFloat32, ncclSum, ni->nc, ni->stream));
+    NCCL_CHECK(g_nf->all_reduce(ni->one, ni->one, 1, ncclFloat32, ncclSum, ni->nc, ni->stream));
     CUDA_CHECK(cudaStreamSynchronize(ni->stream));
 }
 
@@ -65,7 +68,7 @@ static void nccl_free(comm *c) {
     nccl_impl *ni = nimpl(c);
     nccl_use(ni);
     CUDA_CHECK(cudaStreamSynchronize(ni->stream));
-    NCCL_CHECK(ncclCommDestroy(ni->nc));
+    NCCL_CHECK(g_nf->comm_destroy(ni->nc));
     CUDA_CHECK(cudaFree(ni->one));
     free(ni);
     free(c);
@@ -79,12 +82,15 @@ static const comm_ops k_nccl_ops = {
     .free = nccl_free,
 };
 
-int comm_nccl_available(void) { return 1; }
+int comm_nccl_available(void) { return cuda_dl_nccl(NULL) != NULL; }
 
 int comm_nccl_unique_id(uint8_t id[COMM_NCCL_ID_BYTES], um_err *err) {
+    const nccl_fns *nf = cuda_dl_nccl(err);
+    if (!nf) return -1;
+    g_nf = nf;
     ncclUniqueId u;
-    ncclResult_t r = ncclGetUniqueId(&u);
-    if (r != ncclSuccess) return um_err_set(err, UM_ERR_RESOURCE, "NCCL: ncclGetUniqueId: %s", ncclGetErrorString(r));
+    ncclResult_t r = nf->get_unique_id(&u);
+    if (r != ncclSuccess) return um_err_set(err, UM_ERR_RESOURCE, "NCCL: ncclGetUniqueId: %s", nf->get_error_string(r));
     memcpy(id, u.internal, COMM_NCCL_ID_BYTES);
     return 0;
 }
@@ -94,6 +100,9 @@ comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, 
         um_err_set(err, UM_ERR_INVALID_ARG, "NCCL: rank %d out of range for world %d", rank, world);
         return NULL;
     }
+    const nccl_fns *nf = cuda_dl_nccl(err);
+    if (!nf) return NULL;
+    g_nf = nf;
     cudaError_t ce = cudaSetDevice(device);
     if (ce != cudaSuccess) {
         (void)cudaGetLastError();
@@ -103,10 +112,10 @@ comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, 
     ncclUniqueId u;
     memcpy(u.internal, id, COMM_NCCL_ID_BYTES);
     ncclComm_t nc;
-    ncclResult_t r = ncclCommInitRank(&nc, world, u, rank);
+    ncclResult_t r = nf->comm_init_rank(&nc, world, u, rank);
     if (r != ncclSuccess) {
         um_err_set(err, UM_ERR_RESOURCE, "NCCL rank %d of %d on cuda:%d: ncclCommInitRank: %s (%s)", rank, world, device,
-                   ncclGetErrorString(r), ncclGetLastError(NULL));
+                   nf->get_error_string(r), nf->get_last_error(NULL));
         return NULL;
     }
     nccl_impl *ni = xcalloc(1, sizeof *ni);
@@ -114,7 +123,7 @@ comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, 
     ni->stream = (cudaStream_t)stream;
     ni->device = device;
     CUDA_CHECK(cudaMalloc((void **)&ni->one, sizeof(float)));
-    CUDA_CHECK(cudaMemset(ni->one, 0, sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(ni->one, 0, sizeof(float), ni->stream));   /* ordered before the collectives */
     comm *c = xcalloc(1, sizeof *c);
     c->ops = &k_nccl_ops;
     c->rank = rank;

@@ -405,7 +405,7 @@ static void cuda_matmul(backend *be, const void *x, const bweight *w, const bwei
      * column-major, so op T) · xᵀ[in, n] */
     const float one = 1.0f, zero = 0.0f;
     const int m_out = (int)w->rows, k_in = (int)w->cols;
-    CUBLAS_CHECK(cublasGemmEx(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_out, n, k_in, &one, w->data, CUDA_R_16BF, k_in,
+    CUBLAS_CHECK(ci->cb->gemm_ex(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_out, n, k_in, &one, w->data, CUDA_R_16BF, k_in,
                               x, CUDA_R_16BF, k_in, &zero, y, CUDA_R_16BF, m_out, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
     if (bias) {
@@ -544,7 +544,7 @@ static void cuda_free_backend(backend *be) {
     if (ci->tmp) CUDA_CHECK(cudaFree(ci->tmp));
     if (ci->bounce) CUDA_CHECK(cudaFreeHost(ci->bounce));
     free(ci->aliases);
-    CUBLAS_CHECK(cublasDestroy(ci->cublas));
+    CUBLAS_CHECK(ci->cb->destroy(ci->cublas));
     CUDA_CHECK(cudaFree(ci->cublas_ws));
     CUDA_CHECK(cudaStreamDestroy(ci->stream));
     free((char *)be->name);
@@ -620,19 +620,25 @@ backend *backend_cuda_init(const char *device, um_err *err) {
     }
     tl_device = idx;
 
+    const cublas_fns *cb = cuda_dl_cublas(err);
+    if (!cb) {
+        um_err_prefix(err, "%s", device);
+        return NULL;
+    }
     cuda_impl *ci = xcalloc(1, sizeof *ci);
+    ci->cb = cb;
     ci->device = idx;
     snprintf(ci->name, sizeof ci->name, "%s", prop.name);
     ci->cc_major = prop.major;
     ci->cc_minor = prop.minor;
     ci->n_sm = prop.multiProcessorCount;
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&ci->cublas));
-    CUBLAS_CHECK(cublasSetStream(ci->cublas, ci->stream));
+    CUBLAS_CHECK(cb->create(&ci->cublas));
+    CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));
     ci->cublas_ws_bytes = CUBLAS_WS_BYTES;
     CUDA_CHECK(cudaMalloc(&ci->cublas_ws, ci->cublas_ws_bytes));
-    CUBLAS_CHECK(cublasSetWorkspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
-    CUBLAS_CHECK(cublasSetMathMode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    CUBLAS_CHECK(cb->set_workspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
+    CUBLAS_CHECK(cb->set_math_mode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     ci->stage.ring = 1;
     ci->up_chunk = UPLOAD_CHUNK;
     for (int b = 0; b < 2; b++) {
@@ -817,15 +823,15 @@ void backend_cuda_free_dev(backend *be, void *p) {
 void backend_cuda_memcpy_h2d(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ci->stream));
     CUDA_CHECK(cudaStreamSynchronize(ci->stream));
-    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
 void backend_cuda_memcpy_d2h(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ci->stream));
     CUDA_CHECK(cudaStreamSynchronize(ci->stream));
-    CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
 #else /* !UNMASK_HAVE_CUDA: stubs so callers need no #ifdefs */

@@ -155,14 +155,15 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     cd->ev_bytes = umk_event_bytes(block_len);
     cd->d_events = dmalloc(ci, (size_t)n_seqs * cd->ev_bytes);
     CUDA_CHECK(cudaStreamSynchronize(ci->stream));
-    CUDA_CHECK(cudaMemcpy(cd->d_tokens, cd->h_tokens, (size_t)cd->n_tok * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(cd->d_out_rows, cd->h_out_rows, (size_t)n_rows * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(cd->d_state, st, (size_t)n_seqs * sizeof *st, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(cd->d_cfg, cf, (size_t)n_seqs * sizeof *cf, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(cd->d_tokens, cd->h_tokens, (size_t)cd->n_tok * sizeof(int32_t), cudaMemcpyHostToDevice, ci->stream));
+    CUDA_CHECK(cudaMemcpyAsync(cd->d_out_rows, cd->h_out_rows, (size_t)n_rows * sizeof(int32_t), cudaMemcpyHostToDevice, ci->stream));
+    CUDA_CHECK(cudaMemcpyAsync(cd->d_state, st, (size_t)n_seqs * sizeof *st, cudaMemcpyHostToDevice, ci->stream));
+    CUDA_CHECK(cudaMemcpyAsync(cd->d_cfg, cf, (size_t)n_seqs * sizeof *cf, cudaMemcpyHostToDevice, ci->stream));
     if (n_tab) {
         cd->d_blk_steps = dmalloc(ci, (size_t)n_tab * sizeof(int32_t));
-        CUDA_CHECK(cudaMemcpy(cd->d_blk_steps, tab, (size_t)n_tab * sizeof(int32_t), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(cd->d_blk_steps, tab, (size_t)n_tab * sizeof(int32_t), cudaMemcpyHostToDevice, ci->stream));
     }
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));   /* the host arrays are freed next */
     free(tab);
     free(st);
     free(cf);
@@ -301,9 +302,10 @@ void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev) {
 int cuda_decode_pending(const cuda_decode *cd) { return (int)(cd->produced - cd->consumed); }
 
 void cuda_decode_tokens(cuda_decode *cd, int32_t *out) {
-    cuda_use_device(cd->ci);
-    CUDA_CHECK(cudaStreamSynchronize(cd->ci->stream));
-    CUDA_CHECK(cudaMemcpy(out, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    cuda_impl *ci = cd->ci;
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaMemcpyAsync(out, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t), cudaMemcpyDeviceToHost, ci->stream));
+    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
 }
 
 #else /* !UNMASK_HAVE_CUDA */

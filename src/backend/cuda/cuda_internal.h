@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_dl.h"
 #include "um_kernels.h"
 #include "util/log.h"
 
@@ -70,6 +71,7 @@ typedef struct cuda_impl {
     char           name[256];
     int            cc_major, cc_minor, n_sm;
     cudaStream_t   stream;
+    const cublas_fns *cb;              /* cuBLAS entry points (cuda_dl.c) */
     cublasHandle_t cublas;
     void          *cublas_ws;          /* cuBLAS workspace (needed for graph capture) */
     size_t         cublas_ws_bytes;
