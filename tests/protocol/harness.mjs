@@ -132,15 +132,17 @@ export class Client {
     if (have) return Promise.resolve(have);
     if (this.closed) return Promise.reject(new Error(`socket closed before ${what}`));
     return new Promise((resolve, reject) => {
-      const w = { pred, what, resolve, reject };
-      this.waiters.push(w);
-      setTimeout(() => {
+      const w = { pred, what };
+      const timer = setTimeout(() => {
         const i = this.waiters.indexOf(w);
         if (i >= 0) {
           this.waiters.splice(i, 1);
           reject(new Error(`timed out waiting for ${what}; got ${this.msgs.length} messages, last: ${JSON.stringify(this.msgs.at(-1))?.slice(0, 300)}`));
         }
       }, timeoutMs);
+      w.resolve = (m) => { clearTimeout(timer); resolve(m); };
+      w.reject = (e) => { clearTimeout(timer); reject(e); };
+      this.waiters.push(w);
     });
   }
 
