@@ -129,7 +129,10 @@ static double lat_quantile(const server *s, double q) {
     uint64_t want = (uint64_t)ceil(q * (double)s->lat_count), acc = 0;
     for (int b = 0; b < LAT_BUCKETS; b++) {
         acc += s->lat_hist[b];
-        if (acc >= want) return exp2(((double)b + 0.5) / 8.0) - 1.0; /* bucket midpoint (log scale) */
+        if (acc >= want) { /* bucket midpoint (log scale), never above the largest value seen */
+            double v = exp2(((double)b + 0.5) / 8.0) - 1.0;
+            return v < s->lat_max_us ? v : s->lat_max_us;
+        }
     }
     return s->lat_max_us;
 }

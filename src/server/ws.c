@@ -325,9 +325,17 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
         }
         if (!c->sess) return 0;
         return session_write_next(c->sess);
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        /* payload: 2-byte status code (+ reason). 1000 = the client is done with the session */
+        if (len >= 2) c->peer_close_code = ((const unsigned char *)in)[0] << 8 | ((const unsigned char *)in)[1];
+        return 0;
     case LWS_CALLBACK_CLOSED:
         conn_unlink(w, c);
-        if (c->sess) session_detach(c->sess);
+        if (c->sess && c->peer_close_code == 1000) {
+            session_destroy(c->sess); /* a normal close ends the session: its generations stop */
+        } else if (c->sess) {
+            session_detach(c->sess);  /* network drop, page unload, ...: resumable for a while */
+        }
         free(c->rx);
         c->rx = NULL;
         c->rx_cap = c->rx_len = 0;

@@ -30,10 +30,10 @@ describe('session resume', () => {
     await srv.stop();
   });
 
-  test('a forced disconnect mid-generation: the missed events come back exactly once, then live', async () => {
+  test('a forced disconnect mid-generation: the missed events come back exactly once, then live', async (t) => {
     const a = new Client(srv.wsUrl);
     const s = await a.session();
-    a.send({ type: 'generate', id: 'g', prompt_ids: [3, 4, 5], gen_length: 48, block_length: 16, steps: 48, stream: { drafts: true } });
+    a.send({ type: 'generate', id: 'g', prompt_ids: [3, 4, 5], gen_length: 192, block_length: 64, steps: 192, stream: { drafts: true } });
     await a.wait((m) => m.type === 'step' && m.id === 'g' && m.step >= 3, 'some steps');
     a.ws.terminate(); // TCP drop, no close frame: events in flight are lost to this client
     await a.closedP;
@@ -58,8 +58,9 @@ describe('session resume', () => {
     checkSeqContiguous(assert, all);
     const done = checkGeneration(assert, all.filter((m) => m.type !== 'session.resumed'), 'g');
     const committed = all.filter((m) => m.type === 'step' && m.id === 'g').flatMap((m) => m.commits.map((x) => x.index));
-    assert.equal(new Set(committed).size, 48, 'every position committed once over the whole stream');
-    assert.equal(committed.length, 48);
+    assert.equal(new Set(committed).size, 192, 'every position committed once over the whole stream');
+    assert.equal(committed.length, 192);
+    t.diagnostic(`${before.length} events before the drop, ${replayed.length} missed and replayed, ${after.length - replayed.length - 1} live after the resume`);
     assert.equal(done.finish_reason === 'length' || done.finish_reason === 'stop', true);
     await b.close();
   });
@@ -186,6 +187,26 @@ describe('session retention', () => {
     b.send({ type: 'session.resume', event_id: 'late', session: s.session, last_seq: 3 });
     const e = await b.wait((m) => m.type === 'error' && m.event_id === 'late');
     assert.equal(e.error.code, 'unknown_session');
+    await b.close();
+  });
+
+  test('a normal close (1000) ends the session and cancels its generations at once', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'n', prompt_ids: [1], gen_length: 960, block_length: 960, steps: 960 });
+    await a.wait((m) => m.type === 'step' && m.id === 'n');
+    const before = await srv.stats();
+    a.ws.close(1000, 'bye');
+    await a.closedP;
+    for (;;) {
+      const st = await srv.stats();
+      if (st.scheduler.cancelled > before.scheduler.cancelled && st.connections.sessions === before.connections.sessions - 1) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const b = new Client(srv.wsUrl);
+    await b.session();
+    b.send({ type: 'session.resume', event_id: 'gone', session: s.session, last_seq: 1 });
+    assert.equal((await b.wait((m) => m.type === 'error' && m.event_id === 'gone')).error.code, 'unknown_session');
     await b.close();
   });
 });
