@@ -1,13 +1,299 @@
 /*
- * bench_serve.c — `unmask bench --serve`. STUB: not implemented yet.
+ * bench_serve.c — `unmask bench --serve`: end-to-end WebSocket serving benchmark. For each
+ * --clients value it starts a fresh `unmask serve` (this binary, --port 0, fresh counters), drives
+ * it with scripts/bench_serve.mjs (N WebSocket clients, closed loop, npm `ws`), reads the server's
+ * own GET /stats (event overhead: engine produced the event -> its frame handed to lws_write;
+ * batch sizes; step times) and prints one table row. With --url it measures an already running
+ * server instead (its counters are cumulative then).
+ *
+ * Does not: check correctness (tests do). Main thread; child processes: the server, node.
  */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
 
+#include "cli/args.h"
 #include "cli/bench.h"
+#include "util/fileio.h"
+#include "util/log.h"
+#include "util/timeutil.h"
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* GET path from 127.0.0.1:port; returns the malloc'd body of a 200 answer, else NULL. */
+static char *http_get_local(int port, const char *path) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return NULL;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 8192, len = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (len == cap) buf = xrealloc(buf, (cap *= 2) + 1);
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = 0;
+    char *body = strstr(buf, "\r\n\r\n");
+    if (strncmp(buf, "HTTP/1.1 200", 12) != 0 || !body) {
+        free(buf);
+        return NULL;
+    }
+    char *out = xstrdup(body + 4);
+    free(buf);
+    return out;
+}
+
+typedef struct child {
+    pid_t pid;
+    int   out_fd;   /* its stdout */
+} child;
+
+static int spawn(const char *const *argv, child *c, int quiet_stderr) {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        if (quiet_stderr) {
+            FILE *f = freopen("/dev/null", "w", stderr);
+            (void)f;
+        }
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "error: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    c->pid = pid;
+    c->out_fd = p[0];
+    return 0;
+}
+
+/* Read c's stdout until EOF (node) — or until `until` appears (server), with a timeout. */
+static char *read_output(child *c, const char *until, double timeout_s) {
+    size_t cap = 4096, len = 0;
+    char *buf = xmalloc(cap + 1);
+    buf[0] = 0;
+    uint64_t t0 = time_now_ns();
+    for (;;) {
+        if (until && strstr(buf, until)) break;
+        if (time_ms_since(t0) > timeout_s * 1000) break;
+        fd_set rf;
+        FD_ZERO(&rf);
+        FD_SET(c->out_fd, &rf);
+        struct timeval tv = {0, 200000};
+        int r = select(c->out_fd + 1, &rf, NULL, NULL, &tv);
+        if (r < 0 && errno != EINTR) break;
+        if (r <= 0) continue;
+        if (len + 1024 > cap) buf = xrealloc(buf, (cap *= 2) + 1);
+        ssize_t n = read(c->out_fd, buf + len, cap - len);
+        if (n <= 0) break;
+        len += (size_t)n;
+        buf[len] = 0;
+    }
+    return buf;
+}
+
+static void stop_child(child *c) {
+    if (c->pid <= 0) return;
+    kill(c->pid, SIGTERM);
+    for (int i = 0; i < 200; i++) { /* 10 s, then SIGKILL */
+        if (waitpid(c->pid, NULL, WNOHANG) == c->pid) goto done;
+        sleep_ms(50);
+    }
+    kill(c->pid, SIGKILL);
+    waitpid(c->pid, NULL, 0);
+done:
+    close(c->out_fd);
+    c->pid = 0;
+}
+
+static double jnum(json_t *o, const char *a, const char *b) {
+    json_t *v = json_object_get(o, a);
+    if (b) v = json_object_get(v, b);
+    return json_number_value(v);
+}
 
 int bench_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "error: 'unmask bench --serve' is not implemented yet\n");
-    return 1;
+    const char *model_dir = NULL, *clients_s = "1,8,32", *url = NULL;
+    int requests = 4, gen = 32, block = 8, steps = 0, max_batch = 8, threads = 0, drafts = 0, serve_flag = 0, eos = 0;
+    arg_spec specs[] = {
+        {"serve", ARG_FLAG, &serve_flag, "(mode selector)"},
+        {"model", ARG_STR, &model_dir, "checkpoint directory (required unless --url)"},
+        {"clients", ARG_STR, &clients_s, "comma-separated numbers of concurrent WebSocket clients [1,8,32]"},
+        {"requests", ARG_INT, &requests, "generations per client, one after another [4]"},
+        {"gen-length", ARG_INT, &gen, "gen_length per request [32]"},
+        {"block-length", ARG_INT, &block, "block_length [8]"},
+        {"steps", ARG_INT, &steps, "steps, 0 = gen-length [0]"},
+        {"drafts", ARG_FLAG, &drafts, "stream drafts (bigger step frames)"},
+        {"eos", ARG_FLAG, &eos, "allow early stop at EOS (default: EOS disabled, every request generates gen-length tokens)"},
+        {"max-batch", ARG_INT, &max_batch, "server --max-batch [8]"},
+        {"threads", ARG_INT, &threads, "server --threads, 0 = all cores [0]"},
+        {"url", ARG_STR, &url, "measure a running server at ws://HOST:PORT/ws instead of starting one"},
+        {NULL, 0, NULL, NULL},
+    };
+    int r = args_parse(argc, argv,
+                       "usage: unmask bench --serve --model DIR [--clients 1,8,32] [--requests N] [options]\n\n"
+                       "End-to-end WebSocket serving benchmark: tokens/s, first-event latency and the server's\n"
+                       "per-event overhead for N concurrent clients (needs node + npm ws from tests/node_modules).",
+                       specs);
+    if (r != 0) return r > 0 ? 0 : 2;
+    if (!model_dir && !url) {
+        fprintf(stderr, "error: --model DIR (or --url) is required\n");
+        return 2;
+    }
+    if (requests < 1 || gen < 1 || block < 1 || max_batch < 1) {
+        fprintf(stderr, "error: --requests, --gen-length, --block-length and --max-batch must be >= 1\n");
+        return 2;
+    }
+    int *clients = NULL;
+    int n_rows = args_parse_int_list("clients", clients_s, &clients);
+    if (n_rows < 0) return 2;
+    for (int i = 0; i < n_rows; i++)
+        if (clients[i] < 1 || clients[i] > 10000) {
+            fprintf(stderr, "error: --clients values must be in [1, 10000]\n");
+            free(clients);
+            return 2;
+        }
+    char script[PATH_MAX], self[PATH_MAX], web[PATH_MAX];
+    path_join(script, sizeof script, UNMASK_SOURCE_DIR, "scripts/bench_serve.mjs");
+    path_join(web, sizeof web, UNMASK_SOURCE_DIR, "web");
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) {
+        fprintf(stderr, "error: cannot find this executable\n");
+        free(clients);
+        return 1;
+    }
+    self[sl] = 0;
+    if (!file_exists(script)) {
+        fprintf(stderr, "error: %s is missing\n", script);
+        free(clients);
+        return 1;
+    }
+
+    printf("serve benchmark: %s, %d request%s/client of gen_length %d (block %d, steps %s), drafts %s, EOS %s\n",
+           url ? url : model_dir, requests, requests == 1 ? "" : "s", gen, block, steps ? "fixed" : "= gen_length",
+           drafts ? "on" : "off", eos ? "allowed" : "disabled");
+    printf("server: --max-batch %d --threads %d; latencies measured by the clients from sending `generate`\n\n",
+           max_batch, threads);
+    printf("%8s %6s %7s %8s %9s %8s %13s %13s %13s %9s %8s %8s\n", "clients", "reqs", "tokens", "wall s", "tokens/s",
+           "req/s", "accepted p50", "1st step p50", "1st step p99", "ev p50 us", "ev p99", "batch");
+    printf("%8s %6s %7s %8s %9s %8s %13s %13s %13s %9s %8s %8s\n", "", "", "", "", "", "", "ms", "ms", "ms", "", "us",
+           "mean");
+    int rc = 0;
+    for (int row = 0; row < n_rows; row++) {
+        child srv = {0};
+        int port = 0;
+        char wsurl[256];
+        if (url) {
+            snprintf(wsurl, sizeof wsurl, "%s", url);
+            const char *colon = strrchr(url, ':');
+            port = colon ? atoi(colon + 1) : 0;
+        } else {
+            char mb[16], th[16];
+            snprintf(mb, sizeof mb, "%d", max_batch);
+            snprintf(th, sizeof th, "%d", threads);
+            const char *sargv[] = {self,        "serve", "--model", model_dir,   "--port", "0", "--host", "127.0.0.1",
+                                   "--web-root", web,    "--max-batch", mb,      "--threads", th, "--max-queue", "100000",
+                                   "--max-session-generations", "64", NULL};
+            if (spawn(sargv, &srv, 1) != 0) {
+                fprintf(stderr, "error: cannot start the server\n");
+                rc = 1;
+                break;
+            }
+            char *out = read_output(&srv, "/  (open", 30);
+            const char *p = strstr(out, "127.0.0.1:");
+            port = p ? atoi(p + 10) : 0;
+            free(out);
+            if (port <= 0) {
+                fprintf(stderr, "error: the server did not start (try `unmask serve --model %s`)\n", model_dir);
+                stop_child(&srv);
+                rc = 1;
+                break;
+            }
+            char *h = NULL;
+            for (int i = 0; i < 1200 && !(h = http_get_local(port, "/health")); i++) sleep_ms(50);
+            free(h);
+            snprintf(wsurl, sizeof wsurl, "ws://127.0.0.1:%d/ws", port);
+        }
+        char nc[16], nr[16], ng[16], nb[16], ns[16];
+        snprintf(nc, sizeof nc, "%d", clients[row]);
+        snprintf(nr, sizeof nr, "%d", requests);
+        snprintf(ng, sizeof ng, "%d", gen);
+        snprintf(nb, sizeof nb, "%d", block);
+        snprintf(ns, sizeof ns, "%d", steps);
+        const char *nargv[] = {"node", script, "--url", wsurl, "--clients", nc, "--requests", nr, "--gen-length", ng,
+                               "--block-length", nb, "--steps", ns, drafts ? "--drafts" : NULL, NULL, NULL};
+        int k = drafts ? 15 : 14;
+        if (eos) nargv[k++] = "--eos";
+        nargv[k] = NULL;
+        child node = {0};
+        json_t *res = NULL;
+        if (spawn(nargv, &node, 0) == 0) {
+            char *out = read_output(&node, NULL, 3600);
+            int st = 0;
+            waitpid(node.pid, &st, 0);
+            close(node.out_fd);
+            json_error_t je;
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) res = json_loads(out, 0, &je);
+            free(out);
+        }
+        char *stats_s = port > 0 ? http_get_local(port, "/stats") : NULL;
+        json_t *stats = stats_s ? json_loads(stats_s, 0, NULL) : NULL;
+        free(stats_s);
+        if (!url) stop_child(&srv);
+        if (!res) {
+            fprintf(stderr, "error: the load generator failed (node and npm ws from tests/node_modules are needed)\n");
+            json_decref(stats);
+            rc = 1;
+            break;
+        }
+        printf("%8d %6d %7d %8.2f %9.1f %8.2f %13.2f %13.2f %13.2f %9.0f %8.0f %8.2f\n", clients[row],
+               (int)jnum(res, "requests", NULL), (int)jnum(res, "tokens", NULL), jnum(res, "wall_s", NULL),
+               jnum(res, "tokens_per_s", NULL), jnum(res, "requests_per_s", NULL), jnum(res, "accepted_ms", "p50"),
+               jnum(res, "first_step_ms", "p50"), jnum(res, "first_step_ms", "p99"),
+               stats ? jnum(stats, "events", "p50_us") : 0, stats ? jnum(stats, "events", "p99_us") : 0,
+               stats ? jnum(stats, "scheduler", "mean_batch") : 0);
+        if (jnum(res, "failed", NULL) > 0) {
+            char *e = json_dumps(json_object_get(res, "errors"), JSON_COMPACT);
+            printf("         %d requests failed: %s\n", (int)jnum(res, "failed", NULL), e ? e : "?");
+            free(e);
+        }
+        fflush(stdout);
+        json_decref(res);
+        json_decref(stats);
+    }
+    free(clients);
+    if (rc == 0)
+        printf("\ntokens/s: generated tokens of all clients / wall time. ev p50/p99: server-side overhead per event\n"
+               "(engine produced it -> frame written), from GET /stats. batch: mean sequences per decode step.\n");
+    return rc;
 }
