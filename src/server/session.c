@@ -44,19 +44,39 @@ static ws_frame *frame_new(json_t *obj, uint64_t t_event_ns) {
     return f;
 }
 
+/* Budget accounting: every frame, and separately the never-written ones (which cannot be
+ * released without losing events). */
+static void acct_add(ws_session *s, const ws_frame *f) {
+    s->bytes += f->cost;
+    s->n_frames++;
+    if (!f->buf) {
+        s->bytes_unsent += f->cost;
+        s->n_unsent++;
+    }
+}
+
+static void acct_sub(ws_session *s, const ws_frame *f) {
+    s->bytes -= f->cost;
+    s->n_frames--;
+    if (!f->buf) {
+        s->bytes_unsent -= f->cost;
+        s->n_unsent--;
+    }
+}
+
 static void pop_head(ws_session *s) {
     ws_frame *f = s->head;
     CHECK(f && f != s->cursor);
     s->head = f->next;
     if (!s->head) s->tail = NULL;
-    s->bytes -= f->cost;
-    s->n_frames--;
+    acct_sub(s, f);
     frame_free(f);
 }
 
 /* Serialize f as {"type", "id"?, "seq", ...rest} with the next seq. */
 static void frame_serialize(ws_session *s, ws_frame *f) {
     CHECK(f->obj && !f->buf);
+    acct_sub(s, f);
     f->seq = s->next_seq++;
     json_t *w = json_object();
     json_t *type = json_object_get(f->obj, "type");
@@ -74,9 +94,8 @@ static void frame_serialize(ws_session *s, ws_frame *f) {
     f->buf = xmalloc(LWS_PRE + f->len);
     memcpy(f->buf + LWS_PRE, text, f->len);
     free(text);
-    s->bytes -= f->cost;
     f->cost = f->len + FRAME_OVERHEAD;
-    s->bytes += f->cost;
+    acct_add(s, f);
     if (f->gen && f->gen->pending_step == f) f->gen->pending_step = NULL;
     f->gen = NULL;
 }
@@ -89,6 +108,9 @@ static void request_write(ws_session *s) {
 
 static void session_overflow(ws_session *s);
 
+/* Release acknowledged frames; over budget, release sent-but-unacknowledged ones oldest first
+ * (replay below them becomes impossible). Frames waiting to be re-sent after a resume stay until
+ * re-sent (they were within budget before); only never-written frames beyond the budget overflow. */
 static void trim(ws_session *s) {
     const server_config *cfg = server_cfg(s->w->srv);
     while (s->head && s->head != s->cursor && s->head->seq <= s->acked) pop_head(s);
@@ -97,7 +119,8 @@ static void trim(ws_session *s) {
         s->floor = s->head->seq;
         pop_head(s);
     }
-    if (!s->overflowed && (s->bytes > cfg->session_max_bytes || s->n_frames > cfg->session_max_events))
+    if (!s->overflowed &&
+        (s->bytes_unsent > cfg->session_max_bytes || s->n_unsent > cfg->session_max_events))
         session_overflow(s);
 }
 
@@ -107,8 +130,7 @@ static void append(ws_session *s, ws_frame *f) {
     else s->head = f;
     s->tail = f;
     if (!s->cursor) s->cursor = f;
-    s->bytes += f->cost;
-    s->n_frames++;
+    acct_add(s, f);
 }
 
 static void schedule_destroy(ws_session *s, double seconds);
@@ -118,8 +140,8 @@ static void schedule_destroy(ws_session *s, double seconds);
  * session synchronously (callers may be inside gen_deliver). */
 static void session_overflow(ws_session *s) {
     const server_config *cfg = server_cfg(s->w->srv);
-    log_warn("session %.8s…: event buffer overflow (%zu bytes / %d events, limits %zu / %d): closing", s->token,
-             s->bytes, s->n_frames, cfg->session_max_bytes, cfg->session_max_events);
+    log_warn("session %.8s…: event buffer overflow (%zu bytes / %d events not yet sent; limits %zu / %d): closing",
+             s->token, s->bytes_unsent, s->n_unsent, cfg->session_max_bytes, cfg->session_max_events);
     s->overflowed = 1;
     for (ws_gen *g = s->gens; g; g = g->next) {
         if (g->req) server_cancel(s->w->srv, g->req);
@@ -131,8 +153,7 @@ static void session_overflow(ws_session *s) {
     while (f && f != s->cursor) prev = f, f = f->next;
     while (f) {
         ws_frame *next = f->next;
-        s->bytes -= f->cost;
-        s->n_frames--;
+        acct_sub(s, f);
         frame_free(f);
         f = next;
     }
@@ -364,9 +385,9 @@ static void enqueue_step(ws_gen *g, json_t *obj, uint64_t t_ns) {
     if (p && p->obj) {
         api_step_merge(p->obj, obj);
         json_decref(obj);
-        s->bytes -= p->cost;
+        acct_sub(s, p);
         p->cost = frame_estimate(p->obj);
-        s->bytes += p->cost;
+        acct_add(s, p);
         trim(s);
         request_write(s);
         return;

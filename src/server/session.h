@@ -13,7 +13,7 @@
  *
  * Budget (session_max_bytes / session_max_events) over all frames: over it, written-but-unacked
  * frames are released oldest first (replay below that point becomes impossible: "floor"); if
- * unwritten frames alone exceed it the session overflows: its generations are cancelled, an
+ * never-written frames alone exceed it the session overflows: its generations are cancelled, an
  * error {code:"session_overflow"} is the last frame, and the socket closes with 4008; a detached
  * session is discarded and a later resume is told "session_overflow".
  *
@@ -84,8 +84,10 @@ struct ws_session {
     uint64_t    next_seq;          /* seq of the next frame written */
     uint64_t    acked;             /* client confirmed every seq <= acked */
     uint64_t    floor;             /* frames <= floor were released unacknowledged */
-    size_t      bytes;
+    size_t      bytes;             /* all frames */
     int         n_frames;
+    size_t      bytes_unsent;      /* frames never written (no seq yet) */
+    int         n_unsent;
     ws_gen     *gens;
     int         n_gens;
     uint64_t    gen_counter;

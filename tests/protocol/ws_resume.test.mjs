@@ -215,3 +215,64 @@ describe('session retention', () => {
     await b.close();
   });
 });
+
+describe('session buffer limits', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({
+      model: tinyModel('ws-resume'),
+      extra: ['--session-retention', '60', '--session-max-events', '64', '--session-max-bytes', '65536'],
+      name: 'small-buffers',
+    });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('a detached session whose unsent events exceed the budget is discarded, and resume says so', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    // 8 generations with one block per token: 8 x 48 block events cannot be merged away
+    for (let i = 0; i < 8; i++) a.send({ type: 'generate', id: `o${i}`, prompt_ids: [1, 2], gen_length: 48, block_length: 1, steps: 48 });
+    await a.wait((m) => m.type === 'accepted' && m.id === 'o7');
+    const before = await srv.stats();
+    a.ws.terminate();
+    for (;;) { // the overflow cancels the generations and discards the session
+      const st = await srv.stats();
+      if (st.connections.sessions === before.connections.sessions - 1 && st.scheduler.active === 0 && st.scheduler.queued === 0) {
+        assert.ok(st.scheduler.cancelled > before.scheduler.cancelled, 'its generations were cancelled');
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const b = new Client(srv.wsUrl);
+    await b.session();
+    b.send({ type: 'session.resume', event_id: 'ov', session: s.session, last_seq: a.msgs.at(-1).seq });
+    const e = await b.wait((m) => m.type === 'error' && m.event_id === 'ov');
+    assert.equal(e.error.code, 'session_overflow');
+    await b.close();
+  });
+
+  test('sent events beyond the budget are released oldest first; a resume from before them reports a gap', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'big', prompt_ids: [1, 2], gen_length: 128, block_length: 8, steps: 128 });
+    await a.done('big'); // ~140 events written and never acked: only the newest 64 stay
+    const last = a.msgs.at(-1).seq;
+    a.ws.terminate();
+    await a.closedP;
+    const b = await resume(srv, s.session, 3, 'gap');
+    const gap = await b.wait((m) => m.type === 'error' && m.event_id === 'gap');
+    assert.equal(gap.error.code, 'resume_gap');
+    const resumed = await b.wait((m) => m.type === 'session.resumed');
+    const after = resumedPart(b);
+    // the replay is the newest retained events, contiguous up to the last one sent
+    const replayed = after.slice(0, after.indexOf(gap));
+    assert.ok(replayed.length > 0 && replayed.length <= 64);
+    checkSeqContiguous(assert, replayed, replayed[0].seq);
+    assert.equal(replayed.at(-1).seq, last);
+    assert.ok(replayed[0].seq > 4, 'older events were released');
+    assert.equal(resumed.seq, gap.seq + 1);
+    await b.close();
+  });
+});
