@@ -11,6 +11,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +21,8 @@
 #include "server/metrics.h"
 #include "util/log.h"
 #include "util/timeutil.h"
+
+#define ENGINE_NICE 5   /* engine threads' nice value relative to the process (see engine_main) */
 
 /* Requests of one owner key waiting for admission; buckets form a ring served round-robin. */
 typedef struct bucket {
@@ -236,6 +241,11 @@ static void engine_emit_finals(engine *e) {
 static void *engine_main(void *arg) {
     engine *e = arg;
     sched *s = e->s;
+    /* Compute yields to socket I/O: the engine (and the worker threads it starts, which inherit
+     * this) runs at a lower priority than the lws service thread, so that events reach clients
+     * promptly on a machine whose cores are all busy with the forward pass. */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), ENGINE_NICE) != 0)
+        log_debug("engine %d: setpriority failed", e->index);
     for (;;) {
         /* --- sched lock { */
         pthread_mutex_lock(&s->lock);
