@@ -42,8 +42,7 @@ typedef struct engine {
     sched_req   **active;       /* [max_batch] */
     int           n_active;
     decode_seq  **seqs;         /* [max_batch] scratch for decode_step */
-    sched_event  *finals;       /* DONE events held until the request left the active set */
-    sched_event **finals_tail;
+    sched_req   **gone;         /* [max_batch] scratch: requests that left the active set */
     decode_sink   sink;
 } engine;
 
@@ -83,6 +82,7 @@ sched_req *sched_req_create(decode_seq *seq, uint64_t owner_key) {
     r->id = atomic_fetch_add(&g_req_ids, 1);
     r->t_create_ns = time_now_ns();
     atomic_init(&r->cancel, 0);
+    atomic_init(&r->refs, 1); /* the creator's */
     r->state = SCHED_REQ_NEW;
     decode_seq_set_user(seq, r);
     return r;
@@ -90,6 +90,7 @@ sched_req *sched_req_create(decode_seq *seq, uint64_t owner_key) {
 
 void sched_req_free(sched_req *r) {
     if (!r) return;
+    if (atomic_fetch_sub(&r->refs, 1) != 1) return; /* the scheduler still holds it */
     CHECK(r->state == SCHED_REQ_NEW || r->state == SCHED_REQ_FINISHED);
     decode_seq_free(r->seq);
     free(r);
@@ -202,19 +203,13 @@ static sched_event *event_new(sched_req *r, const decode_event *ev) {
     return e;
 }
 
-/* decode sink of an engine (engine thread): non-final events go out at once; DONE is held until
- * the request left the active set (the consumer frees the request when it sees DONE). */
+/* decode sink of an engine (engine thread): every event goes out at once (DONE included: the
+ * scheduler keeps its own reference to the request until it left the active set). */
 static void engine_sink(void *user, const decode_event *ev) {
     engine *e = user;
     sched_req *r = ev->seq_user;
     CHECK(r);
-    sched_event *se = event_new(r, ev);
-    if (se->final) {
-        *e->finals_tail = se;
-        e->finals_tail = &se->next;
-    } else {
-        e->s->emit(e->s->emit_user, se);
-    }
+    e->s->emit(e->s->emit_user, event_new(r, ev));
 }
 
 /* sched_cancel of a queued request: collects its DONE, emitted once decode_seq_finish returned. */
@@ -225,18 +220,6 @@ static void direct_sink(void *user, const decode_event *ev) {
 }
 
 /* ---------------------------------------------------------------- engine thread */
-
-static void engine_emit_finals(engine *e) {
-    sched_event *ev = e->finals;
-    e->finals = NULL;
-    e->finals_tail = &e->finals;
-    while (ev) {
-        sched_event *next = ev->next;
-        ev->next = NULL;
-        e->s->emit(e->s->emit_user, ev);
-        ev = next;
-    }
-}
 
 static void *engine_main(void *arg) {
     engine *e = arg;
@@ -294,10 +277,11 @@ static void *engine_main(void *arg) {
             if (n > s->st.max_batch_seen) s->st.max_batch_seen = n;
             s->st.step_ms_total += step_ms;
         }
-        int k = 0;
+        int k = 0, n_gone = 0;
         for (int i = 0; i < e->n_active; i++) {
             sched_req *r = e->active[i];
             if (decode_seq_done(r->seq)) {
+                e->gone[n_gone++] = r;
                 r->state = SCHED_REQ_FINISHED;
                 s->n_active--;
                 s->st.finished++;
@@ -312,7 +296,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         /* } sched lock --- */
 
-        engine_emit_finals(e);
+        for (int i = 0; i < n_gone; i++) sched_req_free(e->gone[i]); /* the scheduler's reference */
     }
     decode_thread_scratch_free();
     return NULL;
@@ -341,7 +325,7 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
         e->ctx = ctxs[i];
         e->active = xcalloc((size_t)o->max_batch, sizeof *e->active);
         e->seqs = xcalloc((size_t)o->max_batch, sizeof *e->seqs);
-        e->finals_tail = &e->finals;
+        e->gone = xcalloc((size_t)o->max_batch, sizeof *e->gone);
         e->sink.fn = engine_sink;
         e->sink.user = e;
         if (pthread_create(&e->thread, NULL, engine_main, e) != 0) UM_FATAL("cannot start engine thread %d", i);
@@ -363,7 +347,6 @@ void sched_stop(sched *s) {
         engine *e = &s->engines[i];
         if (e->started) pthread_join(e->thread, NULL);
         e->started = 0;
-        engine_emit_finals(e); /* nothing is held between steps; kept for symmetry */
     }
 }
 
@@ -402,6 +385,7 @@ void sched_finish_all(sched *s) {
         }
         held->final = 1;
         s->emit(s->emit_user, held);
+        sched_req_free(all[i]); /* the scheduler's reference */
     }
     free(all);
 }
@@ -413,6 +397,7 @@ void sched_free(sched *s) {
     for (int i = 0; i < s->n_engines; i++) {
         free(s->engines[i].active);
         free(s->engines[i].seqs);
+        free(s->engines[i].gone);
     }
     free(s->engines);
     pthread_cond_destroy(&s->cv);
@@ -439,6 +424,7 @@ int sched_submit(sched *s, sched_req *r, int *queue_pos, um_err *err) {
         int pos = s->n_queued + 1 - free_slots;
         if (queue_pos) *queue_pos = pos > 0 ? pos : 0;
         r->t_submit_ns = time_now_ns();
+        atomic_fetch_add(&r->refs, 1); /* the scheduler's, dropped when it lets go of r */
         queue_push(s, r);
         s->st.submitted++;
         pthread_cond_signal(&s->cv);
@@ -470,6 +456,7 @@ void sched_cancel(sched *s, sched_req *r) {
         decode_seq_finish(r->seq, DECODE_FINISH_CANCELLED, NULL, &sink);
         CHECK(held && held->final);
         s->emit(s->emit_user, held);
+        sched_req_free(r); /* the scheduler's reference */
     }
 }
 

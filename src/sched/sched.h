@@ -11,8 +11,10 @@
  * all its active sequences, let finished ones leave. Requests join and leave between steps.
  *
  * Every submitted request produces exactly one final event (kind SCHED_EV_DONE, final = 1) —
- * finished, cancelled (queued or running) or failed — after which the scheduler never touches it
- * again; whoever consumes that event frees the request (sched_req_free).
+ * finished, cancelled (queued or running) or failed. Requests are reference counted: the creator
+ * holds one reference (dropped with sched_req_free, normally after consuming the final event) and
+ * the scheduler one while the request is queued or active, so DONE goes out the moment it is
+ * produced.
  *
  * Not here: sockets, JSON protocol, sessions, tokenization (server/, api/). Decoding (decode/).
  *
@@ -76,6 +78,7 @@ struct sched_req {
 
     /* --- scheduler-owned (under sched.lock, or the owning engine thread once admitted) */
     atomic_int  cancel;         /* 1: stop at the next step boundary (set by sched_cancel) */
+    atomic_int  refs;           /* creator + scheduler (while queued/active) */
     int         state;          /* SCHED_REQ_* */
     uint64_t    t_submit_ns;
     uint64_t    t_admit_ns;
@@ -111,7 +114,8 @@ void sched_free(sched *s);
 
 /* New request around seq (ownership of seq moves to the request). */
 sched_req *sched_req_create(decode_seq *seq, uint64_t owner_key);
-/* Free a request that was never submitted, or whose final event was consumed. */
+/* Drop the creator's reference: after consuming the final event, or for a request that was never
+ * submitted. The request is freed when the scheduler has let go of it too. */
 void sched_req_free(sched_req *r);
 
 /* Queue r. On success *queue_pos = requests that must be admitted before it (0: it joins at the
