@@ -100,7 +100,7 @@ function setConn(st, text) {
 
 function initClient() {
   const proto = location.protocol === 'https:' ? 'wss' : 'ws';
-  const client = new UnmaskClient(`${proto}://${location.host}/ws`);
+  const client = new UnmaskClient(`${proto}://${location.host}/ws`, localStorage.getItem('unmask.apiKey') || '');
   state.client = client;
   window.unmask = client; // handy in devtools and for tests
   client.addEventListener('status', (e) => {
@@ -108,7 +108,15 @@ function initClient() {
     if (d.state === 'open') setConn('open', d.resumed ? `resumed · ${d.replayed} replayed` : 'connected');
     else if (d.state === 'connecting') setConn('connecting', 'connecting…');
     else if (d.state === 'reconnecting') setConn('connecting', `reconnecting (try ${d.attempt})…`);
-    else if (d.state === 'offline') setConn('offline', `offline · retry in ${(d.retryIn / 1000).toFixed(1)} s`);
+    else if (d.state === 'offline') {
+      setConn('offline', d.refused ? 'refused · API key?' : `offline · retry in ${(d.retryIn / 1000).toFixed(1)} s`);
+      if (d.refused && !state.askedForKey) {
+        state.askedForKey = true;
+        document.body.classList.remove('panel-hidden');
+        $('api-key').scrollIntoView({ block: 'center' });
+        $('api-key').focus();
+      }
+    }
     else setConn('offline', 'closed');
     updateStats();
   });
@@ -145,6 +153,15 @@ function initClient() {
   });
   client.connect();
   $('drop').addEventListener('click', () => client.dropConnection());
+  const key = $('api-key');
+  key.value = client.apiKey;
+  key.addEventListener('change', () => {
+    const v = key.value.trim();
+    if (v) localStorage.setItem('unmask.apiKey', v);
+    else localStorage.removeItem('unmask.apiKey');
+    client.apiKey = v;
+    client.dropConnection(); // reconnect (and resume) with the new key
+  });
 }
 
 function updateStats() {

@@ -10,9 +10,11 @@
 const RESUME_FAIL_CODES = new Set(['unknown_session', 'session_overflow', 'resume_not_allowed']);
 
 export class UnmaskClient extends EventTarget {
-  constructor(url) {
+  constructor(url, apiKey = '') {
     super();
     this.url = url;
+    this.apiKey = apiKey;       // sent as the subprotocol "unmask-key.<key>" (browsers cannot set headers)
+    this.everOpened = false;
     this.ws = null;
     this.token = null;          // session we belong to
     this.lastSeq = 0;           // last seq processed in that session
@@ -70,12 +72,13 @@ export class UnmaskClient extends EventTarget {
     this.#emit('status', { state: this.attempt ? 'reconnecting' : 'connecting', attempt: this.attempt });
     let ws;
     try {
-      ws = new WebSocket(this.url);
+      ws = new WebSocket(this.url, this.apiKey ? ['unmask', `unmask-key.${this.apiKey}`] : ['unmask']);
     } catch (e) {
       this.#scheduleReconnect();
       return;
     }
     this.ws = ws;
+    ws.onopen = () => { this.everOpened = true; };
     ws.onmessage = (ev) => this.#onMessage(ev.data);
     ws.onclose = (ev) => {
       if (this.ws !== ws) return;
@@ -94,7 +97,8 @@ export class UnmaskClient extends EventTarget {
   #scheduleReconnect(code) {
     this.attempt++;
     const delay = Math.min(8000, 250 * 2 ** Math.min(this.attempt - 1, 5)) * (0.8 + Math.random() * 0.4);
-    this.#emit('status', { state: 'offline', attempt: this.attempt, code, retryIn: delay });
+    // a handshake that never succeeds is most likely an API key the server wants
+    this.#emit('status', { state: 'offline', attempt: this.attempt, code, retryIn: delay, refused: !this.everOpened && this.attempt >= 2 });
     setTimeout(() => this.#open(), delay);
   }
 
