@@ -77,3 +77,40 @@ describe('load', () => {
     await fast.close();
   });
 });
+
+describe('capacity', () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: tinyModel('ws-load'), extra: ['--max-sessions', '3', '--session-retention', '60'], name: 'capacity' });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('max sessions: a detached session makes room; with all sessions connected the next is refused (1013)', async () => {
+    const a = new Client(srv.wsUrl);
+    const b = new Client(srv.wsUrl);
+    const c = new Client(srv.wsUrl);
+    const sa = await a.session();
+    await b.session();
+    await c.session();
+    a.ws.terminate(); // a's session is retained (detached) ...
+    await a.closedP;
+    for (;;) { // (the server notices the drop)
+      if ((await srv.stats()).connections.sessions_detached === 1) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const d = new Client(srv.wsUrl); // ... and is the one discarded to admit d
+    await d.session();
+    d.send({ type: 'session.resume', event_id: 'x', session: sa.session, last_seq: 1 });
+    assert.equal((await d.wait((m) => m.event_id === 'x')).error.code, 'unknown_session');
+    const e = new Client(srv.wsUrl); // b, c, d are all connected: no room
+    const closed = await e.closedP;
+    assert.equal(closed.code, 1013);
+    assert.equal(e.msgs.length, 0);
+    // the others are unaffected
+    d.send({ type: 'generate', id: 'ok', prompt_ids: [1], gen_length: 8, block_length: 8, steps: 4 });
+    await d.done('ok');
+    for (const x of [b, c, d]) await x.close();
+  });
+});
