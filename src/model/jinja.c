@@ -22,7 +22,8 @@
 #include "util/log.h"
 
 #define RENDER_MAX_OUTPUT   (16u << 20)
-#define RENDER_MAX_STEPS    2000000
+#define RENDER_MAX_STEPS    1000000
+#define RENDER_MAX_MEMORY   ((size_t)256 << 20)   /* arena bytes of one render */
 #define EVAL_MAX_DEPTH      200
 
 /* ================================================================ arena */
@@ -35,6 +36,7 @@ typedef struct arena_blk {
 
 typedef struct arena {
     arena_blk *head;
+    size_t total;             /* bytes allocated in blocks */
 } arena;
 
 static void *ar_alloc(arena *a, size_t n) {
@@ -43,6 +45,7 @@ static void *ar_alloc(arena *a, size_t n) {
         size_t cap = n > 65536 ? n : 65536;
         arena_blk *b = xmalloc(sizeof *b + cap);
         b->next = a->head, b->used = 0, b->cap = cap;
+        a->total += cap;
         a->head = b;
     }
     void *p = (char *)a->head->data + a->head->used;
@@ -2429,9 +2432,19 @@ static int exec_for(rctx *r, const stmt *s) {
         items = kept;
     }
     size_t n = items->n;
+    /* one loop object per loop, updated in place (as its values are per iteration anyway) */
+    vdict *loop = dict_new(r->ar);
+    static const char *const loop_keys[] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                                            "previtem", "nextitem"};
+    for (int k = 0; k < 9; k++) dict_set(r->ar, loop, loop_keys[k], strlen(loop_keys[k]), v_undef());
+    scope_set(r, "loop", v_dict(loop));
     for (size_t i = 0; i < n && !r->failed; i++) {
         if (++r->steps > RENDER_MAX_STEPS) {
             rerr(r, s->line, UM_ERR_RESOURCE, "template runs too long");
+            break;
+        }
+        if (r->ar->total > RENDER_MAX_MEMORY) {
+            rerr(r, s->line, UM_ERR_RESOURCE, "template uses more than %zu MB", RENDER_MAX_MEMORY >> 20);
             break;
         }
         value x = items->v[i];
@@ -2445,17 +2458,12 @@ static int exec_for(rctx *r, const stmt *s) {
             scope_set(r, s->target[0], x.u.l->v[0]);
             scope_set(r, s->target[1], x.u.l->v[1]);
         }
-        vdict *loop = dict_new(r->ar);
-        dict_set(r->ar, loop, "index", 5, v_int((int64_t)i + 1));
-        dict_set(r->ar, loop, "index0", 6, v_int((int64_t)i));
-        dict_set(r->ar, loop, "revindex", 8, v_int((int64_t)(n - i)));
-        dict_set(r->ar, loop, "revindex0", 9, v_int((int64_t)(n - i - 1)));
-        dict_set(r->ar, loop, "first", 5, v_bool(i == 0));
-        dict_set(r->ar, loop, "last", 4, v_bool(i + 1 == n));
-        dict_set(r->ar, loop, "length", 6, v_int((int64_t)n));
-        dict_set(r->ar, loop, "previtem", 8, i > 0 ? items->v[i - 1] : v_undef());
-        dict_set(r->ar, loop, "nextitem", 8, i + 1 < n ? items->v[i + 1] : v_undef());
-        scope_set(r, "loop", v_dict(loop));
+        value *lo = loop->v; /* in loop_keys order */
+        lo[0] = v_int((int64_t)i + 1), lo[1] = v_int((int64_t)i);
+        lo[2] = v_int((int64_t)(n - i)), lo[3] = v_int((int64_t)(n - i - 1));
+        lo[4] = v_bool(i == 0), lo[5] = v_bool(i + 1 == n), lo[6] = v_int((int64_t)n);
+        lo[7] = i > 0 ? items->v[i - 1] : v_undef(), lo[8] = i + 1 < n ? items->v[i + 1] : v_undef();
+        scope_set(r, "loop", v_dict(loop)); /* the body may have rebound the name */
         if (exec_block(r, &s->body) != 0) {
             rc = -1;
             break;
