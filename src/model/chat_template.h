@@ -29,8 +29,10 @@ int  chat_template_load_string(const char *src, const char *bos_token, const cha
 void chat_template_free(chat_template *t);
 
 /* Render with messages (a JSON array of {role, content, ...} objects) and add_generation_prompt.
- * *out is malloc'd, NUL-terminated (caller frees). Template errors (raise_exception, type errors)
- * -> -1 with UM_ERR_INVALID_ARG and the template's message. */
+ * *out is malloc'd, NUL-terminated (caller frees). Errors -> -1: UM_ERR_INVALID_ARG for bad
+ * messages and template errors (raise_exception's message, type errors), UM_ERR_UNSUPPORTED for a
+ * method/function the interpreter lacks, UM_ERR_RESOURCE past the limits (16 MB of output, 1M
+ * loop iterations, 256 MB of working memory). */
 int chat_template_render(const chat_template *t, const json_t *messages, int add_generation_prompt,
                          char **out, um_err *err);
 /* Render with an arbitrary variable context (a JSON object: messages, add_generation_prompt,

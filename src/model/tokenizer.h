@@ -8,9 +8,9 @@
  * encode with "add_special_tokens=False" semantics, as the reference code does), other models
  * (WordPiece, Unigram), byte_fallback.
  *
- * Threads: a loaded tokenizer is immutable except for an internal, mutex-guarded word cache, so
- * every function below may be called from any thread concurrently. A tok_stream belongs to one
- * thread at a time.
+ * Threads: a loaded tokenizer is immutable except for an internal, mutex-guarded word cache (and
+ * a small per-thread cache of merge lookups, freed at thread exit), so every function below may be
+ * called from any thread concurrently. A tok_stream belongs to one thread at a time.
  */
 #ifndef UM_TOKENIZER_H
 #define UM_TOKENIZER_H
