@@ -10,6 +10,7 @@ jamo runs and canonical-reordering cases.
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -74,6 +75,7 @@ def main():
             if bad <= 5:
                 print("MISMATCH for %r:\n  ours %r\n  want %r" % (t[:40], b[:40], want[:40]))
     print("%d strings, %d mismatches (Unicode %s)" % (len(texts), bad, unicodedata.unidata_version))
+    shutil.rmtree(TMP, ignore_errors=True)
     sys.exit(1 if bad else 0)
 
 

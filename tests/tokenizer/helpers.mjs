@@ -12,9 +12,14 @@ export const TMP = process.env.UNMASK_TEST_TMP || '/tmp';
 if (!BIN || !SRC) throw new Error('UNMASK_BIN and UNMASK_SOURCE_DIR must be set (run through ctest)');
 
 let seq = 0;
+const created = [];
+process.on('exit', () => {
+  for (const d of created) fs.rmSync(d, { recursive: true, force: true });
+});
 export function tmpDir(name) {
   const d = path.join(TMP, `tok-${name}-${process.pid}-${seq++}`);
   fs.mkdirSync(d, { recursive: true });
+  created.push(d);
   return d;
 }
 
