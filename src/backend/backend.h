@@ -95,6 +95,9 @@ struct backend {
 
 /* CPU backend (backend/cpu/). n_threads <= 0 means all cores. */
 backend *backend_cpu_init(int n_threads);
+/* The backend a --device flag names: NULL/"cpu" -> CPU with n_threads, "cuda" / "cuda:N" -> that
+ * GPU (backend/cuda/). NULL + err (naming the device) when it is unknown or cannot be opened. */
+backend *backend_init_device(const char *device, int n_threads, um_err *err);
 void     backend_free(backend *be);
 
 #endif /* UM_BACKEND_H */

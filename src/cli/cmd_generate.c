@@ -212,6 +212,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
                *layout_s = NULL, *seed_s = NULL;
     int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0;
+    const char *device = "cpu";
     int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
     double threshold = NAN, factor = NAN, temperature = NAN, top_p = NAN, cfg = NAN;
     int eos_inf = 0, conf_eos_inf = 0, no_stop = 0, drafts = 0;
@@ -242,6 +243,7 @@ int cmd_generate(int argc, char **argv) {
         {"no-live", ARG_FLAG, &no_live, "no live view even on a terminal"},
         {"quiet", ARG_FLAG, &quiet, "no summary line on stderr"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
+        {"device", ARG_STR, &device, "cpu | cuda | cuda:N [cpu]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -318,7 +320,11 @@ int cmd_generate(int argc, char **argv) {
     }
 
     rc = 1;
-    be = backend_cpu_init(threads);
+    be = backend_init_device(device, threads, &err);
+    if (!be) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
     model_ctx ctx;
     if (model_ctx_init(&ctx, &m, be, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);

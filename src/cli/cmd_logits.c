@@ -19,6 +19,7 @@
 int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
     int threads = 0;
+    const char *device = "cpu";
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
         {"tokens", ARG_STR, &tokens_s, "comma-separated token ids, e.g. 1,2,3 [required]"},
@@ -26,6 +27,7 @@ int cmd_logits(int argc, char **argv) {
         {"positions", ARG_STR, &positions_s, "comma-separated row indices whose logits to write [all]"},
         {"key-valid", ARG_STR, &valid_s, "comma-separated 0/1 per token; 0 = padding key [all 1]"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
+        {"device", ARG_STR, &device, "cpu | cuda | cuda:N [cpu]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -71,7 +73,12 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
-    backend *be = backend_cpu_init(threads);
+    backend *be = backend_init_device(device, threads, &err);
+    if (!be) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        model_free(&m);
+        goto done;
+    }
     model_ctx ctx;
     if (model_ctx_init(&ctx, &m, be, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
