@@ -91,6 +91,18 @@ export async function startServer({ model, extra = [], tls = null, name = 'srv' 
   return srv;
 }
 
+// Poll the server's state (GET /stats) until cond(stats) holds: the server's counters are the
+// observable, not time. Fails after timeoutMs with what it was waiting for.
+export async function untilStats(srv, cond, what, timeoutMs = 60000) {
+  const t0 = Date.now();
+  for (;;) {
+    const st = await srv.stats();
+    if (cond(st)) return st;
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what}; last /stats: ${JSON.stringify(st)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 // A recording WebSocket client. msgs: every parsed server event in arrival order.
 export class Client {
   constructor(url, opts = {}) {

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel } from './harness.mjs';
+import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel, untilStats } from './harness.mjs';
 
 describe('load', () => {
   let srv;
@@ -57,11 +57,7 @@ describe('load', () => {
     assert.equal(slow.msgs.some((m) => m.type === 'done'), false, 'the slow client is still paused');
 
     // the server is still producing for the paused client: wait until its generation finished
-    for (;;) {
-      const st = await srv.stats();
-      if (st.scheduler.active === 0 && st.scheduler.queued === 0) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await untilStats(srv, (st) => st.scheduler.active === 0 && st.scheduler.queued === 0, 'the paused client\'s generation to finish');
     slow.ws._socket.resume();
     const done = await slow.done('slow');
     checkSeqContiguous(assert, slow.msgs);
@@ -96,10 +92,7 @@ describe('capacity', () => {
     await c.session();
     a.ws.terminate(); // a's session is retained (detached) ...
     await a.closedP;
-    for (;;) { // (the server notices the drop)
-      if ((await srv.stats()).connections.sessions_detached === 1) break;
-      await new Promise((r) => setTimeout(r, 10));
-    }
+    await untilStats(srv, (st) => st.connections.sessions_detached === 1, 'the server to notice the drop');
     const d = new Client(srv.wsUrl); // ... and is the one discarded to admit d
     await d.session();
     d.send({ type: 'session.resume', event_id: 'x', session: sa.session, last_seq: 1 });

@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel } from './harness.mjs';
+import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel, untilStats } from './harness.mjs';
 
 // Resume `token` after `last` on a new connection; resolves with the client once session.resumed
 // arrived.
@@ -80,11 +80,7 @@ describe('session resume', () => {
     await a.closedP;
     const last = a.msgs.at(-1).seq;
     // wait (by polling the server's counters, not by sleeping) until it finished server-side
-    for (;;) {
-      const st = await srv.stats();
-      if (st.scheduler.finished > finishedBefore && st.scheduler.active === 0) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await untilStats(srv, (st) => st.scheduler.finished > finishedBefore && st.scheduler.active === 0, 'the generation to finish server-side');
     const b = await resume(srv, s.session, last);
     const resumed = await b.wait((m) => m.type === 'session.resumed');
     const after = resumedPart(b);
@@ -179,14 +175,10 @@ describe('session retention', () => {
     await a.wait((m) => m.type === 'step' && m.id === 'x');
     const cancelledBefore = (await srv.stats()).scheduler.cancelled;
     a.ws.terminate();
-    for (;;) { // retention 0.3 s: the generation is cancelled well before its 960 steps
-      const st = await srv.stats();
-      if (st.scheduler.cancelled > cancelledBefore && st.connections.sessions === 0) {
-        assert.equal(st.scheduler.active, 0, 'no compute is spent on it any more');
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    // retention 0.3 s: the generation is cancelled well before its 960 steps
+    const st = await untilStats(srv, (x) => x.scheduler.cancelled > cancelledBefore && x.connections.sessions === 0,
+      'the session to expire and its generation to be cancelled');
+    assert.equal(st.scheduler.active, 0, 'no compute is spent on it any more');
     const b = new Client(srv.wsUrl);
     await b.session();
     b.send({ type: 'session.resume', event_id: 'late', session: s.session, last_seq: 3 });
@@ -203,11 +195,10 @@ describe('session retention', () => {
     const before = await srv.stats();
     a.ws.close(1000, 'bye');
     await a.closedP;
-    for (;;) {
-      const st = await srv.stats();
-      if (st.scheduler.cancelled > before.scheduler.cancelled && st.connections.sessions === before.connections.sessions - 1) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    // (other sessions of this suite may expire meanwhile: count down, not to an exact number)
+    await untilStats(srv, (st) => st.scheduler.cancelled > before.scheduler.cancelled && st.scheduler.active === 0 &&
+      st.connections.sessions_detached === 0 && st.connections.sessions <= before.connections.sessions - 1,
+    'the session to end and its generation to be cancelled');
     const b = new Client(srv.wsUrl);
     await b.session();
     b.send({ type: 'session.resume', event_id: 'gone', session: s.session, last_seq: 1 });
@@ -237,14 +228,10 @@ describe('session buffer limits', () => {
     await a.wait((m) => m.type === 'accepted' && m.id === 'o7');
     const before = await srv.stats();
     a.ws.terminate();
-    for (;;) { // the overflow cancels the generations and discards the session
-      const st = await srv.stats();
-      if (st.connections.sessions === before.connections.sessions - 1 && st.scheduler.active === 0 && st.scheduler.queued === 0) {
-        assert.ok(st.scheduler.cancelled > before.scheduler.cancelled, 'its generations were cancelled');
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    // the overflow cancels the generations and discards the session
+    const st = await untilStats(srv, (x) => x.connections.sessions === before.connections.sessions - 1 &&
+      x.scheduler.active === 0 && x.scheduler.queued === 0, 'the overflowing session to be discarded');
+    assert.ok(st.scheduler.cancelled > before.scheduler.cancelled, 'its generations were cancelled');
     const b = new Client(srv.wsUrl);
     await b.session();
     b.send({ type: 'session.resume', event_id: 'ov', session: s.session, last_seq: a.msgs.at(-1).seq });
