@@ -4,6 +4,7 @@
  */
 #include "api/ws_protocol.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -131,13 +132,37 @@ int api_msg_parse(const char *text, size_t len, api_msg *m, api_error *e) {
 
 /* ---------------------------------------------------------------- events */
 
+/* Messages may quote client input cut at a byte limit: make them valid UTF-8 ('?' for bad bytes)
+ * so that the JSON encoder accepts them. */
+static void utf8_clean(char *s) {
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 0;
+        int ok = n > 0;
+        for (int i = 1; ok && i < n; i++) ok = (p[i] & 0xC0) == 0x80;
+        if (ok && n == 2 && *p < 0xC2) ok = 0;                                  /* overlong */
+        if (ok && n == 3 && ((*p == 0xE0 && p[1] < 0xA0) || (*p == 0xED && p[1] >= 0xA0))) ok = 0; /* overlong, surrogates */
+        if (ok && n == 4 && ((*p == 0xF0 && p[1] < 0x90) || *p > 0xF4 || (*p == 0xF4 && p[1] >= 0x90))) ok = 0;
+        if (!ok) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
+}
+
 json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_id) {
+    char msg[sizeof e->msg], param[sizeof e->param];
+    snprintf(msg, sizeof msg, "%s", e->msg);
+    snprintf(param, sizeof param, "%s", e->param);
+    utf8_clean(msg);
+    utf8_clean(param);
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string("error"));
     if (gen_id && gen_id[0]) json_object_set_new(o, "id", json_string(gen_id));
     if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
-    json_object_set_new(o, "error", json_pack("{s:s,s:s,s:o}", "code", e->code ? e->code : "error", "message", e->msg,
-                                              "param", e->param[0] ? json_string(e->param) : json_null()));
+    json_object_set_new(o, "error", json_pack("{s:s,s:s,s:o}", "code", e->code ? e->code : "error", "message", msg,
+                                              "param", param[0] ? json_string(param) : json_null()));
     return o;
 }
 

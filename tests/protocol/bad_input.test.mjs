@@ -61,6 +61,9 @@ describe('bad input', () => {
     const unk = await errorFor(c, JSON.stringify({ type: 'fly', event_id: 'u1' }));
     assert.equal(unk.error.code, 'unknown_type');
     assert.equal(unk.event_id, 'u1');
+    const utf = await errorFor(c, JSON.stringify({ type: `a${'é'.repeat(40)}`, event_id: 'u2' })); // quoted, cut at 64 bytes
+    assert.equal(utf.error.code, 'unknown_type');
+    assert.equal(utf.event_id, 'u2');
     const dup = await errorFor(c, '{"type":"ping","type":"ping"}');
     assert.equal(dup.error.code, 'invalid_json');
     const longEv = await errorFor(c, JSON.stringify({ type: 'ping', event_id: 'x'.repeat(200) }));
