@@ -413,7 +413,8 @@ int server_run(const server_config *cfg, um_err *err) {
             sched_stats st;
             sched_get_stats(s->sc, &st);
             if (g_signalled > 1) break;
-            if (st.queued == 0 && st.active == 0 && http_responses_in_flight() == 0 && (!g_drain_idle || g_drain_idle(s))) {
+            if (st.queued == 0 && st.active == 0 && http_responses_in_flight() == 0 && ws_flushed(s->ws) &&
+                (!g_drain_idle || g_drain_idle(s))) {
                 log_info("drained: every request finished");
                 break;
             }

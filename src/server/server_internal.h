@@ -38,5 +38,7 @@ void ws_state_free(struct ws_state *w);
 /* Before lws_context_destroy: cancel every session timer and stop scheduling new ones. */
 void ws_state_shutdown(struct ws_state *w);
 void ws_get_conn_stats(const struct ws_state *w, server_conn_stats *out);
+/* 1 when every connected session has written all its events (graceful shutdown waits for it). */
+int  ws_flushed(const struct ws_state *w);
 
 #endif /* UM_SERVER_INTERNAL_H */

@@ -47,6 +47,12 @@ void ws_get_conn_stats(const ws_state *w, server_conn_stats *out) {
     out->sessions_detached = w->n_detached;
 }
 
+int ws_flushed(const ws_state *w) {
+    for (const ws_session *s = w->sessions; s; s = s->next)
+        if (s->conn && s->cursor) return 0;
+    return 1;
+}
+
 /* ---------------------------------------------------------------- events */
 
 static json_t *ev_session_created(ws_state *w, ws_session *s) {
@@ -102,6 +108,11 @@ static void on_generate(ws_state *w, ws_session *s, const api_msg *m) {
     const model *mdl = server_model(srv);
     if (!mdl) {
         push_error(s, "model_loading", NULL, m->event_id, m->id, "the model is still loading; retry in a moment");
+        return;
+    }
+    if (server_draining(srv)) {
+        push_error(s, "shutting_down", NULL, m->event_id, m->id,
+                   "the server is shutting down: running generations finish, new ones are refused");
         return;
     }
     if (s->n_gens >= cfg->max_session_generations) {

@@ -186,3 +186,31 @@ describe('fairness', () => {
     await b.close();
   });
 });
+
+describe('graceful stop', () => {
+  test('SIGTERM: running WebSocket generations finish and are delivered, new ones are refused, exit 0', async () => {
+    const srv = await startServer({ model: tinyModel('ws-generate'), extra: ['--shutdown-grace', '60'], name: 'drain' });
+    try {
+      const c = new Client(srv.wsUrl);
+      await c.session();
+      c.send({ type: 'generate', id: 'run', prompt_ids: [1, 2], gen_length: 512, block_length: 64, steps: 512 });
+      await c.wait((m) => m.type === 'step' && m.id === 'run');
+      srv.proc.kill('SIGTERM');
+      // the server keeps serving: a new request is refused with a clear code (the signal is handled
+      // by the service thread before it can read this message) ...
+      c.send({ type: 'generate', event_id: 'late', id: 'late', prompt_ids: [1], gen_length: 8, block_length: 8 });
+      const late = await c.wait((m) => m.id === 'late' && (m.type === 'error' || m.type === 'accepted'));
+      assert.equal(late.type, 'error');
+      assert.equal(late.error.code, 'shutting_down');
+      // ... the running one completes and every event reaches the client before the exit
+      const done = await c.done('run');
+      assert.equal(done.finish_reason, 'length');
+      checkGeneration(assert, c.msgs, 'run');
+      checkSeqContiguous(assert, c.msgs);
+      const r = await srv.exited;
+      assert.equal(r.code, 0, srv.stderr);
+    } finally {
+      await srv.stop();
+    }
+  });
+});
