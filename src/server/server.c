@@ -410,6 +410,7 @@ int server_run(const server_config *cfg, um_err *err) {
             lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
         }
         if (s->draining) {
+            server_on_wake(s); /* events still in the hub are work in flight too */
             sched_stats st;
             sched_get_stats(s->sc, &st);
             if (g_signalled > 1) break;
@@ -425,8 +426,6 @@ int server_run(const server_config *cfg, um_err *err) {
         }
         if (lws_service(s->ctx, 0) < 0) break;
     }
-    if (s->draining) lws_sul_cancel(&s->drain_sul);
-
     rc = atomic_load(&s->ready) == -1 ? 1 : 0;
     if (rc) *err = s->load_err;
     log_info("stopping%s", g_signalled ? " (signal)" : "");
@@ -438,6 +437,15 @@ int server_run(const server_config *cfg, um_err *err) {
         sched_finish_all(s->sc); /* remaining requests end with "cancelled" */
     }
     server_on_wake(s);           /* deliver what is left (frees finished requests) */
+    /* goodbye: WebSocket clients get what their sessions still hold, then a 1001 close (bounded) */
+    if (ws_close_all(s->ws) > 0) {
+        if (!s->draining) lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
+        s->draining = 1;
+        double t_end = time_now_s() + 2.0;
+        while (ws_n_conns(s->ws) > 0 && time_now_s() < t_end && g_signalled < 2)
+            if (lws_service(s->ctx, 0) < 0) break;
+    }
+    if (s->draining) lws_sul_cancel(&s->drain_sul);
     g_ctx = NULL;
     /* --- hub lock { */
     pthread_mutex_lock(&s->hub_lock);

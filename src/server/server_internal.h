@@ -40,5 +40,9 @@ void ws_state_shutdown(struct ws_state *w);
 void ws_get_conn_stats(const struct ws_state *w, server_conn_stats *out);
 /* 1 when every connected session has written all its events (graceful shutdown waits for it). */
 int  ws_flushed(const struct ws_state *w);
+/* Shutdown: every WebSocket connection writes what its session still holds, then closes with
+ * 1001 (going away). Returns the number of connections; ws_n_conns() counts those still open. */
+int  ws_close_all(struct ws_state *w);
+int  ws_n_conns(const struct ws_state *w);
 
 #endif /* UM_SERVER_INTERNAL_H */

@@ -334,6 +334,7 @@ int session_write_next(ws_session *s) {
     }
     trim(s);
     request_write(s);
+    if (!s->cursor && c->going_away) lws_callback_on_writable(c->wsi);
     return 0;
 }
 

@@ -48,6 +48,7 @@ typedef struct ws_conn {
     int             rx_in_msg;     /* inside a (possibly fragmented) message */
     int             kicked;        /* its session moved to another connection: close with 4001 */
     int             peer_close_code; /* status of the client's close frame, 0 if none */
+    int             going_away;    /* server shutdown: flush, then close with 1001 */
     struct ws_conn *next, *prev;   /* ws_state.conns */
 } ws_conn;
 

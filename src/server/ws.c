@@ -49,9 +49,19 @@ void ws_get_conn_stats(const ws_state *w, server_conn_stats *out) {
 
 int ws_flushed(const ws_state *w) {
     for (const ws_session *s = w->sessions; s; s = s->next)
-        if (s->conn && s->cursor) return 0;
+        if (s->conn && (s->cursor || lws_partial_buffered(s->conn->wsi))) return 0;
     return 1;
 }
+
+int ws_close_all(ws_state *w) {
+    for (ws_conn *c = w->conns; c; c = c->next) {
+        c->going_away = 1;
+        lws_callback_on_writable(c->wsi);
+    }
+    return w->n_conns;
+}
+
+int ws_n_conns(const ws_state *w) { return w->n_conns; }
 
 /* ---------------------------------------------------------------- events */
 
@@ -334,8 +344,13 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
                              sizeof reason_txt - 1);
             return -1;
         }
-        if (!c->sess) return 0;
-        return session_write_next(c->sess);
+        if (c->sess && c->sess->cursor) return session_write_next(c->sess);
+        if (c->going_away) {
+            static const char reason_txt[] = "server shutting down";
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)reason_txt, sizeof reason_txt - 1);
+            return -1;
+        }
+        return 0;
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
         /* payload: 2-byte status code (+ reason). 1000 = the client is done with the session */
         if (len >= 2) c->peer_close_code = ((const unsigned char *)in)[0] << 8 | ((const unsigned char *)in)[1];

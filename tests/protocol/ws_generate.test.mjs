@@ -207,6 +207,7 @@ describe('graceful stop', () => {
       assert.equal(done.finish_reason, 'length');
       checkGeneration(assert, c.msgs, 'run');
       checkSeqContiguous(assert, c.msgs);
+      assert.equal((await c.closedP).code, 1001, 'closed as "going away"');
       const r = await srv.exited;
       assert.equal(r.code, 0, srv.stderr);
     } finally {
