@@ -35,6 +35,7 @@ static const char k_usage[] =
 
 int cmd_serve(int argc, char **argv) {
     const char *config = NULL, *model_dir = NULL, *host = NULL, *web_root = NULL, *tls_cert = NULL, *tls_key = NULL;
+    const char *device = NULL, *gpus = NULL;
     int port = INT_MIN, threads = INT_MIN, engines = INT_MIN, max_batch = INT_MIN, max_queue = INT_MIN;
     int max_bytes = INT_MIN, max_events = INT_MIN, max_sessions = INT_MIN, max_gens = INT_MIN, max_msg = INT_MIN;
     int ping = INT_MIN, verbose = 0;
@@ -46,7 +47,9 @@ int cmd_serve(int argc, char **argv) {
         {"port", ARG_INT, &port, "listen port, 0 = any free port (printed) [8080]"},
         {"web-root", ARG_STR, &web_root, "directory of the browser UI [web]"},
         {"threads", ARG_INT, &threads, "CPU compute threads in total, 0 = all cores [0]"},
-        {"engines", ARG_INT, &engines, "engine threads (one per device) [1]"},
+        {"engines", ARG_INT, &engines, "CPU engine threads [1]"},
+        {"device", ARG_STR, &device, "cpu, or GPUs cuda:0,cuda:1,... (one engine = model replica per GPU) [cpu]"},
+        {"gpus", ARG_STR, &gpus, "shorthand for --device: 0,1 = cuda:0,cuda:1"},
         {"max-batch", ARG_INT, &max_batch, "sequences per decode step per engine [8]"},
         {"max-queue", ARG_INT, &max_queue, "requests waiting beyond free batch slots; more -> queue_full [256]"},
         {"session-retention", ARG_FLOAT, &retention, "seconds a disconnected session (and its generations) lives [120]"},
@@ -92,6 +95,17 @@ int cmd_serve(int argc, char **argv) {
     if (port != INT_MIN) cfg.port = port;
     if (threads != INT_MIN) cfg.threads = threads;
     if (engines != INT_MIN) cfg.engines = engines;
+    if (device) server_config_set_str(&cfg.devices, device);
+    if (gpus) {
+        char list[512] = "";
+        size_t at = 0;
+        for (const char *p = gpus; *p && at < sizeof list - 16;) {
+            size_t n = strcspn(p, ",");
+            at += (size_t)snprintf(list + at, sizeof list - at, "%scuda:%.*s", at ? "," : "", (int)n, p);
+            p += n + (p[n] == ',');
+        }
+        server_config_set_str(&cfg.devices, list);
+    }
     if (max_batch != INT_MIN) cfg.max_batch = max_batch;
     if (max_queue != INT_MIN) cfg.max_queue = max_queue;
     if (!isnan(retention)) cfg.session_retention_s = retention;

@@ -223,15 +223,17 @@ static void *loader_main(void *arg) {
     if (model_load(c->model, &s->m, err) != 0) goto fail;
     s->model_loaded = 1;
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
-    s->n_engines = c->engines;
+    s->n_engines = server_config_engine_count(c);
     s->bes = xcalloc((size_t)s->n_engines, sizeof *s->bes);
     s->ctxs = xcalloc((size_t)s->n_engines, sizeof *s->ctxs);
     s->ctxp = xcalloc((size_t)s->n_engines, sizeof *s->ctxp);
     for (int i = 0; i < s->n_engines; i++) {
         int threads = c->threads > 0 ? (c->threads + s->n_engines - 1) / s->n_engines : 0;
-        s->bes[i] = backend_cpu_init(threads);
+        char dev[64];
+        server_config_engine_device(c, i, dev, sizeof dev);
+        s->bes[i] = backend_init_device(dev, threads, err);
         if (!s->bes[i]) {
-            um_err_set(err, UM_ERR_RESOURCE, "cannot start the CPU backend for engine %d", i);
+            um_err_prefix(err, "engine %d (%s)", i, dev);
             goto fail;
         }
         if (model_ctx_init(&s->ctxs[i], &s->m, s->bes[i], err) != 0) {

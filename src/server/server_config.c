@@ -6,9 +6,11 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "util/fileio.h"
 #include "util/log.h"
 
@@ -19,6 +21,28 @@ void server_config_set_str(char **field, const char *v) {
     *field = v ? xstrdup(v) : NULL;
 }
 
+int server_config_engine_count(const server_config *c) {
+    if (!c->devices || strcmp(c->devices, "cpu") == 0) return c->engines;
+    int n = 1;
+    for (const char *p = c->devices; *p; p++) n += *p == ',';
+    return n;
+}
+
+const char *server_config_engine_device(const server_config *c, int i, char *buf, size_t cap) {
+    if (!c->devices || strcmp(c->devices, "cpu") == 0) {
+        snprintf(buf, cap, "cpu");
+        return buf;
+    }
+    const char *p = c->devices;
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    size_t n = p ? strcspn(p, ",") : 0;
+    snprintf(buf, cap, "%.*s", (int)n, p ? p : "");
+    return buf;
+}
+
 void server_config_defaults(server_config *c) {
     memset(c, 0, sizeof *c);
     server_config_set_str(&c->model, "models/bundled");
@@ -27,6 +51,7 @@ void server_config_defaults(server_config *c) {
     server_config_set_str(&c->web_root, "web");
     c->threads = 0;
     c->engines = 1;
+    server_config_set_str(&c->devices, "cpu");
     c->max_batch = 8;
     c->max_queue = 256;
     c->session_retention_s = 120.0;
@@ -42,6 +67,7 @@ void server_config_free(server_config *c) {
     free(c->model);
     free(c->host);
     free(c->web_root);
+    free(c->devices);
     free(c->tls_cert);
     free(c->tls_key);
     if (c->file) json_decref(c->file);
@@ -66,6 +92,7 @@ static const key_spec k_keys[] = {
     {"web_root", K_STR, F(web_root)},
     {"threads", K_INT, F(threads)},
     {"engines", K_INT, F(engines)},
+    {"devices", K_STR, F(devices)},
     {"max_batch", K_INT, F(max_batch)},
     {"max_queue", K_INT, F(max_queue)},
     {"session_retention", K_SECONDS, F(session_retention_s)},
@@ -160,6 +187,17 @@ int server_config_check(const server_config *c, um_err *err) {
     if (!c->web_root || !c->web_root[0]) return um_err_param(err, "web_root", "--web-root must not be empty");
     if (c->threads < 0 || c->threads > 1024) return um_err_param(err, "threads", "--threads must be in [0, 1024], got %d", c->threads);
     if (c->engines < 1 || c->engines > 64) return um_err_param(err, "engines", "--engines must be in [1, 64], got %d", c->engines);
+    if (!c->devices || !c->devices[0]) return um_err_param(err, "devices", "--device must not be empty");
+    if (strcmp(c->devices, "cpu") != 0) {
+        int n = server_config_engine_count(c);
+        if (n > 64) return um_err_param(err, "devices", "--device lists %d GPUs, at most 64", n);
+        for (int i = 0; i < n; i++) {
+            char d[64];
+            server_config_engine_device(c, i, d, sizeof d);
+            if (backend_cuda_parse_device(d) < 0)
+                return um_err_param(err, "devices", "--device must be cpu or a list like cuda:0,cuda:1; '%s' is not a GPU", d);
+        }
+    }
     if (c->max_batch < 1 || c->max_batch > 4096)
         return um_err_param(err, "max_batch", "--max-batch must be in [1, 4096], got %d", c->max_batch);
     if (c->max_queue < 0 || c->max_queue > 1000000)

@@ -20,6 +20,8 @@ typedef struct server_config {
     char  *web_root;              /* directory of the browser UI */
     int    threads;               /* CPU compute threads per engine, 0 = all cores */
     int    engines;               /* engine threads (one per device; CPU: 1) */
+    char  *devices;               /* "cpu", or a comma list of GPUs "cuda:0,cuda:1": one engine
+                                     (data-parallel replica) per GPU, overriding engines */
     int    max_batch;             /* sequences per decode step per engine */
     int    max_queue;             /* requests waiting for admission (all engines) */
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
@@ -47,6 +49,9 @@ int  server_config_apply_json(server_config *c, const char *text, size_t len, co
 /* Range checks after all sources are applied. */
 int  server_config_check(const server_config *c, um_err *err);
 void server_config_free(server_config *c);
+/* The device of engine i ("cpu" or "cuda:N") into buf; number of engines the config implies. */
+int  server_config_engine_count(const server_config *c);
+const char *server_config_engine_device(const server_config *c, int i, char *buf, size_t cap);
 /* Replace a string field (frees the old value; v may be NULL). */
 void server_config_set_str(char **field, const char *v);
 
