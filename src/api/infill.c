@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "util/log.h"
+#include "util/strbuf.h"
 
 static int opt_string(const json_t *o, const char *k, const char **out, oai_error *e) {
     const json_t *v = json_object_get(o, k);
@@ -19,30 +20,13 @@ static int opt_string(const json_t *o, const char *k, const char **out, oai_erro
     return 0;
 }
 
-/* Growable text. */
-typedef struct tbuf {
-    char  *p;
-    size_t n, cap;
-} tbuf;
-
-static void tb_put(tbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = b->cap ? b->cap : 256;
-        while (b->n + n + 1 > b->cap) b->cap *= 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
 int infill_parse(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
                  oai_error *e) {
     api_gen_init(g, API_KIND_INFILL, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;
     int rc = -1;
-    tbuf pre = {0};
+    strbuf pre = STRBUF_INIT;
     const char *prefix, *suffix, *prompt;
     if (opt_string(o, "input_prefix", &prefix, e) || opt_string(o, "input_suffix", &suffix, e) ||
         opt_string(o, "prompt", &prompt, e))
@@ -62,18 +46,17 @@ int infill_parse(const char *body, size_t len, const decode_params *defaults, co
                 goto out;
             }
             if (json_is_string(fn) && json_string_length(fn)) {
-                tb_put(&pre, json_string_value(fn), json_string_length(fn));
-                tb_put(&pre, "\n", 1);
+                strbuf_put(&pre, json_string_value(fn), json_string_length(fn));
+                strbuf_put(&pre, "\n", 1);
             }
-            tb_put(&pre, json_string_value(tx), json_string_length(tx));
-            tb_put(&pre, "\n\n", 2);
+            strbuf_put(&pre, json_string_value(tx), json_string_length(tx));
+            strbuf_put(&pre, "\n\n", 2);
         }
     }
-    tb_put(&pre, prefix, strlen(prefix));
-    tb_put(&pre, prompt, strlen(prompt));
+    strbuf_puts(&pre, prefix);
+    strbuf_puts(&pre, prompt);
     g->prompts = xcalloc(1, sizeof *g->prompts);
-    g->prompts[0].text = pre.p ? pre.p : xstrdup("");
-    pre.p = NULL;
+    g->prompts[0].text = strbuf_take(&pre, NULL);
     g->n_prompts = 1;
     if (suffix[0]) g->suffix = xstrdup(suffix);
     const json_t *st = json_object_get(o, "stream");
@@ -98,7 +81,7 @@ int infill_parse(const char *body, size_t len, const decode_params *defaults, co
     if (api_parse_params(g, o, lim, e)) goto out;
     rc = 0;
 out:
-    free(pre.p);
+    strbuf_free(&pre);
     json_decref(o);
     return rc;
 }

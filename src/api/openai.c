@@ -21,6 +21,7 @@
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 #include "util/timeutil.h"
 
 #define API_MAX_STOP_BYTES 256
@@ -332,35 +333,26 @@ static json_t *message_text(const json_t *content, size_t i, oai_error *e) {
                       json_type_name(content));
         return NULL;
     }
-    size_t cap = 256, len = 0;
-    char *buf = xmalloc(cap);
-    buf[0] = 0;
+    strbuf buf = STRBUF_INIT;
     for (size_t k = 0; k < json_array_size(content); k++) {
         const json_t *part = json_array_get(content, k);
         const json_t *type = json_object_get(part, "type");
         const json_t *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type)) {
-            free(buf);
+            strbuf_free(&buf);
             oai_error_set(e, 400, "invalid_type", param, "%s[%zu] must be an object with a \"type\"", param, k);
             return NULL;
         }
         if (strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
-            free(buf);
+            strbuf_free(&buf);
             oai_error_set(e, 400, "unsupported", param, "%s[%zu]: content parts of type '%.32s' are not supported (text only)",
                           param, k, json_string_value(type));
             return NULL;
         }
-        size_t tl = json_string_length(text);
-        if (len + tl + 1 > cap) {
-            while (len + tl + 1 > cap) cap *= 2;
-            buf = xrealloc(buf, cap);
-        }
-        memcpy(buf + len, json_string_value(text), tl);
-        len += tl;
-        buf[len] = 0;
+        strbuf_put(&buf, json_string_value(text), json_string_length(text));
     }
-    json_t *s = json_stringn(buf, len);
-    free(buf);
+    json_t *s = json_stringn(strbuf_str(&buf), buf.n);
+    strbuf_free(&buf);
     return s;
 }
 
@@ -533,8 +525,7 @@ static char *render_chat(const api_gen *g, const model *m, oai_error *e) {
         return out;
     }
     /* no template: "role: content" lines and an assistant cue */
-    size_t cap = 256, len = 0;
-    char *buf = xmalloc(cap);
+    strbuf buf = STRBUF_INIT;
     for (size_t i = 0; i <= json_array_size(g->messages); i++) {
         const char *role = "assistant", *content = "";
         if (i < json_array_size(g->messages)) {
@@ -542,12 +533,9 @@ static char *render_chat(const api_gen *g, const model *m, oai_error *e) {
             role = json_string_value(json_object_get(mo, "role"));
             content = json_string_value(json_object_get(mo, "content"));
         }
-        size_t need = strlen(role) + strlen(content) + 4;
-        while (len + need + 1 > cap) cap *= 2;
-        buf = xrealloc(buf, cap);
-        len += (size_t)sprintf(buf + len, i < json_array_size(g->messages) ? "%s: %s\n" : "%s:%s", role, content);
+        strbuf_printf(&buf, i < json_array_size(g->messages) ? "%s: %s\n" : "%s:%s", role, content);
     }
-    return buf;
+    return strbuf_take(&buf, NULL);
 }
 
 int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, oai_error *e) {
@@ -655,8 +643,8 @@ struct api_track {
     int32_t         *text_ids;     /* ids that made the text */
     int              n_text_ids;
     tok_stream       ts;
-    char            *text;         /* decoded text (NUL-terminated) */
-    size_t           len, cap, taken;
+    strbuf           text;         /* decoded text (NUL-terminated, never NULL), owned */
+    size_t           taken;        /* bytes of text handed out by api_track_take */
     char *const     *stop;
     int              n_stop;
     size_t           max_stop;
@@ -679,9 +667,7 @@ api_track *api_track_new(int G, const model *m, char *const *stop, int n_stop) {
     t->piece = xcalloc((size_t)(G ? G : 1), sizeof *t->piece);
     t->text_ids = xmalloc((size_t)(G ? G : 1) * sizeof *t->text_ids);
     if (t->tok) tok_stream_init(&t->ts, t->tok, 1);
-    t->cap = 64;
-    t->text = xmalloc(t->cap);
-    t->text[0] = 0;
+    strbuf_put(&t->text, "", 0);
     t->stop = stop;
     t->n_stop = n_stop;
     for (int i = 0; i < n_stop; i++)
@@ -698,7 +684,7 @@ void api_track_free(api_track *t) {
     free(t->ids);
     free(t->text_ids);
     if (t->tok) tok_stream_free(&t->ts);
-    free(t->text);
+    strbuf_free(&t->text);
     free(t->stop_word);
     free(t->error);
     json_decref(t->usage);
@@ -707,14 +693,7 @@ void api_track_free(api_track *t) {
 }
 
 static void text_put(api_track *t, const char *s, size_t n) {
-    if (!n) return;
-    if (t->len + n + 1 > t->cap) {
-        while (t->len + n + 1 > t->cap) t->cap *= 2;
-        t->text = xrealloc(t->text, t->cap);
-    }
-    memcpy(t->text + t->len, s, n);
-    t->len += n;
-    t->text[t->len] = 0;
+    if (n) strbuf_put(&t->text, s, n);
 }
 
 static int is_eos_id(const api_track *t, int id) { return id >= 0 && (id == t->eos_id || id == t->eot_id); }
@@ -760,14 +739,14 @@ static int check_stop(api_track *t, size_t from) {
     size_t best = (size_t)-1;
     int which = -1;
     for (int i = 0; i < t->n_stop; i++) {
-        const char *hit = strstr(t->text + from, t->stop[i]);
-        if (hit && (size_t)(hit - t->text) < best) best = (size_t)(hit - t->text), which = i;
+        const char *hit = strstr(t->text.p + from, t->stop[i]);
+        if (hit && (size_t)(hit - t->text.p) < best) best = (size_t)(hit - t->text.p), which = i;
     }
     if (which < 0) return 0;
     t->stop_word = xstrdup(t->stop[which]);
-    t->len = best;
-    t->text[best] = 0;
-    if (t->taken > t->len) t->taken = t->len;
+    t->text.n = best;
+    t->text.p[best] = 0;
+    if (t->taken > t->text.n) t->taken = t->text.n;
     return 1;
 }
 
@@ -788,7 +767,7 @@ int api_track_event(api_track *t, const json_t *ev) {
     }
     if (!type) return 0;
     int flags = 0;
-    size_t before = t->len;
+    size_t before = t->text.n;
     if (strcmp(type, "step") == 0) {
         t->step = (int)json_integer_value(json_object_get(json_object_get(ev, "progress"), "steps"));
         t->block = (int)json_integer_value(json_object_get(ev, "block"));
@@ -832,11 +811,11 @@ int api_track_event(api_track *t, const json_t *ev) {
         if (json_is_string(tx)) {
             size_t fl = json_string_length(tx);
             const char *fs = json_string_value(tx);
-            if (fl < t->taken || memcmp(fs, t->text, t->taken) != 0)
+            if (fl < t->taken || memcmp(fs, t->text.p, t->taken) != 0)
                 log_warn("api: streamed text diverged from the final text (%zu bytes sent)", t->taken);
-            t->len = 0;
+            strbuf_reset(&t->text);
             text_put(t, fs, fl);
-            if (t->taken > t->len) t->taken = t->len;
+            if (t->taken > t->text.n) t->taken = t->text.n;
         }
         for (int i = 0; i < t->G; i++)
             if (t->state[i] == 2) t->state[i] = 0;
@@ -845,59 +824,51 @@ int api_track_event(api_track *t, const json_t *ev) {
         flags |= TRACK_DONE;
     }
     size_t from = before > t->max_stop ? before - t->max_stop : 0;
-    if (t->len != before || (flags & TRACK_DONE)) {
+    if (t->text.n != before || (flags & TRACK_DONE)) {
         if (check_stop(t, from)) {
             if (!t->done) flags |= TRACK_STOP;
             finish_as(t, "stop");
             flags |= TRACK_DONE;
         }
     }
-    if (t->len > t->taken) flags |= TRACK_TEXT;
+    if (t->text.n > t->taken) flags |= TRACK_TEXT;
     return flags;
 }
 
 /* Bytes of text that can be sent: everything once done; otherwise all but a possible stop-string
  * prefix at the end, cut back to a UTF-8 character boundary. */
 static size_t safe_len(const api_track *t) {
-    if (t->done) return t->len;
+    if (t->done) return t->text.n;
     size_t hold = t->max_stop ? t->max_stop - 1 : 0;
-    size_t s = t->len > hold ? t->len - hold : 0;
-    while (s > t->taken && s < t->len && ((unsigned char)t->text[s] & 0xC0) == 0x80) s--;
+    size_t s = t->text.n > hold ? t->text.n - hold : 0;
+    while (s > t->taken && s < t->text.n && ((unsigned char)t->text.p[s] & 0xC0) == 0x80) s--;
     return s < t->taken ? t->taken : s;
 }
 
 const char *api_track_take(api_track *t, size_t *len) {
     size_t s = safe_len(t);
-    const char *p = t->text + t->taken;
+    const char *p = t->text.p + t->taken;
     *len = s - t->taken;
     t->taken = s;
     return p;
 }
 
 const char *api_track_text(const api_track *t, size_t *len) {
-    if (len) *len = t->len;
-    return t->text;
+    if (len) *len = t->text.n;
+    return t->text.p;
 }
 
 char *api_track_canvas(const api_track *t) {
-    if (t->done) return xstrndup(t->text, t->len);
-    size_t cap = 64, len = 0;
-    char *out = xmalloc(cap);
+    if (t->done) return xstrndup(t->text.p, t->text.n);
+    strbuf out = STRBUF_INIT;
     int eos_seen = 0;
     for (int i = 0; i < t->G; i++) {
         if (t->state[i] == 0 || !t->piece[i]) continue;
         if (t->state[i] == 1 && is_eos_id(t, t->ids[i])) eos_seen = 1;
         if (eos_seen) break;
-        size_t n = strlen(t->piece[i]);
-        if (len + n + 1 > cap) {
-            while (len + n + 1 > cap) cap *= 2;
-            out = xrealloc(out, cap);
-        }
-        memcpy(out + len, t->piece[i], n);
-        len += n;
+        strbuf_puts(&out, t->piece[i]);
     }
-    out[len] = 0;
-    return out;
+    return strbuf_take(&out, NULL);
 }
 
 json_t *api_track_meta(const api_track *t) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "util/log.h"
+#include "util/strbuf.h"
 
 out_chunk *out_chunk_new(const void *data, size_t len) {
     out_chunk *c = xmalloc(sizeof *c + OUT_CHUNK_PRE + len + 1);
@@ -21,53 +22,36 @@ out_chunk *out_chunk_new(const void *data, size_t len) {
 
 void out_chunk_free(out_chunk *c) { free(c); }
 
-/* A growable byte buffer used while framing. */
-typedef struct sbuf {
-    char  *p;
-    size_t n, cap;
-} sbuf;
-
-static void sbuf_put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        while (b->n + n + 1 > b->cap) b->cap = b->cap ? b->cap * 2 : 256;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sbuf_puts(sbuf *b, const char *s) { sbuf_put(b, s, strlen(s)); }
-
 /* Field values must not contain CR/LF (they would end the field): cut at the first one. */
-static void put_field(sbuf *b, const char *name, const char *value) {
-    sbuf_puts(b, name);
-    sbuf_puts(b, ": ");
-    sbuf_put(b, value, strcspn(value, "\r\n"));
-    sbuf_puts(b, "\n");
+static void put_field(strbuf *b, const char *name, const char *value) {
+    strbuf_puts(b, name);
+    strbuf_puts(b, ": ");
+    strbuf_put(b, value, strcspn(value, "\r\n"));
+    strbuf_puts(b, "\n");
 }
 
 out_chunk *sse_frame(const char *id, const char *event, const char *payload, size_t len) {
-    sbuf b = {0};
+    strbuf b = STRBUF_INIT;
     if (event) put_field(&b, "event", event);
     if (id) put_field(&b, "id", id);
     size_t i = 0;
     for (;;) {
         size_t j = i;
         while (j < len && payload[j] != '\n' && payload[j] != '\r') j++;
-        sbuf_puts(&b, "data: ");
-        sbuf_put(&b, payload + i, j - i);
-        sbuf_puts(&b, "\n");
+        strbuf_puts(&b, "data: ");
+        strbuf_put(&b, payload + i, j - i);
+        strbuf_puts(&b, "\n");
         if (j >= len) break;
         if (payload[j] == '\r' && j + 1 < len && payload[j + 1] == '\n') j++;
         i = j + 1;
         if (i >= len) { /* payload ended with a newline: an empty last data line */
-            sbuf_puts(&b, "data: \n");
+            strbuf_puts(&b, "data: \n");
             break;
         }
     }
-    sbuf_puts(&b, "\n");
+    strbuf_puts(&b, "\n");
     out_chunk *c = out_chunk_new(b.p, b.n);
-    free(b.p);
+    strbuf_free(&b);
     return c;
 }
 
@@ -82,12 +66,12 @@ out_chunk *sse_frame_json(const char *id, const char *event, const json_t *j) {
 out_chunk *sse_frame_done(void) { return out_chunk_new("data: [DONE]\n\n", 14); }
 
 out_chunk *sse_frame_comment(const char *text) {
-    sbuf b = {0};
-    sbuf_puts(&b, ": ");
-    sbuf_put(&b, text, strcspn(text, "\r\n"));
-    sbuf_puts(&b, "\n\n");
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, ": ");
+    strbuf_put(&b, text, strcspn(text, "\r\n"));
+    strbuf_puts(&b, "\n\n");
     out_chunk *c = out_chunk_new(b.p, b.n);
-    free(b.p);
+    strbuf_free(&b);
     return c;
 }
 

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 
 /* ---------------------------------------------------------------- live view */
 
@@ -33,19 +34,8 @@ typedef struct live_view {
     int    *special;     /* [G] */
     int     rows;        /* terminal rows the last frame used */
     int     width;
-    char   *frame;       /* scratch */
-    size_t  cap, len;
+    strbuf  frame;       /* scratch: the frame being drawn */
 } live_view;
-
-static void lv_put(live_view *lv, const char *s, size_t n) {
-    if (lv->len + n + 1 > lv->cap) {
-        lv->cap = (lv->len + n + 1) * 2;
-        lv->frame = xrealloc(lv->frame, lv->cap);
-    }
-    memcpy(lv->frame + lv->len, s, n);
-    lv->len += n;
-    lv->frame[lv->len] = 0;
-}
 
 /* Terminal rows a text occupies (code points as one column each; escape sequences skipped). */
 static int lv_count_rows(const char *s, int width) {
@@ -67,25 +57,25 @@ static int lv_count_rows(const char *s, int width) {
 }
 
 static void lv_draw(live_view *lv, const char *status, int final_text, const char *text) {
-    lv->len = 0;
+    strbuf_reset(&lv->frame);
     if (final_text) {
-        lv_put(lv, text, strlen(text));
+        strbuf_puts(&lv->frame, text);
     } else {
         for (int i = 0; i < lv->G; i++) {
-            if (!lv->piece[i]) lv_put(lv, "\x1b[2m\xe2\x96\x91\x1b[0m", 11); /* dim ░ */
-            else if (!lv->special[i] || !lv->has_tok) lv_put(lv, lv->piece[i], strlen(lv->piece[i]));
+            if (!lv->piece[i]) strbuf_put(&lv->frame, "\x1b[2m\xe2\x96\x91\x1b[0m", 11); /* dim ░ */
+            else if (!lv->special[i] || !lv->has_tok) strbuf_puts(&lv->frame, lv->piece[i]);
         }
     }
     if (status) {
-        lv_put(lv, "\n\x1b[2m", 5);
-        lv_put(lv, status, strlen(status));
-        lv_put(lv, "\x1b[0m", 4);
+        strbuf_put(&lv->frame, "\n\x1b[2m", 5);
+        strbuf_puts(&lv->frame, status);
+        strbuf_put(&lv->frame, "\x1b[0m", 4);
     }
     /* back to the frame's first row, clear, redraw */
     if (lv->rows > 1) printf("\x1b[%dA", lv->rows - 1);
-    printf("\r\x1b[J%s", lv->frame);
+    printf("\r\x1b[J%s", lv->frame.p);
     fflush(stdout);
-    lv->rows = lv_count_rows(lv->frame, lv->width);
+    lv->rows = lv_count_rows(lv->frame.p, lv->width);
 }
 
 /* ---------------------------------------------------------------- sink */
@@ -356,7 +346,7 @@ done:
         for (int i = 0; i < lv.G; i++) free(lv.piece[i]);
     free(lv.piece);
     free(lv.special);
-    free(lv.frame);
+    strbuf_free(&lv.frame);
     decode_seq_free(s);
     if (be) backend_free(be);
     free(ids);

@@ -18,6 +18,7 @@
 #include "model/unicode.h"
 #include "util/fileio.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 #include "util/timeutil.h"
 
 /* ================================================================ parameters */
@@ -200,29 +201,17 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
 
 /* ================================================================ sequences */
 
-/* Growable byte arena for the strings of one event. */
-typedef struct arena {
-    char  *buf;
-    size_t len, cap;
-} arena;
-
-static size_t arena_put(arena *a, const char *s, size_t n) {
-    if (a->len + n + 1 > a->cap) {
-        size_t c = a->cap ? a->cap : 256;
-        while (c < a->len + n + 1) c *= 2;
-        a->buf = xrealloc(a->buf, c);
-        a->cap = c;
-    }
-    size_t off = a->len;
-    if (n) memcpy(a->buf + off, s, n);
-    a->buf[off + n] = 0;
-    a->len += n + 1;
+/* Append a NUL-terminated copy of s[0..n) to the strings of one event; returns its offset. */
+static size_t arena_put(strbuf *a, const char *s, size_t n) {
+    size_t off = a->n;
+    strbuf_put(a, s, n);
+    strbuf_putc(a, 0);
     return off;
 }
 
 /* Append bytes as valid UTF-8 (every maximal invalid subpart -> U+FFFD, as HF decode does).
  * Returns the arena offset. */
-static size_t arena_put_utf8(arena *a, const uint8_t *s, size_t n) {
+static size_t arena_put_utf8(strbuf *a, const uint8_t *s, size_t n) {
     size_t o = 0;
     char *tmp = utf8_sanitize((const char *)s, n, &o);
     size_t off = arena_put(a, tmp, o);
@@ -260,14 +249,13 @@ struct decode_seq {
     int32_t  *w_pos, *w_tok;
     decode_commit *commits;
     decode_draft  *drafts;
-    size_t        *piece_off;             /* [cap] arena offsets */
-    arena          strs;
+    size_t        *piece_off;             /* [cap] offsets into strs */
+    strbuf         strs;                  /* the NUL-terminated piece strings of one event, owned */
 
     /* text */
     int        has_tok;
     tok_stream ts;
-    char      *text;                      /* accumulated final text (NUL-terminated), owned */
-    size_t     text_len, text_cap;
+    strbuf     text;                      /* accumulated final text (NUL-terminated, never NULL), owned */
     int        text_stopped;              /* first EOS/EOT reached in finalized blocks */
     int        completion_tokens;
     int        saw_eos;                   /* an EOS/EOT was finalized in the generated region */
@@ -412,9 +400,7 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
     s->eos_pos = -1;
     s->has_tok = m->tok != NULL;
     if (s->has_tok) tok_stream_init(&s->ts, m->tok, 1);
-    s->text = xmalloc(1);
-    s->text[0] = 0;
-    s->text_cap = 1;
+    strbuf_put(&s->text, "", 0);
     return s;
 }
 
@@ -436,8 +422,8 @@ void decode_seq_free(decode_seq *s) {
     free(s->commits);
     free(s->drafts);
     free(s->piece_off);
-    free(s->strs.buf);
-    free(s->text);
+    strbuf_free(&s->strs);
+    strbuf_free(&s->text);
     free(s);
 }
 
@@ -479,16 +465,7 @@ static void emit(decode_seq *s, const decode_sink *sink, decode_event *ev) {
 }
 
 static void text_append(decode_seq *s, const char *t, size_t n) {
-    if (!n) return;
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t c = s->text_cap * 2;
-        while (c < s->text_len + n + 1) c *= 2;
-        s->text = xrealloc(s->text, c);
-        s->text_cap = c;
-    }
-    memcpy(s->text + s->text_len, t, n);
-    s->text_len += n;
-    s->text[s->text_len] = 0;
+    if (n) strbuf_put(&s->text, t, n);
 }
 
 static void emit_done(decode_seq *s, const decode_sink *sink, enum decode_finish reason, const char *error) {
@@ -500,8 +477,8 @@ static void emit_done(decode_seq *s, const decode_sink *sink, enum decode_finish
     ev.type = DECODE_EVENT_DONE;
     ev.step = s->step;
     ev.block = -1;
-    ev.text = s->text;
-    ev.text_len = s->text_len;
+    ev.text = s->text.p;
+    ev.text_len = s->text.n;
     ev.finish = reason;
     ev.error = error;
     ev.masks_left = s->masks_left;
@@ -542,7 +519,7 @@ static void finish_block(decode_seq *s, const decode_sink *sink) {
         if (is_eos(s, s->x[p])) block_eos = 1;
     if (block_eos) s->saw_eos = 1;
     int last = b + 1 >= s->n_blocks || (block_eos && s->p.stop_at_eos);
-    size_t before = s->text_len;
+    size_t before = s->text.n;
     for (int p = lo; p < hi && !s->text_stopped; p++) {
         int tok = s->x[p];
         if (tok == s->mask_id) continue;
@@ -569,8 +546,8 @@ static void finish_block(decode_seq *s, const decode_sink *sink) {
     ev.type = DECODE_EVENT_BLOCK;
     ev.step = s->step;
     ev.block = b;
-    ev.text = s->text + before;
-    ev.text_len = s->text_len - before;
+    ev.text = s->text.p + before;
+    ev.text_len = s->text.n - before;
     ev.block_start = lo - s->n_prompt;
     ev.block_end = hi - s->n_prompt;
     ev.masks_left = s->masks_left;
@@ -645,7 +622,7 @@ static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, co
     CHECK(nw >= 0 && nw <= s->cap);
     if (v.block_masks > 0) CHECK(nw >= 1);
     /* apply */
-    s->strs.len = 0;
+    strbuf_reset(&s->strs);
     int nc = 0;
     for (int i = 0; i < nw; i++) {
         int p = s->w_pos[i], tok = s->w_tok[i];
@@ -684,8 +661,8 @@ static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, co
             nd++;
         }
     }
-    for (int i = 0; i < nc; i++) s->commits[i].piece = s->strs.buf + s->piece_off[i];
-    for (int i = 0; i < nd; i++) s->drafts[i].piece = s->strs.buf + draft_off[i];
+    for (int i = 0; i < nc; i++) s->commits[i].piece = s->strs.p + s->piece_off[i];
+    for (int i = 0; i < nd; i++) s->drafts[i].piece = s->strs.p + draft_off[i];
     free(draft_off);
 
     decode_event ev;

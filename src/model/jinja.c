@@ -20,6 +20,7 @@
 
 #include "model/unicode.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 
 #define RENDER_MAX_OUTPUT   (16u << 20)
 #define RENDER_MAX_STEPS    1000000
@@ -72,32 +73,6 @@ static void ar_free(arena *a) {
         free(a->head);
         a->head = n;
     }
-}
-
-/* growable byte buffer */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        while (b->n + n + 1 > b->cap) b->cap = b->cap ? b->cap * 2 : 256;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 /* ================================================================ values */
@@ -322,18 +297,18 @@ static int is_ident(char c) { return is_ident_start(c) || (c >= '0' && c <= '9')
 
 /* Python unicode-escape decoding of a string literal body. */
 static int lex_string(lexer *lx, char quote) {
-    sbuf b = {0};
+    strbuf b = {0};
     lx->pos++; /* opening quote */
     for (;;) {
         if (lx->pos >= lx->len) {
-            free(b.p);
+            strbuf_free(&b);
             return lex_err(lx, UM_ERR_FORMAT, "unterminated string literal");
         }
         char c = lx->src[lx->pos++];
         if (c == quote) break;
         if (c == '\n') lx->line++;
         if (c != '\\') {
-            sb_put(&b, &c, 1);
+            strbuf_put(&b, &c, 1);
             continue;
         }
         if (lx->pos >= lx->len) continue;
@@ -362,32 +337,32 @@ static int lex_string(lexer *lx, char quote) {
                 int v = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
                       : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
                 if (v < 0) {
-                    free(b.p);
+                    strbuf_free(&b);
                     return lex_err(lx, UM_ERR_FORMAT, "bad \\%c escape in string literal", e);
                 }
                 cp = cp * 16 + (uint32_t)v;
                 lx->pos++;
             }
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) {
-                free(b.p);
+                strbuf_free(&b);
                 return lex_err(lx, UM_ERR_FORMAT, "escape out of range in string literal");
             }
             char u8[4];
-            sb_put(&b, u8, (size_t)utf8_encode(cp, u8));
+            strbuf_put(&b, u8, (size_t)utf8_encode(cp, u8));
             continue;
         }
         default: { /* unknown escape: kept as is, like Python */
             char two[2] = {'\\', e};
-            sb_put(&b, two, 2);
+            strbuf_put(&b, two, 2);
             continue;
         }
         }
-        sb_put(&b, &ch, 1);
+        strbuf_put(&b, &ch, 1);
     }
     token *k = tok_push(lx, T_STR);
-    k->s = ar_strndup(lx->ar, b.p ? b.p : "", b.n);
+    k->s = ar_strndup(lx->ar, strbuf_str(&b), b.n);
     k->n = b.n;
-    free(b.p);
+    strbuf_free(&b);
     return 0;
 }
 
@@ -821,14 +796,14 @@ static expr *parse_primary(parser *p) {
         }
         return e;
     case T_STR: {
-        sbuf b = {0};
+        strbuf b = {0};
         while (cur(p)->t == T_STR) { /* adjacent literals concatenate */
-            sb_put(&b, cur(p)->s, cur(p)->n);
+            strbuf_put(&b, cur(p)->s, cur(p)->n);
             p->pos++;
         }
         e = enew(p, E_LIT);
-        e->lit = v_str(ar_strndup(p->ar, b.p ? b.p : "", b.n), b.n);
-        free(b.p);
+        e->lit = v_str(ar_strndup(p->ar, strbuf_str(&b), b.n), b.n);
+        strbuf_free(&b);
         return e;
     }
     case T_INT: e = enew(p, E_LIT); e->lit = v_int(t->i); p->pos++; return e;
@@ -1288,7 +1263,7 @@ typedef struct rctx {
     arena *ar;
     frame *frames;
     int nframes, capframes;
-    sbuf out;
+    strbuf out;
     um_err *err;
     int failed;
     int brk, cont;
@@ -1369,13 +1344,13 @@ static int truthy(value v) {
     }
 }
 
-static void fmt_float(sbuf *b, double f) {
+static void fmt_float(strbuf *b, double f) {
     if (isnan(f)) {
-        sb_puts(b, "nan");
+        strbuf_puts(b, "nan");
         return;
     }
     if (isinf(f)) {
-        sb_puts(b, f < 0 ? "-inf" : "inf");
+        strbuf_puts(b, f < 0 ? "-inf" : "inf");
         return;
     }
     char tmp[40];
@@ -1391,127 +1366,127 @@ static void fmt_float(sbuf *b, double f) {
             if (strtod(tmp, NULL) == f) break;
         }
     }
-    sb_puts(b, tmp);
-    if (!strchr(tmp, '.') && !strchr(tmp, 'e')) sb_puts(b, ".0");
+    strbuf_puts(b, tmp);
+    if (!strchr(tmp, '.') && !strchr(tmp, 'e')) strbuf_puts(b, ".0");
 }
 
-static void repr_str(sbuf *b, const char *s, size_t n) {
+static void repr_str(strbuf *b, const char *s, size_t n) {
     char q = (memchr(s, '\'', n) && !memchr(s, '"', n)) ? '"' : '\'';
-    sb_put(b, &q, 1);
+    strbuf_put(b, &q, 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\\') sb_puts(b, "\\\\");
+        if (c == '\\') strbuf_puts(b, "\\\\");
         else if (c == (unsigned char)q) {
-            sb_put(b, "\\", 1);
-            sb_put(b, &q, 1);
-        } else if (c == '\n') sb_puts(b, "\\n");
-        else if (c == '\r') sb_puts(b, "\\r");
-        else if (c == '\t') sb_puts(b, "\\t");
-        else if (c < 0x20 || c == 0x7f) sb_printf(b, "\\x%02x", c);
-        else sb_put(b, (const char *)&c, 1);
+            strbuf_put(b, "\\", 1);
+            strbuf_put(b, &q, 1);
+        } else if (c == '\n') strbuf_puts(b, "\\n");
+        else if (c == '\r') strbuf_puts(b, "\\r");
+        else if (c == '\t') strbuf_puts(b, "\\t");
+        else if (c < 0x20 || c == 0x7f) strbuf_printf(b, "\\x%02x", c);
+        else strbuf_put(b, (const char *)&c, 1);
     }
-    sb_put(b, &q, 1);
+    strbuf_put(b, &q, 1);
 }
 
-static void to_str(sbuf *b, value v, int repr);
+static void to_str(strbuf *b, value v, int repr);
 
-static void to_str(sbuf *b, value v, int repr) {
+static void to_str(strbuf *b, value v, int repr) {
     switch (v.t) {
     case V_UNDEF: break;
-    case V_NONE: sb_puts(b, "None"); break;
-    case V_BOOL: sb_puts(b, v.u.b ? "True" : "False"); break;
-    case V_INT: sb_printf(b, "%lld", (long long)v.u.i); break;
+    case V_NONE: strbuf_puts(b, "None"); break;
+    case V_BOOL: strbuf_puts(b, v.u.b ? "True" : "False"); break;
+    case V_INT: strbuf_printf(b, "%lld", (long long)v.u.i); break;
     case V_FLOAT: fmt_float(b, v.u.f); break;
     case V_STR:
         if (repr) repr_str(b, v.u.s.p, v.u.s.n);
-        else sb_put(b, v.u.s.p, v.u.s.n);
+        else strbuf_put(b, v.u.s.p, v.u.s.n);
         break;
     case V_LIST:
-        sb_puts(b, "[");
+        strbuf_puts(b, "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) sb_puts(b, ", ");
+            if (i) strbuf_puts(b, ", ");
             to_str(b, v.u.l->v[i], 1);
         }
-        sb_puts(b, "]");
+        strbuf_puts(b, "]");
         break;
     case V_DICT:
-        sb_puts(b, v.u.d->is_ns ? "<Namespace {" : "{");
+        strbuf_puts(b, v.u.d->is_ns ? "<Namespace {" : "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i) sb_puts(b, ", ");
+            if (i) strbuf_puts(b, ", ");
             repr_str(b, v.u.d->k[i], v.u.d->kn[i]);
-            sb_puts(b, ": ");
+            strbuf_puts(b, ": ");
             to_str(b, v.u.d->v[i], 1);
         }
-        sb_puts(b, v.u.d->is_ns ? "}>" : "}");
+        strbuf_puts(b, v.u.d->is_ns ? "}>" : "}");
         break;
-    default: sb_puts(b, "<function>"); break;
+    default: strbuf_puts(b, "<function>"); break;
     }
 }
 
 static value str_value(rctx *r, value v) {
     if (v.t == V_STR) return v;
-    sbuf b = {0};
+    strbuf b = {0};
     to_str(&b, v, 0);
-    value s = v_str(ar_strndup(r->ar, b.p ? b.p : "", b.n), b.n);
-    free(b.p);
+    value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+    strbuf_free(&b);
     return s;
 }
 
 /* Python json.dumps(ensure_ascii=False), default separators or indent. */
-static int to_json(rctx *r, sbuf *b, value v, int indent, int depth, int line) {
+static int to_json(rctx *r, strbuf *b, value v, int indent, int depth, int line) {
     char pad[2 + 64];
     switch (v.t) {
     case V_UNDEF:
-    case V_NONE: sb_puts(b, "null"); return 0;
-    case V_BOOL: sb_puts(b, v.u.b ? "true" : "false"); return 0;
-    case V_INT: sb_printf(b, "%lld", (long long)v.u.i); return 0;
+    case V_NONE: strbuf_puts(b, "null"); return 0;
+    case V_BOOL: strbuf_puts(b, v.u.b ? "true" : "false"); return 0;
+    case V_INT: strbuf_printf(b, "%lld", (long long)v.u.i); return 0;
     case V_FLOAT:
-        if (isnan(v.u.f)) sb_puts(b, "NaN");
-        else if (isinf(v.u.f)) sb_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
+        if (isnan(v.u.f)) strbuf_puts(b, "NaN");
+        else if (isinf(v.u.f)) strbuf_puts(b, v.u.f < 0 ? "-Infinity" : "Infinity");
         else fmt_float(b, v.u.f);
         return 0;
     case V_STR:
-        sb_put(b, "\"", 1);
+        strbuf_put(b, "\"", 1);
         for (size_t i = 0; i < v.u.s.n; i++) {
             unsigned char c = (unsigned char)v.u.s.p[i];
-            if (c == '"') sb_puts(b, "\\\"");
-            else if (c == '\\') sb_puts(b, "\\\\");
-            else if (c == '\n') sb_puts(b, "\\n");
-            else if (c == '\r') sb_puts(b, "\\r");
-            else if (c == '\t') sb_puts(b, "\\t");
-            else if (c == '\b') sb_puts(b, "\\b");
-            else if (c == '\f') sb_puts(b, "\\f");
-            else if (c < 0x20) sb_printf(b, "\\u%04x", c);
-            else sb_put(b, (const char *)&c, 1);
+            if (c == '"') strbuf_puts(b, "\\\"");
+            else if (c == '\\') strbuf_puts(b, "\\\\");
+            else if (c == '\n') strbuf_puts(b, "\\n");
+            else if (c == '\r') strbuf_puts(b, "\\r");
+            else if (c == '\t') strbuf_puts(b, "\\t");
+            else if (c == '\b') strbuf_puts(b, "\\b");
+            else if (c == '\f') strbuf_puts(b, "\\f");
+            else if (c < 0x20) strbuf_printf(b, "\\u%04x", c);
+            else strbuf_put(b, (const char *)&c, 1);
         }
-        sb_put(b, "\"", 1);
+        strbuf_put(b, "\"", 1);
         return 0;
     case V_LIST:
     case V_DICT: {
         int is_list = v.t == V_LIST;
         size_t n = is_list ? v.u.l->n : v.u.d->n;
-        sb_puts(b, is_list ? "[" : "{");
+        strbuf_puts(b, is_list ? "[" : "{");
         if (depth > 100) return rerr(r, line, UM_ERR_INVALID_ARG, "tojson: nesting too deep"), -1;
         for (size_t i = 0; i < n; i++) {
-            if (i) sb_puts(b, indent >= 0 ? "," : ", ");
+            if (i) strbuf_puts(b, indent >= 0 ? "," : ", ");
             if (indent >= 0) {
-                sb_puts(b, "\n");
+                strbuf_puts(b, "\n");
                 int w = indent * (depth + 1);
-                for (int k = 0; k < w; k++) sb_put(b, " ", 1);
+                for (int k = 0; k < w; k++) strbuf_put(b, " ", 1);
             }
             if (!is_list) {
                 to_json(r, b, v_str(v.u.d->k[i], v.u.d->kn[i]), indent, depth + 1, line);
-                sb_puts(b, ": ");
+                strbuf_puts(b, ": ");
             }
             if (to_json(r, b, is_list ? v.u.l->v[i] : v.u.d->v[i], indent, depth + 1, line) != 0) return -1;
         }
         if (indent >= 0 && n) {
             snprintf(pad, sizeof pad, "\n");
-            sb_puts(b, pad);
+            strbuf_puts(b, pad);
             int w = indent * depth;
-            for (int k = 0; k < w; k++) sb_put(b, " ", 1);
+            for (int k = 0; k < w; k++) strbuf_put(b, " ", 1);
         }
-        sb_puts(b, is_list ? "]" : "}");
+        strbuf_puts(b, is_list ? "]" : "}");
         return 0;
     }
     default: return rerr(r, line, UM_ERR_INVALID_ARG, "tojson: cannot serialize a %s", type_name(v.t)), -1;
@@ -1648,20 +1623,20 @@ static value str_map_case(rctx *r, value s, int mode) { /* 0 lower, 1 upper, 2 t
 
 static value str_replace(rctx *r, value s, value old, value new, int64_t count) {
     if (old.u.s.n == 0) return s;
-    sbuf b = {0};
+    strbuf b = {0};
     size_t i = 0;
     int64_t done = 0;
     while (i < s.u.s.n) {
         const char *hit = (count < 0 || done < count) ? memmem(s.u.s.p + i, s.u.s.n - i, old.u.s.p, old.u.s.n) : NULL;
         if (!hit) break;
-        sb_put(&b, s.u.s.p + i, (size_t)(hit - (s.u.s.p + i)));
-        sb_put(&b, new.u.s.p, new.u.s.n);
+        strbuf_put(&b, s.u.s.p + i, (size_t)(hit - (s.u.s.p + i)));
+        strbuf_put(&b, new.u.s.p, new.u.s.n);
         i = (size_t)(hit - s.u.s.p) + old.u.s.n;
         done++;
     }
-    sb_put(&b, s.u.s.p + i, s.u.s.n - i);
+    strbuf_put(&b, s.u.s.p + i, s.u.s.n - i);
     value v = v_str(ar_strndup(r->ar, b.p, b.n), b.n);
-    free(b.p);
+    strbuf_free(&b);
     return v;
 }
 
@@ -1791,13 +1766,13 @@ static value call_method(rctx *r, const value *obj, const char *m, const argv_t 
         }
         if (!strcmp(m, "join")) {
             value l = iterable_list(r, arg(a, 0, NULL), line);
-            sbuf b = {0};
+            strbuf b = {0};
             for (size_t i = 0; l.t == V_LIST && i < l.u.l->n; i++) {
-                if (i) sb_put(&b, o.u.s.p, o.u.s.n);
+                if (i) strbuf_put(&b, o.u.s.p, o.u.s.n);
                 to_str(&b, l.u.l->v[i], 0);
             }
-            value v = v_str(ar_strndup(r->ar, b.p ? b.p : "", b.n), b.n);
-            free(b.p);
+            value v = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+            strbuf_free(&b);
             return v;
         }
     } else if (o.t == V_DICT) {
@@ -1949,27 +1924,27 @@ static value eval_slice(rctx *r, const expr *e) {
         if (stop < -1) stop = -1;
     }
     vlist *l = list_new(r->ar);
-    sbuf b = {0};
+    strbuf b = {0};
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
         if (o.t == V_LIST) list_push(r->ar, l, o.u.l->v[i]);
         else {
             size_t a0 = utf8_offset(o.u.s.p, o.u.s.n, (size_t)i), a1 = utf8_offset(o.u.s.p, o.u.s.n, (size_t)i + 1);
-            sb_put(&b, o.u.s.p + a0, a1 - a0);
+            strbuf_put(&b, o.u.s.p + a0, a1 - a0);
         }
     }
     if (o.t == V_LIST) return v_list(l);
-    value s = v_str(ar_strndup(r->ar, b.p ? b.p : "", b.n), b.n);
-    free(b.p);
+    value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+    strbuf_free(&b);
     return s;
 }
 
 static value binop(rctx *r, int op, value a, value b, int line) {
     if (op == OP_CONCAT) {
-        sbuf s = {0};
+        strbuf s = {0};
         to_str(&s, a, 0);
         to_str(&s, b, 0);
-        value v = v_str(ar_strndup(r->ar, s.p ? s.p : "", s.n), s.n);
-        free(s.p);
+        value v = v_str(ar_strndup(r->ar, strbuf_str(&s), s.n), s.n);
+        strbuf_free(&s);
         return v;
     }
     if (a.t == V_UNDEF || b.t == V_UNDEF)
@@ -2252,13 +2227,13 @@ static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t
     }
     if (!strcmp(f, "tojson")) {
         value ind = arg(a, 0, "indent");
-        sbuf b = {0};
+        strbuf b = {0};
         if (to_json(r, &b, v, ind.t == V_INT ? (int)ind.u.i : -1, 0, line) != 0) {
-            free(b.p);
+            strbuf_free(&b);
             return v_undef();
         }
-        value s = v_str(ar_strndup(r->ar, b.p ? b.p : "", b.n), b.n);
-        free(b.p);
+        value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+        strbuf_free(&b);
         return s;
     }
     if (!strcmp(f, "string")) return str_value(r, v);
@@ -2311,10 +2286,10 @@ static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t
     if (!strcmp(f, "last")) return in->n ? in->v[in->n - 1] : v_undef();
     if (!strcmp(f, "reverse")) {
         if (v.t == V_STR) {
-            sbuf b = {0};
-            for (size_t i = in->n; i-- > 0;) sb_put(&b, in->v[i].u.s.p, in->v[i].u.s.n);
-            value s = v_str(ar_strndup(r->ar, b.p ? b.p : "", b.n), b.n);
-            free(b.p);
+            strbuf b = {0};
+            for (size_t i = in->n; i-- > 0;) strbuf_put(&b, in->v[i].u.s.p, in->v[i].u.s.n);
+            value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+            strbuf_free(&b);
             return s;
         }
         vlist *o = list_new(r->ar);
@@ -2323,15 +2298,15 @@ static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t
     }
     if (!strcmp(f, "join")) {
         value sep = arg(a, 0, "d"), attr = arg(a, 1, "attribute");
-        sbuf b = {0};
+        strbuf b = {0};
         for (size_t i = 0; i < in->n; i++) {
-            if (i && sep.t == V_STR) sb_put(&b, sep.u.s.p, sep.u.s.n);
+            if (i && sep.t == V_STR) strbuf_put(&b, sep.u.s.p, sep.u.s.n);
             value x = in->v[i];
             if (attr.t == V_STR) x = get_attr(r, x, attr.u.s.p, attr.u.s.n, line);
             to_str(&b, x, 0);
         }
-        value s = v_str(ar_strndup(r->ar, b.p ? b.p : "", b.n), b.n);
-        free(b.p);
+        value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+        strbuf_free(&b);
         return s;
     }
     if (!strcmp(f, "unique")) {
@@ -2485,7 +2460,7 @@ static int exec_block(rctx *r, const block *b) {
         if (r->brk || r->cont) return 0;
         switch (s->kind) {
         case S_TEXT:
-            sb_put(&r->out, s->text, s->text_n);
+            strbuf_put(&r->out, s->text, s->text_n);
             if (r->out.n > RENDER_MAX_OUTPUT) return rerr(r, s->line, UM_ERR_RESOURCE, "output too large"), -1;
             break;
         case S_OUT: {
@@ -2518,11 +2493,11 @@ static int exec_block(rctx *r, const block *b) {
             break;
         }
         case S_SETBLOCK: {
-            sbuf saved = r->out;
-            r->out = (sbuf){0};
+            strbuf saved = r->out;
+            r->out = (strbuf){0};
             int rc = exec_block(r, &s->body);
-            value v = v_str(ar_strndup(r->ar, r->out.p ? r->out.p : "", r->out.n), r->out.n);
-            free(r->out.p);
+            value v = v_str(ar_strndup(r->ar, strbuf_str(&r->out), r->out.n), r->out.n);
+            strbuf_free(&r->out);
             r->out = saved;
             if (rc != 0) return -1;
             scope_set(r, s->target[0], v);
@@ -2557,12 +2532,11 @@ int jinja_render(const jinja_tmpl *t, const json_t *vars, char **out, um_err *er
     scope_push(&r); /* template top level */
     int rc = exec_block(&r, &t->root);
     if (rc == 0 && !r.failed) {
-        *out = r.out.p ? r.out.p : xstrdup("");
-        r.out.p = NULL;
+        *out = strbuf_take(&r.out, NULL);
     } else {
         rc = -1;
     }
-    free(r.out.p);
+    strbuf_free(&r.out);
     free(r.frames);
     ar_free(&ar);
     return rc;

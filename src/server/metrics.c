@@ -4,12 +4,12 @@
 #include "server/metrics.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/log.h"
+#include "util/strbuf.h"
 
 /* ---------------------------------------------------------------- storage */
 
@@ -185,69 +185,47 @@ void metrics_gauge_unregister_all(void) {
 
 /* ---------------------------------------------------------------- rendering */
 
-typedef struct tbuf {
-    char  *p;
-    size_t n, cap;
-} tbuf;
-
-static void tb_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(tbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        CHECK(k >= 0);
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        b->cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
-        b->p = xrealloc(b->p, b->cap);
-    }
-}
-
 /* Prometheus float formatting: integers without exponent, others with %.17g. */
-static void tb_value(tbuf *b, double v) {
-    if (v == (double)(long long)v && v < 1e15 && v > -1e15) tb_printf(b, "%lld", (long long)v);
-    else tb_printf(b, "%.17g", v);
+static void tb_value(strbuf *b, double v) {
+    if (v == (double)(long long)v && v < 1e15 && v > -1e15) strbuf_printf(b, "%lld", (long long)v);
+    else strbuf_printf(b, "%.17g", v);
 }
 
-static void render_counter_vec(tbuf *b, const counter_vec *c) {
-    tb_printf(b, "# HELP %s %s\n# TYPE %s counter\n", c->name, c->help, c->name);
+static void render_counter_vec(strbuf *b, const counter_vec *c) {
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", c->name, c->help, c->name);
     for (int i = 0; i < c->n; i++) {
-        tb_printf(b, "%s{%s} ", c->name, c->items[i].labels);
+        strbuf_printf(b, "%s{%s} ", c->name, c->items[i].labels);
         tb_value(b, c->items[i].value);
-        tb_printf(b, "\n");
+        strbuf_printf(b, "\n");
     }
 }
 
-static void render_counter(tbuf *b, const char *name, const char *help, double v) {
-    tb_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s ", name, help, name, name);
+static void render_counter(strbuf *b, const char *name, const char *help, double v) {
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s ", name, help, name, name);
     tb_value(b, v);
-    tb_printf(b, "\n");
+    strbuf_printf(b, "\n");
 }
 
-static void render_hist(tbuf *b, const histogram *h) {
-    tb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+static void render_hist(strbuf *b, const histogram *h) {
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
     double cum = 0;
     for (int i = 0; i < HIST_BUCKETS; i++) {
         cum += h->counts[i];
-        tb_printf(b, "%s_bucket{le=\"%g\"} ", h->name, h->le[i]);
+        strbuf_printf(b, "%s_bucket{le=\"%g\"} ", h->name, h->le[i]);
         tb_value(b, cum);
-        tb_printf(b, "\n");
+        strbuf_printf(b, "\n");
     }
-    tb_printf(b, "%s_bucket{le=\"+Inf\"} ", h->name);
+    strbuf_printf(b, "%s_bucket{le=\"+Inf\"} ", h->name);
     tb_value(b, h->count);
-    tb_printf(b, "\n%s_sum ", h->name);
+    strbuf_printf(b, "\n%s_sum ", h->name);
     tb_value(b, h->sum);
-    tb_printf(b, "\n%s_count ", h->name);
+    strbuf_printf(b, "\n%s_count ", h->name);
     tb_value(b, h->count);
-    tb_printf(b, "\n");
+    strbuf_printf(b, "\n");
 }
 
 char *metrics_render(size_t *len) {
-    tbuf b = {0};
+    strbuf b = STRBUF_INIT;
     /* Gauges first, outside the lock: their callbacks take their owners' locks. */
     pthread_mutex_lock(&g_lock);
     int ng = g_n_gauges;
@@ -260,10 +238,10 @@ char *metrics_render(size_t *len) {
     pthread_mutex_unlock(&g_lock);
     for (int i = 0; i < ng; i++) {
         double v = gs[i].fn ? gs[i].fn(gs[i].user) : 0;
-        tb_printf(&b, "# HELP unmask_%s %s\n# TYPE unmask_%s gauge\nunmask_%s ", gs[i].name, gs[i].help,
+        strbuf_printf(&b, "# HELP unmask_%s %s\n# TYPE unmask_%s gauge\nunmask_%s ", gs[i].name, gs[i].help,
                   gs[i].name, gs[i].name);
         tb_value(&b, v);
-        tb_printf(&b, "\n");
+        strbuf_printf(&b, "\n");
         free(gs[i].name);
         free(gs[i].help);
     }
@@ -279,7 +257,5 @@ char *metrics_render(size_t *len) {
     render_hist(&b, &g_step_lat);
     render_hist(&b, &g_evt_overhead);
     pthread_mutex_unlock(&g_lock);
-    if (!b.p) tb_printf(&b, "%s", "");
-    if (len) *len = b.n;
-    return b.p;
+    return strbuf_take(&b, len);
 }
