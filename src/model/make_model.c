@@ -208,8 +208,7 @@ static int validate_opts(const make_model_opts *o, um_err *err) {
 
 int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
     if (validate_opts(o, err) != 0) return -1;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return um_err_set(err, UM_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (dir_create(dir, err) != 0) return -1;
     tokenizer_special sp = {0};
     if (!o->no_tokenizer && tokenizer_write_builtin(dir, &sp, err) != 0) return -1;
     int vocab = sp.vocab_size;

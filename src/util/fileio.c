@@ -59,6 +59,26 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+int dir_create(const char *path, um_err *err) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return um_err_set(err, UM_ERR_INVALID_ARG, "invalid directory path '%s'", path);
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return um_err_set(err, UM_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return um_err_set(err, UM_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return um_err_set(err, UM_ERR_IO, "%s: not a directory", buf);
+    return 0;
+}
+
 int file_map_open(const char *path, file_map *map, um_err *err) {
     map->data = NULL;
     map->len = 0;

@@ -12,6 +12,8 @@
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len, um_err *err);
 int file_write_all(const char *path, const void *data, size_t len, um_err *err);
 int file_exists(const char *path);
+/* mkdir -p: create dir and its missing parents (mode 0755). */
+int dir_create(const char *path, um_err *err);
 
 typedef struct file_map {
     void  *data;          /* mapped bytes (read-only), NULL when len == 0 */
