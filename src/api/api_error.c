@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/json_util.h"
 #include "util/log.h"
 
 const char *oai_error_type_for_status(int status) {
@@ -146,7 +147,7 @@ json_t *oai_error_json(const oai_error *e) {
 
 char *oai_error_body(const oai_error *e, size_t *len) {
     json_t *o = oai_error_json(e);
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = json_dumps(o, UM_JSON_COMPACT);
     json_decref(o);
     CHECK(s != NULL);
     if (len) *len = strlen(s);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/json_util.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 
@@ -56,7 +57,7 @@ out_chunk *sse_frame(const char *id, const char *event, const char *payload, siz
 }
 
 out_chunk *sse_frame_json(const char *id, const char *event, const json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps(j, UM_JSON_COMPACT);
     CHECK(s != NULL);
     out_chunk *c = sse_frame(id, event, s, strlen(s));
     free(s);

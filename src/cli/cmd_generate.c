@@ -22,6 +22,7 @@
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "util/json_util.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 
@@ -91,7 +92,7 @@ static void on_event(void *user, const decode_event *ev) {
     gen_out *o = user;
     if (o->json) {
         json_t *j = decode_event_to_json(ev);
-        char *s = json_dumps(j, JSON_COMPACT);
+        char *s = json_dumps(j, UM_JSON_COMPACT);
         fputs(s, stdout);
         fputc('\n', stdout);
         fflush(stdout);

@@ -11,6 +11,7 @@
 
 #include <openssl/rand.h>
 
+#include "util/json_util.h"
 #include "util/log.h"
 
 typedef struct job {
@@ -127,7 +128,7 @@ static void unlink_job(job_store *js, job *j) {
 
 /* Append an event under the lock; returns its id. */
 static int64_t log_event(job_store *js, job *j, const json_t *ev) {
-    char *s = json_dumps(ev, JSON_COMPACT);
+    char *s = json_dumps(ev, UM_JSON_COMPACT);
     CHECK(s != NULL);
     int64_t id = j->next_event_id++;
     int slot = (int)(id % js->o.max_events);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "server/server_internal.h"
+#include "util/json_util.h"
 #include "util/log.h"
 
 #define HTTP_CHUNK          (16u << 10)   /* bytes per body lws_write */
@@ -243,7 +244,7 @@ int http_respond(http_conn *c, int status, const char *content_type, const char 
 }
 
 int http_respond_json(http_conn *c, int status, json_t *obj, const char *const *headers) {
-    char *s = json_dumps(obj, JSON_COMPACT);
+    char *s = json_dumps(obj, UM_JSON_COMPACT);
     json_decref(obj);
     CHECK(s);
     size_t n = strlen(s);

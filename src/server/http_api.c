@@ -40,6 +40,7 @@
 #include "server/metrics.h"
 #include "server/ratelimit.h"
 #include "server/server.h"
+#include "util/json_util.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -683,7 +684,7 @@ static void job_terminal(const char *id, const char *owner) {
     json_t *obj = job_store_get_json(G.jobs, id, owner);
     if (obj) {
         json_object_del(obj, "request");
-        char *body = json_dumps(obj, JSON_COMPACT);
+        char *body = json_dumps(obj, UM_JSON_COMPACT);
         char event[48], delivery[64];
         snprintf(event, sizeof event, "job.%s", json_string_value(json_object_get(obj, "status")));
         snprintf(delivery, sizeof delivery, "%s.%s", id, json_string_value(json_object_get(obj, "status")));

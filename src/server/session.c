@@ -12,6 +12,7 @@
 #include <sys/random.h>
 
 #include "server/session.h"
+#include "util/json_util.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -85,7 +86,7 @@ static void frame_serialize(ws_session *s, ws_frame *f) {
     if (id) json_object_set(w, "id", id);
     json_object_set_new(w, "seq", json_integer((json_int_t)f->seq));
     json_object_update_missing(w, f->obj);
-    char *text = json_dumps(w, JSON_COMPACT);
+    char *text = json_dumps(w, UM_JSON_COMPACT);
     CHECK(text);
     json_decref(w);
     json_decref(f->obj);

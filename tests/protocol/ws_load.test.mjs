@@ -39,8 +39,9 @@ describe('load', () => {
   test('a paused reader does not stall other clients and loses no committed data', async (t) => {
     const slow = new Client(srv.wsUrl);
     await slow.session();
-    // a chatty generation: drafts for a 512-wide block on every step (~tens of KB per frame)
-    const N = 512;
+    // a chatty generation: drafts for a 1000-wide block on every step (up to ~90 KB per frame, ~11 MB in
+    // all: more than the loopback socket buffers hold, so the server must hold frames back)
+    const N = 1000;
     slow.send({ type: 'generate', id: 'slow', prompt_ids: [1, 2], gen_length: N, block_length: N, steps: N / 4, stream: { drafts: true } });
     await slow.wait((m) => m.type === 'step' && m.id === 'slow', 'first slow step');
     slow.ws._socket.pause(); // stop reading: the server's socket buffer fills up
