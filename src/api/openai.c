@@ -27,11 +27,6 @@
 #define API_MAX_STOP_BYTES 256
 #define API_MAX_PROMPT_IDS (1 << 20)
 
-api_limits api_limits_default(void) {
-    api_limits l = {.max_gen_length = 8192, .max_prompt_tokens = 0, .max_choices = 16, .max_steps = 1024, .max_stop = 8};
-    return l;
-}
-
 /* ================================================================ request model */
 
 void api_gen_init(api_gen *g, enum api_kind kind, const decode_params *defaults) {
@@ -186,9 +181,9 @@ int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_e
             g->warmup = 1;
             continue;
         }
-        if (v < 1 || v > lim->max_gen_length)
-            return oai_error_set(e, 400, "invalid_value", k, "%s must be between 1 and %d, got %lld", k,
-                                 lim->max_gen_length, v);
+        um_err le = {0};
+        if (api_limit_gen_length(lim, k, v, &le) != 0)
+            return oai_error_set(e, 400, "invalid_value", k, "%s", le.msg);
         if (!g->gen_length_set) {
             p->gen_length = (int)v;
             g->gen_length_set = 1;
@@ -579,10 +574,9 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
             ids = xmalloc((size_t)(n ? n : 1) * sizeof *ids);
             if (n) memcpy(ids, g->prompts[i].ids, (size_t)n * sizeof *ids);
         }
-        if (lim->max_prompt_tokens > 0 && n + n_sfx > lim->max_prompt_tokens) {
-            oai_error_set(e, 400, "context_length_exceeded", prompt_param,
-                          "the prompt has %d tokens%s, more than this server's limit of %d", n + n_sfx,
-                          n_sfx ? " (with the suffix)" : "", lim->max_prompt_tokens);
+        um_err le = {0};
+        if (api_limit_prompt_tokens(lim, prompt_param, n, n_sfx, &le) != 0) {
+            oai_error_set(e, 400, API_CODE_CONTEXT_LENGTH, prompt_param, "%s", le.msg);
             free(ids);
             free(text);
             goto fail;
@@ -603,7 +597,7 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
                 if (strcmp(ue.param, "prompt") == 0) snprintf(ue.param, sizeof ue.param, "%s", prompt_param);
                 if (strcmp(ue.param, "suffix") == 0) snprintf(ue.param, sizeof ue.param, "%s", suffix_param);
                 oai_error_from_um(e, &ue);
-                if (ue.code == UM_ERR_INVALID_ARG && strstr(ue.msg, "context")) snprintf(e->code, sizeof e->code, "context_length_exceeded");
+                if (api_is_context_error(&ue)) snprintf(e->code, sizeof e->code, "%s", API_CODE_CONTEXT_LENGTH);
                 free(ids);
                 free(text);
                 goto fail;

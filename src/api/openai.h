@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "api/api_error.h"
+#include "api/limits.h"
 #include "decode/decode.h"
 #include "model/model.h"
 
@@ -43,15 +44,7 @@ enum api_kind {
     API_KIND_GENERATE,    /* POST /generate (SGLang) */
 };
 
-/* Server-side limits applied while parsing/building (0 = no extra limit). */
-typedef struct api_limits {
-    int max_gen_length;     /* largest gen_length / max_tokens a request may ask for */
-    int max_prompt_tokens;  /* largest prompt (+ suffix), in tokens */
-    int max_choices;        /* prompts x n per request */
-    int max_steps;          /* largest steps / diffusion_steps */
-    int max_stop;           /* stop strings per request */
-} api_limits;
-api_limits api_limits_default(void);   /* 8192 / 0 / 16 / 1024 / 8 */
+/* api_limits (server-side request limits, shared with the WebSocket protocol): api/limits.h */
 
 /* One prompt of a request: text or token ids. */
 typedef struct api_prompt {

@@ -137,7 +137,30 @@ void api_gen_request_free(api_gen_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-int api_gen_request_parse(const model *m, const json_t *obj, api_gen_request *out, api_error *e) {
+/* Every length field the client gave (top level and inside "params") within 1 ... max_gen_length,
+ * named as the client spelled it; *given = 1 when there was one. */
+static int check_gen_length(const api_limits *lim, const json_t *obj, const json_t *params, int *given, api_error *e) {
+    static const char *const names[] = {"gen_length", "max_tokens", "max_new_tokens"};
+    *given = 0;
+    for (int level = 0; level < 2; level++) {
+        const json_t *o = level ? params : obj;
+        if (!json_is_object(o)) continue;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            const json_t *v = json_object_get(o, names[i]);
+            if (!json_is_number(v)) continue; /* absent / null (types were checked by decode) */
+            *given = 1;
+            char field[64];
+            snprintf(field, sizeof field, "%s%s", level ? "params." : "", names[i]);
+            um_err err = {0};
+            if (api_limit_gen_length(lim, field, (long long)json_number_value(v), &err) != 0)
+                return api_error_from(e, "invalid_request", &err);
+        }
+    }
+    return 0;
+}
+
+int api_gen_request_parse(const model *m, const json_t *obj, const api_limits *lim, api_gen_request *out,
+                          api_error *e) {
     memset(out, 0, sizeof *out);
     out->stream_every = 1;
     if (!json_is_object(obj)) return api_error_set(e, "invalid_request", "", "the request must be a JSON object");
@@ -154,6 +177,9 @@ int api_gen_request_parse(const model *m, const json_t *obj, api_gen_request *ou
             return api_error_from(e, "invalid_request", &err);
         }
     }
+    int len_given = 0;
+    if (check_gen_length(lim, obj, params, &len_given, e) != 0) return -1;
+    if (!len_given && p.gen_length > lim->max_gen_length) p.gen_length = lim->max_gen_length;
     const json_t *stream = json_object_get(obj, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) { /* booleans: HTTP APIs' "stream" */
         if (!json_is_object(stream))
@@ -182,9 +208,18 @@ int api_gen_request_parse(const model *m, const json_t *obj, api_gen_request *ou
     int32_t *ids = NULL;
     int n = 0;
     if (api_prompt_tokens(m, obj, &ids, &n, e) != 0) return -1;
+    const char *prompt_param = json_object_get(obj, "prompt_ids") && !json_is_null(json_object_get(obj, "prompt_ids"))
+                                   ? "prompt_ids"
+                               : json_object_get(obj, "messages") && !json_is_null(json_object_get(obj, "messages"))
+                                   ? "messages"
+                                   : "prompt";
+    if (api_limit_prompt_tokens(lim, prompt_param, n, 0, &err) != 0) {
+        free(ids);
+        return api_error_from(e, API_CODE_CONTEXT_LENGTH, &err);
+    }
     decode_seq *seq = decode_seq_create(m, &p, ids, n, &err);
     free(ids);
-    if (!seq) return api_error_from(e, "invalid_request", &err);
+    if (!seq) return api_error_from(e, api_is_context_error(&err) ? API_CODE_CONTEXT_LENGTH : "invalid_request", &err);
     out->seq = seq;
     out->n_prompt = n;
     out->params = decode_params_to_json(&p);

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "decode/event_json.h"
-#include "server/metrics.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -266,7 +265,7 @@ static void *engine_main(void *arg) {
                 for (int i = 0; i < n; i++) decode_seq_finish(e->seqs[i], DECODE_FINISH_ERROR, err.msg, &e->sink);
             }
             step_ms = time_ms_since(t0);
-            metrics_step_latency(step_ms * 1e-3);
+            if (s->o.on_step) s->o.on_step(s->o.on_step_user, step_ms, n);
         }
 
         /* --- sched lock { */

@@ -87,9 +87,16 @@ struct sched_req {
 
 enum { SCHED_REQ_NEW, SCHED_REQ_QUEUED, SCHED_REQ_ACTIVE, SCHED_REQ_FINISHED };
 
+/* Observer of every batched decode step (engine threads, outside the scheduler's lock): step_ms is
+ * the wall time inside decode_step, batch the number of sequences it advanced. Must be cheap and
+ * thread-safe (the server feeds its step-latency histogram from it). */
+typedef void (*sched_step_fn)(void *user, double step_ms, int batch);
+
 typedef struct sched_opts {
-    int max_batch;   /* sequences per decode_step per engine (>= 1) */
-    int max_queue;   /* requests waiting for admission in total (>= 0) */
+    int           max_batch;   /* sequences per decode_step per engine (>= 1) */
+    int           max_queue;   /* requests waiting for admission in total (>= 0) */
+    sched_step_fn on_step;     /* optional step observer (NULL: none) */
+    void         *on_step_user;
 } sched_opts;
 
 /* Aggregate counters (a consistent snapshot taken under the lock). */

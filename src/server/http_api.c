@@ -2,7 +2,8 @@
  * http_api.c — the OpenAI / SGLang / llama.cpp / jobs / metrics HTTP endpoints and the middleware
  * in front of every HTTP request (see http_api.h).
  *
- * A generation request: parse (api/) -> build one decode_seq per choice -> one sched_req each,
+ * A generation request: parse (api/) -> build one decode_seq per choice (on a preparation worker,
+ * server/prep.h: chat template + tokenizer off the service thread) -> one sched_req each,
  * submitted through the server; the scheduler's events come back on the service thread through
  * the request's deliver hook (gen_deliver), are encoded by api_resp and written as SSE records
  * (stream) or, once every choice finished, as one JSON body. A client that goes away cancels its
@@ -11,8 +12,9 @@
  * webhooks are fed.
  *
  * Not here: request parsing and response shapes (api/openai.c, sglang.c, infill.c), lws plumbing
- * (http.c), the scheduler. Threads: the lws service thread, except configure/shutdown (main thread)
- * and webhook_done (the webhook worker: it only touches the thread-safe job store and metrics).
+ * (http.c), the scheduler. Threads: the lws service thread, except configure/shutdown (main thread),
+ * http_prep_run (a preparation worker: it only builds from its own http_prep) and webhook_done
+ * (the webhook worker: it only touches the thread-safe job store and metrics).
  */
 #include "server/http_api.h"
 
@@ -38,6 +40,7 @@
 #include "server/auth.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/prep.h"
 #include "server/ratelimit.h"
 #include "server/server.h"
 #include "util/json_util.h"
@@ -90,7 +93,7 @@ static struct {
     double         rate;
     char          *cors_origin;        /* owned or NULL */
     json_t        *algo;               /* algorithm config overrides (owned) or NULL */
-    api_limits     lim;
+    api_limits     lim;                /* as configured; installed process-wide (api_limits_set) */
     char           served_name[256];
     double         shutdown_grace;
     int            secret_set;         /* a webhook secret was configured */
@@ -194,6 +197,7 @@ int http_api_configure(const server_config *cfg, um_err *err) {
     if (max_jobs < 1) return um_err_param(err, "max-jobs", "--max-jobs must be >= 1, got %d", max_jobs);
     if (attempts < 1 || attempts > 100)
         return um_err_param(err, "job-attempts", "--job-attempts must be between 1 and 100, got %d", attempts);
+    api_limits_set(&G.lim); /* the WebSocket protocol applies the same limits (api/limits.h) */
     G.rate = rate;
     if (rate > 0) G.rl = ratelimit_new(rate, burst > 0 ? burst : (2 * rate < 1 ? 1 : 2 * rate));
     const char *cors = g_flags.cors_origin ? g_flags.cors_origin : cfg_str(cfg, "cors_origin");
@@ -246,6 +250,7 @@ void http_api_shutdown(void) {
     free(G.job_q);
     metrics_gauge_unregister_all();
     algo_config_set_defaults(NULL);
+    api_limits_set(NULL);
     memset(&G, 0, sizeof G);
 }
 
@@ -487,53 +492,32 @@ typedef int (*gen_parse_fn)(const char *, size_t, const decode_params *, const a
 
 static decode_params server_defaults(const model *m) { return algo_config_params_for_model(m); }
 
-/* The common handler of every generation endpoint. */
-static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn parse) {
-    const model *m = server_model(rq->srv);
-    if (!m) {
-        oai_error e;
-        oai_error_set(&e, 503, "model_loading", NULL, "the model is still loading; retry shortly");
-        e.retry_after_ms = 1000;
-        return respond_error(c, &e);
-    }
-    api_gen g;
+/* Start a built request: response state, submission, response headers / first records. The
+ * caller frees seqs afterwards (submitted ones are taken). */
+static int gen_start(http_conn *c, server *srv, const api_gen *g, const model *m, api_seq *seqs, int n,
+                     uint64_t owner) {
     oai_error e;
     memset(&e, 0, sizeof e);
-    decode_params defaults = server_defaults(m);
-    if (parse(rq->body, rq->body_len, &defaults, &G.lim, &g, &e) != 0) {
-        api_gen_free(&g);
-        return respond_error(c, &e);
-    }
-    api_seq *seqs = NULL;
-    int n = 0;
-    if (!g.warmup && api_gen_build(&g, m, &G.lim, &seqs, &n, &e) != 0) {
-        api_gen_free(&g);
-        return respond_error(c, &e);
-    }
     gen_stream *gs = xcalloc(1, sizeof *gs);
-    gs->srv = rq->srv;
+    gs->srv = srv;
     gs->c = c;
-    gs->stream = g.stream;
-    gs->resp = api_resp_new(&g, seqs, n, m, G.served_name);
+    gs->stream = g->stream;
+    gs->resp = api_resp_new(g, seqs, n, m, G.served_name);
     gs->n = n;
     gs->ch = xcalloc((size_t)(n ? n : 1), sizeof *gs->ch);
     for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;
-    api_gen_free(&g);
     if (n == 0) { /* /infill warm-up: nothing to generate */
         http_respond_json(c, 200, api_resp_body(gs->resp), NULL);
         gen_free(gs);
         return 0;
     }
-    char who[160];
-    if (gen_submit(gs, seqs, n, owner_key_of(caller_identity(c, who, sizeof who)), &e) != 0) {
-        api_seqs_free(seqs, n);
+    if (gen_submit(gs, seqs, n, owner, &e) != 0) {
         gs->c = NULL;
         gs->ended = 1;
         int rc = respond_error(c, &e);
         gen_maybe_free(gs);
         return rc;
     }
-    api_seqs_free(seqs, n);
     G.n_streams++;
     http_stream_on_close(c, gen_on_close, gs);
     if (!gs->stream) http_respond_later(c);
@@ -549,6 +533,97 @@ static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn pars
         json_array_foreach(out, i, rec) stream_json(c, rec, NULL);
         json_decref(out);
     }
+    return 0;
+}
+
+/* A generation request being built (chat template, tokenizer, decode_seqs: tens of ms for a large
+ * prompt) on a preparation worker (server/prep.h), so the service thread keeps serving others. */
+typedef struct http_prep {
+    prep_job     job;        /* first member */
+    http_conn   *c;          /* service thread: NULL once the client went away */
+    server      *srv;
+    const model *m;
+    api_gen      g;          /* the parsed request (owned; the worker only reads it) */
+    uint64_t     owner;      /* scheduler fairness key */
+    /* worker results */
+    int          rc;
+    api_seq     *seqs;       /* owned */
+    int          n;
+    oai_error    e;
+} http_prep;
+
+/* Preparation worker: pure build. */
+static void http_prep_run(prep_job *j) {
+    http_prep *p = (http_prep *)j;
+    p->rc = api_gen_build(&p->g, p->m, api_limits_current(), &p->seqs, &p->n, &p->e);
+}
+
+/* The client went away while its request was being built: drop the result. */
+static void http_prep_on_close(void *user) {
+    http_prep *p = user;
+    p->c = NULL;
+    atomic_store(&p->job.cancel, 1);
+}
+
+/* Service thread: answer the error or start the generation. */
+static void http_prep_done(prep_job *j) {
+    http_prep *p = (http_prep *)j;
+    http_conn *c = p->c;
+    if (c) {
+        http_stream_on_close(c, NULL, NULL);
+        if (j->skipped) {
+            oai_error e;
+            oai_error_set(&e, 503, "shutting_down", NULL, "the server is shutting down and accepts no new work");
+            e.retry_after_ms = 5000;
+            respond_error(c, &e);
+        } else if (p->rc != 0) {
+            respond_error(c, &p->e);
+        } else {
+            gen_start(c, p->srv, &p->g, p->m, p->seqs, p->n, p->owner);
+        }
+    }
+    api_seqs_free(p->seqs, p->n);
+    api_gen_free(&p->g);
+    free(p);
+}
+
+/* The common handler of every generation endpoint: parse here (errors answer at once), build on a
+ * preparation worker (http_prep_done answers or starts the generation). */
+static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn parse) {
+    const model *m = server_model(rq->srv);
+    if (!m) {
+        oai_error e;
+        oai_error_set(&e, 503, "model_loading", NULL, "the model is still loading; retry shortly");
+        e.retry_after_ms = 1000;
+        return respond_error(c, &e);
+    }
+    api_gen g;
+    oai_error e;
+    memset(&e, 0, sizeof e);
+    decode_params defaults = server_defaults(m);
+    if (parse(rq->body, rq->body_len, &defaults, api_limits_current(), &g, &e) != 0) {
+        api_gen_free(&g);
+        return respond_error(c, &e);
+    }
+    char who[160];
+    uint64_t owner = owner_key_of(caller_identity(c, who, sizeof who));
+    if (g.warmup) { /* /infill n_predict 0: nothing to build */
+        int rc = gen_start(c, rq->srv, &g, m, NULL, 0, owner);
+        api_gen_free(&g);
+        return rc;
+    }
+    http_prep *p = xcalloc(1, sizeof *p);
+    p->job.owner_key = owner;
+    p->job.run = http_prep_run;
+    p->job.done = http_prep_done;
+    p->c = c;
+    p->srv = rq->srv;
+    p->m = m;
+    p->g = g; /* moved */
+    p->owner = owner;
+    http_respond_later(c);
+    http_stream_on_close(c, http_prep_on_close, p);
+    server_prep(rq->srv, &p->job);
     return 0;
 }
 
@@ -736,13 +811,13 @@ static int job_start(const char *id) {
     api_gen g;
     oai_error e;
     decode_params defaults = server_defaults(m);
-    int rc = chat ? openai_parse_chat(body, strlen(body), &defaults, &G.lim, &g, &e)
-                  : openai_parse_completion(body, strlen(body), &defaults, &G.lim, &g, &e);
+    int rc = chat ? openai_parse_chat(body, strlen(body), &defaults, api_limits_current(), &g, &e)
+                  : openai_parse_completion(body, strlen(body), &defaults, api_limits_current(), &g, &e);
     free(body);
     api_seq *seqs = NULL;
     int n = 0;
     if (rc == 0) g.stream = 0;
-    if (rc != 0 || api_gen_build(&g, m, &G.lim, &seqs, &n, &e) != 0) {
+    if (rc != 0 || api_gen_build(&g, m, api_limits_current(), &seqs, &n, &e) != 0) {
         api_gen_free(&g);
         job_store_start(G.jobs, id, 0);
         job_store_attempt_failed(G.jobs, id, e.message); /* validated at creation: only a changed model lands here */
@@ -819,12 +894,12 @@ static int h_jobs_create(http_conn *c, const http_req *rq) {
     api_gen g;
     decode_params defaults = server_defaults(m);
     int chat = json_object_get(o, "messages") != NULL;
-    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, &G.lim, &g, &e)
-                  : openai_parse_completion(rq->body, rq->body_len, &defaults, &G.lim, &g, &e);
+    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, api_limits_current(), &g, &e)
+                  : openai_parse_completion(rq->body, rq->body_len, &defaults, api_limits_current(), &g, &e);
     api_seq *seqs = NULL;
     int n = 0;
     if (rc == 0 && g.stream) rc = oai_error_set(&e, 400, "invalid_value", "stream", "stream is not supported for jobs: read GET /v1/jobs/{id}/events instead");
-    if (rc == 0) rc = api_gen_build(&g, m, &G.lim, &seqs, &n, &e);
+    if (rc == 0) rc = api_gen_build(&g, m, api_limits_current(), &seqs, &n, &e);
     api_seqs_free(seqs, n);
     api_gen_free(&g);
     const json_t *wh = json_object_get(o, "webhook");

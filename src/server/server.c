@@ -2,8 +2,10 @@
  * server.c — lws context + vhost (plain or TLS), the service loop, the engine -> service-thread
  * event hub, the model loader thread, signals and orderly shutdown.
  *
- * Ownership: the server owns the model, backends, model_ctxs, scheduler, the WebSocket state and
- * the hub. Engine threads only call hub_emit() (lock, append, unlock, lws_cancel_service()).
+ * Ownership: the server owns the model, backends, model_ctxs, scheduler, the WebSocket state, the
+ * hub and the request preparation workers (prep.c: tokenization off this thread; their results come
+ * back through server_on_wake too). Engine threads only call hub_emit() (lock, append, unlock,
+ * lws_cancel_service()).
  * Everything else here runs on the service thread (the caller of server_run), except
  * loader_main() which builds the model/engines once and publishes them with `ready`.
  *
@@ -23,12 +25,14 @@
 
 #include "backend/backend.h"
 #include "server/metrics.h"
+#include "server/prep.h"
 #include "server/server_internal.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
 #define HUB_HIGH_WATER 65536   /* engine events waiting for the service thread before engines wait */
 #define LAT_BUCKETS    256      /* event latency histogram: bucket = floor(8 * log2(1 + us)) */
+#define PREP_THREADS   2        /* request preparation workers (tokenization, chat templates) */
 
 struct server {
     const server_config *cfg;
@@ -69,6 +73,7 @@ struct server {
     uint64_t        lat_hist[LAT_BUCKETS];
 
     struct ws_state *ws;
+    prep_pool      *prep;          /* request preparation workers (service thread submits/drains) */
 
     int             draining;      /* service thread: graceful shutdown in progress */
     lws_sorted_usec_list_t drain_sul;
@@ -106,6 +111,14 @@ int server_submit(server *s, sched_req *r, int *queue_pos, um_err *err) {
 
 void server_cancel(server *s, sched_req *r) {
     if (s->sc) sched_cancel(s->sc, r);
+}
+
+void server_prep(server *s, prep_job *j) { prep_pool_submit(s->prep, j); }
+
+/* prep wake-up (a preparation worker finished a job): the service loop drains it. */
+static void prep_wake(void *user) {
+    server *s = user;
+    lws_cancel_service(s->ctx);
 }
 
 /* ---------------------------------------------------------------- event latency stats */
@@ -211,9 +224,17 @@ void server_on_wake(server *s) {
         hub_deliver(ev);
         ev = next;
     }
+    prep_pool_drain(s->prep); /* prepared requests: submitted (accepted) or refused now */
 }
 
 /* ---------------------------------------------------------------- loader thread */
+
+/* sched step observer (engine threads): one batched decode step -> the step-latency histogram. */
+static void on_sched_step(void *user, double step_ms, int batch) {
+    (void)user;
+    (void)batch;
+    metrics_step_latency(step_ms * 1e-3);
+}
 
 static void *loader_main(void *arg) {
     server *s = arg;
@@ -242,7 +263,7 @@ static void *loader_main(void *arg) {
         }
         s->ctxp[i] = &s->ctxs[i];
     }
-    sched_opts so = {.max_batch = c->max_batch, .max_queue = c->max_queue};
+    sched_opts so = {.max_batch = c->max_batch, .max_queue = c->max_queue, .on_step = on_sched_step, .on_step_user = s};
     s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);
     log_info("loaded %s in %.0f ms", c->model, time_ms_since(t0));
     atomic_store(&s->ready, 1);
@@ -378,6 +399,7 @@ int server_run(const server_config *cfg, um_err *err) {
     }
     s->port = lws_get_vhost_listen_port(s->vh);
     g_ctx = s->ctx;
+    s->prep = prep_pool_create(PREP_THREADS, prep_wake, s);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -416,7 +438,8 @@ int server_run(const server_config *cfg, um_err *err) {
             sched_stats st;
             sched_get_stats(s->sc, &st);
             if (g_signalled > 1) break;
-            if (st.queued == 0 && st.active == 0 && http_responses_in_flight() == 0 && ws_flushed(s->ws) &&
+            if (st.queued == 0 && st.active == 0 && prep_pool_busy(s->prep) == 0 && http_responses_in_flight() == 0 &&
+                ws_flushed(s->ws) &&
                 (!g_drain_idle || g_drain_idle(s))) {
                 log_info("drained: every request finished");
                 break;
@@ -438,6 +461,7 @@ int server_run(const server_config *cfg, um_err *err) {
         sched_stop(s->sc);      /* engines joined: nothing produces events any more */
         sched_finish_all(s->sc); /* remaining requests end with "cancelled" */
     }
+    prep_pool_stop(s->prep);     /* requests still being prepared are refused (scheduler stopped) */
     server_on_wake(s);           /* deliver what is left (frees finished requests) */
     /* goodbye: WebSocket clients get what their sessions still hold, then a 1001 close (bounded) */
     if (ws_close_all(s->ws) > 0) {
@@ -448,6 +472,7 @@ int server_run(const server_config *cfg, um_err *err) {
             if (lws_service(s->ctx, 0) < 0) break;
     }
     if (s->draining) lws_sul_cancel(&s->drain_sul);
+    prep_pool_drain(s->prep);    /* requests that arrived meanwhile (refused: workers stopped) */
     g_ctx = NULL;
     /* --- hub lock { */
     pthread_mutex_lock(&s->hub_lock);
@@ -461,6 +486,10 @@ int server_run(const server_config *cfg, um_err *err) {
 
 out:
     if (s->loader_started) pthread_join(s->loader, NULL);
+    prep_pool_stop(s->prep);
+    prep_pool_drain(s->prep);
+    prep_pool_free(s->prep);
+    s->prep = NULL;
     if (s->ws) ws_state_free(s->ws);
     s->ws = NULL;
     engines_free(s);

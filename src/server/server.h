@@ -46,6 +46,10 @@ uint64_t      server_new_owner_key(server *s);
 int  server_submit(server *s, sched_req *r, int *queue_pos, um_err *err);
 /* sched_cancel(r) (service thread; r's final event has not been delivered yet). */
 void server_cancel(server *s, sched_req *r);
+/* Hand a request's preparation (parse, chat template, tokenize, build: server/prep.h) to the
+ * preparation workers; j->done runs later on the service thread. Service thread. */
+struct prep_job;
+void server_prep(server *s, struct prep_job *j);
 
 /* Graceful shutdown (set on the main thread before server_run; server/http_api.c does it): with
  * grace_s > 0 the first SIGINT/SIGTERM starts draining instead of stopping: server_draining()

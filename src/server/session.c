@@ -146,6 +146,7 @@ static void session_overflow(ws_session *s) {
     s->overflowed = 1;
     for (ws_gen *g = s->gens; g; g = g->next) {
         if (g->req) server_cancel(s->w->srv, g->req);
+        if (g->prep) g->cancel_pending = 1; /* submitted and cancelled at once when prepared */
         if (g->held_step) json_decref(g->held_step);
         g->held_step = NULL;
     }
@@ -365,6 +366,11 @@ int session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e) {
 /* ---------------------------------------------------------------- generations */
 
 static void gen_free(ws_gen *g) {
+    if (g->prep) { /* still being prepared: its result is dropped when it comes back */
+        g->prep->gen = NULL;
+        atomic_store(&g->prep->job.cancel, 1);
+        g->prep = NULL;
+    }
     if (g->pending_step) g->pending_step->gen = NULL;
     if (g->held_step) json_decref(g->held_step);
     free(g);
@@ -455,22 +461,34 @@ ws_gen *session_gen_find(ws_session *s, const char *id) {
     return NULL;
 }
 
-ws_gen *session_gen_add(ws_session *s, const char *id, sched_req *r, int every) {
+ws_gen *session_gen_add(ws_session *s, const char *id) {
     ws_gen *g = xcalloc(1, sizeof *g);
     g->sess = s;
     snprintf(g->id, sizeof g->id, "%s", id);
-    g->req = r;
-    g->every = every > 0 ? every : 1;
-    r->owner = g;
-    r->deliver = gen_deliver;
+    g->every = 1;
     g->next = s->gens;
     s->gens = g;
     s->n_gens++;
     return g;
 }
 
+void session_gen_start(ws_gen *g, sched_req *r, int every) {
+    CHECK(!g->req && !g->prep);
+    g->req = r;
+    g->every = every > 0 ? every : 1;
+    r->owner = g;
+    r->deliver = gen_deliver;
+}
+
+void session_gen_remove(ws_gen *g) {
+    CHECK(!g->req);
+    gen_unlink(g);
+    gen_free(g);
+}
+
 void session_gen_cancel(ws_gen *g) {
     if (g->req) server_cancel(g->sess->w->srv, g->req);
+    else if (g->prep) g->cancel_pending = 1;
 }
 
 void ws_state_shutdown(ws_state *w) {

@@ -27,12 +27,14 @@
 #include <stdint.h>
 
 #include "api/ws_protocol.h"
+#include "server/prep.h"
 #include "server/server_internal.h"
 
 typedef struct ws_state   ws_state;
 typedef struct ws_session ws_session;
 typedef struct ws_gen     ws_gen;
 typedef struct ws_frame   ws_frame;
+typedef struct ws_prep    ws_prep;
 
 #define WS_CLOSE_OVERFLOW  4008   /* session buffer overflow: events could not be kept */
 #define WS_CLOSE_REPLACED  4001   /* another connection resumed this session */
@@ -64,10 +66,25 @@ struct ws_frame {
     int            written_once;
 };
 
+/* A generation being prepared (parsed + tokenized) on a preparation worker (server/prep.h); ws.c
+ * fills it and consumes the result. The worker reads mdl/root and writes rc/req/err only. */
+struct ws_prep {
+    prep_job        job;           /* first member */
+    ws_gen         *gen;           /* service thread: NULL once the generation is gone (dropped) */
+    const model    *mdl;
+    json_t         *root;          /* the generate message (owned) */
+    char            event_id[API_EVENT_ID_MAX + 1];
+    int             rc;            /* worker: api_gen_request_parse result */
+    api_gen_request req;
+    api_error       err;
+};
+
 struct ws_gen {
     ws_gen     *next;
     ws_session *sess;
     char        id[API_ID_MAX + 1];
+    ws_prep    *prep;              /* while its request is being prepared (no `accepted` yet) */
+    int         cancel_pending;    /* cancelled while being prepared: cancel once submitted */
     sched_req  *req;               /* until its final event */
     ws_frame   *pending_step;      /* unwritten step frame that absorbs the next steps */
     int         every;             /* stream.every */
@@ -135,8 +152,15 @@ int  session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e);
 
 /* Generations */
 ws_gen *session_gen_find(ws_session *s, const char *id);
-/* A new generation around an admitted-or-queued request (deliver hook set here). */
-ws_gen *session_gen_add(ws_session *s, const char *id, sched_req *r, int every);
+/* A new generation whose request is being prepared (g->prep set by the caller): it counts
+ * towards the session's generations and its id is taken. */
+ws_gen *session_gen_add(ws_session *s, const char *id);
+/* Its request was admitted or queued: attach it (deliver hook set here). */
+void    session_gen_start(ws_gen *g, sched_req *r, int every);
+/* Its preparation failed (the error was reported): forget it. */
+void    session_gen_remove(ws_gen *g);
+/* Running: stop at the next step (its `done` follows). Being prepared: cancelled as soon as it is
+ * submitted (`accepted`, then `done` "cancelled"). */
 void    session_gen_cancel(ws_gen *g);
 
 #endif /* UM_SESSION_H */

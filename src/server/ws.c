@@ -8,8 +8,13 @@
  * Close codes: 1009 message too big, 1007 invalid UTF-8 (lws), 1013 too many sessions,
  * 4001 session resumed on another connection, 4008 session buffer overflow.
  *
+ * A `generate` is parsed and tokenized on a preparation worker (server/prep.h: prep_run, the only
+ * code here that runs off the service thread; it touches nothing but its ws_prep); its result
+ * comes back to prep_done on the service thread, which submits it and sends `accepted` (or the
+ * error). A cancel meanwhile is applied right after submission; a vanished session drops it.
+ *
  * Not here: session buffering/replay (session.c), JSON shapes (api/ws_protocol.c), request
- * parsing (api/request.c). Threads: lws service thread only.
+ * parsing (api/request.c). Threads: lws service thread, except prep_run (a preparation worker).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -110,9 +115,66 @@ static void push_error(ws_session *s, const char *code, const char *param, const
     session_push(s, api_ev_error(&e, event_id, gen_id));
 }
 
+/* ---------------------------------------------------------------- generate: preparation */
+
+/* Preparation worker: JSON -> limits -> prompt tokens -> decode_seq (pure; no session access). */
+static void prep_run(prep_job *j) {
+    ws_prep *p = (ws_prep *)j;
+    p->rc = api_gen_request_parse(p->mdl, p->root, api_limits_current(), &p->req, &p->err);
+    json_decref(p->root);
+    p->root = NULL;
+}
+
+static void prep_free(ws_prep *p) {
+    if (p->root) json_decref(p->root);
+    api_gen_request_free(&p->req);
+    free(p);
+}
+
+/* Service thread: the request is prepared (or was skipped): submit it and send `accepted`, or
+ * report why not. */
+static void prep_done(prep_job *j) {
+    ws_prep *p = (ws_prep *)j;
+    ws_gen *g = p->gen;
+    if (!g) { /* the session (or the generation) went away meanwhile */
+        prep_free(p);
+        return;
+    }
+    g->prep = NULL;
+    ws_session *s = g->sess;
+    server *srv = s->w->srv;
+    if (s->overflowed) {
+        session_gen_remove(g);
+    } else if (j->skipped) {
+        push_error(s, "shutting_down", NULL, p->event_id, g->id,
+                   "the server is shutting down: running generations finish, new ones are refused");
+        session_gen_remove(g);
+    } else if (p->rc != 0) {
+        session_push(s, api_ev_error(&p->err, p->event_id, g->id));
+        session_gen_remove(g);
+    } else {
+        sched_req *r = sched_req_create(p->req.seq, s->key);
+        p->req.seq = NULL;
+        int qpos = 0;
+        um_err err = {0};
+        if (server_submit(srv, r, &qpos, &err) != 0) {
+            sched_req_free(r);
+            push_error(s, err.code == UM_ERR_RESOURCE ? "queue_full" : "unavailable", NULL, p->event_id, g->id, "%s",
+                       err.msg);
+            session_gen_remove(g);
+        } else {
+            /* events cannot be delivered before we return to the service loop: safe to attach now */
+            session_gen_start(g, r, p->req.stream_every);
+            session_push(s, api_ev_accepted(g->id, p->event_id, qpos, p->req.n_prompt, p->req.params, p->req.ignored));
+            if (g->cancel_pending) server_cancel(srv, r); /* its `done` ("cancelled") follows */
+        }
+    }
+    prep_free(p);
+}
+
 /* ---------------------------------------------------------------- messages */
 
-static void on_generate(ws_state *w, ws_session *s, const api_msg *m) {
+static void on_generate(ws_state *w, ws_session *s, api_msg *m) {
     server *srv = w->srv;
     const server_config *cfg = server_cfg(srv);
     const model *mdl = server_model(srv);
@@ -143,26 +205,20 @@ static void on_generate(ws_state *w, ws_session *s, const api_msg *m) {
         do snprintf(id, sizeof id, "gen_%llu", (unsigned long long)++s->gen_counter);
         while (session_gen_find(s, id));
     }
-    api_gen_request g;
-    api_error e;
-    if (api_gen_request_parse(mdl, m->root, &g, &e) != 0) {
-        session_push(s, api_ev_error(&e, m->event_id, id));
-        return;
-    }
-    sched_req *r = sched_req_create(g.seq, s->key);
-    g.seq = NULL;
-    int qpos = 0;
-    um_err err = {0};
-    if (server_submit(srv, r, &qpos, &err) != 0) {
-        sched_req_free(r);
-        push_error(s, err.code == UM_ERR_RESOURCE ? "queue_full" : "unavailable", NULL, m->event_id, id, "%s", err.msg);
-        api_gen_request_free(&g);
-        return;
-    }
-    /* events cannot be delivered before we return to the service loop: safe to attach now */
-    session_gen_add(s, id, r, g.stream_every);
-    session_push(s, api_ev_accepted(id, m->event_id, qpos, g.n_prompt, g.params, g.ignored));
-    api_gen_request_free(&g);
+    /* parse + tokenize on a preparation worker (a 1 MB prompt takes tens of ms): the generation
+     * exists from now on (its id is taken, cancel works); `accepted` or an error follows */
+    ws_gen *g = session_gen_add(s, id);
+    ws_prep *p = xcalloc(1, sizeof *p);
+    p->job.owner_key = s->key;
+    p->job.run = prep_run;
+    p->job.done = prep_done;
+    p->gen = g;
+    p->mdl = mdl;
+    p->root = m->root; /* the worker owns the message now */
+    m->root = NULL;
+    snprintf(p->event_id, sizeof p->event_id, "%s", m->event_id);
+    g->prep = p;
+    server_prep(w->srv, &p->job);
 }
 
 static void on_cancel(ws_session *s, const api_msg *m) {

@@ -1,0 +1,36 @@
+/*
+ * limits.c — request limits shared by every transport (limits.h). Pure checks; the process-wide
+ * limits are written once at configure time (main thread) and only read afterwards (any thread).
+ */
+#include "api/limits.h"
+
+#include <string.h>
+
+static api_limits g_limits = {.max_gen_length = 8192, .max_prompt_tokens = 0, .max_choices = 16, .max_steps = 1024,
+                              .max_stop = 8};
+
+api_limits api_limits_default(void) {
+    api_limits l = {.max_gen_length = 8192, .max_prompt_tokens = 0, .max_choices = 16, .max_steps = 1024, .max_stop = 8};
+    return l;
+}
+
+void api_limits_set(const api_limits *l) { g_limits = l ? *l : api_limits_default(); }
+
+const api_limits *api_limits_current(void) { return &g_limits; }
+
+int api_limit_gen_length(const api_limits *l, const char *field, long long v, um_err *err) {
+    if (v >= 1 && v <= l->max_gen_length) return 0;
+    return um_err_param(err, field, "%s must be between 1 and %d, got %lld", field, l->max_gen_length, v);
+}
+
+int api_limit_prompt_tokens(const api_limits *l, const char *param, int n_prompt, int n_suffix, um_err *err) {
+    if (l->max_prompt_tokens <= 0 || n_prompt + n_suffix <= l->max_prompt_tokens) return 0;
+    um_err_param(err, param, "the prompt has %d tokens%s, more than this server's limit of %d", n_prompt + n_suffix,
+                 n_suffix ? " (with the suffix)" : "", l->max_prompt_tokens);
+    if (err) err->code = UM_ERR_RESOURCE;
+    return -1;
+}
+
+int api_is_context_error(const um_err *err) {
+    return err->code == UM_ERR_INVALID_ARG && strstr(err->msg, "context") != NULL;
+}
