@@ -99,6 +99,7 @@ void idvec_push(idvec *iv, int32_t id) {
 }
 
 void idvec_append(idvec *iv, const int32_t *ids, size_t n) {
+    if (n == 0) return; /* iv->v may still be NULL: no pointer arithmetic / memcpy on it */
     if (iv->n + n > iv->cap) {
         while (iv->n + n > iv->cap) iv->cap = iv->cap ? iv->cap * 2 : 64;
         iv->v = xrealloc(iv->v, iv->cap * sizeof *iv->v);
@@ -517,7 +518,7 @@ void bpe_encode_word(const bpe_model *b, const char *w, size_t len, idvec *out) 
         slot->klen = (uint8_t)len;
         slot->nids = (uint8_t)nids;
         memcpy(slot->key, w, len);
-        memcpy(slot->ids, out->v + start, nids * sizeof *out->v);
+        if (nids) memcpy(slot->ids, out->v + start, nids * sizeof *out->v); /* a word may give no ids */
         /* } mu lock --- */
         pthread_mutex_unlock(&b->cache->mu);
     }

@@ -394,11 +394,36 @@ static void test_unicode(void) {
     TEST_CHECK(unicode_fold('K') == 'k' && unicode_fold(0x17F) == 's', "case folding");
 }
 
+/* Fuzz finding (fuzz_tokenizer_load, tests/fuzz/corpus/fuzz_tokenizer_load/regress-empty-word-ids.json):
+ * a word whose characters are all outside the vocabulary (no ByteLevel, no unk_token) encodes to no
+ * ids; storing that empty result in the word cache did pointer arithmetic / memcpy on the still-NULL
+ * id vector (undefined behaviour, reported by UBSan). Encoding it — twice, the second time from
+ * the cache — must give zero ids, and mixed text must keep the known pieces. */
+static void test_word_without_ids(void) {
+    static const char json[] = "{\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}}";
+    tokenizer *t = NULL;
+    um_err err = {0};
+    TEST_CHECK(tokenizer_load_json(json, strlen(json), "test", &t, &err) == 0, "load: %s", err.msg);
+    if (!t) return;
+    for (int round = 0; round < 2; round++) {
+        int32_t *ids = NULL;
+        size_t n = 99;
+        TEST_CHECK(tokenizer_encode(t, "xyz", 3, 1, &ids, &n, &err) == 0, "encode: %s", err.msg);
+        TEST_CHECK(n == 0, "a word with no known character gives no ids, got %zu", n);
+        free(ids);
+        ids = NULL;
+        TEST_CHECK(tokenizer_encode(t, "ab", 2, 1, &ids, &n, &err) == 0 && n == 1 && ids[0] == 2, "ab -> [2]");
+        free(ids);
+    }
+    tokenizer_free(t);
+}
+
 int main(void) {
     test_encode_decode();
     test_malformed();
     test_mutations();
     test_regex();
     test_unicode();
+    test_word_without_ids();
     return test_report();
 }
