@@ -41,8 +41,10 @@ typedef struct cpu_impl {
 static inline cpu_impl *cpu_impl_of(backend *be) { return (cpu_impl *)be->impl; }
 
 /* Hot element-wise loops get an AVX2/FMA clone next to the baseline one, picked at load time
- * (GCC function multi-versioning via ifunc), so the binary still runs on any x86-64. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * (GCC function multi-versioning via ifunc), so the binary still runs on any x86-64.
+ * Not under ThreadSanitizer: GCC instruments the ifunc resolvers, which the dynamic loader runs
+ * before libtsan is initialised (SIGSEGV at startup). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CPU_HOT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define CPU_HOT_CLONES
