@@ -13,8 +13,9 @@
  *
  * Not here: request parsing and response shapes (api/openai.c, sglang.c, infill.c), lws plumbing
  * (http.c), the scheduler. Threads: the lws service thread, except configure/shutdown (main thread),
- * http_prep_run (a preparation worker: it only builds from its own http_prep) and webhook_done
- * (the webhook worker: it only touches the thread-safe job store and metrics).
+ * http_prep_run / job_prep_run (preparation workers: each only builds from its own http_prep /
+ * job_prep) and webhook_done (the webhook worker: it only touches the thread-safe job store and
+ * metrics).
  */
 #include "server/http_api.h"
 
@@ -107,6 +108,7 @@ static struct {
     int            job_q_n, job_q_cap;
     lws_sorted_usec_list_t pump_sul;
     int            pump_scheduled;
+    int            job_starting;       /* a queued job's attempt is being built (one at a time) */
     struct job_sub *subs;              /* job event streams */
     struct gen_stream *job_runs;       /* running jobs */
 } G;
@@ -319,6 +321,7 @@ struct gen_stream {
 static void job_on_finished(gen_stream *gs);
 static void jobs_pump(void);
 static void job_q_push(const char *id);
+static void job_prep_done(prep_job *j);
 
 static void gen_free(gen_stream *gs) {
     api_resp_free(gs->resp);
@@ -794,7 +797,108 @@ static void job_on_finished(gen_stream *gs) {
     job_terminal(id, gs->job_owner);
 }
 
-/* Start one queued job: 1 started (or failed permanently), 0 the scheduler is full (retry later). */
+/* A job's tokenization (chat template, tokenizer, building the canvas) runs on a preparation
+ * worker (server/prep.h), like every other generation request, never on the service thread: for
+ * POST /v1/jobs (validation: the same parse + build the run will do, so bad input fails with 400
+ * before a job exists) and for each attempt's start (the build whose sequences are submitted). */
+typedef struct job_prep {
+    prep_job     job;        /* first member */
+    int          start;      /* 0: POST /v1/jobs validation; 1: an attempt of queued job `id` */
+    http_conn   *c;          /* validation: the client, NULL once it went away */
+    const model *m;
+    api_gen      g;          /* parsed on the service thread (owned; the worker only reads it) */
+    json_t      *req;        /* validation: the request body (owned) */
+    char        *who;        /* the caller (validation) / the job's owner (start), owned */
+    char        *idem;       /* validation: Idempotency-Key or NULL, owned */
+    char         id[40];     /* start: the job */
+    /* worker results */
+    int          rc;
+    api_seq     *seqs;       /* owned */
+    int          n;
+    oai_error    e;
+} job_prep;
+
+/* Preparation worker: pure build (validation keeps nothing of it). */
+static void job_prep_run(prep_job *j) {
+    job_prep *p = (job_prep *)j;
+    p->rc = api_gen_build(&p->g, p->m, api_limits_current(), &p->seqs, &p->n, &p->e);
+}
+
+static void job_prep_free(job_prep *p) {
+    api_seqs_free(p->seqs, p->n);
+    api_gen_free(&p->g);
+    json_decref(p->req);
+    free(p->who);
+    free(p->idem);
+    free(p);
+}
+
+static void job_q_push_front(const char *id) {
+    job_q_push(id);
+    memmove(G.job_q + 1, G.job_q, (size_t)(G.job_q_n - 1) * sizeof *G.job_q);
+    snprintf(G.job_q[0], 40, "%s", id);
+}
+
+static void pump_cb(lws_sorted_usec_list_t *sul) {
+    (void)sul;
+    G.pump_scheduled = 0;
+    jobs_pump();
+}
+
+static void jobs_pump_later(void) {
+    if (G.job_q_n > 0 && !G.pump_scheduled && G.srv && server_lws_context(G.srv)) {
+        G.pump_scheduled = 1;
+        lws_sul_schedule(server_lws_context(G.srv), 0, &G.pump_sul, pump_cb, JOB_PUMP_US);
+    }
+}
+
+/* Service thread: an attempt's sequences are built; submit them. */
+static void job_start_done(job_prep *p) {
+    const char *id = p->id;
+    G.job_starting = 0;
+    if (p->job.skipped) { /* shutting down: the job stays queued */
+        job_q_push_front(id);
+        return;
+    }
+    if (job_store_status(G.jobs, id) != JOB_QUEUED) { /* cancelled while it was being built */
+        jobs_pump();
+        return;
+    }
+    if (p->rc != 0) { /* validated at creation: only a changed model lands here */
+        job_store_start(G.jobs, id, 0);
+        job_store_attempt_failed(G.jobs, id, p->e.message);
+        if (job_store_status(G.jobs, id) == JOB_FAILED) job_terminal(id, p->who);
+        else job_q_push(id);
+        jobs_pump();
+        return;
+    }
+    int n = p->n;
+    gen_stream *gs = xcalloc(1, sizeof *gs);
+    gs->srv = G.srv;
+    gs->resp = api_resp_new(&p->g, p->seqs, n, p->m, G.served_name);
+    gs->n = n;
+    gs->ch = xcalloc((size_t)n, sizeof *gs->ch);
+    for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;
+    snprintf(gs->job_id, sizeof gs->job_id, "%s", id);
+    gs->job_owner = xstrdup(p->who);
+    gs->ended = 1; /* no HTTP response */
+    oai_error e;
+    if (gen_submit(gs, p->seqs, n, owner_key_of(p->who), &e) != 0) { /* scheduler full: retry later */
+        if (gs->n_live == 0) gen_free(gs);
+        else gs->submit_failed = 1; /* the cancelled choices' final events free it */
+        job_q_push_front(id);
+        jobs_pump_later();
+        return;
+    }
+    gs->next_run = G.job_runs;
+    G.job_runs = gs;
+    job_store_start(G.jobs, id, (double)p->g.params.gen_length * n);
+    subs_notify(id);
+    jobs_pump();
+}
+
+/* Start queued job id (service thread): parse here, build on a preparation worker (job_start_done
+ * submits). 1 handed over (or finished with: unknown, or failed for good), 0 not now (no model). */
 static int job_start(const char *id) {
     const model *m = G.srv ? server_model(G.srv) : NULL;
     if (!m) return 0;
@@ -808,78 +912,118 @@ static int job_start(const char *id) {
     int chat = json_object_get(req, "messages") != NULL;
     char *body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
-    api_gen g;
-    oai_error e;
+    job_prep *p = xcalloc(1, sizeof *p);
     decode_params defaults = server_defaults(m);
-    int rc = chat ? openai_parse_chat(body, strlen(body), &defaults, api_limits_current(), &g, &e)
-                  : openai_parse_completion(body, strlen(body), &defaults, api_limits_current(), &g, &e);
+    p->rc = chat ? openai_parse_chat(body, strlen(body), &defaults, api_limits_current(), &p->g, &p->e)
+                 : openai_parse_completion(body, strlen(body), &defaults, api_limits_current(), &p->g, &p->e);
     free(body);
-    api_seq *seqs = NULL;
-    int n = 0;
-    if (rc == 0) g.stream = 0;
-    if (rc != 0 || api_gen_build(&g, m, api_limits_current(), &seqs, &n, &e) != 0) {
-        api_gen_free(&g);
+    p->start = 1;
+    p->m = m;
+    p->who = owner;
+    snprintf(p->id, sizeof p->id, "%s", id);
+    if (p->rc != 0) { /* validated at creation: only changed limits land here */
         job_store_start(G.jobs, id, 0);
-        job_store_attempt_failed(G.jobs, id, e.message); /* validated at creation: only a changed model lands here */
-        if (job_store_status(G.jobs, id) == JOB_FAILED) job_terminal(id, owner);
-        else job_q_push(id);
-        free(owner);
+        if (job_store_attempt_failed(G.jobs, id, p->e.message)) job_q_push(id);
+        else job_terminal(id, owner);
+        job_prep_free(p);
         return 1;
     }
-    gen_stream *gs = xcalloc(1, sizeof *gs);
-    gs->srv = G.srv;
-    gs->resp = api_resp_new(&g, seqs, n, m, G.served_name);
-    gs->n = n;
-    gs->ch = xcalloc((size_t)n, sizeof *gs->ch);
-    for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;
-    snprintf(gs->job_id, sizeof gs->job_id, "%s", id);
-    gs->job_owner = owner;
-    gs->ended = 1; /* no HTTP response */
-    int total_len = g.params.gen_length * n;
-    api_gen_free(&g);
-    if (gen_submit(gs, seqs, n, owner_key_of(owner), &e) != 0) {
-        api_seqs_free(seqs, n);
-        if (gs->n_live == 0) gen_free(gs);
-        else gs->submit_failed = 1; /* the cancelled choices' final events free it */
-        return 0;
-    }
-    api_seqs_free(seqs, n);
-    gs->next_run = G.job_runs;
-    G.job_runs = gs;
-    job_store_start(G.jobs, id, total_len);
-    subs_notify(id);
+    p->g.stream = 0;
+    p->job.owner_key = owner_key_of(owner);
+    p->job.run = job_prep_run;
+    p->job.done = job_prep_done;
+    G.job_starting = 1;
+    server_prep(G.srv, &p->job);
     return 1;
 }
 
-static void pump_cb(lws_sorted_usec_list_t *sul) {
-    (void)sul;
-    G.pump_scheduled = 0;
-    jobs_pump();
-}
-
-/* Submit waiting jobs in order until the scheduler is full (service thread). */
+/* Start waiting jobs in order, one build at a time (service thread); job_start_done continues,
+ * or retries later when the scheduler is full. */
 static void jobs_pump(void) {
-    int k = 0;
-    while (k < G.job_q_n) {
-        const char *id = G.job_q[k];
-        enum job_status st = job_store_status(G.jobs, id);
-        if (st != JOB_QUEUED) {
-            k++;
-            continue;
+    while (G.job_q_n > 0 && !G.job_starting) {
+        char id[40];
+        snprintf(id, sizeof id, "%s", G.job_q[0]);
+        memmove(G.job_q, G.job_q + 1, (size_t)(G.job_q_n - 1) * sizeof *G.job_q);
+        G.job_q_n--;
+        if (job_store_status(G.jobs, id) != JOB_QUEUED) continue;
+        if (!job_start(id)) {
+            job_q_push_front(id);
+            break;
         }
-        if (!job_start(id)) break;
-        k++;
     }
-    if (k) {
-        memmove(G.job_q, G.job_q + k, (size_t)(G.job_q_n - k) * sizeof *G.job_q);
-        G.job_q_n -= k;
-    }
-    if (G.job_q_n > 0 && !G.pump_scheduled && G.srv && server_lws_context(G.srv)) {
-        G.pump_scheduled = 1;
-        lws_sul_schedule(server_lws_context(G.srv), 0, &G.pump_sul, pump_cb, JOB_PUMP_US);
-    }
+    if (!G.job_starting) jobs_pump_later();
 }
 
+/* Service thread: POST /v1/jobs validated; create the job (or replay it) and answer 202. */
+static void job_create_done(job_prep *p) {
+    http_conn *c = p->c;
+    oai_error e;
+    if (!c) return; /* the client went away before its job was created: no job */
+    http_stream_on_close(c, NULL, NULL);
+    if (p->job.skipped) {
+        oai_error_set(&e, 503, "shutting_down", NULL, "the server is shutting down and accepts no new work");
+        e.retry_after_ms = 5000;
+        respond_error(c, &e);
+        return;
+    }
+    if (p->rc != 0) {
+        respond_error(c, &p->e);
+        return;
+    }
+    const json_t *wh = json_object_get(p->req, "webhook");
+    if (wh && !json_is_null(wh)) {
+        webhook_url u;
+        um_err ue = {0};
+        int bad = 0;
+        if (!json_is_string(wh)) bad = oai_error_set(&e, 400, "invalid_type", "webhook", "webhook must be a string URL");
+        else if (webhook_url_parse(json_string_value(wh), &u, &ue) != 0) bad = oai_error_from_um(&e, &ue);
+        else if (!G.secret_set) log_warn("job webhooks are signed with an empty key: set --webhook-secret or $UNMASK_WEBHOOK_SECRET");
+        if (bad) {
+            respond_error(c, &e);
+            return;
+        }
+    }
+    char id[40];
+    int existed = 0;
+    um_err ue = {0};
+    if (job_store_create(G.jobs, p->who, p->idem, p->req, json_is_string(wh) ? json_string_value(wh) : NULL, id,
+                         &existed, &ue) != 0) {
+        if (ue.code == UM_ERR_RESOURCE) {
+            oai_error_set(&e, 503, "too_many_jobs", NULL, "%s", ue.msg);
+            e.retry_after_ms = 5000;
+        } else {
+            oai_error_set(&e, 422, "idempotency_key_reused", "Idempotency-Key", "%s", ue.msg);
+        }
+        respond_error(c, &e);
+        return;
+    }
+    if (!existed) {
+        job_q_push(id);
+        jobs_pump();
+    }
+    json_t *obj = job_store_get_json(G.jobs, id, p->who);
+    char loc[96];
+    snprintf(loc, sizeof loc, "Location: /v1/jobs/%s", id);
+    const char *hdrs[] = {loc, existed ? "Idempotent-Replayed: true" : NULL, NULL};
+    http_respond_json(c, 202, obj, hdrs);
+}
+
+static void job_prep_done(prep_job *j) {
+    job_prep *p = (job_prep *)j;
+    if (p->start) job_start_done(p);
+    else job_create_done(p);
+    job_prep_free(p);
+}
+
+/* The client went away while its job request was being validated: drop it. */
+static void job_prep_on_close(void *user) {
+    job_prep *p = user;
+    p->c = NULL;
+    atomic_store(&p->job.cancel, 1);
+}
+
+/* POST /v1/jobs: parse here (errors answer at once), validate the build on a preparation worker;
+ * job_create_done creates the job and answers 202. */
 static int h_jobs_create(http_conn *c, const http_req *rq) {
     const model *m = server_model(rq->srv);
     oai_error e;
@@ -890,57 +1034,31 @@ static int h_jobs_create(http_conn *c, const http_req *rq) {
     }
     json_t *o = api_parse_body(rq->body, rq->body_len, &e);
     if (!o) return respond_error(c, &e);
-    /* validate now (the same parse + build the run will do), so bad input fails with 400 here */
-    api_gen g;
+    job_prep *p = xcalloc(1, sizeof *p);
+    p->req = o;
     decode_params defaults = server_defaults(m);
     int chat = json_object_get(o, "messages") != NULL;
-    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, api_limits_current(), &g, &e)
-                  : openai_parse_completion(rq->body, rq->body_len, &defaults, api_limits_current(), &g, &e);
-    api_seq *seqs = NULL;
-    int n = 0;
-    if (rc == 0 && g.stream) rc = oai_error_set(&e, 400, "invalid_value", "stream", "stream is not supported for jobs: read GET /v1/jobs/{id}/events instead");
-    if (rc == 0) rc = api_gen_build(&g, m, api_limits_current(), &seqs, &n, &e);
-    api_seqs_free(seqs, n);
-    api_gen_free(&g);
-    const json_t *wh = json_object_get(o, "webhook");
-    if (rc == 0 && wh && !json_is_null(wh)) {
-        webhook_url u;
-        um_err ue = {0};
-        if (!json_is_string(wh)) rc = oai_error_set(&e, 400, "invalid_type", "webhook", "webhook must be a string URL");
-        else if (webhook_url_parse(json_string_value(wh), &u, &ue) != 0) rc = oai_error_from_um(&e, &ue);
-        else if (!G.secret_set) log_warn("job webhooks are signed with an empty key: set --webhook-secret or $UNMASK_WEBHOOK_SECRET");
-    }
+    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, api_limits_current(), &p->g, &e)
+                  : openai_parse_completion(rq->body, rq->body_len, &defaults, api_limits_current(), &p->g, &e);
+    if (rc == 0 && p->g.stream)
+        rc = oai_error_set(&e, 400, "invalid_value", "stream", "stream is not supported for jobs: read GET /v1/jobs/{id}/events instead");
     if (rc != 0) {
-        json_decref(o);
+        job_prep_free(p);
         return respond_error(c, &e);
     }
     char who[160], idem[256];
     caller_identity(c, who, sizeof who);
-    int has_idem = http_header(c, "idempotency-key", idem, sizeof idem) > 0;
-    char id[40];
-    int existed = 0;
-    um_err ue = {0};
-    if (job_store_create(G.jobs, who, has_idem ? idem : NULL, o, json_is_string(wh) ? json_string_value(wh) : NULL, id,
-                         &existed, &ue) != 0) {
-        json_decref(o);
-        if (ue.code == UM_ERR_RESOURCE) {
-            oai_error_set(&e, 503, "too_many_jobs", NULL, "%s", ue.msg);
-            e.retry_after_ms = 5000;
-        } else {
-            oai_error_set(&e, 422, "idempotency_key_reused", "Idempotency-Key", "%s", ue.msg);
-        }
-        return respond_error(c, &e);
-    }
-    json_decref(o);
-    if (!existed) {
-        job_q_push(id);
-        jobs_pump();
-    }
-    json_t *obj = job_store_get_json(G.jobs, id, who);
-    char loc[96];
-    snprintf(loc, sizeof loc, "Location: /v1/jobs/%s", id);
-    const char *hdrs[] = {loc, existed ? "Idempotent-Replayed: true" : NULL, NULL};
-    return http_respond_json(c, 202, obj, hdrs);
+    p->who = xstrdup(who);
+    if (http_header(c, "idempotency-key", idem, sizeof idem) > 0) p->idem = xstrdup(idem);
+    p->c = c;
+    p->m = m;
+    p->job.owner_key = owner_key_of(who); /* one caller's jobs are created in request order */
+    p->job.run = job_prep_run;
+    p->job.done = job_prep_done;
+    http_respond_later(c);
+    http_stream_on_close(c, job_prep_on_close, p);
+    server_prep(rq->srv, &p->job);
+    return 0;
 }
 
 /* /v1/jobs/{id}[/events] -> id (validated shape) and whether it is the events path. */

@@ -107,6 +107,10 @@ test('prompt over --max-prompt-tokens: 400 context_length_exceeded', async () =>
   assertError(await post(`${srv.url}/v1/chat/completions`, { messages: [{ role: 'user', content: long }] }, auth), 400, {
     code: 'context_length_exceeded', param: 'messages',
   });
+  // jobs are tokenized (validated) the same way before one is created
+  assertError(await post(`${srv.url}/v1/jobs`, { prompt: long, max_tokens: 4 }, auth), 400, {
+    code: 'context_length_exceeded', param: 'prompt', message: /limit of 200/,
+  });
 });
 
 test('unknown routes, wrong methods, unauthenticated operations endpoints', async () => {

@@ -79,6 +79,12 @@ test('Idempotency-Key: same key + body -> same job; same key + other body -> 422
   assert.equal(c.json().error.param, 'Idempotency-Key');
   const d = await post(`${srv.url}/v1/jobs`, job(), { 'idempotency-key': 'order-78' });
   assert.notEqual(d.json().id, a.json().id);
+  // sent together (validated on preparation workers): still one job, the later ones replayed
+  const h2 = { 'idempotency-key': 'order-79' };
+  const all = await Promise.all([1, 2, 3].map(() => post(`${srv.url}/v1/jobs`, job(), h2)));
+  assert.deepEqual(all.map((r) => r.status), [202, 202, 202]);
+  assert.equal(new Set(all.map((r) => r.json().id)).size, 1);
+  assert.equal(all.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 2);
 });
 
 // Read SSE records from a streaming fetch until `stop(recs)` is true, then abort.
