@@ -2,6 +2,8 @@
  * sched.c — admission queue (round-robin over owner keys), engine threads, step-level batching.
  *
  * Not here: transports, sessions, JSON protocol (server/, api/); the decode loop (decode/).
+ * Test hook: UNMASK_FAULT_FORWARD_FAIL (off unless set) makes chosen steps fail like a failing
+ * backend forward, for end-to-end tests of the failure path (fault_rules_load below).
  * Threads: engine_main() runs on one thread per engine; submit/cancel on any thread (the service
  * thread); everything shared lives under sched.lock. An admitted request's decode_seq is touched
  * only by its engine thread (and by sched_cancel's caller while it is still queued, after
@@ -14,6 +16,8 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +65,9 @@ struct sched {
     int             n_active;   /* over all engines */
     sched_stats     st;
     uint64_t        next_id;
+
+    struct fault_rule *faults;  /* TEST HOOK (see below): [n_faults], NULL = off (the default) */
+    int             n_faults;
 };
 
 void sched_event_free(sched_event *ev) {
@@ -218,6 +225,67 @@ static void direct_sink(void *user, const decode_event *ev) {
     *held = event_new(ev->seq_user, ev);
 }
 
+/* ---------------------------------------------------------------- TEST HOOK: injected forward failures
+ *
+ * For end-to-end tests of the engine-failure path only; off unless the environment variable
+ * UNMASK_FAULT_FORWARD_FAIL is set when the scheduler is created (read once). Its value is one or
+ * more rules separated by ';':
+ *     seed=S[,after=A][,times=K]
+ * A batched decode step fails when one of its sequences has decode seed S (a request's `seed`;
+ * `n` copies use S, S+1, ...) and has already taken at least A steps (default 0: its first step).
+ * times=K: only the first K steps matching that rule fail, then the rule is spent (default: every
+ * one). A failing step behaves exactly like a failing backend forward: decode_step is not called,
+ * the step returns -1 with a um_err, and EVERY sequence of that step (its batch-mates too) finishes
+ * with DECODE_FINISH_ERROR. A malformed value stops the server (UM_FATAL). */
+typedef struct fault_rule {
+    uint64_t   seed;
+    int        after;
+    atomic_int left;   /* failures still to inject; -1 = unlimited */
+} fault_rule;
+
+static void fault_rules_load(sched *s) {
+    const char *v = getenv("UNMASK_FAULT_FORWARD_FAIL");
+    if (!v || !*v) return;
+    for (const char *p = v; p; p = strchr(p, ';')) {
+        if (*p == ';') p++;
+        s->faults = xrealloc(s->faults, (size_t)(s->n_faults + 1) * sizeof *s->faults);
+        fault_rule *f = &s->faults[s->n_faults++];
+        unsigned long long seed = 0;
+        int after = 0, times = -1, used = 0;
+        if (sscanf(p, "seed=%llu%n", &seed, &used) != 1) UM_FATAL("UNMASK_FAULT_FORWARD_FAIL: expected seed=S at '%s'", p);
+        const char *q = p + used;
+        while (*q == ',') {
+            if (sscanf(q, ",after=%d%n", &after, &used) == 1 && after >= 0) q += used;
+            else if (sscanf(q, ",times=%d%n", &times, &used) == 1 && times >= 0) q += used;
+            else UM_FATAL("UNMASK_FAULT_FORWARD_FAIL: expected ,after=A or ,times=K at '%s'", q);
+        }
+        if (*q && *q != ';') UM_FATAL("UNMASK_FAULT_FORWARD_FAIL: unexpected '%s'", q);
+        f->seed = seed;
+        f->after = after;
+        atomic_init(&f->left, times);
+        char n_times[32] = "every time";
+        if (times >= 0) snprintf(n_times, sizeof n_times, "the first %d times", times);
+        log_warn("TEST HOOK UNMASK_FAULT_FORWARD_FAIL: decode steps of seed %llu after %d steps fail, %s", seed, after,
+                 n_times);
+    }
+}
+
+/* Engine thread: 0, or -1 with err when a rule says this step's forward fails. */
+static int fault_inject(sched *s, decode_seq **seqs, int n, um_err *err) {
+    for (int r = 0; r < s->n_faults; r++) {
+        fault_rule *f = &s->faults[r];
+        for (int i = 0; i < n; i++) {
+            if (decode_seq_params(seqs[i])->seed != f->seed || decode_seq_steps(seqs[i]) < f->after) continue;
+            int left = atomic_load(&f->left);
+            while (left > 0 && !atomic_compare_exchange_weak(&f->left, &left, left - 1)) {}
+            if (left == 0) break; /* spent */
+            return um_err_set(err, UM_ERR_INTERNAL,
+                              "forward pass failed (injected by UNMASK_FAULT_FORWARD_FAIL, seed %" PRIu64 ")", f->seed);
+        }
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- engine thread */
 
 static void *engine_main(void *arg) {
@@ -260,7 +328,8 @@ static void *engine_main(void *arg) {
         if (n > 0) {
             um_err err = {0};
             uint64_t t0 = time_now_ns();
-            if (decode_step(e->ctx, e->seqs, n, &e->sink, &err) != 0) {
+            if ((s->faults && fault_inject(s, e->seqs, n, &err) != 0) || /* test hook, off by default */
+                decode_step(e->ctx, e->seqs, n, &e->sink, &err) != 0) {
                 log_error("engine %d: decode step over %d sequences failed: %s", e->index, n, err.msg);
                 for (int i = 0; i < n; i++) decode_seq_finish(e->seqs[i], DECODE_FINISH_ERROR, err.msg, &e->sink);
             }
@@ -313,6 +382,7 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->engines = xcalloc((size_t)n_engines, sizeof *s->engines);
+    fault_rules_load(s); /* test hook: nothing unless UNMASK_FAULT_FORWARD_FAIL is set */
     /* Engine threads never take signals: SIGINT/SIGTERM go to the service thread. */
     sigset_t all, old;
     sigfillset(&all);
@@ -399,6 +469,7 @@ void sched_free(sched *s) {
         free(s->engines[i].gone);
     }
     free(s->engines);
+    free(s->faults);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->lock);
     free(s);
