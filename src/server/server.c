@@ -79,7 +79,13 @@ struct server {
     lws_sorted_usec_list_t drain_sul;
 };
 
-static volatile sig_atomic_t g_signalled;   /* signals received (a second one stops at once) */
+/* Signals received (a second one stops at once), capped at 2. Written by on_signal, which runs on
+ * whichever thread the kernel picks among those not blocking SIGINT/SIGTERM: the service thread,
+ * but also threads that libraries start with the default mask (OpenBLAS's pool), so a
+ * `volatile sig_atomic_t` is not enough: it is only safe against a handler on the same thread.
+ * Lock-free atomics are async-signal-safe (C11 7.14.1.1). Read by the service thread. */
+static atomic_int g_signalled;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_POINTER_LOCK_FREE == 2, "signal handler needs lock-free atomics");
 static double g_drain_grace_s;
 static void (*g_drain_begin)(server *s);
 static int (*g_drain_idle)(server *s);
@@ -91,8 +97,11 @@ void server_set_drain(double grace_s, void (*begin)(server *s), int (*idle)(serv
 }
 
 /* Also true between the signal and the loop noticing it, so no request slips in meanwhile. */
-int server_draining(const server *s) { return s->draining || (g_signalled && g_drain_grace_s > 0 && server_ready(s)); }
-static struct lws_context *volatile g_ctx;
+int server_draining(const server *s) {
+    return s->draining || (atomic_load(&g_signalled) && g_drain_grace_s > 0 && server_ready(s));
+}
+/* The context on_signal wakes: set/cleared by the service thread, read by on_signal (any thread). */
+static _Atomic(struct lws_context *) g_ctx;
 
 /* ---------------------------------------------------------------- accessors */
 
@@ -301,8 +310,9 @@ static void lws_log_emit(int level, const char *line) {
 
 static void on_signal(int sig) {
     (void)sig;
-    if (g_signalled < 2) g_signalled++;
-    struct lws_context *ctx = g_ctx;
+    int n = atomic_load(&g_signalled);
+    while (n < 2 && !atomic_compare_exchange_weak(&g_signalled, &n, n + 1)) {}
+    struct lws_context *ctx = atomic_load(&g_ctx);
     if (ctx) lws_cancel_service(ctx);
 }
 
@@ -356,7 +366,7 @@ int server_run(const server_config *cfg, um_err *err) {
     info.user = s;
     info.max_http_header_data = 8192;
     info.server_string = "unmask";
-    g_ctx = NULL;
+    atomic_store(&g_ctx, NULL);
     s->ctx = lws_create_context(&info);
     if (!s->ctx) {
         um_err_set(err, UM_ERR_RESOURCE, "cannot create the libwebsockets context");
@@ -398,7 +408,7 @@ int server_run(const server_config *cfg, um_err *err) {
         goto out;
     }
     s->port = lws_get_vhost_listen_port(s->vh);
-    g_ctx = s->ctx;
+    atomic_store(&g_ctx, s->ctx);
     s->prep = prep_pool_create(PREP_THREADS, prep_wake, s);
 
     struct sigaction sa;
@@ -424,7 +434,7 @@ int server_run(const server_config *cfg, um_err *err) {
 
     double drain_deadline = 0;
     while (!s->stop) {
-        if (g_signalled && !s->draining) {
+        if (atomic_load(&g_signalled) && !s->draining) {
             if (g_drain_grace_s <= 0 || !server_ready(s)) break;
             s->draining = 1;
             drain_deadline = time_now_s() + g_drain_grace_s;
@@ -437,7 +447,7 @@ int server_run(const server_config *cfg, um_err *err) {
             server_on_wake(s); /* events still in the hub are work in flight too */
             sched_stats st;
             sched_get_stats(s->sc, &st);
-            if (g_signalled > 1) break;
+            if (atomic_load(&g_signalled) > 1) break;
             if (st.queued == 0 && st.active == 0 && prep_pool_busy(s->prep) == 0 && http_responses_in_flight() == 0 &&
                 ws_flushed(s->ws) &&
                 (!g_drain_idle || g_drain_idle(s))) {
@@ -453,7 +463,7 @@ int server_run(const server_config *cfg, um_err *err) {
     }
     rc = atomic_load(&s->ready) == -1 ? 1 : 0;
     if (rc) *err = s->load_err;
-    log_info("stopping%s", g_signalled ? " (signal)" : "");
+    log_info("stopping%s", atomic_load(&g_signalled) ? " (signal)" : "");
 
     pthread_join(s->loader, NULL);
     s->loader_started = 0;
@@ -468,12 +478,12 @@ int server_run(const server_config *cfg, um_err *err) {
         if (!s->draining) lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
         s->draining = 1;
         double t_end = time_now_s() + 2.0;
-        while (ws_n_conns(s->ws) > 0 && time_now_s() < t_end && g_signalled < 2)
+        while (ws_n_conns(s->ws) > 0 && time_now_s() < t_end && atomic_load(&g_signalled) < 2)
             if (lws_service(s->ctx, 0) < 0) break;
     }
     if (s->draining) lws_sul_cancel(&s->drain_sul);
     prep_pool_drain(s->prep);    /* requests that arrived meanwhile (refused: workers stopped) */
-    g_ctx = NULL;
+    atomic_store(&g_ctx, NULL);
     /* --- hub lock { */
     pthread_mutex_lock(&s->hub_lock);
     s->hub_closing = 1;
