@@ -1,6 +1,7 @@
 /*
  * webhook.c — HMAC-signed HTTP POST deliveries with retries on a worker thread (see webhook.h).
- * Threads: webhook_enqueue/pending/free from any thread; the delivery loop on its own thread.
+ * Threads: webhook_enqueue/pending/free from any thread; the delivery loop on its own thread, which
+ * blocks every signal.
  */
 #include "sched/webhook.h"
 
@@ -8,6 +9,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,7 +298,13 @@ webhook_sender *webhook_sender_new(const webhook_config *cfg) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
+    /* The sender never takes signals (like the engines and preparation workers): SIGINT/SIGTERM
+     * go to the service thread, whose handler state is not meant for this thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     CHECK(pthread_create(&w->thread, NULL, sender_main, w) == 0);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return w;
 }
 
