@@ -125,10 +125,11 @@ void prep_pool_submit(prep_pool *p, prep_job *j) {
     j->next = NULL;
     j->skipped = 0;
     p->n_pending++;
+    int skipped = 0; /* j belongs to the workers once queued: not read again after the unlock */
     /* --- prep lock { */
     pthread_mutex_lock(&p->lock);
     if (p->stop) {
-        j->skipped = 1;
+        j->skipped = skipped = 1;
         finish_locked(p, j);
     } else {
         *p->q_tail = j;
@@ -137,7 +138,7 @@ void prep_pool_submit(prep_pool *p, prep_job *j) {
     }
     pthread_mutex_unlock(&p->lock);
     /* } prep lock --- */
-    if (j->skipped) p->wake(p->wake_user);
+    if (skipped) p->wake(p->wake_user);
 }
 
 void prep_pool_drain(prep_pool *p) {
