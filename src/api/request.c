@@ -120,6 +120,7 @@ static const char *const k_known_fields[] = {
     "type", "event_id", "id", "prompt", "messages", "prompt_ids", "params", "stream",
     /* decode parameters (decode/event_json.h) */
     "gen_length", "max_tokens", "max_new_tokens", "block_length", "steps", "decoder", "threshold", "factor",
+    "low_threshold", "credit_alpha", "credit_gamma", "credit_decay",
     "temperature", "top_k", "top_p", "seed", "cfg_scale", "logits_eos_inf", "confidence_eos_eot_inf",
     "block_layout", "stop_at_eos", "stream_drafts", "drafts", "draft_every", NULL,
 };

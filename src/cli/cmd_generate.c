@@ -206,6 +206,7 @@ int cmd_generate(int argc, char **argv) {
     const char *device = "cpu";
     int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
     double threshold = NAN, factor = NAN, temperature = NAN, top_p = NAN, cfg = NAN;
+    double low_thr = NAN, c_alpha = NAN, c_gamma = NAN, c_decay = NAN;
     int eos_inf = 0, conf_eos_inf = 0, no_stop = 0, drafts = 0;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
@@ -216,9 +217,14 @@ int cmd_generate(int argc, char **argv) {
         {"gen-length", ARG_INT, &gen, "generated positions (masks) [128]"},
         {"block-length", ARG_INT, &block, "block length B [32]"},
         {"steps", ARG_INT, &steps, "fixed-step decoders: total steps, 0 = gen-length [0]"},
-        {"decoder", ARG_STR, &decoder_s, "low_confidence | random | threshold | factor [low_confidence]"},
-        {"threshold", ARG_FLOAT, &threshold, "threshold decoder: confidence tau in (0,1] [0.9]"},
+        {"decoder", ARG_STR, &decoder_s,
+         "low_confidence | random | threshold | factor | hierarchy | credit [low_confidence]"},
+        {"threshold", ARG_FLOAT, &threshold, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
         {"factor", ARG_FLOAT, &factor, "factor decoder: f > 0 [1.0]"},
+        {"low-threshold", ARG_FLOAT, &low_thr, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
+        {"credit-alpha", ARG_FLOAT, &c_alpha, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
+        {"credit-gamma", ARG_FLOAT, &c_gamma, "credit decoder: gamma (credit p^gamma) in [0,100] [0.2]"},
+        {"credit-decay", ARG_FLOAT, &c_decay, "credit decoder: beta (decay per step) in [0,1] [0.8]"},
         {"temperature", ARG_FLOAT, &temperature, "sampling temperature, 0 = greedy [0]"},
         {"top-k", ARG_INT, &top_k, "sample among the k best tokens, 0 = off [0]"},
         {"top-p", ARG_FLOAT, &top_p, "nucleus mass in (0,1], 1 = off [1]"},
@@ -284,6 +290,10 @@ int cmd_generate(int argc, char **argv) {
     if (draft_every != INT_MIN) p.draft_every = draft_every;
     if (!isnan(threshold)) p.threshold = threshold;
     if (!isnan(factor)) p.factor = factor;
+    if (!isnan(low_thr)) p.low_threshold = low_thr;
+    if (!isnan(c_alpha)) p.credit_alpha = c_alpha;
+    if (!isnan(c_gamma)) p.credit_gamma = c_gamma;
+    if (!isnan(c_decay)) p.credit_decay = c_decay;
     if (!isnan(temperature)) p.temperature = temperature;
     if (!isnan(top_p)) p.top_p = top_p;
     if (!isnan(cfg)) p.cfg_scale = cfg;
@@ -293,7 +303,8 @@ int cmd_generate(int argc, char **argv) {
     if (no_stop) p.stop_at_eos = 0;
     if (drafts) p.stream_drafts = 1;
     if (decoder_s && decode_decoder_parse(decoder_s, &p.decoder) != 0) {
-        fprintf(stderr, "error: --decoder must be low_confidence, random, threshold or factor, got '%s'\n",
+        fprintf(stderr, "error: --decoder must be low_confidence, random, threshold, factor, hierarchy or credit, "
+                "got '%s'\n",
                 decoder_s);
         goto done;
     }

@@ -32,6 +32,10 @@ decode_params decode_params_default(void) {
     p.decoder = DECODER_LOW_CONFIDENCE;
     p.threshold = 0.9;
     p.factor = 1.0;
+    p.low_threshold = 0.0;
+    p.credit_alpha = 0.7;
+    p.credit_gamma = 0.2;
+    p.credit_decay = 0.8;
     p.temperature = 0.0;
     p.top_k = 0;
     p.top_p = 1.0;
@@ -86,7 +90,8 @@ decode_params decode_params_for_model(const model *m) {
     return p;
 }
 
-static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random", "threshold", "factor"};
+static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random", "threshold", "factor",
+                                                                "hierarchy", "credit"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 
 const char *decode_decoder_name(enum decode_decoder d) {
@@ -155,7 +160,7 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
     if ((int)p->layout < 0 || p->layout >= DECODE_LAYOUT_COUNT_)
         return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
     if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
-        return um_err_param(err, "decoder", "decoder must be low_confidence, random, threshold or factor");
+        return um_err_param(err, "decoder", "decoder must be low_confidence, random, threshold, factor, hierarchy or credit");
     if (p->layout == DECODE_LAYOUT_LLADA) {
         if (p->block_length < 1 || p->block_length > p->gen_length)
             return um_err_param(err, "block_length", "block_length must be between 1 and %d (gen_length), got %d",
@@ -180,6 +185,15 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
         return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
     if (!(p->factor > 0.0 && isfinite(p->factor)))
         return um_err_param(err, "factor", "factor must be a finite number > 0, got %g", p->factor);
+    if (!(p->low_threshold >= 0.0 && p->low_threshold <= 1.0))
+        return um_err_param(err, "low_threshold", "low_threshold must be in [0, 1] (0 = off), got %g",
+                            p->low_threshold);
+    if (!(p->credit_alpha >= 0.0 && p->credit_alpha <= 100.0))
+        return um_err_param(err, "credit_alpha", "credit_alpha must be between 0 and 100, got %g", p->credit_alpha);
+    if (!(p->credit_gamma >= 0.0 && p->credit_gamma <= 100.0))
+        return um_err_param(err, "credit_gamma", "credit_gamma must be between 0 and 100, got %g", p->credit_gamma);
+    if (!(p->credit_decay >= 0.0 && p->credit_decay <= 1.0))
+        return um_err_param(err, "credit_decay", "credit_decay must be in [0, 1], got %g", p->credit_decay);
     if (!(p->temperature >= 0.0 && p->temperature <= 100.0))
         return um_err_param(err, "temperature", "temperature must be between 0 and 100, got %g", p->temperature);
     if (p->top_k < 0 || p->top_k > cfg->n_embd_rows)
@@ -595,6 +609,8 @@ static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_vie
     v->p = &s->p;
     v->x = s->x;
     v->mask_id = s->mask_id;
+    v->eos_id = s->eos_id;
+    v->eot_id = s->eot_id >= 0 ? s->eot_id : -1;
     v->lo = s->blk_lo[s->cur];
     v->hi = s->blk_hi[s->cur];
     v->block = s->cur;
@@ -611,6 +627,10 @@ static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_vie
     v->x0 = s->x0;
     v->conf = s->conf;
     v->logits = (s->dec->flags & DECODER_F_LOGITS) ? logits : NULL;
+    if (s->dec->flags & DECODER_F_RESAMPLE) {
+        v->x0_w = s->x0;
+        v->conf_w = s->conf;
+    }
     v->vocab = s->m->cfg.n_embd_rows;
 }
 

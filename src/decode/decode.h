@@ -37,6 +37,10 @@ enum decode_decoder {
     DECODER_THRESHOLD,      /* A2/A4: commit every masked position with confidence >= threshold,
                                always at least the most confident one; no fixed step count */
     DECODER_FACTOR,         /* A3: commit the n highest with c(n) >= 1 - factor/(n+1) */
+    DECODER_HIERARCHY,      /* A5: per run of consecutive masks its local maximum (> low_threshold
+                               when set), plus every c > threshold, plus the global argmax */
+    DECODER_CREDIT,         /* A6: threshold (A4) on logits + credit_alpha * log(1 + M), M a
+                               per-block credit table [block_length x vocab] */
     DECODER_COUNT_
 };
 
@@ -53,8 +57,13 @@ typedef struct decode_params {
                                         blocks; 0 = auto (one token per step = gen_length); default 0.
                                         Ignored by threshold/factor (they run until the block is full) */
     enum decode_decoder decoder;     /* default DECODER_LOW_CONFIDENCE */
-    double   threshold;              /* threshold decoder tau, in (0, 1]; default 0.9 */
+    double   threshold;              /* threshold / credit decoder tau, hierarchy tau_high; in (0, 1];
+                                        default 0.9 */
     double   factor;                 /* factor decoder f, > 0; default 1.0 */
+    double   low_threshold;          /* hierarchy decoder tau_low, in [0, 1]; 0 = off; default 0 */
+    double   credit_alpha;           /* credit decoder alpha (logit boost), >= 0; default 0.7 */
+    double   credit_gamma;           /* credit decoder gamma (credit = p^gamma), >= 0; default 0.2 */
+    double   credit_decay;           /* credit decoder beta (per-step decay), in [0, 1]; default 0.8 */
     double   temperature;            /* >= 0; 0 = greedy (argmax); default 0 */
     int      top_k;                  /* sample only among the k best tokens; 0 = off; default 0 */
     double   top_p;                  /* nucleus sampling mass, in (0, 1]; 1 = off; default 1 */

@@ -8,8 +8,7 @@
  * confidence and, for decoders that need them, the effective logits. The decoder returns the
  * writes (position, token) — normally masked positions, but an editing decoder (LLaDA2.1 T2T) may
  * rewrite committed ones — and may decide when the block is finished (default: no MASK left).
- * New decoders (hierarchy A5, credit A6, joint_threshold A9) add a decoder_ops entry; the loop does
- * not change. Engine thread (whoever owns the sequence).
+ * New decoders (joint_threshold A9, ...) add a decoder_ops entry; the loop does not change. Engine thread (whoever owns the sequence).
  */
 #ifndef UM_DECODER_H
 #define UM_DECODER_H
@@ -23,12 +22,16 @@ enum {
     DECODER_F_FIXED_STEPS = 1u << 0, /* uses decode_params.steps (quota per step) */
     DECODER_F_ALL_ROWS    = 1u << 1, /* wants rows for committed block positions too */
     DECODER_F_LOGITS      = 1u << 2, /* reads view.logits (kept after sampling) */
+    DECODER_F_RESAMPLE    = 1u << 3, /* may rewrite view.x0_w / view.conf_w in choose (a decoder that
+                                        samples from its own adjusted logits, e.g. credit A6); events
+                                        then report the rewritten values */
 };
 
 typedef struct decoder_view {
     const decode_params *p;
     const int32_t *x;          /* canvas [L] (before this step's writes) */
     int      mask_id;
+    int      eos_id, eot_id;   /* -1 when unknown */
     int      lo, hi;           /* active block [lo, hi), absolute positions */
     int      block;            /* block index */
     int      block_masks;      /* masked positions in [lo, hi) */
@@ -43,13 +46,15 @@ typedef struct decoder_view {
     const int32_t *x0;         /* [n_rows] sampled token (never the mask id) */
     const double  *conf;       /* [n_rows] softmax(noise-free effective logits)[x0] */
     const float   *logits;     /* [n_rows, vocab] effective logits (DECODER_F_LOGITS), else NULL */
+    int32_t       *x0_w;       /* DECODER_F_RESAMPLE: writable x0 / conf (same arrays), else NULL */
+    double        *conf_w;
     int            vocab;
 } decoder_view;
 
 typedef struct decoder_ops {
     const char *name;
     unsigned    flags;                 /* DECODER_F_* */
-    size_t      state_size;            /* zeroed state allocated per sequence */
+    size_t      state_size;            /* zeroed state allocated per sequence (0 = none) */
     /* called before the first step of each block (optional) */
     void (*block_begin)(void *state, const decoder_view *v);
     /* writes for this step: out_pos/out_tok have room for hi - lo entries; returns the count.

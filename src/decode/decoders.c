@@ -1,13 +1,16 @@
 /*
  * decoders.c — the decoders behind decoder.h: low_confidence and random (A1, fixed steps with the
- * reference quota), threshold (A2/A4) and factor (A3). Pure functions of the view and their small
+ * reference quota), threshold (A2/A4), factor (A3), hierarchy (A5) and credit (A6). Pure functions of the view and their small
  * per-sequence state; they never touch the canvas themselves. Not here: sampling / confidence
  * (decode.c), block iteration. Engine thread.
  */
 #include "decode/decoder.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "decode/sample.h"
 #include "util/log.h"
 #include "util/rng.h"
 
@@ -138,6 +141,117 @@ static int factor_choose(void *state, const decoder_view *v, int32_t *out_pos, i
     return r;
 }
 
+/* ---------------------------------------------------------------- hierarchy (A5) */
+
+/* Candidates: in every run of consecutive masked positions, the positions equal to the run's
+ * maximum confidence (and > low_threshold when set); every position with c > threshold; the
+ * global argmax (first maximum). */
+static int hierarchy_choose(void *state, const decoder_view *v, int32_t *out_pos, int32_t *out_tok) {
+    (void)state;
+    const decode_params *p = v->p;
+    int n = 0, best = -1;
+    for (int r = 0; r < v->n_rows; r++) {
+        if (!v->row_masked[r]) continue;
+        if (best < 0 || v->conf[r] > v->conf[best]) best = r;
+    }
+    int r = 0;
+    while (r < v->n_rows) {
+        if (!v->row_masked[r]) {
+            r++;
+            continue;
+        }
+        /* run [r, e): masked rows at consecutive positions */
+        int e = r + 1;
+        while (e < v->n_rows && v->row_masked[e] && v->row_pos[e] == v->row_pos[e - 1] + 1) e++;
+        double mx = v->conf[r];
+        for (int q = r + 1; q < e; q++)
+            if (v->conf[q] > mx) mx = v->conf[q];
+        for (int q = r; q < e; q++) {
+            double c = v->conf[q];
+            int take = c == mx && (p->low_threshold <= 0.0 || c > p->low_threshold);
+            if (c > p->threshold || q == best) take = 1;
+            if (take) {
+                out_pos[n] = v->row_pos[q];
+                out_tok[n] = v->x0[q];
+                n++;
+            }
+        }
+        r = e;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- credit (A6) */
+
+typedef struct credit_state {
+    float *M;       /* [rows x vocab] credit of the active block, row = pos - lo; owned */
+    int    rows;    /* rows allocated (block_length) */
+    int    vocab;
+    float *l;       /* [vocab] scratch: adjusted logits */
+} credit_state;
+
+static void credit_block_begin(void *state, const decoder_view *v) {
+    credit_state *st = state;
+    int need = v->p->block_length > v->hi - v->lo ? v->p->block_length : v->hi - v->lo;
+    if (!st->M || st->rows < need || st->vocab != v->vocab) {
+        free(st->M);
+        free(st->l);
+        st->rows = need;
+        st->vocab = v->vocab;
+        st->M = xmalloc((size_t)need * (size_t)v->vocab * sizeof *st->M);
+        st->l = xmalloc((size_t)v->vocab * sizeof *st->l);
+    }
+    /* a new block starts with no credit (A6: cleared when the previous block finished) */
+    memset(st->M, 0, (size_t)st->rows * (size_t)st->vocab * sizeof *st->M);
+}
+
+static int credit_choose(void *state, const decoder_view *v, int32_t *out_pos, int32_t *out_tok) {
+    credit_state *st = state;
+    const decode_params *p = v->p;
+    int V = v->vocab;
+    CHECK(st->M && v->logits && v->x0_w && v->conf_w && V == st->vocab);
+    sample_cfg sc;
+    memset(&sc, 0, sizeof sc);
+    sc.vocab = V;
+    sc.mask_id = v->mask_id;
+    sc.eos_id = v->eos_id;
+    sc.eot_id = v->eot_id;
+    sc.cfg_scale = 0;           /* v->logits are already the effective logits */
+    sc.logits_eos_inf = 0;
+    sc.confidence_eos_eot_inf = p->confidence_eos_eot_inf;
+    sc.temperature = p->temperature;
+    sc.top_k = p->top_k;
+    sc.top_p = p->top_p;
+    sc.seed = p->seed;
+    const float decay = (float)p->credit_decay;
+    for (int r = 0; r < v->n_rows; r++) {
+        if (!v->row_masked[r]) continue;
+        int i = v->row_pos[r] - v->lo;
+        CHECK(i >= 0 && i < st->rows);
+        float *M = st->M + (size_t)i * (size_t)V;
+        const float *l = v->logits + (size_t)r * (size_t)V;
+        if (v->step_in_block > 0)
+            for (int t = 0; t < V; t++) M[t] *= decay;
+        /* (p1, t1) = max of softmax(l): the first maximum of l */
+        int t1 = 0;
+        for (int t = 1; t < V; t++)
+            if (l[t] > l[t1]) t1 = t;
+        double z = 0;
+        for (int t = 0; t < V; t++) z += exp((double)l[t] - (double)l[t1]);
+        double p1 = z > 0 ? 1.0 / z : 0.0;
+        M[t1] += (float)pow(p1, p->credit_gamma);
+        for (int t = 0; t < V; t++) st->l[t] = (float)((double)l[t] + p->credit_alpha * log1p((double)M[t]));
+        sample_row(&sc, st->l, NULL, v->step, v->row_pos[r], &v->x0_w[r], &v->conf_w[r]);
+    }
+    return threshold_choose(NULL, v, out_pos, out_tok);
+}
+
+static void credit_free(void *state) {
+    credit_state *st = state;
+    free(st->M);
+    free(st->l);
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const decoder_ops k_decoders[DECODER_COUNT_] = {
@@ -147,6 +261,9 @@ static const decoder_ops k_decoders[DECODER_COUNT_] = {
                         NULL, NULL},
     [DECODER_THRESHOLD] = {"threshold", 0, 0, NULL, threshold_choose, NULL, NULL},
     [DECODER_FACTOR] = {"factor", 0, 0, NULL, factor_choose, NULL, NULL},
+    [DECODER_HIERARCHY] = {"hierarchy", 0, 0, NULL, hierarchy_choose, NULL, NULL},
+    [DECODER_CREDIT] = {"credit", DECODER_F_LOGITS | DECODER_F_RESAMPLE, sizeof(credit_state), credit_block_begin,
+                        credit_choose, NULL, credit_free},
 };
 
 const decoder_ops *decoder_get(enum decode_decoder d) {

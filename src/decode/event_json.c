@@ -128,7 +128,9 @@ int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err) {
     if (get_int(obj, "max_tokens", &p->gen_length, err) || get_int(obj, "max_new_tokens", &p->gen_length, err) ||
         get_int(obj, "gen_length", &p->gen_length, err) || get_int(obj, "block_length", &p->block_length, err) ||
         get_int(obj, "steps", &p->steps, err) || get_num(obj, "threshold", &p->threshold, err) ||
-        get_num(obj, "factor", &p->factor, err) || get_num(obj, "temperature", &p->temperature, err) ||
+        get_num(obj, "factor", &p->factor, err) || get_num(obj, "low_threshold", &p->low_threshold, err) ||
+        get_num(obj, "credit_alpha", &p->credit_alpha, err) || get_num(obj, "credit_gamma", &p->credit_gamma, err) ||
+        get_num(obj, "credit_decay", &p->credit_decay, err) || get_num(obj, "temperature", &p->temperature, err) ||
         get_int(obj, "top_k", &p->top_k, err) || get_num(obj, "top_p", &p->top_p, err) ||
         get_num(obj, "cfg_scale", &p->cfg_scale, err) || get_bool(obj, "logits_eos_inf", &p->logits_eos_inf, err) ||
         get_bool(obj, "confidence_eos_eot_inf", &p->confidence_eos_eot_inf, err) ||
@@ -144,7 +146,7 @@ int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err) {
     v = json_object_get(obj, "decoder");
     if (v && !json_is_null(v)) {
         if (!json_is_string(v) || decode_decoder_parse(json_string_value(v), &p->decoder) != 0)
-            return um_err_param(err, "decoder", "decoder must be one of low_confidence, random, threshold, factor");
+            return um_err_param(err, "decoder", "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit");
     }
     v = json_object_get(obj, "block_layout");
     if (v && !json_is_null(v)) {
@@ -162,6 +164,10 @@ json_t *decode_params_to_json(const decode_params *p) {
     json_object_set_new(o, "decoder", json_string(decode_decoder_name(p->decoder)));
     json_object_set_new(o, "threshold", json_real(p->threshold));
     json_object_set_new(o, "factor", json_real(p->factor));
+    json_object_set_new(o, "low_threshold", json_real(p->low_threshold));
+    json_object_set_new(o, "credit_alpha", json_real(p->credit_alpha));
+    json_object_set_new(o, "credit_gamma", json_real(p->credit_gamma));
+    json_object_set_new(o, "credit_decay", json_real(p->credit_decay));
     json_object_set_new(o, "temperature", json_real(p->temperature));
     json_object_set_new(o, "top_k", json_integer(p->top_k));
     json_object_set_new(o, "top_p", json_real(p->top_p));

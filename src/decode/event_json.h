@@ -28,7 +28,8 @@ json_t *decode_event_to_json(const decode_event *ev);
 
 /* Apply the decode fields present in obj (others are ignored) to *p:
  *   gen_length | max_tokens | max_new_tokens, block_length, steps, decoder ("low_confidence" |
- *   "random" | "threshold" | "factor"), threshold, factor, temperature, top_k, top_p, seed,
+ *   "random" | "threshold" | "factor" | "hierarchy" | "credit"), threshold, factor, low_threshold,
+ *   credit_alpha, credit_gamma, credit_decay, temperature, top_k, top_p, seed,
  *   cfg_scale, logits_eos_inf, confidence_eos_eot_inf, block_layout ("llada" | "aligned"),
  *   stop_at_eos, stream_drafts | drafts, draft_every.
  * A field of the wrong JSON type or an unknown enum name: -1, UM_ERR_INVALID_ARG naming the field.

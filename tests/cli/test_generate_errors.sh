@@ -47,7 +47,7 @@ expect 2 "prompt has 300 tokens but the model's context is 256 tokens" \
     --prompt-ids "$(seq -s, 1 300)"
 expect 2 "is the mask token" --prompt-ids "1,$(sed -n 's/.*"mask_token_id": *\([0-9]*\).*/\1/p' "$M/config.json"),3"
 expect 2 "outside the vocabulary" --prompt-ids 1,99999
-expect 2 "--decoder must be low_confidence, random, threshold or factor, got 'greedy'" $P --decoder greedy
+expect 2 "--decoder must be low_confidence, random, threshold, factor, hierarchy or credit, got 'greedy'" $P --decoder greedy
 expect 2 "--block-layout must be llada or aligned" $P --block-layout diagonal
 expect 2 "--seed expects an unsigned integer" $P --seed -3
 expect 2 "give exactly one of --prompt, --messages or --prompt-ids" $P --prompt hello

@@ -1,7 +1,7 @@
 """decode_ref.py — an independent NumPy implementation of diffusion decoding for checking `unmask generate`.
 
 Written from shared/reference/algorithms.md (A1 LLaDA `generate`, A2 Fast-dLLM threshold, A3 factor,
-I1 block layouts, I4 EOS) and models.md §1.5, plus the rules docs/decode.md adds on top of the
+A5 dInfer hierarchy, A6 dInfer credit threshold, I1 block layouts, I4 EOS) and models.md §1.5, plus the rules docs/decode.md adds on top of the
 reference (each marked "unmask rule" below):
   * the mask token is never sampled (x0 = argmax over ids != mask);
   * random numbers come from the counter-based hash of src/util/rng.h keyed (seed, stream=step,
@@ -83,7 +83,8 @@ class Decoder:
 
     def generate(self, prompt, gen_length, block_length, steps, decoder="low_confidence", threshold=0.9,
                  factor=1.0, temperature=0.0, seed=0, cfg=0.0, logits_eos_inf=False,
-                 confidence_eos_eot_inf=False, layout="llada", stop_at_eos=True):
+                 confidence_eos_eot_inf=False, layout="llada", stop_at_eos=True, low_threshold=0.0,
+                 credit_alpha=0.7, credit_gamma=0.2, credit_decay=0.8):
         Lp = len(prompt)
         x = list(prompt) + [self.mask] * gen_length
         end = Lp + gen_length
@@ -104,10 +105,23 @@ class Decoder:
         for lo, hi in blocks:
             m0 = sum(1 for p in range(lo, hi) if x[p] == self.mask)
             i = 0
+            credit = np.zeros((hi - lo, self.V), dtype=np.float32)   # A6: M per block, it = i
             while any(x[p] == self.mask for p in range(lo, hi)):
                 if fixed and i >= s_per:
                     break
                 l = self.logits(x, Lp, cfg, logits_eos_inf)
+                if decoder == "credit":                          # A6, masked rows only
+                    l = l.copy()
+                    if i > 0:
+                        credit *= np.float32(credit_decay)
+                    for p in range(lo, hi):
+                        if x[p] != self.mask:
+                            continue
+                        P = softmax(l[p])
+                        t1 = int(np.argmax(P))
+                        credit[p - lo, t1] += np.float32(float(P[t1]) ** credit_gamma)
+                        l[p] = l[p].astype(np.float32).astype(np.float64) + \
+                            credit_alpha * np.log(credit[p - lo].astype(np.float64) + 1.0)
                 cand = []                                        # (score, pos, x0, conf)
                 for p in range(lo, hi):
                     if x[p] != self.mask:
@@ -124,6 +138,36 @@ class Decoder:
                     k = 1
                     while k < len(cand) and cand[k][3] >= threshold:
                         k += 1
+                elif decoder == "credit":                        # A4 on the credited logits
+                    cmax = max(t[3] for t in cand)
+                    thr = max(min(threshold, cmax - 1e-5), -1000.0)
+                    cand = [t for t in cand if t[3] >= thr]
+                    k = len(cand)
+                elif decoder == "hierarchy":                     # A5
+                    n = hi - lo
+                    c = np.full(n, -np.inf)
+                    masked = np.zeros(n, dtype=bool)
+                    for _, p, _, cf in cand:
+                        c[p - lo] = cf
+                        masked[p - lo] = True
+                    take = np.zeros(n, dtype=bool)
+                    j = 0
+                    while j < n:                                 # maximal runs of masks
+                        if not masked[j]:
+                            j += 1
+                            continue
+                        e = j
+                        while e < n and masked[e]:
+                            e += 1
+                        take[j:e] = c[j:e] == np.max(c[j:e])
+                        j = e
+                    if low_threshold:
+                        take &= c > low_threshold
+                    take |= c > threshold
+                    take[int(np.argmax(c))] = True
+                    take &= masked
+                    cand = [t for t in cand if take[t[1] - lo]]
+                    k = len(cand)
                 elif decoder == "factor":                        # A3 incl. the last-position quirk
                     mm = len(cand)
                     k = mm

@@ -3,8 +3,8 @@
 On f32 `make-model` checkpoints (so near-ties between confidences are not an issue) the committed
 (position, token) sets of every step must equal decode_ref.py's for: low_confidence with several
 (gen_length, block_length, steps) combinations (even and uneven per-step quotas), CFG on and off,
-the random decoder, temperature > 0 (Gumbel noise from the documented rng keying), threshold and
-factor decoders, the aligned block layout, logits_eos_inf, and EOS early stop. Also checks the
+the random decoder, temperature > 0 (Gumbel noise from the documented rng keying), threshold,
+factor, hierarchy (A5: local maxima of mask runs, tau_low gate, tau_high) and credit (A6) decoders, the aligned block layout, logits_eos_inf, and EOS early stop. Also checks the
 event-stream invariants: every generated position committed exactly once, blocks in order, block
 texts concatenate to the done text, usage counts, and seeds (same seed -> same output, different
 seed -> different output). Prints one line per check and "N passed, N failed".
@@ -234,6 +234,48 @@ def main():
                  decoder="factor", factor=f)
     report(any(len(e["commits"]) >= 2 for e in ev if e["type"] == "step" and e["progress"]["block_masks_left"] > 0),
            "factor commits several positions in some step")
+    # hierarchy (A5): tau_high above every initial confidence, so the first steps commit only local
+    # maxima of mask runs and later ones (confidences grow as the block fills) also positions above
+    # tau_high; tau_low at the median gates some local maxima. tau_high 0.9: local maxima only.
+    hi_t = float(sc[-1] + (sc[-1] - sc[0]) / 4)
+    ev = compare(f"hierarchy tau_high {hi_t:.5f} G16 B8", m, dec, prompt, 16, 8, 0,
+                 ["--decoder", "hierarchy", "--threshold", repr(hi_t)], decoder="hierarchy", threshold=hi_t)
+    st = [e for e in ev if e["type"] == "step"]
+    below = sum(1 for e in st for c in e["commits"] if c["confidence"] <= hi_t and len(e["commits"]) >= 2)
+    above = sum(1 for e in st for c in e["commits"] if c["confidence"] > hi_t)
+    report(below > 0 and above > 0, "hierarchy commits local maxima below tau_high and positions above it",
+           f"{below} below (in multi-commit steps), {above} above")
+    ev_lo = compare(f"hierarchy tau_high {hi_t:.5f} tau_low {tau:.5f}", m, dec, prompt, 16, 8, 0,
+                    ["--decoder", "hierarchy", "--threshold", repr(hi_t), "--low-threshold", repr(tau)],
+                    decoder="hierarchy", threshold=hi_t, low_threshold=tau)
+    report(step_commits(ev_lo) != step_commits(ev), "hierarchy: tau_low changes the schedule",
+           f"{[len(x) for x in step_commits(ev_lo)]} vs {[len(x) for x in step_commits(ev)]} commits per step")
+    ev = compare("hierarchy tau_high 0.9 (local maxima only)", m, dec, prompt, 16, 8, 0,
+                 ["--decoder", "hierarchy", "--threshold", 0.9], decoder="hierarchy", threshold=0.9)
+    report(any(len(e["commits"]) >= 2 for e in ev if e["type"] == "step"),
+           "hierarchy tau_high 0.9 commits several local maxima in some step")
+    compare(f"hierarchy tau_high {tau:.5f} + CFG 1.5, T=0.7 seed 4", m, dec, prompt, 16, 8, 0,
+            ["--decoder", "hierarchy", "--threshold", repr(tau), "--cfg-scale", 1.5, "--temperature", 0.7,
+             "--seed", 4], decoder="hierarchy", threshold=tau, cfg=1.5, temperature=0.7, seed=4)
+    # credit (A6): the credit raises the confidences of repeated argmaxes, so tau is taken above
+    # every initial confidence (more so with a larger alpha)
+    c_t = float(1.3 * sc[-1])
+    ev = compare(f"credit tau {c_t:.5f} (alpha 0.7 gamma 0.2 beta 0.8)", m, dec, prompt, 16, 8, 0,
+                 ["--decoder", "credit", "--threshold", repr(c_t)], decoder="credit", threshold=c_t)
+    report(any(len(e["commits"]) >= 2 for e in ev if e["type"] == "step"), "credit commits several in some step")
+    c_t3 = float(3.0 * sc[-1])
+    compare(f"credit tau {c_t3:.5f} alpha 3 gamma 0.5 beta 0.5", m, dec, prompt, 24, 8, 0,
+            ["--decoder", "credit", "--threshold", repr(c_t3), "--credit-alpha", 3, "--credit-gamma", 0.5,
+             "--credit-decay", 0.5], decoder="credit", threshold=c_t3, credit_alpha=3.0, credit_gamma=0.5,
+            credit_decay=0.5)
+    compare(f"credit tau {tau:.5f} T=0.8 seed 6", m, dec, prompt, 16, 8, 0,
+            ["--decoder", "credit", "--threshold", repr(tau), "--temperature", 0.8, "--seed", 6],
+            decoder="credit", threshold=tau, temperature=0.8, seed=6)
+    a0 = step_commits(generate(m, prompt, ["--gen-length", 16, "--block-length", 8, "--decoder", "credit",
+                                           "--credit-alpha", 0, "--threshold", repr(tau)]))
+    t0 = step_commits(generate(m, prompt, ["--gen-length", 16, "--block-length", 8, "--decoder", "threshold",
+                                           "--threshold", repr(tau)]))
+    report(a0 == t0, "credit with credit_alpha 0 == threshold decoder", f"{len(a0)} vs {len(t0)} steps")
     compare("aligned layout threshold B8 (prompt 7)", m, dec, prompt, 21, 8, 0,
             ["--decoder", "threshold", "--threshold", repr(tau), "--block-layout", "aligned"],
             decoder="threshold", threshold=tau, layout="aligned")

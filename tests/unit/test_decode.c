@@ -289,6 +289,31 @@ static void test_validation(const model *m) {
     expect_err(cfg, p, 10, "cfg_scale", "cfg_scale must be between 0");
     p = d, p.draft_every = 0;
     expect_err(cfg, p, 10, "draft_every", "draft_every must be >= 1");
+    /* hierarchy / credit parameters (checked whatever the decoder) */
+    TEST_CHECK(d.low_threshold == 0.0 && d.credit_alpha == 0.7 && d.credit_gamma == 0.2 && d.credit_decay == 0.8,
+               "hierarchy/credit defaults");
+    p = d, p.decoder = DECODER_HIERARCHY, p.low_threshold = -0.1;
+    expect_err(cfg, p, 10, "low_threshold", "low_threshold must be in [0, 1] (0 = off), got -0.1");
+    p = d, p.low_threshold = 1.5;
+    expect_err(cfg, p, 10, "low_threshold", "got 1.5");
+    p = d, p.low_threshold = NAN;
+    expect_err(cfg, p, 10, "low_threshold", "[0, 1]");
+    p = d, p.decoder = DECODER_CREDIT, p.credit_alpha = -1;
+    expect_err(cfg, p, 10, "credit_alpha", "credit_alpha must be between 0 and 100, got -1");
+    p = d, p.credit_alpha = INFINITY;
+    expect_err(cfg, p, 10, "credit_alpha", "between 0 and 100");
+    p = d, p.credit_gamma = -0.5;
+    expect_err(cfg, p, 10, "credit_gamma", "credit_gamma must be between 0 and 100, got -0.5");
+    p = d, p.credit_decay = 1.25;
+    expect_err(cfg, p, 10, "credit_decay", "credit_decay must be in [0, 1], got 1.25");
+    p = d, p.credit_decay = NAN;
+    expect_err(cfg, p, 10, "credit_decay", "[0, 1]");
+    p = d, p.decoder = DECODER_HIERARCHY, p.steps = 3, p.low_threshold = 0.5; /* steps ignored */
+    TEST_CHECK(decode_params_validate(&p, cfg, 10, &err) == 0, "hierarchy valid: %s", err.msg);
+    p = d, p.decoder = DECODER_CREDIT, p.credit_alpha = 0, p.credit_gamma = 0, p.credit_decay = 0;
+    TEST_CHECK(decode_params_validate(&p, cfg, 10, &err) == 0, "credit edges valid: %s", err.msg);
+    p = d, p.decoder = (enum decode_decoder)DECODER_COUNT_;
+    expect_err(cfg, p, 10, "decoder", "threshold, factor, hierarchy or credit");
     /* aligned layout: block_length may exceed gen_length */
     p = d, p.layout = DECODE_LAYOUT_ALIGNED, p.block_length = 256;
     TEST_CHECK(decode_params_validate(&p, cfg, 10, &err) == 0, "aligned B > G: %s", err.msg);
@@ -321,6 +346,21 @@ static void test_json_params(void) {
     o = json_pack("{s:f}", "gen_length", 12.5);
     TEST_CHECK(decode_params_apply_json(&p, o, &err) == -1 && strcmp(err.param, "gen_length") == 0, "fractional");
     json_decref(o);
+    o = json_pack("{s:s, s:f, s:f, s:f, s:f}", "decoder", "credit", "low_threshold", 0.25, "credit_alpha", 1.5,
+                  "credit_gamma", 0.5, "credit_decay", 0.6);
+    TEST_CHECK(decode_params_apply_json(&p, o, &err) == 0 && p.decoder == DECODER_CREDIT && p.low_threshold == 0.25 &&
+                   p.credit_alpha == 1.5 && p.credit_gamma == 0.5 && p.credit_decay == 0.6,
+               "hierarchy/credit fields: %s", err.msg);
+    json_decref(o);
+    o = json_pack("{s:s}", "credit_decay", "high");
+    TEST_CHECK(decode_params_apply_json(&p, o, &err) == -1 && strcmp(err.param, "credit_decay") == 0, "decay string");
+    json_decref(o);
+    enum decode_decoder dd;
+    TEST_CHECK(decode_decoder_parse("hierarchy", &dd) == 0 && dd == DECODER_HIERARCHY &&
+                   strcmp(decode_decoder_name(DECODER_HIERARCHY), "hierarchy") == 0 &&
+                   decode_decoder_parse("credit", &dd) == 0 && dd == DECODER_CREDIT &&
+                   strcmp(decode_decoder_name(DECODER_CREDIT), "credit") == 0,
+               "hierarchy/credit names");
     json_t *back = decode_params_to_json(&p);
     decode_params q = decode_params_default();
     TEST_CHECK(decode_params_apply_json(&q, back, &err) == 0 && memcmp(&p, &q, sizeof p) == 0, "round trip");
