@@ -27,7 +27,11 @@ describe('ws generate', () => {
     assert.match(s.session, /^[0-9a-f]{64}$/);
     assert.equal(s.model.ready, true);
     assert.equal(typeof s.defaults.gen_length, 'number');
-    c.send({ type: 'generate', event_id: 'ev-1', id: 'a', prompt: 'The quick brown fox', ...SMALL, stream: { drafts: true } });
+    // one 16-position block decoded in 16 steps: the server may merge unsent step frames (a merged
+    // frame carries the latest drafts), so drafts are checked per frame below; with one long block
+    // at least one frame still has masked positions unless all 16 steps merged into the last one
+    c.send({ type: 'generate', event_id: 'ev-1', id: 'a', prompt: 'The quick brown fox', gen_length: 16,
+      block_length: 16, steps: 16, stream: { drafts: true } });
     const done = await c.done('a');
     const acc = c.msgs.find((m) => m.type === 'accepted');
     assert.equal(acc.id, 'a');
@@ -38,7 +42,19 @@ describe('ws generate', () => {
     checkSeqContiguous(assert, c.msgs);
     const steps = c.of('a').filter((m) => m.type === 'step');
     assert.ok(steps.length >= 2, 'several step events');
-    assert.ok(steps.some((m) => Array.isArray(m.drafts) && m.drafts.length > 0), 'drafts were streamed');
+    // every step frame carries drafts for exactly the block's still-masked positions
+    const committed = new Set();
+    for (const m of steps) {
+      for (const x of m.commits) committed.add(x.index);
+      const drafts = m.drafts ?? [];
+      if (m.progress.block_masks_left > 0) assert.ok(Array.isArray(m.drafts), `step ${m.step} has a drafts array`);
+      assert.equal(drafts.length, m.progress.block_masks_left, `step ${m.step}: one draft per masked position`);
+      for (const d of drafts) assert.ok(!committed.has(d.index), `step ${m.step}: draft for committed ${d.index}`);
+    }
+    const unmerged = steps.filter((m) => m.progress.block_masks_left > 0);
+    assert.ok(unmerged.length > 0 || steps.length === 1, 'frames before the end of the block were streamed');
+    assert.ok(unmerged.length === 0 || unmerged.some((m) => m.drafts.length > 0), 'drafts were streamed');
+    assert.equal(steps.reduce((n, m) => n + (m.merged ?? 1), 0), 16, 'merged frames account for all 16 steps');
     // every generated position was committed exactly once across the steps
     const idx = steps.flatMap((m) => m.commits.map((x) => x.index)).sort((x, y) => x - y);
     assert.deepEqual(idx, [...Array(16).keys()]);
