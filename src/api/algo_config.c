@@ -28,6 +28,8 @@ static const key_map k_keys[] = {
     {"stop_at_eos", "stop_at_eos"},  {"draft_every", "draft_every"},
     {"block_size", "block_length"},  {"block_length", "block_length"},
     {"gen_length", "gen_length"},    {"max_new_tokens", "gen_length"}, {"max_tokens", "gen_length"},
+    {"low_threshold", "low_threshold"}, {"credit_alpha", "credit_alpha"}, {"credit_gamma", "credit_gamma"},
+    {"credit_decay", "credit_decay"},
 };
 
 /* SGLang algorithm class names -> unmask decoder names. */
@@ -37,6 +39,8 @@ static const key_map k_algos[] = {
     {"random", "random"},
     {"threshold", "threshold"},
     {"factor", "factor"},
+    {"hierarchy", "hierarchy"},
+    {"credit", "credit"},
 };
 
 static const char *map_key(const char *k) {
@@ -73,7 +77,7 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
         if (!mapped) {
             int r = um_err_param(err, key,
                                  "%s: algorithm '%s' is not supported (use LowConfidence, low_confidence, random, "
-                                 "threshold or factor)",
+                                 "threshold, factor, hierarchy or credit)",
                                  where, name);
             json_decref(value);
             return r;

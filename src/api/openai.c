@@ -227,7 +227,7 @@ int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_e
         if (strcmp(name, "LowConfidence") == 0) name = "threshold"; /* SGLang's name */
         if (decode_decoder_parse(name, &p->decoder) != 0)
             return oai_error_set(e, 400, "invalid_value", "decoder",
-                                 "decoder must be one of low_confidence, random, threshold, factor, got '%.64s'",
+                                 "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, got '%.64s'",
                                  json_string_value(v));
     }
     double d;
