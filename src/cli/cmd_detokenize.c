@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "model/tokenizer.h"
 #include "util/fileio.h"
+#include "util/log.h"
 
 /* --jsonl: one JSON array of ids per line in, one JSON string per line out. */
 static int detokenize_jsonl(const tokenizer *tok, const char *path, int skip) {
@@ -33,7 +34,7 @@ static int detokenize_jsonl(const tokenizer *tok, const char *path, int skip) {
         json_t *j = json_loadb(buf + pos, end - pos, 0, &je);
         pos = end + 1;
         size_t n = json_array_size(j);
-        int32_t *ids = malloc((n + 1) * sizeof *ids);
+        int32_t *ids = xmalloc((n + 1) * sizeof *ids);
         if (!json_is_array(j)) rc = 1;
         for (size_t i = 0; i < n && rc == 0; i++) {
             json_t *v = json_array_get(j, i);
@@ -104,7 +105,7 @@ int cmd_detokenize(int argc, char **argv) {
         tokenizer_free(tok);
         return jrc;
     }
-    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    int32_t *ids = xmalloc(((size_t)n + 1) * sizeof *ids);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         size_t bl;
