@@ -46,7 +46,7 @@ CPU_HOT_CLONES void cpu_weight_to_f32(const bweight *w, size_t off, size_t n, fl
     } else if (w->type == DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)w->data + off;
 #pragma omp simd
-        for (size_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(s[i]);
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
     } else {
         CHECK(w->type == DTYPE_F16);
         const uint16_t *s = (const uint16_t *)w->data + off;

@@ -75,8 +75,6 @@ static inline uint32_t cpu_f32_bits(float f) {
     return u;
 }
 
-static inline float cpu_bf16_to_f32(uint16_t h) { return cpu_bits_f32((uint32_t)h << 16); }
-
 /* IEEE half -> float without branches: rebias via one multiply by 2^112 (handles subnormals),
  * then force the exponent of Inf/NaN to all ones. Exact for all 65536 inputs. */
 static inline float cpu_f16_to_f32(uint16_t h) {
