@@ -248,6 +248,8 @@ struct decode_seq {
     int32_t  *blk_steps;                  /* [n_blocks] fixed-step budget per block */
     int       cur;                        /* active block */
     int       block_begun;
+    int       block_m0;                   /* masked positions of the active block when it began
+                                             (valid once block_begun) */
     int       step;                       /* steps taken */
     int       step_in_block;
     int       masks_left;                 /* masked generated positions */
@@ -261,9 +263,11 @@ struct decode_seq {
     int32_t  *x0;
     double   *conf;
     int32_t  *w_pos, *w_tok;
+    float    *w_conf;                     /* [cap] confidence of each write (record of a host step) */
+    float    *row_conf;                   /* [cap] conf as float (record rows of a host step) */
     decode_commit *commits;
     decode_draft  *drafts;
-    size_t        *piece_off;             /* [cap] offsets into strs */
+    size_t        *piece_off;             /* [2*cap] offsets into strs (commits, then drafts) */
     strbuf         strs;                  /* the NUL-terminated piece strings of one event, owned */
 
     /* text */
@@ -407,9 +411,11 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
     s->conf = xmalloc(c * sizeof *s->conf);
     s->w_pos = xmalloc(c * sizeof *s->w_pos);
     s->w_tok = xmalloc(c * sizeof *s->w_tok);
+    s->w_conf = xmalloc(c * sizeof *s->w_conf);
+    s->row_conf = xmalloc(c * sizeof *s->row_conf);
     s->commits = xmalloc(c * sizeof *s->commits);
     s->drafts = xmalloc(c * sizeof *s->drafts);
-    s->piece_off = xmalloc(c * sizeof *s->piece_off);
+    s->piece_off = xmalloc(2 * c * sizeof *s->piece_off);
     s->masks_left = s->G;
     s->eos_pos = -1;
     s->has_tok = m->tok != NULL;
@@ -433,6 +439,8 @@ void decode_seq_free(decode_seq *s) {
     free(s->conf);
     free(s->w_pos);
     free(s->w_tok);
+    free(s->w_conf);
+    free(s->row_conf);
     free(s->commits);
     free(s->drafts);
     free(s->piece_off);
@@ -634,56 +642,69 @@ static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_vie
     v->vocab = s->m->cfg.n_embd_rows;
 }
 
-/* Apply the decoder's writes and deliver this step's events. */
-static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, const decode_sink *sink) {
+/* Call the decoder's block_begin before the first step of the active block (host or device step). */
+static void seq_block_begin(decode_seq *s) {
+    if (s->block_begun) return;
     decoder_view v;
-    seq_view(s, n_rows, logits, &v);
-    int nw = s->dec->choose(s->dec_state, &v, s->w_pos, s->w_tok);
-    CHECK(nw >= 0 && nw <= s->cap);
-    if (v.block_masks > 0) CHECK(nw >= 1);
-    /* apply */
+    seq_view(s, 0, NULL, &v);
+    if (s->dec->block_begin) s->dec->block_begin(s->dec_state, &v);
+    s->block_m0 = v.block_masks;
+    s->block_begun = 1;
+}
+
+/* THE one place a step's outcome changes a sequence: apply record r (the writes and sampled rows of
+ * step s->step) — canvas, counters, EOS position, STEP event (commits, drafts), then BLOCK / DONE
+ * when the block finished. vb: the decoder's view of this step (for its block_done hook) or NULL
+ * (a view without rows is built). Host steps (decode_step) and device steps (decode_device.c) both
+ * end here. */
+static void seq_apply(decode_seq *s, const decode_record *r, const decoder_view *vb, const decode_sink *sink) {
+    CHECK(!s->done && s->cur < s->n_blocks);
+    CHECK(r->step == s->step);
+    CHECK(r->n_commits >= 0 && r->n_commits <= s->cap && r->n_rows >= 0 && r->n_rows <= s->cap);
+    seq_block_begin(s);
+    if (!s->t_first_step) s->t_first_step = r->t_step_ns ? r->t_step_ns : time_now_ns();
+    decoder_view vl;
+    if (!vb) {
+        seq_view(s, 0, NULL, &vl);
+        vb = &vl;
+    }
+    const int lo = s->blk_lo[s->cur], hi = s->blk_hi[s->cur];
     strbuf_reset(&s->strs);
-    int nc = 0;
-    for (int i = 0; i < nw; i++) {
-        int p = s->w_pos[i], tok = s->w_tok[i];
-        CHECK(p >= v.lo && p < v.hi);
+    const int nc = r->n_commits;
+    for (int i = 0; i < nc; i++) {
+        int p = r->commit_pos[i], tok = r->commit_tok[i];
+        CHECK(p >= lo && p < hi);
         int was_masked = s->x[p] == s->mask_id;
         s->x[p] = tok;
         if (was_masked && tok != s->mask_id) s->masks_left--;
         if (is_eos(s, tok) && (s->eos_pos < 0 || p < s->eos_pos)) s->eos_pos = p;
-        float cf = 0;
-        for (int r = 0; r < n_rows; r++)
-            if (s->row_pos[r] == p) cf = (float)s->conf[r];
-        s->commits[nc].pos = p;
-        s->commits[nc].index = p - s->n_prompt;
-        s->commits[nc].token = tok;
-        s->commits[nc].confidence = cf;
-        nc++;
+        s->commits[i].pos = p;
+        s->commits[i].index = p - s->n_prompt;
+        s->commits[i].token = tok;
+        s->commits[i].confidence = r->commit_conf[i];
     }
     s->step++;
     s->step_in_block++;
     for (int i = 0; i < nc; i++)
         s->piece_off[i] = piece_put(s, s->commits[i].token, s->commits[i].pos, &s->commits[i].special);
     int block_left = 0;
-    for (int p = v.lo; p < v.hi; p++) block_left += s->x[p] == s->mask_id;
+    for (int p = lo; p < hi; p++) block_left += s->x[p] == s->mask_id;
     int nd = 0;
-    size_t *draft_off = NULL;
     if (s->p.stream_drafts && (s->step - 1) % s->p.draft_every == 0 && block_left > 0) {
-        draft_off = xmalloc((size_t)n_rows * sizeof *draft_off);
-        for (int r = 0; r < n_rows; r++) {
-            int p = s->row_pos[r];
+        for (int q = 0; q < r->n_rows; q++) {
+            int p = r->row_pos[q];
+            CHECK(p >= lo && p < hi);
             if (s->x[p] != s->mask_id) continue;
             s->drafts[nd].pos = p;
             s->drafts[nd].index = p - s->n_prompt;
-            s->drafts[nd].token = s->x0[r];
-            s->drafts[nd].confidence = (float)s->conf[r];
-            draft_off[nd] = piece_put(s, s->x0[r], p, &s->drafts[nd].special);
+            s->drafts[nd].token = r->row_tok[q];
+            s->drafts[nd].confidence = r->row_conf[q];
+            s->piece_off[nc + nd] = piece_put(s, r->row_tok[q], p, &s->drafts[nd].special);
             nd++;
         }
     }
     for (int i = 0; i < nc; i++) s->commits[i].piece = s->strs.p + s->piece_off[i];
-    for (int i = 0; i < nd; i++) s->drafts[i].piece = s->strs.p + draft_off[i];
-    free(draft_off);
+    for (int i = 0; i < nd; i++) s->drafts[i].piece = s->strs.p + s->piece_off[nc + i];
 
     decode_event ev;
     memset(&ev, 0, sizeof ev);
@@ -698,8 +719,55 @@ static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, co
     ev.block_masks_left = block_left;
     emit(s, sink, &ev);
 
-    int done = s->dec->block_done ? s->dec->block_done(s->dec_state, &v, block_left) : block_left == 0;
+    int done = s->dec->block_done ? s->dec->block_done(s->dec_state, vb, block_left) : block_left == 0;
     if (done) finish_block(s, sink);
+}
+
+void decode_seq_apply(decode_seq *s, const decode_record *r, const decode_sink *sink) {
+    seq_apply(s, r, NULL, sink);
+}
+
+void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c) {
+    memset(c, 0, sizeof *c);
+    c->n_blocks = s->n_blocks;
+    c->block = s->cur;
+    c->blk_lo = s->blk_lo;
+    c->blk_hi = s->blk_hi;
+    c->blk_steps = s->blk_steps;
+    c->gen_end = s->n_prompt + s->G;
+    c->n_suffix = s->n_suffix;
+    c->step = s->step;
+    c->step_in_block = s->block_begun ? s->step_in_block : 0;
+    c->block_m0 = s->block_begun ? s->block_m0 : -1;
+}
+
+/* Host step of one sequence after the forward and sampling: the decoder chooses, the choice
+ * becomes a record, the record is applied. */
+static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, const decode_sink *sink) {
+    decoder_view v;
+    seq_view(s, n_rows, logits, &v);
+    int nw = s->dec->choose(s->dec_state, &v, s->w_pos, s->w_tok);
+    CHECK(nw >= 0 && nw <= s->cap);
+    if (v.block_masks > 0) CHECK(nw >= 1);
+    for (int i = 0; i < nw; i++) {
+        float cf = 0;
+        for (int r = 0; r < n_rows; r++)
+            if (s->row_pos[r] == s->w_pos[i]) cf = (float)s->conf[r];
+        s->w_conf[i] = cf;
+    }
+    for (int r = 0; r < n_rows; r++) s->row_conf[r] = (float)s->conf[r];
+    decode_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.step = s->step;
+    rec.n_commits = nw;
+    rec.commit_pos = s->w_pos;
+    rec.commit_tok = s->w_tok;
+    rec.commit_conf = s->w_conf;
+    rec.n_rows = n_rows;
+    rec.row_pos = s->row_pos;
+    rec.row_tok = s->x0;
+    rec.row_conf = s->row_conf;
+    seq_apply(s, &rec, &v, sink);
 }
 
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
@@ -725,12 +793,7 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
         decode_seq *s = seqs[i];
         rows[i] = 0;
         if (s->done) continue;
-        if (!s->block_begun) {
-            decoder_view v;
-            seq_view(s, 0, NULL, &v);
-            if (s->dec->block_begin) s->dec->block_begin(s->dec_state, &v);
-            s->block_begun = 1;
-        }
+        seq_block_begin(s);
         rows[i] = seq_rows(s);
         out_base[i] = n_out;
         n_out += rows[i] * (s->p.cfg_scale > 0 ? 2 : 1);

@@ -232,6 +232,49 @@ void decode_seq_finish(decode_seq *s, enum decode_finish reason, const char *err
  * typically finishes them with DECODE_FINISH_ERROR). */
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err);
 
+/* ---------------------------------------------------------------- step records
+ *
+ * A step's outcome for one sequence, however it was computed (decode_step on the host: forward,
+ * sampling, the decoder's choose(); or the device-resident loop, decode/decode_device.h: the same
+ * on the GPU). decode_seq_apply() is the ONE function that turns it into state and events: it
+ * writes the commits into the canvas, advances the step / block counters, tracks EOS/EOT, emits
+ * STEP (commits; drafts = the rows still masked afterwards, when drafts are due this step), then
+ * BLOCK when no mask is left in the block (its text) and DONE when the sequence finished (stop on
+ * EOS/EOT at the end of its block, or length). */
+typedef struct decode_record {
+    int            step;         /* the step it records: must equal decode_seq_steps(s) */
+    uint64_t       t_step_ns;    /* time_now_ns() when the step started (first step's decode_ms);
+                                    0 = now */
+    int            n_commits;    /* writes, <= the block length */
+    const int32_t *commit_pos;   /* [n_commits] absolute positions inside the active block, ascending */
+    const int32_t *commit_tok;   /* [n_commits] token ids */
+    const float   *commit_conf;  /* [n_commits] confidence reported in the STEP event */
+    int            n_rows;       /* positions sampled this step (<= the block length), ascending */
+    const int32_t *row_pos;      /* [n_rows] absolute positions in the active block */
+    const int32_t *row_tok;      /* [n_rows] x0 sampled there */
+    const float   *row_conf;     /* [n_rows] its confidence */
+} decode_record;
+
+/* Apply r to s (not done; r->step == its step count; positions inside its active block — a
+ * mismatch is a caller bug and aborts) and deliver the events to sink. */
+void decode_seq_apply(decode_seq *s, const decode_record *r, const decode_sink *sink);
+
+/* Where a sequence stands, for a step engine that continues it elsewhere (the device loop). The
+ * pointers alias the sequence and stay valid while it lives. */
+typedef struct decode_seq_cursor {
+    int            n_blocks;
+    int            block;            /* the active block (== n_blocks once every block finished) */
+    const int32_t *blk_lo, *blk_hi;  /* [n_blocks] absolute bounds of each block */
+    const int32_t *blk_steps;        /* [n_blocks] fixed-step decoders' step budget per block, else 0s */
+    int            gen_end;          /* n_prompt + gen_length: the generated region ends here */
+    int            n_suffix;         /* infill suffix tokens after gen_end */
+    int            step;             /* steps taken (the rng stream of the next step) */
+    int            step_in_block;    /* steps taken in the active block */
+    int            block_m0;         /* masks of the active block when it began; -1: not begun yet
+                                        (its first step counts them) */
+} decode_seq_cursor;
+void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c);
+
 /* Loop decode_step() on one sequence until it is done. */
 int decode_generate(model_ctx *ctx, decode_seq *s, const decode_sink *sink, um_err *err);
 

@@ -9,6 +9,7 @@
  */
 #include "backend/cuda/cuda_decode.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +59,17 @@ struct cuda_decode {
 
     cuda_graph     *graph;
     int             begun;
+
+    /* sequences continued mid-block: {step_in_block, step, m0} written over what umk_decode_begin
+     * set (it starts every block afresh) */
+    int             n_resume;
+    int32_t        *h_resume_seq;  /* [n_resume] batch index */
+    int32_t        *h_resume;      /* [n_resume][3] */
 };
+
+_Static_assert(offsetof(umk_seq_state, step) == offsetof(umk_seq_state, step_in_block) + 4 &&
+                   offsetof(umk_seq_state, m0) == offsetof(umk_seq_state, step_in_block) + 8,
+               "umk_seq_state: step_in_block, step, m0 are contiguous (patched together)");
 
 static void *dmalloc(cuda_impl *ci, size_t bytes) {
     void *p = NULL;
@@ -80,8 +91,10 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     }
     for (int s = 0; s < n_seqs; s++) {
         const cuda_decode_seq *q = &seqs[s];
-        if (q->len < 1 || q->lo < 0 || q->hi < q->lo || q->hi - q->lo > block_len || q->gen_end > q->len ||
-            q->decoder < 0 || q->decoder > (int)DECODER_FACTOR || (q->blk_steps && q->n_blocks < 1)) {
+        const int qb = q->block_len > 0 ? q->block_len : block_len;
+        if (q->len < 1 || q->lo < 0 || q->hi < q->lo || qb > block_len || q->hi - q->lo > qb || q->gen_end > q->len ||
+            q->decoder < 0 || q->decoder > (int)DECODER_FACTOR || (q->blk_steps && q->n_blocks < 1) || q->step < 0 ||
+            q->step_in_block < 0 || q->block_m0 < 0 || (q->block_m0 > 0 && q->block_m0 > q->hi - q->lo)) {
             um_err_set(err, UM_ERR_INVALID_ARG, "cuda_decode: sequence %d: bad canvas/block/decoder", s);
             return NULL;
         }
@@ -107,6 +120,17 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
         memcpy(cd->h_tokens + cd->h_seq_start[s], seqs[s].tokens, (size_t)seqs[s].len * sizeof(int32_t));
     const int n_rows = n_seqs * block_len;
     cd->h_out_rows = xmalloc((size_t)n_rows * sizeof *cd->h_out_rows);
+    for (int s = 0; s < n_seqs; s++) cd->n_resume += seqs[s].block_m0 > 0;
+    cd->h_resume_seq = xmalloc((size_t)(cd->n_resume + 1) * sizeof *cd->h_resume_seq);
+    cd->h_resume = xmalloc((size_t)(cd->n_resume + 1) * 3 * sizeof *cd->h_resume);
+    for (int s = 0, k = 0; s < n_seqs; s++) {
+        if (seqs[s].block_m0 <= 0) continue;
+        cd->h_resume_seq[k] = s;
+        cd->h_resume[3 * k + 0] = seqs[s].step_in_block;
+        cd->h_resume[3 * k + 1] = seqs[s].step;
+        cd->h_resume[3 * k + 2] = seqs[s].block_m0;
+        k++;
+    }
     umk_seq_state *st = xcalloc((size_t)n_seqs, sizeof *st);
     umk_sample_cfg *cf = xcalloc((size_t)n_seqs, sizeof *cf);
     int n_tab = 0;
@@ -122,7 +146,8 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
         st[s].row0 = cd->h_seq_start[s];
         st[s].len = q->len;
         st[s].gen_end = q->gen_end > 0 ? q->gen_end : q->len;
-        st[s].block_len = block_len;
+        st[s].block_len = q->block_len > 0 ? q->block_len : block_len;
+        st[s].step = q->step;
         st[s].lo = q->lo;
         st[s].hi = q->hi;
         st[s].block_steps = q->block_steps;
@@ -197,6 +222,8 @@ void cuda_decode_free(cuda_decode *cd) {
     free(cd->h_seq_start);
     free(cd->h_tokens);
     free(cd->h_out_rows);
+    free(cd->h_resume_seq);
+    free(cd->h_resume);
     free(cd);
 }
 
@@ -224,6 +251,14 @@ static void ensure_begun(cuda_decode *cd) {
     if (cd->begun) return;
     CUDA_CHECK(umk_decode_begin(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_blk_steps, cd->d_jobs,
                                 cd->d_out_rows, cd->ci->stream));
+    /* A continued block keeps its quota state: umk_decode_begin set m0 = the masks left and
+     * step_in_block = 0 (its first block has masks, so it did not move on); put back the values of
+     * when the block began. The sample jobs it wrote already carry the right step. */
+    for (int k = 0; k < cd->n_resume; k++) {
+        unsigned char *dst = (unsigned char *)(cd->d_state + cd->h_resume_seq[k]) + offsetof(umk_seq_state, step_in_block);
+        CUDA_CHECK(cudaMemcpyAsync(dst, cd->h_resume + 3 * k, 3 * sizeof(int32_t), cudaMemcpyHostToDevice, cd->ci->stream));
+    }
+    if (cd->n_resume) CUDA_CHECK(cudaStreamSynchronize(cd->ci->stream));   /* pageable source: keep it simple */
     cd->begun = 1;
 }
 

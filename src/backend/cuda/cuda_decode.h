@@ -43,6 +43,13 @@ typedef struct cuda_decode_seq {
     int            top_k;
     uint64_t       seed;
     int            logits_eos_inf, confidence_eos_eot_inf;
+    /* Continuing a sequence mid-way (all 0 for a fresh one): */
+    int            block_len;     /* this sequence's block length (<= the batch's block_len), 0 = the
+                                     batch's; later blocks are [lo', min(lo' + block_len, gen_end)) */
+    int            step;          /* its step index: the rng stream (seed, step, ...) continues here */
+    int            step_in_block; /* steps already taken in block [lo, hi) */
+    int            block_m0;      /* masks of [lo, hi) when that block began (fixed-step quota);
+                                     0 = the block begins now (its masks are counted on the device) */
 } cuda_decode_seq;
 
 /* Model token ids. */

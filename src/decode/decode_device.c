@@ -1,0 +1,274 @@
+/*
+ * decode_device.c — the device-resident decode loop (decode_device.h): builds a cuda_decode batch
+ * from the sequences' current state, enqueues steps (graph replays once the batch is stable),
+ * keeps two in flight, and applies each step record through decode_seq_apply().
+ *
+ * Does not: choose commits or sample on the host (kernels/decode.cu via cuda_decode does), decide
+ * which sequences run (sched/). Built without CUDA it compiles but is never eligible.
+ * Threads: the thread that owns the model_ctx (engine thread, or the CLI's main thread).
+ */
+#include "decode/decode_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_decode.h"
+#include "util/log.h"
+#include "util/timeutil.h"
+
+#define DEVICE_DEPTH 2        /* steps in flight: step k+1 is enqueued before k is applied */
+#define DEVICE_RING  4        /* cuda_decode's record ring (>= DEVICE_DEPTH) */
+#define DEVICE_MAX_B 1024     /* cuda_decode's largest block */
+
+struct decode_device {
+    model_ctx   *ctx;                 /* borrowed */
+    int          graphs;              /* capture graphs for stable batches */
+    cuda_decode *cd;                  /* the current batch, or NULL */
+    decode_seq **slot;                /* [n_slot] batch order; NULL once the sequence is done (or was
+                                         dropped): its records are skipped */
+    int          n_slot, cap_slot;
+    int          B;                   /* the batch's block length */
+    int          batch_steps;         /* steps enqueued on this batch */
+    int          graph;               /* this batch replays a graph */
+    uint64_t     t_enq[DEVICE_RING];  /* enqueue time of step #produced % DEVICE_RING */
+    long         produced, applied;
+    int32_t     *row_pos, *row_tok;   /* [B] scratch for one record's rows */
+    float       *row_conf;
+    int          row_cap;
+    decode_device_stats st;
+};
+
+static int dev_decoder_ok(enum decode_decoder d) {
+    return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD || d == DECODER_FACTOR;
+}
+
+int decode_device_supported(const model_ctx *ctx) {
+    return ctx && backend_is_cuda(ctx->be) && ctx->shard.world <= 1;
+}
+
+int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
+    if (!decode_device_supported(ctx) || s == NULL) return 0;
+    const decode_params *p = decode_seq_params(s);
+    decode_seq_cursor c;
+    decode_seq_cursor_get(s, &c);
+    return dev_decoder_ok(p->decoder) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
+           p->block_length <= DEVICE_MAX_B;
+}
+
+decode_device *decode_device_create(model_ctx *ctx, int graphs) {
+    CHECK(ctx);
+    decode_device *dd = xcalloc(1, sizeof *dd);
+    dd->ctx = ctx;
+    dd->graphs = graphs != 0;
+    return dd;
+}
+
+/* Drop the batch without applying anything pending. */
+static void dev_drop(decode_device *dd) {
+    cuda_decode_free(dd->cd);   /* synchronises the stream */
+    dd->cd = NULL;
+    dd->n_slot = 0;
+    dd->produced = dd->applied = 0;
+    dd->batch_steps = 0;
+    dd->graph = 0;
+}
+
+void decode_device_free(decode_device *dd) {
+    if (!dd) return;
+    dev_drop(dd);
+    free(dd->slot);
+    free(dd->row_pos);
+    free(dd->row_tok);
+    free(dd->row_conf);
+    free(dd);
+}
+
+int decode_device_pending(const decode_device *dd) { return (int)(dd->produced - dd->applied); }
+
+void decode_device_get_stats(const decode_device *dd, decode_device_stats *out) { *out = dd->st; }
+
+/* Apply the records of the step the last successful poll returned. */
+static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
+    const uint64_t t_step = dd->t_enq[dd->applied % DEVICE_RING];
+    dd->applied++;
+    for (int i = 0; i < dd->n_slot; i++) {
+        decode_seq *s = dd->slot[i];
+        if (!s) continue;
+        if (decode_seq_done(s)) { /* cancelled or failed meanwhile: no events after its DONE */
+            dd->slot[i] = NULL;
+            continue;
+        }
+        cuda_step_event ev;
+        cuda_decode_event(dd->cd, i, &ev);
+        /* the device finished it at an earlier step, which was applied and made it done */
+        CHECK(!ev.was_done);
+        decode_seq_cursor c;
+        decode_seq_cursor_get(s, &c);
+        CHECK(ev.step == c.step && c.block < c.n_blocks && ev.lo == c.blk_lo[c.block] && ev.hi == c.blk_hi[c.block]);
+        int nr = 0;
+        for (int j = 0; j < ev.hi - ev.lo; j++) {
+            if (ev.draft_tok[j] < 0) continue;
+            dd->row_pos[nr] = ev.lo + j;
+            dd->row_tok[nr] = ev.draft_tok[j];
+            dd->row_conf[nr] = ev.draft_conf[j];
+            nr++;
+        }
+        decode_record r;
+        memset(&r, 0, sizeof r);
+        r.step = ev.step;
+        r.t_step_ns = t_step;
+        r.n_commits = ev.n_commit;
+        r.commit_pos = ev.pos;
+        r.commit_tok = ev.tok;
+        r.commit_conf = ev.conf;
+        r.n_rows = nr;
+        r.row_pos = dd->row_pos;
+        r.row_tok = dd->row_tok;
+        r.row_conf = dd->row_conf;
+        decode_seq_apply(s, &r, sink);
+        dd->st.records++;
+        /* device and host agree on when the sequence ends (same block/EOS rules) */
+        CHECK(decode_seq_done(s) == (ev.done != 0));
+        if (ev.done) dd->slot[i] = NULL;
+    }
+}
+
+void decode_device_drain(decode_device *dd, const decode_sink *sink) {
+    if (!dd->cd) return;
+    while (cuda_decode_pending(dd->cd) > 0) {
+        CHECK(cuda_decode_poll(dd->cd, 1) == 1);
+        dev_apply_polled(dd, sink);
+    }
+}
+
+static int dev_forward(void *user, const fwd_batch *b, const void **logits, um_err *err) {
+    return model_forward_dev(user, b, logits, err);
+}
+
+/* A new batch from the sequences' current state. */
+static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
+    const model *m = dd->ctx->m;
+    int B = 1;
+    for (int i = 0; i < n; i++) {
+        int b = decode_seq_params(seqs[i])->block_length;
+        if (b > B) B = b;
+    }
+    cuda_decode_seq *q = xcalloc((size_t)n, sizeof *q);
+    for (int i = 0; i < n; i++) {
+        decode_seq *s = seqs[i];
+        CHECK(!decode_seq_done(s) && decode_device_eligible(dd->ctx, s));
+        const decode_params *p = decode_seq_params(s);
+        decode_seq_cursor c;
+        decode_seq_cursor_get(s, &c);
+        CHECK(c.block < c.n_blocks);
+        int len;
+        q[i].tokens = decode_seq_canvas(s, &len);
+        q[i].len = len;
+        q[i].lo = c.blk_lo[c.block];
+        q[i].hi = c.blk_hi[c.block];
+        q[i].gen_end = c.gen_end;
+        q[i].n_blocks = c.n_blocks - c.block;
+        int fixed = p->decoder == DECODER_LOW_CONFIDENCE || p->decoder == DECODER_RANDOM;
+        q[i].blk_steps = fixed ? c.blk_steps + c.block : NULL;
+        q[i].block_steps = 1;
+        q[i].decoder = (int)p->decoder;
+        q[i].threshold = p->threshold;
+        q[i].factor = p->factor;
+        q[i].stop_at_eos = p->stop_at_eos;
+        q[i].temperature = p->temperature;
+        q[i].top_p = p->top_p;
+        q[i].top_k = p->top_k;
+        q[i].seed = p->seed;
+        q[i].logits_eos_inf = p->logits_eos_inf;
+        q[i].confidence_eos_eot_inf = p->confidence_eos_eot_inf;
+        q[i].block_len = p->block_length;
+        q[i].step = c.step;
+        q[i].step_in_block = c.step_in_block;
+        q[i].block_m0 = c.block_m0 > 0 ? c.block_m0 : 0;
+    }
+    cuda_decode_ids ids = {m->cfg.n_embd_rows, m->cfg.mask_id, m->cfg.eos_id, m->cfg.eot_id >= 0 ? m->cfg.eot_id : -1};
+    cuda_decode *cd = cuda_decode_create(dd->ctx->be, q, n, B, ids, DEVICE_RING, dev_forward, dd->ctx, err);
+    free(q);
+    if (!cd) return -1;
+    if (n > dd->cap_slot) {
+        dd->cap_slot = n;
+        dd->slot = xrealloc(dd->slot, (size_t)n * sizeof *dd->slot);
+    }
+    memcpy(dd->slot, seqs, (size_t)n * sizeof *seqs);
+    if (B > dd->row_cap) {
+        dd->row_cap = B;
+        dd->row_pos = xrealloc(dd->row_pos, (size_t)B * sizeof *dd->row_pos);
+        dd->row_tok = xrealloc(dd->row_tok, (size_t)B * sizeof *dd->row_tok);
+        dd->row_conf = xrealloc(dd->row_conf, (size_t)B * sizeof *dd->row_conf);
+    }
+    dd->cd = cd;
+    dd->n_slot = n;
+    dd->B = B;
+    dd->produced = dd->applied = 0;
+    dd->batch_steps = 0;
+    dd->graph = 0;
+    dd->st.rebuilds++;
+    log_debug("device decode: batch of %d sequences (block %d) built", n, B);
+    return 0;
+}
+
+static int same_set(const decode_device *dd, decode_seq **seqs, int n) {
+    if (!dd->cd || n != dd->n_slot) return 0;
+    for (int i = 0; i < n; i++)
+        if (dd->slot[i] != seqs[i]) return 0;
+    return 1;
+}
+
+int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
+    if (!same_set(dd, seqs, n)) {
+        /* the set changed: finish what is in flight, then start over from the host state */
+        decode_device_drain(dd, sink);
+        dev_drop(dd);
+    }
+    /* the drain may have finished some (their last step was pending) */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!decode_seq_done(seqs[i])) k++;
+    if (k == 0) return 0;
+    if (!dd->cd) {
+        decode_seq **live = xmalloc((size_t)k * sizeof *live);
+        k = 0;
+        for (int i = 0; i < n; i++)
+            if (!decode_seq_done(seqs[i])) live[k++] = seqs[i];
+        int rc = dev_build(dd, live, k, err);
+        free(live);
+        if (rc != 0) return -1;
+    } else if (dd->graphs && !dd->graph && dd->batch_steps >= 1) {
+        /* stable for a step: capture forward + sample + commit once, replay from now on */
+        if (cuda_decode_capture(dd->cd, err) != 0) {
+            decode_device_drain(dd, sink);
+            dev_drop(dd);
+            return -1;
+        }
+        dd->graph = 1;
+        dd->st.graph_captures++;
+        log_debug("device decode: graph captured for %d sequences (block %d)", dd->n_slot, dd->B);
+    }
+    uint64_t t0 = time_now_ns();
+    if (cuda_decode_step(dd->cd, err) != 0) {
+        /* the steps before this one ran: apply them; this one failed like a host forward */
+        decode_device_drain(dd, sink);
+        dev_drop(dd);
+        return -1;
+    }
+    dd->t_enq[dd->produced % DEVICE_RING] = t0;
+    dd->produced++;
+    dd->batch_steps++;
+    dd->st.steps++;
+    if (dd->graph) dd->st.graph_replays++;
+    /* apply what is due, leaving DEVICE_DEPTH - 1 steps in flight: the GPU works on the newest
+     * step while the host turns the previous one into events */
+    while (cuda_decode_pending(dd->cd) >= DEVICE_DEPTH) {
+        CHECK(cuda_decode_poll(dd->cd, 1) == 1);
+        dev_apply_polled(dd, sink);
+    }
+    return 0;
+}
+
+void decode_device_reset(decode_device *dd) { dev_drop(dd); }

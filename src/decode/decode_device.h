@@ -1,0 +1,65 @@
+/*
+ * decode_device.h — the device-resident decode loop: advances a set of decode_seqs of one
+ * model_ctx on a CUDA backend with backend/cuda/cuda_decode (canvas, sampling and the decoder's
+ * commit rule on the GPU, no host synchronisation inside a step, step records copied back
+ * asynchronously, CUDA graphs for a stable batch) and turns the records into the SAME events as
+ * decode_step() through decode_seq_apply().
+ *
+ * Pipelining: up to two steps are in flight — step k+1 is enqueued before step k's records are
+ * applied — so events come one step behind the device. Whenever the set of sequences changes (one
+ * joins, finishes, is cancelled) the runner drains what is pending (applying it, except to
+ * sequences that are done meanwhile: a cancelled sequence gets nothing after its DONE) and
+ * rebuilds the device batch from each sequence's current state (canvas, active block, remaining
+ * step plan, step index so the rng streams continue exactly). A graph is captured once a batch
+ * has run one step unchanged, and replayed after that.
+ *
+ * Not here: which sequences run (sched/), the forward pass itself (model/), the kernels.
+ * Threads: one runner belongs to the thread that owns its model_ctx (the engine thread).
+ */
+#ifndef UM_DECODE_DEVICE_H
+#define UM_DECODE_DEVICE_H
+
+#include <stdint.h>
+
+#include "decode/decode.h"
+#include "model/model.h"
+#include "util/err.h"
+
+typedef struct decode_device decode_device;
+
+typedef struct decode_device_stats {
+    uint64_t steps;           /* device steps enqueued */
+    uint64_t rebuilds;        /* device batches built (set changes) */
+    uint64_t graph_captures;  /* CUDA graphs captured */
+    uint64_t graph_replays;   /* steps launched as a graph replay */
+    uint64_t records;         /* sequence-step records applied */
+} decode_device_stats;
+
+/* 1 when the device loop can run sequence s on ctx: CUDA backend, not tensor-parallel
+ * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor, no CFG, no infill
+ * suffix, block_length <= 1024. Everything else stays on decode_step(). */
+int decode_device_eligible(const model_ctx *ctx, const decode_seq *s);
+/* 1 when ctx can run the device loop at all (CUDA backend, not tensor-parallel). */
+int decode_device_supported(const model_ctx *ctx);
+
+/* graphs: 1 = capture a CUDA graph for a batch that stayed unchanged for a step. */
+decode_device *decode_device_create(model_ctx *ctx, int graphs);
+/* Drops whatever is pending without applying it (the caller finishes those sequences). */
+void decode_device_free(decode_device *dd);
+
+/* Advance seqs[0..n) (each eligible, not done, alive until it is done or left the set) by one
+ * device step, applying the records that are due (one step behind) through decode_seq_apply to
+ * sink. A sequence may become done here (its last record) or only at a later call. Returns 0, or
+ * -1 + err when the forward failed: the steps before it were applied, the batch is dropped, and
+ * the caller finishes the sequences that are not done (DECODE_FINISH_ERROR). */
+int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode_sink *sink, um_err *err);
+/* Wait for every pending step and apply its records (to sequences not done). */
+void decode_device_drain(decode_device *dd, const decode_sink *sink);
+/* Drop the batch and its pending steps WITHOUT applying them: after a failure, when the caller
+ * finishes the sequences itself. The next step rebuilds from the sequences' state. */
+void decode_device_reset(decode_device *dd);
+/* Steps enqueued whose records are not applied yet. */
+int  decode_device_pending(const decode_device *dd);
+void decode_device_get_stats(const decode_device *dd, decode_device_stats *out);
+
+#endif /* UM_DECODE_DEVICE_H */
