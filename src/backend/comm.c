@@ -50,6 +50,12 @@ void comm_all_gather(comm *c, const void *send, size_t bytes, void *recv) {
     c->ops->all_gather(c, send, bytes, recv);
 }
 
+void comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
+    if (!c || c->world == 1 || bytes == 0) return;
+    CHECK(root >= 0 && root < c->world);
+    c->ops->broadcast(c, buf, bytes, root);
+}
+
 void comm_barrier(comm *c) {
     if (c && c->world > 1) c->ops->barrier(c);
 }

@@ -27,6 +27,10 @@ typedef struct comm_ops {
     void (*all_reduce_sum)(comm *c, void *buf, size_t n, enum dtype t);
     /* recv[r * bytes .. (r+1) * bytes) = rank r's send, for every rank r */
     void (*all_gather)(comm *c, const void *send, size_t bytes, void *recv);
+    /* buf[0 .. bytes) of rank `root` copied into buf of every other rank. HOST buffers on every
+     * implementation (NCCL stages through a device buffer and synchronises the rank's stream), so
+     * it carries control messages (tensor-parallel batches, model_tp.c), not activations. */
+    void (*broadcast)(comm *c, void *buf, size_t bytes, int root);
     void (*barrier)(comm *c);
     void (*free)(comm *c);
 } comm_ops;
@@ -46,6 +50,8 @@ void comm_all_reduce_sum_f32(comm *c, float *buf, size_t n);
 /* all-reduce of an activation buffer of the rank's backend (F32 on CPU, BF16 on CUDA) */
 void comm_all_reduce_act(comm *c, void *buf, size_t n);
 void comm_all_gather(comm *c, const void *send, size_t bytes, void *recv);
+/* host-buffer broadcast from `root` (comm_ops.broadcast); a no-op for world 1 */
+void comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 void comm_barrier(comm *c);
 void comm_free(comm *c);
 

@@ -6,7 +6,8 @@
  * buffer while another still reads it). all_reduce splits the elements into `world` contiguous
  * ranges; rank r sums range r over ranks 0, 1, ..., world-1 in that order (f32 accumulation; bf16
  * rounded once at the end) and writes the sum into every rank's buffer — deterministic and the
- * same on every rank. Sizes are checked across ranks (a mismatch is a bug: abort).
+ * same on every rank. broadcast: the other ranks copy root's buffer. Sizes are checked across
+ * ranks (a mismatch is a bug: abort).
  * Threading: each rank's handle is used by that rank's thread only.
  */
 #include <pthread.h>
@@ -81,6 +82,15 @@ static void local_all_gather(comm *c, const void *send, size_t bytes, void *recv
     local_barrier(c);
 }
 
+/* every rank publishes its buffer; the others copy from root's, then all meet again so root's
+ * buffer is not reused before every copy is done */
+static void local_broadcast(comm *c, void *buf, size_t bytes, int root) {
+    comm_local_group *g = group_of(c);
+    publish(c, buf, bytes);
+    if (c->rank != root && g->slot[root] != buf) memcpy(buf, g->slot[root], bytes);
+    local_barrier(c);
+}
+
 static void local_free(comm *c) {
     (void)c;   /* handles belong to the group: comm_local_group_free releases them */
 }
@@ -89,6 +99,7 @@ static const comm_ops k_local_ops = {
     .name = "local",
     .all_reduce_sum = local_all_reduce_sum,
     .all_gather = local_all_gather,
+    .broadcast = local_broadcast,
     .barrier = local_barrier,
     .free = local_free,
 };

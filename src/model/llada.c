@@ -375,3 +375,5 @@ int llada_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, u
     *logits = s->lg;
     return 0;
 }
+
+void llada_forward_shard(model_ctx *ctx, const fwd_batch *b) { forward_layers(ctx, b, 1); }

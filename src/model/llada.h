@@ -15,5 +15,8 @@ void llada_ctx_free(model_ctx *ctx);
 int  llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err);
 /* Logits left on the backend (model_forward_dev). */
 int  llada_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err);
+/* Embedding and every layer only (with their all-reduces), no LM head: what a tensor-parallel
+ * follower rank runs for each batch the leader broadcasts (model/model_tp.c). */
+void llada_forward_shard(model_ctx *ctx, const fwd_batch *b);
 
 #endif /* UM_LLADA_H */

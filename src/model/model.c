@@ -11,6 +11,7 @@
 
 #include "model/chat_template.h"
 #include "model/llada.h"
+#include "model/model_tp.h"
 #include "model/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
@@ -131,10 +132,12 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
 
 int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
     if (forward_validate(ctx, b, err) != 0) return -1;
+    if (ctx->tp) model_tp_send_batch(ctx->tp, b);   /* the followers run their shards alongside */
     return llada_forward(ctx, b, logits, err);
 }
 
 int model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err) {
     if (forward_validate(ctx, b, err) != 0) return -1;
+    if (ctx->tp) model_tp_send_batch(ctx->tp, b);
     return llada_forward_dev(ctx, b, logits, err);
 }

@@ -76,10 +76,15 @@ typedef struct model_shard {
     struct comm *comm;
 } model_shard;
 
+struct model_tp; /* model/model_tp.h */
+
 typedef struct model_ctx {
     const model *m;
     backend     *be;
     model_shard  shard;
+    struct model_tp *tp;        /* set on rank 0 of a tensor-parallel group (model_tp.c, which owns
+                                   the ctx): each forward first broadcasts the batch to the
+                                   follower ranks; NULL otherwise */
     void        *weights;       /* arch-specific backend weights (llada_weights in llada.c) */
     void        *scratch;       /* arch-specific workspace, grown on demand */
 } model_ctx;

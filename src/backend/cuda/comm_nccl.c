@@ -39,6 +39,8 @@ typedef struct nccl_impl {
     cudaStream_t stream;
     int          device;
     float       *one;   /* device scalar for barrier */
+    void        *stage;     /* device staging buffer of the host broadcast, owned */
+    size_t       stage_cap; /* its bytes */
 } nccl_impl;
 
 static nccl_impl *nimpl(comm *c) { return (nccl_impl *)c->impl; }
@@ -57,6 +59,26 @@ static void nccl_all_gather(comm *c, const void *send, size_t bytes, void *recv)
     NCCL_CHECK(g_nf->all_gather(send, recv, bytes, ncclUint8, ni->nc, ni->stream));
 }
 
+/* Host-buffer broadcast: root's bytes are staged on the device, every other rank contributes zeros
+ * to a uint8 sum all-reduce (x + 0 + ... + 0 == x exactly; cuda_dl.c does not resolve
+ * ncclBroadcast), and the result is copied back; synchronises the rank's stream. */
+static void nccl_broadcast(comm *c, void *buf, size_t bytes, int root) {
+    nccl_impl *ni = nimpl(c);
+    nccl_use(ni);
+    if (bytes > ni->stage_cap) {
+        if (ni->stage) CUDA_CHECK(cudaFree(ni->stage));   /* synchronous: no pending reader survives */
+        ni->stage_cap = bytes < 4096 ? 4096 : bytes + bytes / 2;
+        CUDA_CHECK(cudaMalloc(&ni->stage, ni->stage_cap));
+    }
+    if (c->rank == root)
+        CUDA_CHECK(cudaMemcpyAsync(ni->stage, buf, bytes, cudaMemcpyHostToDevice, ni->stream));
+    else
+        CUDA_CHECK(cudaMemsetAsync(ni->stage, 0, bytes, ni->stream));
+    NCCL_CHECK(g_nf->all_reduce(ni->stage, ni->stage, bytes, ncclUint8, ncclSum, ni->nc, ni->stream));
+    if (c->rank != root) CUDA_CHECK(cudaMemcpyAsync(buf, ni->stage, bytes, cudaMemcpyDeviceToHost, ni->stream));
+    CUDA_CHECK(cudaStreamSynchronize(ni->stream));
+}
+
 static void nccl_barrier(comm *c) {
     nccl_impl *ni = nimpl(c);
     nccl_use(ni);
@@ -70,6 +92,7 @@ static void nccl_free(comm *c) {
     CUDA_CHECK(cudaStreamSynchronize(ni->stream));
     NCCL_CHECK(g_nf->comm_destroy(ni->nc));
     CUDA_CHECK(cudaFree(ni->one));
+    if (ni->stage) CUDA_CHECK(cudaFree(ni->stage));
     free(ni);
     free(c);
 }
@@ -78,6 +101,7 @@ static const comm_ops k_nccl_ops = {
     .name = "nccl",
     .all_reduce_sum = nccl_all_reduce_sum,
     .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .free = nccl_free,
 };

@@ -1,0 +1,389 @@
+/*
+ * model_tp.c — tensor-parallel groups behind one model_ctx (model_tp.h) and memory sizing.
+ *
+ * Wire format of one leader -> followers message (two comm_broadcast calls from rank 0):
+ *   header int32[8]: TP_MAGIC, kind (TP_MSG_FORWARD | TP_MSG_STOP), n_seqs, n_tokens, n_out,
+ *                    flags (TP_HAS_POS | TP_HAS_VALID | TP_HAS_ROWS), payload bytes, sequence no.
+ *   payload: seq_start[n_seqs+1], tokens[n_tokens], pos[n_tokens]?, out_rows[n_out]?,
+ *            key_valid[n_tokens]? (bytes last, so the int32 arrays stay aligned)
+ * A setup status round follows initialisation: every rank broadcasts {ok, message} in rank order,
+ * so a failure on any rank fails every rank with the same message instead of leaving some inside
+ * a collective.
+ * Does not: run the forward math (llada.c), parse flags. Threads: see model_tp.h.
+ */
+#include "model/model_tp.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "model/llada.h"
+#include "util/log.h"
+
+#define TP_MAGIC      0x55544d50 /* "PMTU" */
+#define TP_MSG_FORWARD 1
+#define TP_MSG_STOP    2
+#define TP_HAS_POS     1
+#define TP_HAS_VALID   2
+#define TP_HAS_ROWS    4
+
+typedef struct tp_rank {
+    struct model_tp *g;
+    int              rank;       /* global rank */
+    int              local;      /* index among this node's ranks */
+    const char      *device;     /* "cpu" / "cuda:N", not owned */
+    backend         *be;         /* owned; opened by the creating thread */
+    comm            *c;          /* local: owned by the comm_local group; NCCL: owned here */
+    model_ctx        ctx;        /* this rank's shard */
+    int              ctx_ok;     /* ctx initialised */
+    pthread_t        th;
+    int              started;    /* follower thread running */
+    int              rc;         /* follower: 0 stopped cleanly, -1 setup failed */
+    um_err           err;
+} tp_rank;
+
+struct model_tp {
+    const model      *m;
+    int               world, n_local, node_rank;
+    int               nccl;          /* 1: CUDA ranks over NCCL; 0: CPU threads over comm_local */
+    comm_local_group *lg;            /* CPU only */
+    uint8_t           id[COMM_NCCL_ID_BYTES]; /* NCCL unique id (same on every rank) */
+    tp_rank          *r;             /* [n_local] */
+    int               leader_ok;     /* node 0: the leader ctx is up and the followers serve */
+    uint8_t          *msg;           /* leader: payload being sent, grown on demand */
+    size_t            msg_cap;
+    int32_t           seq;           /* leader: messages sent */
+};
+
+/* ---------------------------------------------------------------- sizing */
+
+int model_tp_check(const model *m, int tp, um_err *err) {
+    const model_config *c = &m->cfg;
+    if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
+    if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp)
+        return um_err_set(err, UM_ERR_UNSUPPORTED,
+                          "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of "
+                          "%s divisible by %d",
+                          tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, m->dir, tp);
+    return 0;
+}
+
+uint64_t model_weight_bytes(const model *m, int world) {
+    const model_config *c = &m->cfg;
+    const uint64_t W = world > 1 ? (uint64_t)world : 1, d = (uint64_t)c->d_model;
+    const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim, kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+    const uint64_t F = (uint64_t)c->ffn_hidden;
+    /* llada_ctx_init uploads wte and lm_head separately even when they are tied */
+    uint64_t n = 2u * (uint64_t)c->n_embd_rows * d + d;
+    uint64_t per_layer = 2u * d + (qd + 2u * kvd) * d / W + d * qd / W + 3u * F * d / W;
+    n += (uint64_t)c->n_layers * per_layer;
+    return 2u * n;
+}
+
+uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
+    const model_config *c = &m->cfg;
+    const uint64_t W = world > 1 ? (uint64_t)world : 1, d = (uint64_t)c->d_model;
+    const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim / W;
+    const uint64_t kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim / W, F = (uint64_t)c->ffn_hidden / W;
+    /* x, h [d]; q, att [qd]; k, v [kvd]; gate, up [F] per token (llada.c scratch_reserve) */
+    const uint64_t per_tok = 2u * d + 2u * qd + 2u * kvd + 2u * F;
+    /* LM head: rows of xo [d] + logits [V] per output row, at most one 16M-element chunk's worth
+     * of rows (llada.c lm_chunk_rows) or every token */
+    uint64_t chunk = (16u << 20) / (uint64_t)c->n_embd_rows;
+    if (chunk < 16) chunk = 16;
+    const uint64_t out_rows = tokens < chunk ? tokens : chunk;
+    return 2u * (tokens * per_tok + out_rows * (d + (uint64_t)c->n_embd_rows));
+}
+
+int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, um_err *err) {
+    if (!be->name || strncmp(be->name, "cuda", 4) != 0) return 0;
+    const uint64_t wb = model_weight_bytes(m, world), ab = model_act_bytes(m, world, tokens);
+    if (backend_cuda_check_fit(be, wb, ab, err) != 0) return -1;
+    log_info("%s: %.2f GiB weights%s + %.2f GiB activations (%llu tokens per forward) fit", be->name,
+             (double)wb / (double)(1ull << 30), world > 1 ? " (this rank's shard)" : "", (double)ab / (double)(1ull << 30),
+             (unsigned long long)tokens);
+    backend_cuda_set_upload_total(be, wb, "weights");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* Every rank says whether its setup worked; all ranks learn the first failure. */
+typedef struct tp_status {
+    int32_t ok;
+    char    msg[508];
+} tp_status;
+
+static int status_round(comm *c, int ok, const um_err *mine, um_err *err) {
+    int bad = -1;
+    tp_status first = {0};
+    for (int r = 0; r < c->world; r++) {
+        tp_status st;
+        memset(&st, 0, sizeof st);
+        if (r == c->rank) {
+            st.ok = ok;
+            if (!ok) snprintf(st.msg, sizeof st.msg, "%s", mine->msg);
+        }
+        comm_broadcast(c, &st, sizeof st, r);
+        if (!st.ok && bad < 0) {
+            bad = r;
+            first = st;
+        }
+    }
+    if (bad < 0) return 0;
+    if (bad == c->rank) return -1;   /* err already holds it */
+    return um_err_set(err, UM_ERR_RESOURCE, "tensor-parallel rank %d: %s", bad, first.msg);
+}
+
+/* Rank setup on the rank's own thread: comm (NCCL), shard ctx, status round. */
+static int rank_setup(tp_rank *t) {
+    model_tp *g = t->g;
+    if (g->nccl) {
+        t->c = comm_nccl_init(g->id, t->rank, g->world, backend_cuda_parse_device(t->device),
+                              backend_cuda_stream(t->be), &t->err);
+        if (!t->c) {
+            um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
+            return -1;   /* cannot take part in the status round */
+        }
+    } else {
+        t->c = comm_local_get(g->lg, t->rank);
+    }
+    model_shard sh = {.rank = t->rank, .world = g->world, .comm = t->c};
+    int ok = model_ctx_init_shard(&t->ctx, g->m, t->be, &sh, &t->err) == 0;
+    if (ok) t->ctx_ok = 1;
+    else um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
+    um_err other = {0};
+    if (status_round(t->c, ok, &t->err, &other) != 0) {
+        if (ok) t->err = other;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- follower loop */
+
+static void follower_serve(tp_rank *t) {
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    for (;;) {
+        int32_t h[8];
+        comm_broadcast(t->c, h, sizeof h, 0);
+        CHECK(h[0] == TP_MAGIC);
+        if (h[1] == TP_MSG_STOP) break;
+        CHECK(h[1] == TP_MSG_FORWARD);
+        const int n_seqs = h[2], n_tok = h[3], n_out = h[4], flags = h[5];
+        const size_t bytes = (size_t)(uint32_t)h[6];
+        if (bytes > cap) {
+            cap = bytes + bytes / 2;
+            free(buf);
+            buf = xmalloc(cap);
+        }
+        comm_broadcast(t->c, buf, bytes, 0);
+        int32_t *p = (int32_t *)buf;
+        fwd_batch b = {.n_seqs = n_seqs, .n_out = n_out};
+        b.seq_start = p, p += n_seqs + 1;
+        b.tokens = p, p += n_tok;
+        if (flags & TP_HAS_POS) b.pos = p, p += n_tok;
+        if (flags & TP_HAS_ROWS) b.out_rows = p, p += n_out;
+        if (flags & TP_HAS_VALID) b.key_valid = (const uint8_t *)p;
+        CHECK(b.seq_start[n_seqs] == n_tok);
+        llada_forward_shard(&t->ctx, &b);
+    }
+    free(buf);
+}
+
+static void *follower_main(void *arg) {
+    tp_rank *t = arg;
+    if (rank_setup(t) == 0) {
+        follower_serve(t);
+        t->rc = 0;
+    } else {
+        t->rc = -1;
+    }
+    if (t->ctx_ok) model_ctx_free(&t->ctx);
+    t->ctx_ok = 0;
+    if (t->g->nccl && t->c) comm_free(t->c);
+    t->c = NULL;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- group */
+
+static void group_free(model_tp *g) {
+    for (int i = 0; i < g->n_local; i++) {
+        tp_rank *t = &g->r[i];
+        if (t->started) pthread_join(t->th, NULL);
+        if (t->ctx_ok) model_ctx_free(&t->ctx);
+        if (g->nccl && t->c) comm_free(t->c);
+        if (t->be) backend_free(t->be);
+    }
+    comm_local_group_free(g->lg);
+    free(g->r);
+    free(g->msg);
+    free(g);
+}
+
+/* Validate, open the backends, check the fit, get the comm ready; no thread started yet. */
+static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *err) {
+    const int nnodes = o->dist.nnodes > 1 ? o->dist.nnodes : 1, node = nnodes > 1 ? o->dist.node_rank : 0;
+    if (o->tp < 2) {
+        um_err_param(err, "tp", "a tensor-parallel group needs --tp >= 2, got %d", o->tp);
+        return NULL;
+    }
+    if (o->n_local < 1 || o->n_local > MODEL_TP_MAX_LOCAL || o->n_local * nnodes != o->tp) {
+        um_err_param(err, "tp", "--tp %d over %d node%s needs %d rank(s) per node, this node has %d", o->tp, nnodes,
+                     nnodes > 1 ? "s" : "", o->tp / nnodes, o->n_local);
+        return NULL;
+    }
+    if (model_tp_check(m, o->tp, err) != 0) return NULL;
+    int cuda = strncmp(o->devices[0], "cuda", 4) == 0;
+    for (int i = 1; i < o->n_local; i++)
+        if ((strncmp(o->devices[i], "cuda", 4) == 0) != cuda) {
+            um_err_param(err, "device", "a tensor-parallel group cannot mix cpu and cuda devices");
+            return NULL;
+        }
+    if (!cuda && nnodes > 1) {
+        um_err_set(err, UM_ERR_UNSUPPORTED,
+                   "multi-node tensor parallelism needs CUDA + NCCL (--device cuda:N); on the CPU --tp runs threads "
+                   "of one process");
+        return NULL;
+    }
+    if (cuda && !comm_nccl_available()) {
+        um_err_set(err, UM_ERR_UNSUPPORTED,
+                   "tensor parallelism on GPUs needs NCCL (this unmask was built without it, or libnccl cannot be "
+                   "opened)");
+        return NULL;
+    }
+    model_tp *g = xcalloc(1, sizeof *g);
+    g->m = m;
+    g->world = o->tp;
+    g->n_local = o->n_local;
+    g->node_rank = node;
+    g->nccl = cuda;
+    g->r = xcalloc((size_t)o->n_local, sizeof *g->r);
+    for (int i = 0; i < o->n_local; i++) {
+        tp_rank *t = &g->r[i];
+        t->g = g;
+        t->local = i;
+        t->rank = node * o->n_local + i;
+        t->device = o->devices[i];
+        t->be = backend_init_device(t->device, o->n_threads, err);
+        if (!t->be) {
+            um_err_prefix(err, "tensor-parallel rank %d (%s)", t->rank, t->device);
+            goto fail;
+        }
+        if (o->fit_tokens && model_fit_check(t->be, m, o->tp, o->fit_tokens, err) != 0) {
+            um_err_prefix(err, "tensor-parallel rank %d", t->rank);
+            goto fail;
+        }
+    }
+    if (cuda) {
+        if (node == 0 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
+        if (nnodes > 1) {
+            if (node == 0)
+                log_info("tensor parallel: waiting for %d other node(s) on %s", nnodes - 1, o->dist.init_addr);
+            if (comm_bootstrap_exchange(&o->dist, g->id, sizeof g->id, err) != 0) goto fail;
+        }
+    } else {
+        g->lg = comm_local_group_create(o->tp);
+    }
+    return g;
+fail:
+    group_free(g);
+    return NULL;
+}
+
+/* Start follower threads for local ranks [first, n_local), signals blocked (house rule). */
+static void start_followers(model_tp *g, int first) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (int i = first; i < g->n_local; i++) {
+        if (pthread_create(&g->r[i].th, NULL, follower_main, &g->r[i]) != 0) UM_FATAL("cannot start a TP follower thread");
+        g->r[i].started = 1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+model_tp *model_tp_create(const model *m, const model_tp_opts *o, um_err *err) {
+    if (o->dist.nnodes > 1 && o->dist.node_rank != 0) {
+        um_err_set(err, UM_ERR_INTERNAL, "model_tp_create on node %d (use model_tp_follow)", o->dist.node_rank);
+        return NULL;
+    }
+    model_tp *g = group_prepare(m, o, err);
+    if (!g) return NULL;
+    start_followers(g, 1);
+    tp_rank *t = &g->r[0];
+    if (rank_setup(t) != 0) {
+        *err = t->err;
+        group_free(g);   /* the followers saw the failed status round and have returned */
+        return NULL;
+    }
+    t->ctx.tp = g;
+    g->leader_ok = 1;
+    log_info("tensor parallel: %d ranks (%s%s), leader on %s", g->world, g->nccl ? "NCCL" : "CPU threads",
+             o->dist.nnodes > 1 ? ", several nodes" : "", t->device);
+    return g;
+}
+
+model_ctx *model_tp_leader(model_tp *g) { return &g->r[0].ctx; }
+
+void model_tp_free(model_tp *g) {
+    if (!g) return;
+    if (g->leader_ok) {
+        comm *c = g->r[0].c;
+        int32_t h[8] = {TP_MAGIC, TP_MSG_STOP, 0, 0, 0, 0, 0, g->seq};
+        comm_broadcast(c, h, sizeof h, 0);
+        g->r[0].ctx.tp = NULL;
+    }
+    group_free(g);
+}
+
+int model_tp_follow(const model *m, const model_tp_opts *o, um_err *err) {
+    if (o->dist.nnodes < 2 || o->dist.node_rank < 1)
+        return um_err_set(err, UM_ERR_INTERNAL, "model_tp_follow needs a node rank >= 1");
+    model_tp *g = group_prepare(m, o, err);
+    if (!g) return -1;
+    start_followers(g, 0);
+    int rc = 0;
+    for (int i = 0; i < g->n_local; i++) {
+        pthread_join(g->r[i].th, NULL);
+        g->r[i].started = 0;
+        if (g->r[i].rc != 0 && rc == 0) {
+            *err = g->r[i].err;
+            rc = -1;
+        }
+    }
+    group_free(g);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- leader */
+
+void model_tp_send_batch(model_tp *g, const fwd_batch *b) {
+    CHECK(g->leader_ok);
+    const int n_seqs = b->n_seqs, n_tok = b->seq_start[b->n_seqs];
+    const int n_out = b->out_rows ? b->n_out : n_tok;
+    const int flags = (b->pos ? TP_HAS_POS : 0) | (b->key_valid ? TP_HAS_VALID : 0) | (b->out_rows ? TP_HAS_ROWS : 0);
+    size_t ints = (size_t)(n_seqs + 1) + (size_t)n_tok + (b->pos ? (size_t)n_tok : 0) + (b->out_rows ? (size_t)n_out : 0);
+    size_t bytes = ints * sizeof(int32_t) + (b->key_valid ? (size_t)n_tok : 0);
+    CHECK(bytes < 0x7fffffffu);
+    if (bytes > g->msg_cap) {
+        g->msg_cap = bytes + bytes / 2;
+        free(g->msg);
+        g->msg = xmalloc(g->msg_cap);
+    }
+    int32_t *p = (int32_t *)g->msg;
+    memcpy(p, b->seq_start, (size_t)(n_seqs + 1) * sizeof *p), p += n_seqs + 1;
+    memcpy(p, b->tokens, (size_t)n_tok * sizeof *p), p += n_tok;
+    if (b->pos) memcpy(p, b->pos, (size_t)n_tok * sizeof *p), p += n_tok;
+    if (b->out_rows) memcpy(p, b->out_rows, (size_t)n_out * sizeof *p), p += n_out;
+    if (b->key_valid) memcpy(p, b->key_valid, (size_t)n_tok);
+    int32_t h[8] = {TP_MAGIC, TP_MSG_FORWARD, n_seqs, n_tok, n_out, flags, (int32_t)bytes, ++g->seq};
+    comm *c = g->r[0].c;
+    comm_broadcast(c, h, sizeof h, 0);
+    comm_broadcast(c, g->msg, bytes, 0);
+}

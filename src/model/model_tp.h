@@ -1,0 +1,72 @@
+/*
+ * model_tp.h — a tensor-parallel group that looks like ONE model_ctx to the engine, and the memory
+ * sizing of a model on a backend.
+ *
+ * The leader (global rank 0) is an ordinary model_ctx whose `tp` field points at the group: every
+ * model_forward / model_forward_dev on it first broadcasts the batch (a fixed header, then the
+ * index arrays) over the comm, then runs rank 0's shard and returns the logits. Ranks 1..N-1 are
+ * followers: each has its own backend and model_ctx_init_shard, and loops "receive a batch ->
+ * embedding + layers (their all-reduces pair with the leader's)" until the leader's stop message.
+ * The same follower loop serves threads of this process and ranks on other nodes.
+ *   - CPU: N ranks = N threads of this process over comm_local (one node only).
+ *   - CUDA: one rank per GPU over NCCL; several nodes agree on the NCCL id through
+ *     comm_bootstrap_exchange (--dist-init-addr host:port --nnodes N --node-rank R). Global rank of
+ *     local GPU j on node r = r * n_local + j; node 0's first GPU is the leader.
+ * Not here: the engine loop (sched/), flag parsing (cli/, server/).
+ * Threading: model_tp_create / model_tp_follow / model_tp_free on the loader or main thread; the
+ * leader ctx afterwards on ONE engine thread; the followers on threads started here.
+ */
+#ifndef UM_MODEL_TP_H
+#define UM_MODEL_TP_H
+
+#include <stdint.h>
+
+#include "backend/comm.h"
+#include "model/model.h"
+
+#define MODEL_TP_MAX_LOCAL 64
+
+typedef struct model_tp model_tp;
+
+typedef struct model_tp_opts {
+    int            tp;                          /* ranks in the group (world), >= 2 */
+    int            n_local;                     /* ranks on this node: tp / nnodes */
+    const char    *devices[MODEL_TP_MAX_LOCAL]; /* [n_local] "cpu" or "cuda:N", not owned */
+    int            n_threads;                   /* CPU compute threads per rank (0 = all cores) */
+    comm_dist_opts dist;                        /* nnodes <= 1: one node */
+    uint64_t       fit_tokens;                  /* canvas tokens of the largest forward (max batch x
+                                                   max seq): CUDA checks the fit before uploading;
+                                                   0 = no check */
+} model_tp_opts;
+
+/* Node 0: create the group; the leader ctx is model_tp_leader(g). Checks that tp divides the
+ * model's heads / MLP width (UM_ERR_UNSUPPORTED), opens every local backend first (a bad device
+ * fails before any thread starts), checks the fit (CUDA), then initialises all ranks; an error on
+ * any rank (its message names the rank) fails the whole group. */
+model_tp  *model_tp_create(const model *m, const model_tp_opts *o, um_err *err);
+model_ctx *model_tp_leader(model_tp *g);
+/* Stops the followers (stop message), joins them and frees everything incl. the leader ctx. */
+void       model_tp_free(model_tp *g);
+/* Nodes 1..N-1: join the group with every local rank as a follower and serve until the leader
+ * stops (0) or setup fails (-1 + err). Blocks. */
+int        model_tp_follow(const model *m, const model_tp_opts *o, um_err *err);
+
+/* Called by model_forward / model_forward_dev on the leader (engine thread). */
+void       model_tp_send_batch(model_tp *g, const fwd_batch *b);
+
+/* tp must divide n_heads, n_kv_heads and the MLP width: -1 + UM_ERR_UNSUPPORTED naming them. */
+int        model_tp_check(const model *m, int tp, um_err *err);
+
+/* ---------------------------------------------------------------- memory sizing */
+
+/* Device bytes of one rank's weights (bf16, as the CUDA backend uploads them) with `world` ranks. */
+uint64_t model_weight_bytes(const model *m, int world);
+/* Activation bytes of one rank for a forward of `tokens` canvas tokens: the residual stream and
+ * sublayer buffers (this rank's heads / MLP slice) plus one LM-head chunk (bf16 elements). */
+uint64_t model_act_bytes(const model *m, int world, uint64_t tokens);
+/* CUDA backends: backend_cuda_check_fit(weights, activations) before anything is uploaded (a
+ * clear UM_ERR_RESOURCE "does not fit" error with the numbers) and the upload progress total.
+ * Other backends: 0. */
+int        model_fit_check(backend *be, const model *m, int world, uint64_t tokens, um_err *err);
+
+#endif /* UM_MODEL_TP_H */
