@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "um_kernels.h"
+#include "umk_portable.h"
 
 namespace {
 
@@ -36,21 +37,12 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-// D += A·B for one m16n8k16 tile: A 16x16 row-major fragment (4 regs), B 16x8 col-major (2 regs)
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 template <int HD>
 __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     constexpr int KS = HD + PAD;   // Ks row stride (elements)
     constexpr int VS = BC + PAD;   // Vt row stride
     constexpr int CPR = HD / 8;    // 16-byte chunks per K/V row
-    extern __shared__ __align__(16) unsigned char smem[];
+    UMK_DYNAMIC_SMEM(smem);
     uint16_t *Ks = reinterpret_cast<uint16_t *>(smem);        // [BC][KS]  K tile, row = key
     uint16_t *Vt = Ks + BC * KS;                                // [HD][VS]  V tile transposed, row = dim
     int *kinfo = reinterpret_cast<int *>(Vt + HD * VS);        // [BC] -1 = invisible, else key block
@@ -121,7 +113,7 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
             sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
             const uint16_t *kr = Ks + (nt * 8 + g) * KS + 2 * t;
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) mma_bf16_16816(sc[nt], qf[kk], ld32(kr + kk * 16), ld32(kr + kk * 16 + 8));
+            for (int kk = 0; kk < HD / 16; kk++) umk_mma_bf16_16816(sc[nt], qf[kk], ld32(kr + kk * 16), ld32(kr + kk * 16 + 8));
         }
 
         // mask, scale, row max (a row's 4 owners are lanes 4g..4g+3)
@@ -179,7 +171,7 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
 #pragma unroll
             for (int dt = 0; dt < HD / 8; dt++) {
                 const uint16_t *vr = Vt + (dt * 8 + g) * VS + kc * 16 + 2 * t;
-                mma_bf16_16816(o[dt], pa, ld32(vr), ld32(vr + 8));
+                umk_mma_bf16_16816(o[dt], pa, ld32(vr), ld32(vr + 8));
             }
         }
     }
@@ -276,7 +268,7 @@ cudaError_t launch_mma(const attn_args &a, cudaStream_t s) {
         cudaError_t e = cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
     }
-    k_attn_mma<HD><<<grid, 128, sm, s>>>(a);
+    UMK_LAUNCH(k_attn_mma<HD>, grid, 128, sm, s, a);
     return cudaGetLastError();
 }
 
@@ -300,6 +292,6 @@ extern "C" cudaError_t umk_attention(const umk_attn *p, const uint16_t *q, const
         }
     }
     const int64_t warps = (int64_t)p->n_q * p->n_heads;
-    k_attn_generic<<<(unsigned)((warps + 3) / 4), 128, 0, s>>>(a);
+    UMK_LAUNCH(k_attn_generic, (unsigned)((warps + 3) / 4), 128, 0, s, a);
     return cudaGetLastError();
 }

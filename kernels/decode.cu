@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "um_kernels.h"
+#include "umk_portable.h"
 
 namespace {
 
@@ -535,7 +536,7 @@ __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_voc
                                                const int32_t *blk_steps, const int32_t *x0, const double *conf,
                                                void *events,
                                                umk_sample_job *jobs, int32_t *out_rows) {
-    extern __shared__ __align__(16) unsigned char dyn[];
+    UMK_DYNAMIC_SMEM(dyn);
     double *score = reinterpret_cast<double *>(dyn);    // [B] commit score per block offset
     double *sorted = score + B;                          // [B] scores of masked offsets by rank
     int *masked = reinterpret_cast<int *>(sorted + B);   // [B]
@@ -661,19 +662,19 @@ extern "C" size_t umk_event_bytes(int block_len) { return event_bytes(block_len)
 
 extern "C" cudaError_t umk_sample(const uint16_t *logits, umk_vocab_ids ids, const umk_sample_job *jobs, int n_jobs,
                                   const umk_sample_cfg *cfgs, int32_t *x0, double *conf, cudaStream_t s) {
-    if (n_jobs > 0) k_sample<<<n_jobs, ST, 0, s>>>(logits, ids, jobs, cfgs, x0, conf);
+    if (n_jobs > 0) UMK_LAUNCH(k_sample, n_jobs, ST, 0, s, logits, ids, jobs, cfgs, x0, conf);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_gumbel(uint64_t seed, int step, int pos, int vocab, int n, double *out, cudaStream_t s) {
-    if (n > 0) k_gumbel<<<(n + 255) / 256, 256, 0, s>>>(seed, step, pos, vocab, n, out);
+    if (n > 0) UMK_LAUNCH(k_gumbel, (n + 255) / 256, 256, 0, s, seed, step, pos, vocab, n, out);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_decode_begin(umk_seq_state *st, int n_seqs, int block_len, umk_vocab_ids ids,
                                         const int32_t *tokens, const int32_t *blk_steps, umk_sample_job *jobs,
                                         int32_t *out_rows, cudaStream_t s) {
-    if (n_seqs > 0) k_begin<<<n_seqs, 128, 0, s>>>(st, block_len, ids, tokens, blk_steps, jobs, out_rows);
+    if (n_seqs > 0) UMK_LAUNCH(k_begin, n_seqs, 128, 0, s, st, block_len, ids, tokens, blk_steps, jobs, out_rows);
     return cudaGetLastError();
 }
 
@@ -685,6 +686,6 @@ extern "C" cudaError_t umk_decode_commit(umk_seq_state *st, int n_seqs, int bloc
     const size_t B = (size_t)block_len;
     const size_t sm = 2 * B * sizeof(double) + 2 * B * sizeof(int);
     if (sm > 48 * 1024) return cudaErrorInvalidValue;   // block_len > ~2000
-    k_commit<<<n_seqs, CT, sm, s>>>(st, block_len, ids, tokens, blk_steps, x0, conf, events, next_jobs, out_rows);
+    UMK_LAUNCH(k_commit, n_seqs, CT, sm, s, st, block_len, ids, tokens, blk_steps, x0, conf, events, next_jobs, out_rows);
     return cudaGetLastError();
 }

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "um_kernels.h"
+#include "umk_portable.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -205,25 +206,25 @@ __global__ void k_bf16_to_f32(const uint16_t *src, size_t n, float *dst) {
 
 extern "C" cudaError_t umk_embed(const uint16_t *wte, int64_t d, const int32_t *ids, int n, uint16_t *out,
                                  cudaStream_t s) {
-    if (n > 0) k_gather_rows<<<n, 128, 0, s>>>(wte, d, ids, out);
+    if (n > 0) UMK_LAUNCH(k_gather_rows, n, 128, 0, s, wte, d, ids, out);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_get_rows(const uint16_t *x, int d, const int32_t *rows, int n, uint16_t *out,
                                     cudaStream_t s) {
-    if (n > 0) k_gather_rows<<<n, 128, 0, s>>>(x, d, rows, out);
+    if (n > 0) UMK_LAUNCH(k_gather_rows, n, 128, 0, s, x, d, rows, out);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_rmsnorm(const uint16_t *x, const uint16_t *w, int n, int d, float eps, uint16_t *out,
                                    cudaStream_t s) {
-    if (n > 0) k_rmsnorm<256><<<n, 256, 0, s>>>(x, w, d, eps, out);
+    if (n > 0) UMK_LAUNCH(k_rmsnorm<256>, n, 256, 0, s, x, w, d, eps, out);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_rope_table(const int32_t *pos, int n, int half, float theta, float *tab, cudaStream_t s) {
     size_t total = (size_t)n * (size_t)half;
-    if (total) k_rope_table<<<grid_for(total, 256), 256, 0, s>>>(pos, n, half, theta, reinterpret_cast<float2 *>(tab));
+    if (total) UMK_LAUNCH(k_rope_table, grid_for(total, 256), 256, 0, s, pos, n, half, theta, reinterpret_cast<float2 *>(tab));
     return cudaGetLastError();
 }
 
@@ -231,40 +232,40 @@ extern "C" cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_
                                       cudaStream_t s) {
     size_t total = (size_t)n * (size_t)n_heads * (size_t)(rot_dim / 2);
     if (total)
-        k_rope_apply<<<grid_for(total, 256), 256, 0, s>>>(x, n, n_heads, head_dim, rot_dim / 2,
+        UMK_LAUNCH(k_rope_apply, grid_for(total, 256), 256, 0, s, x, n, n_heads, head_dim, rot_dim / 2,
                                                           reinterpret_cast<const float2 *>(tab));
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s) {
     bool vec = (n & 7) == 0 && ((uintptr_t)gate & 15) == 0 && ((uintptr_t)up & 15) == 0 && ((uintptr_t)out & 15) == 0;
-    if (n) k_swiglu<<<grid_for(vec ? n / 8 : n, 256), 256, 0, s>>>(gate, up, n, out, vec);
+    if (n) UMK_LAUNCH(k_swiglu, grid_for(vec ? n / 8 : n, 256), 256, 0, s, gate, up, n, out, vec);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_add(uint16_t *x, const uint16_t *y, size_t n, cudaStream_t s) {
     bool vec = (n & 7) == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0;
-    if (n) k_add<<<grid_for(vec ? n / 8 : n, 256), 256, 0, s>>>(x, y, n, vec);
+    if (n) UMK_LAUNCH(k_add, grid_for(vec ? n / 8 : n, 256), 256, 0, s, x, y, n, vec);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_bias_add(uint16_t *y, const uint16_t *b, int n, int m, cudaStream_t s) {
     size_t total = (size_t)n * (size_t)m;
-    if (total) k_bias_add<<<grid_for(total, 256), 256, 0, s>>>(y, b, n, m);
+    if (total) UMK_LAUNCH(k_bias_add, grid_for(total, 256), 256, 0, s, y, b, n, m);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_to_bf16(const void *src, int src_is_f16, size_t n, uint16_t *dst, cudaStream_t s) {
     if (n) {
         if (src_is_f16)
-            k_f16_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(static_cast<const __half *>(src), n, dst);
+            UMK_LAUNCH(k_f16_to_bf16, grid_for(n, 256), 256, 0, s, static_cast<const __half *>(src), n, dst);
         else
-            k_f32_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(static_cast<const float *>(src), n, dst);
+            UMK_LAUNCH(k_f32_to_bf16, grid_for(n, 256), 256, 0, s, static_cast<const float *>(src), n, dst);
     }
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_bf16_to_f32(const uint16_t *src, size_t n, float *dst, cudaStream_t s) {
-    if (n) k_bf16_to_f32<<<grid_for(n, 256), 256, 0, s>>>(src, n, dst);
+    if (n) UMK_LAUNCH(k_bf16_to_f32, grid_for(n, 256), 256, 0, s, src, n, dst);
     return cudaGetLastError();
 }
