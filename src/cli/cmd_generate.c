@@ -3,7 +3,9 @@
  * or token ids) decoded on the CPU backend with the decode loop (decode/decode.h). Output: the
  * final text; with --json one JSON event per line (decode/event_json.h, the server's fields); on a
  * terminal a live view where masked positions resolve into text step by step.
- * Does not: batch several prompts (bench --decode does), run on CUDA. Main thread.
+ * On --device cuda:N the device-resident loop (decode/decode_device.h) runs the sequence when it
+ * supports its parameters (--device-loop off forces the host loop); else decode_step.
+ * Does not: batch several prompts (bench --decode does). Main thread.
  */
 #include <jansson.h>
 #include <limits.h>
@@ -18,6 +20,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "decode/decode.h"
+#include "decode/decode_device.h"
 #include "decode/event_json.h"
 #include "model/chat_template.h"
 #include "model/model.h"
@@ -204,6 +207,7 @@ int cmd_generate(int argc, char **argv) {
                *layout_s = NULL, *seed_s = NULL;
     int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0;
     const char *device = "cpu";
+    const char *device_loop = "on";
     int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
     double threshold = NAN, factor = NAN, temperature = NAN, top_p = NAN, cfg = NAN;
     double low_thr = NAN, c_alpha = NAN, c_gamma = NAN, c_decay = NAN;
@@ -241,17 +245,23 @@ int cmd_generate(int argc, char **argv) {
         {"quiet", ARG_FLAG, &quiet, "no summary line on stderr"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
         {"device", ARG_STR, &device, "cpu | cuda | cuda:N [cpu]"},
+        {"device-loop", ARG_STR, &device_loop,
+         "CUDA: on = device-resident decode loop where supported, off = host loop [on]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
                        "usage: unmask generate --model DIR (--prompt TEXT | --messages FILE | --prompt-ids 1,2,3)\n"
                        "                       [decode options] [--json] [--threads N]\n\n"
-                       "Generates with a diffusion LM on the CPU. Defaults come from the checkpoint's\n"
+                       "Generates with a diffusion LM (CPU, or CUDA with --device). Defaults come from the checkpoint's\n"
                        "generation_config.json where present. See docs/decode.md.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     if (!model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
+        return 2;
+    }
+    if (strcmp(device_loop, "on") != 0 && strcmp(device_loop, "off") != 0) {
+        fprintf(stderr, "error: --device-loop must be on or off, got '%s'\n", device_loop);
         return 2;
     }
     if (threads < 0) {
@@ -345,7 +355,21 @@ int cmd_generate(int argc, char **argv) {
         out.lv = &lv;
     }
     decode_sink sink = {on_event, &out};
-    if (decode_generate(&ctx, s, &sink, &err) != 0) {
+    int gen_rc;
+    if (strcmp(device_loop, "on") == 0 && decode_device_eligible(&ctx, s)) {
+        decode_device *dd = decode_device_create(&ctx, 1);
+        gen_rc = 0;
+        while (!decode_seq_done(s))
+            if ((gen_rc = decode_device_step(dd, &s, 1, &sink, &err)) != 0) break;
+        decode_device_stats ds;
+        decode_device_get_stats(dd, &ds);
+        log_debug("device loop: %llu steps, %llu graph captures, %llu replays", (unsigned long long)ds.steps,
+                  (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays);
+        decode_device_free(dd);
+    } else {
+        gen_rc = decode_generate(&ctx, s, &sink, &err);
+    }
+    if (gen_rc != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         decode_seq_finish(s, DECODE_FINISH_ERROR, err.msg, &sink);
     } else {

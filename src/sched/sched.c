@@ -4,6 +4,8 @@
  * Not here: transports, sessions, JSON protocol (server/, api/); the decode loop (decode/).
  * Test hook: UNMASK_FAULT_FORWARD_FAIL (off unless set) makes chosen steps fail like a failing
  * backend forward, for end-to-end tests of the failure path (fault_rules_load below).
+ * Host or device loop: engine_step() is the one switch; eligible sequences on a CUDA engine go
+ * through decode/decode_device.h (events one step behind the GPU), the others through decode_step.
  * Threads: engine_main() runs on one thread per engine; submit/cancel on any thread (the service
  * thread); everything shared lives under sched.lock. An admitted request's decode_seq is touched
  * only by its engine thread (and by sched_cancel's caller while it is still queued, after
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/decode_device.h"
 #include "decode/event_json.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -45,8 +48,13 @@ typedef struct engine {
     sched_req   **active;       /* [max_batch] */
     int           n_active;
     decode_seq  **seqs;         /* [max_batch] scratch for decode_step */
+    decode_seq  **dseqs;        /* [max_batch] scratch: the device loop's share of a step */
+    decode_seq  **hseqs;        /* [max_batch] scratch: the host loop's share */
     sched_req   **gone;         /* [max_batch] scratch: requests that left the active set */
     decode_sink   sink;
+    decode_device *dev;         /* device-resident loop (CUDA engine, not host_loop), else NULL;
+                                   created and freed by the engine thread */
+    decode_device_stats dev_seen; /* dev's stats already added to sched.st */
 } engine;
 
 struct sched {
@@ -288,6 +296,44 @@ static int fault_inject(sched *s, decode_seq **seqs, int n, um_err *err) {
 
 /* ---------------------------------------------------------------- engine thread */
 
+/* Finish every not-done sequence of seqs[0..n) with an error (a failed step). */
+static void engine_fail(engine *e, decode_seq **seqs, int n, const char *what, const um_err *err) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += !decode_seq_done(seqs[i]);
+    log_error("engine %d: %s over %d sequences failed: %s", e->index, what, k, err->msg);
+    for (int i = 0; i < n; i++) decode_seq_finish(seqs[i], DECODE_FINISH_ERROR, err->msg, &e->sink);
+}
+
+/* One step of the engine over seqs[0..n) (not done): the device-resident loop takes the sequences
+ * it supports, decode_step the rest; each side that fails finishes its sequences with an error.
+ * With the device loop, sequences may finish in a later call (events lag one step) and the loop
+ * must see every call, even with n == 0, to drain and let go of sequences that left. */
+static void engine_step(engine *e, decode_seq **seqs, int n) {
+    sched *s = e->s;
+    um_err err = {0};
+    if (s->faults) { /* TEST HOOK (off by default): the rules count applied steps, so nothing may lag */
+        if (e->dev) decode_device_drain(e->dev, &e->sink);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (!decode_seq_done(seqs[i])) seqs[k++] = seqs[i];
+        n = k;
+        if (n > 0 && fault_inject(s, seqs, n, &err) != 0) {
+            if (e->dev) decode_device_reset(e->dev);
+            engine_fail(e, seqs, n, "decode step", &err);
+            return;
+        }
+    }
+    int nd = 0, nh = 0;
+    for (int i = 0; i < n; i++) {
+        if (e->dev && decode_device_eligible(e->ctx, seqs[i])) e->dseqs[nd++] = seqs[i];
+        else e->hseqs[nh++] = seqs[i];
+    }
+    if (e->dev && decode_device_step(e->dev, e->dseqs, nd, &e->sink, &err) != 0)
+        engine_fail(e, e->dseqs, nd, "device decode step", &err);
+    if (nh > 0 && decode_step(e->ctx, e->hseqs, nh, &e->sink, &err) != 0)
+        engine_fail(e, e->hseqs, nh, "decode step", &err);
+}
+
 static void *engine_main(void *arg) {
     engine *e = arg;
     sched *s = e->s;
@@ -296,6 +342,10 @@ static void *engine_main(void *arg) {
      * promptly on a machine whose cores are all busy with the forward pass. */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), ENGINE_NICE) != 0)
         log_debug("engine %d: setpriority failed", e->index);
+    if (!s->o.host_loop && decode_device_supported(e->ctx)) {
+        e->dev = decode_device_create(e->ctx, 1);
+        log_info("engine %d: device-resident decode loop on (eligible requests)", e->index);
+    }
     for (;;) {
         /* --- sched lock { */
         pthread_mutex_lock(&s->lock);
@@ -325,17 +375,15 @@ static void *engine_main(void *arg) {
         for (int i = 0; i < e->n_active; i++)
             if (!decode_seq_done(e->active[i]->seq)) e->seqs[n++] = e->active[i]->seq;
         double step_ms = 0;
-        if (n > 0) {
-            um_err err = {0};
+        if (n > 0 || (e->dev && decode_device_holding(e->dev))) {
             uint64_t t0 = time_now_ns();
-            if ((s->faults && fault_inject(s, e->seqs, n, &err) != 0) || /* test hook, off by default */
-                decode_step(e->ctx, e->seqs, n, &e->sink, &err) != 0) {
-                log_error("engine %d: decode step over %d sequences failed: %s", e->index, n, err.msg);
-                for (int i = 0; i < n; i++) decode_seq_finish(e->seqs[i], DECODE_FINISH_ERROR, err.msg, &e->sink);
-            }
+            engine_step(e, e->seqs, n);
             step_ms = time_ms_since(t0);
-            if (s->o.on_step) s->o.on_step(s->o.on_step_user, step_ms, n);
+            if (n > 0 && s->o.on_step) s->o.on_step(s->o.on_step_user, step_ms, n);
         }
+        decode_device_stats ds;
+        memset(&ds, 0, sizeof ds);
+        if (e->dev) decode_device_get_stats(e->dev, &ds);
 
         /* --- sched lock { */
         pthread_mutex_lock(&s->lock);
@@ -344,6 +392,13 @@ static void *engine_main(void *arg) {
             s->st.step_seqs += (uint64_t)n;
             if (n > s->st.max_batch_seen) s->st.max_batch_seen = n;
             s->st.step_ms_total += step_ms;
+        }
+        if (e->dev) {
+            s->st.device_steps += ds.steps - e->dev_seen.steps;
+            s->st.device_rebuilds += ds.rebuilds - e->dev_seen.rebuilds;
+            s->st.graph_captures += ds.graph_captures - e->dev_seen.graph_captures;
+            s->st.graph_replays += ds.graph_replays - e->dev_seen.graph_replays;
+            e->dev_seen = ds;
         }
         int k = 0, n_gone = 0;
         for (int i = 0; i < e->n_active; i++) {
@@ -366,6 +421,9 @@ static void *engine_main(void *arg) {
 
         for (int i = 0; i < n_gone; i++) sched_req_free(e->gone[i]); /* the scheduler's reference */
     }
+    /* steps still in flight are dropped: sched_finish_all cancels their sequences */
+    decode_device_free(e->dev);
+    e->dev = NULL;
     decode_thread_scratch_free();
     return NULL;
 }
@@ -383,6 +441,13 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
     pthread_cond_init(&s->cv, NULL);
     s->engines = xcalloc((size_t)n_engines, sizeof *s->engines);
     fault_rules_load(s); /* test hook: nothing unless UNMASK_FAULT_FORWARD_FAIL is set */
+    /* stop-gap until serve has a flag: UNMASK_DEVICE_LOOP=off|on overrides sched_opts.host_loop */
+    const char *dl = getenv("UNMASK_DEVICE_LOOP");
+    if (dl && *dl) {
+        if (strcmp(dl, "off") == 0) s->o.host_loop = 1;
+        else if (strcmp(dl, "on") == 0) s->o.host_loop = 0;
+        else UM_FATAL("UNMASK_DEVICE_LOOP must be on or off, got '%s'", dl);
+    }
     /* Engine threads never take signals: SIGINT/SIGTERM go to the service thread. */
     sigset_t all, old;
     sigfillset(&all);
@@ -394,6 +459,8 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
         e->ctx = ctxs[i];
         e->active = xcalloc((size_t)o->max_batch, sizeof *e->active);
         e->seqs = xcalloc((size_t)o->max_batch, sizeof *e->seqs);
+        e->dseqs = xcalloc((size_t)o->max_batch, sizeof *e->dseqs);
+        e->hseqs = xcalloc((size_t)o->max_batch, sizeof *e->hseqs);
         e->gone = xcalloc((size_t)o->max_batch, sizeof *e->gone);
         e->sink.fn = engine_sink;
         e->sink.user = e;
@@ -466,6 +533,8 @@ void sched_free(sched *s) {
     for (int i = 0; i < s->n_engines; i++) {
         free(s->engines[i].active);
         free(s->engines[i].seqs);
+        free(s->engines[i].dseqs);
+        free(s->engines[i].hseqs);
         free(s->engines[i].gone);
     }
     free(s->engines);

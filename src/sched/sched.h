@@ -9,6 +9,9 @@
  * loops: drop cancelled sequences, admit queued requests up to max_batch (round-robin across
  * owner keys — sessions — so one session's burst cannot starve others), run ONE decode_step over
  * all its active sequences, let finished ones leave. Requests join and leave between steps.
+ * On a CUDA engine the sequences the device-resident loop supports (decode_device_eligible) are
+ * advanced by it instead (events one step behind the GPU; same events otherwise), the rest by
+ * decode_step; sched_opts.host_loop forces decode_step for all.
  *
  * Every submitted request produces exactly one final event (kind SCHED_EV_DONE, final = 1) —
  * finished, cancelled (queued or running) or failed. Requests are reference counted: the creator
@@ -97,6 +100,12 @@ typedef struct sched_opts {
     int           max_queue;   /* requests waiting for admission in total (>= 0) */
     sched_step_fn on_step;     /* optional step observer (NULL: none) */
     void         *on_step_user;
+    int           host_loop;   /* 1: always the host loop (decode_step), even where the
+                                  device-resident loop (decode/decode_device.h) could run; for
+                                  comparisons and debugging. 0 (default): device loop for eligible
+                                  sequences on CUDA engines. The environment variable
+                                  UNMASK_DEVICE_LOOP=off|on, when set, overrides it (read by
+                                  sched_create). */
 } sched_opts;
 
 /* Aggregate counters (a consistent snapshot taken under the lock). */
@@ -107,6 +116,11 @@ typedef struct sched_stats {
     uint64_t step_seqs;             /* sum of batch sizes over those calls */
     int      max_batch_seen;
     double   step_ms_total;         /* wall time inside decode_step, summed */
+    /* device-resident loop (CUDA engines; all 0 on the host loop) */
+    uint64_t device_steps;          /* device steps enqueued */
+    uint64_t device_rebuilds;       /* device batches built (the set of sequences changed) */
+    uint64_t graph_captures;        /* CUDA graphs captured */
+    uint64_t graph_replays;         /* device steps launched as graph replays */
 } sched_stats;
 
 /* ctxs[0..n_engines): one model_ctx per engine, all for the same model; the scheduler borrows
