@@ -31,6 +31,21 @@ int api_limit_prompt_tokens(const api_limits *l, const char *param, int n_prompt
     return -1;
 }
 
+int api_limit_context(const api_limits *l, const char *param, int n_prompt, int gen_length, int n_suffix, um_err *err) {
+    long long total = (long long)n_prompt + gen_length + (n_suffix > 0 ? n_suffix : 0);
+    if (l->max_seq <= 0 || total <= l->max_seq) return 0;
+    if (n_suffix > 0)
+        um_err_param(err, param,
+                     "the prompt (%d tokens) + gen_length (%d) + suffix (%d tokens) = %lld tokens, more than this "
+                     "server's --max-seq of %d",
+                     n_prompt, gen_length, n_suffix, total, l->max_seq);
+    else
+        um_err_param(err, param, "the prompt (%d tokens) + gen_length (%d) = %lld tokens, more than this server's --max-seq of %d",
+                     n_prompt, gen_length, total, l->max_seq);
+    if (err) err->code = UM_ERR_RESOURCE;
+    return -1;
+}
+
 int api_is_context_error(const um_err *err) {
     return err->code == UM_ERR_INVALID_ARG && strstr(err->msg, "context") != NULL;
 }

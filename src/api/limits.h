@@ -6,6 +6,8 @@
  *     "max_tokens must be between 1 and 64, got 100"          (param: the client's field name)
  *   prompt (+ suffix) over --max-prompt-tokens:
  *     "the prompt has 300 tokens, more than this server's limit of 200"  code context_length_exceeded
+ *   prompt + gen_length (+ suffix) over --max-seq:
+ *     "the prompt (300 tokens) + gen_length (200) = 500 tokens, more than this server's --max-seq of 256"
  *   prompt + gen_length over the model's context (decode validation): code context_length_exceeded.
  * Message size (--max-message-bytes) is enforced by the transports (WebSocket 1009, HTTP 413).
  *
@@ -27,6 +29,8 @@ typedef struct api_limits {
     int max_choices;        /* prompts x n per request (HTTP) */
     int max_steps;          /* largest steps / diffusion_steps (HTTP) */
     int max_stop;           /* stop strings per request (HTTP) */
+    int max_seq;            /* largest prompt + gen_length (+ suffix), tokens (serve --max-seq);
+                               0 = the model's context only (decode validation) */
 } api_limits;
 
 api_limits api_limits_default(void);   /* 8192 / 0 / 16 / 1024 / 8 */
@@ -41,6 +45,9 @@ int api_limit_gen_length(const api_limits *l, const char *field, long long v, um
 /* n_prompt (+ n_suffix) tokens must fit max_prompt_tokens. -1 with err (UM_ERR_RESOURCE,
  * param = param) otherwise; the transports send it as context_length_exceeded. */
 int api_limit_prompt_tokens(const api_limits *l, const char *param, int n_prompt, int n_suffix, um_err *err);
+/* n_prompt + gen_length (+ n_suffix) must fit max_seq. -1 with err (UM_ERR_RESOURCE, param =
+ * param) otherwise; the transports send it as context_length_exceeded. */
+int api_limit_context(const api_limits *l, const char *param, int n_prompt, int gen_length, int n_suffix, um_err *err);
 /* 1 when a decode_seq_create() failure means "does not fit the model's context" (the transports
  * report it as context_length_exceeded). */
 int api_is_context_error(const um_err *err);

@@ -575,7 +575,8 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
             if (n) memcpy(ids, g->prompts[i].ids, (size_t)n * sizeof *ids);
         }
         um_err le = {0};
-        if (api_limit_prompt_tokens(lim, prompt_param, n, n_sfx, &le) != 0) {
+        if (api_limit_prompt_tokens(lim, prompt_param, n, n_sfx, &le) != 0 ||
+            api_limit_context(lim, prompt_param, n, p.gen_length, n_sfx, &le) != 0) {
             oai_error_set(e, 400, API_CODE_CONTEXT_LENGTH, prompt_param, "%s", le.msg);
             free(ids);
             free(text);

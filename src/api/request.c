@@ -218,6 +218,10 @@ int api_gen_request_parse(const model *m, const json_t *obj, const api_limits *l
         free(ids);
         return api_error_from(e, API_CODE_CONTEXT_LENGTH, &err);
     }
+    if (api_limit_context(lim, prompt_param, n, p.gen_length, 0, &err) != 0) {
+        free(ids);
+        return api_error_from(e, API_CODE_CONTEXT_LENGTH, &err);
+    }
     decode_seq *seq = decode_seq_create(m, &p, ids, n, &err);
     free(ids);
     if (!seq) return api_error_from(e, api_is_context_error(&err) ? API_CODE_CONTEXT_LENGTH : "invalid_request", &err);

@@ -2,7 +2,8 @@
  * cmd_logits.c — `unmask logits`: one forward pass of a token sequence on the CPU backend, logits
  * of the chosen rows written as float32 .npy [n_rows, vocab rows]. The NumPy reference tests and
  * people debugging numerics use it.
- * Does not: tokenize text (pass ids), batch several sequences, run on CUDA.
+ * --tp N runs the forward as a tensor-parallel group (cli/tp_cli.h), so tests compare it with --tp 1.
+ * Does not: tokenize text (pass ids), batch several sequences.
  * Main thread (+ the backend's OpenMP workers).
  */
 #include <stdio.h>
@@ -12,13 +13,14 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/tp_cli.h"
 #include "model/model.h"
 #include "util/log.h"
 #include "util/npy.h"
 
 int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
-    int threads = 0;
+    int threads = 0, tp = 1;
     const char *device = "cpu";
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
@@ -27,13 +29,14 @@ int cmd_logits(int argc, char **argv) {
         {"positions", ARG_STR, &positions_s, "comma-separated row indices whose logits to write [all]"},
         {"key-valid", ARG_STR, &valid_s, "comma-separated 0/1 per token; 0 = padding key [all 1]"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
-        {"device", ARG_STR, &device, "cpu | cuda | cuda:N [cpu]"},
+        {"device", ARG_STR, &device, "cpu | cuda | cuda:N; with --tp: cuda:0,cuda:1,... [cpu]"},
+        {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs) [1]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
                        "usage: unmask logits --model DIR --tokens 1,2,3 --out FILE.npy [--positions i,j]\n"
-                       "                     [--key-valid 1,1,0] [--threads N]\n\n"
-                       "Runs one forward pass on the CPU and writes float32 logits as a NumPy .npy file.",
+                       "                     [--key-valid 1,1,0] [--threads N] [--device D] [--tp N]\n\n"
+                       "Runs one forward pass and writes float32 logits as a NumPy .npy file.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     if (!model_dir || !tokens_s || !out) {
@@ -73,16 +76,10 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
-    backend *be = backend_init_device(device, threads, &err);
-    if (!be) {
+    cli_model_ctx mc;
+    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)n, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
-        model_free(&m);
-        goto done;
-    }
-    model_ctx ctx;
-    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        backend_free(be);
+        rc = cli_model_ctx_exit_code(&err);
         model_free(&m);
         goto done;
     }
@@ -98,7 +95,7 @@ int cmd_logits(int argc, char **argv) {
     };
     int64_t shape[2] = {n_out, m.cfg.n_embd_rows};
     float *logits = xmalloc((size_t)n_out * (size_t)m.cfg.n_embd_rows * sizeof *logits);
-    if (model_forward(&ctx, &b, logits, &err) != 0) {
+    if (model_forward(mc.ctx, &b, logits, &err) != 0) {
         if (err.param[0]) fprintf(stderr, "error: --%s: %s\n", err.param, err.msg);
         else fprintf(stderr, "error: %s\n", err.msg);
         rc = err.code == UM_ERR_INVALID_ARG ? 2 : 1;
@@ -108,8 +105,7 @@ int cmd_logits(int argc, char **argv) {
         rc = 0;
     }
     free(logits);
-    model_ctx_free(&ctx);
-    backend_free(be);
+    cli_model_ctx_close(&mc);
     model_free(&m);
 done:
     free(tokens);

@@ -31,11 +31,18 @@ static const char k_usage[] =
     "\n"
     "Settings come from built-in defaults, then the JSON config file (config/unmask.json when it exists,\n"
     "or --config FILE; keys are the option names with '_' for '-', e.g. \"max_batch\": 8,\n"
-    "\"session_retention\": 120), then these flags. SIGINT/SIGTERM stop the server cleanly.";
+    "\"session_retention\": 120), then these flags. SIGINT/SIGTERM stop the server cleanly.\n"
+    "\n"
+    "Parallelism (docs/parallel.md): every GPU in --device/--gpus, or --engines on the CPU, is a data-parallel\n"
+    "replica; --tp N splits each replica over N ranks (CPU: threads; GPUs: NCCL). Multi-node: run the same\n"
+    "command on every node with --dist-init-addr HOST:PORT --nnodes N --node-rank R; node 0 serves HTTP, the\n"
+    "others join, print that they joined and exit when node 0 stops. Config keys: tp, dist_init_addr, nnodes,\n"
+    "node_rank, max_seq.";
 
 int cmd_serve(int argc, char **argv) {
     const char *config = NULL, *model_dir = NULL, *host = NULL, *web_root = NULL, *tls_cert = NULL, *tls_key = NULL;
-    const char *device = NULL, *gpus = NULL;
+    const char *device = NULL, *gpus = NULL, *dist_addr = NULL;
+    int tp = INT_MIN, nnodes = INT_MIN, node_rank = INT_MIN, max_seq = INT_MIN;
     int port = INT_MIN, threads = INT_MIN, engines = INT_MIN, max_batch = INT_MIN, max_queue = INT_MIN;
     int max_bytes = INT_MIN, max_events = INT_MIN, max_sessions = INT_MIN, max_gens = INT_MIN, max_msg = INT_MIN;
     int ping = INT_MIN, verbose = 0;
@@ -50,6 +57,13 @@ int cmd_serve(int argc, char **argv) {
         {"engines", ARG_INT, &engines, "CPU engine threads [1]"},
         {"device", ARG_STR, &device, "cpu, or GPUs cuda:0,cuda:1,... (one engine = model replica per GPU) [cpu]"},
         {"gpus", ARG_STR, &gpus, "shorthand for --device: 0,1 = cuda:0,cuda:1"},
+        {"tp", ARG_INT, &tp,
+         "tensor-parallel ranks per replica: CPU threads, or GPUs (--gpus 0,1,2,3 --tp 2 = 2 replicas of 2) [1]"},
+        {"dist-init-addr", ARG_STR, &dist_addr, "multi-node TP (CUDA + NCCL): host:port node 0 listens on for the others"},
+        {"nnodes", ARG_INT, &nnodes, "multi-node TP: nodes in the group, --tp / --nnodes GPUs each [1]"},
+        {"node-rank", ARG_INT, &node_rank, "multi-node TP: this node, 0 = serves HTTP, others follow [0]"},
+        {"max-seq", ARG_INT, &max_seq,
+         "longest prompt + gen (+ suffix) per request, tokens; sizes GPU buffers [the model's maximum]"},
         {"max-batch", ARG_INT, &max_batch, "sequences per decode step per engine [8]"},
         {"max-queue", ARG_INT, &max_queue, "requests waiting beyond free batch slots; more -> queue_full [256]"},
         {"session-retention", ARG_FLOAT, &retention, "seconds a disconnected session (and its generations) lives [120]"},
@@ -106,6 +120,11 @@ int cmd_serve(int argc, char **argv) {
         }
         server_config_set_str(&cfg.devices, list);
     }
+    if (tp != INT_MIN) cfg.tp = tp;
+    if (dist_addr) server_config_set_str(&cfg.dist_init_addr, dist_addr);
+    if (nnodes != INT_MIN) cfg.nnodes = nnodes;
+    if (node_rank != INT_MIN) cfg.node_rank = node_rank;
+    if (max_seq != INT_MIN) cfg.max_seq = max_seq;
     if (max_batch != INT_MIN) cfg.max_batch = max_batch;
     if (max_queue != INT_MIN) cfg.max_queue = max_queue;
     if (!isnan(retention)) cfg.session_retention_s = retention;
@@ -125,6 +144,13 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         server_config_free(&cfg);
         return 2;
+    }
+    if (cfg.node_rank > 0) {   /* a follower node: no HTTP, serves its ranks until node 0 stops */
+        if (cfg.verbose) log_level_set(LOG_LEVEL_DEBUG);
+        int frc = server_follow(&cfg, &err);
+        if (frc != 0) fprintf(stderr, "error: %s\n", err.msg);
+        server_config_free(&cfg);
+        return frc;
     }
     if (cfg.verbose) log_level_set(LOG_LEVEL_DEBUG);
     if (!is_dir(cfg.model)) {

@@ -63,11 +63,14 @@ struct model_tp {
 int model_tp_check(const model *m, int tp, um_err *err) {
     const model_config *c = &m->cfg;
     if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
-    if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp)
-        return um_err_set(err, UM_ERR_UNSUPPORTED,
-                          "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of "
-                          "%s divisible by %d",
-                          tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, m->dir, tp);
+    if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp) {
+        um_err_param(err, "tp",
+                     "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of %s "
+                     "divisible by %d",
+                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, m->dir, tp);
+        if (err) err->code = UM_ERR_UNSUPPORTED;
+        return -1;
+    }
     return 0;
 }
 
@@ -246,9 +249,10 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
             return NULL;
         }
     if (!cuda && nnodes > 1) {
-        um_err_set(err, UM_ERR_UNSUPPORTED,
-                   "multi-node tensor parallelism needs CUDA + NCCL (--device cuda:N); on the CPU --tp runs threads "
-                   "of one process");
+        um_err_param(err, "nnodes",
+                     "multi-node tensor parallelism needs CUDA + NCCL (--device cuda:N); on the CPU --tp runs threads "
+                     "of one process");
+        if (err) err->code = UM_ERR_UNSUPPORTED;
         return NULL;
     }
     if (cuda && !comm_nccl_available()) {

@@ -199,6 +199,7 @@ int http_api_configure(const server_config *cfg, um_err *err) {
     if (max_jobs < 1) return um_err_param(err, "max-jobs", "--max-jobs must be >= 1, got %d", max_jobs);
     if (attempts < 1 || attempts > 100)
         return um_err_param(err, "job-attempts", "--job-attempts must be between 1 and 100, got %d", attempts);
+    G.lim.max_seq = cfg->max_seq; /* serve --max-seq (server_config); 0 = the model's context */
     api_limits_set(&G.lim); /* the WebSocket protocol applies the same limits (api/limits.h) */
     G.rate = rate;
     if (rate > 0) G.rl = ratelimit_new(rate, burst > 0 ? burst : (2 * rate < 1 ? 1 : 2 * rate));
@@ -643,7 +644,8 @@ static json_t *model_object(const server *s) {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", G.served_name, "object", "model", "created",
                           (json_int_t)G.created, "owned_by", "unmask");
     if (m)
-        json_object_set_new(o, "meta", json_pack("{s:i, s:i, s:i, s:b}", "context_length", m->cfg.max_seq, "vocab_size",
+        json_object_set_new(o, "meta", json_pack("{s:i, s:i, s:i, s:b}", "context_length",
+                                                 server_max_seq(s) > 0 ? server_max_seq(s) : m->cfg.max_seq, "vocab_size",
                                                  m->cfg.n_embd_rows, "block_causal", m->cfg.block_causal,
                                                  "infilling", m->cfg.block_causal == 0));
     return o;

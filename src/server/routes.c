@@ -33,6 +33,11 @@ static int h_stats(http_conn *c, const http_req *rq) {
     json_object_set_new(o, "events", json_pack("{s:I,s:f,s:f,s:f,s:f}", "written", (json_int_t)es.count, "mean_us",
                                                es.mean_us, "p50_us", es.p50_us, "p99_us", es.p99_us, "max_us",
                                                es.max_us));
+    const server_config *cfg = server_cfg(s);
+    json_object_set_new(o, "topology",
+                        json_pack("{s:s,s:i,s:i,s:i,s:i}", "devices", cfg->devices ? cfg->devices : "cpu", "replicas",
+                                  server_config_replicas(cfg), "tp", cfg->tp, "nnodes", cfg->nnodes, "max_seq",
+                                  server_max_seq(s)));
     sched *sc = server_sched(s);
     if (sc) {
         sched_stats st;

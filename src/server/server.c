@@ -20,10 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/ssl.h>
 
 #include "backend/backend.h"
+#include "model/model_tp.h"
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "server/server_internal.h"
@@ -61,7 +63,9 @@ struct server {
     backend       **bes;
     model_ctx      *ctxs;
     model_ctx     **ctxp;
+    model_tp      **tps;           /* [n_engines] tensor-parallel groups (cfg->tp > 1), else NULL */
     int             n_engines;
+    int             max_seq;       /* effective --max-seq (tokens), set by the loader */
     sched          *sc;
 
     atomic_uint_fast64_t next_owner_key;
@@ -109,6 +113,7 @@ const server_config *server_cfg(const server *s) { return s->cfg; }
 int server_ready(const server *s) { return atomic_load(&((server *)s)->ready) == 1; }
 const model *server_model(const server *s) { return server_ready(s) ? &s->m : NULL; }
 sched *server_sched(server *s) { return server_ready(s) ? s->sc : NULL; }
+int server_max_seq(const server *s) { return server_ready(s) ? s->max_seq : 0; }
 uint64_t server_new_owner_key(server *s) { return atomic_fetch_add(&s->next_owner_key, 1); }
 struct ws_state *server_ws(server *s) { return s->ws; }
 struct lws_context *server_lws_context(server *s) { return s->ctx; }
@@ -245,6 +250,43 @@ static void on_sched_step(void *user, double step_ms, int batch) {
     metrics_step_latency(step_ms * 1e-3);
 }
 
+/* CPU compute threads of one rank: --threads split over every rank of every replica (0 = the
+ * machine's cores split the same way, so --tp ranks do not oversubscribe the cores). */
+static int threads_per_rank(const server_config *c, int ranks) {
+    if (c->threads > 0) return (c->threads + ranks - 1) / ranks;
+    if (ranks <= 1) return 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = cores > 0 ? (int)(cores / ranks) : 1;
+    return t > 0 ? t : 1;
+}
+
+/* The TP options of replica `rep` on this node (devices point into devs[][64]). */
+static void tp_opts_of(const server_config *c, int rep, int threads, uint64_t fit_tokens, char (*devs)[64],
+                       model_tp_opts *o) {
+    memset(o, 0, sizeof *o);
+    const int L = server_config_local_ranks(c);
+    o->tp = c->tp;
+    o->n_local = L;
+    o->n_threads = threads;
+    o->fit_tokens = fit_tokens;
+    o->dist = (comm_dist_opts){.init_addr = c->dist_init_addr, .nnodes = c->nnodes, .node_rank = c->node_rank};
+    for (int j = 0; j < L && j < MODEL_TP_MAX_LOCAL; j++) {
+        if (server_config_is_cuda(c)) server_config_engine_device(c, rep * L + j, devs[j], 64);
+        else snprintf(devs[j], 64, "cpu");
+        o->devices[j] = devs[j];
+    }
+}
+
+/* --max-seq against the model: the effective limit, or -1 + err. */
+static int effective_max_seq(const server_config *c, const model *m, um_err *err) {
+    if (c->max_seq > m->cfg.max_seq)
+        return um_err_param(err, "max_seq",
+                            "--max-seq %d exceeds the model's maximum sequence length %d (max_sequence_length in %s/"
+                            "config.json)",
+                            c->max_seq, m->cfg.max_seq, c->model);
+    return c->max_seq > 0 ? c->max_seq : m->cfg.max_seq;
+}
+
 static void *loader_main(void *arg) {
     server *s = arg;
     const server_config *c = s->cfg;
@@ -253,17 +295,39 @@ static void *loader_main(void *arg) {
     if (model_load(c->model, &s->m, err) != 0) goto fail;
     s->model_loaded = 1;
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
-    s->n_engines = server_config_engine_count(c);
+    if ((s->max_seq = effective_max_seq(c, &s->m, err)) < 0) goto fail;
+    if (c->tp > 1 && model_tp_check(&s->m, c->tp, err) != 0) goto fail;
+    /* activations are sized for the largest step: every batch slot holding a max-seq canvas */
+    const uint64_t fit_tokens = (uint64_t)c->max_batch * (uint64_t)s->max_seq;
+    s->n_engines = server_config_replicas(c);
+    const int ranks = s->n_engines * (c->tp > 1 ? server_config_local_ranks(c) : 1);
     s->bes = xcalloc((size_t)s->n_engines, sizeof *s->bes);
     s->ctxs = xcalloc((size_t)s->n_engines, sizeof *s->ctxs);
     s->ctxp = xcalloc((size_t)s->n_engines, sizeof *s->ctxp);
+    s->tps = xcalloc((size_t)s->n_engines, sizeof *s->tps);
     for (int i = 0; i < s->n_engines; i++) {
-        int threads = c->threads > 0 ? (c->threads + s->n_engines - 1) / s->n_engines : 0;
+        const int threads = threads_per_rank(c, ranks);
+        if (c->tp > 1) {
+            char devs[MODEL_TP_MAX_LOCAL][64];
+            model_tp_opts o;
+            tp_opts_of(c, i, threads, fit_tokens, devs, &o);
+            s->tps[i] = model_tp_create(&s->m, &o, err);
+            if (!s->tps[i]) {
+                um_err_prefix(err, "engine %d (tp %d)", i, c->tp);
+                goto fail;
+            }
+            s->ctxp[i] = model_tp_leader(s->tps[i]);
+            continue;
+        }
         char dev[64];
         server_config_engine_device(c, i, dev, sizeof dev);
         s->bes[i] = backend_init_device(dev, threads, err);
         if (!s->bes[i]) {
             um_err_prefix(err, "engine %d (%s)", i, dev);
+            goto fail;
+        }
+        if (model_fit_check(s->bes[i], &s->m, 1, fit_tokens, err) != 0) {
+            um_err_prefix(err, "engine %d (--max-batch %d x --max-seq %d)", i, c->max_batch, s->max_seq);
             goto fail;
         }
         if (model_ctx_init(&s->ctxs[i], &s->m, s->bes[i], err) != 0) {
@@ -274,7 +338,8 @@ static void *loader_main(void *arg) {
     }
     sched_opts so = {.max_batch = c->max_batch, .max_queue = c->max_queue, .on_step = on_sched_step, .on_step_user = s};
     s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);
-    log_info("loaded %s in %.0f ms", c->model, time_ms_since(t0));
+    log_info("loaded %s in %.0f ms: %d replica%s x tp %d%s, max seq %d", c->model, time_ms_since(t0), s->n_engines,
+             s->n_engines == 1 ? "" : "s", c->tp, c->nnodes > 1 ? " (multi-node)" : "", s->max_seq);
     atomic_store(&s->ready, 1);
     lws_cancel_service(s->ctx);
     return NULL;
@@ -284,13 +349,37 @@ fail:
     return NULL;
 }
 
+int server_follow(const server_config *c, um_err *err) {
+    model m;
+    if (model_load(c->model, &m, err) != 0) return 1;
+    int rc = 1;
+    if (effective_max_seq(c, &m, err) < 0) goto out;
+    char devs[MODEL_TP_MAX_LOCAL][64];
+    model_tp_opts o;
+    const int ms = c->max_seq > 0 ? c->max_seq : m.cfg.max_seq;
+    tp_opts_of(c, 0, threads_per_rank(c, server_config_local_ranks(c)), (uint64_t)c->max_batch * (uint64_t)ms, devs, &o);
+    printf("unmask: node %d of %d joining the tensor-parallel group (tp %d, ranks %d..%d here) at %s\n", c->node_rank,
+           c->nnodes, c->tp, c->node_rank * o.n_local, c->node_rank * o.n_local + o.n_local - 1, c->dist_init_addr);
+    fflush(stdout);
+    if (model_tp_follow(&m, &o, err) != 0) goto out;
+    printf("unmask: node %d: node 0 stopped the group; exiting\n", c->node_rank);
+    fflush(stdout);
+    rc = 0;
+out:
+    model_free(&m);
+    return rc;
+}
+
 static void engines_free(server *s) {
     if (s->sc) sched_free(s->sc);
     s->sc = NULL;
     for (int i = 0; i < s->n_engines; i++) {
-        if (s->ctxp && s->ctxp[i]) model_ctx_free(&s->ctxs[i]);
+        if (s->tps && s->tps[i]) model_tp_free(s->tps[i]);   /* stops its followers, frees the leader */
+        else if (s->ctxp && s->ctxp[i]) model_ctx_free(&s->ctxs[i]);
         if (s->bes && s->bes[i]) backend_free(s->bes[i]);
     }
+    free(s->tps);
+    s->tps = NULL;
     free(s->bes);
     free(s->ctxs);
     free(s->ctxp);

@@ -31,6 +31,10 @@ typedef struct server server;
 /* Run until SIGINT/SIGTERM (or a fatal startup error). Returns the process exit code: 0 after a
  * clean stop, 1 when the model failed to load or the port could not be opened (err says why). */
 int server_run(const server_config *cfg, um_err *err);
+/* A follower node of multi-node tensor parallelism (node_rank > 0): loads the model, joins node
+ * 0's group (its GPUs become follower ranks), prints that it joined and serves until node 0 stops.
+ * No HTTP listener. 0 after node 0's stop, 1 on setup errors (err says why). Main thread. */
+int server_follow(const server_config *cfg, um_err *err);
 
 const server_config *server_cfg(const server *s);
 /* 1 once the model is loaded and the engines run (any thread). */
@@ -38,6 +42,9 @@ int           server_ready(const server *s);
 /* NULL until server_ready(). */
 const model  *server_model(const server *s);
 sched        *server_sched(server *s);
+/* The longest prompt + gen (+ suffix) the server accepts (--max-seq, else the model's maximum);
+ * 0 until server_ready(). */
+int           server_max_seq(const server *s);
 /* Monotonic id for owner keys (sessions, HTTP streams): never 0. */
 uint64_t      server_new_owner_key(server *s);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/comm.h"
 #include "backend/cuda/cuda_backend.h"
 #include "util/fileio.h"
 #include "util/log.h"
@@ -43,6 +44,19 @@ const char *server_config_engine_device(const server_config *c, int i, char *buf
     return buf;
 }
 
+int server_config_is_cuda(const server_config *c) { return c->devices && strcmp(c->devices, "cpu") != 0; }
+
+int server_config_local_ranks(const server_config *c) {
+    int nn = c->nnodes > 1 ? c->nnodes : 1, tp = c->tp > 1 ? c->tp : 1;
+    return tp / nn > 0 ? tp / nn : 1;
+}
+
+int server_config_replicas(const server_config *c) {
+    if (!server_config_is_cuda(c)) return c->engines;
+    int n = server_config_engine_count(c) / server_config_local_ranks(c);
+    return n > 0 ? n : 1;
+}
+
 void server_config_defaults(server_config *c) {
     memset(c, 0, sizeof *c);
     server_config_set_str(&c->model, "models/bundled");
@@ -52,6 +66,10 @@ void server_config_defaults(server_config *c) {
     c->threads = 0;
     c->engines = 1;
     server_config_set_str(&c->devices, "cpu");
+    c->tp = 1;
+    c->nnodes = 1;
+    c->node_rank = 0;
+    c->max_seq = 0;
     c->max_batch = 8;
     c->max_queue = 256;
     c->session_retention_s = 120.0;
@@ -68,6 +86,7 @@ void server_config_free(server_config *c) {
     free(c->host);
     free(c->web_root);
     free(c->devices);
+    free(c->dist_init_addr);
     free(c->tls_cert);
     free(c->tls_key);
     if (c->file) json_decref(c->file);
@@ -93,6 +112,11 @@ static const key_spec k_keys[] = {
     {"threads", K_INT, F(threads)},
     {"engines", K_INT, F(engines)},
     {"devices", K_STR, F(devices)},
+    {"tp", K_INT, F(tp)},
+    {"dist_init_addr", K_STR, F(dist_init_addr)},
+    {"nnodes", K_INT, F(nnodes)},
+    {"node_rank", K_INT, F(node_rank)},
+    {"max_seq", K_INT, F(max_seq)},
     {"max_batch", K_INT, F(max_batch)},
     {"max_queue", K_INT, F(max_queue)},
     {"session_retention", K_SECONDS, F(session_retention_s)},
@@ -180,6 +204,52 @@ int server_config_load_file(server_config *c, const char *path, um_err *err) {
     return rc;
 }
 
+/* --tp, --device/--gpus, --engines and the multi-node flags together. */
+static int server_config_check_parallel(const server_config *c, um_err *err) {
+    if (c->tp < 1 || c->tp > 64) return um_err_param(err, "tp", "--tp must be in [1, 64], got %d", c->tp);
+    if (c->nnodes < 1 || c->nnodes > 64) return um_err_param(err, "nnodes", "--nnodes must be in [1, 64], got %d", c->nnodes);
+    if (c->node_rank < 0 || c->node_rank >= c->nnodes)
+        return um_err_param(err, "node_rank", "--node-rank must be in [0, %d] (--nnodes %d), got %d", c->nnodes - 1,
+                            c->nnodes, c->node_rank);
+    const int cuda = server_config_is_cuda(c);
+    if (c->nnodes > 1 || c->dist_init_addr) {
+        if (!cuda)
+            return um_err_set(err, UM_ERR_UNSUPPORTED,
+                              "multi-node tensor parallelism needs CUDA + NCCL (--device cuda:N / --gpus); on the CPU "
+                              "--tp runs threads of one process, without --nnodes/--dist-init-addr");
+        if (c->nnodes > 1 && !c->dist_init_addr)
+            return um_err_param(err, "dist_init_addr", "--nnodes %d needs --dist-init-addr host:port (node 0's address)",
+                                c->nnodes);
+        if (c->dist_init_addr) {
+            comm_dist_opts o = {.init_addr = c->dist_init_addr, .nnodes = c->nnodes, .node_rank = c->node_rank};
+            if (comm_dist_opts_check(&o, err) != 0) return -1;
+        }
+    }
+    if (cuda) {
+        int gpus = server_config_engine_count(c);
+        if (c->tp % c->nnodes)
+            return um_err_param(err, "tp", "--tp %d must be a multiple of --nnodes %d (the same number of GPUs per node)",
+                                c->tp, c->nnodes);
+        int per_node = c->tp / c->nnodes;
+        if (per_node > gpus)
+            return um_err_param(err, "tp", "--tp %d needs %d GPU%s on this node but --device/--gpus lists %d", c->tp,
+                                per_node, per_node > 1 ? "s" : "", gpus);
+        if (gpus % per_node)
+            return um_err_param(err, "tp",
+                                "--device/--gpus lists %d GPUs, not a multiple of --tp %d%s: every replica needs %d",
+                                gpus, c->tp, c->nnodes > 1 ? " / --nnodes" : "", per_node);
+        if (c->nnodes > 1 && gpus != per_node)
+            return um_err_param(err, "tp",
+                                "multi-node: --tp %d over --nnodes %d is one replica of %d GPUs per node; --device/--gpus "
+                                "lists %d",
+                                c->tp, c->nnodes, per_node, gpus);
+    } else if (c->tp > 1 && c->engines * c->tp > 256) {
+        return um_err_param(err, "tp", "--engines %d x --tp %d = %d CPU ranks, at most 256", c->engines, c->tp,
+                            c->engines * c->tp);
+    }
+    return 0;
+}
+
 int server_config_check(const server_config *c, um_err *err) {
     if (!c->model || !c->model[0]) return um_err_param(err, "model", "--model: a checkpoint directory is required");
     if (!c->host || !c->host[0]) return um_err_param(err, "host", "--host must not be empty");
@@ -198,6 +268,10 @@ int server_config_check(const server_config *c, um_err *err) {
                 return um_err_param(err, "devices", "--device must be cpu or a list like cuda:0,cuda:1; '%s' is not a GPU", d);
         }
     }
+    if (server_config_check_parallel(c, err) != 0) return -1;
+    if (c->max_seq < 0 || c->max_seq > 1000000)
+        return um_err_param(err, "max_seq", "--max-seq must be in [1, 1000000] tokens (0 = the model's maximum), got %d",
+                            c->max_seq);
     if (c->max_batch < 1 || c->max_batch > 4096)
         return um_err_param(err, "max_batch", "--max-batch must be in [1, 4096], got %d", c->max_batch);
     if (c->max_queue < 0 || c->max_queue > 1000000)

@@ -22,6 +22,14 @@ typedef struct server_config {
     int    engines;               /* engine threads (one per device; CPU: 1) */
     char  *devices;               /* "cpu", or a comma list of GPUs "cuda:0,cuda:1": one engine
                                      (data-parallel replica) per GPU, overriding engines */
+    int    tp;                    /* tensor-parallel ranks per replica (1 = none): CPU threads over
+                                     comm_local, or GPUs over NCCL (--device lists replicas x tp
+                                     GPUs on one node; tp / nnodes per node across nodes) */
+    char  *dist_init_addr;        /* "host:port" of node 0's bootstrap listener (multi-node), or NULL */
+    int    nnodes;                /* nodes of the tensor-parallel group (>= 1) */
+    int    node_rank;             /* this node, 0..nnodes-1; > 0: a follower without HTTP */
+    int    max_seq;               /* longest prompt + gen (+ suffix) a request may have, tokens;
+                                     0 = the model's maximum; sizes the activation buffers */
     int    max_batch;             /* sequences per decode step per engine */
     int    max_queue;             /* requests waiting for admission (all engines) */
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
@@ -49,9 +57,16 @@ int  server_config_apply_json(server_config *c, const char *text, size_t len, co
 /* Range checks after all sources are applied. */
 int  server_config_check(const server_config *c, um_err *err);
 void server_config_free(server_config *c);
-/* The device of engine i ("cpu" or "cuda:N") into buf; number of engines the config implies. */
+/* The device of engine i ("cpu" or "cuda:N") into buf; number of engines the config implies
+ * (one per GPU listed, or --engines on the CPU; not divided by tp). */
 int  server_config_engine_count(const server_config *c);
 const char *server_config_engine_device(const server_config *c, int i, char *buf, size_t cap);
+/* Data-parallel replicas (engine threads): GPUs / (tp / nnodes) on CUDA, --engines on the CPU. */
+int  server_config_replicas(const server_config *c);
+/* Tensor-parallel ranks of one replica on this node: tp / nnodes. */
+int  server_config_local_ranks(const server_config *c);
+/* 1 when --device lists GPUs. */
+int  server_config_is_cuda(const server_config *c);
 /* Replace a string field (frees the old value; v may be NULL). */
 void server_config_set_str(char **field, const char *v);
 

@@ -85,7 +85,7 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
     if (m) {
         json_object_set_new(mi, "architecture", json_string(m->cfg.arch_name));
         json_object_set_new(mi, "vocab_size", json_integer(m->cfg.vocab_size));
-        json_object_set_new(mi, "max_seq", json_integer(m->cfg.max_seq));
+        json_object_set_new(mi, "max_seq", json_integer(server_max_seq(srv) > 0 ? server_max_seq(srv) : m->cfg.max_seq));
         json_object_set_new(mi, "tokenizer", json_boolean(m->tok != NULL));
         json_object_set_new(mi, "chat_template", json_boolean(m->chat != NULL));
         decode_params p = algo_config_params_for_model(m);

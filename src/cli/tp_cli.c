@@ -1,0 +1,75 @@
+/*
+ * tp_cli.c — open the model_ctx of a CLI subcommand, with or without --tp (tp_cli.h). Main thread.
+ */
+#include "cli/tp_cli.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "util/log.h"
+
+int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
+                       um_err *err) {
+    memset(c, 0, sizeof *c);
+    if (!device) device = "cpu";
+    if (tp < 1 || tp > MODEL_TP_MAX_LOCAL)
+        return um_err_param(err, "tp", "--tp must be in [1, %d], got %d", MODEL_TP_MAX_LOCAL, tp);
+    if (tp == 1) {
+        if (strchr(device, ','))
+            return um_err_param(err, "device", "--device %s lists several GPUs: this command runs one model (add --tp N "
+                                "to split it over them)", device);
+        c->be = backend_init_device(device, threads, err);
+        if (!c->be) return -1;
+        if (model_fit_check(c->be, m, 1, fit_tokens, err) != 0 || model_ctx_init(&c->own, m, c->be, err) != 0) {
+            backend_free(c->be);
+            c->be = NULL;
+            return -1;
+        }
+        c->ctx = &c->own;
+        return 0;
+    }
+    model_tp_opts o = {.tp = tp, .n_local = tp, .fit_tokens = fit_tokens, .dist = {.nnodes = 1}};
+    int per = 0;
+    if (threads > 0) per = (threads + tp - 1) / tp;
+    else {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        per = cores > tp ? (int)(cores / tp) : 1;
+    }
+    o.n_threads = per;
+    if (strcmp(device, "cpu") == 0) {
+        for (int i = 0; i < tp; i++) snprintf(c->devs[i], sizeof c->devs[i], "cpu");
+    } else if (strcmp(device, "cuda") == 0) {
+        for (int i = 0; i < tp; i++) snprintf(c->devs[i], sizeof c->devs[i], "cuda:%d", i);
+    } else {
+        int n = 0;
+        for (const char *p = device; *p;) {
+            size_t k = strcspn(p, ",");
+            if (n < tp) snprintf(c->devs[n], sizeof c->devs[n], "%.*s", (int)k, p);
+            if (n < tp && backend_cuda_parse_device(c->devs[n]) < 0)
+                return um_err_param(err, "device", "--device: '%s' is not a GPU (expected cpu, cuda or cuda:0,cuda:1,...)",
+                                    c->devs[n]);
+            n++;
+            p += k + (p[k] == ',');
+        }
+        if (n != tp)
+            return um_err_param(err, "tp", "--tp %d needs %d GPUs but --device %s lists %d", tp, tp, device, n);
+    }
+    for (int i = 0; i < tp; i++) o.devices[i] = c->devs[i];
+    c->tp = model_tp_create(m, &o, err);
+    if (!c->tp) return -1;
+    c->ctx = model_tp_leader(c->tp);
+    return 0;
+}
+
+void cli_model_ctx_close(cli_model_ctx *c) {
+    if (c->tp) model_tp_free(c->tp);
+    else if (c->ctx) model_ctx_free(&c->own);
+    if (c->be) backend_free(c->be);
+    memset(c, 0, sizeof *c);
+}
+
+int cli_model_ctx_exit_code(const um_err *err) {
+    return err->param[0] ? 2 : 1;
+}

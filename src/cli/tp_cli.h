@@ -1,0 +1,34 @@
+/*
+ * tp_cli.h — the model_ctx a CLI subcommand runs on: one backend (--device), or a tensor-parallel
+ * group (--tp N: N CPU threads, or the GPUs listed in --device cuda:0,cuda:1,...). `logits`,
+ * `bench` (and `generate`) open it the same way, so --tp means the same everywhere.
+ * Not here: the server's replicas (server/server.c). Main thread.
+ */
+#ifndef UM_CLI_TP_CLI_H
+#define UM_CLI_TP_CLI_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "model/model_tp.h"
+
+typedef struct cli_model_ctx {
+    model_ctx *ctx;                          /* what to run forwards on (the leader with --tp) */
+    backend   *be;                           /* without --tp: the backend, owned */
+    model_ctx  own;                          /* without --tp: the ctx */
+    model_tp  *tp;                           /* with --tp: the group, owned */
+    char       devs[MODEL_TP_MAX_LOCAL][64]; /* the ranks' devices */
+} cli_model_ctx;
+
+/* device: "cpu", "cuda[:N]" or (with tp > 1) a list "cuda:0,cuda:1" of tp GPUs ("cuda" alone =
+ * cuda:0..tp-1). threads: CPU threads in total (0 = all cores), split over the ranks. fit_tokens:
+ * canvas tokens of the largest forward, for the CUDA fit check (0 = none). -1 + err (param "tp" /
+ * "device" for flag errors, UM_ERR_UNSUPPORTED when tp does not divide the model) otherwise. */
+int  cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
+                        um_err *err);
+void cli_model_ctx_close(cli_model_ctx *c);
+/* Exit code for an open failure: 2 for flag errors (err->param set: bad --tp / --device, tp not
+ * dividing the model), 1 otherwise (no GPU, does not fit, ...). */
+int  cli_model_ctx_exit_code(const um_err *err);
+
+#endif /* UM_CLI_TP_CLI_H */
