@@ -1,0 +1,313 @@
+/*
+ * test_device_loop.c — the device-resident decode loop (decode/decode_device.h) against the host
+ * loop (decode_step) on the SAME CUDA backend (the CPU emulator of our CUDA code in CI, a real GPU
+ * when there is one): identical tokens and identical event streams (every event's JSON, timings
+ * aside) for every eligible decoder at temperature 0 and > 0 with seeds, with drafts; sequences
+ * joining and leaving the device batch at different steps (different block lengths and layouts
+ * in one batch), a sequence continued on the device after host steps (mid-block: rng step, quota
+ * state), a cancelled one (its stream is a prefix of the host stream, then DONE cancelled, nothing
+ * after), and that graphs were captured and replayed.
+ *
+ * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
+ * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "decode/decode.h"
+#include "decode/decode_device.h"
+#include "decode/event_json.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "../unit/test.h"
+#include "util/log.h"
+
+/* ---------------------------------------------------------------- event streams */
+
+typedef struct stream {
+    int    n, cap;
+    char **ev;           /* JSON of each event (timings removed), owned */
+    int    done_at;      /* index of DONE, -1 */
+    int    after_done;   /* events after DONE */
+    enum decode_finish finish;
+} stream;
+
+static void stream_free(stream *s) {
+    for (int i = 0; i < s->n; i++) free(s->ev[i]);
+    free(s->ev);
+    memset(s, 0, sizeof *s);
+}
+
+static void on_ev(void *user, const decode_event *ev) {
+    stream *s = ev->seq_user ? ev->seq_user : user;
+    if (s->done_at >= 0) s->after_done++;
+    json_t *o = decode_event_to_json(ev);
+    json_object_del(o, "timings");
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        s->ev = xrealloc(s->ev, (size_t)s->cap * sizeof *s->ev);
+    }
+    s->ev[s->n++] = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(o);
+    if (ev->type == DECODE_EVENT_DONE) {
+        s->done_at = s->n - 1;
+        s->finish = ev->finish;
+    }
+}
+
+static decode_seq *mk(const model *m, const decode_params *p, const int32_t *prompt, int n, stream *st) {
+    um_err err = {0};
+    decode_seq *s = decode_seq_create(m, p, prompt, n, &err);
+    if (!s) {
+        fprintf(stderr, "decode_seq_create: %s\n", err.msg);
+        exit(1);
+    }
+    memset(st, 0, sizeof *st);
+    st->done_at = -1;
+    decode_seq_set_user(s, st);
+    return s;
+}
+
+/* the host loop alone: the reference stream */
+static void run_host(model_ctx *ctx, const decode_params *p, const int32_t *prompt, int n, stream *out) {
+    decode_seq *s = mk(ctx->m, p, prompt, n, out);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    CHECK(decode_generate(ctx, s, &sink, &err) == 0);
+    decode_seq_free(s);
+}
+
+static int streams_equal(const char *label, const stream *a, const stream *b) {
+    if (a->n != b->n) {
+        fprintf(stderr, "%s: %d events on the host, %d on the device\n", label, a->n, b->n);
+    }
+    int n = a->n < b->n ? a->n : b->n;
+    for (int i = 0; i < n; i++)
+        if (strcmp(a->ev[i], b->ev[i]) != 0) {
+            fprintf(stderr, "%s: event %d differs\n  host   %s\n  device %s\n", label, i, a->ev[i], b->ev[i]);
+            return 0;
+        }
+    return a->n == b->n && a->n > 0;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+typedef struct tcase {
+    const char *label;
+    decode_params p;
+    int32_t prompt[16];
+    int n_prompt;
+} tcase;
+
+static decode_params base_params(void) {
+    decode_params p = decode_params_default();
+    p.gen_length = 16;
+    p.block_length = 8;
+    p.stream_drafts = 1;
+    return p;
+}
+
+/* Every eligible decoder, greedy and sampled, one sequence alone: device == host. */
+static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    const enum decode_decoder decs[4] = {DECODER_LOW_CONFIDENCE, DECODER_RANDOM, DECODER_THRESHOLD, DECODER_FACTOR};
+    for (int d = 0; d < 4; d++)
+        for (int t = 0; t < 2; t++) {
+            decode_params p = base_params();
+            p.decoder = decs[d];
+            p.threshold = 0.3;
+            p.factor = 1.5;
+            p.steps = decs[d] == DECODER_LOW_CONFIDENCE || decs[d] == DECODER_RANDOM ? 8 : 0;
+            if (t) {
+                p.temperature = 0.9;
+                p.top_k = d == 1 ? 0 : 40;
+                p.top_p = d == 2 ? 0.9 : 1.0;
+                p.seed = 1000 + (uint64_t)d;
+            }
+            char label[96];
+            snprintf(label, sizeof label, "%s T=%g alone", decode_decoder_name(p.decoder), p.temperature);
+            stream h, g;
+            run_host(ctx, &p, prompt, n_prompt, &h);
+            decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &g);
+            TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", label);
+            decode_device *dd = decode_device_create(ctx, 1);
+            decode_sink sink = {on_ev, NULL};
+            um_err err = {0};
+            int guard = 0;
+            while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
+            decode_device_stats ds;
+            decode_device_get_stats(dd, &ds);
+            TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
+            TEST_CHECK(g.after_done == 0 && g.finish == h.finish, "%s: same finish, nothing after DONE", label);
+            TEST_CHECK(ds.graph_captures == 1 && ds.graph_replays + 1 == ds.steps && ds.rebuilds == 1,
+                       "%s: one batch, one graph, replayed from the 2nd step (captures %llu replays %llu steps "
+                       "%llu)",
+                       label, (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays,
+                       (unsigned long long)ds.steps);
+            decode_device_free(dd);
+            decode_seq_free(s);
+            stream_free(&h);
+            stream_free(&g);
+        }
+}
+
+/* Sequences joining at different iterations, leaving when done, one cancelled; one continued from
+ * host steps. Each finished stream equals its host-alone stream. */
+static void test_join_leave_cancel(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    enum { N = 5 };
+    tcase c[N];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < N; i++) {
+        c[i].p = base_params();
+        c[i].n_prompt = n_prompt - (i % 3);
+        memcpy(c[i].prompt, prompt + (i % 3), (size_t)c[i].n_prompt * sizeof(int32_t));
+    }
+    c[0].label = "low_confidence B8 T0";
+    c[0].p.steps = 16;
+    c[1].label = "threshold B4 aligned T0.7";
+    c[1].p.decoder = DECODER_THRESHOLD;
+    c[1].p.threshold = 0.25;
+    c[1].p.block_length = 4;
+    c[1].p.gen_length = 12;
+    c[1].p.layout = DECODE_LAYOUT_ALIGNED;
+    c[1].p.temperature = 0.7;
+    c[1].p.seed = 11;
+    c[2].label = "random B16 drafts every 2 (cancelled)";
+    c[2].p.decoder = DECODER_RANDOM;
+    c[2].p.block_length = 16;
+    c[2].p.gen_length = 32;
+    c[2].p.steps = 16;
+    c[2].p.draft_every = 2;
+    c[2].p.seed = 5;
+    c[3].label = "factor B8 T0.5 top_k";
+    c[3].p.decoder = DECODER_FACTOR;
+    c[3].p.factor = 2.0;
+    c[3].p.temperature = 0.5;
+    c[3].p.top_k = 20;
+    c[3].p.seed = 99;
+    c[4].label = "low_confidence B8 T1, 3 host steps first";
+    c[4].p.steps = 8;
+    c[4].p.temperature = 1.0;
+    c[4].p.seed = 3;
+    const int join_at[N] = {0, 2, 3, 5, 0};
+    const int cancel_seq = 2, cancel_at = 9;
+
+    stream h[N], g[N];
+    for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
+    decode_seq *s[N];
+    for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    /* sequence 4: three host steps (mid-block: 8 steps over 2 blocks of 8 -> 4 per block) */
+    for (int k = 0; k < 3; k++) CHECK(decode_step(ctx, &s[4], 1, &sink, &err) == 0);
+    decode_device *dd = decode_device_create(ctx, 1);
+    int cancelled_events = -1;
+    for (int it = 0; it < 2000; it++) {
+        if (it == cancel_at) {
+            decode_seq_finish(s[cancel_seq], DECODE_FINISH_CANCELLED, NULL, &sink);
+            cancelled_events = g[cancel_seq].n;
+        }
+        decode_seq *set[N];
+        int n = 0;
+        for (int i = 0; i < N; i++)
+            if (it >= join_at[i] && !decode_seq_done(s[i])) set[n++] = s[i];
+        int waiting = 0;
+        for (int i = 0; i < N; i++) waiting += it < join_at[i];
+        if (n == 0 && !waiting && !decode_device_holding(dd)) break;
+        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        TEST_CHECK(decode_seq_done(s[i]), "%s: done", c[i].label);
+        TEST_CHECK(g[i].after_done == 0, "%s: nothing after DONE", c[i].label);
+        if (i == cancel_seq) continue;
+        TEST_CHECK(streams_equal(c[i].label, &h[i], &g[i]), "%s: batched device stream == host alone", c[i].label);
+    }
+    /* the cancelled one: a prefix of its host stream, then DONE cancelled (no event after it) */
+    stream *gc = &g[cancel_seq], *hc = &h[cancel_seq];
+    TEST_CHECK(gc->finish == DECODE_FINISH_CANCELLED && gc->done_at == gc->n - 1 && cancelled_events == gc->n,
+               "cancelled: DONE cancelled is its last event (%d events, DONE at %d)", gc->n, gc->done_at);
+    int prefix_ok = gc->n >= 2 && gc->n - 1 < hc->n;
+    for (int i = 0; prefix_ok && i < gc->n - 1; i++) prefix_ok = strcmp(gc->ev[i], hc->ev[i]) == 0;
+    TEST_CHECK(prefix_ok, "cancelled: its %d events before DONE are the host stream's first ones", gc->n - 1);
+    decode_device_stats ds;
+    decode_device_get_stats(dd, &ds);
+    TEST_CHECK(ds.rebuilds >= 5 && ds.graph_captures >= 1 && ds.graph_replays >= 1,
+               "rebuilt on every set change (%llu), graphs captured (%llu) and replayed (%llu)",
+               (unsigned long long)ds.rebuilds, (unsigned long long)ds.graph_captures,
+               (unsigned long long)ds.graph_replays);
+    decode_device_free(dd);
+    for (int i = 0; i < N; i++) {
+        decode_seq_free(s[i]);
+        stream_free(&h[i]);
+        stream_free(&g[i]);
+    }
+}
+
+/* What is not eligible stays on the host loop. */
+static void test_eligibility(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    stream st;
+    decode_params p = base_params();
+    p.cfg_scale = 1.0;
+    decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &st);
+    TEST_CHECK(!decode_device_eligible(ctx, s), "CFG: not eligible");
+    decode_seq_free(s);
+    p = base_params();
+    p.decoder = DECODER_HIERARCHY;
+    s = mk(ctx->m, &p, prompt, n_prompt, &st);
+    TEST_CHECK(!decode_device_eligible(ctx, s), "hierarchy: not eligible");
+    decode_seq_free(s);
+    um_err err = {0};
+    p = base_params();
+    s = decode_seq_create_infill(ctx->m, &p, prompt, n_prompt, prompt, 2, &err);
+    CHECK(s);
+    TEST_CHECK(!decode_device_eligible(ctx, s), "infill suffix: not eligible");
+    decode_seq_free(s);
+}
+
+int main(void) {
+    const char *tmp = getenv("UNMASK_TEST_TMP");
+    const char *dev = getenv("UNMASK_TEST_DEVICE");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/test_device_loop_model", tmp ? tmp : "/tmp");
+    make_model_opts o;
+    CHECK(make_model_preset("tiny", &o) == 0);
+    o.quiet = 1;
+    um_err err = {0};
+    if (make_model_write(dir, &o, &err) != 0) {
+        fprintf(stderr, "make_model_write: %s\n", err.msg);
+        return 1;
+    }
+    model m;
+    if (model_load(dir, &m, &err) != 0) {
+        fprintf(stderr, "model_load: %s\n", err.msg);
+        return 1;
+    }
+    backend *be = backend_init_device(dev && *dev ? dev : "cuda:0", 1, &err);
+    if (!be) {
+        fprintf(stderr, "backend_init_device: %s\n", err.msg);
+        return 1;
+    }
+    model_ctx ctx;
+    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
+        fprintf(stderr, "model_ctx_init: %s\n", err.msg);
+        return 1;
+    }
+    CHECK(decode_device_supported(&ctx));
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = "Diffusion models denoise a canvas of masks, block by block.";
+    CHECK(tokenizer_encode(m.tok, text, strlen(text), 0, &ids, &n, &err) == 0 && n >= 8);
+    int n_prompt = n > 12 ? 12 : (int)n;
+    test_eligibility(&ctx, ids, n_prompt);
+    test_alone(&ctx, ids, n_prompt);
+    test_join_leave_cancel(&ctx, ids, n_prompt);
+    free(ids);
+    model_ctx_free(&ctx);
+    backend_free(be);
+    model_free(&m);
+    decode_thread_scratch_free();
+    return test_report();
+}
