@@ -17,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/tp_cli.h"
 #include "model/model.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -50,7 +51,7 @@ static double forward_gflop(const model_config *c, int seq, int batch, int out_r
 
 static int bench_forward(int argc, char **argv) {
     const char *model_dir = NULL, *seq_s = "64,256,1024";
-    int threads = 0, reps = 3, batch = 1, warmup = 1, out_rows = 0;
+    int threads = 0, reps = 3, batch = 1, warmup = 1, out_rows = 0, tp = 1;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
         {"seq", ARG_STR, &seq_s, "comma-separated sequence lengths [64,256,1024]"},
@@ -59,10 +60,11 @@ static int bench_forward(int argc, char **argv) {
         {"reps", ARG_INT, &reps, "timed forwards per row [3]"},
         {"warmup", ARG_INT, &warmup, "untimed forwards before timing [1]"},
         {"out-rows", ARG_INT, &out_rows, "logit rows per sequence (0 = all; the decode loop uses a block) [0]"},
+        {"tp", ARG_INT, &tp, "tensor-parallel ranks: CPU threads of one process, --threads split over them [1]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
-                       "usage: unmask bench --model DIR [--seq 64,256,1024] [--batch N] [--threads N] [--reps N]\n"
+                       "usage: unmask bench --model DIR [--seq 64,256,1024] [--batch N] [--threads N] [--reps N] [--tp N]\n"
                        "       unmask bench --tokenizer ... | --decode ... | --serve ...   (other modes)\n\n"
                        "Forward benchmark: LLaDA forward passes on the CPU backend, one table row per --seq.",
                        specs);
@@ -100,23 +102,23 @@ static int bench_forward(int argc, char **argv) {
             free(seqs);
             return 2;
         }
-    backend *be = backend_cpu_init(threads);
-    model_ctx ctx;
-    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
+    cli_model_ctx mc;
+    if (cli_model_ctx_open(&mc, &m, "cpu", tp, threads, 0, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
-        backend_free(be);
         model_free(&m);
         free(seqs);
-        return 1;
+        return cli_model_ctx_exit_code(&err);
     }
+    backend *be = mc.ctx->be;
     const st_tensor *q0 = m.llada.layers[0].q_proj;
     printf("unmask bench (forward): %s — %.1fM params, %s weights, d_model %d, %d layers, %d/%d heads, ffn %d, "
            "vocab rows %d\n",
            model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name, c->d_model, c->n_layers, c->n_heads,
            c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
-    printf("backend %s, %d threads, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
+    printf("backend %s, %d threads%s, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
            "load average %.2f\n\n",
-           be->name, be->n_threads, warmup, reps, peak_rss_mib(), load_avg_1m());
+           be->name, be->n_threads, tp > 1 ? " per rank x tp" : "", warmup, reps, peak_rss_mib(), load_avg_1m());
+    if (tp > 1) printf("tensor parallel: %d ranks (CPU threads, comm_local)\n\n", tp);
     printf("%7s %6s %9s %12s %12s %10s %9s %14s\n", "seq", "batch", "out rows", "ms/forward", "min ms", "tokens/s",
            "GFLOP/s", "peak RSS MiB");
 
@@ -135,7 +137,7 @@ static int bench_forward(int argc, char **argv) {
         double total = 0, best = 1e30;
         for (int it = 0; it < warmup + reps && rc == 0; it++) {
             uint64_t t0 = time_now_ns();
-            if (model_forward(&ctx, &fb, logits, &err) != 0) {
+            if (model_forward(mc.ctx, &fb, logits, &err) != 0) {
                 fprintf(stderr, "error: %s\n", err.msg);
                 rc = 1;
                 break;
@@ -157,8 +159,7 @@ static int bench_forward(int argc, char **argv) {
         free(rows);
         free(logits);
     }
-    model_ctx_free(&ctx);
-    backend_free(be);
+    cli_model_ctx_close(&mc);
     model_free(&m);
     free(seqs);
     return rc;
@@ -167,8 +168,15 @@ static int bench_forward(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {   /* --device cuda[:N]: the GPU decode-step bench (cli/bench_cuda.c) */
         if ((strcmp(argv[i], "--device") == 0 && i + 1 < argc && strncmp(argv[i + 1], "cuda", 4) == 0) ||
-            strncmp(argv[i], "--device=cuda", 13) == 0)
+            strncmp(argv[i], "--device=cuda", 13) == 0) {
+            for (int j = 1; j < argc; j++)
+                if (strcmp(argv[j], "--tp") == 0 || strncmp(argv[j], "--tp=", 5) == 0) {
+                    fprintf(stderr, "error: bench --device cuda times the device-resident decode step on one GPU; "
+                                    "--tp is for the CPU forward bench (tensor-parallel GPUs: unmask serve --tp)\n");
+                    return 2;
+                }
             return bench_cuda(argc, argv);
+        }
         int k = strcmp(argv[i], "--device=cpu") == 0 ? 1
                 : (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cpu") == 0) ? 2 : 0;
         if (k) {   /* --device cpu: the default; drop it */

@@ -145,6 +145,11 @@ int cmd_serve(int argc, char **argv) {
         server_config_free(&cfg);
         return 2;
     }
+    if (server_config_check_model(&cfg, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        server_config_free(&cfg);
+        return 2;
+    }
     if (cfg.node_rank > 0) {   /* a follower node: no HTTP, serves its ranks until node 0 stops */
         if (cfg.verbose) log_level_set(LOG_LEVEL_DEBUG);
         int frc = server_follow(&cfg, &err);

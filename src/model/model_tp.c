@@ -60,19 +60,20 @@ struct model_tp {
 
 /* ---------------------------------------------------------------- sizing */
 
-int model_tp_check(const model *m, int tp, um_err *err) {
-    const model_config *c = &m->cfg;
+int model_tp_check_config(const model_config *c, const char *label, int tp, um_err *err) {
     if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
     if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp) {
         um_err_param(err, "tp",
                      "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of %s "
                      "divisible by %d",
-                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, m->dir, tp);
+                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, label, tp);
         if (err) err->code = UM_ERR_UNSUPPORTED;
         return -1;
     }
     return 0;
 }
+
+int model_tp_check(const model *m, int tp, um_err *err) { return model_tp_check_config(&m->cfg, m->dir, tp, err); }
 
 uint64_t model_weight_bytes(const model *m, int world) {
     const model_config *c = &m->cfg;

@@ -54,8 +54,10 @@ int        model_tp_follow(const model *m, const model_tp_opts *o, um_err *err);
 /* Called by model_forward / model_forward_dev on the leader (engine thread). */
 void       model_tp_send_batch(model_tp *g, const fwd_batch *b);
 
-/* tp must divide n_heads, n_kv_heads and the MLP width: -1 + UM_ERR_UNSUPPORTED naming them. */
+/* tp must divide n_heads, n_kv_heads and the MLP width: -1 + UM_ERR_UNSUPPORTED (param "tp")
+ * naming them. The _config form needs only config.json (label names the model in the message). */
 int        model_tp_check(const model *m, int tp, um_err *err);
+int        model_tp_check_config(const model_config *c, const char *label, int tp, um_err *err);
 
 /* ---------------------------------------------------------------- memory sizing */
 

@@ -12,6 +12,8 @@
 
 #include "backend/comm.h"
 #include "backend/cuda/cuda_backend.h"
+#include "model/config.h"
+#include "model/model_tp.h"
 #include "util/fileio.h"
 #include "util/log.h"
 
@@ -300,5 +302,25 @@ int server_config_check(const server_config *c, um_err *err) {
         return um_err_set(err, UM_ERR_IO, "--tls-cert: %s: no such file", c->tls_cert);
     if (c->tls_key && !file_exists(c->tls_key))
         return um_err_set(err, UM_ERR_IO, "--tls-key: %s: no such file", c->tls_key);
+    return 0;
+}
+
+int server_config_check_model(const server_config *c, um_err *err) {
+    if (c->tp <= 1 && c->max_seq <= 0) return 0;
+    char path[4096];
+    path_join(path, sizeof path, c->model, "config.json");
+    char *text = NULL;
+    size_t len = 0;
+    um_err ignore = {0};
+    if (file_read_all(path, 4u << 20, &text, &len, &ignore) != 0) return 0;
+    model_config mc;
+    int rc = model_config_parse(text, len, path, &mc, &ignore);
+    free(text);
+    if (rc != 0) return 0;   /* the loader reports a bad config.json with the rest of the checkpoint */
+    if (c->tp > 1 && model_tp_check_config(&mc, c->model, c->tp, err) != 0) return -1;
+    if (c->max_seq > mc.max_seq)
+        return um_err_param(err, "max_seq",
+                            "--max-seq %d exceeds the model's maximum sequence length %d (max_sequence_length in %s)",
+                            c->max_seq, mc.max_seq, path);
     return 0;
 }

@@ -56,6 +56,10 @@ int  server_config_apply_json(server_config *c, const char *text, size_t len, co
                               um_err *err);
 /* Range checks after all sources are applied. */
 int  server_config_check(const server_config *c, um_err *err);
+/* The checks that need the model's config.json (cheap, before listening): --tp divides the heads
+ * and MLP width, --max-seq <= the model's maximum. 0 when the file cannot be read (the loader
+ * reports that). */
+int  server_config_check_model(const server_config *c, um_err *err);
 void server_config_free(server_config *c);
 /* The device of engine i ("cpu" or "cuda:N") into buf; number of engines the config implies
  * (one per GPU listed, or --engines on the CPU; not divided by tp). */
