@@ -18,6 +18,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,7 +225,15 @@ static void close_all(int *fds, int n) {
         if (fds[i] >= 0) close(fds[i]);
 }
 
+static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, int *keep, um_err *err);
+
 int comm_bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, um_err *err) {
+    return bootstrap_serve(lfd, nnodes, blob, len, timeout_ms, NULL, err);
+}
+
+/* keep (or NULL): [nnodes] receives the open connection of every node r >= 1 on success (the
+ * caller closes them); otherwise they are closed here */
+static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, int *keep, um_err *err) {
     if (timeout_ms <= 0) timeout_ms = 120000;
     const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int *peer = xmalloc((size_t)nnodes * sizeof *peer);   /* peer[r] = fd of node r (r >= 1) */
@@ -288,7 +298,11 @@ int comm_bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int 
         for (int r = 1; r < nnodes; r++)
             if (peer[r] >= 0) send_reply(peer[r], 1, m, strlen(m), time_now_ns() + 1000000000ull);
     }
-    close_all(peer, nnodes);
+    if (rc == 0 && keep) {
+        for (int r = 0; r < nnodes; r++) keep[r] = peer[r];
+    } else {
+        close_all(peer, nnodes);
+    }
     free(peer);
     close(lfd);
     return rc;
@@ -334,8 +348,17 @@ static int connect_once(const struct addrinfo *ai, uint64_t deadline_ns, int *ou
     return 0;
 }
 
+static int bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
+                          int *keep, um_err *err);
+
 int comm_bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
                         um_err *err) {
+    return bootstrap_join(host, port, nnodes, node_rank, blob, len, timeout_ms, NULL, err);
+}
+
+/* keep (or NULL): receives the open connection to node 0 on success (the caller closes it) */
+static int bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
+                          int *keep, um_err *err) {
     if (timeout_ms <= 0) timeout_ms = 120000;
     const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     char ports[16];
@@ -382,7 +405,8 @@ int comm_bootstrap_join(const char *host, int port, int nnodes, int node_rank, v
             rc = um_err_set(err, UM_ERR_IO, "bootstrap: receiving from node 0: %s", why);
         }
     }
-    close(fd);
+    if (rc == 0 && keep) *keep = fd;
+    else close(fd);
     return rc;
 }
 
@@ -399,4 +423,123 @@ int comm_bootstrap_exchange(const comm_dist_opts *o, void *blob, size_t len, um_
         return comm_bootstrap_serve(fd, o->nnodes, blob, len, o->timeout_ms, err);
     }
     return comm_bootstrap_join(host, port, o->nnodes, o->node_rank, blob, len, o->timeout_ms, err);
+}
+
+/* ---------------------------------------------------------------- liveness link */
+
+struct comm_link {
+    int             n;            /* fds */
+    int            *fd;           /* [n] open bootstrap connections (node 0: one per other node) */
+    int            *node;         /* [n] the node at the other end */
+    int             wake[2];      /* self-pipe: comm_link_close wakes the watcher */
+    pthread_t       th;
+    int             watching;
+    void          (*on_lost)(void *user, int node);
+    void           *user;
+};
+
+static comm_link *link_new(int n) {
+    comm_link *l = xcalloc(1, sizeof *l);
+    l->wake[0] = l->wake[1] = -1;
+    l->n = n;
+    l->fd = xmalloc((size_t)n * sizeof *l->fd);
+    l->node = xmalloc((size_t)n * sizeof *l->node);
+    return l;
+}
+
+int comm_bootstrap_serve_link(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, comm_link **link,
+                              um_err *err) {
+    *link = NULL;
+    int *keep = xmalloc((size_t)nnodes * sizeof *keep);
+    int rc = bootstrap_serve(lfd, nnodes, blob, len, timeout_ms, keep, err);
+    if (rc == 0) {
+        comm_link *l = link_new(nnodes - 1);
+        for (int r = 1; r < nnodes; r++) l->fd[r - 1] = keep[r], l->node[r - 1] = r;
+        *link = l;
+    }
+    free(keep);
+    return rc;
+}
+
+int comm_bootstrap_join_link(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
+                             int timeout_ms, comm_link **link, um_err *err) {
+    *link = NULL;
+    int fd = -1;
+    if (bootstrap_join(host, port, nnodes, node_rank, blob, len, timeout_ms, &fd, err) != 0) return -1;
+    comm_link *l = link_new(1);
+    l->fd[0] = fd;
+    l->node[0] = 0;
+    *link = l;
+    return 0;
+}
+
+int comm_bootstrap_exchange_link(const comm_dist_opts *o, void *blob, size_t len, comm_link **link, um_err *err) {
+    *link = NULL;
+    if (comm_dist_opts_check(o, err) < 0) return -1;
+    if (o->nnodes == 1) return 0;
+    char host[256];
+    int port;
+    if (comm_parse_addr(o->init_addr, host, sizeof host, &port, err) < 0) return -1;
+    if (o->node_rank == 0) {
+        int fd;
+        if (comm_bootstrap_listen(port, &fd, NULL, err) < 0) return -1;
+        log_info("bootstrap: node 0 listening on port %d for %d node(s)", port, o->nnodes - 1);
+        return comm_bootstrap_serve_link(fd, o->nnodes, blob, len, o->timeout_ms, link, err);
+    }
+    return comm_bootstrap_join_link(host, port, o->nnodes, o->node_rank, blob, len, o->timeout_ms, link, err);
+}
+
+/* Watcher thread: a peer's connection that reads EOF or fails means that node is gone. */
+static void *link_main(void *arg) {
+    comm_link *l = arg;
+    struct pollfd *pf = xcalloc((size_t)l->n + 1, sizeof *pf);
+    int *alive = xmalloc((size_t)l->n * sizeof *alive);
+    for (int i = 0; i < l->n; i++) pf[i] = (struct pollfd){l->fd[i], POLLIN, 0}, alive[i] = 1;
+    pf[l->n] = (struct pollfd){l->wake[0], POLLIN, 0};
+    for (;;) {
+        int r = poll(pf, (nfds_t)l->n + 1, -1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 || pf[l->n].revents) break;   /* comm_link_close */
+        for (int i = 0; i < l->n; i++) {
+            if (!alive[i] || !pf[i].revents) continue;
+            char b[64];
+            ssize_t k = recv(l->fd[i], b, sizeof b, MSG_DONTWAIT);
+            if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) continue;   /* stray bytes: ignore */
+            alive[i] = 0;
+            pf[i].fd = -1;   /* poll ignores it from now on */
+            l->on_lost(l->user, l->node[i]);
+        }
+    }
+    free(alive);
+    free(pf);
+    return NULL;
+}
+
+void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void *user) {
+    if (!l || l->watching) return;
+    CHECK(pipe2(l->wake, O_CLOEXEC) == 0);
+    l->on_lost = on_lost;
+    l->user = user;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    if (pthread_create(&l->th, NULL, link_main, l) != 0) UM_FATAL("cannot start the bootstrap link watcher");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    l->watching = 1;
+}
+
+void comm_link_close(comm_link *l) {
+    if (!l) return;
+    if (l->watching) {
+        char c = 1;
+        ssize_t w = write(l->wake[1], &c, 1);
+        (void)w;
+        pthread_join(l->th, NULL);
+    }
+    for (int i = 0; i < l->n; i++) close(l->fd[i]);
+    if (l->wake[0] >= 0) close(l->wake[0]);
+    if (l->wake[1] >= 0) close(l->wake[1]);
+    free(l->fd);
+    free(l->node);
+    free(l);
 }

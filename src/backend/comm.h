@@ -104,4 +104,21 @@ int comm_bootstrap_serve(int fd, int nnodes, const void *blob, size_t len, int t
 int comm_bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
                         int timeout_ms, um_err *err);
 
+/* Liveness link: comm_bootstrap_exchange, but the bootstrap connections stay open afterwards
+ * (*link; NULL for one node). Node 0 holds one per other node, the others one to node 0; nothing
+ * is sent on them, so a connection that closes means that node's process is gone (or it closed
+ * its link while stopping). */
+typedef struct comm_link comm_link;
+int  comm_bootstrap_exchange_link(const comm_dist_opts *o, void *blob, size_t len, comm_link **link, um_err *err);
+/* Its two halves (tests bind port 0): node 0 on a listening fd (closed here), the others. */
+int  comm_bootstrap_serve_link(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, comm_link **link,
+                               um_err *err);
+int  comm_bootstrap_join_link(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
+                              int timeout_ms, comm_link **link, um_err *err);
+/* Start a watcher thread (signals blocked) that calls on_lost(user, node) once for every peer
+ * whose connection closes, until comm_link_close. on_lost runs on the watcher thread. */
+void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void *user);
+/* Stop watching (no on_lost after this returns), close the connections, free. NULL is a no-op. */
+void comm_link_close(comm_link *l);
+
 #endif /* UM_COMM_H */

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "model/llada.h"
@@ -53,6 +55,12 @@ struct model_tp {
     uint8_t           id[COMM_NCCL_ID_BYTES]; /* NCCL unique id (same on every rank) */
     tp_rank          *r;             /* [n_local] */
     int               leader_ok;     /* node 0: the leader ctx is up and the followers serve */
+    comm_link        *link;          /* multi-node: the bootstrap connections kept as a liveness link */
+    /* --- stop lock { */
+    pthread_mutex_t   stop_lock;
+    pthread_cond_t    stop_cv;
+    int               stopping;      /* node 0: model_tp_free began; followers: the stop arrived */
+    /* } stop lock --- */
     uint8_t          *msg;           /* leader: payload being sent, grown on demand */
     size_t            msg_cap;
     int32_t           seq;           /* leader: messages sent */
@@ -167,6 +175,48 @@ static int rank_setup(tp_rank *t) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- liveness (multi-node) */
+
+static void set_stopping(model_tp *g) {
+    /* --- stop lock { */
+    pthread_mutex_lock(&g->stop_lock);
+    g->stopping = 1;
+    pthread_cond_broadcast(&g->stop_cv);
+    pthread_mutex_unlock(&g->stop_lock);
+    /* } stop lock --- */
+}
+
+/* The link watcher saw a peer node's connection close. While the group is not stopping, the
+ * ranks are (or will be) blocked inside NCCL collectives that can never complete, so the process
+ * ends with a clear message. A follower gets a grace period: node 0 closes its links right after
+ * the stop message, which may overtake that message's arrival. Runs on the watcher thread. */
+#define TP_LOST_GRACE_S 10
+
+static void on_node_lost(void *user, int node) {
+    model_tp *g = user;
+    int stopping;
+    /* --- stop lock { */
+    pthread_mutex_lock(&g->stop_lock);
+    if (g->node_rank != 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += TP_LOST_GRACE_S;
+        while (!g->stopping && pthread_cond_timedwait(&g->stop_cv, &g->stop_lock, &ts) == 0) {}
+    }
+    stopping = g->stopping;
+    pthread_mutex_unlock(&g->stop_lock);
+    /* } stop lock --- */
+    if (stopping) return;
+    if (g->node_rank == 0)
+        fprintf(stderr, "error: tensor parallel: node %d disconnected (its process ended or the network failed); the "
+                        "group cannot run forwards any more: exiting\n", node);
+    else
+        fprintf(stderr, "error: tensor parallel: node 0 disconnected without stopping the group (its process ended or "
+                        "the network failed): exiting\n");
+    fflush(stderr);
+    _exit(1);
+}
+
 /* ---------------------------------------------------------------- follower loop */
 
 static void follower_serve(tp_rank *t) {
@@ -176,7 +226,10 @@ static void follower_serve(tp_rank *t) {
         int32_t h[8];
         comm_broadcast(t->c, h, sizeof h, 0);
         CHECK(h[0] == TP_MAGIC);
-        if (h[1] == TP_MSG_STOP) break;
+        if (h[1] == TP_MSG_STOP) {
+            set_stopping(t->g);
+            break;
+        }
         CHECK(h[1] == TP_MSG_FORWARD);
         const int n_seqs = h[2], n_tok = h[3], n_out = h[4], flags = h[5];
         const size_t bytes = (size_t)(uint32_t)h[6];
@@ -217,6 +270,7 @@ static void *follower_main(void *arg) {
 /* ---------------------------------------------------------------- group */
 
 static void group_free(model_tp *g) {
+    set_stopping(g);   /* a setup failure or a stop: peers closing their links is expected now */
     for (int i = 0; i < g->n_local; i++) {
         tp_rank *t = &g->r[i];
         if (t->started) pthread_join(t->th, NULL);
@@ -224,7 +278,10 @@ static void group_free(model_tp *g) {
         if (g->nccl && t->c) comm_free(t->c);
         if (t->be) backend_free(t->be);
     }
+    comm_link_close(g->link);
     comm_local_group_free(g->lg);
+    pthread_cond_destroy(&g->stop_cv);
+    pthread_mutex_destroy(&g->stop_lock);
     free(g->r);
     free(g->msg);
     free(g);
@@ -268,6 +325,8 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
     g->n_local = o->n_local;
     g->node_rank = node;
     g->nccl = cuda;
+    pthread_mutex_init(&g->stop_lock, NULL);
+    pthread_cond_init(&g->stop_cv, NULL);
     g->r = xcalloc((size_t)o->n_local, sizeof *g->r);
     for (int i = 0; i < o->n_local; i++) {
         tp_rank *t = &g->r[i];
@@ -290,7 +349,8 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
         if (nnodes > 1) {
             if (node == 0)
                 log_info("tensor parallel: waiting for %d other node(s) on %s", nnodes - 1, o->dist.init_addr);
-            if (comm_bootstrap_exchange(&o->dist, g->id, sizeof g->id, err) != 0) goto fail;
+            if (comm_bootstrap_exchange_link(&o->dist, g->id, sizeof g->id, &g->link, err) != 0) goto fail;
+            comm_link_watch(g->link, on_node_lost, g);
         }
     } else {
         g->lg = comm_local_group_create(o->tp);
@@ -338,6 +398,7 @@ model_ctx *model_tp_leader(model_tp *g) { return &g->r[0].ctx; }
 
 void model_tp_free(model_tp *g) {
     if (!g) return;
+    set_stopping(g);   /* from here on, peers closing their links is expected */
     if (g->leader_ok) {
         comm *c = g->r[0].c;
         int32_t h[8] = {TP_MAGIC, TP_MSG_STOP, 0, 0, 0, 0, 0, g->seq};
