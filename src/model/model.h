@@ -99,7 +99,8 @@ void model_ctx_free(model_ctx *ctx);
 int  model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err);
 /* Same validation and forward, but the logits stay on the backend: *logits = an activation buffer
  * [n_out, n_embd_rows] owned by the ctx, valid until the next forward. Never synchronises the
- * device (the CUDA decode step captures it in a graph). */
+ * device (the CUDA decode step captures it in a graph) — except on a tensor-parallel leader
+ * (ctx->tp), whose batch broadcast to the followers synchronises the stream (no graph capture). */
 int  model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err);
 
 #endif /* UM_MODEL_H */
