@@ -30,7 +30,8 @@ struct decode_device {
     int          n_slot, cap_slot;
     int          B;                   /* the batch's block length */
     int          batch_steps;         /* steps enqueued on this batch */
-    int          graph;               /* this batch replays a graph */
+    int          graph;               /* 1: this batch replays a graph; 0: not captured yet;
+                                         -1: capture failed, direct launches */
     uint64_t     t_enq[DEVICE_RING];  /* enqueue time of step #produced % DEVICE_RING */
     long         produced, applied;
     int32_t     *row_pos, *row_tok;   /* [B] scratch for one record's rows */
@@ -44,7 +45,9 @@ static int dev_decoder_ok(enum decode_decoder d) {
 }
 
 int decode_device_supported(const model_ctx *ctx) {
-    return ctx && backend_is_cuda(ctx->be) && ctx->shard.world <= 1;
+    /* tensor parallel (a sharded rank, or the leader of a group: its forward broadcasts the batch
+     * and synchronises) stays on the host loop */
+    return ctx && backend_is_cuda(ctx->be) && ctx->shard.world <= 1 && ctx->tp == NULL;
 }
 
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
@@ -241,16 +244,18 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         int rc = dev_build(dd, live, k, err);
         free(live);
         if (rc != 0) return -1;
-    } else if (dd->graphs && !dd->graph && dd->batch_steps >= 1) {
-        /* stable for a step: capture forward + sample + commit once, replay from now on */
-        if (cuda_decode_capture(dd->cd, err) != 0) {
-            decode_device_drain(dd, sink);
-            dev_drop(dd);
-            return -1;
+    } else if (dd->graphs && dd->graph == 0 && dd->batch_steps >= 1) {
+        /* stable for a step: capture forward + sample + commit once, replay from now on. A capture
+         * that fails leaves this batch on direct launches (a failing forward fails those too). */
+        um_err cerr = {0};
+        if (cuda_decode_capture(dd->cd, &cerr) != 0) {
+            log_warn("device decode: graph capture failed (%s); direct launches for this batch", cerr.msg);
+            dd->graph = -1;
+        } else {
+            dd->graph = 1;
+            dd->st.graph_captures++;
+            log_debug("device decode: graph captured for %d sequences (block %d)", dd->n_slot, dd->B);
         }
-        dd->graph = 1;
-        dd->st.graph_captures++;
-        log_debug("device decode: graph captured for %d sequences (block %d)", dd->n_slot, dd->B);
     }
     uint64_t t0 = time_now_ns();
     if (cuda_decode_step(dd->cd, err) != 0) {
@@ -263,7 +268,7 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
     dd->produced++;
     dd->batch_steps++;
     dd->st.steps++;
-    if (dd->graph) dd->st.graph_replays++;
+    if (dd->graph == 1) dd->st.graph_replays++;
     /* apply what is due, leaving DEVICE_DEPTH - 1 steps in flight: the GPU works on the newest
      * step while the host turns the previous one into events */
     while (cuda_decode_pending(dd->cd) >= DEVICE_DEPTH) {

@@ -105,8 +105,8 @@ typedef struct tcase {
 
 static decode_params base_params(void) {
     decode_params p = decode_params_default();
-    p.gen_length = 16;
-    p.block_length = 8;
+    p.gen_length = 8;
+    p.block_length = 4;
     p.stream_drafts = 1;
     return p;
 }
@@ -120,7 +120,7 @@ static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
             p.decoder = decs[d];
             p.threshold = 0.3;
             p.factor = 1.5;
-            p.steps = decs[d] == DECODER_LOW_CONFIDENCE || decs[d] == DECODER_RANDOM ? 8 : 0;
+            p.steps = decs[d] == DECODER_LOW_CONFIDENCE || decs[d] == DECODER_RANDOM ? 4 : 0;
             if (t) {
                 p.temperature = 0.9;
                 p.top_k = d == 1 ? 0 : 40;
@@ -165,35 +165,38 @@ static void test_join_leave_cancel(model_ctx *ctx, const int32_t *prompt, int n_
         c[i].n_prompt = n_prompt - (i % 3);
         memcpy(c[i].prompt, prompt + (i % 3), (size_t)c[i].n_prompt * sizeof(int32_t));
     }
-    c[0].label = "low_confidence B8 T0";
-    c[0].p.steps = 16;
-    c[1].label = "threshold B4 aligned T0.7";
+    c[0].label = "low_confidence B4 T0";
+    c[0].p.gen_length = 12;
+    c[0].p.steps = 6;
+    c[1].label = "threshold B3 aligned T0.7";
     c[1].p.decoder = DECODER_THRESHOLD;
     c[1].p.threshold = 0.25;
-    c[1].p.block_length = 4;
-    c[1].p.gen_length = 12;
+    c[1].p.block_length = 3;
+    c[1].p.gen_length = 7;
     c[1].p.layout = DECODE_LAYOUT_ALIGNED;
     c[1].p.temperature = 0.7;
     c[1].p.seed = 11;
-    c[2].label = "random B16 drafts every 2 (cancelled)";
+    c[2].label = "random B8 drafts every 2 (cancelled)";
     c[2].p.decoder = DECODER_RANDOM;
-    c[2].p.block_length = 16;
-    c[2].p.gen_length = 32;
+    c[2].p.block_length = 8;
+    c[2].p.gen_length = 16;
     c[2].p.steps = 16;
     c[2].p.draft_every = 2;
     c[2].p.seed = 5;
-    c[3].label = "factor B8 T0.5 top_k";
+    c[3].label = "factor B4 T0.5 top_k";
     c[3].p.decoder = DECODER_FACTOR;
     c[3].p.factor = 2.0;
     c[3].p.temperature = 0.5;
     c[3].p.top_k = 20;
     c[3].p.seed = 99;
-    c[4].label = "low_confidence B8 T1, 3 host steps first";
-    c[4].p.steps = 8;
+    c[4].label = "low_confidence B4 T1, 3 host steps first";
+    c[4].p.gen_length = 12;
+    c[4].p.steps = 6;
     c[4].p.temperature = 1.0;
     c[4].p.seed = 3;
+    /* sequence 4: 3 blocks of 4 in 6 steps = 2 per block; 3 host steps end mid-block 1 */
     const int join_at[N] = {0, 2, 3, 5, 0};
-    const int cancel_seq = 2, cancel_at = 9;
+    const int cancel_seq = 2, cancel_at = 7;
 
     stream h[N], g[N];
     for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
@@ -201,7 +204,7 @@ static void test_join_leave_cancel(model_ctx *ctx, const int32_t *prompt, int n_
     for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
     decode_sink sink = {on_ev, NULL};
     um_err err = {0};
-    /* sequence 4: three host steps (mid-block: 8 steps over 2 blocks of 8 -> 4 per block) */
+    /* sequence 4: three host steps, then the device continues it mid-block */
     for (int k = 0; k < 3; k++) CHECK(decode_step(ctx, &s[4], 1, &sink, &err) == 0);
     decode_device *dd = decode_device_create(ctx, 1);
     int cancelled_events = -1;
