@@ -196,6 +196,11 @@ describe('serve --max-seq', () => {
     const s = await post(srv.base, '/generate', { input_ids: PROMPT, sampling_params: { max_new_tokens: 57 } });
     assert.equal(s.status, 400);
     assert.match(JSON.stringify(s.body), /--max-seq of 64/);
+    // with a suffix (infilling) the suffix counts too
+    const f = await post(srv.base, '/v1/completions', { prompt: 'def f(x):', suffix: '    return y', max_tokens: 60 });
+    assert.equal(f.status, 400);
+    assert.equal(f.body.error.code, 'context_length_exceeded');
+    assert.match(f.body.error.message, /^the prompt \(\d+ tokens\) \+ gen_length \(60\) \+ suffix \(\d+ tokens\) = \d+ tokens, more than this server's --max-seq of 64$/);
     const ok = await post(srv.base, '/v1/completions', { prompt: PROMPT, max_tokens: 56, temperature: 0, block_length: 8, steps: 7 });
     assert.equal(ok.status, 200, JSON.stringify(ok.body));
   });
