@@ -55,6 +55,11 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
         }
         if (n != tp)
             return um_err_param(err, "tp", "--tp %d needs %d GPUs but --device %s lists %d", tp, tp, device, n);
+        for (int i = 0; i < tp; i++)
+            for (int j = 0; j < i; j++)
+                if (backend_cuda_parse_device(c->devs[i]) == backend_cuda_parse_device(c->devs[j]))
+                    return um_err_param(err, "device", "--device %s: %s appears twice; each --tp rank needs its own GPU",
+                                        device, c->devs[i]);
     }
     for (int i = 0; i < tp; i++) o.devices[i] = c->devs[i];
     c->tp = model_tp_create(m, &o, err);

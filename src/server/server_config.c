@@ -240,6 +240,16 @@ static int server_config_check_parallel(const server_config *c, um_err *err) {
             return um_err_param(err, "tp",
                                 "--device/--gpus lists %d GPUs, not a multiple of --tp %d%s: every replica needs %d",
                                 gpus, c->tp, c->nnodes > 1 ? " / --nnodes" : "", per_node);
+        for (int i = 0; per_node > 1 && i < gpus; i++)   /* NCCL: one rank per GPU within a group */
+            for (int j = i - i % per_node; j < i; j++) {
+                char a[64], b[64];
+                server_config_engine_device(c, i, a, sizeof a);
+                server_config_engine_device(c, j, b, sizeof b);
+                if (backend_cuda_parse_device(a) == backend_cuda_parse_device(b))
+                    return um_err_param(err, "tp", "--tp %d: %s appears twice in one tensor-parallel group (GPUs %d..%d of "
+                                        "--device/--gpus); each rank needs its own GPU", c->tp, a, j - j % per_node,
+                                        j - j % per_node + per_node - 1);
+            }
         if (c->nnodes > 1 && gpus != per_node)
             return um_err_param(err, "tp",
                                 "multi-node: --tp %d over --nnodes %d is one replica of %d GPUs per node; --device/--gpus "

@@ -29,6 +29,8 @@ check serve-tp3 2 "--tp 3: tensor parallelism needs n_heads (4), n_kv_heads (4) 
 check serve-tp0 2 "--tp must be in [1, 64], got 0" "${S[@]}" --tp 0
 check serve-tp-gpus 2 "--tp 2 needs 2 GPUs on this node but --device/--gpus lists 1" "${S[@]}" --gpus 0 --tp 2
 check serve-gpus-multiple 2 "--device/--gpus lists 3 GPUs, not a multiple of --tp 2" "${S[@]}" --gpus 0,1,2 --tp 2
+check serve-dup-gpu 2 "--tp 2: cuda:1 appears twice in one tensor-parallel group (GPUs 2..3 of --device/--gpus)" "${S[@]}" --gpus 0,1,1,1 --tp 2
+check logits-dup-gpu 2 "--device cuda:0,cuda:0: cuda:0 appears twice" "$BIN" logits --model "$M" --tokens 1,2 --out "$TMP/x.npy" --tp 2 --device cuda:0,cuda:0
 check serve-multinode-cpu 2 "multi-node tensor parallelism needs CUDA + NCCL" "${S[@]}" --tp 2 --nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:29500
 check serve-follower-cpu 2 "multi-node tensor parallelism needs CUDA + NCCL" "${S[@]}" --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500
 check serve-node-rank 2 "--node-rank must be in [0, 1] (--nnodes 2), got 2" "${S[@]}" --gpus 0 --tp 2 --nnodes 2 --node-rank 2 --dist-init-addr 127.0.0.1:29500
