@@ -11,7 +11,7 @@
 #ifdef UNMASK_CUDA_EMU
 // kernel<<<grid, block, smem, stream>>>(args...) run by the emulator (tests/emu/umk_emu_device.h)
 #define UMK_LAUNCH(kernel, grid, block, smem, stream, ...) \
-    umk_emu::launch(kernel, (grid), (block), (smem), (stream), __VA_ARGS__)
+    umk_emu::launch(#kernel, kernel, (grid), (block), (smem), (stream), __VA_ARGS__)
 // `extern __shared__` bytes sized by the launch, as a pointer named `name`
 #define UMK_DYNAMIC_SMEM(name) unsigned char *const name = umk_emu::dynamic_smem()
 #else

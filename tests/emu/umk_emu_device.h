@@ -59,14 +59,14 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint3
 unsigned char *dynamic_smem();
 
 // kernel launch (runs now, or records a graph node while the stream captures)
-void launch_closure(const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, std::function<void()> body);
+void launch_closure(const char *name, const void *fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s, std::function<void()> body);
 
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
+void launch(const char *name, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
     static_assert(sizeof...(P) == sizeof...(A), "kernel argument count");
     // arguments by value, converted to the parameter types at launch (as CUDA copies them)
     std::tuple<std::decay_t<P>...> t(std::forward<A>(args)...);
-    launch_closure(reinterpret_cast<const void *>(kernel), grid, block, smem, s,
+    launch_closure(name, reinterpret_cast<const void *>(kernel), grid, block, smem, s,
                    [kernel, t]() { std::apply(kernel, t); });
 }
 
@@ -87,7 +87,6 @@ T shfl_xor_sync(const char *file, int line, uint32_t mask, T v, int lane_mask) {
 #define blockIdx (umk_emu::tl_block_idx)
 #define blockDim (umk_emu::tl_block_dim)
 #define gridDim (umk_emu::tl_grid_dim)
-#define warpSize 32
 
 #define __syncthreads() umk_emu::syncthreads(__FILE__, __LINE__)
 #define __shfl_xor_sync(mask, v, lane_mask) umk_emu::shfl_xor_sync(__FILE__, __LINE__, (mask), (v), (lane_mask))

@@ -861,6 +861,8 @@ static void test_decodes(const model *m) {
         cuda_decode *cd = cuda_decode_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
         CHECK(cd);
         const fwd_batch *gb = cuda_decode_batch(cd);
+        int32_t seq_start[9];   /* gb dies with cd (freed before the free-running decodes below) */
+        memcpy(seq_start, gb->seq_start, (size_t)(NS + 1) * sizeof *seq_start);
         int32_t *cur = xmalloc((size_t)ntok * sizeof *cur);
         int step_cmp = 0, step_same = 0, tok_cmp = 0, tok_same = 0;
         int *m0 = xcalloc((size_t)NS, sizeof *m0), *sib = xcalloc((size_t)NS, sizeof *sib), *lo_prev = xcalloc((size_t)NS, sizeof *lo_prev);
@@ -951,7 +953,7 @@ static void test_decodes(const model *m) {
             CHECK(decode_generate(&gc, b, NULL, &err) == 0);
             int la, lb;
             const int32_t *xa = decode_seq_canvas(a, &la), *xb = decode_seq_canvas(b, &lb);
-            const int32_t *xd = fin[1] + gb->seq_start[s];
+            const int32_t *xd = fin[1] + seq_start[s];
             for (int i = plen[s]; i < la && i < lb; i++) {
                 total++;
                 agree_cpu += xa[i] == xd[i];
@@ -982,6 +984,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!tmp) tmp = "/tmp";
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* progress stays visible when piped (ctest, scripts) */
     um_err err = {0};
     g_gpu = backend_cuda_init(device, &err);
     if (!g_gpu) {

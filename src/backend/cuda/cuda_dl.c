@@ -1,10 +1,30 @@
 /*
  * cuda_dl.c — dlopen of cuBLAS (and cuBLASLt, which it needs) and NCCL on first use (cuda_dl.h).
+ * Under the CPU CUDA emulator (UNMASK_CUDA_EMU, tests/emu/) the emulator's cuBLAS subset is linked
+ * in and returned directly: nothing is loaded.
  * Does not: call into the libraries. Any thread; loading is serialised by pthread_once.
  */
 #include "backend/cuda/cuda_dl.h"
 
 #ifdef UNMASK_HAVE_CUDA
+
+#ifdef UNMASK_CUDA_EMU
+
+static const cublas_fns g_emu_cublas = {
+    .create = cublasCreate_v2,
+    .destroy = cublasDestroy_v2,
+    .set_stream = cublasSetStream_v2,
+    .set_workspace = cublasSetWorkspace_v2,
+    .set_math_mode = cublasSetMathMode,
+    .gemm_ex = cublasGemmEx,
+};
+
+const cublas_fns *cuda_dl_cublas(um_err *err) {
+    (void)err;
+    return &g_emu_cublas;
+}
+
+#else /* !UNMASK_CUDA_EMU */
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -114,5 +134,7 @@ const nccl_fns *cuda_dl_nccl(um_err *err) {
 }
 
 #endif /* UNMASK_HAVE_NCCL */
+
+#endif /* UNMASK_CUDA_EMU */
 
 #endif /* UNMASK_HAVE_CUDA */
