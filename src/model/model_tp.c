@@ -255,6 +255,9 @@ static void follower_serve(tp_rank *t) {
 static void *follower_main(void *arg) {
     tp_rank *t = arg;
     if (rank_setup(t) == 0) {
+        if (t->g->node_rank > 0 && t->local == 0)   /* the status round passed on every rank */
+            log_info("tensor parallel: node %d joined the group: ranks %d..%d of %d ready, serving node 0's batches",
+                     t->g->node_rank, t->rank, t->rank + t->g->n_local - 1, t->g->world);
         follower_serve(t);
         t->rc = 0;
     } else {
