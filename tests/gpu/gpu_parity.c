@@ -864,7 +864,7 @@ static void test_decodes(const model *m) {
         int32_t seq_start[9];   /* gb dies with cd (freed before the free-running decodes below) */
         memcpy(seq_start, gb->seq_start, (size_t)(NS + 1) * sizeof *seq_start);
         int32_t *cur = xmalloc((size_t)ntok * sizeof *cur);
-        int step_cmp = 0, step_same = 0, tok_cmp = 0, tok_same = 0;
+        int step_cmp = 0, step_same = 0, step_tie = 0, tok_cmp = 0, tok_same = 0;
         int *m0 = xcalloc((size_t)NS, sizeof *m0), *sib = xcalloc((size_t)NS, sizeof *sib), *lo_prev = xcalloc((size_t)NS, sizeof *lo_prev);
         int *stepn = xcalloc((size_t)NS, sizeof *stepn);
         float *lg = xmalloc((size_t)B * c->n_embd_rows * sizeof *lg);
@@ -872,7 +872,8 @@ static void test_decodes(const model *m) {
             cuda_decode_tokens(cd, cur);
             /* CPU expectation per sequence */
             int32_t exp_pos[8][64], exp_tok[8][64], exp_n[8];
-            int active[8];
+            int active[8], exp_lo[8];
+            double exp_conf[8][64], exp_cut[8];   /* CPU confidence per block offset; the commit boundary */
             for (int s = 0; s < NS; s++) {
                 int32_t *x = cur + gb->seq_start[s];
                 int L = gb->seq_start[s + 1] - gb->seq_start[s], lo = -1;
@@ -911,6 +912,18 @@ static void test_decodes(const model *m) {
                 v.block_masks = m0[s];
                 if (ops->block_begin) ops->block_begin(state, &v);
                 exp_n[s] = ops->choose(state, &v, exp_pos[s], exp_tok[s]);
+                /* the confidence at which the CPU's commit set is cut: the weakest commit (top-k
+                 * decoders) or the threshold (the best candidate when none reaches it) */
+                exp_lo[s] = lo;
+                for (int j = 0; j < 64; j++) exp_conf[s][j] = -1.0;
+                double cmin = INFINITY, cmax = 0.0;
+                for (int r = 0; r < nr; r++) {
+                    exp_conf[s][rpos[r] - lo] = rc[r];
+                    cmax = rc[r] > cmax ? rc[r] : cmax;
+                    for (int i = 0; i < exp_n[s]; i++)
+                        if (exp_pos[s][i] == rpos[r] && rc[r] < cmin) cmin = rc[r];
+                }
+                exp_cut[s] = p.decoder == DECODER_THRESHOLD ? (cmax >= p.threshold ? p.threshold : cmax) : cmin;
             }
             int any = 0;
             for (int s = 0; s < NS; s++) any |= active[s];
@@ -925,6 +938,30 @@ static void test_decodes(const model *m) {
                 for (int i = 0; same_set && i < exp_n[s]; i++) same_set = ev.pos[i] == exp_pos[s][i];
                 step_cmp++;
                 step_same += same_set;
+                if (!same_set && ev.lo == exp_lo[s]) {
+                    /* A flip of two positions' order by numerical error needs their CPU gap to be at
+                     * most the sum of their device-vs-CPU confidence errors: a difference only among
+                     * positions within 2 x (largest error of this block) of the CPU's cut is a
+                     * near-tie that bf16 activations legitimately flip. */
+                    double err_max = 0.0;
+                    for (int j = 0; j < ev.hi - ev.lo; j++)
+                        if (exp_conf[s][j] >= 0 && ev.draft_tok[j] >= 0)
+                            err_max = fmax(err_max, fabs((double)ev.draft_conf[j] - exp_conf[s][j]));
+                    int tie = 1;
+                    for (int i = 0; i < ev.n_commit; i++) {
+                        int in_cpu = 0;
+                        for (int k = 0; k < exp_n[s]; k++) in_cpu |= exp_pos[s][k] == ev.pos[i];
+                        const double cv = exp_conf[s][ev.pos[i] - exp_lo[s]];
+                        if (!in_cpu) tie &= cv >= 0 && fabs(cv - exp_cut[s]) <= 2.0 * err_max;
+                    }
+                    for (int k = 0; k < exp_n[s]; k++) {
+                        int in_dev = 0;
+                        for (int i = 0; i < ev.n_commit; i++) in_dev |= exp_pos[s][k] == ev.pos[i];
+                        const double cv = exp_conf[s][exp_pos[s][k] - exp_lo[s]];
+                        if (!in_dev) tie &= fabs(cv - exp_cut[s]) <= 2.0 * err_max;
+                    }
+                    step_tie += tie;
+                }
                 for (int i = 0; i < ev.n_commit; i++)
                     for (int k = 0; k < exp_n[s]; k++)
                         if (exp_pos[s][k] == ev.pos[i]) {
@@ -937,10 +974,12 @@ static void test_decodes(const model *m) {
         }
         cuda_decode_free(cd);
         double rs = step_cmp ? (double)step_same / step_cmp : 0, rt = tok_cmp ? (double)tok_same / tok_cmp : 0;
+        double rst = step_cmp ? (double)(step_same + step_tie) / step_cmp : 0;
         snprintf(what, sizeof what, "teacher-forced steps vs CPU, %s", decode_decoder_name(p.decoder));
-        printf("  %-58s same commits %.1f%% of %d steps, same tokens %.1f%% of %d\n", what, 100 * rs, step_cmp, 100 * rt,
-               tok_cmp);
-        CHECKF(step_cmp > 0 && rs >= 0.90, "%s: commit sets agree in only %.1f%% of steps", what, 100 * rs);
+        printf("  %-58s same commits %.1f%% of %d steps (%.1f%% with near-ties), same tokens %.1f%% of %d\n", what,
+               100 * rs, step_cmp, 100 * rst, 100 * rt, tok_cmp);
+        CHECKF(step_cmp > 0 && rst >= 0.90, "%s: commit sets agree in only %.1f%% of steps (%.1f%% counting near-ties)",
+               what, 100 * rs, 100 * rst);
         CHECKF(tok_cmp > 0 && rt >= 0.95, "%s: tokens agree in only %.1f%%", what, 100 * rt);
 
         /* 3. free-running decodes: CPU loop, CUDA host loop, CUDA device loop (reported) */
