@@ -1,5 +1,6 @@
 // tp_serve.test.mjs — `unmask serve --tp N` (tensor parallel on CPU threads, docs/parallel.md)
-// answers real clients (ws, openai) with the same tokens as --tp 1 at temperature 0, and --max-seq
+// answers real clients (ws, openai) with the same tokens as --tp 1 at temperature 0 (also as 2
+// replicas of TP 2: --engines 2 --tp 2), and --max-seq
 // refuses requests over it on HTTP and WebSocket with context_length_exceeded.
 //
 // Why token equality is a sound assertion here: TP sums the attention-out / MLP-down partial
@@ -93,6 +94,8 @@ describe('serve --tp: same answers as --tp 1', () => {
   const servers = {};
   before(async () => {
     for (const tp of [1, 2, 4]) servers[tp] = await startServer({ model: MODEL, name: `tp${tp}`, extra: ['--tp', String(tp)] });
+    // 2 data-parallel replicas of TP 2 on the CPU
+    servers.r2 = await startServer({ model: MODEL, name: 'r2tp2', extra: ['--engines', '2', '--tp', '2'] });
   });
   after(async () => {
     for (const srv of Object.values(servers)) {
@@ -106,11 +109,14 @@ describe('serve --tp: same answers as --tp 1', () => {
       const st = await servers[tp].stats();
       assert.deepEqual(st.topology, { devices: 'cpu', replicas: 1, tp, nnodes: 1, max_seq: CFG.max_sequence_length });
     }
+    const r2 = await servers.r2.stats();
+    assert.deepEqual(r2.topology, { devices: 'cpu', replicas: 2, tp: 2, nnodes: 1, max_seq: CFG.max_sequence_length });
+    assert.equal(r2.scheduler.engines, 2);
   });
 
   test('WebSocket and OpenAI answers are identical across --tp 1/2/4, with margins that make it so', async () => {
     const res = {};
-    for (const tp of [1, 2, 4]) res[tp] = await wsGenerate(servers[tp], `g${tp}`, { prompt_ids: PROMPT, ...PARAMS });
+    for (const tp of [1, 2, 4, 'r2']) res[tp] = await wsGenerate(servers[tp], `g${tp}`, { prompt_ids: PROMPT, ...PARAMS });
     for (const tp of [1, 2, 4]) {
       assert.ok(!res[tp].error, `tp ${tp}: ${JSON.stringify(res[tp].error)}`);
       assert.ok(res[tp].ids.every((t) => t >= 0), `tp ${tp}: every position committed`);
@@ -142,7 +148,7 @@ describe('serve --tp: same answers as --tp 1', () => {
     console.log(`tp logits: max |diff| ${maxDiff.toExponential(2)} (max |logit| ${maxAbs.toFixed(2)}), smallest top-1/top-2 gap ${minGap.toExponential(2)}`);
     assert.ok(maxDiff <= 1e-5 * maxAbs, `TP logits within 1e-5 of --tp 1 (max diff ${maxDiff})`);
     assert.ok(minGap > 100 * maxDiff && minGap > 1e-3, `no near-tie: gap ${minGap} vs diff ${maxDiff}`);
-    for (const tp of [2, 4]) {
+    for (const tp of [2, 4, 'r2']) {
       assert.deepEqual(res[tp].ids, ref, `tp ${tp}: same tokens as tp 1`);
       assert.equal(res[tp].done.text, res[1].done.text, `tp ${tp}: same text as tp 1`);
     }
