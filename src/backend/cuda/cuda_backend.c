@@ -625,6 +625,18 @@ backend *backend_cuda_init(const char *device, um_err *err) {
         um_err_prefix(err, "%s", device);
         return NULL;
     }
+    /* the backend's own buffers (cuBLAS workspace, upload staging, first index chunk): a device that
+     * another process filled is a um_err here, not a CUDA_CHECK abort below */
+    size_t free0 = 0, total0 = 0;
+    e = cudaMemGetInfo(&free0, &total0);
+    const uint64_t own = (uint64_t)CUBLAS_WS_BYTES + 2ull * UPLOAD_CHUNK + STAGE_CHUNK_MIN;
+    if (e != cudaSuccess || (uint64_t)free0 < own + FIT_RESERVE_BYTES / 4) {
+        (void)cudaGetLastError();
+        um_err_set(err, UM_ERR_RESOURCE,
+                   "%s (%s): not enough free device memory for the backend's buffers: %.1f MiB free of %.2f GiB, "
+                   "%.1f MiB needed", device, prop.name, mib(free0), gib(total0), mib(own + FIT_RESERVE_BYTES / 4));
+        return NULL;
+    }
     cuda_impl *ci = xcalloc(1, sizeof *ci);
     ci->cb = cb;
     ci->device = idx;

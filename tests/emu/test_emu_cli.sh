@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test_emu_cli.sh — the full CLI on the CUDA emulator (UNMASK_EMU_BIN = unmask-emu, whose
+# --device cuda:N runs src/backend/cuda and kernels/ on the CPU):
+#   - logits --device cuda:0 vs --device cpu on a tiny make-model checkpoint (GQA + key padding):
+#     relative L2 error <= 2e-2 (bf16 activations vs f32) and the same argmax on every row that is not
+#     a near-tie (CPU top-2 gap > 2 x that row's largest |cuda - cpu|), with most rows decisive;
+#   - generate --device cuda:0 exits 0 with a done event and no mask left, for the device-resident
+#     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
+#     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
+#   - host-side error paths (exit != 0, no abort): UNMASK_EMU_MEM_BYTES below the backend's own buffers
+#     -> "not enough free device memory", room for those but not the weights -> "does not fit",
+#     UNMASK_EMU_DEVICES=0 -> "no CUDA device", cuda:1 of one device -> "only 1".
+set -u
+BIN="${UNMASK_EMU_BIN:?UNMASK_EMU_BIN not set (build with UNMASK_CUDA_EMU=ON)}"
+PY=/usr/bin/python3
+TMP="${UNMASK_TEST_TMP:-/tmp}/emu_cli.$$"
+mkdir -p "$TMP"
+trap 'rm -rf "$TMP"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "FAIL $*"; }
+
+"$BIN" make-model --out "$TMP/m" --quiet --n-heads 4 --n-kv-heads 2 || { echo "make-model failed"; echo "0 passed, 1 failed"; exit 1; }
+
+# ---------------------------------------------------------------- logits
+TOK=1,17,300,42,7,99,250,3,8,400,12,77,5,6,200,31
+VALID=1,1,1,1,1,1,1,1,1,1,1,1,1,1,0,0
+for d in cpu cuda:0; do
+    if ! "$BIN" logits --model "$TMP/m" --tokens "$TOK" --key-valid "$VALID" --out "$TMP/l_${d%%:*}.npy" --device "$d" \
+        > "$TMP/logits_${d%%:*}.log" 2>&1; then
+        bad "logits --device $d failed: $(cat "$TMP/logits_${d%%:*}.log")"
+    else
+        ok
+    fi
+done
+if [ -f "$TMP/l_cpu.npy" ] && [ -f "$TMP/l_cuda.npy" ]; then
+    if out=$("$PY" - "$TMP/l_cpu.npy" "$TMP/l_cuda.npy" <<'EOF'
+import sys
+import numpy as np
+c = np.load(sys.argv[1]).astype(np.float64)
+g = np.load(sys.argv[2]).astype(np.float64)
+assert c.shape == g.shape, f"shapes {c.shape} vs {g.shape}"
+rel = np.linalg.norm(g - c) / np.linalg.norm(c)
+err = np.abs(g - c).max(axis=1)
+top2 = np.sort(c, axis=1)[:, -2:]
+gap = top2[:, 1] - top2[:, 0]
+decisive = gap > 2 * err
+agree = np.argmax(c, axis=1) == np.argmax(g, axis=1)
+print(f"rel {rel:.3g}, decisive rows {decisive.sum()}/{len(c)}, argmax agree on decisive {agree[decisive].sum()}, "
+      f"on all {agree.sum()}")
+ok = rel <= 2e-2 and agree[decisive].all() and decisive.sum() >= len(c) // 2
+sys.exit(0 if ok else 1)
+EOF
+    ); then ok; echo "logits cuda:0 vs cpu: $out"; else bad "logits cuda:0 vs cpu: $out"; fi
+fi
+
+# ---------------------------------------------------------------- generate
+for loop in on off; do
+    if "$BIN" generate --model "$TMP/m" --prompt-ids 1,2,3,4,5 --gen-length 24 --block-length 8 --device cuda:0 \
+        --device-loop "$loop" --json > "$TMP/gen_$loop.jsonl" 2> "$TMP/gen_$loop.err"; then
+        ok
+    else
+        bad "generate --device cuda:0 --device-loop $loop: $(tail -5 "$TMP/gen_$loop.err")"
+    fi
+done
+if out=$("$PY" - "$TMP/gen_on.jsonl" "$TMP/gen_off.jsonl" <<'EOF'
+import json, sys
+def final(path):
+    ev = [json.loads(l) for l in open(path) if l.strip()]
+    done = [e for e in ev if e.get("type") == "done"]
+    assert len(done) == 1, f"{path}: {len(done)} done events"
+    d = done[0]
+    assert d["error"] is None and d["usage"]["completion_tokens"] == 24, d
+    steps = [e for e in ev if e.get("type") == "step"]
+    assert steps and steps[-1]["progress"]["masks_left"] == 0, "masks left"
+    ids = {}
+    for e in steps:
+        for c in e["commits"]:
+            assert c["pos"] not in ids, f"position {c['pos']} committed twice"
+            ids[c["pos"]] = c["id"]
+    assert len(ids) == 24, f"{len(ids)} positions committed"
+    return ids
+a, b = final(sys.argv[1]), final(sys.argv[2])
+same = sum(a[p] == b[p] for p in a)
+print(f"device loop vs host loop: {same}/24 tokens identical")
+sys.exit(0 if a == b else 1)
+EOF
+); then ok; echo "generate cuda:0: $out"; else bad "generate cuda:0: $out"; fi
+
+# ---------------------------------------------------------------- host-side error paths
+expect() { # name, needle, env... cmd...: fails cleanly (exit 1..127, no abort) naming the needle
+    local name="$1" needle="$2"; shift 2
+    local out rc; out=$(env "$@" 2>&1); rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && printf '%s' "$out" | grep -qF -- "$needle"; then ok; else bad "$name: rc=$rc out=$out"; fi
+}
+expect no-room "not enough free device memory" UNMASK_EMU_MEM_BYTES=100000000 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
+expect no-fit "does not fit" UNMASK_EMU_MEM_BYTES=250000000 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
+expect no-device "no CUDA device" UNMASK_EMU_DEVICES=0 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
+expect out-of-range "only 1 CUDA device" UNMASK_EMU_DEVICES=1 "$BIN" generate --model "$TMP/m" --prompt-ids 1,2 --gen-length 4 --block-length 4 --device cuda:1
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
