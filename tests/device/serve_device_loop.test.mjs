@@ -1,0 +1,172 @@
+// serve_device_loop.test.mjs — end to end: `unmask serve --device cuda:0` on the CUDA emulator
+// (UNMASK_EMU_BIN, the unmask binary built against the emulated CUDA runtime) with the
+// device-resident decode loop (default) and with the host loop forced (UNMASK_DEVICE_LOOP=off),
+// driven by the real `ws` and `openai` clients: the same requests — every eligible decoder, greedy
+// and seeded sampling, drafts, different lengths and block sizes, submitted at staggered times so
+// they join and leave each other's batches — return the same texts, finish reasons, usage and
+// per-position commits on both servers; a cancelled generation ends with done(cancelled) and
+// nothing after it, and its batch-mates still match the host loop; CFG requests (not supported on
+// the device) still work next to device ones; the device server really ran the device loop and
+// replayed CUDA graphs (its debug log), the host one did not.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
+import { Client, checkGeneration, httpGet } from '../protocol/harness.mjs';
+
+const EMU = process.env.UNMASK_EMU_BIN;
+const TMP = process.env.UNMASK_TEST_TMP;
+// A build configured with -DUNMASK_CUDA_EMU=OFF has no unmask-emu: the suite is reported as skipped, with why.
+const NO_EMU = EMU ? false : 'no unmask-emu in this build (-DUNMASK_CUDA_EMU=OFF): nothing runs our CUDA code';
+
+function emuModel() {
+  const dir = path.join(TMP, 'model-device-loop');
+  if (!fs.existsSync(path.join(dir, 'model.safetensors'))) {
+    fs.rmSync(dir, { recursive: true, force: true });
+    const r = spawnSync(EMU, ['make-model', '--out', dir, '--preset', 'tiny', '--quiet'], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`make-model failed: ${r.stderr}`);
+  }
+  return dir;
+}
+
+// `unmask serve` from the emulator binary with extra environment; the listening port is read from
+// stdout, readiness from GET /health (as tests/protocol/harness.mjs does for UNMASK_BIN).
+async function startServer({ model, extra, env, name }) {
+  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...extra];
+  const proc = spawn(EMU, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  let stdout = '';
+  let stderr = '';
+  proc.stderr.setEncoding('utf8');
+  proc.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const port = await new Promise((resolve, reject) => {
+    proc.stdout.setEncoding('utf8');
+    proc.stdout.on('data', (d) => {
+      stdout += d;
+      const m = stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
+      if (m) resolve(Number(m[1]));
+    });
+    exited.then(({ code, signal }) => reject(new Error(`${name}: server exited early (${code ?? signal}): ${stderr}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    const r = await httpGet(`${base}/health`).catch(() => null);
+    if (r && r.status === 200) break;
+    if (i > 1200) throw new Error(`${name}: /health never became ready: ${stderr}`);
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  return {
+    base,
+    wsUrl: `ws://127.0.0.1:${port}/ws`,
+    get stderr() { return stderr; },
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return exited;
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
+      const r = await exited;
+      clearTimeout(t);
+      return r;
+    },
+  };
+}
+
+// The requests: [id, body]. Lengths/blocks differ so sequences leave the batch at different steps.
+const REQS = [
+  ['lc0', { prompt: 'The quick brown fox', gen_length: 12, block_length: 4, steps: 6, decoder: 'low_confidence' }],
+  ['lc1', { prompt: 'Once upon a time', gen_length: 8, block_length: 8, steps: 8, decoder: 'low_confidence',
+    temperature: 0.8, seed: 41, stream: { drafts: true } }],
+  ['rnd', { prompt: 'Tell me about GPUs', gen_length: 10, block_length: 4, steps: 5, decoder: 'random', seed: 7,
+    temperature: 0.6, top_k: 30 }],
+  ['thr', { prompt: 'Why is the sky blue?', gen_length: 12, block_length: 4, decoder: 'threshold', threshold: 0.2,
+    temperature: 0.9, top_p: 0.9, seed: 5, stream: { drafts: true } }],
+  ['fac', { prompt: 'A list of colours:', gen_length: 8, block_length: 4, decoder: 'factor', factor: 1.5 }],
+  ['cfg', { prompt: 'Guided generation', gen_length: 8, block_length: 4, steps: 4, cfg_scale: 1.0 }],
+];
+
+// Run every request on one connection, each submitted after the previous one has streamed a step
+// (so they join a running batch), and cancel `cancelId` after its 2nd step.
+async function runAll(srv, cancelId) {
+  const c = new Client(srv.wsUrl);
+  await c.session();
+  for (const [id, body] of REQS) {
+    c.send({ type: 'generate', id, ...body });
+    await c.wait((m) => m.id === id && (m.type === 'step' || m.type === 'done'), `first step of ${id}`);
+  }
+  const long = { prompt_ids: [1, 2, 3], gen_length: 200, block_length: 4, steps: 200, decoder: 'low_confidence' };
+  c.send({ type: 'generate', id: cancelId, ...long });
+  await c.wait((m) => m.type === 'step' && m.id === cancelId && m.step >= 2, 'a few steps of the long one');
+  c.send({ type: 'cancel', id: cancelId });
+  const out = {};
+  for (const [id] of [...REQS, [cancelId]]) {
+    const done = await c.done(id);
+    checkGeneration(assert, c.msgs, id);
+    const commits = c.of(id).filter((m) => m.type === 'step').flatMap((m) => m.commits.map((x) => [x.index, x.token]));
+    commits.sort((a, b) => a[0] - b[0]);
+    out[id] = { done, commits, after: c.msgs.filter((m) => m.id === id && m.seq > done.seq).length };
+  }
+  await c.close();
+  return out;
+}
+
+describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO_EMU }, () => {
+  let dev, host;
+  before(async () => {
+    const model = emuModel();
+    const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '8', '--verbose'] };
+    dev = await startServer({ ...common, name: 'device-loop', env: { UNMASK_DEVICE_LOOP: 'on' } });
+    host = await startServer({ ...common, name: 'host-loop', env: { UNMASK_DEVICE_LOOP: 'off' } });
+  });
+  after(async () => {
+    const r1 = await dev?.stop();
+    const r2 = await host?.stop();
+    assert.equal(r1?.code, 0, `device-loop server exits 0 on SIGTERM: ${dev?.stderr}`);
+    assert.equal(r2?.code, 0, `host-loop server exits 0 on SIGTERM: ${host?.stderr}`);
+  });
+
+  test('WebSocket: same texts, finish reasons, usage and commits; cancel ends the stream', async () => {
+    const [a, b] = await Promise.all([runAll(dev, 'long'), runAll(host, 'long')]);
+    for (const [id] of REQS) {
+      assert.equal(a[id].done.finish_reason, b[id].done.finish_reason, `${id}: finish_reason`);
+      assert.equal(a[id].done.text, b[id].done.text, `${id}: text`);
+      assert.deepEqual(a[id].done.usage, b[id].done.usage, `${id}: usage`);
+      assert.deepEqual(a[id].commits, b[id].commits, `${id}: every position committed to the same token`);
+      assert.equal(a[id].after, 0, `${id}: nothing after done`);
+    }
+    for (const r of [a, b]) {
+      assert.equal(r.long.done.finish_reason, 'cancelled');
+      assert.ok(r.long.done.usage.steps < 200, 'stopped early');
+      assert.equal(r.long.after, 0, 'nothing after done(cancelled)');
+    }
+    // commits of the cancelled one: the device's are a prefix of the uncancelled run's order,
+    // position by position the same token wherever both committed
+    const hostTok = new Map(b.long.commits);
+    for (const [i, t] of a.long.commits) if (hostTok.has(i)) assert.equal(t, hostTok.get(i), `long: position ${i}`);
+  });
+
+  test('OpenAI client: chat completions (streamed and not) are the same on both servers', async () => {
+    const mk = (srv) => new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const body = { model: 'tiny', messages: [{ role: 'user', content: 'Write one short sentence.' }], max_tokens: 8,
+      block_length: 4, seed: 9, temperature: 0.7, decoder: 'threshold', threshold: 0.3 };
+    for (const srv of [dev, host]) srv.client = mk(srv);
+    const [x, y] = await Promise.all([dev.client.chat.completions.create(body), host.client.chat.completions.create(body)]);
+    assert.equal(x.choices[0].message.content, y.choices[0].message.content);
+    assert.equal(x.choices[0].finish_reason, y.choices[0].finish_reason);
+    assert.deepEqual(x.usage, y.usage);
+    const text = async (srv) => {
+      let t = '';
+      for await (const ch of await srv.client.chat.completions.create({ ...body, stream: true, seed: 10 }))
+        t += ch.choices[0]?.delta?.content ?? '';
+      return t;
+    };
+    const [s1, s2] = await Promise.all([text(dev), text(host)]);
+    assert.equal(s1, s2, 'streamed texts');
+  });
+
+  test('the device server ran the device loop with graph replays; the host server did not', async () => {
+    assert.match(dev.stderr, /device-resident decode loop on/);
+    assert.match(dev.stderr, /device decode: graph captured/);
+    assert.doesNotMatch(host.stderr, /device-resident decode loop on|device decode:/);
+  });
+});
