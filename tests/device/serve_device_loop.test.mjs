@@ -170,3 +170,47 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
     assert.doesNotMatch(host.stderr, /device-resident decode loop on|device decode:/);
   });
 });
+
+// The fault-injection hook (UNMASK_FAULT_FORWARD_FAIL) fails device steps like host steps: the
+// same steps stream before the error on both loops, then done(error); the next request is fine.
+describe('serve: injected forward failures on the device loop', { skip: NO_EMU }, () => {
+  let dev, host;
+  const SEED = 777;
+  before(async () => {
+    const model = emuModel();
+    const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '4', '--verbose'] };
+    const fault = { UNMASK_FAULT_FORWARD_FAIL: `seed=${SEED},after=3` };
+    dev = await startServer({ ...common, name: 'device-fault', env: { ...fault, UNMASK_DEVICE_LOOP: 'on' } });
+    host = await startServer({ ...common, name: 'host-fault', env: { ...fault, UNMASK_DEVICE_LOOP: 'off' } });
+  });
+  after(async () => {
+    await dev?.stop();
+    await host?.stop();
+  });
+
+  async function run(srv) {
+    const c = new Client(srv.wsUrl);
+    await c.session();
+    c.send({ type: 'generate', id: 'f', prompt: 'Fail me', gen_length: 16, block_length: 4, steps: 16, seed: SEED,
+      temperature: 0.5 });
+    const f = await c.done('f');
+    c.send({ type: 'generate', id: 'ok', prompt: 'Fine', gen_length: 8, block_length: 4, steps: 4, seed: 1 });
+    const ok = await c.done('ok');
+    const steps = c.of('f').filter((m) => m.type === 'step').flatMap((m) => m.commits.map((x) => [x.index, x.token]));
+    await c.close();
+    return { f, ok, steps };
+  }
+
+  test('same steps then done(error) on both loops; the server keeps serving', async () => {
+    const [a, b] = await Promise.all([run(dev), run(host)]);
+    for (const r of [a, b]) {
+      assert.equal(r.f.finish_reason, 'error');
+      assert.match(r.f.error?.message ?? JSON.stringify(r.f), /injected by UNMASK_FAULT_FORWARD_FAIL/);
+      assert.equal(r.f.usage.steps, 3, 'failed at its 4th step (after=3)');
+      assert.equal(r.ok.finish_reason === 'stop' || r.ok.finish_reason === 'length', true, 'the next request finishes');
+    }
+    assert.deepEqual(a.steps, b.steps, 'the same commits before the failure');
+    assert.equal(a.ok.text, b.ok.text);
+    assert.match(dev.stderr, /device-resident decode loop on/);
+  });
+});
