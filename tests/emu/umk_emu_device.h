@@ -47,9 +47,10 @@ struct thread_ctx {
     uint3 thread_idx;
 };
 
-extern thread_local thread_ctx *tl_thread;
-extern thread_local uint3 tl_block_idx;
-extern thread_local dim3 tl_block_dim, tl_grid_dim;
+// __thread (not thread_local): plain TLS access, no C++ TLS wrapper calls in every index expression
+extern __thread thread_ctx *tl_thread;
+extern __thread uint3 tl_block_idx;
+extern __thread dim3 tl_block_dim, tl_grid_dim;
 
 void syncthreads(const char *file, int line);
 // warp collectives: every lane named in mask must call the same site

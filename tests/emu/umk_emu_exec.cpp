@@ -79,9 +79,9 @@ __asm__(
 
 namespace umk_emu {
 
-thread_local thread_ctx *tl_thread;
-thread_local uint3 tl_block_idx;
-thread_local dim3 tl_block_dim, tl_grid_dim;
+__thread thread_ctx *tl_thread;
+__thread uint3 tl_block_idx;
+__thread dim3 tl_block_dim, tl_grid_dim;
 
 namespace {
 
