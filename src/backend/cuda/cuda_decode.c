@@ -266,7 +266,9 @@ int cuda_decode_capture(cuda_decode *cd, um_err *err) {
     cuda_use_device(cd->ci);
     if (cd->graph) return 0;
     ensure_begun(cd);
-    if (enqueue_compute(cd, 0, err) < 0) return -1;   /* warm-up: allocates the forward's buffers */
+    /* warm-up: allocates the forward's buffers — unless a step of this batch (same shapes) already
+     * ran uncaptured and did that */
+    if (cd->produced == 0 && enqueue_compute(cd, 0, err) < 0) return -1;
     CUDA_CHECK(cudaStreamSynchronize(cd->ci->stream));
     backend_cuda_capture_begin(cd->be);
     int rc = enqueue_compute(cd, 1, err);

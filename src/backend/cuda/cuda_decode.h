@@ -86,8 +86,9 @@ void         cuda_decode_free(cuda_decode *cd);
  * canvas and the device LM-head row list: their host contents are not used). */
 const fwd_batch *cuda_decode_batch(const cuda_decode *cd);
 
-/* Capture forward + sample + commit as a CUDA graph (runs one uncaptured forward first so buffers
- * exist; that forward's results are discarded). Later steps replay the graph. */
+/* Capture forward + sample + commit as a CUDA graph (before the first step it runs one uncaptured
+ * forward first so buffers exist, its results discarded; after a direct step that step did it).
+ * Waits for the pending steps. Later steps replay the graph. */
 int  cuda_decode_capture(cuda_decode *cd, um_err *err);
 /* Enqueue one step (graph replay or direct launches) and its record copy. -1 + err when the
  * forward fails; aborts when `ring` steps are pending unpolled (caller bug). */
