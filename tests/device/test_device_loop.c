@@ -140,6 +140,7 @@ static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
             while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
             decode_device_stats ds;
             decode_device_get_stats(dd, &ds);
+            fprintf(stderr, "%s\n", label);
             TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
             TEST_CHECK(g.after_done == 0 && g.finish == h.finish, "%s: same finish, nothing after DONE", label);
             TEST_CHECK(ds.graph_captures == 1 && ds.graph_replays + 1 == ds.steps && ds.rebuilds == 1,
@@ -249,6 +250,47 @@ static void test_join_leave_cancel(model_ctx *ctx, const int32_t *prompt, int n_
     }
 }
 
+/* EOS stop on the device: near-uniform sampling (T = 100) until a seed makes the host loop stop on
+ * an EOS/EOT before the last block; the device loop must stop at the same step with the same
+ * events (and the reference quirk flags on too). */
+static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    decode_params p = base_params();
+    p.decoder = DECODER_RANDOM;
+    p.gen_length = 32;
+    p.block_length = 4;
+    p.steps = 16;
+    p.temperature = 100.0;
+    p.confidence_eos_eot_inf = 1;
+    int found = 0;
+    for (uint64_t seed = 1; seed <= 400 && !found; seed++) {
+        p.seed = seed;
+        stream h;
+        run_host(ctx, &p, prompt, n_prompt, &h);
+        /* stopped early: fewer than the 8 blocks were decoded */
+        int blocks = 0;
+        for (int i = 0; i < h.n; i++) blocks += strstr(h.ev[i], "\"type\":\"block\"") != NULL;
+        if (h.finish == DECODE_FINISH_STOP && blocks < 8) {
+            found = 1;
+            stream g;
+            decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &g);
+            decode_device *dd = decode_device_create(ctx, 1);
+            decode_sink sink = {on_ev, NULL};
+            um_err err = {0};
+            while (!decode_seq_done(s)) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
+            char label[64];
+            snprintf(label, sizeof label, "EOS stop (seed %llu, %d blocks)", (unsigned long long)seed, blocks);
+            fprintf(stderr, "%s\n", label);
+            TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
+            TEST_CHECK(g.finish == DECODE_FINISH_STOP && g.after_done == 0, "%s: stop, nothing after DONE", label);
+            decode_device_free(dd);
+            decode_seq_free(s);
+            stream_free(&g);
+        }
+        stream_free(&h);
+    }
+    TEST_CHECK(found, "a seed with an early EOS stop within 400 (near-uniform sampling over the vocabulary)");
+}
+
 /* What is not eligible stays on the host loop. */
 static void test_eligibility(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     stream st;
@@ -307,6 +349,7 @@ int main(void) {
     test_eligibility(&ctx, ids, n_prompt);
     test_alone(&ctx, ids, n_prompt);
     test_join_leave_cancel(&ctx, ids, n_prompt);
+    test_eos_stop(&ctx, ids, n_prompt);
     free(ids);
     model_ctx_free(&ctx);
     backend_free(be);
