@@ -4,6 +4,7 @@
 #   - logits --device cuda:0 vs --device cpu on a tiny make-model checkpoint (GQA + key padding):
 #     relative L2 error <= 2e-2 (bf16 activations vs f32) and the same argmax on every row that is not
 #     a near-tie (CPU top-2 gap > 2 x that row's largest |cuda - cpu|), with most rows decisive;
+#     cuda:1 of UNMASK_EMU_DEVICES=2 gives the same bytes as cuda:0;
 #   - generate --device cuda:0 exits 0 with a done event and no mask left, for the device-resident
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
@@ -52,6 +53,15 @@ ok = rel <= 2e-2 and agree[decisive].all() and decisive.sum() >= len(c) // 2
 sys.exit(0 if ok else 1)
 EOF
     ); then ok; echo "logits cuda:0 vs cpu: $out"; else bad "logits cuda:0 vs cpu: $out"; fi
+fi
+
+# a second emulated device computes the same logits bit for bit (device selection per thread, cuBLAS
+# handle of the right device)
+if UNMASK_EMU_DEVICES=2 "$BIN" logits --model "$TMP/m" --tokens "$TOK" --key-valid "$VALID" --out "$TMP/l_dev1.npy" \
+    --device cuda:1 > "$TMP/logits_dev1.log" 2>&1 && cmp -s "$TMP/l_cuda.npy" "$TMP/l_dev1.npy"; then
+    ok
+else
+    bad "logits --device cuda:1 (UNMASK_EMU_DEVICES=2) differs from cuda:0 or failed: $(tail -3 "$TMP/logits_dev1.log")"
 fi
 
 # ---------------------------------------------------------------- generate

@@ -8,7 +8,8 @@
  *   - __shfl_xor_sync butterfly sums, __ballot_sync bits, atomics;
  *   - grid / block indices cover every (block, thread) once;
  *   - misuse aborts with a message (each in a forked child): divergent __syncthreads, a shuffle whose
- *     mask names an exited lane, a deadlock, too much dynamic shared memory without the attribute.
+ *     mask names an exited lane, a deadlock, too much dynamic shared memory without the attribute,
+ *     and (ASan builds only) a kernel reading past its device allocation.
  * Prints "N passed, N failed"; exit 1 on failure. Main thread (and forked children).
  */
 #include <signal.h>
@@ -206,6 +207,12 @@ __global__ void k_deadlock(int *x) {
     __syncthreads();
 }
 
+__global__ void k_oob(const int *in, int *out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[0] += in[i];   // no i < n guard: the last block reads past the allocation
+    (void)n;
+}
+
 __global__ void k_big_smem(int *x) {
     UMK_DYNAMIC_SMEM(dyn);
     x[0] = dyn[0];
@@ -246,6 +253,12 @@ int *scratch() {
 void run_divergent() { UMK_LAUNCH(k_divergent_barrier, 1, 64, 0, (cudaStream_t) nullptr, scratch()); }
 void run_shfl_exited() { UMK_LAUNCH(k_shfl_exited, 1, 32, 0, (cudaStream_t) nullptr, scratch()); }
 void run_deadlock() { UMK_LAUNCH(k_deadlock, 1, 64, 0, (cudaStream_t) nullptr, scratch()); }
+void run_oob() {
+    int *in = nullptr;
+    cudaMalloc((void **)&in, 100 * sizeof(int));
+    UMK_LAUNCH(k_oob, 1, 128, 0, (cudaStream_t) nullptr, in, scratch(), 100);
+}
+
 void run_big_smem() {
     UMK_LAUNCH(k_big_smem, 1, 32, 64 * 1024, (cudaStream_t) nullptr, scratch());
     // without the attribute the launch fails (no abort): report it through the exit code
@@ -267,6 +280,16 @@ void test_misuse() {
                sig, e.c_str());
     e = in_child(run_deadlock, &sig, &code);
     TEST_CHECK(sig == SIGABRT && e.find("deadlock") != std::string::npos, "deadlock: %d, %s", sig, e.c_str());
+#if defined(__SANITIZE_ADDRESS__)
+    // under -DUNMASK_SANITIZE=ON device memory is ASan-guarded host memory: a kernel reading past its
+    // allocation is reported (a memcheck)
+    e = in_child(run_oob, &sig, &code);
+    TEST_CHECK(sig != 0 || code != 0, "ASan: out-of-bounds kernel read not reported");
+    TEST_CHECK(e.find("heap-buffer-overflow") != std::string::npos && e.find("k_oob") != std::string::npos,
+               "ASan report names the kernel: %s", e.substr(0, 400).c_str());
+#else
+    (void)run_oob;
+#endif
     e = in_child(run_big_smem, &sig, &code);
     TEST_CHECK(sig == 0 && code == 42, "64 KiB dynamic smem: fails without the attribute, runs with it (exit %d, %s)",
                code, e.c_str());
