@@ -275,6 +275,10 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         CHECK(cuda_decode_poll(dd->cd, 1) == 1);
         dev_apply_polled(dd, sink);
     }
+    /* every sequence of the batch finished: let go of it now (an idle engine holds no GPU batch) */
+    int live = 0;
+    for (int i = 0; i < dd->n_slot; i++) live += dd->slot[i] != NULL;
+    if (!live) dev_drop(dd);
     return 0;
 }
 

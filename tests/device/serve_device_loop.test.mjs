@@ -214,3 +214,10 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
     assert.match(dev.stderr, /device-resident decode loop on/);
   });
 });
+
+test('generate --device-loop: only on|off', () => {
+  const r = spawnSync(process.env.UNMASK_BIN, ['generate', '--model', 'unused', '--prompt-ids', '1,2', '--device-loop',
+    'maybe'], { encoding: 'utf8' });
+  assert.equal(r.status, 2, 'bad parameter: exit 2');
+  assert.match(r.stderr, /--device-loop must be on or off, got 'maybe'/);
+});
