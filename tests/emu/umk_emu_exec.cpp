@@ -140,9 +140,23 @@ struct executor {
 
 thread_local executor *tl_exec;
 
+// frees the calling thread's executor when the thread exits (engine threads come and go)
+struct executor_owner {
+    executor *ex = nullptr;
+    ~executor_owner() {
+        if (!ex) return;
+        munmap(ex->stacks, (k_guard_bytes + k_stack_bytes) * k_max_threads);
+        delete[] ex->fibers;
+        delete ex;
+        tl_exec = nullptr;
+    }
+};
+thread_local executor_owner tl_exec_owner;
+
 executor *exec_get() {
     if (tl_exec) return tl_exec;
     executor *ex = new executor;
+    tl_exec_owner.ex = ex;
     ex->fibers = new fiber[k_max_threads];
     const size_t per = k_guard_bytes + k_stack_bytes;
     void *m = mmap(nullptr, per * k_max_threads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
