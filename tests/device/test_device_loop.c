@@ -140,7 +140,6 @@ static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
             while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
             decode_device_stats ds;
             decode_device_get_stats(dd, &ds);
-            fprintf(stderr, "%s\n", label);
             TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
             TEST_CHECK(g.after_done == 0 && g.finish == h.finish, "%s: same finish, nothing after DONE", label);
             TEST_CHECK(ds.graph_captures == 1 && ds.graph_replays + 1 == ds.steps && ds.rebuilds == 1,
@@ -184,7 +183,8 @@ static void test_join_leave_cancel(model_ctx *ctx, const int32_t *prompt, int n_
     c[2].p.steps = 16;
     c[2].p.draft_every = 2;
     c[2].p.seed = 5;
-    c[3].label = "factor B4 T0.5 top_k";
+    c[3].label = "factor B4 T0.5 top_k logits_eos_inf";
+    c[3].p.logits_eos_inf = 1;
     c[3].p.decoder = DECODER_FACTOR;
     c[3].p.factor = 2.0;
     c[3].p.temperature = 0.5;
@@ -279,7 +279,6 @@ static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
             while (!decode_seq_done(s)) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
             char label[64];
             snprintf(label, sizeof label, "EOS stop (seed %llu, %d blocks)", (unsigned long long)seed, blocks);
-            fprintf(stderr, "%s\n", label);
             TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
             TEST_CHECK(g.finish == DECODE_FINISH_STOP && g.after_done == 0, "%s: stop, nothing after DONE", label);
             decode_device_free(dd);
