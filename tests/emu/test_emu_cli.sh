@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_emu_cli.sh — the full CLI on the CUDA emulator (UNMASK_EMU_BIN = unmask-emu, whose
 # --device cuda:N runs src/backend/cuda and kernels/ on the CPU):
-#   - logits --device cuda:0 vs --device cpu on a tiny make-model checkpoint (GQA + key padding):
+#   - logits --device cuda:0 vs --device cpu on tiny make-model checkpoints (bf16 with GQA + key
+#     padding; f32; f16 in 3 shards — the latter two through the device-side bf16 conversion):
 #     relative L2 error <= 2e-2 (bf16 activations vs f32) and the same argmax on every row that is not
 #     a near-tie (CPU top-2 gap > 2 x that row's largest |cuda - cpu|), with most rows decisive;
 #     cuda:1 of UNMASK_EMU_DEVICES=2 gives the same bytes as cuda:0;
@@ -26,16 +27,8 @@ bad() { fail=$((fail+1)); echo "FAIL $*"; }
 # ---------------------------------------------------------------- logits
 TOK=1,17,300,42,7,99,250,3,8,400,12,77,5,6,200,31
 VALID=1,1,1,1,1,1,1,1,1,1,1,1,1,1,0,0
-for d in cpu cuda:0; do
-    if ! "$BIN" logits --model "$TMP/m" --tokens "$TOK" --key-valid "$VALID" --out "$TMP/l_${d%%:*}.npy" --device "$d" \
-        > "$TMP/logits_${d%%:*}.log" 2>&1; then
-        bad "logits --device $d failed: $(cat "$TMP/logits_${d%%:*}.log")"
-    else
-        ok
-    fi
-done
-if [ -f "$TMP/l_cpu.npy" ] && [ -f "$TMP/l_cuda.npy" ]; then
-    if out=$("$PY" - "$TMP/l_cpu.npy" "$TMP/l_cuda.npy" <<'EOF'
+# compare.py CPU.npy CUDA.npy: rel L2 <= 2e-2, argmax agreement on decisive rows, most rows decisive
+cat > "$TMP/compare.py" <<'EOF'
 import sys
 import numpy as np
 c = np.load(sys.argv[1]).astype(np.float64)
@@ -52,13 +45,28 @@ print(f"rel {rel:.3g}, decisive rows {decisive.sum()}/{len(c)}, argmax agree on 
 ok = rel <= 2e-2 and agree[decisive].all() and decisive.sum() >= len(c) // 2
 sys.exit(0 if ok else 1)
 EOF
-    ); then ok; echo "logits cuda:0 vs cpu: $out"; else bad "logits cuda:0 vs cpu: $out"; fi
-fi
+# bf16 (GQA, key padding); f32 and sharded f16 checkpoints go through the device-side conversion
+"$BIN" make-model --out "$TMP/m_f32" --quiet --dtype f32 --seed 3 &&
+"$BIN" make-model --out "$TMP/m_f16" --quiet --dtype f16 --shards 3 --seed 4 || bad "make-model f32/f16 failed"
+for m in m m_f32 m_f16; do
+    for d in cpu cuda:0; do
+        if ! "$BIN" logits --model "$TMP/$m" --tokens "$TOK" --key-valid "$VALID" --out "$TMP/l_${m}_${d%%:*}.npy" \
+            --device "$d" > "$TMP/logits.log" 2>&1; then
+            bad "logits $m --device $d failed: $(tail -3 "$TMP/logits.log")"
+        fi
+    done
+    if out=$("$PY" "$TMP/compare.py" "$TMP/l_${m}_cpu.npy" "$TMP/l_${m}_cuda.npy" 2>&1); then
+        ok
+        echo "logits $m cuda:0 vs cpu: $out"
+    else
+        bad "logits $m cuda:0 vs cpu: $out"
+    fi
+done
 
 # a second emulated device computes the same logits bit for bit (device selection per thread, cuBLAS
 # handle of the right device)
 if UNMASK_EMU_DEVICES=2 "$BIN" logits --model "$TMP/m" --tokens "$TOK" --key-valid "$VALID" --out "$TMP/l_dev1.npy" \
-    --device cuda:1 > "$TMP/logits_dev1.log" 2>&1 && cmp -s "$TMP/l_cuda.npy" "$TMP/l_dev1.npy"; then
+    --device cuda:1 > "$TMP/logits_dev1.log" 2>&1 && cmp -s "$TMP/l_m_cuda.npy" "$TMP/l_dev1.npy"; then
     ok
 else
     bad "logits --device cuda:1 (UNMASK_EMU_DEVICES=2) differs from cuda:0 or failed: $(tail -3 "$TMP/logits_dev1.log")"
