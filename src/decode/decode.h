@@ -7,7 +7,9 @@
  * sink. decode_step() advances ANY set of sequences by one step with ONE batched forward (CFG adds
  * each sequence's unconditional canvas to the same forward); sequences may join or leave between
  * steps, and a sequence's output never depends on its batch-mates (all randomness comes from the
- * counter-based rng keyed by (seed, step, position*vocab + token), util/rng.h).
+ * counter-based rng keyed by (seed, step, position*vocab + token), util/rng.h). A step's outcome
+ * is a record (decode_record) that decode_seq_apply() turns into state and events — the same
+ * function for host steps and for the device-resident loop (decode/decode_device.h).
  *
  * Not here: queues, admission, cancellation policy, transports (sched/, server/, api/). Cancel =
  * the scheduler stops passing the sequence to decode_step (and may call decode_seq_finish() to

@@ -6,7 +6,8 @@
  * joining and leaving the device batch at different steps (different block lengths and layouts
  * in one batch), a sequence continued on the device after host steps (mid-block: rng step, quota
  * state), a cancelled one (its stream is a prefix of the host stream, then DONE cancelled, nothing
- * after), and that graphs were captured and replayed.
+ * after), an early EOS stop, what is not eligible (CFG, hierarchy, infill), and that graphs were
+ * captured and replayed.
  *
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
