@@ -136,6 +136,7 @@ struct executor {
     const void                 *sched_bottom = nullptr;
     size_t                      sched_size = 0;
     void                       *sched_fake = nullptr;
+    uint64_t                    shuffle_state = 0x5eed;   // UNMASK_EMU_ORDER=shuffle
 };
 
 thread_local executor *tl_exec;
@@ -399,14 +400,52 @@ __attribute__((noinline)) void fiber_init(executor *ex, int i) {
 #endif
 }
 
+// UNMASK_EMU_ORDER: the order in which runnable threads run to their next barrier —
+// forward (default), reverse, or shuffle (a different seeded permutation for every phase of every
+// block). Correct kernels give the same results (up to floating-point atomics) in every order; a
+// missing __syncthreads / __syncwarp between a write and another thread's read usually does not.
+enum order_kind { ORDER_FORWARD, ORDER_REVERSE, ORDER_SHUFFLE };
+
+order_kind order_policy() {
+    static const order_kind k = [] {
+        const char *v = getenv("UNMASK_EMU_ORDER");
+        if (!v || !*v || !strcmp(v, "forward")) return ORDER_FORWARD;
+        if (!strcmp(v, "reverse")) return ORDER_REVERSE;
+        if (!strcmp(v, "shuffle")) return ORDER_SHUFFLE;
+        fatal("UNMASK_EMU_ORDER=%s: expected forward, reverse or shuffle", v);
+    }();
+    return k;
+}
+
+void next_order(executor *ex, int *order) {
+    const int n = ex->n;
+    const order_kind k = order_policy();
+    for (int i = 0; i < n; i++) order[i] = k == ORDER_REVERSE ? n - 1 - i : i;
+    if (k != ORDER_SHUFFLE) return;
+    for (int i = n - 1; i > 0; i--) {   // Fisher-Yates with a splitmix64 stream
+        uint64_t z = (ex->shuffle_state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        const int j = (int)(z % (uint64_t)(i + 1));
+        const int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 void run_block(executor *ex) {
     const int n = ex->n;
+    int order[k_max_threads];
     for (int i = 0; i < n; i++) fiber_init(ex, i);
     if (ex->dyn_bytes) memset(ex->dyn, 0xff, ex->dyn_bytes);
     char b1[96], b2[96], b3[160];
     for (;;) {
-        for (int i = 0; i < n; i++)
-            if (ex->fibers[i].state == F_RUN) run_fiber(ex, &ex->fibers[i]);
+        next_order(ex, order);
+        for (int k = 0; k < n; k++) {
+            fiber *f = &ex->fibers[order[k]];
+            if (f->state == F_RUN) run_fiber(ex, f);
+        }
         int done = 0, bar = 0, warp = 0;
         for (int i = 0; i < n; i++) {
             const int s = ex->fibers[i].state;
