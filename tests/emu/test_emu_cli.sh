@@ -9,6 +9,7 @@
 #   - generate --device cuda:0 exits 0 with a done event and no mask left, for the device-resident
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
+#   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
 #   - host-side error paths (exit != 0, no abort): UNMASK_EMU_MEM_BYTES below the backend's own buffers
 #     -> "not enough free device memory", room for those but not the weights -> "does not fit",
 #     UNMASK_EMU_DEVICES=0 -> "no CUDA device", cuda:1 of one device -> "only 1".
@@ -104,6 +105,43 @@ print(f"device loop vs host loop: {same}/24 tokens identical")
 sys.exit(0 if a == b else 1)
 EOF
 ); then ok; echo "generate cuda:0: $out"; else bad "generate cuda:0: $out"; fi
+
+# ---------------------------------------------------------------- serve on two emulated GPUs
+# two engines (one per device), concurrent completions batched by the engines' device loops
+SERVE_PID=
+stop_server() { if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null; SERVE_PID=; fi; }
+trap 'stop_server; rm -rf "$TMP"' EXIT
+UNMASK_EMU_DEVICES=2 "$BIN" serve --model "$TMP/m" --port 0 --gpus 0,1 > "$TMP/serve.out" 2> "$TMP/serve.err" &
+SERVE_PID=$!
+URL=
+for _ in $(seq 1 300); do   # polls the server's own output for its URL, then for "model ready"
+    URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.out" | head -1)
+    [ -n "$URL" ] && grep -q "model ready" "$TMP/serve.err" && break
+    kill -0 "$SERVE_PID" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -n "$URL" ] && grep -q "2 engines" "$TMP/serve.err"; then
+    if out=$("$PY" - "$URL" <<'EOF'
+import json, sys, threading, urllib.request
+url = sys.argv[1] + "/v1/completions"
+res = [None] * 6
+def go(i):
+    body = json.dumps({"prompt": f"hello {i}", "max_tokens": 24}).encode()
+    req = urllib.request.Request(url, body, {"content-type": "application/json"})
+    res[i] = json.load(urllib.request.urlopen(req, timeout=120))
+ts = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+good = sum(r is not None and r["usage"]["completion_tokens"] == 24 and r["choices"][0]["finish_reason"] == "length"
+           for r in res)
+print(f"{good}/6 completions with 24 tokens")
+sys.exit(0 if good == 6 else 1)
+EOF
+    ); then ok; echo "serve --gpus 0,1: $out"; else bad "serve --gpus 0,1: $out $(tail -5 "$TMP/serve.err")"; fi
+else
+    bad "serve --gpus 0,1 (UNMASK_EMU_DEVICES=2) did not come up: $(tail -5 "$TMP/serve.err")"
+fi
+stop_server
 
 # ---------------------------------------------------------------- host-side error paths
 expect() { # name, needle, env... cmd...: fails cleanly (exit 1..127, no abort) naming the needle
