@@ -1,6 +1,7 @@
 /*
- * gpu_parity.c — CUDA backend vs CPU backend, run on a GPU machine (scripts/gpu/run-checks.sh; not
- * a ctest test: CI has no GPU). Every GPU kernel against its CPU counterpart:
+ * gpu_parity.c — CUDA backend vs CPU backend, run on a GPU machine (scripts/gpu/run-checks.sh), and
+ * in CI on the CPU CUDA emulator as gpu_parity_emu --quick (ctest emu/gpu_parity, docs/gpu.md
+ * Emulator). Every GPU kernel against its CPU counterpart:
  *   ops       embed, rmsnorm (incl. in place), matmul (+bias, several shapes), rope (full/partial,
  *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction): inputs are
  *             bf16-exact so both backends see the same numbers; relative L2 error vs the f32 CPU
@@ -19,8 +20,9 @@
  *   decodes   temperature 0: device-resident steps replayed from a CUDA graph == direct launches
  *             (bit-exact canvases); teacher-forced per-step comparison with the CPU (on the GPU's
  *             canvas, the CPU forward + sampler + decoder choose the same commits in >= 90% of
- *             steps); free-running CPU vs CUDA (host loop) vs CUDA (device loop) decodes, token
- *             agreement reported.
+ *             steps, a difference only among positions within 2x the block's device-vs-CPU
+ *             confidence error of the CPU's cut counting as a near-tie); free-running CPU vs CUDA
+ *             (host loop) vs CUDA (device loop) decodes, token agreement reported.
  * Prints one line per check and "gpu_parity: N checks, M failed"; exit 1 on any failure.
  * Usage: gpu_parity [--quick] [--device cuda:N] [--tmp DIR]   (--quick: small sizes, for
  * compute-sanitizer). Main thread.
