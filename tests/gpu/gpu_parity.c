@@ -24,8 +24,9 @@
  *             confidence error of the CPU's cut counting as a near-tie); free-running CPU vs CUDA
  *             (host loop) vs CUDA (device loop) decodes, token agreement reported.
  * Prints one line per check and "gpu_parity: N checks, M failed"; exit 1 on any failure.
- * Usage: gpu_parity [--quick] [--device cuda:N] [--tmp DIR]   (--quick: small sizes, for
- * compute-sanitizer). Main thread.
+ * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR]   (--quick: small sizes, for
+ * compute-sanitizer; --emu: --quick but the attention cases at full size — several key tiles and
+ * query blocks per sequence, without the 4096-token one — for the CPU emulator). Main thread.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@
 #include "util/log.h"
 #include "util/rng.h"
 
-static int g_checks, g_failed, g_quick;
+static int g_checks, g_failed, g_quick, g_emu;
 static backend *g_cpu, *g_gpu;
 static uint64_t g_ctr;
 
@@ -367,7 +368,7 @@ static void test_attention(void) {
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         attn_case c = cs[i];
-        if (g_quick)
+        if (g_quick && !g_emu)   /* --emu keeps these sizes: several key tiles and query blocks */
             for (int s = 0; s < c.n_seqs; s++) {
                 c.qlen[s] = c.qlen[s] > 20 ? 20 : c.qlen[s];
                 if (c.klen[s]) c.klen[s] = c.klen[s] > 30 ? 30 : c.klen[s];
@@ -1017,10 +1018,11 @@ int main(int argc, char **argv) {
     const char *device = "cuda:0", *tmp = getenv("UNMASK_TEST_TMP");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--emu")) g_quick = g_emu = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--tmp") && i + 1 < argc) tmp = argv[++i];
         else {
-            fprintf(stderr, "usage: gpu_parity [--quick] [--device cuda:N] [--tmp DIR]\n");
+            fprintf(stderr, "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR]\n");
             return 2;
         }
     }
@@ -1033,7 +1035,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     g_cpu = backend_cpu_init(0);
-    printf("gpu_parity on %s (%s)%s\n", device, backend_cuda_device_name(g_gpu), g_quick ? ", quick" : "");
+    printf("gpu_parity on %s (%s)%s\n", device, backend_cuda_device_name(g_gpu),
+           g_emu ? ", emulator sizes" : g_quick ? ", quick" : "");
     printf("ops:\n");
     test_embed_getrows();
     test_rmsnorm();
