@@ -9,6 +9,7 @@
 #   - generate --device cuda:0 exits 0 with a done event and no mask left, for the device-resident
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
+#   - bench --device cuda:0 (the decode-step bench) runs and prints a row per batch with 16 steps;
 #   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
 #   - host-side error paths (exit != 0, no abort): UNMASK_EMU_MEM_BYTES below the backend's own buffers
 #     -> "not enough free device memory", room for those but not the weights -> "does not fit",
@@ -105,6 +106,15 @@ print(f"device loop vs host loop: {same}/24 tokens identical")
 sys.exit(0 if a == b else 1)
 EOF
 ); then ok; echo "generate cuda:0: $out"; else bad "generate cuda:0: $out"; fi
+
+# ---------------------------------------------------------------- bench (timings meaningless here)
+# the GPU decode-step bench runs its whole path: events, copy bandwidth, CUDA graph steps
+if "$BIN" bench --model "$TMP/m" --device cuda:0 --batch 1,2 --gen 16 --block 8 --bw-mib 4 > "$TMP/bench.out" 2> "$TMP/bench.err" &&
+    [ "$(grep -cE '^\| +[12] \| +[0-9]+ \| +16 \|' "$TMP/bench.out")" = 2 ]; then
+    ok
+else
+    bad "bench --device cuda:0: $(tail -5 "$TMP/bench.out" "$TMP/bench.err")"
+fi
 
 # ---------------------------------------------------------------- serve on two emulated GPUs
 # two engines (one per device), concurrent completions batched by the engines' device loops
