@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/tp_cli.h"
 #include "decode/decode.h"
 #include "decode/decode_device.h"
 #include "decode/event_json.h"
@@ -205,7 +206,7 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
                *layout_s = NULL, *seed_s = NULL;
-    int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0;
+    int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0, tp = 1;
     const char *device = "cpu";
     const char *device_loop = "on";
     int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
@@ -244,7 +245,8 @@ int cmd_generate(int argc, char **argv) {
         {"no-live", ARG_FLAG, &no_live, "no live view even on a terminal"},
         {"quiet", ARG_FLAG, &quiet, "no summary line on stderr"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
-        {"device", ARG_STR, &device, "cpu | cuda | cuda:N [cpu]"},
+        {"device", ARG_STR, &device, "cpu | cuda | cuda:N, with --tp a GPU list cuda:0,cuda:1 [cpu]"},
+        {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs, docs/parallel.md) [1]"},
         {"device-loop", ARG_STR, &device_loop,
          "CUDA: on = device-resident decode loop where supported, off = host loop [on]"},
         {NULL, 0, NULL, NULL},
@@ -288,7 +290,8 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int n_ids = 0;
     decode_seq *s = NULL;
-    backend *be = NULL;
+    cli_model_ctx mc;
+    int mc_open = 0;
     live_view lv;
     memset(&lv, 0, sizeof lv);
 
@@ -332,16 +335,13 @@ int cmd_generate(int argc, char **argv) {
     }
 
     rc = 1;
-    be = backend_init_device(device, threads, &err);
-    if (!be) {
+    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)decode_seq_forward_tokens(s), &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
+        rc = cli_model_ctx_exit_code(&err);
         goto done;
     }
-    model_ctx ctx;
-    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
-    }
+    mc_open = 1;
+    model_ctx *ctx = mc.ctx;
     gen_out out = {.json = json, .quiet = quiet};
     if (!json && !no_live && isatty(STDOUT_FILENO)) {
         struct winsize ws;
@@ -356,8 +356,8 @@ int cmd_generate(int argc, char **argv) {
     }
     decode_sink sink = {on_event, &out};
     int gen_rc;
-    if (strcmp(device_loop, "on") == 0 && decode_device_eligible(&ctx, s)) {
-        decode_device *dd = decode_device_create(&ctx, 1);
+    if (strcmp(device_loop, "on") == 0 && decode_device_eligible(ctx, s)) {
+        decode_device *dd = decode_device_create(ctx, 1);
         gen_rc = 0;
         while (!decode_seq_done(s))
             if ((gen_rc = decode_device_step(dd, &s, 1, &sink, &err)) != 0) break;
@@ -367,7 +367,7 @@ int cmd_generate(int argc, char **argv) {
                   (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays);
         decode_device_free(dd);
     } else {
-        gen_rc = decode_generate(&ctx, s, &sink, &err);
+        gen_rc = decode_generate(ctx, s, &sink, &err);
     }
     if (gen_rc != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
@@ -375,8 +375,8 @@ int cmd_generate(int argc, char **argv) {
     } else {
         rc = 0;
     }
-    model_ctx_free(&ctx);
 done:
+    if (mc_open) cli_model_ctx_close(&mc);
     decode_thread_scratch_free();
     if (lv.piece)
         for (int i = 0; i < lv.G; i++) free(lv.piece[i]);
@@ -384,7 +384,6 @@ done:
     free(lv.special);
     strbuf_free(&lv.frame);
     decode_seq_free(s);
-    if (be) backend_free(be);
     free(ids);
     model_free(&m);
     return rc;
