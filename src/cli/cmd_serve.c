@@ -37,11 +37,11 @@ static const char k_usage[] =
     "replica; --tp N splits each replica over N ranks (CPU: threads; GPUs: NCCL). Multi-node: run the same\n"
     "command on every node with --dist-init-addr HOST:PORT --nnodes N --node-rank R; node 0 serves HTTP, the\n"
     "others join, print that they joined and exit when node 0 stops. Config keys: tp, dist_init_addr, nnodes,\n"
-    "node_rank, max_seq.";
+    "node_rank, max_seq, device_loop (true/false).";
 
 int cmd_serve(int argc, char **argv) {
     const char *config = NULL, *model_dir = NULL, *host = NULL, *web_root = NULL, *tls_cert = NULL, *tls_key = NULL;
-    const char *device = NULL, *gpus = NULL, *dist_addr = NULL;
+    const char *device = NULL, *gpus = NULL, *dist_addr = NULL, *device_loop = NULL;
     int tp = INT_MIN, nnodes = INT_MIN, node_rank = INT_MIN, max_seq = INT_MIN;
     int port = INT_MIN, threads = INT_MIN, engines = INT_MIN, max_batch = INT_MIN, max_queue = INT_MIN;
     int max_bytes = INT_MIN, max_events = INT_MIN, max_sessions = INT_MIN, max_gens = INT_MIN, max_msg = INT_MIN;
@@ -65,6 +65,8 @@ int cmd_serve(int argc, char **argv) {
         {"max-seq", ARG_INT, &max_seq,
          "longest prompt + gen (+ suffix) per request, tokens; sizes GPU buffers [the model's maximum]"},
         {"max-batch", ARG_INT, &max_batch, "sequences per decode step per engine [8]"},
+        {"device-loop", ARG_STR, &device_loop,
+         "CUDA: on = device-resident decode loop where supported, off = host loop (docs/decode.md) [on]"},
         {"max-queue", ARG_INT, &max_queue, "requests waiting beyond free batch slots; more -> queue_full [256]"},
         {"session-retention", ARG_FLOAT, &retention, "seconds a disconnected session (and its generations) lives [120]"},
         {"session-max-bytes", ARG_INT, &max_bytes, "per-session event buffer, bytes [8388608]"},
@@ -86,6 +88,10 @@ int cmd_serve(int argc, char **argv) {
     all[n_all] = specs[sizeof specs / sizeof specs[0] - 1];
     int r = args_parse(argc, argv, k_usage, all);
     if (r != 0) return r > 0 ? 0 : 2;
+    if (device_loop && strcmp(device_loop, "on") != 0 && strcmp(device_loop, "off") != 0) {
+        fprintf(stderr, "error: --device-loop must be on or off, got '%s'\n", device_loop);
+        return 2;
+    }
 
     server_config cfg;
     server_config_defaults(&cfg);
@@ -126,6 +132,7 @@ int cmd_serve(int argc, char **argv) {
     if (node_rank != INT_MIN) cfg.node_rank = node_rank;
     if (max_seq != INT_MIN) cfg.max_seq = max_seq;
     if (max_batch != INT_MIN) cfg.max_batch = max_batch;
+    if (device_loop) cfg.device_loop = strcmp(device_loop, "on") == 0;
     if (max_queue != INT_MIN) cfg.max_queue = max_queue;
     if (!isnan(retention)) cfg.session_retention_s = retention;
     if (max_bytes != INT_MIN) cfg.session_max_bytes = max_bytes < 0 ? 0 : (size_t)max_bytes;

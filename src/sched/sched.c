@@ -441,13 +441,6 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
     pthread_cond_init(&s->cv, NULL);
     s->engines = xcalloc((size_t)n_engines, sizeof *s->engines);
     fault_rules_load(s); /* test hook: nothing unless UNMASK_FAULT_FORWARD_FAIL is set */
-    /* stop-gap until serve has a flag: UNMASK_DEVICE_LOOP=off|on overrides sched_opts.host_loop */
-    const char *dl = getenv("UNMASK_DEVICE_LOOP");
-    if (dl && *dl) {
-        if (strcmp(dl, "off") == 0) s->o.host_loop = 1;
-        else if (strcmp(dl, "on") == 0) s->o.host_loop = 0;
-        else UM_FATAL("UNMASK_DEVICE_LOOP must be on or off, got '%s'", dl);
-    }
     /* Engine threads never take signals: SIGINT/SIGTERM go to the service thread. */
     sigset_t all, old;
     sigfillset(&all);

@@ -103,9 +103,7 @@ typedef struct sched_opts {
     int           host_loop;   /* 1: always the host loop (decode_step), even where the
                                   device-resident loop (decode/decode_device.h) could run; for
                                   comparisons and debugging. 0 (default): device loop for eligible
-                                  sequences on CUDA engines. The environment variable
-                                  UNMASK_DEVICE_LOOP=off|on, when set, overrides it (read by
-                                  sched_create). */
+                                  sequences on CUDA engines (serve --device-loop on|off). */
 } sched_opts;
 
 /* Aggregate counters (a consistent snapshot taken under the lock). */

@@ -336,7 +336,11 @@ static void *loader_main(void *arg) {
         }
         s->ctxp[i] = &s->ctxs[i];
     }
-    sched_opts so = {.max_batch = c->max_batch, .max_queue = c->max_queue, .on_step = on_sched_step, .on_step_user = s};
+    sched_opts so = {.max_batch = c->max_batch,
+                     .max_queue = c->max_queue,
+                     .host_loop = !c->device_loop,
+                     .on_step = on_sched_step,
+                     .on_step_user = s};
     s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);
     log_info("loaded %s in %.0f ms: %d replica%s x tp %d%s, max seq %d", c->model, time_ms_since(t0), s->n_engines,
              s->n_engines == 1 ? "" : "s", c->tp, c->nnodes > 1 ? " (multi-node)" : "", s->max_seq);

@@ -72,6 +72,7 @@ void server_config_defaults(server_config *c) {
     c->nnodes = 1;
     c->node_rank = 0;
     c->max_seq = 0;
+    c->device_loop = 1;
     c->max_batch = 8;
     c->max_queue = 256;
     c->session_retention_s = 120.0;
@@ -120,6 +121,7 @@ static const key_spec k_keys[] = {
     {"node_rank", K_INT, F(node_rank)},
     {"max_seq", K_INT, F(max_seq)},
     {"max_batch", K_INT, F(max_batch)},
+    {"device_loop", K_BOOL, F(device_loop)},
     {"max_queue", K_INT, F(max_queue)},
     {"session_retention", K_SECONDS, F(session_retention_s)},
     {"session_max_bytes", K_SIZE, F(session_max_bytes)},

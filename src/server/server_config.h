@@ -31,6 +31,8 @@ typedef struct server_config {
     int    max_seq;               /* longest prompt + gen (+ suffix) a request may have, tokens;
                                      0 = the model's maximum; sizes the activation buffers */
     int    max_batch;             /* sequences per decode step per engine */
+    int    device_loop;           /* 1: CUDA engines run eligible sequences on the device-resident
+                                     decode loop (docs/decode.md); 0: always the host loop */
     int    max_queue;             /* requests waiting for admission (all engines) */
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
     size_t session_max_bytes;     /* per-session buffered events (unsent + sent-unacked), bytes */

@@ -1,6 +1,6 @@
 // serve_device_loop.test.mjs — end to end: `unmask serve --device cuda:0` on the CUDA emulator
 // (UNMASK_EMU_BIN, the unmask binary built against the emulated CUDA runtime) with the
-// device-resident decode loop (default) and with the host loop forced (UNMASK_DEVICE_LOOP=off),
+// device-resident decode loop (default) and with the host loop forced (--device-loop off),
 // driven by the real `ws` and `openai` clients: the same requests — every eligible decoder, greedy
 // and seeded sampling, drafts, different lengths and block sizes, submitted at staggered times so
 // they join and leave each other's batches — return the same texts, finish reasons, usage and
@@ -115,8 +115,8 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
   before(async () => {
     const model = emuModel();
     const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '8', '--verbose'] };
-    dev = await startServer({ ...common, name: 'device-loop', env: { UNMASK_DEVICE_LOOP: 'on' } });
-    host = await startServer({ ...common, name: 'host-loop', env: { UNMASK_DEVICE_LOOP: 'off' } });
+    dev = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-loop' });
+    host = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-loop' });
   });
   after(async () => {
     const r1 = await dev?.stop();
@@ -168,6 +168,11 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
     assert.match(dev.stderr, /device-resident decode loop on/);
     assert.match(dev.stderr, /device decode: graph captured/);
     assert.doesNotMatch(host.stderr, /device-resident decode loop on|device decode:/);
+    const stats = async (srv) => (await (await fetch(`${srv.base}/stats`)).json()).device_loop;
+    const [d, h] = await Promise.all([stats(dev), stats(host)]);
+    assert.equal(d.enabled, true);
+    assert.ok(d.steps > 0 && d.graph_captures > 0 && d.graph_replays > 0 && d.rebuilds > 0, JSON.stringify(d));
+    assert.deepEqual(h, { enabled: false, steps: 0, rebuilds: 0, graph_captures: 0, graph_replays: 0 });
   });
 });
 
@@ -180,8 +185,8 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
     const model = emuModel();
     const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '4', '--verbose'] };
     const fault = { UNMASK_FAULT_FORWARD_FAIL: `seed=${SEED},after=3` };
-    dev = await startServer({ ...common, name: 'device-fault', env: { ...fault, UNMASK_DEVICE_LOOP: 'on' } });
-    host = await startServer({ ...common, name: 'host-fault', env: { ...fault, UNMASK_DEVICE_LOOP: 'off' } });
+    dev = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-fault', env: fault });
+    host = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-fault', env: fault });
   });
   after(async () => {
     await dev?.stop();
