@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build-tsan}"
 TSAN_DIR="${TSAN_DIR:-/tmp/tsan}"
-TSAN_TESTS="${TSAN_TESTS:-protocol/|http/|browser/|unit/test_decode|unit/test_comm_local}"
+TSAN_TESTS="${TSAN_TESTS:-protocol/|http/|browser/|parallel/tp_serve|unit/test_decode|unit/test_comm_local|unit/test_model_tp}"
 
 BUILD_DIR="$BUILD_DIR" bash scripts/build.sh -DUNMASK_CUDA=OFF -DCMAKE_C_FLAGS="-fsanitize=thread -g -O2" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread || exit 1
