@@ -81,6 +81,7 @@ __device__ __forceinline__ float eff(const row_ctx &r, int v) {
     if (r.u) {
         const double uv = (double)b2f(r.u[v]);
         l = (float)(uv + r.w * ((double)l - uv));
+        if (isnan(l)) l = -INFINITY;  // -inf rows (-inf + inf): the token is impossible (as sample.c)
     }
     if (v == r.eos_kill) l = -INFINITY;
     return l;
@@ -366,10 +367,8 @@ __global__ void __launch_bounds__(ST) k_sample(const uint16_t *__restrict__ logi
     double gs = -INFINITY;                // Gumbel-max (no filter)
     int gi = 0x7fffffff;
     int ncand = 0;
-    int nan_seen = 0;                     // a NaN effective logit (CFG of -inf rows: -inf + inf)
     for (int v = threadIdx.x; v < V; v += ST) {
         const float l = eff(r, v);
-        nan_seen |= v != drop && isnan(l);
         if (v != drop && l > -INFINITY) {
             const double dl = (double)l;
             if (dl > cm) {
@@ -393,7 +392,6 @@ __global__ void __launch_bounds__(ST) k_sample(const uint16_t *__restrict__ logi
     block_lse(sm, cm, cz);
     block_argmax(sm, bv, bi);
     ncand = block_sum_int(sm, ncand);
-    nan_seen = block_sum_int(sm, nan_seen);
     if (plain_gumbel) block_argmax(sm, gs, gi);
 
     int x0;
@@ -429,8 +427,7 @@ __global__ void __launch_bounds__(ST) k_sample(const uint16_t *__restrict__ logi
         double conf = 0.0;
         if (x0 != drop) {
             const float lx = eff(r, x0);
-            // sample.c sums exp over every v != drop, so one NaN makes its sum NaN and conf 0
-            if (isfinite(lx) && cz > 0.0 && !nan_seen) conf = exp((double)lx - cm) / cz;
+            if (isfinite(lx) && cz > 0.0) conf = exp((double)lx - cm) / cz;
         }
         x0_out[blockIdx.x] = x0;
         conf_out[blockIdx.x] = conf;

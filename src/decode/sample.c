@@ -95,7 +95,10 @@ void sample_row(const sample_cfg *c, float *l, const float *u, int step, int pos
     int V = c->vocab;
     if (u && c->cfg_scale > 0) {
         double w = c->cfg_scale + 1.0;
-        for (int v = 0; v < V; v++) l[v] = (float)((double)u[v] + w * ((double)l[v] - (double)u[v]));
+        for (int v = 0; v < V; v++) {
+            l[v] = (float)((double)u[v] + w * ((double)l[v] - (double)u[v]));
+            if (isnan(l[v])) l[v] = -INFINITY; /* -inf rows (-inf + inf): the token is impossible */
+        }
     }
     if (c->logits_eos_inf && c->eos_id >= 0 && c->eos_id < V) l[c->eos_id] = -INFINITY;
 

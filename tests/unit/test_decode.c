@@ -458,6 +458,19 @@ static void test_sampler(void) {
     for (int v = 0; v < V; v++)
         if (fabsf(w[v] - (u[v] + 3.0f * (l[v] - u[v]))) > 1e-5f) ok = 0;
     TEST_CHECK(ok, "cfg combine");
+    /* CFG of a token that is -inf in both rows: -inf + 3 * (-inf - -inf) is NaN; the token is
+     * impossible (-inf), the others keep a proper softmax confidence */
+    memcpy(w, l, sizeof w);
+    w[7] = -INFINITY, u[7] = -INFINITY;
+    sample_row(&c, w, u, 0, 5, &x0, &conf);
+    double zc = 0, mc = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (v != 7 && (double)w[v] > mc) mc = w[v];
+    for (int v = 0; v < V; v++)
+        if (v != 7) zc += exp((double)w[v] - mc);
+    TEST_CHECK(isinf(w[7]) && w[7] < 0 && x0 != 7 && conf > 0 && fabs(conf - exp((double)w[x0] - mc) / zc) < 1e-9,
+               "cfg of a -inf token: w %g, x0 %d, conf %g", (double)w[7], x0, conf);
+    u[7] = (float)(7 % 5);
     c.cfg_scale = 0;
     /* temperature: top_k = 1 -> always the argmax; top_k = 3 -> always among the 3 best;
      * tiny top_p -> argmax; no filtering -> several distinct tokens over positions */
