@@ -27,6 +27,9 @@ cudaError_t set_error(cudaError_t e);
 
 int current_device();
 
+// the device a stream belongs to (the legacy stream: the calling thread's current device)
+int stream_device(cudaStream_t s);
+
 // [p, p + bytes) lies inside one live device allocation of `device` (-1: any device)
 bool is_device_range(const void *p, size_t bytes, int device);
 

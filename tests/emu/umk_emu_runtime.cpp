@@ -221,6 +221,8 @@ cudaError_t set_error(cudaError_t e) {
 
 int current_device() { return tl_device; }
 
+int stream_device(cudaStream_t s) { return stream_of(s)->device; }
+
 bool is_device_range(const void *p, size_t bytes, int device) {
     std::lock_guard<std::mutex> lk(g_mu);
     uintptr_t base = 0;

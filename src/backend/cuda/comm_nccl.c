@@ -59,9 +59,8 @@ static void nccl_all_gather(comm *c, const void *send, size_t bytes, void *recv)
     NCCL_CHECK(g_nf->all_gather(send, recv, bytes, ncclUint8, ni->nc, ni->stream));
 }
 
-/* Host-buffer broadcast: root's bytes are staged on the device, every other rank contributes zeros
- * to a uint8 sum all-reduce (x + 0 + ... + 0 == x exactly; cuda_dl.c does not resolve
- * ncclBroadcast), and the result is copied back; synchronises the rank's stream. */
+/* Host-buffer broadcast: staged through a device buffer (root copies its bytes in), ncclBroadcast
+ * in place on the rank's stream, every other rank copies the result out; synchronises the stream. */
 static void nccl_broadcast(comm *c, void *buf, size_t bytes, int root) {
     nccl_impl *ni = nimpl(c);
     nccl_use(ni);
@@ -70,11 +69,8 @@ static void nccl_broadcast(comm *c, void *buf, size_t bytes, int root) {
         ni->stage_cap = bytes < 4096 ? 4096 : bytes + bytes / 2;
         CUDA_CHECK(cudaMalloc(&ni->stage, ni->stage_cap));
     }
-    if (c->rank == root)
-        CUDA_CHECK(cudaMemcpyAsync(ni->stage, buf, bytes, cudaMemcpyHostToDevice, ni->stream));
-    else
-        CUDA_CHECK(cudaMemsetAsync(ni->stage, 0, bytes, ni->stream));
-    NCCL_CHECK(g_nf->all_reduce(ni->stage, ni->stage, bytes, ncclUint8, ncclSum, ni->nc, ni->stream));
+    if (c->rank == root) CUDA_CHECK(cudaMemcpyAsync(ni->stage, buf, bytes, cudaMemcpyHostToDevice, ni->stream));
+    NCCL_CHECK(g_nf->broadcast(ni->stage, ni->stage, bytes, ncclUint8, root, ni->nc, ni->stream));
     if (c->rank != root) CUDA_CHECK(cudaMemcpyAsync(buf, ni->stage, bytes, cudaMemcpyDeviceToHost, ni->stream));
     CUDA_CHECK(cudaStreamSynchronize(ni->stream));
 }

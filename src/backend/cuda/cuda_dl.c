@@ -1,7 +1,7 @@
 /*
  * cuda_dl.c — dlopen of cuBLAS (and cuBLASLt, which it needs) and NCCL on first use (cuda_dl.h).
- * Under the CPU CUDA emulator (UNMASK_CUDA_EMU, tests/emu/) the emulator's cuBLAS subset is linked
- * in and returned directly: nothing is loaded.
+ * Under the CPU CUDA emulator (UNMASK_CUDA_EMU, tests/emu/) the emulator's cuBLAS and NCCL subsets are
+ * linked in and returned directly: nothing is loaded.
  * Does not: call into the libraries. Any thread; loading is serialised by pthread_once.
  */
 #include "backend/cuda/cuda_dl.h"
@@ -23,6 +23,24 @@ const cublas_fns *cuda_dl_cublas(um_err *err) {
     (void)err;
     return &g_emu_cublas;
 }
+
+#ifdef UNMASK_HAVE_NCCL
+static const nccl_fns g_emu_nccl = {
+    .get_unique_id = ncclGetUniqueId,
+    .comm_init_rank = ncclCommInitRank,
+    .comm_destroy = ncclCommDestroy,
+    .all_reduce = ncclAllReduce,
+    .all_gather = ncclAllGather,
+    .broadcast = ncclBroadcast,
+    .get_error_string = ncclGetErrorString,
+    .get_last_error = ncclGetLastError,
+};
+
+const nccl_fns *cuda_dl_nccl(um_err *err) {
+    (void)err;
+    return &g_emu_nccl;
+}
+#endif
 
 #else /* !UNMASK_CUDA_EMU */
 
@@ -121,6 +139,7 @@ static void load_nccl(void) {
     RESOLVE(h, g_nccl.comm_destroy, "ncclCommDestroy", g_nccl_why);
     RESOLVE(h, g_nccl.all_reduce, "ncclAllReduce", g_nccl_why);
     RESOLVE(h, g_nccl.all_gather, "ncclAllGather", g_nccl_why);
+    RESOLVE(h, g_nccl.broadcast, "ncclBroadcast", g_nccl_why);
     RESOLVE(h, g_nccl.get_error_string, "ncclGetErrorString", g_nccl_why);
     RESOLVE(h, g_nccl.get_last_error, "ncclGetLastError", g_nccl_why);
     g_nccl_ok = ok;

@@ -38,6 +38,7 @@ typedef struct nccl_fns {
     __typeof__(ncclCommDestroy)    *comm_destroy;
     __typeof__(ncclAllReduce)      *all_reduce;
     __typeof__(ncclAllGather)      *all_gather;
+    __typeof__(ncclBroadcast)      *broadcast;
     __typeof__(ncclGetErrorString) *get_error_string;
     __typeof__(ncclGetLastError)   *get_last_error;
 } nccl_fns;
