@@ -41,6 +41,9 @@ typedef struct tp_rank {
     comm            *c;          /* local: owned by the comm_local group; NCCL: owned here */
     model_ctx        ctx;        /* this rank's shard */
     int              ctx_ok;     /* ctx initialised */
+    int              fit_failed; /* multi-node: the fit check failed (err holds it); the rank still joins
+                                    the comm and reports it in the status round, so every node fails
+                                    with this message instead of waiting for this node */
     pthread_t        th;
     int              started;    /* follower thread running */
     int              rc;         /* follower: 0 stopped cleanly, -1 setup failed */
@@ -54,11 +57,12 @@ struct model_tp {
     comm_local_group *lg;            /* CPU only */
     uint8_t           id[COMM_NCCL_ID_BYTES]; /* NCCL unique id (same on every rank) */
     tp_rank          *r;             /* [n_local] */
-    int               leader_ok;     /* node 0: the leader ctx is up and the followers serve */
     comm_link        *link;          /* multi-node: the bootstrap connections kept as a liveness link */
     /* --- stop lock { */
     pthread_mutex_t   stop_lock;
     pthread_cond_t    stop_cv;
+    int               leader_ok;     /* node 0: the leader ctx is up and the followers serve (written
+                                        under the lock; read without it by the leader's own thread) */
     int               stopping;      /* node 0: model_tp_free began; followers: the stop arrived */
     /* } stop lock --- */
     uint8_t          *msg;           /* leader: payload being sent, grown on demand */
@@ -150,6 +154,8 @@ static int status_round(comm *c, int ok, const um_err *mine, um_err *err) {
     return um_err_set(err, UM_ERR_RESOURCE, "tensor-parallel rank %d: %s", bad, first.msg);
 }
 
+static void set_stopping(model_tp *g);
+
 /* Rank setup on the rank's own thread: comm (NCCL), shard ctx, status round. */
 static int rank_setup(tp_rank *t) {
     model_tp *g = t->g;
@@ -164,12 +170,13 @@ static int rank_setup(tp_rank *t) {
         t->c = comm_local_get(g->lg, t->rank);
     }
     model_shard sh = {.rank = t->rank, .world = g->world, .comm = t->c};
-    int ok = model_ctx_init_shard(&t->ctx, g->m, t->be, &sh, &t->err) == 0;
+    int ok = !t->fit_failed && model_ctx_init_shard(&t->ctx, g->m, t->be, &sh, &t->err) == 0;
     if (ok) t->ctx_ok = 1;
-    else um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
+    else if (!t->fit_failed) um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
     um_err other = {0};
     if (status_round(t->c, ok, &t->err, &other) != 0) {
         if (ok) t->err = other;
+        set_stopping(g);   /* every rank of every node saw the failure: peers leaving is expected now */
         return -1;
     }
     return 0;
@@ -189,7 +196,10 @@ static void set_stopping(model_tp *g) {
 /* The link watcher saw a peer node's connection close. While the group is not stopping, the
  * ranks are (or will be) blocked inside NCCL collectives that can never complete, so the process
  * ends with a clear message. A follower gets a grace period: node 0 closes its links right after
- * the stop message, which may overtake that message's arrival. Runs on the watcher thread. */
+ * the stop message, which may overtake that message's arrival. So does node 0 while the group is
+ * still being set up: a follower that failed the setup status round closes its link as soon as the
+ * round is over, possibly before node 0's ranks have returned from it with that failure's message.
+ * Runs on the watcher thread. */
 #define TP_LOST_GRACE_S 10
 
 static void on_node_lost(void *user, int node) {
@@ -197,7 +207,7 @@ static void on_node_lost(void *user, int node) {
     int stopping;
     /* --- stop lock { */
     pthread_mutex_lock(&g->stop_lock);
-    if (g->node_rank != 0) {
+    if (g->node_rank != 0 || !g->leader_ok) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += TP_LOST_GRACE_S;
@@ -331,6 +341,16 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
     pthread_mutex_init(&g->stop_lock, NULL);
     pthread_cond_init(&g->stop_cv, NULL);
     g->r = xcalloc((size_t)o->n_local, sizeof *g->r);
+    /* Multi-node: rendezvous first, so a node whose setup fails still reaches the others: a fit
+     * failure is reported in the status round (fit_failed), any earlier failure closes this node's
+     * link and the peers' watchers end their processes (on_node_lost) instead of waiting for the
+     * bootstrap or a collective to time out. */
+    if (cuda && nnodes > 1) {
+        if (node == 0 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
+        if (node == 0) log_info("tensor parallel: waiting for %d other node(s) on %s", nnodes - 1, o->dist.init_addr);
+        if (comm_bootstrap_exchange_link(&o->dist, g->id, sizeof g->id, &g->link, err) != 0) goto fail;
+        comm_link_watch(g->link, on_node_lost, g);
+    }
     for (int i = 0; i < o->n_local; i++) {
         tp_rank *t = &g->r[i];
         t->g = g;
@@ -343,18 +363,19 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
             goto fail;
         }
         if (o->fit_tokens && model_fit_check(t->be, m, o->tp, o->fit_tokens, err) != 0) {
+            if (nnodes > 1) {   /* tell the other nodes in the status round */
+                t->err = *err;
+                um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
+                t->fit_failed = 1;
+                *err = (um_err){0};
+                continue;
+            }
             um_err_prefix(err, "tensor-parallel rank %d", t->rank);
             goto fail;
         }
     }
     if (cuda) {
-        if (node == 0 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
-        if (nnodes > 1) {
-            if (node == 0)
-                log_info("tensor parallel: waiting for %d other node(s) on %s", nnodes - 1, o->dist.init_addr);
-            if (comm_bootstrap_exchange_link(&o->dist, g->id, sizeof g->id, &g->link, err) != 0) goto fail;
-            comm_link_watch(g->link, on_node_lost, g);
-        }
+        if (nnodes == 1 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
     } else {
         g->lg = comm_local_group_create(o->tp);
     }
@@ -391,7 +412,11 @@ model_tp *model_tp_create(const model *m, const model_tp_opts *o, um_err *err) {
         return NULL;
     }
     t->ctx.tp = g;
+    /* --- stop lock { */
+    pthread_mutex_lock(&g->stop_lock);
     g->leader_ok = 1;
+    pthread_mutex_unlock(&g->stop_lock);
+    /* } stop lock --- */
     log_info("tensor parallel: %d ranks (%s%s), leader on %s", g->world, g->nccl ? "NCCL" : "CPU threads",
              o->dist.nnodes > 1 ? ", several nodes" : "", t->device);
     return g;

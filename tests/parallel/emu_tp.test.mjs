@@ -1,0 +1,361 @@
+// emu_tp.test.mjs — tensor parallelism on (emulated) GPUs: src/backend/cuda/comm_nccl.c, model_tp's
+// CUDA path and the multi-node follower run on the CUDA emulator (`unmask-emu`, docs/gpu.md
+// Emulator) with its NCCL subset (tests/emu/umk_emu_nccl.cpp: ranks are threads, or processes that
+// meet in POSIX shared memory). docs/parallel.md describes the behaviour asserted here.
+//
+//   - `logits --tp 2` (2 emulated GPUs) and `--tp 4` (4) vs `--device cuda:0` and vs the CPU's
+//     `--tp 2`: relative L2 <= 2e-2 (bf16 activations, partial sums rounded to bf16 by the
+//     all-reduce) and the same argmax on every row that is not a near-tie (the reference's top-2 gap
+//     > 2x the row's largest |difference|, the rule of tests/emu/test_emu_cli.sh), most rows decisive;
+//   - `serve --gpus 0,1 --tp 2`: WebSocket + OpenAI clients, concurrent requests. The request
+//     decodes its single block in ONE step, so the answer must be exactly the argmax (lowest id on a
+//     tie) of `logits --tp 2` on prompt + masks — an independent run of the same TP forward;
+//     clean SIGTERM exit;
+//   - `--gpus 0,1,2,3 --tp 2`: two replicas of TP 2 (topology in /stats), same answers;
+//   - two processes `--nnodes 2 --node-rank 0/1` with one emulated GPU each: node 0 serves the same
+//     tokens as the single-process group (same emulated math, same rank-ordered reduction), stopping
+//     node 0 stops node 1 (exit 0, its message), killing node 1 ends node 0 with the documented error;
+//   - setup failures (UNMASK_EMU_MEM_BYTES too small): in one process, and on node 1 only — then
+//     BOTH nodes exit 1 quickly with rank 1's "does not fit" message (no bootstrap wait).
+// Skipped, with the reason, in builds without the emulator.
+
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { after, describe, test } from 'node:test';
+import OpenAI from 'openai';
+import { BIN, Client, SRC, TMP, checkGeneration, httpGet, tinyModel } from '../protocol/harness.mjs';
+
+const EMU = process.env.UNMASK_EMU_BIN || path.join(path.dirname(BIN), 'unmask-emu');
+const NO_EMU = fs.existsSync(EMU) ? false : `no unmask-emu next to ${BIN} (configured with -DUNMASK_CUDA_EMU=OFF)`;
+const MODEL = tinyModel('emu-tp');
+const CFG = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
+const V = CFG.embedding_size;
+const MASK = CFG.mask_token_id;
+const MiB = 1 << 20;
+const PROMPT = [17, 230, 45, 99, 512, 7, 1000, 64];
+const GEN = 8;
+// one block decoded in one step: every position committed from the first forward's argmax
+const PARAMS = {
+  gen_length: GEN, block_length: GEN, steps: 1, temperature: 0, decoder: 'low_confidence',
+  stop_at_eos: false, logits_eos_inf: false, confidence_eos_eot_inf: false,
+};
+
+const procs = new Set();   // every child still running; killed in after() whatever happened
+after(() => {
+  for (const p of procs) p.kill('SIGKILL');
+});
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+// spawn unmask-emu with the emulator's environment; output collected, exit awaited
+function spawnEmu(args, env) {
+  const proc = spawn(EMU, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  procs.add(proc);
+  const o = { proc, stdout: '', stderr: '' };
+  proc.stdout.setEncoding('utf8');
+  proc.stderr.setEncoding('utf8');
+  proc.stdout.on('data', (d) => (o.stdout += d));
+  proc.stderr.on('data', (d) => (o.stderr += d));
+  o.exited = new Promise((resolve) => proc.on('exit', (code, signal) => {
+    procs.delete(proc);
+    resolve({ code, signal });
+  }));
+  // the process's own exit, SIGKILL after ms (a bound, not a synchronisation); {code, signal}
+  o.exitWithin = async (ms) => {
+    const t = setTimeout(() => proc.kill('SIGKILL'), ms);
+    const r = await o.exited;
+    clearTimeout(t);
+    return r;
+  };
+  // SIGTERM (SIGKILL after 20 s); resolves with {code, signal}
+  o.stop = async (sig = 'SIGTERM') => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill(sig);
+      const t = setTimeout(() => proc.kill('SIGKILL'), 20000);
+      const r = await o.exited;
+      clearTimeout(t);
+      return r;
+    }
+    return o.exited;
+  };
+  return o;
+}
+
+// `unmask-emu serve` (node 0 or a single node); resolves once GET /health says 200
+async function startServe(extra, env) {
+  const s = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
+    path.join(SRC, 'web'), '--threads', '1', ...extra], env);
+  try {
+    const port = await new Promise((resolve, reject) => {
+      s.proc.stdout.on('data', () => {
+        const m = s.stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
+        if (m) resolve(Number(m[1]));
+      });
+      s.exited.then(({ code, signal }) => reject(new Error(`unmask-emu exited early (${code ?? signal}): ${s.stderr}`)));
+    });
+    s.base = `http://127.0.0.1:${port}`;
+    s.wsUrl = `ws://127.0.0.1:${port}/ws`;
+    for (let i = 0; ; i++) {
+      const r = await httpGet(`${s.base}/health`).catch(() => null);
+      if (r && r.status === 200) break;
+      if (s.proc.exitCode !== null) throw new Error(`unmask-emu exited: ${s.stderr}`);
+      if (i > 1200) throw new Error(`/health never became ready: ${s.stderr}`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    s.stats = async () => JSON.parse((await httpGet(`${s.base}/stats`)).body);
+    return s;
+  } catch (e) {
+    await s.stop('SIGKILL');
+    throw e;
+  }
+}
+
+// float32 .npy (version 1.0, '<f4') -> Float32Array + shape
+function readNpy(file) {
+  const b = fs.readFileSync(file);
+  assert.equal(b.toString('latin1', 1, 6), 'NUMPY');
+  const hlen = b.readUInt16LE(8);
+  const header = b.toString('latin1', 10, 10 + hlen);
+  assert.match(header, /'descr': '<f4'/);
+  const shape = header.match(/'shape': \((\d+), (\d+),?\)/).slice(1).map(Number);
+  const off = 10 + hlen;
+  const data = new Float32Array(b.buffer.slice(b.byteOffset + off, b.byteOffset + b.length));
+  assert.equal(data.length, shape[0] * shape[1]);
+  return { data, shape };
+}
+
+let nLogits = 0;
+function logits(tokens, positions, device, tp, devices = 2) {
+  const out = path.join(TMP, `emu-tp-logits-${process.pid}-${nLogits++}.npy`);
+  const args = ['logits', '--model', MODEL, '--tokens', tokens.join(','), '--out', out, '--threads', '2',
+    '--device', device, '--tp', String(tp)];
+  if (positions) args.push('--positions', positions.join(','));
+  const r = spawnSync(EMU, args, { encoding: 'utf8', timeout: 120000,
+    env: { ...process.env, UNMASK_EMU_DEVICES: String(devices) } });
+  assert.equal(r.status, 0, `logits --device ${device} --tp ${tp}: ${r.stderr}`);
+  const l = readNpy(out);
+  fs.rmSync(out);
+  return l;
+}
+
+// argmax, lowest id on a tie (the sampler's rule)
+function argmax(row) {
+  let top = 0;
+  for (let v = 1; v < row.length; v++) if (row[v] > row[top]) top = v;
+  return top;
+}
+
+// bf16 criterion against a reference: rel L2, argmax on decisive rows, most rows decisive
+function compare(test, ref, what) {
+  assert.deepEqual(test.shape, ref.shape, what);
+  const [rows, cols] = ref.shape;
+  let num = 0, den = 0, decisive = 0, agree = 0;
+  for (let i = 0; i < rows; i++) {
+    const t = test.data.subarray(i * cols, (i + 1) * cols), r = ref.data.subarray(i * cols, (i + 1) * cols);
+    let err = 0;
+    for (let v = 0; v < cols; v++) {
+      const d = t[v] - r[v];
+      num += d * d, den += r[v] * r[v], err = Math.max(err, Math.abs(d));
+    }
+    const top = argmax(r);
+    let second = -Infinity;
+    for (let v = 0; v < cols; v++) if (v !== top) second = Math.max(second, r[v]);
+    if (r[top] - second > 2 * err) {
+      decisive++;
+      if (argmax(t) === top) agree++;
+    }
+  }
+  const rel = Math.sqrt(num / den);
+  console.log(`${what}: rel ${rel.toExponential(2)}, decisive rows ${decisive}/${rows}, argmax agree on them ${agree}`);
+  assert.ok(rel <= 2e-2, `${what}: relative L2 ${rel} > 2e-2`);
+  assert.equal(agree, decisive, `${what}: argmax differs on a decisive row`);
+  assert.ok(decisive >= rows / 2, `${what}: only ${decisive} of ${rows} rows decisive`);
+}
+
+async function wsGenerate(srv, id, body) {
+  const c = new Client(srv.wsUrl);
+  await c.session();
+  c.send({ type: 'generate', event_id: `e-${id}`, id, ...body });
+  const first = await c.wait((m) => m.event_id === `e-${id}` && (m.type === 'accepted' || m.type === 'error'), `reply to ${id}`);
+  assert.equal(first.type, 'accepted', JSON.stringify(first));
+  await c.done(id);
+  const done = checkGeneration(assert, c.msgs, id);
+  const ids = new Array(body.gen_length).fill(-1);
+  for (const m of c.of(id)) if (m.type === 'step') for (const k of m.commits) ids[k.index] = k.id;
+  await c.close();
+  return { done, ids };
+}
+
+// the expected answer: argmax of an independent `logits --tp 2` run on prompt + masks
+let expectedIds = null;
+function expected() {
+  if (!expectedIds) {
+    const canvas = [...PROMPT, ...new Array(GEN).fill(MASK)];
+    const rows = Array.from({ length: GEN }, (_, j) => PROMPT.length + j);
+    const l = logits(canvas, rows, 'cuda:0,cuda:1', 2);
+    expectedIds = rows.map((_, j) => argmax(l.data.subarray(j * V, (j + 1) * V)));
+  }
+  return expectedIds;
+}
+
+// n concurrent requests (WebSocket and OpenAI) on one server: every answer is the expected one
+async function checkAnswers(srv, tag, n = 4) {
+  const want = expected();
+  const ws = await Promise.all(Array.from({ length: n }, (_, i) => wsGenerate(srv, `${tag}-${i}`, { prompt_ids: PROMPT, ...PARAMS })));
+  for (const r of ws) assert.deepEqual(r.ids, want, `${tag}: the tokens are the argmax of logits --tp 2`);
+  const client = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const oa = await Promise.all(Array.from({ length: n }, () => client.completions.create({
+    model: 'tiny', prompt: PROMPT, max_tokens: GEN, temperature: 0, block_length: GEN, steps: 1, stop_at_eos: false,
+  })));
+  for (const r of oa) {
+    assert.equal(r.choices[0].text, ws[0].done.text, `${tag}: openai text equals the WebSocket answer`);
+    assert.equal(r.usage.completion_tokens, GEN);
+  }
+  // requests of other shapes at the same time (several sequences per batch) all finish
+  const mixed = await Promise.all([4, 12, 20].map((g, i) => wsGenerate(srv, `${tag}-m${i}`,
+    { prompt_ids: PROMPT.slice(0, 3 + i), gen_length: g, block_length: 4, steps: g, temperature: 0.7, seed: i })));
+  for (const r of mixed) assert.ok(r.ids.every((t) => t >= 0), `${tag}: every position committed`);
+  return ws[0].done.text;
+}
+
+function shmLeft(pids) {
+  return fs.readdirSync('/dev/shm').filter((f) => pids.some((p) => f.startsWith(`umk-nccl-${p}-`)));
+}
+
+describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, () => {
+  test('logits --tp 2 / --tp 4 vs cuda:0 and vs the CPU --tp 2', () => {
+    const toks = [1, 17, 300, 42, 7, 99, 250, 3, 8, 400, 12, 77, 5, 6, 200, 31, MASK, MASK, MASK, MASK];
+    const g1 = logits(toks, null, 'cuda:0', 1, 1);
+    const g2 = logits(toks, null, 'cuda:0,cuda:1', 2);
+    const c2 = logits(toks, null, 'cpu', 2);
+    const g4 = logits(toks, null, 'cuda:0,cuda:1,cuda:2,cuda:3', 4, 4);
+    compare(g2, g1, 'cuda tp 2 vs cuda:0');
+    compare(g2, c2, 'cuda tp 2 vs cpu tp 2');
+    compare(g4, g1, 'cuda tp 4 vs cuda:0');
+    compare(g4, c2, 'cuda tp 4 vs cpu tp 2');
+    // the emulated reduction is in rank order: the same run gives the same bytes
+    assert.deepEqual(logits(toks, null, 'cuda:0,cuda:1', 2).data, g2.data, 'tp 2 is deterministic');
+    // TP really sums partial products (a rank dropping its share would be far off): not bit-equal to cuda:0
+    assert.notDeepEqual(g2.data, g1.data);
+  });
+
+  let single = null;   // text of the single-process --gpus 0,1 --tp 2 answer
+  test('serve --gpus 0,1 --tp 2: WebSocket + OpenAI, concurrent, clean SIGTERM', async () => {
+    const srv = await startServe(['--gpus', '0,1', '--tp', '2'], { UNMASK_EMU_DEVICES: '2' });
+    try {
+      const st = await srv.stats();
+      assert.deepEqual(st.topology, { devices: 'cuda:0,cuda:1', replicas: 1, tp: 2, nnodes: 1, max_seq: CFG.max_sequence_length });
+      single = await checkAnswers(srv, 'tp2');
+      assert.match(srv.stderr, /tensor parallel: 2 ranks \(NCCL\), leader on cuda:0/);
+    } finally {
+      const r = await srv.stop();
+      assert.deepEqual(r, { code: 0, signal: null }, srv.stderr);
+    }
+    assert.deepEqual(shmLeft([srv.proc.pid]), [], 'no shared-memory segment left');
+  });
+
+  test('serve --gpus 0,1,2,3 --tp 2: two replicas of TP 2', async () => {
+    const srv = await startServe(['--gpus', '0,1,2,3', '--tp', '2'], { UNMASK_EMU_DEVICES: '4' });
+    try {
+      const st = await srv.stats();
+      assert.deepEqual(st.topology, { devices: 'cuda:0,cuda:1,cuda:2,cuda:3', replicas: 2, tp: 2, nnodes: 1, max_seq: CFG.max_sequence_length });
+      assert.equal(st.scheduler.engines, 2);
+      await checkAnswers(srv, 'r2', 6);
+      assert.match(srv.stderr, /loaded .* 2 replicas x tp 2/);
+    } finally {
+      assert.deepEqual(await srv.stop(), { code: 0, signal: null }, srv.stderr);
+    }
+  });
+
+  // node 0 (serves) + node 1 (follows), one emulated GPU each
+  async function twoNodes(env1 = {}) {
+    const addr = `127.0.0.1:${await freePort()}`;
+    const dist = ['--tp', '2', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0'];
+    const n1 = spawnEmu(['serve', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'],
+      { UNMASK_EMU_DEVICES: '1', ...env1 });
+    let n0;
+    try {
+      n0 = await startServe([...dist, '--node-rank', '0'], { UNMASK_EMU_DEVICES: '1' });
+    } catch (e) {
+      await n1.stop('SIGKILL');
+      throw e;
+    }
+    return { n0, n1 };
+  }
+
+  test('multi-node on one machine: node 0 answers like the single process; stopping node 0 stops node 1', async () => {
+    const { n0, n1 } = await twoNodes();
+    try {
+      const st = await n0.stats();
+      assert.deepEqual(st.topology, { devices: 'cuda:0', replicas: 1, tp: 2, nnodes: 2, max_seq: CFG.max_sequence_length });
+      const text = await checkAnswers(n0, 'mn');
+      if (single !== null) assert.equal(text, single, 'same text as serve --gpus 0,1 --tp 2');
+    } finally {
+      assert.deepEqual(await n0.stop(), { code: 0, signal: null }, n0.stderr);
+      assert.deepEqual(await n1.exitWithin(30000), { code: 0, signal: null }, `node 1 exits 0 after node 0's stop: ${n1.stderr}`);
+    }
+    assert.match(n1.stdout, /node 1 of 2 joining the tensor-parallel group \(tp 2, ranks 1\.\.1 here\)/);
+    assert.match(n1.stdout, /node 1: node 0 stopped the group; exiting/);
+    assert.match(n1.stderr, /tensor parallel: node 1 joined the group: ranks 1\.\.1 of 2 ready/);
+    assert.deepEqual(shmLeft([n0.proc.pid, n1.proc.pid]), []);
+  });
+
+  test('multi-node: killing node 1 ends node 0 with the documented error', async () => {
+    const { n0, n1 } = await twoNodes();
+    try {
+      await checkAnswers(n0, 'k', 1);
+      assert.equal((await n1.stop('SIGKILL')).signal, 'SIGKILL');
+      const r = await n0.exitWithin(30000);
+      assert.equal(r.code, 1, n0.stderr);
+      assert.match(n0.stderr, /error: tensor parallel: node 1 disconnected \(its process ended or the network failed\); the group cannot run forwards any more: exiting/);
+    } finally {
+      await n0.stop('SIGKILL');
+      await n1.stop('SIGKILL');
+    }
+  });
+
+  test('setup failure in one process: a clear error, exit 1, no hang', () => {
+    const r = spawnSync(EMU, ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
+      path.join(SRC, 'web'), '--gpus', '0,1', '--tp', '2'], { encoding: 'utf8', timeout: 60000,
+      env: { ...process.env, UNMASK_EMU_MEM_BYTES: String(400 * MiB), UNMASK_EMU_DEVICES: '2' } });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /^error: engine 0 \(tp 2\): tensor-parallel rank 0: model does not fit on cuda:0/m);
+  });
+
+  test('setup failure on node 1 only: both nodes exit 1 with rank 1\'s message, without waiting', async () => {
+    const addr = `127.0.0.1:${await freePort()}`;
+    const dist = ['--tp', '2', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0'];
+    const t0 = Date.now();
+    const n0 = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
+      ...dist, '--node-rank', '0'], { UNMASK_EMU_DEVICES: '1' });
+    const n1 = spawnEmu(['serve', '--model', MODEL, ...dist, '--node-rank', '1'],
+      { UNMASK_EMU_DEVICES: '1', UNMASK_EMU_MEM_BYTES: String(400 * MiB) });
+    try {
+      const [r0, r1] = await Promise.all([n0.exited, n1.exited]);
+      const secs = (Date.now() - t0) / 1000;
+      assert.equal(r1.code, 1, n1.stderr);
+      assert.equal(r0.code, 1, n0.stderr);
+      const msg = /rank 1 \(cuda:0\): model does not fit on cuda:0 \(unmask CUDA emulator/;
+      assert.match(n1.stderr, msg);
+      assert.match(n0.stderr, /error: engine 0 \(tp 2\): tensor-parallel rank 1: rank 1 \(cuda:0\): model does not fit/);
+      // the bootstrap would wait 120 s for a node that never came; the status round fails at once
+      assert.ok(secs < 60, `took ${secs} s`);
+    } finally {
+      await n0.stop('SIGKILL');
+      await n1.stop('SIGKILL');
+    }
+    assert.deepEqual(shmLeft([n0.proc.pid, n1.proc.pid]), []);
+  });
+});
