@@ -543,7 +543,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
                 break;
             }
         }
-        if (res == ncclSuccess && h->aborted_by >= 0) {
+        if (res == ncclSuccess && h->joined < nranks) {   // another rank gave up (a later abort does not count)
             set_last_error("emulated NCCL: rank %d of %d: rank %d gave up waiting for the group to form", rank, nranks,
                            h->aborted_by);
             res = ncclSystemError;
