@@ -354,11 +354,12 @@ void run_collective(umk_emu_nccl_comm *c, coll_desc d, const void *send, void *r
     do {   // at least one round, so zero-count collectives still pair up
         const size_t elems = d.count - done < per_chunk ? d.count - done : per_chunk, bytes = elems * eb;
         uint8_t *mine = c->slots + (size_t)c->rank * kSlotBytes;
-        if (d.kind != COLL_BROADCAST || c->rank == d.root) memcpy(mine, src + done * eb, bytes);
+        if (bytes && (d.kind != COLL_BROADCAST || c->rank == d.root)) memcpy(mine, src + done * eb, bytes);
         c->h->desc[c->rank] = d;
         barrier(c, what);
         check_descs(c, d);
-        if (d.kind == COLL_ALL_REDUCE) {
+        if (bytes == 0) {   // a zero-count collective only pairs up the ranks
+        } else if (d.kind == COLL_ALL_REDUCE) {
             reduce_chunk(dst + done * eb, c->slots, n, elems, t, d.op);
         } else if (d.kind == COLL_BROADCAST) {
             memmove(dst + done * eb, c->slots + (size_t)d.root * kSlotBytes, bytes);

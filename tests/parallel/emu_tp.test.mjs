@@ -14,7 +14,8 @@
 //   - `--gpus 0,1,2,3 --tp 2`: two replicas of TP 2 (topology in /stats), same answers;
 //   - two processes `--nnodes 2 --node-rank 0/1` with one emulated GPU each: node 0 serves the same
 //     tokens as the single-process group (same emulated math, same rank-ordered reduction), stopping
-//     node 0 stops node 1 (exit 0, its message), killing node 1 ends node 0 with the documented error;
+//     node 0 stops node 1 (exit 0, its message), killing node 1 ends node 0 with the documented
+//     error, killing node 0 ends node 1 (after its 10 s grace) with the documented error;
 //   - setup failures (UNMASK_EMU_MEM_BYTES too small): in one process, and on node 1 only — then
 //     BOTH nodes exit 1 quickly with rank 1's "does not fit" message (no bootstrap wait).
 // Skipped, with the reason, in builds without the emulator.
@@ -324,6 +325,22 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
       await n0.stop('SIGKILL');
       await n1.stop('SIGKILL');
     }
+  });
+
+  test('multi-node: killing node 0 ends node 1 after its grace period with the documented error', async () => {
+    const { n0, n1 } = await twoNodes();
+    try {
+      await checkAnswers(n0, 'k0', 1);
+      assert.equal((await n0.stop('SIGKILL')).signal, 'SIGKILL');
+      const r = await n1.exitWithin(40000);   // 10 s grace for a stop message in flight, then exit 1
+      assert.equal(r.code, 1, n1.stderr);
+      assert.match(n1.stderr, /error: tensor parallel: node 0 disconnected without stopping the group \(its process ended or the network failed\): exiting/);
+    } finally {
+      await n0.stop('SIGKILL');
+      await n1.stop('SIGKILL');
+    }
+    // node 0 died without cleaning up; its group had formed, so its segment was already unlinked
+    assert.deepEqual(shmLeft([n0.proc.pid, n1.proc.pid]), []);
   });
 
   test('setup failure in one process: a clear error, exit 1, no hang', () => {
