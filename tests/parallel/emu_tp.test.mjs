@@ -45,6 +45,9 @@ const PARAMS = {
 };
 
 const procs = new Set();   // every child still running; killed in after() whatever happened
+// sanitizer reports (-DUNMASK_SANITIZE=ON) in any child's stderr; asserted empty by the last test
+const SANITIZER = /runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer/;
+const sanitizerReports = [];
 after(() => {
   for (const p of procs) p.kill('SIGKILL');
 });
@@ -69,8 +72,9 @@ function spawnEmu(args, env) {
   proc.stderr.setEncoding('utf8');
   proc.stdout.on('data', (d) => (o.stdout += d));
   proc.stderr.on('data', (d) => (o.stderr += d));
-  o.exited = new Promise((resolve) => proc.on('exit', (code, signal) => {
+  o.exited = new Promise((resolve) => proc.on('close', (code, signal) => {
     procs.delete(proc);
+    if (SANITIZER.test(o.stderr)) sanitizerReports.push(`${args.join(' ')}: ${o.stderr}`);
     resolve({ code, signal });
   }));
   // the process's own exit, SIGKILL after ms (a bound, not a synchronisation); {code, signal}
@@ -146,6 +150,7 @@ function logits(tokens, positions, device, tp, devices = 2) {
   const r = spawnSync(EMU, args, { encoding: 'utf8', timeout: 120000,
     env: { ...process.env, UNMASK_EMU_DEVICES: String(devices) } });
   assert.equal(r.status, 0, `logits --device ${device} --tp ${tp}: ${r.stderr}`);
+  if (SANITIZER.test(r.stderr)) sanitizerReports.push(`logits --device ${device} --tp ${tp}: ${r.stderr}`);
   const l = readNpy(out);
   fs.rmSync(out);
   return l;
@@ -349,6 +354,7 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
       env: { ...process.env, UNMASK_EMU_MEM_BYTES: String(400 * MiB), UNMASK_EMU_DEVICES: '2' } });
     assert.equal(r.status, 1, r.stderr);
     assert.match(r.stderr, /^error: engine 0 \(tp 2\): tensor-parallel rank 0: model does not fit on cuda:0/m);
+    assert.doesNotMatch(r.stderr, SANITIZER);
   });
 
   test('setup failure on node 1 only: both nodes exit 1 with rank 1\'s message, without waiting', async () => {
@@ -374,5 +380,9 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
       await n1.stop('SIGKILL');
     }
     assert.deepEqual(shmLeft([n0.proc.pid, n1.proc.pid]), []);
+  });
+
+  test('no sanitizer report from any child process', () => {
+    assert.deepEqual(sanitizerReports, []);
   });
 });
