@@ -42,7 +42,10 @@ typedef struct model_tp_opts {
 /* Node 0: create the group; the leader ctx is model_tp_leader(g). Checks that tp divides the
  * model's heads / MLP width (UM_ERR_UNSUPPORTED), opens every local backend first (a bad device
  * fails before any thread starts), checks the fit (CUDA), then initialises all ranks; an error on
- * any rank (its message names the rank) fails the whole group. */
+ * any rank (its message names the rank) fails the whole group. Several nodes: the rendezvous comes
+ * before the backends, and a failed fit check is reported in the setup status round instead of
+ * ending this node at once, so every node fails with that rank's message (a node failing earlier
+ * closes its liveness link, which ends the others). */
 model_tp  *model_tp_create(const model *m, const model_tp_opts *o, um_err *err);
 model_ctx *model_tp_leader(model_tp *g);
 /* Stops the followers (stop message), joins them and frees everything incl. the leader ctx. */
