@@ -13,7 +13,9 @@
 //     clean SIGTERM exit;
 //   - `--gpus 0,1,2,3 --tp 2`: two replicas of TP 2 (topology in /stats), same answers;
 //   - two processes `--nnodes 2 --node-rank 0/1` with one emulated GPU each: node 0 serves the same
-//     tokens as the single-process group (same emulated math, same rank-ordered reduction), stopping
+//     tokens as the single-process group (same emulated math, same rank-ordered reduction); --tp 4
+//     over two nodes with two emulated GPUs each (thread and process ranks in one group, ranks 2..3
+//     on node 1) answers the argmax of `logits --tp 4`; stopping
 //     node 0 stops node 1 (exit 0, its message), killing node 1 ends node 0 with the documented
 //     error, killing node 0 ends node 1 (after its 10 s grace) with the documented error;
 //   - setup failures (UNMASK_EMU_MEM_BYTES too small): in one process, and on node 1 only — then
@@ -204,23 +206,24 @@ async function wsGenerate(srv, id, body) {
   return { done, ids };
 }
 
-// the expected answer: argmax of an independent `logits --tp 2` run on prompt + masks
-let expectedIds = null;
-function expected() {
-  if (!expectedIds) {
+// the expected answer: argmax of an independent `logits --tp N` run on prompt + masks
+const expectedIds = {};
+function expected(tp) {
+  if (!expectedIds[tp]) {
     const canvas = [...PROMPT, ...new Array(GEN).fill(MASK)];
     const rows = Array.from({ length: GEN }, (_, j) => PROMPT.length + j);
-    const l = logits(canvas, rows, 'cuda:0,cuda:1', 2);
-    expectedIds = rows.map((_, j) => argmax(l.data.subarray(j * V, (j + 1) * V)));
+    const devs = Array.from({ length: tp }, (_, i) => `cuda:${i}`).join(',');
+    const l = logits(canvas, rows, devs, tp, tp);
+    expectedIds[tp] = rows.map((_, j) => argmax(l.data.subarray(j * V, (j + 1) * V)));
   }
-  return expectedIds;
+  return expectedIds[tp];
 }
 
 // n concurrent requests (WebSocket and OpenAI) on one server: every answer is the expected one
-async function checkAnswers(srv, tag, n = 4) {
-  const want = expected();
+async function checkAnswers(srv, tag, n = 4, tp = 2) {
+  const want = expected(tp);
   const ws = await Promise.all(Array.from({ length: n }, (_, i) => wsGenerate(srv, `${tag}-${i}`, { prompt_ids: PROMPT, ...PARAMS })));
-  for (const r of ws) assert.deepEqual(r.ids, want, `${tag}: the tokens are the argmax of logits --tp 2`);
+  for (const r of ws) assert.deepEqual(r.ids, want, `${tag}: the tokens are the argmax of logits --tp ${tp}`);
   const client = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'unused', maxRetries: 0 });
   const oa = await Promise.all(Array.from({ length: n }, () => client.completions.create({
     model: 'tiny', prompt: PROMPT, max_tokens: GEN, temperature: 0, block_length: GEN, steps: 1, stop_at_eos: false,
@@ -285,15 +288,15 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
     }
   });
 
-  // node 0 (serves) + node 1 (follows), one emulated GPU each
-  async function twoNodes(env1 = {}) {
+  // node 0 (serves) + node 1 (follows), tp / 2 emulated GPUs each
+  async function twoNodes(tp = 2) {
     const addr = `127.0.0.1:${await freePort()}`;
-    const dist = ['--tp', '2', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0'];
-    const n1 = spawnEmu(['serve', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'],
-      { UNMASK_EMU_DEVICES: '1', ...env1 });
+    const gpus = tp === 2 ? '0' : '0,1', env = { UNMASK_EMU_DEVICES: String(tp / 2) };
+    const dist = ['--tp', String(tp), '--nnodes', '2', '--dist-init-addr', addr, '--gpus', gpus];
+    const n1 = spawnEmu(['serve', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'], env);
     let n0;
     try {
-      n0 = await startServe([...dist, '--node-rank', '0'], { UNMASK_EMU_DEVICES: '1' });
+      n0 = await startServe([...dist, '--node-rank', '0'], env);
     } catch (e) {
       await n1.stop('SIGKILL');
       throw e;
@@ -316,6 +319,19 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
     assert.match(n1.stdout, /node 1: node 0 stopped the group; exiting/);
     assert.match(n1.stderr, /tensor parallel: node 1 joined the group: ranks 1\.\.1 of 2 ready/);
     assert.deepEqual(shmLeft([n0.proc.pid, n1.proc.pid]), []);
+  });
+
+  test('multi-node --tp 4: two nodes with two emulated GPUs each (threads and processes in one group)', async () => {
+    const { n0, n1 } = await twoNodes(4);
+    try {
+      const st = await n0.stats();
+      assert.deepEqual(st.topology, { devices: 'cuda:0,cuda:1', replicas: 1, tp: 4, nnodes: 2, max_seq: CFG.max_sequence_length });
+      await checkAnswers(n0, 'mn4', 2, 4);
+    } finally {
+      assert.deepEqual(await n0.stop(), { code: 0, signal: null }, n0.stderr);
+      assert.deepEqual(await n1.exitWithin(30000), { code: 0, signal: null }, n1.stderr);
+    }
+    assert.match(n1.stdout, /node 1 of 2 joining the tensor-parallel group \(tp 4, ranks 2\.\.3 here\)/);
   });
 
   test('multi-node: killing node 1 ends node 0 with the documented error', async () => {
