@@ -411,21 +411,11 @@ static int bootstrap_join(const char *host, int port, int nnodes, int node_rank,
 }
 
 int comm_bootstrap_exchange(const comm_dist_opts *o, void *blob, size_t len, um_err *err) {
-    if (comm_dist_opts_check(o, err) < 0) return -1;
-    if (o->nnodes == 1) return 0;
-    char host[256];
-    int port;
-    if (comm_parse_addr(o->init_addr, host, sizeof host, &port, err) < 0) return -1;
-    if (o->node_rank == 0) {
-        int fd;
-        if (comm_bootstrap_listen(port, &fd, NULL, err) < 0) return -1;
-        log_info("bootstrap: node 0 listening on port %d for %d node(s)", port, o->nnodes - 1);
-        return comm_bootstrap_serve(fd, o->nnodes, blob, len, o->timeout_ms, err);
-    }
-    return comm_bootstrap_join(host, port, o->nnodes, o->node_rank, blob, len, o->timeout_ms, err);
+    comm_link *l = NULL;
+    int rc = comm_bootstrap_exchange_link(o, blob, len, &l, err);
+    comm_link_close(l); /* the exchange alone: no liveness link kept */
+    return rc;
 }
-
-/* ---------------------------------------------------------------- liveness link */
 
 struct comm_link {
     int             n;            /* fds */
