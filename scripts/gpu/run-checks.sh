@@ -9,7 +9,8 @@
 #             machine); run the C unit tests (CPU numerics + the CUDA init test with a real device)
 #   parity    tests/gpu/gpu_parity: every op, attention variant, the sampling / decoder kernels and a
 #             whole forward on CUDA vs the CPU backend on make-model bf16 checkpoints, temperature-0
-#             decodes (graph vs direct, teacher-forced vs CPU, free-running)
+#             decodes (graph vs direct, teacher-forced vs CPU, free-running); then
+#             tests/device/test_device_loop (engine's device-resident loop == host loop, events)
 #   sanitize  compute-sanitizer memcheck (and racecheck) on gpu_parity --quick
 #   bench     unmask bench --device cuda:0 on an 8B-shaped bf16 model (make-model --preset 8b, in
 #             /tmp, reused while the machine stays warm) at batch 1/8/32, gen 256, block 32:
@@ -66,9 +67,9 @@ build_targets() {
 # each stage works on a fresh machine too (a lent machine stays warm only ~30 s after a call)
 # (incremental when the machine still has build-gpu/ from an earlier call)
 ensure_built() {
-  if [ -f "$BUILD/CMakeCache.txt" ]; then build_targets unmask gpu_parity; return; fi
-  stage "build unmask + gpu_parity ($(nvcc --version | tail -1))"
-  configure && build_targets unmask gpu_parity
+  if [ -f "$BUILD/CMakeCache.txt" ]; then build_targets unmask gpu_parity test_device_loop_gpu; return; fi
+  stage "build unmask + gpu_parity + test_device_loop_gpu ($(nvcc --version | tail -1))"
+  configure && build_targets unmask gpu_parity test_device_loop_gpu
 }
 
 do_build() {
@@ -85,7 +86,11 @@ do_parity() {
   ensure_built || return 1
   stage "gpu_parity"
   "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP" 2>&1 | tee "$LOGS/parity.log" | grep -E "FAIL|gpu_parity|argmax|decode|teacher|free-running"
-  return "${PIPESTATUS[0]}"
+  local rc=${PIPESTATUS[0]}
+  stage "device-resident loop vs host loop through decode/decode_device.h (tests/device/test_device_loop.c)"
+  UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu" >"$LOGS/device_loop.log" 2>&1 || rc=$((rc ? rc : 1))
+  grep -E "FAIL|passed" "$LOGS/device_loop.log" | tail -5
+  return $rc
 }
 
 do_sanitize() {
