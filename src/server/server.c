@@ -277,6 +277,14 @@ static void tp_opts_of(const server_config *c, int rep, int threads, uint64_t fi
     }
 }
 
+/* Canvas tokens of the largest forward an engine can run, which the fit check sizes activations
+ * for: every batch slot holding a max_seq canvas, twice over — a request with classifier-free
+ * guidance (cfg_scale > 0, any client may ask) forwards its unconditional canvas in the same
+ * batch (decode_step, decode_seq_forward_tokens). */
+static uint64_t fit_tokens_of(const server_config *c, int max_seq) {
+    return 2u * (uint64_t)c->max_batch * (uint64_t)max_seq;
+}
+
 /* --max-seq against the model: the effective limit, or -1 + err. */
 static int effective_max_seq(const server_config *c, const model *m, um_err *err) {
     if (c->max_seq > m->cfg.max_seq)
@@ -297,8 +305,7 @@ static void *loader_main(void *arg) {
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
     if ((s->max_seq = effective_max_seq(c, &s->m, err)) < 0) goto fail;
     if (c->tp > 1 && model_tp_check(&s->m, c->tp, err) != 0) goto fail;
-    /* activations are sized for the largest step: every batch slot holding a max-seq canvas */
-    const uint64_t fit_tokens = (uint64_t)c->max_batch * (uint64_t)s->max_seq;
+    const uint64_t fit_tokens = fit_tokens_of(c, s->max_seq);
     s->n_engines = server_config_replicas(c);
     const int ranks = s->n_engines * (c->tp > 1 ? server_config_local_ranks(c) : 1);
     s->bes = xcalloc((size_t)s->n_engines, sizeof *s->bes);
@@ -361,7 +368,7 @@ int server_follow(const server_config *c, um_err *err) {
     char devs[MODEL_TP_MAX_LOCAL][64];
     model_tp_opts o;
     const int ms = c->max_seq > 0 ? c->max_seq : m.cfg.max_seq;
-    tp_opts_of(c, 0, threads_per_rank(c, server_config_local_ranks(c)), (uint64_t)c->max_batch * (uint64_t)ms, devs, &o);
+    tp_opts_of(c, 0, threads_per_rank(c, server_config_local_ranks(c)), fit_tokens_of(c, ms), devs, &o);
     printf("unmask: node %d of %d joining the tensor-parallel group (tp %d, ranks %d..%d here) at %s\n", c->node_rank,
            c->nnodes, c->tp, c->node_rank * o.n_local, c->node_rank * o.n_local + o.n_local - 1, c->dist_init_addr);
     fflush(stdout);
