@@ -1,5 +1,7 @@
 /*
- * tp_cli.c — open the model_ctx of a CLI subcommand, with or without --tp (tp_cli.h). Main thread.
+ * tp_cli.c — open the model_ctx of a CLI subcommand, with or without --tp (tp_cli.h): one backend +
+ * fit check + ctx, or a tensor-parallel group (model/model_tp.h) whose leader is the ctx.
+ * Does not: parse flags, load the model, run forwards (the subcommands do). Main thread.
  */
 #include "cli/tp_cli.h"
 

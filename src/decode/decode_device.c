@@ -27,16 +27,18 @@ struct decode_device {
     cuda_decode *cd;                  /* the current batch, or NULL */
     decode_seq **slot;                /* [n_slot] batch order; NULL once the sequence is done (or was
                                          dropped): its records are skipped */
-    int          n_slot, cap_slot;
+    int          n_slot;              /* sequences in the current batch (0 without one) */
+    int          cap_slot;            /* slot's allocated length */
     int          B;                   /* the batch's block length */
     int          batch_steps;         /* steps enqueued on this batch */
     int          graph;               /* 1: this batch replays a graph; 0: not captured yet;
                                          -1: capture failed, direct launches */
     uint64_t     t_enq[DEVICE_RING];  /* enqueue time of step #produced % DEVICE_RING */
-    long         produced, applied;
-    int32_t     *row_pos, *row_tok;   /* [B] scratch for one record's rows */
-    float       *row_conf;
-    int          row_cap;
+    long         produced;            /* steps enqueued on this batch */
+    long         applied;             /* of those, steps whose records were applied (or skipped) */
+    int32_t     *row_pos, *row_tok;   /* [row_cap] scratch for one record's rows, owned */
+    float       *row_conf;            /* [row_cap] their confidences, owned */
+    int          row_cap;             /* >= the largest B built so far */
     decode_device_stats st;
 };
 

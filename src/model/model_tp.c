@@ -52,7 +52,9 @@ typedef struct tp_rank {
 
 struct model_tp {
     const model      *m;
-    int               world, n_local, node_rank;
+    int               world;         /* ranks in the group, all nodes */
+    int               n_local;       /* ranks of this node (threads of this process) */
+    int               node_rank;     /* this node, 0 = the leader's */
     int               nccl;          /* 1: CUDA ranks over NCCL; 0: CPU threads over comm_local */
     comm_local_group *lg;            /* CPU only */
     uint8_t           id[COMM_NCCL_ID_BYTES]; /* NCCL unique id (same on every rank) */
