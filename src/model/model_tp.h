@@ -34,9 +34,9 @@ typedef struct model_tp_opts {
     const char    *devices[MODEL_TP_MAX_LOCAL]; /* [n_local] "cpu" or "cuda:N", not owned */
     int            n_threads;                   /* CPU compute threads per rank (0 = all cores) */
     comm_dist_opts dist;                        /* nnodes <= 1: one node */
-    uint64_t       fit_tokens;                  /* canvas tokens of the largest forward (max batch x
-                                                   max seq): CUDA checks the fit before uploading;
-                                                   0 = no check */
+    uint64_t       fit_tokens;                  /* canvas tokens of the largest forward (serve:
+                                                   2 x max batch x max seq, CFG doubling a canvas):
+                                                   CUDA checks the fit before uploading; 0 = no check */
 } model_tp_opts;
 
 /* Node 0: create the group; the leader ctx is model_tp_leader(g). Checks that tp divides the
