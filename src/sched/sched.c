@@ -52,8 +52,10 @@ typedef struct engine {
     decode_seq  **hseqs;        /* [max_batch] scratch: the host loop's share */
     sched_req   **gone;         /* [max_batch] scratch: requests that left the active set */
     decode_sink   sink;
-    decode_device *dev;         /* device-resident loop (CUDA engine, not host_loop), else NULL;
-                                   created and freed by the engine thread */
+    int           use_dev;      /* 1: this engine runs the device-resident loop (CUDA, not
+                                   tensor-parallel, not host_loop); fixed at sched_create */
+    decode_device *dev;         /* device-resident loop when use_dev, else NULL; created and
+                                   freed by the engine thread */
     decode_device_stats dev_seen; /* dev's stats already added to sched.st */
 } engine;
 
@@ -342,7 +344,7 @@ static void *engine_main(void *arg) {
      * promptly on a machine whose cores are all busy with the forward pass. */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), ENGINE_NICE) != 0)
         log_debug("engine %d: setpriority failed", e->index);
-    if (!s->o.host_loop && decode_device_supported(e->ctx)) {
+    if (e->use_dev) {
         e->dev = decode_device_create(e->ctx, 1);
         log_info("engine %d: device-resident decode loop on (eligible requests)", e->index);
     }
@@ -441,6 +443,8 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
     pthread_cond_init(&s->cv, NULL);
     s->engines = xcalloc((size_t)n_engines, sizeof *s->engines);
     fault_rules_load(s); /* test hook: nothing unless UNMASK_FAULT_FORWARD_FAIL is set */
+    for (int i = 0; i < n_engines; i++)   /* before any engine thread runs (they write s->st) */
+        s->st.device_loop_engines += !o->host_loop && decode_device_supported(ctxs[i]);
     /* Engine threads never take signals: SIGINT/SIGTERM go to the service thread. */
     sigset_t all, old;
     sigfillset(&all);
@@ -450,6 +454,7 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
         e->s = s;
         e->index = i;
         e->ctx = ctxs[i];
+        e->use_dev = !o->host_loop && decode_device_supported(ctxs[i]);
         e->active = xcalloc((size_t)o->max_batch, sizeof *e->active);
         e->seqs = xcalloc((size_t)o->max_batch, sizeof *e->seqs);
         e->dseqs = xcalloc((size_t)o->max_batch, sizeof *e->dseqs);

@@ -115,6 +115,8 @@ typedef struct sched_stats {
     int      max_batch_seen;
     double   step_ms_total;         /* wall time inside decode_step, summed */
     /* device-resident loop (CUDA engines; all 0 on the host loop) */
+    int      device_loop_engines;   /* engines that run eligible sequences on it: CUDA, not
+                                       tensor-parallel, not host_loop (fixed at sched_create) */
     uint64_t device_steps;          /* device steps enqueued */
     uint64_t device_rebuilds;       /* device batches built (the set of sequences changed) */
     uint64_t graph_captures;        /* CUDA graphs captured */

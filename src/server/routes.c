@@ -53,7 +53,7 @@ static int h_stats(http_conn *c, const http_req *rq) {
                       st.steps ? (double)st.step_seqs / (double)st.steps : 0.0, "max_batch_seen", st.max_batch_seen,
                       "mean_step_ms", st.steps ? st.step_ms_total / (double)st.steps : 0.0));
         json_object_set_new(o, "device_loop",
-                            json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", !so->host_loop, "steps",
+                            json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", st.device_loop_engines > 0, "steps",
                                       (json_int_t)st.device_steps, "rebuilds", (json_int_t)st.device_rebuilds,
                                       "graph_captures", (json_int_t)st.graph_captures, "graph_replays",
                                       (json_int_t)st.graph_replays));

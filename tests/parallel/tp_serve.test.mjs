@@ -112,6 +112,12 @@ describe('serve --tp: same answers as --tp 1', () => {
     const r2 = await servers.r2.stats();
     assert.deepEqual(r2.topology, { devices: 'cpu', replicas: 2, tp: 2, nnodes: 1, max_seq: CFG.max_sequence_length });
     assert.equal(r2.scheduler.engines, 2);
+    // CPU engines (tensor-parallel or not) never run the device-resident loop: /stats must not
+    // claim it is on, even though --device-loop defaults to on
+    for (const srv of Object.values(servers)) {
+      assert.deepEqual((await srv.stats()).device_loop,
+        { enabled: false, steps: 0, rebuilds: 0, graph_captures: 0, graph_replays: 0 });
+    }
   });
 
   test('WebSocket and OpenAI answers are identical across --tp 1/2/4, with margins that make it so', async () => {
