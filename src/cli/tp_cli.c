@@ -24,7 +24,7 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
                                 "to split it over them)", device);
         c->be = backend_init_device(device, threads, err);
         if (!c->be) return -1;
-        if (model_fit_check(c->be, m, 1, fit_tokens, err) != 0 || model_ctx_init(&c->own, m, c->be, err) != 0) {
+        if (model_fit_check(c->be, m, 1, fit_tokens, 0, err) != 0 || model_ctx_init(&c->own, m, c->be, err) != 0) {
             backend_free(c->be);
             c->be = NULL;
             return -1;

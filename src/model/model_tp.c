@@ -116,9 +116,11 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
     return 2u * (tokens * per_tok + out_rows * (d + (uint64_t)c->n_embd_rows));
 }
 
-int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, um_err *err) {
+int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, um_err *err) {
     if (!be->name || strncmp(be->name, "cuda", 4) != 0) return 0;
-    const uint64_t wb = model_weight_bytes(m, world), ab = model_act_bytes(m, world, tokens);
+    const uint64_t wb = model_weight_bytes(m, world),
+                   ab = model_act_bytes(m, world, tokens) +
+                        2u * dev_rows * ((uint64_t)m->cfg.d_model + (uint64_t)m->cfg.n_embd_rows);
     if (backend_cuda_check_fit(be, wb, ab, err) != 0) return -1;
     log_info("%s: %.2f GiB weights%s + %.2f GiB activations (%llu tokens per forward) fit", be->name,
              (double)wb / (double)(1ull << 30), world > 1 ? " (this rank's shard)" : "", (double)ab / (double)(1ull << 30),
@@ -364,7 +366,7 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
             um_err_prefix(err, "tensor-parallel rank %d (%s)", t->rank, t->device);
             goto fail;
         }
-        if (o->fit_tokens && model_fit_check(t->be, m, o->tp, o->fit_tokens, err) != 0) {
+        if (o->fit_tokens && model_fit_check(t->be, m, o->tp, o->fit_tokens, 0, err) != 0) {
             if (nnodes > 1) {   /* tell the other nodes in the status round */
                 t->err = *err;
                 um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);

@@ -326,9 +326,15 @@ static void engine_step(engine *e, decode_seq **seqs, int n) {
         }
     }
     int nd = 0, nh = 0;
+    long rows = 0; /* LM-head rows of the device batch: within sched_opts.device_rows */
     for (int i = 0; i < n; i++) {
-        if (e->dev && decode_device_eligible(e->ctx, seqs[i])) e->dseqs[nd++] = seqs[i];
-        else e->hseqs[nh++] = seqs[i];
+        const long b = decode_seq_params(seqs[i])->block_length;
+        if (e->dev && decode_device_eligible(e->ctx, seqs[i]) && (s->o.device_rows <= 0 || rows + b <= s->o.device_rows)) {
+            e->dseqs[nd++] = seqs[i];
+            rows += b;
+        } else {
+            e->hseqs[nh++] = seqs[i];
+        }
     }
     if (e->dev && decode_device_step(e->dev, e->dseqs, nd, &e->sink, &err) != 0)
         engine_fail(e, e->dseqs, nd, "device decode step", &err);

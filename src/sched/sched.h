@@ -104,6 +104,10 @@ typedef struct sched_opts {
                                   device-resident loop (decode/decode_device.h) could run; for
                                   comparisons and debugging. 0 (default): device loop for eligible
                                   sequences on CUDA engines (serve --device-loop on|off). */
+    int           device_rows; /* LM-head rows (sum of block lengths) one engine's device batch may
+                                  hold: the device loop keeps every active-block row's logits on the
+                                  GPU, and the fit check reserved this many; eligible sequences
+                                  beyond it (in admission order) take the host loop. 0 = no limit */
 } sched_opts;
 
 /* Aggregate counters (a consistent snapshot taken under the lock). */

@@ -25,6 +25,7 @@
 #include <openssl/ssl.h>
 
 #include "backend/backend.h"
+#include "decode/decode.h"
 #include "model/model_tp.h"
 #include "server/metrics.h"
 #include "server/prep.h"
@@ -285,6 +286,14 @@ static uint64_t fit_tokens_of(const server_config *c, int max_seq) {
     return 2u * (uint64_t)c->max_batch * (uint64_t)max_seq;
 }
 
+/* LM-head rows one engine's device-resident decode batch may keep on the GPU (sched_opts.device_rows,
+ * reserved by the fit check): every batch slot with the model's default block length. Requests
+ * asking for longer blocks still run, on the host loop once the budget is used. */
+static int device_rows_of(const server_config *c, const model *m) {
+    const decode_params p = decode_params_for_model(m);
+    return c->max_batch * (p.block_length > 0 ? p.block_length : 32);
+}
+
 /* --max-seq against the model: the effective limit, or -1 + err. */
 static int effective_max_seq(const server_config *c, const model *m, um_err *err) {
     if (c->max_seq > m->cfg.max_seq)
@@ -333,7 +342,8 @@ static void *loader_main(void *arg) {
             um_err_prefix(err, "engine %d (%s)", i, dev);
             goto fail;
         }
-        if (model_fit_check(s->bes[i], &s->m, 1, fit_tokens, err) != 0) {
+        if (model_fit_check(s->bes[i], &s->m, 1, fit_tokens, c->device_loop ? (uint64_t)device_rows_of(c, &s->m) : 0,
+                            err) != 0) {
             um_err_prefix(err, "engine %d (--max-batch %d x --max-seq %d)", i, c->max_batch, s->max_seq);
             goto fail;
         }
@@ -346,6 +356,7 @@ static void *loader_main(void *arg) {
     sched_opts so = {.max_batch = c->max_batch,
                      .max_queue = c->max_queue,
                      .host_loop = !c->device_loop,
+                     .device_rows = device_rows_of(c, &s->m),
                      .on_step = on_sched_step,
                      .on_step_user = s};
     s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);

@@ -284,7 +284,7 @@ int server_config_check(const server_config *c, um_err *err) {
     }
     if (server_config_check_parallel(c, err) != 0) return -1;
     if (c->max_seq < 0 || c->max_seq > 1000000)
-        return um_err_param(err, "max_seq", "--max-seq must be in [1, 1000000] tokens (0 = the model's maximum), got %d",
+        return um_err_param(err, "max_seq", "--max-seq must be in [0, 1000000] tokens (0 = the model's maximum), got %d",
                             c->max_seq);
     if (c->max_batch < 1 || c->max_batch > 4096)
         return um_err_param(err, "max_batch", "--max-batch must be in [1, 4096], got %d", c->max_batch);

@@ -39,7 +39,7 @@ check serve-bad-addr 2 "'nohost': expected host:port" "${S[@]}" --gpus 0 --tp 2 
 check serve-tp-nnodes 2 "--tp 3 must be a multiple of --nnodes 2" "${S[@]}" --gpus 0 --tp 3 --nnodes 2 --dist-init-addr 127.0.0.1:29500
 check serve-multinode-replicas 2 "multi-node: --tp 2 over --nnodes 2 is one replica of 1 GPUs per node; --device/--gpus lists 2" "${S[@]}" --gpus 0,1 --tp 2 --nnodes 2 --dist-init-addr 127.0.0.1:29500
 check serve-max-seq 2 "--max-seq 5000 exceeds the model's maximum sequence length 1024" "${S[@]}" --max-seq 5000
-check serve-max-seq-neg 2 "--max-seq must be in [1, 1000000]" "${S[@]}" --max-seq -4
+check serve-max-seq-neg 2 "--max-seq must be in [0, 1000000]" "${S[@]}" --max-seq -4
 # serve: the same through config-file keys
 printf '{"tp": 3}\n' > "$TMP/tp3.json"
 check config-tp3 2 "--tp 3: tensor parallelism needs" "${S[@]}" --config "$TMP/tp3.json"

@@ -220,6 +220,49 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
   });
 });
 
+// The device batch's LM-head row budget (sched_opts.device_rows = --max-batch x the model's default
+// block length, 32 for the tiny preset, reserved by the start-up fit check): a request whose block
+// fits runs on the device loop; one asking for a longer block than the budget left runs on the
+// host loop (same server, same answer as a host-loop server), so the device never holds more
+// logits than the fit check reserved.
+describe('serve: device rows budget', { skip: NO_EMU }, () => {
+  let dev, host;
+  before(async () => {
+    const model = emuModel();
+    const common = ['--device', 'cuda:0', '--max-batch', '1'];
+    dev = await startServer({ model, extra: [...common, '--device-loop', 'on'], name: 'rows-dev' });
+    host = await startServer({ model, extra: [...common, '--device-loop', 'off'], name: 'rows-host' });
+  });
+  after(async () => {
+    await dev?.stop();
+    await host?.stop();
+  });
+  const stats = async (srv) => (await (await fetch(`${srv.base}/stats`)).json()).device_loop;
+  async function gen(srv, id, block) {
+    const c = new Client(srv.wsUrl);
+    await c.session();
+    c.send({ type: 'generate', id, prompt_ids: [5, 6, 7], gen_length: block, block_length: block, steps: 4 });
+    const d = await c.done(id);
+    await c.close();
+    return d;
+  }
+
+  test('a 32-row block runs on the device, a 64-row block on the host loop', async () => {
+    const s0 = await stats(dev);
+    assert.equal(s0.enabled, true);
+    const a = await gen(dev, 'fits', 32);
+    const s1 = await stats(dev);
+    assert.ok(s1.steps >= s0.steps + 4, `device steps for the 32-row block: ${JSON.stringify([s0, s1])}`);
+    const b = await gen(dev, 'over', 64);
+    const s2 = await stats(dev);
+    assert.equal(s2.steps, s1.steps, `no device steps for the 64-row block: ${JSON.stringify([s1, s2])}`);
+    const [ha, hb] = [await gen(host, 'fits', 32), await gen(host, 'over', 64)];
+    assert.equal(a.text, ha.text);
+    assert.equal(b.text, hb.text);
+    assert.equal(b.usage.steps, 4);
+  });
+});
+
 test('generate --device-loop: only on|off', () => {
   const r = spawnSync(process.env.UNMASK_BIN, ['generate', '--model', 'unused', '--prompt-ids', '1,2', '--device-loop',
     'maybe'], { encoding: 'utf8' });
