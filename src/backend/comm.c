@@ -2,11 +2,16 @@
  * comm.c — the comm interface's dispatch helpers and the multi-node bootstrap over TCP (comm.h).
  *
  * Bootstrap protocol (all integers little-endian u32):
- *   node r -> node 0:  "UMBOOT01" nnodes node_rank
- *   node 0 -> node r:  "UMBOOT01" status len payload   (status 0: payload = the blob;
+ *   node r -> node 0:  "UMBOOT02" nnodes node_rank fp_len fingerprint[fp_len]
+ *   node 0 -> node r:  "UMBOOT02" status len payload   (status 0: payload = the blob;
  *                                                       status 1: payload = an error message)
  * Node 0 replies only after every node has joined, so a node that never arrives fails the whole
- * rendezvous with a message naming it instead of leaving the others hanging inside NCCL.
+ * rendezvous with a message naming it instead of leaving the others hanging inside NCCL; a node
+ * whose fingerprint (the setup that must agree: model, --tp, --max-seq, ...) differs from node 0's
+ * is refused, which fails every node with one line naming the difference.
+ * Afterwards the connections stay open as the liveness link; the only message on it is a stop
+ * request, node r -> node 0: "S" signal (one byte each), sent once after comm_stop_request.
+ * Every wait polls the stop self-pipe too, so SIGINT/SIGTERM interrupt a rendezvous at once.
  * Does not: implement collectives (comm_local.c, cuda/comm_nccl.c). Any thread (blocking calls).
  */
 #include "backend/comm.h"
@@ -20,6 +25,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +118,47 @@ int comm_dist_opts_check(const comm_dist_opts *o, um_err *err) {
 
 /* ---------------------------------------------------------------- socket helpers */
 
-static const char k_magic[8] = {'U', 'M', 'B', 'O', 'O', 'T', '0', '1'};
+static const char k_magic[8] = {'U', 'M', 'B', 'O', 'O', 'T', '0', '2'};
+#define FP_MAX_BYTES 65536
+
+/* ---------------------------------------------------------------- stop requests */
+
+static int        g_stop_pipe[2] = {-1, -1}; /* written by comm_stop_request; never drained (sticky) */
+static atomic_int g_stop_sig;                /* first signal requested, 0 = none */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "comm_stop_request runs in signal handlers");
+
+void comm_stop_init(void) {
+    if (g_stop_pipe[0] >= 0) return;
+    CHECK(pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) == 0);
+}
+
+void comm_stop_request(int sig) {
+    int zero = 0;
+    if (!atomic_compare_exchange_strong(&g_stop_sig, &zero, sig > 0 ? sig : SIGTERM)) return;
+    if (g_stop_pipe[1] >= 0) {
+        char c = 1;
+        ssize_t w = write(g_stop_pipe[1], &c, 1);
+        (void)w;
+    }
+}
+
+int comm_stop_signal(void) { return atomic_load(&g_stop_sig); }
+
+void comm_stop_reset(void) {
+    char b[16];
+    if (g_stop_pipe[0] >= 0)
+        while (read(g_stop_pipe[0], b, sizeof b) > 0) {}
+    atomic_store(&g_stop_sig, 0);
+}
+
+static const char *sig_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+/* "interrupted by SIGTERM" when a stop was requested, else NULL */
+static const char *stop_why(void) {
+    int sig = atomic_load(&g_stop_sig);
+    if (!sig) return NULL;
+    return sig == SIGINT ? "interrupted by SIGINT" : sig == SIGTERM ? "interrupted by SIGTERM" : "interrupted by a signal";
+}
 
 static int remaining_ms(uint64_t deadline_ns) {
     uint64_t now = time_now_ns();
@@ -122,16 +168,21 @@ static int remaining_ms(uint64_t deadline_ns) {
 }
 
 /* Full read/write with a deadline. 0 ok, -1 timeout/error (errno-ish reason in *why). */
-static int io_full(int fd, void *buf, size_t len, int writing, uint64_t deadline_ns, const char **why) {
+/* intr: a stop request (comm_stop_request) ends the wait too ("interrupted by ..."). */
+static int io_full_x(int fd, void *buf, size_t len, int writing, uint64_t deadline_ns, int intr, const char **why) {
     char *p = buf;
     while (len) {
-        struct pollfd pf = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
+        struct pollfd pf[2] = {{fd, (short)(writing ? POLLOUT : POLLIN), 0}, {intr ? g_stop_pipe[0] : -1, POLLIN, 0}};
         int ms = remaining_ms(deadline_ns);
         if (ms == 0) {
             *why = "timed out";
             return -1;
         }
-        int r = poll(&pf, 1, ms);
+        if (intr && stop_why()) {
+            *why = stop_why();
+            return -1;
+        }
+        int r = poll(pf, 2, ms);
         if (r < 0) {
             if (errno == EINTR) continue;
             *why = strerror(errno);
@@ -141,6 +192,11 @@ static int io_full(int fd, void *buf, size_t len, int writing, uint64_t deadline
             *why = "timed out";
             return -1;
         }
+        if (pf[1].revents && stop_why()) {
+            *why = stop_why();
+            return -1;
+        }
+        if (!pf[0].revents) continue;
         ssize_t k = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
         if (k < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -155,6 +211,10 @@ static int io_full(int fd, void *buf, size_t len, int writing, uint64_t deadline
         len -= (size_t)k;
     }
     return 0;
+}
+
+static int io_full(int fd, void *buf, size_t len, int writing, uint64_t deadline_ns, const char **why) {
+    return io_full_x(fd, buf, len, writing, deadline_ns, 1, why);
 }
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -172,8 +232,8 @@ static int send_reply(int fd, uint32_t status, const void *payload, size_t len, 
     put_u32(h + 8, status);
     put_u32(h + 12, (uint32_t)len);
     const char *why = NULL;
-    if (io_full(fd, h, sizeof h, 1, deadline_ns, &why) < 0) return -1;
-    if (len && io_full(fd, (void *)payload, len, 1, deadline_ns, &why) < 0) return -1;
+    if (io_full_x(fd, h, sizeof h, 1, deadline_ns, 0, &why) < 0) return -1;
+    if (len && io_full_x(fd, (void *)payload, len, 1, deadline_ns, 0, &why) < 0) return -1;
     return 0;
 }
 
@@ -225,30 +285,45 @@ static void close_all(int *fds, int n) {
         if (fds[i] >= 0) close(fds[i]);
 }
 
-static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, int *keep, um_err *err);
+static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, const comm_fingerprint *fp,
+                           int *keep, um_err *err);
 
 int comm_bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, um_err *err) {
-    return bootstrap_serve(lfd, nnodes, blob, len, timeout_ms, NULL, err);
+    return bootstrap_serve(lfd, nnodes, blob, len, timeout_ms, NULL, NULL, err);
+}
+
+/* "1, 3": the nodes r >= 1 with peer[r] < 0 */
+static void missing_nodes(const int *peer, int nnodes, char *out, size_t cap) {
+    size_t o = 0;
+    out[0] = '\0';
+    for (int r = 1; r < nnodes && o + 16 < cap; r++)
+        if (peer[r] < 0) o += (size_t)snprintf(out + o, cap - o, "%s%d", o ? ", " : "", r);
 }
 
 /* keep (or NULL): [nnodes] receives the open connection of every node r >= 1 on success (the
  * caller closes them); otherwise they are closed here */
-static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, int *keep, um_err *err) {
+static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, const comm_fingerprint *fp,
+                           int *keep, um_err *err) {
     if (timeout_ms <= 0) timeout_ms = 120000;
     const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int *peer = xmalloc((size_t)nnodes * sizeof *peer);   /* peer[r] = fd of node r (r >= 1) */
     for (int r = 0; r < nnodes; r++) peer[r] = -1;
     int joined = 1, rc = 0;
     while (joined < nnodes) {
-        struct pollfd pf = {lfd, POLLIN, 0};
+        struct pollfd pf[2] = {{lfd, POLLIN, 0}, {g_stop_pipe[0], POLLIN, 0}};
         int ms = remaining_ms(deadline);
-        int pr = ms ? poll(&pf, 1, ms) : 0;
+        int pr = ms && !stop_why() ? poll(pf, 2, ms) : 0;
         if (pr < 0 && errno == EINTR) continue;
+        if (stop_why()) {   /* SIGINT / SIGTERM: give up now, the joined nodes are told below */
+            char missing[256];
+            missing_nodes(peer, nnodes, missing, sizeof missing);
+            rc = um_err_set(err, UM_ERR_CANCELLED, "bootstrap: %s while waiting for node%s %s to connect (%d of %d nodes joined)",
+                            stop_why(), nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
+            break;
+        }
         if (pr <= 0) {
-            char missing[256] = "";
-            size_t o = 0;
-            for (int r = 1; r < nnodes && o < sizeof missing - 16; r++)
-                if (peer[r] < 0) o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", o ? ", " : "", r);
+            char missing[256];
+            missing_nodes(peer, nnodes, missing, sizeof missing);
             rc = um_err_set(err, UM_ERR_IO,
                             "bootstrap: timed out after %d ms waiting for node%s %s to connect (%d of %d nodes joined)",
                             timeout_ms, nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
@@ -267,8 +342,27 @@ static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, in
             continue;
         }
         uint32_t their_n = get_u32(h + 8), their_r = get_u32(h + 12);
-        char msg[200];
-        if ((int)their_n != nnodes) {
+        unsigned char lb[4];
+        uint32_t fp_len = 0;
+        uint8_t *their_fp = NULL;
+        if (io_full(fd, lb, 4, 0, hello_deadline, &why) < 0 || (fp_len = get_u32(lb)) > FP_MAX_BYTES ||
+            (fp_len && io_full(fd, their_fp = xmalloc(fp_len), fp_len, 0, hello_deadline, &why) < 0)) {
+            log_warn("bootstrap: ignoring a connection whose hello was cut short (%s)", why ? why : "fingerprint too long");
+            free(their_fp);
+            close(fd);
+            continue;
+        }
+        char msg[600];
+        const int fp_check = fp && fp->data && (int)their_n == nnodes && their_r >= 1 && (int)their_r < nnodes;
+        if (fp_check && (fp_len != fp->len || memcmp(their_fp, fp->data, fp_len) != 0)) {
+            if (fp_len != fp->len)
+                snprintf(msg, sizeof msg, "node %u's setup fingerprint has %u bytes, node 0's %zu (different unmask versions?)",
+                         their_r, fp_len, fp->len);
+            else if (fp->describe)
+                fp->describe(fp->data, their_fp, fp_len, (int)their_r, msg, sizeof msg);
+            else
+                snprintf(msg, sizeof msg, "node %u's setup differs from node 0's", their_r);
+        } else if ((int)their_n != nnodes) {
             snprintf(msg, sizeof msg, "nnodes mismatch: node %u says --nnodes %u, node 0 has --nnodes %d", their_r, their_n,
                      nnodes);
         } else if (their_r < 1 || (int)their_r >= nnodes) {
@@ -276,10 +370,12 @@ static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, in
         } else if (peer[their_r] >= 0) {
             snprintf(msg, sizeof msg, "two nodes claim --node-rank %u", their_r);
         } else {
+            free(their_fp);
             peer[their_r] = fd;
             joined++;
             continue;
         }
+        free(their_fp);
         send_reply(fd, 1, msg, strlen(msg), deadline);
         close(fd);
         rc = um_err_set(err, UM_ERR_INVALID_ARG, "bootstrap: %s", msg);
@@ -293,7 +389,7 @@ static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, in
             }
         }
     } else {
-        char m[600];
+        char m[800];
         snprintf(m, sizeof m, "node 0 aborted the rendezvous: %s", err ? err->msg : "error");
         for (int r = 1; r < nnodes; r++)
             if (peer[r] >= 0) send_reply(peer[r], 1, m, strlen(m), time_now_ns() + 1000000000ull);
@@ -320,10 +416,10 @@ static int connect_once(const struct addrinfo *ai, uint64_t deadline_ns, int *ou
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc < 0 && errno == EINPROGRESS) {
-        struct pollfd pf = {fd, POLLOUT, 0};
+        struct pollfd pf[2] = {{fd, POLLOUT, 0}, {g_stop_pipe[0], POLLIN, 0}};
         int ms = remaining_ms(deadline_ns);
         if (ms > 1000) ms = 1000;
-        rc = poll(&pf, 1, ms) == 1 ? 0 : -1;
+        rc = poll(pf, 2, ms) >= 1 && pf[0].revents ? 0 : -1;
         if (rc == 0) {
             int soerr = 0;
             socklen_t sl = sizeof soerr;
@@ -349,16 +445,16 @@ static int connect_once(const struct addrinfo *ai, uint64_t deadline_ns, int *ou
 }
 
 static int bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
-                          int *keep, um_err *err);
+                          const comm_fingerprint *fp, int *keep, um_err *err);
 
 int comm_bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
                         um_err *err) {
-    return bootstrap_join(host, port, nnodes, node_rank, blob, len, timeout_ms, NULL, err);
+    return bootstrap_join(host, port, nnodes, node_rank, blob, len, timeout_ms, NULL, NULL, err);
 }
 
 /* keep (or NULL): receives the open connection to node 0 on success (the caller closes it) */
 static int bootstrap_join(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len, int timeout_ms,
-                          int *keep, um_err *err) {
+                          const comm_fingerprint *fp, int *keep, um_err *err) {
     if (timeout_ms <= 0) timeout_ms = 120000;
     const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     char ports[16];
@@ -372,23 +468,36 @@ static int bootstrap_join(const char *host, int port, int nnodes, int node_rank,
     int fd = -1;
     const char *why = "timed out";
     while (fd < 0) {   /* node 0 may not be listening yet: retry until the deadline */
-        for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+        for (const struct addrinfo *ai = res; ai && fd < 0 && !stop_why(); ai = ai->ai_next)
             if (connect_once(ai, deadline, &fd, &why) == 0) break;
-        if (fd >= 0 || remaining_ms(deadline) == 0) break;
-        usleep(100000);
+        if (fd >= 0 || remaining_ms(deadline) == 0 || stop_why()) break;
+        struct pollfd sp = {g_stop_pipe[0], POLLIN, 0};   /* 100 ms between tries, or a stop request */
+        if (poll(&sp, 1, 100) < 0 && errno != EINTR) usleep(100000);
     }
     freeaddrinfo(res);
+    if (fd < 0 && stop_why())
+        return um_err_set(err, UM_ERR_CANCELLED, "bootstrap: node %d: %s while connecting to node 0 at %s:%d", node_rank,
+                          stop_why(), host, port);
     if (fd < 0)
         return um_err_set(err, UM_ERR_IO, "bootstrap: could not connect to node 0 at %s:%d within %d ms (%s)", host, port,
                           timeout_ms, why);
+    const size_t fp_len = fp && fp->data ? fp->len : 0;
+    CHECK(fp_len <= FP_MAX_BYTES);
+    unsigned char *hello = xmalloc(20 + fp_len);
+    memcpy(hello, k_magic, 8);
+    put_u32(hello + 8, (uint32_t)nnodes);
+    put_u32(hello + 12, (uint32_t)node_rank);
+    put_u32(hello + 16, (uint32_t)fp_len);
+    if (fp_len) memcpy(hello + 20, fp->data, fp_len);
     unsigned char h[16];
-    memcpy(h, k_magic, 8);
-    put_u32(h + 8, (uint32_t)nnodes);
-    put_u32(h + 12, (uint32_t)node_rank);
     int rc = 0;
-    if (io_full(fd, h, sizeof h, 1, deadline, &why) < 0 || io_full(fd, h, sizeof h, 0, deadline, &why) < 0) {
-        rc = um_err_set(err, UM_ERR_IO, "bootstrap: node %d: no answer from node 0 at %s:%d: %s", node_rank, host, port,
-                        why);
+    if (io_full(fd, hello, 20 + fp_len, 1, deadline, &why) < 0 || io_full(fd, h, sizeof h, 0, deadline, &why) < 0) {
+        if (stop_why())
+            rc = um_err_set(err, UM_ERR_CANCELLED, "bootstrap: node %d: %s while waiting for node 0 at %s:%d to start the "
+                            "group", node_rank, stop_why(), host, port);
+        else
+            rc = um_err_set(err, UM_ERR_IO, "bootstrap: node %d: no answer from node 0 at %s:%d: %s", node_rank, host,
+                            port, why);
     } else if (memcmp(h, k_magic, 8) != 0) {
         rc = um_err_set(err, UM_ERR_IO, "bootstrap: %s:%d is not an unmask bootstrap endpoint", host, port);
     } else {
@@ -405,6 +514,7 @@ static int bootstrap_join(const char *host, int port, int nnodes, int node_rank,
             rc = um_err_set(err, UM_ERR_IO, "bootstrap: receiving from node 0: %s", why);
         }
     }
+    free(hello);
     if (rc == 0 && keep) *keep = fd;
     else close(fd);
     return rc;
@@ -418,6 +528,7 @@ int comm_bootstrap_exchange(const comm_dist_opts *o, void *blob, size_t len, um_
 }
 
 struct comm_link {
+    int             follower;     /* 1: this is node r >= 1's link to node 0 (forwards stop requests) */
     int             n;            /* fds */
     int            *fd;           /* [n] open bootstrap connections (node 0: one per other node) */
     int            *node;         /* [n] the node at the other end */
@@ -425,6 +536,7 @@ struct comm_link {
     pthread_t       th;
     int             watching;
     void          (*on_lost)(void *user, int node);
+    void          (*on_stop)(void *user, int node, int sig);   /* node 0: a follower's stop request, or NULL */
     void           *user;
 };
 
@@ -439,9 +551,14 @@ static comm_link *link_new(int n) {
 
 int comm_bootstrap_serve_link(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, comm_link **link,
                               um_err *err) {
+    return comm_bootstrap_serve_link_fp(lfd, nnodes, blob, len, timeout_ms, NULL, link, err);
+}
+
+int comm_bootstrap_serve_link_fp(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms,
+                                 const comm_fingerprint *fp, comm_link **link, um_err *err) {
     *link = NULL;
     int *keep = xmalloc((size_t)nnodes * sizeof *keep);
-    int rc = bootstrap_serve(lfd, nnodes, blob, len, timeout_ms, keep, err);
+    int rc = bootstrap_serve(lfd, nnodes, blob, len, timeout_ms, fp, keep, err);
     if (rc == 0) {
         comm_link *l = link_new(nnodes - 1);
         for (int r = 1; r < nnodes; r++) l->fd[r - 1] = keep[r], l->node[r - 1] = r;
@@ -453,10 +570,16 @@ int comm_bootstrap_serve_link(int lfd, int nnodes, const void *blob, size_t len,
 
 int comm_bootstrap_join_link(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
                              int timeout_ms, comm_link **link, um_err *err) {
+    return comm_bootstrap_join_link_fp(host, port, nnodes, node_rank, blob, len, timeout_ms, NULL, link, err);
+}
+
+int comm_bootstrap_join_link_fp(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
+                                int timeout_ms, const comm_fingerprint *fp, comm_link **link, um_err *err) {
     *link = NULL;
     int fd = -1;
-    if (bootstrap_join(host, port, nnodes, node_rank, blob, len, timeout_ms, &fd, err) != 0) return -1;
+    if (bootstrap_join(host, port, nnodes, node_rank, blob, len, timeout_ms, fp, &fd, err) != 0) return -1;
     comm_link *l = link_new(1);
+    l->follower = 1;
     l->fd[0] = fd;
     l->node[0] = 0;
     *link = l;
@@ -474,27 +597,45 @@ int comm_bootstrap_exchange_link(const comm_dist_opts *o, void *blob, size_t len
         int fd;
         if (comm_bootstrap_listen(port, &fd, NULL, err) < 0) return -1;
         log_info("bootstrap: node 0 listening on port %d for %d node(s)", port, o->nnodes - 1);
-        return comm_bootstrap_serve_link(fd, o->nnodes, blob, len, o->timeout_ms, link, err);
+        return comm_bootstrap_serve_link_fp(fd, o->nnodes, blob, len, o->timeout_ms, &o->fp, link, err);
     }
-    return comm_bootstrap_join_link(host, port, o->nnodes, o->node_rank, blob, len, o->timeout_ms, link, err);
+    return comm_bootstrap_join_link_fp(host, port, o->nnodes, o->node_rank, blob, len, o->timeout_ms, &o->fp, link, err);
 }
 
 /* Watcher thread: a peer's connection that reads EOF or fails means that node is gone. */
 static void *link_main(void *arg) {
     comm_link *l = arg;
-    struct pollfd *pf = xcalloc((size_t)l->n + 1, sizeof *pf);
+    struct pollfd *pf = xcalloc((size_t)l->n + 2, sizeof *pf);
     int *alive = xmalloc((size_t)l->n * sizeof *alive);
     for (int i = 0; i < l->n; i++) pf[i] = (struct pollfd){l->fd[i], POLLIN, 0}, alive[i] = 1;
     pf[l->n] = (struct pollfd){l->wake[0], POLLIN, 0};
+    pf[l->n + 1] = (struct pollfd){l->follower ? g_stop_pipe[0] : -1, POLLIN, 0};   /* stop requests to forward */
     for (;;) {
-        int r = poll(pf, (nfds_t)l->n + 1, -1);
+        int r = poll(pf, (nfds_t)l->n + 2, -1);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 || pf[l->n].revents) break;   /* comm_link_close */
+        if (pf[l->n + 1].revents && comm_stop_signal()) {   /* follower: ask node 0 to stop the group, once */
+            const int sig = comm_stop_signal();
+            unsigned char m[2] = {'S', (unsigned char)sig};
+            const char *why = NULL;
+            pf[l->n + 1].fd = -1;
+            log_info("tensor parallel: %s: asking node 0 to stop the group", sig_name(sig));
+            if (alive[0] && io_full_x(l->fd[0], m, 2, 1, time_now_ns() + 5000000000ull, 0, &why) < 0)
+                log_warn("tensor parallel: could not send the stop request to node 0: %s", why);
+        }
         for (int i = 0; i < l->n; i++) {
             if (!alive[i] || !pf[i].revents) continue;
-            char b[64];
+            unsigned char b[64];
             ssize_t k = recv(l->fd[i], b, sizeof b, MSG_DONTWAIT);
-            if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) continue;   /* stray bytes: ignore */
+            if (k > 0) {   /* node 0: stop requests ("S" sig); other bytes are ignored */
+                for (ssize_t j = 0; j + 1 < k; j++)
+                    if (b[j] == 'S' && !l->follower && l->on_stop) {
+                        l->on_stop(l->user, l->node[i], b[j + 1]);
+                        break;
+                    }
+                continue;
+            }
+            if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
             alive[i] = 0;
             pf[i].fd = -1;   /* poll ignores it from now on */
             l->on_lost(l->user, l->node[i]);
@@ -505,10 +646,12 @@ static void *link_main(void *arg) {
     return NULL;
 }
 
-void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void *user) {
+void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void (*on_stop)(void *user, int node, int sig),
+                     void *user) {
     if (!l || l->watching) return;
     CHECK(pipe2(l->wake, O_CLOEXEC) == 0);
     l->on_lost = on_lost;
+    l->on_stop = on_stop;
     l->user = user;
     sigset_t all, old;
     sigfillset(&all);

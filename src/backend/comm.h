@@ -80,13 +80,34 @@ comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, 
 
 /* ---------------------------------------------------------------- multi-node bootstrap (TCP) */
 
+/* Setup fingerprint (model_tp.c builds it): every other node sends its bytes with its hello;
+ * node 0 compares them with its own and refuses a node whose bytes differ. describe (node 0's
+ * side) writes one line naming what differs ("node 1 has --max-seq 512, node 0 has 1024"). */
+typedef struct comm_fingerprint {
+    const void *data;        /* not owned; NULL = nothing to check */
+    size_t      len;         /* bytes, < 64 KiB */
+    void      (*describe)(const void *node0, const void *theirs, size_t len, int their_node, char *msg, size_t cap);
+} comm_fingerprint;
+
 /* --dist-init-addr host:port --nnodes N --node-rank R (SGLang style). */
 typedef struct comm_dist_opts {
-    const char *init_addr;   /* "host:port" of node 0 */
-    int         nnodes;      /* >= 1 */
-    int         node_rank;   /* 0..nnodes-1 */
-    int         timeout_ms;  /* for the whole rendezvous; <= 0: 120000 */
+    const char      *init_addr;   /* "host:port" of node 0 */
+    int              nnodes;      /* >= 1 */
+    int              node_rank;   /* 0..nnodes-1 */
+    int              timeout_ms;  /* for the whole rendezvous; <= 0: 120000 */
+    comm_fingerprint fp;          /* setup that must agree on every node (zeroed: none) */
 } comm_dist_opts;
+
+/* Stop requests (SIGINT / SIGTERM). comm_stop_init() once, on the main thread, before the signal
+ * handlers are installed; comm_stop_request(sig) from a signal handler (async-signal-safe: an
+ * atomic and a write to a self-pipe). Afterwards every bootstrap wait (connect, accept, reads)
+ * returns at once with "interrupted by SIGTERM ...", and a follower's link watcher tells node 0
+ * (comm_link_watch's on_stop). comm_stop_signal(): the first signal requested, or 0.
+ * comm_stop_reset(): tests only (no handler may run concurrently). */
+void comm_stop_init(void);
+void comm_stop_request(int sig);
+int  comm_stop_signal(void);
+void comm_stop_reset(void);
 
 /* Validate the options (host:port syntax, ranges). */
 int comm_dist_opts_check(const comm_dist_opts *o, um_err *err);
@@ -115,9 +136,17 @@ int  comm_bootstrap_serve_link(int lfd, int nnodes, const void *blob, size_t len
                                um_err *err);
 int  comm_bootstrap_join_link(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
                               int timeout_ms, comm_link **link, um_err *err);
+/* The same with a setup fingerprint (fp->data NULL: none); the plain forms check nothing. */
+int  comm_bootstrap_serve_link_fp(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms,
+                                  const comm_fingerprint *fp, comm_link **link, um_err *err);
+int  comm_bootstrap_join_link_fp(const char *host, int port, int nnodes, int node_rank, void *blob, size_t len,
+                                 int timeout_ms, const comm_fingerprint *fp, comm_link **link, um_err *err);
 /* Start a watcher thread (signals blocked) that calls on_lost(user, node) once for every peer
- * whose connection closes, until comm_link_close. on_lost runs on the watcher thread. */
-void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void *user);
+ * whose connection closes, until comm_link_close. On the other nodes it also forwards a stop
+ * request (comm_stop_request) to node 0 over the link, once; node 0's watcher then calls
+ * on_stop(user, node, sig) (may be NULL). Both run on the watcher thread. */
+void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void (*on_stop)(void *user, int node, int sig),
+                     void *user);
 /* Stop watching (no on_lost after this returns), close the connections, free. NULL is a no-op. */
 void comm_link_close(comm_link *l);
 

@@ -5,10 +5,14 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "backend/comm.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "server/http_api.h"
@@ -20,6 +24,23 @@
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A follower node's SIGINT/SIGTERM (runs on whichever thread the kernel picks; async-signal-safe):
+ * the first asks node 0, over the liveness link, to stop the whole group (comm_stop_request; the
+ * follower keeps serving until node 0's stop message, then exits 0), or interrupts the rendezvous;
+ * a second one ends this node at once (exit 1; node 0 then reports it as disconnected). */
+static atomic_int g_follow_signals;
+
+static void on_follower_signal(int sig) {
+    if (atomic_fetch_add(&g_follow_signals, 1) == 0) {
+        comm_stop_request(sig);
+        return;
+    }
+    static const char m[] = "unmask: second signal: exiting now\n";
+    ssize_t w = write(2, m, sizeof m - 1);
+    (void)w;
+    _exit(1);
 }
 
 static const char k_usage[] =
@@ -36,7 +57,8 @@ static const char k_usage[] =
     "Parallelism (docs/parallel.md): every GPU in --device/--gpus, or --engines on the CPU, is a data-parallel\n"
     "replica; --tp N splits each replica over N ranks (CPU: threads; GPUs: NCCL). Multi-node: run the same\n"
     "command on every node with --dist-init-addr HOST:PORT --nnodes N --node-rank R; node 0 serves HTTP, the\n"
-    "others join, print that they joined and exit when node 0 stops. Config keys: tp, dist_init_addr, nnodes,\n"
+    "others join, print that they joined and exit when node 0 stops (SIGINT/SIGTERM on a follower asks node 0\n"
+    "to stop the whole group; a second signal ends the follower at once). Config keys: tp, dist_init_addr, nnodes,\n"
     "node_rank, max_seq, device_loop (true/false).";
 
 int cmd_serve(int argc, char **argv) {
@@ -159,6 +181,14 @@ int cmd_serve(int argc, char **argv) {
     }
     if (cfg.node_rank > 0) {   /* a follower node: no HTTP, serves its ranks until node 0 stops */
         if (cfg.verbose) log_level_set(LOG_LEVEL_DEBUG);
+        comm_stop_init();
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_follower_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
         int frc = server_follow(&cfg, &err);
         if (frc != 0) fprintf(stderr, "error: %s\n", err.msg);
         server_config_free(&cfg);

@@ -129,6 +129,156 @@ int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uin
     return 0;
 }
 
+/* ---------------------------------------------------------------- setup fingerprint */
+
+enum { FP_FLAG, FP_CFG, FP_CFG_F32, FP_TENSORS, FP_WEIGHTS, FP_VERSION };
+
+/* One u64 (little-endian) per entry, in this order. */
+static const struct {
+    const char *name;
+    int         kind;
+} k_fp[] = {
+    {"fingerprint version", FP_VERSION}, {"--tp", FP_FLAG}, {"--nnodes", FP_FLAG},
+    {"GPUs per node (--gpus/--device)", FP_FLAG}, {"--max-seq", FP_FLAG}, {"--max-batch", FP_FLAG},
+    {"architecture", FP_CFG}, {"d_model", FP_CFG}, {"n_layers", FP_CFG}, {"n_heads", FP_CFG}, {"n_kv_heads", FP_CFG},
+    {"head_dim", FP_CFG}, {"mlp_hidden_size", FP_CFG}, {"vocab_size", FP_CFG}, {"embedding_size", FP_CFG},
+    {"max_sequence_length", FP_CFG}, {"rope_theta", FP_CFG_F32}, {"rotary dims", FP_CFG},
+    {"norm eps", FP_CFG_F32}, {"weight_tying", FP_CFG}, {"logits shifted", FP_CFG}, {"block_causal", FP_CFG},
+    {"mask_token_id", FP_CFG}, {"tensor count", FP_TENSORS}, {"tensor names, dtypes or shapes", FP_TENSORS},
+    {"weights (safetensors headers, file sizes or sampled bytes)", FP_WEIGHTS},
+};
+#define FP_N ((int)(sizeof k_fp / sizeof k_fp[0]))
+_Static_assert(FP_N * 8 <= MODEL_TP_FP_BYTES, "fingerprint size");
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+void model_tp_fingerprint(const model *m, const model_tp_opts *o, uint8_t out[MODEL_TP_FP_BYTES]) {
+    const model_config *c = &m->cfg;
+    uint64_t v[FP_N];
+    int k = 0;
+    v[k++] = 1;
+    v[k++] = (uint64_t)o->tp;
+    v[k++] = (uint64_t)(o->dist.nnodes > 1 ? o->dist.nnodes : 1);
+    v[k++] = (uint64_t)o->n_local;
+    v[k++] = (uint64_t)o->max_seq;
+    v[k++] = (uint64_t)o->max_batch;
+    v[k++] = (uint64_t)c->arch, v[k++] = (uint64_t)c->d_model, v[k++] = (uint64_t)c->n_layers;
+    v[k++] = (uint64_t)c->n_heads, v[k++] = (uint64_t)c->n_kv_heads, v[k++] = (uint64_t)c->head_dim;
+    v[k++] = (uint64_t)c->ffn_hidden, v[k++] = (uint64_t)(int64_t)c->vocab_size, v[k++] = (uint64_t)c->n_embd_rows;
+    v[k++] = (uint64_t)c->max_seq, v[k++] = f32_bits(c->rope_theta), v[k++] = (uint64_t)c->rot_dim;
+    v[k++] = f32_bits(c->norm_eps), v[k++] = (uint64_t)c->weight_tying, v[k++] = (uint64_t)c->logits_shifted;
+    v[k++] = (uint64_t)c->block_causal, v[k++] = (uint64_t)(int64_t)c->mask_id;
+    uint64_t nt = 0, ht = 0xcbf29ce484222325ull, hw = 0xcbf29ce484222325ull;
+    for (int f = 0; f < m->ck.n_files; f++) {
+        const st_file *sf = &m->ck.files[f];
+        const unsigned char *base = sf->map.data;
+        uint64_t flen = sf->map.len, hlen = 0;
+        hw = fnv(hw, &flen, sizeof flen);
+        if (base && flen >= 8) {
+            for (int i = 7; i >= 0; i--) hlen = hlen << 8 | base[i];
+            if (hlen > flen - 8) hlen = flen - 8;
+            hw = fnv(hw, base + 8, (size_t)hlen);   /* the JSON header: names, dtypes, shapes, offsets */
+        }
+        for (int t = 0; t < sf->n_tensors; t++) {
+            const st_tensor *st = &sf->tensors[t];
+            nt++;
+            ht = fnv(ht, st->name, strlen(st->name) + 1);
+            ht = fnv(ht, st->type_name, strlen(st->type_name) + 1);
+            ht = fnv(ht, &st->ndim, sizeof st->ndim);
+            ht = fnv(ht, st->shape, (size_t)st->ndim * sizeof st->shape[0]);
+            /* 3 x 32 bytes of data (start, middle, end): different checkpoints of one shape differ here */
+            const unsigned char *d = st->data;
+            const size_t n = st->nbytes, w = n < 32 ? n : 32;
+            if (d && n) {
+                hw = fnv(hw, d, w);
+                hw = fnv(hw, d + (n - w) / 2, w);
+                hw = fnv(hw, d + n - w, w);
+            }
+        }
+    }
+    v[k++] = nt, v[k++] = ht, v[k++] = hw;
+    CHECK(k == FP_N);
+    memset(out, 0, MODEL_TP_FP_BYTES);
+    for (int i = 0; i < FP_N; i++)
+        for (int b = 0; b < 8; b++) out[8 * i + b] = (uint8_t)(v[i] >> (8 * b));
+}
+
+static uint64_t fp_get(const uint8_t *p, int i) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; b--) v = v << 8 | p[8 * i + b];
+    return v;
+}
+
+static double fp_f32(uint64_t bits) {
+    uint32_t u = (uint32_t)bits;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void model_tp_fingerprint_describe(const void *node0, const void *theirs, size_t len, int their_node, char *msg,
+                                   size_t cap) {
+    const uint8_t *a = node0, *b = theirs;
+    size_t o = 0;
+    int n = 0, more = 0;
+    msg[0] = '\0';
+    if (len != MODEL_TP_FP_BYTES || fp_get(a, 0) != fp_get(b, 0)) {
+        snprintf(msg, cap, "node %d runs a different unmask version (setup fingerprint v%llu, node 0 has v%llu)",
+                 their_node, len == MODEL_TP_FP_BYTES ? (unsigned long long)fp_get(b, 0) : 0ull,
+                 (unsigned long long)fp_get(a, 0));
+        return;
+    }
+    for (int i = 1; i < FP_N && o + 1 < cap; i++) {
+        const uint64_t x = fp_get(a, i), y = fp_get(b, i);
+        if (x == y) continue;
+        if (n == 3) {
+            more++;
+            continue;
+        }
+        const char *sep = n++ ? "; " : "";
+        int w;
+        switch (k_fp[i].kind) {
+        case FP_FLAG:
+            w = snprintf(msg + o, cap - o, "%snode %d has %s %llu, node 0 has %llu", sep, their_node, k_fp[i].name,
+                         (unsigned long long)y, (unsigned long long)x);
+            break;
+        case FP_CFG:
+            w = snprintf(msg + o, cap - o, "%snode %d's model differs (config.json %s %lld vs %lld on node 0)", sep,
+                         their_node, k_fp[i].name, (long long)y, (long long)x);
+            break;
+        case FP_CFG_F32:
+            w = snprintf(msg + o, cap - o, "%snode %d's model differs (config.json %s %g vs %g on node 0)", sep,
+                         their_node, k_fp[i].name, fp_f32(y), fp_f32(x));
+            break;
+        case FP_TENSORS:
+            if (i == FP_N - 3)
+                w = snprintf(msg + o, cap - o, "%snode %d's model differs (%llu tensors vs %llu on node 0)", sep,
+                             their_node, (unsigned long long)y, (unsigned long long)x);
+            else
+                w = snprintf(msg + o, cap - o, "%snode %d's model differs (%s)", sep, their_node, k_fp[i].name);
+            break;
+        default:
+            w = snprintf(msg + o, cap - o, "%snode %d's model differs (%s)", sep, their_node, k_fp[i].name);
+            break;
+        }
+        if (w < 0) break;
+        o += (size_t)w;
+        if (o >= cap) o = cap - 1;
+    }
+    if (more && o + 1 < cap) snprintf(msg + o, cap - o, " (and %d more)", more);
+    if (!n) snprintf(msg, cap, "node %d's setup differs from node 0's", their_node);
+}
+
 /* ---------------------------------------------------------------- setup */
 
 /* Every rank says whether its setup worked; all ranks learn the first failure. */
@@ -229,6 +379,17 @@ static void on_node_lost(void *user, int node) {
                         "the network failed): exiting\n");
     fflush(stderr);
     _exit(1);
+}
+
+/* Node 0: a follower node asked to stop the group (it received SIGINT/SIGTERM: comm_stop_request
+ * on that node). Node 0 stops as if it got the signal itself: the server drains, stops the group
+ * (the follower then exits 0) and exits 0. Runs on the watcher thread. */
+static void on_node_stop(void *user, int node, int sig) {
+    (void)user;
+    fprintf(stderr, "unmask: tensor parallel: node %d received %s and asked to stop the group: stopping\n", node,
+            sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal");
+    fflush(stderr);
+    kill(getpid(), SIGTERM);
 }
 
 /* ---------------------------------------------------------------- follower loop */
@@ -352,8 +513,12 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
     if (cuda && nnodes > 1) {
         if (node == 0 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
         if (node == 0) log_info("tensor parallel: waiting for %d other node(s) on %s", nnodes - 1, o->dist.init_addr);
-        if (comm_bootstrap_exchange_link(&o->dist, g->id, sizeof g->id, &g->link, err) != 0) goto fail;
-        comm_link_watch(g->link, on_node_lost, g);
+        uint8_t fp[MODEL_TP_FP_BYTES];
+        model_tp_fingerprint(m, o, fp);
+        comm_dist_opts dist = o->dist;
+        dist.fp = (comm_fingerprint){.data = fp, .len = sizeof fp, .describe = model_tp_fingerprint_describe};
+        if (comm_bootstrap_exchange_link(&dist, g->id, sizeof g->id, &g->link, err) != 0) goto fail;
+        comm_link_watch(g->link, on_node_lost, node == 0 ? on_node_stop : NULL, g);
     }
     for (int i = 0; i < o->n_local; i++) {
         tp_rank *t = &g->r[i];

@@ -37,6 +37,10 @@ typedef struct model_tp_opts {
     uint64_t       fit_tokens;                  /* canvas tokens of the largest forward (serve:
                                                    2 x max batch x max seq, CFG doubling a canvas):
                                                    CUDA checks the fit before uploading; 0 = no check */
+    int            max_seq;                     /* serving settings every node must agree on (the
+                                                   multi-node setup fingerprint): --max-seq (effective,
+                                                   tokens) and --max-batch; 0 when not serving */
+    int            max_batch;
 } model_tp_opts;
 
 /* Node 0: create the group; the leader ctx is model_tp_leader(g). Checks that tp divides the
@@ -53,6 +57,19 @@ void       model_tp_free(model_tp *g);
 /* Nodes 1..N-1: join the group with every local rank as a follower and serve until the leader
  * stops (0) or setup fails (-1 + err). Blocks. */
 int        model_tp_follow(const model *m, const model_tp_opts *o, um_err *err);
+
+/* Multi-node setup fingerprint (docs/parallel.md): bytes that must be equal on every node — the
+ * fingerprint version, --tp, --nnodes, ranks per node, --max-seq, --max-batch, the config.json
+ * fields the forward uses, a digest of the tensor table (names, dtypes, shapes) and a cheap digest
+ * of the weights (each safetensors header and file size, plus 3 x 32 bytes sampled from every
+ * tensor). Exchanged in the bootstrap hello; node 0 refuses a node whose bytes differ with the
+ * line model_tp_fingerprint_describe writes. out: MODEL_TP_FP_BYTES. */
+#define MODEL_TP_FP_BYTES (8 * 32)
+void       model_tp_fingerprint(const model *m, const model_tp_opts *o, uint8_t out[MODEL_TP_FP_BYTES]);
+/* "node 1 has --max-seq 512, node 0 has 1024" / "node 1's model differs (config.json n_layers: 3 here,
+ * 2 on node 0)": every differing item (up to 3), joined by "; ". */
+void       model_tp_fingerprint_describe(const void *node0, const void *theirs, size_t len, int their_node, char *msg,
+                                         size_t cap);
 
 /* Called by model_forward / model_forward_dev on the leader (engine thread). */
 void       model_tp_send_batch(model_tp *g, const fwd_batch *b);

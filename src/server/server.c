@@ -270,6 +270,7 @@ static void tp_opts_of(const server_config *c, int rep, int threads, uint64_t fi
     o->n_local = L;
     o->n_threads = threads;
     o->fit_tokens = fit_tokens;
+    o->max_batch = c->max_batch;   /* max_seq: set by the caller (the effective one) */
     o->dist = (comm_dist_opts){.init_addr = c->dist_init_addr, .nnodes = c->nnodes, .node_rank = c->node_rank};
     for (int j = 0; j < L && j < MODEL_TP_MAX_LOCAL; j++) {
         if (server_config_is_cuda(c)) server_config_engine_device(c, rep * L + j, devs[j], 64);
@@ -327,6 +328,7 @@ static void *loader_main(void *arg) {
             char devs[MODEL_TP_MAX_LOCAL][64];
             model_tp_opts o;
             tp_opts_of(c, i, threads, fit_tokens, devs, &o);
+            o.max_seq = s->max_seq;
             s->tps[i] = model_tp_create(&s->m, &o, err);
             if (!s->tps[i]) {
                 um_err_prefix(err, "engine %d (tp %d)", i, c->tp);
@@ -366,6 +368,13 @@ static void *loader_main(void *arg) {
     lws_cancel_service(s->ctx);
     return NULL;
 fail:
+    if (err->code == UM_ERR_CANCELLED && comm_stop_signal()) {
+        /* SIGINT/SIGTERM interrupted the multi-node rendezvous: a requested stop, not a failed start
+         * (the service loop is leaving already; the exit code stays 0) */
+        log_warn("stopped before the tensor-parallel group formed: %s", err->msg);
+        lws_cancel_service(s->ctx);
+        return NULL;
+    }
     atomic_store(&s->ready, -1);
     lws_cancel_service(s->ctx);
     return NULL;
@@ -380,11 +389,22 @@ int server_follow(const server_config *c, um_err *err) {
     model_tp_opts o;
     const int ms = c->max_seq > 0 ? c->max_seq : m.cfg.max_seq;
     tp_opts_of(c, 0, threads_per_rank(c, server_config_local_ranks(c)), fit_tokens_of(c, ms), devs, &o);
+    o.max_seq = ms;
     printf("unmask: node %d of %d joining the tensor-parallel group (tp %d, ranks %d..%d here) at %s\n", c->node_rank,
            c->nnodes, c->tp, c->node_rank * o.n_local, c->node_rank * o.n_local + o.n_local - 1, c->dist_init_addr);
     fflush(stdout);
-    if (model_tp_follow(&m, &o, err) != 0) goto out;
-    printf("unmask: node %d: node 0 stopped the group; exiting\n", c->node_rank);
+    if (model_tp_follow(&m, &o, err) != 0) {
+        if (err->code == UM_ERR_CANCELLED && comm_stop_signal()) {   /* SIGINT/SIGTERM during the rendezvous */
+            printf("unmask: node %d: stopped before the group formed (%s)\n", c->node_rank, err->msg);
+            rc = 0;
+        }
+        goto out;
+    }
+    if (comm_stop_signal())
+        printf("unmask: node %d: stopped by %s: node 0 stopped the group; exiting\n", c->node_rank,
+               comm_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM");
+    else
+        printf("unmask: node %d: node 0 stopped the group; exiting\n", c->node_rank);
     fflush(stdout);
     rc = 0;
 out:
@@ -420,9 +440,9 @@ static void lws_log_emit(int level, const char *line) {
 }
 
 static void on_signal(int sig) {
-    (void)sig;
     int n = atomic_load(&g_signalled);
     while (n < 2 && !atomic_compare_exchange_weak(&g_signalled, &n, n + 1)) {}
+    comm_stop_request(sig);   /* interrupts a multi-node rendezvous the loader may be waiting in */
     struct lws_context *ctx = atomic_load(&g_ctx);
     if (ctx) lws_cancel_service(ctx);
 }
@@ -522,6 +542,7 @@ int server_run(const server_config *cfg, um_err *err) {
     atomic_store(&g_ctx, s->ctx);
     s->prep = prep_pool_create(PREP_THREADS, prep_wake, s);
 
+    comm_stop_init();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

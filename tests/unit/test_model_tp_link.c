@@ -92,9 +92,9 @@ int main(void) {
         TEST_CHECK(memcmp(jobs[r].blob, blob, sizeof blob) == 0, "node %d received node 0's blob", r);
     }
     if (!l0 || !jobs[1].link || !jobs[2].link) return test_report();
-    comm_link_watch(l0, on_lost, &g_w[0]);
-    comm_link_watch(jobs[1].link, on_lost, &g_w[1]);
-    comm_link_watch(jobs[2].link, on_lost, &g_w[2]);
+    comm_link_watch(l0, on_lost, NULL, &g_w[0]);
+    comm_link_watch(jobs[1].link, on_lost, NULL, &g_w[1]);
+    comm_link_watch(jobs[2].link, on_lost, NULL, &g_w[2]);
 
     /* node 2 goes away: node 0 notices exactly node 2 */
     comm_link_close(jobs[2].link);
