@@ -257,7 +257,7 @@ void model_tp_fingerprint_describe(const void *node0, const void *theirs, size_t
                          their_node, k_fp[i].name, (long long)y, (long long)x);
             break;
         case FP_CFG_F32:
-            w = snprintf(msg + o, cap - o, "%snode %d's model differs (config.json %s %g vs %g on node 0)", sep,
+            w = snprintf(msg + o, cap - o, "%snode %d's model differs (config.json %s %.9g vs %.9g on node 0)", sep,
                          their_node, k_fp[i].name, fp_f32(y), fp_f32(x));
             break;
         case FP_TENSORS:
