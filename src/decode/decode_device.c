@@ -39,8 +39,14 @@ struct decode_device {
     int32_t     *row_pos, *row_tok;   /* [row_cap] scratch for one record's rows, owned */
     float       *row_conf;            /* [row_cap] their confidences, owned */
     int          row_cap;             /* >= the largest B built so far */
+    unsigned char *gone;              /* [cap_slot] why slot[i] became NULL: GONE_* */
+    cuda_decode_stats seen_launch;    /* cd's launch counters after the previous step */
+    decode_device_step_fn on_step;    /* applied-step observer, or NULL */
+    void        *on_step_user;
     decode_device_stats st;
 };
+
+enum { GONE_NOT, GONE_DONE_ON_DEVICE, GONE_FINISHED_BY_HOST };
 
 static int dev_decoder_ok(enum decode_decoder d) {
     return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD || d == DECODER_FACTOR;
@@ -77,12 +83,19 @@ static void dev_drop(decode_device *dd) {
     dd->produced = dd->applied = 0;
     dd->batch_steps = 0;
     dd->graph = 0;
+    memset(&dd->seen_launch, 0, sizeof dd->seen_launch);
+}
+
+void decode_device_set_on_step(decode_device *dd, decode_device_step_fn fn, void *user) {
+    dd->on_step = fn;
+    dd->on_step_user = user;
 }
 
 void decode_device_free(decode_device *dd) {
     if (!dd) return;
     dev_drop(dd);
     free(dd->slot);
+    free(dd->gone);
     free(dd->row_pos);
     free(dd->row_tok);
     free(dd->row_conf);
@@ -98,14 +111,18 @@ void decode_device_get_stats(const decode_device *dd, decode_device_stats *out) 
 /* Apply the records of the step the last successful poll returned. */
 static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
     const uint64_t t_step = dd->t_enq[dd->applied % DEVICE_RING];
+    const double gpu_ms = cuda_decode_step_ms(dd->cd);
     dd->applied++;
+    int batch = 0;
     for (int i = 0; i < dd->n_slot; i++) {
         decode_seq *s = dd->slot[i];
         if (!s) continue;
         if (decode_seq_done(s)) { /* cancelled or failed meanwhile: no events after its DONE */
             dd->slot[i] = NULL;
+            dd->gone[i] = GONE_FINISHED_BY_HOST;
             continue;
         }
+        batch++;
         cuda_step_event ev;
         cuda_decode_event(dd->cd, i, &ev);
         /* the device finished it at an earlier step, which was applied and made it done */
@@ -137,7 +154,15 @@ static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
         dd->st.records++;
         /* device and host agree on when the sequence ends (same block/EOS rules) */
         CHECK(decode_seq_done(s) == (ev.done != 0));
-        if (ev.done) dd->slot[i] = NULL;
+        if (ev.done) {
+            dd->slot[i] = NULL;
+            dd->gone[i] = GONE_DONE_ON_DEVICE;
+        }
+    }
+    if (batch > 0) {
+        dd->st.steps_applied++;
+        dd->st.step_ms_total += gpu_ms;
+        if (dd->on_step) dd->on_step(dd->on_step_user, gpu_ms, batch);
     }
 }
 
@@ -201,8 +226,10 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
     if (n > dd->cap_slot) {
         dd->cap_slot = n;
         dd->slot = xrealloc(dd->slot, (size_t)n * sizeof *dd->slot);
+        dd->gone = xrealloc(dd->gone, (size_t)n);
     }
     memcpy(dd->slot, seqs, (size_t)n * sizeof *seqs);
+    memset(dd->gone, GONE_NOT, (size_t)n);
     if (B > dd->row_cap) {
         dd->row_cap = B;
         dd->row_pos = xrealloc(dd->row_pos, (size_t)B * sizeof *dd->row_pos);
@@ -227,8 +254,39 @@ static int same_set(const decode_device *dd, decode_seq **seqs, int n) {
     return 1;
 }
 
+/* Why the set changed (before the drain: slot[] is the previous batch). A cause counts once per
+ * rebuild; a set change that leaves nothing to build counts nowhere. */
+typedef struct set_change {
+    int join, leave, cancel, ineligible;
+} set_change;
+
+static int in_set(decode_seq *const *v, int n, const decode_seq *s) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == s) return 1;
+    return 0;
+}
+
+static set_change classify_change(const decode_device *dd, decode_seq **seqs, int n) {
+    set_change c = {0, 0, 0, 0};
+    for (int i = 0; i < dd->n_slot; i++) {
+        const decode_seq *s = dd->slot[i];
+        if (!s) {
+            if (dd->gone[i] == GONE_DONE_ON_DEVICE) c.leave = 1;
+            else if (dd->gone[i] == GONE_FINISHED_BY_HOST) c.cancel = 1;
+        } else if (!in_set(seqs, n, s)) {
+            if (decode_seq_done(s)) c.cancel = 1;   /* finished by the host (cancel / error) */
+            else c.ineligible = 1;                  /* moved to the host loop */
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (!decode_seq_done(seqs[i]) && !in_set(dd->slot, dd->n_slot, seqs[i])) c.join = 1;
+    return c;
+}
+
 int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
+    set_change why = {0, 0, 0, 0};
     if (!same_set(dd, seqs, n)) {
+        why = classify_change(dd, seqs, n);
         /* the set changed: finish what is in flight, then start over from the host state */
         decode_device_drain(dd, sink);
         dev_drop(dd);
@@ -246,7 +304,16 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         int rc = dev_build(dd, live, k, err);
         free(live);
         if (rc != 0) return -1;
-    } else if (dd->graphs && dd->graph == 0 && dd->batch_steps >= 1) {
+        dd->st.rebuild_join += (uint64_t)why.join;
+        dd->st.rebuild_leave += (uint64_t)why.leave;
+        dd->st.rebuild_cancel += (uint64_t)why.cancel;
+        dd->st.rebuild_ineligible += (uint64_t)why.ineligible;
+    } else if (dd->graphs && dd->graph == 1 && !cuda_decode_has_graph(dd->cd)) {
+        /* the graph went stale (a buffer it used was freed) and the last step ran directly:
+         * capture again on this step */
+        dd->graph = 0;
+    }
+    if (dd->cd && dd->graphs && dd->graph == 0 && dd->batch_steps >= 1) {
         /* stable for a step: capture forward + sample + commit once, replay from now on. A capture
          * that fails leaves this batch on direct launches (a failing forward fails those too). */
         um_err cerr = {0};
@@ -270,7 +337,11 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
     dd->produced++;
     dd->batch_steps++;
     dd->st.steps++;
-    if (dd->graph == 1) dd->st.graph_replays++;
+    cuda_decode_stats cs;
+    cuda_decode_get_stats(dd->cd, &cs);
+    if (cs.graph_launches > dd->seen_launch.graph_launches) dd->st.graph_replays++;
+    if (cs.stale_graphs > dd->seen_launch.stale_graphs) dd->st.graph_stale++;
+    dd->seen_launch = cs;
     /* apply what is due, leaving DEVICE_DEPTH - 1 steps in flight: the GPU works on the newest
      * step while the host turns the previous one into events */
     while (cuda_decode_pending(dd->cd) >= DEVICE_DEPTH) {

@@ -30,10 +30,24 @@ typedef struct decode_device decode_device;
 typedef struct decode_device_stats {
     uint64_t steps;           /* device steps enqueued */
     uint64_t rebuilds;        /* device batches built (set changes) */
-    uint64_t graph_captures;  /* CUDA graphs captured */
+    /* why: a rebuild counts under each cause present (their sum can exceed rebuilds) */
+    uint64_t rebuild_join;       /* a sequence not in the previous batch (incl. the first build) */
+    uint64_t rebuild_leave;      /* a sequence of the previous batch finished on the device */
+    uint64_t rebuild_cancel;     /* one was finished by the host meanwhile (cancel, error) */
+    uint64_t rebuild_ineligible; /* one not done left for the host loop (e.g. the row budget) */
+    uint64_t graph_captures;  /* CUDA graphs captured (recaptures included) */
     uint64_t graph_replays;   /* steps launched as a graph replay */
+    uint64_t graph_stale;     /* captured graphs dropped unreplayed because a buffer they use was
+                                 freed/replaced (cuda_graph_stale); recaptured on the next step */
     uint64_t records;         /* sequence-step records applied */
+    uint64_t steps_applied;   /* device steps whose records were applied */
+    double   step_ms_total;   /* GPU time of those steps (cuda_decode_step_ms), summed */
 } decode_device_stats;
+
+/* Observer of every applied device step: gpu_ms its GPU time (cudaEvent timing, from the start of
+ * its forward to its records copied), batch the sequences that got a record from it. Runs on the
+ * runner's thread inside decode_device_step / _drain. */
+typedef void (*decode_device_step_fn)(void *user, double gpu_ms, int batch);
 
 /* 1 when the device loop can run sequence s on ctx: CUDA backend, not tensor-parallel
  * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor, no CFG, no infill
@@ -44,6 +58,8 @@ int decode_device_supported(const model_ctx *ctx);
 
 /* graphs: 1 = capture a CUDA graph for a batch that stayed unchanged for a step. */
 decode_device *decode_device_create(model_ctx *ctx, int graphs);
+/* Set the applied-step observer (NULL: none). */
+void decode_device_set_on_step(decode_device *dd, decode_device_step_fn fn, void *user);
 /* Drops whatever is pending without applying it (the caller finishes those sequences). */
 void decode_device_free(decode_device *dd);
 

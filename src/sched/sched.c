@@ -57,6 +57,13 @@ typedef struct engine {
     decode_device *dev;         /* device-resident loop when use_dev, else NULL; created and
                                    freed by the engine thread */
     decode_device_stats dev_seen; /* dev's stats already added to sched.st */
+    /* timed steps of the current iteration, added to sched.st under the lock (engine thread) */
+    uint64_t      it_steps;     /* host decode_step calls + device steps applied */
+    uint64_t      it_seqs;      /* sequences those steps advanced */
+    double        it_ms;        /* their step times (host: wall time of decode_step; device: GPU
+                                   time of the step, cudaEvent), ms */
+    uint64_t      it_host_steps;
+    double        it_host_ms;
 } engine;
 
 struct sched {
@@ -306,6 +313,17 @@ static void engine_fail(engine *e, decode_seq **seqs, int n, const char *what, c
     for (int i = 0; i < n; i++) decode_seq_finish(seqs[i], DECODE_FINISH_ERROR, err->msg, &e->sink);
 }
 
+/* A timed batched step: reported to the observer (histograms) and added to the stats. */
+static void engine_count_step(engine *e, double ms, int batch) {
+    e->it_steps++;
+    e->it_seqs += (uint64_t)batch;
+    e->it_ms += ms;
+    if (e->s->o.on_step) e->s->o.on_step(e->s->o.on_step_user, ms, batch);
+}
+
+/* decode_device's applied-step observer: gpu_ms is the step's GPU time (cudaEvent) */
+static void engine_on_dev_step(void *user, double gpu_ms, int batch) { engine_count_step(user, gpu_ms, batch); }
+
 /* One step of the engine over seqs[0..n) (not done): the device-resident loop takes the sequences
  * it supports, decode_step the rest; each side that fails finishes its sequences with an error.
  * With the device loop, sequences may finish in a later call (events lag one step) and the loop
@@ -336,10 +354,19 @@ static void engine_step(engine *e, decode_seq **seqs, int n) {
             e->hseqs[nh++] = seqs[i];
         }
     }
+    /* device steps are timed by the device (engine_on_dev_step, when their records are applied):
+     * here the host only enqueues them */
     if (e->dev && decode_device_step(e->dev, e->dseqs, nd, &e->sink, &err) != 0)
         engine_fail(e, e->dseqs, nd, "device decode step", &err);
-    if (nh > 0 && decode_step(e->ctx, e->hseqs, nh, &e->sink, &err) != 0)
-        engine_fail(e, e->hseqs, nh, "decode step", &err);
+    if (nh > 0) {
+        uint64_t t0 = time_now_ns();
+        int rc = decode_step(e->ctx, e->hseqs, nh, &e->sink, &err);
+        double ms = time_ms_since(t0);
+        engine_count_step(e, ms, nh);
+        e->it_host_steps++;
+        e->it_host_ms += ms;
+        if (rc != 0) engine_fail(e, e->hseqs, nh, "decode step", &err);
+    }
 }
 
 static void *engine_main(void *arg) {
@@ -352,6 +379,7 @@ static void *engine_main(void *arg) {
         log_debug("engine %d: setpriority failed", e->index);
     if (e->use_dev) {
         e->dev = decode_device_create(e->ctx, 1);
+        decode_device_set_on_step(e->dev, engine_on_dev_step, e);
         log_info("engine %d: device-resident decode loop on (eligible requests)", e->index);
     }
     for (;;) {
@@ -382,30 +410,33 @@ static void *engine_main(void *arg) {
         int n = 0;
         for (int i = 0; i < e->n_active; i++)
             if (!decode_seq_done(e->active[i]->seq)) e->seqs[n++] = e->active[i]->seq;
-        double step_ms = 0;
-        if (n > 0 || (e->dev && decode_device_holding(e->dev))) {
-            uint64_t t0 = time_now_ns();
-            engine_step(e, e->seqs, n);
-            step_ms = time_ms_since(t0);
-            if (n > 0 && s->o.on_step) s->o.on_step(s->o.on_step_user, step_ms, n);
-        }
+        e->it_steps = e->it_seqs = e->it_host_steps = 0;
+        e->it_ms = e->it_host_ms = 0;
+        if (n > 0 || (e->dev && decode_device_holding(e->dev))) engine_step(e, e->seqs, n);
         decode_device_stats ds;
         memset(&ds, 0, sizeof ds);
         if (e->dev) decode_device_get_stats(e->dev, &ds);
 
         /* --- sched lock { */
         pthread_mutex_lock(&s->lock);
-        if (n > 0) {
-            s->st.steps++;
-            s->st.step_seqs += (uint64_t)n;
-            if (n > s->st.max_batch_seen) s->st.max_batch_seen = n;
-            s->st.step_ms_total += step_ms;
-        }
+        if (n > 0 && n > s->st.max_batch_seen) s->st.max_batch_seen = n;
+        s->st.steps += e->it_steps;
+        s->st.step_seqs += e->it_seqs;
+        s->st.step_ms_total += e->it_ms;
+        s->st.host_steps += e->it_host_steps;
+        s->st.host_step_ms_total += e->it_host_ms;
         if (e->dev) {
             s->st.device_steps += ds.steps - e->dev_seen.steps;
+            s->st.device_steps_applied += ds.steps_applied - e->dev_seen.steps_applied;
+            s->st.device_step_ms_total += ds.step_ms_total - e->dev_seen.step_ms_total;
             s->st.device_rebuilds += ds.rebuilds - e->dev_seen.rebuilds;
+            s->st.device_rebuild_join += ds.rebuild_join - e->dev_seen.rebuild_join;
+            s->st.device_rebuild_leave += ds.rebuild_leave - e->dev_seen.rebuild_leave;
+            s->st.device_rebuild_cancel += ds.rebuild_cancel - e->dev_seen.rebuild_cancel;
+            s->st.device_rebuild_ineligible += ds.rebuild_ineligible - e->dev_seen.rebuild_ineligible;
             s->st.graph_captures += ds.graph_captures - e->dev_seen.graph_captures;
             s->st.graph_replays += ds.graph_replays - e->dev_seen.graph_replays;
+            s->st.graph_stale += ds.graph_stale - e->dev_seen.graph_stale;
             e->dev_seen = ds;
         }
         int k = 0, n_gone = 0;

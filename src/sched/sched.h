@@ -90,9 +90,13 @@ struct sched_req {
 
 enum { SCHED_REQ_NEW, SCHED_REQ_QUEUED, SCHED_REQ_ACTIVE, SCHED_REQ_FINISHED };
 
-/* Observer of every batched decode step (engine threads, outside the scheduler's lock): step_ms is
- * the wall time inside decode_step, batch the number of sequences it advanced. Must be cheap and
- * thread-safe (the server feeds its step-latency histogram from it). */
+/* Observer of every batched decode step (engine threads, outside the scheduler's lock), batch the
+ * number of sequences it advanced. step_ms: for a host-loop step the wall time inside decode_step;
+ * for a device-loop step (reported when its records are applied, one engine iteration after it
+ * was enqueued) its GPU time, cudaEvent-timed from the start of its forward to its records being
+ * copied back (the host's enqueue of the step takes next to no time and is not reported). An
+ * engine iteration that runs both loops reports two steps. Must be cheap and thread-safe (the
+ * server feeds its step-latency histogram from it). */
 typedef void (*sched_step_fn)(void *user, double step_ms, int batch);
 
 typedef struct sched_opts {
@@ -114,17 +118,31 @@ typedef struct sched_opts {
 typedef struct sched_stats {
     int      queued, active;        /* now */
     uint64_t submitted, rejected, finished, cancelled, failed;
-    uint64_t steps;                 /* decode_step calls over all engines */
-    uint64_t step_seqs;             /* sum of batch sizes over those calls */
-    int      max_batch_seen;
-    double   step_ms_total;         /* wall time inside decode_step, summed */
+    uint64_t steps;                 /* batched steps over all engines: host decode_step calls +
+                                       device steps applied (what on_step reports) */
+    uint64_t step_seqs;             /* sum of batch sizes over those steps */
+    int      max_batch_seen;        /* most sequences one engine iteration advanced */
+    double   step_ms_total;         /* their step times summed (see sched_step_fn), ms */
+    uint64_t host_steps;            /* of those, host-loop decode_step calls */
+    double   host_step_ms_total;    /* wall time inside decode_step, summed, ms */
     /* device-resident loop (CUDA engines; all 0 on the host loop) */
     int      device_loop_engines;   /* engines that run eligible sequences on it: CUDA, not
                                        tensor-parallel, not host_loop (fixed at sched_create) */
     uint64_t device_steps;          /* device steps enqueued */
-    uint64_t device_rebuilds;       /* device batches built (the set of sequences changed) */
-    uint64_t graph_captures;        /* CUDA graphs captured */
+    uint64_t device_steps_applied;  /* device steps whose records were applied (timed ones) */
+    double   device_step_ms_total;  /* GPU time of those steps (cudaEvent), summed, ms */
+    uint64_t device_rebuilds;       /* device batches built (the set of sequences changed); each
+                                       drains the pipeline, rebuilds buffers, recaptures */
+    /* causes (a rebuild counts under every cause present, so they can sum above rebuilds): */
+    uint64_t device_rebuild_join;   /* a request joined (incl. building from no batch) */
+    uint64_t device_rebuild_leave;  /* a request finished on the device */
+    uint64_t device_rebuild_cancel; /* a request was finished by the host (cancelled, failed) */
+    uint64_t device_rebuild_ineligible; /* a request not done moved to the host loop */
+    uint64_t graph_captures;        /* CUDA graphs captured (recaptures included) */
     uint64_t graph_replays;         /* device steps launched as graph replays */
+    uint64_t graph_stale;           /* graphs dropped unreplayed: a buffer they use was freed or
+                                       replaced (e.g. a bigger host-loop forward regrew the
+                                       model's scratch); recaptured on the next step */
 } sched_stats;
 
 /* ctxs[0..n_engines): one model_ctx per engine, all for the same model; the scheduler borrows

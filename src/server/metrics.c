@@ -47,7 +47,7 @@ static counter_vec g_finished = {"unmask_requests_finished_total", "Generation s
 static counter_vec g_webhooks = {"unmask_webhook_deliveries_total", "Webhook delivery attempts by result.", NULL, 0, 0};
 static double g_prompt_tokens, g_gen_tokens, g_steps;
 static histogram g_step_lat = {
-    "unmask_step_latency_seconds", "Wall time of one batched denoising step (one forward + decoders).",
+    "unmask_step_latency_seconds", "Time of one batched denoising step (one forward + decoders): wall time on the host loop, GPU time (cudaEvent) on the device-resident loop.",
     {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}, {0}, 0, 0, 0};
 static histogram g_evt_overhead = {
     "unmask_event_overhead_seconds",

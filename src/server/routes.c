@@ -52,11 +52,24 @@ static int h_stats(http_conn *c, const http_req *rq) {
                       "steps", (json_int_t)st.steps, "step_seqs", (json_int_t)st.step_seqs, "mean_batch",
                       st.steps ? (double)st.step_seqs / (double)st.steps : 0.0, "max_batch_seen", st.max_batch_seen,
                       "mean_step_ms", st.steps ? st.step_ms_total / (double)st.steps : 0.0));
-        json_object_set_new(o, "device_loop",
-                            json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", st.device_loop_engines > 0, "steps",
-                                      (json_int_t)st.device_steps, "rebuilds", (json_int_t)st.device_rebuilds,
-                                      "graph_captures", (json_int_t)st.graph_captures, "graph_replays",
-                                      (json_int_t)st.graph_replays));
+        json_t *dl = json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", st.device_loop_engines > 0, "steps",
+                               (json_int_t)st.device_steps, "rebuilds", (json_int_t)st.device_rebuilds,
+                               "graph_captures", (json_int_t)st.graph_captures, "graph_replays",
+                               (json_int_t)st.graph_replays);
+        json_object_set_new(dl, "graph_stale", json_integer((json_int_t)st.graph_stale));
+        json_object_set_new(dl, "steps_applied", json_integer((json_int_t)st.device_steps_applied));
+        json_object_set_new(dl, "mean_step_ms", json_real(st.device_steps_applied ? st.device_step_ms_total /
+                                                                                         (double)st.device_steps_applied
+                                                                                   : 0.0));
+        json_object_set_new(dl, "rebuild_causes",
+                            json_pack("{s:I,s:I,s:I,s:I}", "join", (json_int_t)st.device_rebuild_join, "leave",
+                                      (json_int_t)st.device_rebuild_leave, "cancel",
+                                      (json_int_t)st.device_rebuild_cancel, "ineligible",
+                                      (json_int_t)st.device_rebuild_ineligible));
+        json_object_set_new(o, "device_loop", dl);
+        json_object_set_new(o, "host_loop",
+                            json_pack("{s:I,s:f}", "steps", (json_int_t)st.host_steps, "mean_step_ms",
+                                      st.host_steps ? st.host_step_ms_total / (double)st.host_steps : 0.0));
     }
     static const char *const no_store[] = {"Cache-Control: no-store", NULL};
     return http_respond_json(c, 200, o, no_store);

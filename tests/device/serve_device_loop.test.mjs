@@ -168,11 +168,26 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
     assert.match(dev.stderr, /device-resident decode loop on/);
     assert.match(dev.stderr, /device decode: graph captured/);
     assert.doesNotMatch(host.stderr, /device-resident decode loop on|device decode:/);
-    const stats = async (srv) => (await (await fetch(`${srv.base}/stats`)).json()).device_loop;
-    const [d, h] = await Promise.all([stats(dev), stats(host)]);
+    const all = async (srv) => (await (await fetch(`${srv.base}/stats`)).json());
+    const [D, H] = await Promise.all([all(dev), all(host)]);
+    const d = D.device_loop, h = H.device_loop;
     assert.equal(d.enabled, true);
     assert.ok(d.steps > 0 && d.graph_captures > 0 && d.graph_replays > 0 && d.rebuilds > 0, JSON.stringify(d));
-    assert.deepEqual(h, { enabled: false, steps: 0, rebuilds: 0, graph_captures: 0, graph_replays: 0 });
+    assert.equal(d.graph_stale, 0, 'no host-loop forward ran beside: no graph went stale');
+    // every rebuild has a cause; the first one of each batch is a join
+    const c = d.rebuild_causes;
+    assert.ok(c.join > 0 && c.join + c.leave + c.cancel + c.ineligible >= d.rebuilds, JSON.stringify(d));
+    assert.deepEqual(h, { enabled: false, steps: 0, rebuilds: 0, graph_captures: 0, graph_replays: 0, graph_stale: 0,
+      steps_applied: 0, mean_step_ms: 0, rebuild_causes: { join: 0, leave: 0, cancel: 0, ineligible: 0 } });
+    // step times: the device loop reports GPU time per applied step, the host loop decode_step's
+    // wall time; the same requests ran on both servers (same emulated forward), so the means are
+    // comparable — a device step timed by its enqueue alone would be ~0
+    assert.ok(d.steps_applied > 0 && d.steps_applied <= d.steps, JSON.stringify(d));
+    assert.equal(H.host_loop.steps, H.scheduler.steps, 'the host server took host-loop steps only');
+    const ratio = d.mean_step_ms / H.host_loop.mean_step_ms;
+    assert.ok(ratio > 0.1 && ratio < 10,
+      `device step ${d.mean_step_ms.toFixed(2)} ms vs host step ${H.host_loop.mean_step_ms.toFixed(2)} ms (ratio ${ratio.toFixed(2)})`);
+    assert.ok(D.scheduler.mean_step_ms > 0.1 * H.scheduler.mean_step_ms, 'the scheduler mean includes device steps honestly');
   });
 });
 
@@ -237,7 +252,18 @@ describe('serve: device rows budget', { skip: NO_EMU }, () => {
     await dev?.stop();
     await host?.stop();
   });
-  const stats = async (srv) => (await (await fetch(`${srv.base}/stats`)).json()).device_loop;
+  // The engine adds an iteration's counters to /stats (under the lock that also retires finished
+  // requests) after the iteration, which may have sent DONE already: read them once nothing is
+  // active, i.e. once the iteration that finished the request is accounted for.
+  const stats = async (srv) => {
+    const t0 = Date.now();
+    for (;;) {
+      const st = await (await fetch(`${srv.base}/stats`)).json();
+      if (st.scheduler.active === 0 && st.scheduler.queued === 0) return st.device_loop;
+      if (Date.now() - t0 > 60000) throw new Error(`engine never went idle: ${JSON.stringify(st)}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
   async function gen(srv, id, block) {
     const c = new Client(srv.wsUrl);
     await c.session();

@@ -260,9 +260,16 @@ static void block_push(cuda_free_block **arr, int *n, int *cap, void *p, size_t 
     (*arr)[(*n)++] = (cuda_free_block){p, bytes};
 }
 
-static void release_free_blocks(cuda_impl *ci) {
-    for (int i = 0; i < ci->n_free; i++) CUDA_CHECK(cudaFree(ci->free_blocks[i].p));
+/* cudaFree every cached free block (cudaFree waits for the device); returns the bytes released */
+static size_t release_free_blocks(cuda_impl *ci) {
+    size_t bytes = 0;
+    for (int i = 0; i < ci->n_free; i++) {
+        CUDA_CHECK(cudaFree(ci->free_blocks[i].p));
+        bytes += ci->free_blocks[i].bytes;
+    }
+    if (ci->n_free > 0) ci->buf_epoch++;   /* (already bumped when they were freed; kept explicit) */
     ci->n_free = 0;
+    return bytes;
 }
 
 static void *cuda_act_alloc(backend *be, size_t n) {
@@ -311,6 +318,9 @@ static void cuda_act_free(backend *be, void *p) {
             const size_t bytes = ci->live_blocks[i].bytes;
             ci->live_blocks[i] = ci->live_blocks[--ci->n_live];
             ci->act_live_bytes -= bytes;
+            /* a graph captured while p was live may still read/write it: from now on p can go to
+             * another owner (exact-size reuse) or back to the driver (release_free_blocks) */
+            ci->buf_epoch++;
             /* stream-ordered reuse: later work on the same stream runs after earlier readers */
             block_push(&ci->free_blocks, &ci->n_free, &ci->cap_free, p, bytes);
             return;
@@ -327,7 +337,10 @@ static size_t live_bytes_of(const cuda_impl *ci, const void *p) {
 
 static void *tmp_reserve(cuda_impl *ci, size_t bytes) {
     if (bytes > ci->tmp_bytes) {
-        if (ci->tmp) CUDA_CHECK(cudaFree(ci->tmp));   /* synchronous: no pending reader survives */
+        if (ci->tmp) {
+            CUDA_CHECK(cudaFree(ci->tmp));   /* synchronous: no pending reader survives */
+            ci->buf_epoch++;                 /* but a captured graph may still name it */
+        }
         ci->tmp_bytes = bytes + bytes / 4;
         CUDA_CHECK(cudaMalloc(&ci->tmp, ci->tmp_bytes));
     }
@@ -731,6 +744,7 @@ void backend_cuda_force_generic_attention(backend *be, int on) { cuda_impl_of(be
 
 struct cuda_graph {
     cuda_impl      *ci;
+    uint64_t        epoch;   /* ci->buf_epoch when the capture began (see cuda_graph_stale) */
     cudaGraph_t     graph;
     cudaGraphExec_t exec;
     cuda_arena      arena;   /* index arrays and RoPE tables the graph reads */
@@ -748,6 +762,7 @@ void backend_cuda_capture_begin(backend *be) {
     ci->graph_stage->chunks[0].used = 0;
     ci->rope_valid = 0;
     ci->capturing = 1;
+    ci->capture_epoch = ci->buf_epoch;
     CUDA_CHECK(cudaStreamBeginCapture(ci->stream, cudaStreamCaptureModeThreadLocal));
 }
 
@@ -757,6 +772,7 @@ cuda_graph *backend_cuda_capture_end(backend *be) {
     CHECK(ci->capturing);
     cuda_graph *g = xcalloc(1, sizeof *g);
     g->ci = ci;
+    g->epoch = ci->capture_epoch;   /* a buffer freed during the capture makes it stale at once */
     CUDA_CHECK(cudaStreamEndCapture(ci->stream, &g->graph));
     CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
     ci->capturing = 0;
@@ -767,8 +783,11 @@ cuda_graph *backend_cuda_capture_end(backend *be) {
     return g;
 }
 
+int cuda_graph_stale(const cuda_graph *g) { return g->epoch != g->ci->buf_epoch; }
+
 void cuda_graph_launch(cuda_graph *g) {
     cuda_use_device(g->ci);
+    CHECK(!cuda_graph_stale(g));   /* it would read or write memory that is no longer its buffers' */
     CUDA_CHECK(cudaGraphLaunch(g->exec, g->ci->stream));
 }
 
@@ -783,6 +802,13 @@ void cuda_graph_free(cuda_graph *g) {
 }
 
 /* ---------------------------------------------------------------- tools */
+
+size_t backend_cuda_trim(backend *be) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(!ci->capturing);
+    return release_free_blocks(ci);
+}
 
 double backend_cuda_copy_bandwidth(backend *be, size_t bytes, int reps) {
     cuda_impl *ci = cuda_impl_of(be);
@@ -876,6 +902,8 @@ void backend_cuda_capture_begin(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 cuda_graph *backend_cuda_capture_end(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void cuda_graph_launch(cuda_graph *g) { (void)g; CUDA_UNAVAILABLE(); }
 void cuda_graph_free(cuda_graph *g) { (void)g; CUDA_UNAVAILABLE(); }
+int cuda_graph_stale(const cuda_graph *g) { (void)g; CUDA_UNAVAILABLE(); }
+size_t backend_cuda_trim(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_act_from_host(backend *be, void *d, const float *s, size_t n) { (void)be, (void)d, (void)s, (void)n; CUDA_UNAVAILABLE(); }
 void backend_cuda_force_generic_attention(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }

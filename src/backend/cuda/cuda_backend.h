@@ -59,8 +59,18 @@ void backend_cuda_alias_clear(backend *be);
 typedef struct cuda_graph cuda_graph;
 void        backend_cuda_capture_begin(backend *be);
 cuda_graph *backend_cuda_capture_end(backend *be);
-void        cuda_graph_launch(cuda_graph *g);
+void        cuda_graph_launch(cuda_graph *g);   /* aborts on a stale graph */
 void        cuda_graph_free(cuda_graph *g);
+/* 1 when a device buffer the graph may use was freed or replaced since its capture began (an
+ * activation block act_free'd — e.g. the model's scratch regrown by a bigger forward — or released,
+ * the get_rows scratch replaced): replaying it could read freed memory or write into a block that
+ * now belongs to someone else. Recapture (or launch directly) instead. */
+int         cuda_graph_stale(const cuda_graph *g);
+
+/* Give the cached free activation blocks back to the driver (cudaFree; synchronises the device).
+ * Returns the bytes released. For idle servers and tests; the allocator also does this by itself
+ * when an allocation fails. Graphs captured before become stale if they could use those blocks. */
+size_t backend_cuda_trim(backend *be);
 
 /* Tests and tools. */
 /* host f32 -> activation buffer (rounded to bf16); synchronous */

@@ -53,12 +53,15 @@ struct cuda_decode {
     /* pinned ring of step records */
     int             ring;
     unsigned char  *h_ring;        /* [ring][n_seqs * ev_bytes] */
-    cudaEvent_t    *ring_ev;
+    cudaEvent_t    *ring_ev;       /* [ring] end of step (timing enabled): records copied */
+    cudaEvent_t    *ring_ev0;      /* [ring] start of step (before its forward) */
     long            produced, consumed;
     const unsigned char *cur;      /* slot of the last successful poll */
+    double          cur_ms;        /* GPU milliseconds of that step (ring_ev0 -> ring_ev) */
 
     cuda_graph     *graph;
     int             begun;
+    cuda_decode_stats st;
 
     /* sequences continued mid-block: {step_in_block, step, m0} written over what umk_decode_begin
      * set (it starts every block afresh) */
@@ -194,7 +197,11 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     free(cf);
     CUDA_CHECK(cudaMallocHost((void **)&cd->h_ring, (size_t)ring * (size_t)n_seqs * cd->ev_bytes));
     cd->ring_ev = xcalloc((size_t)ring, sizeof *cd->ring_ev);
-    for (int i = 0; i < ring; i++) CUDA_CHECK(cudaEventCreateWithFlags(&cd->ring_ev[i], cudaEventDisableTiming));
+    cd->ring_ev0 = xcalloc((size_t)ring, sizeof *cd->ring_ev0);
+    for (int i = 0; i < ring; i++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&cd->ring_ev[i], cudaEventDefault));
+        CUDA_CHECK(cudaEventCreateWithFlags(&cd->ring_ev0[i], cudaEventDefault));
+    }
 
     cd->batch.n_seqs = n_seqs;
     cd->batch.seq_start = cd->h_seq_start;
@@ -216,8 +223,12 @@ void cuda_decode_free(cuda_decode *cd) {
                     cd->d_blk_steps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) CUDA_CHECK(cudaFree(bufs[i]));
-    for (int i = 0; i < cd->ring; i++) CUDA_CHECK(cudaEventDestroy(cd->ring_ev[i]));
+    for (int i = 0; i < cd->ring; i++) {
+        CUDA_CHECK(cudaEventDestroy(cd->ring_ev[i]));
+        CUDA_CHECK(cudaEventDestroy(cd->ring_ev0[i]));
+    }
     free(cd->ring_ev);
+    free(cd->ring_ev0);
     CUDA_CHECK(cudaFreeHost(cd->h_ring));
     free(cd->h_seq_start);
     free(cd->h_tokens);
@@ -288,9 +299,22 @@ int cuda_decode_step(cuda_decode *cd, um_err *err) {
         UM_FATAL("cuda_decode_step: %d steps pending unpolled (ring %d): poll before stepping", (int)(cd->produced - cd->consumed),
                  cd->ring);
     ensure_begun(cd);
-    if (cd->graph) cuda_graph_launch(cd->graph);
-    else if (enqueue_compute(cd, 1, err) < 0) return -1;
+    if (cd->graph && cuda_graph_stale(cd->graph)) {
+        /* a buffer it was captured with was freed or replaced: never replay it */
+        cuda_graph_free(cd->graph);   /* synchronises: no replay of it is in flight */
+        cd->graph = NULL;
+        cd->st.stale_graphs++;
+        log_debug("cuda_decode: captured graph is stale (a buffer it uses was freed); direct launch");
+    }
     const int slot = (int)(cd->produced % cd->ring);
+    CUDA_CHECK(cudaEventRecord(cd->ring_ev0[slot], ci->stream));
+    if (cd->graph) {
+        cuda_graph_launch(cd->graph);
+        cd->st.graph_launches++;
+    } else {
+        if (enqueue_compute(cd, 1, err) < 0) return -1;
+        cd->st.direct_launches++;
+    }
     unsigned char *dst = cd->h_ring + (size_t)slot * (size_t)cd->n_seqs * cd->ev_bytes;
     CUDA_CHECK(cudaMemcpyAsync(dst, cd->d_events, (size_t)cd->n_seqs * cd->ev_bytes, cudaMemcpyDeviceToHost, ci->stream));
     CUDA_CHECK(cudaEventRecord(cd->ring_ev[slot], ci->stream));
@@ -310,9 +334,21 @@ int cuda_decode_poll(cuda_decode *cd, int wait) {
         CUDA_CHECK(e);
     }
     cd->cur = cd->h_ring + (size_t)slot * (size_t)cd->n_seqs * cd->ev_bytes;
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, cd->ring_ev0[slot], cd->ring_ev[slot]));
+    cd->cur_ms = ms;
     cd->consumed++;
     return 1;
 }
+
+double cuda_decode_step_ms(const cuda_decode *cd) {
+    CHECK(cd->cur);
+    return cd->cur_ms;
+}
+
+void cuda_decode_get_stats(const cuda_decode *cd, cuda_decode_stats *out) { *out = cd->st; }
+
+int cuda_decode_has_graph(const cuda_decode *cd) { return cd->graph != NULL; }
 
 void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev) {
     CHECK(cd->cur && s >= 0 && s < cd->n_seqs);
@@ -362,5 +398,8 @@ int cuda_decode_poll(cuda_decode *cd, int wait) { (void)cd, (void)wait; return 0
 void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev) { (void)cd, (void)s, (void)ev; UM_FATAL("built without CUDA"); }
 int cuda_decode_pending(const cuda_decode *cd) { (void)cd; return 0; }
 void cuda_decode_tokens(cuda_decode *cd, int32_t *out) { (void)cd, (void)out; UM_FATAL("built without CUDA"); }
+double cuda_decode_step_ms(const cuda_decode *cd) { (void)cd; UM_FATAL("built without CUDA"); }
+void cuda_decode_get_stats(const cuda_decode *cd, cuda_decode_stats *out) { (void)cd; memset(out, 0, sizeof *out); }
+int cuda_decode_has_graph(const cuda_decode *cd) { (void)cd; return 0; }
 
 #endif /* UNMASK_HAVE_CUDA */

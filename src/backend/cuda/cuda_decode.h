@@ -90,7 +90,10 @@ const fwd_batch *cuda_decode_batch(const cuda_decode *cd);
  * forward first so buffers exist, its results discarded; after a direct step that step did it).
  * Waits for the pending steps. Later steps replay the graph. */
 int  cuda_decode_capture(cuda_decode *cd, um_err *err);
-/* Enqueue one step (graph replay or direct launches) and its record copy. -1 + err when the
+/* Enqueue one step (graph replay or direct launches) and its record copy. A captured graph that
+ * went stale (cuda_graph_stale: e.g. a bigger forward on the same model_ctx regrew the scratch
+ * buffers it was captured with, or the allocator's cache was trimmed) is freed, not replayed, and
+ * this step runs directly (counted in stale_graphs). -1 + err when the
  * forward fails; aborts when `ring` steps are pending unpolled (caller bug). */
 int  cuda_decode_step(cuda_decode *cd, um_err *err);
 /* The oldest unpolled step: 1 when its records are ready (wait = 1 blocks until they are), 0 when
@@ -100,6 +103,23 @@ int  cuda_decode_poll(cuda_decode *cd, int wait);
 void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev);
 /* Steps enqueued but not yet polled. */
 int  cuda_decode_pending(const cuda_decode *cd);
+/* Milliseconds of GPU time of the step returned by the last successful poll: cudaEvent timing from
+ * the start of its forward (when the GPU got there: earlier queued work excluded) to its records
+ * being copied. The device loop reports this as its step time (the host only enqueues a step). */
+double cuda_decode_step_ms(const cuda_decode *cd);
+
+/* Launch counters of this batch. */
+typedef struct cuda_decode_stats {
+    uint64_t graph_launches;   /* steps replayed from the captured graph */
+    uint64_t direct_launches;  /* steps launched op by op */
+    uint64_t stale_graphs;     /* graphs dropped unreplayed because a buffer they use was freed or
+                                  replaced since their capture (cuda_graph_stale); that step ran
+                                  directly, the caller may capture again */
+} cuda_decode_stats;
+void cuda_decode_get_stats(const cuda_decode *cd, cuda_decode_stats *out);
+/* 1 while the batch holds a captured (not stale-dropped) graph. */
+int  cuda_decode_has_graph(const cuda_decode *cd);
+
 /* Copy the current device canvas (all sequences, packed as cuda_decode_batch()->tokens) to out;
  * synchronises. */
 void cuda_decode_tokens(cuda_decode *cd, int32_t *out);

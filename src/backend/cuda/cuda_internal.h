@@ -79,6 +79,7 @@ typedef struct cuda_impl {
     cuda_arena     stage;              /* per-op index arrays (ring) */
     cuda_arena    *graph_stage;        /* during capture: arena owned by the graph being captured */
     int            capturing;
+    uint64_t       capture_epoch;      /* buf_epoch when the current capture began */
 
     /* weight upload: two pinned staging buffers (+ device scratch for F32/F16 -> BF16) */
     void          *up_host[2];
@@ -98,6 +99,13 @@ typedef struct cuda_impl {
     cuda_free_block *free_blocks;
     int            n_free, cap_free;
     size_t         act_live_bytes;
+    uint64_t       buf_epoch;          /* bumped whenever a device buffer a captured graph may read
+                                          or write stops being its owner's: an activation block is
+                                          act_free'd (its owner replaced or released it; the block
+                                          may be handed to someone else or cudaFree'd later) or
+                                          released, or the get_rows scratch `tmp` is replaced. A
+                                          graph captured at an older epoch may point at such memory:
+                                          cuda_graph_stale() says so and it must not be replayed */
 
     /* RoPE cos/sin table cache */
     int32_t       *rope_pos;           /* host copy of the positions the table was built for */
