@@ -74,9 +74,14 @@ int   comm_nccl_available(void);
 /* A fresh NCCL unique id (rank 0 / node 0 only). */
 int   comm_nccl_unique_id(uint8_t id[COMM_NCCL_ID_BYTES], um_err *err);
 /* Join the group as `rank` of `world` on CUDA device `device`, collectives on `stream` (a
- * cudaStream_t). Activation dtype BF16. */
+ * cudaStream_t). Activation dtype BF16. The communicator is non-blocking (ncclConfig_t.blocking =
+ * 0): the init is polled (ncclCommGetAsyncError) and aborted (ncclCommAbort) -> NULL + err when
+ * cancelled(user) becomes true (another rank failed before joining: the group can never form), or
+ * after timeout_ms (<= 0: 600000), so one failed rank cannot leave the others blocked in
+ * ncclCommInitRank. cancelled may be NULL. Test hook (off by default): UNMASK_FAULT_NCCL_INIT_RANK=R
+ * makes global rank R fail here before it joins, as a rank whose device or NCCL init fails would. */
 comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, int device, void *stream,
-                     um_err *err);
+                     int (*cancelled)(void *user), void *user, int timeout_ms, um_err *err);
 
 /* ---------------------------------------------------------------- multi-node bootstrap (TCP) */
 

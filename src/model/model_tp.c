@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,10 @@ struct model_tp {
     int               leader_ok;     /* node 0: the leader ctx is up and the followers serve (written
                                         under the lock; read without it by the leader's own thread) */
     int               stopping;      /* node 0: model_tp_free began; followers: the stop arrived */
+    um_err            init_err;      /* the first local rank whose comm init failed (its message) */
     /* } stop lock --- */
+    atomic_int        init_failed;   /* 1 once a local rank's comm init failed: the other local ranks
+                                        abort their pending NCCL init (comm_nccl_init's cancelled) */
     uint8_t          *msg;           /* leader: payload being sent, grown on demand */
     size_t            msg_cap;
     int32_t           seq;           /* leader: messages sent */
@@ -310,15 +314,27 @@ static int status_round(comm *c, int ok, const um_err *mine, um_err *err) {
 
 static void set_stopping(model_tp *g);
 
+/* comm_nccl_init's cancelled: another local rank's init failed, so this group can never form */
+static int init_cancelled(void *user) { return atomic_load(&((model_tp *)user)->init_failed); }
+
 /* Rank setup on the rank's own thread: comm (NCCL), shard ctx, status round. */
 static int rank_setup(tp_rank *t) {
     model_tp *g = t->g;
     if (g->nccl) {
         t->c = comm_nccl_init(g->id, t->rank, g->world, backend_cuda_parse_device(t->device),
-                              backend_cuda_stream(t->be), &t->err);
+                              backend_cuda_stream(t->be), init_cancelled, g, 0, &t->err);
         if (!t->c) {
             um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
-            return -1;   /* cannot take part in the status round */
+            /* cannot take part in the status round: the first failure (not an abort it caused) is the
+             * group's message, and the other local ranks abort their pending init instead of waiting.
+             * Ranks on other nodes: this node exits, its link closes and they end (on_node_lost). */
+            /* --- stop lock { */
+            pthread_mutex_lock(&g->stop_lock);
+            if (!g->init_err.msg[0] && t->err.code != UM_ERR_CANCELLED) g->init_err = t->err;
+            pthread_mutex_unlock(&g->stop_lock);
+            /* } stop lock --- */
+            atomic_store(&g->init_failed, 1);
+            return -1;
         }
     } else {
         t->c = comm_local_get(g->lg, t->rank);
@@ -577,7 +593,12 @@ model_tp *model_tp_create(const model *m, const model_tp_opts *o, um_err *err) {
     tp_rank *t = &g->r[0];
     if (rank_setup(t) != 0) {
         *err = t->err;
-        group_free(g);   /* the followers saw the failed status round and have returned */
+        for (int i = 1; i < g->n_local; i++) {   /* the followers saw the failed round or init; they return */
+            pthread_join(g->r[i].th, NULL);
+            g->r[i].started = 0;
+        }
+        if (g->init_err.msg[0]) *err = g->init_err;   /* the rank whose init failed, not the ones that aborted */
+        group_free(g);
         return NULL;
     }
     t->ctx.tp = g;
@@ -620,6 +641,7 @@ int model_tp_follow(const model *m, const model_tp_opts *o, um_err *err) {
             rc = -1;
         }
     }
+    if (rc != 0 && g->init_err.msg[0]) *err = g->init_err;
     group_free(g);
     return rc;
 }

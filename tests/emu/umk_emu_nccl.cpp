@@ -22,7 +22,13 @@
  *     with that message in ncclGetLastError instead); ncclCommAbort marks the segment so the
  *     peers' pending and later collectives abort at once instead of waiting; a peer process that
  *     dies while holding the lock is detected through the robust mutex.
- * Does not: point-to-point, reduce-scatter, non-blocking init, ncclGroupStart/End batching (a group
+ *   - Non-blocking init (ncclCommInitRankConfig with config->blocking = 0, NCCL >= 2.14 semantics):
+ *     returns ncclInProgress with a valid handle at once, the join runs on a helper thread, and
+ *     ncclCommGetAsyncError reports ncclInProgress until the group formed (ncclSuccess) or the join
+ *     failed; ncclCommAbort on such a handle cancels the pending join (within ~20 ms), marks the
+ *     segment aborted so the peers' joins fail too, unlinks its name and frees the handle.
+ *     Collectives and ncclCommDestroy on a handle whose init has not succeeded abort (a bug).
+ * Does not: point-to-point, reduce-scatter, ncclGroupStart/End batching (a group
  * is a no-op: each call still runs at once, so ONE thread driving several ranks of a group would
  * wait for itself and time out — our code has one thread per rank).
  * Threading: a communicator is used by one host thread at a time; any number of communicators and
@@ -42,6 +48,7 @@
 
 #include <atomic>
 #include <string>
+#include <thread>
 
 #include "cuda_bf16.h"
 #include "nccl.h"
@@ -251,6 +258,11 @@ struct umk_emu_nccl_comm {
     uint8_t    *slots;      // h + kHeaderBytes: nranks x kSlotBytes
     uint64_t    seq;        // collectives issued (graph replays included)
     bool        aborted;
+    // non-blocking init (ncclCommInitRankConfig, blocking = 0); a blocking comm keeps the defaults
+    std::thread       init_th;                      // the pending join; joined by GetAsyncError/Abort/Destroy
+    std::atomic<int>  async_state{ncclSuccess};     // ncclInProgress until the join ended
+    std::atomic<bool> cancel{false};                // ncclCommAbort during the join
+    char              err[512] = {0};               // the failed join's message (ncclGetLastError(comm))
 };
 
 namespace {
@@ -375,6 +387,9 @@ void run_collective(umk_emu_nccl_comm *c, coll_desc d, const void *send, void *r
 ncclResult_t enqueue_collective(umk_emu_nccl_comm *c, const char *call, coll_desc d, const void *send, void *recv,
                                 size_t send_bytes, size_t recv_bytes, cudaStream_t s) {
     if (!c) return set_last_error("%s: NULL communicator", call), ncclInvalidArgument;
+    if (c->async_state.load() != ncclSuccess)
+        umk_emu::fatal("NCCL: %s on a communicator whose non-blocking init has not succeeded (state %d)", call,
+                       c->async_state.load());
     if (dtype_bytes((ncclDataType_t)d.dtype) == 0)
         return set_last_error("%s: invalid data type %d", call, d.dtype), ncclInvalidArgument;
     if (d.kind == COLL_ALL_REDUCE && (d.op < 0 || d.op >= ncclNumOps))
@@ -413,7 +428,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
 }
 
 const char *ncclGetLastError(ncclComm_t comm) {
-    (void)comm;
+    if (comm && comm->err[0]) return comm->err;   // a non-blocking init's failure (set on its helper thread)
     return tl_last_error;
 }
 
@@ -427,19 +442,17 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
-    if (!out) return set_last_error("ncclCommInitRank: NULL comm"), ncclInvalidArgument;
-    *out = nullptr;
-    if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
-        return set_last_error("ncclCommInitRank: rank %d / nranks %d invalid (emulator: at most %d ranks)", rank,
-                              nranks, kMaxRanks), ncclInvalidArgument;
-    if (id.internal[0] != '/' || !memchr(id.internal, 0, sizeof id.internal) ||
-        strncmp(id.internal, "/umk-nccl-", 10) != 0)
-        return set_last_error("ncclCommInitRank: the unique id was not made by ncclGetUniqueId"), ncclInvalidArgument;
-    int device = 0;
-    cudaGetDevice(&device);
+}  // extern "C"
+
+namespace {
+
+// The join of ncclCommInitRank(Config): fills c (rank, segment). cancel (or nullptr): a non-blocking
+// init's ncclCommAbort; checked every 20 ms of waiting.
+ncclResult_t init_join(umk_emu_nccl_comm *c, int nranks, ncclUniqueId id, int rank, int device,
+                       const std::atomic<bool> *cancel) {
     const size_t bytes = kHeaderBytes + (size_t)nranks * kSlotBytes;
     const struct timespec d = deadline_after(timeout_ms());
+    auto cancelled = [cancel] { return cancel && cancel->load(); };
     bool creator = false;
     int fd = shm_open(id.internal, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd >= 0) {
@@ -462,9 +475,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     if (!creator) {   // wait for the creator's ftruncate
         struct stat st;
         while (fstat(fd, &st) == 0 && (size_t)st.st_size < kHeaderBytes) {
-            if (past(d)) {
+            if (past(d) || cancelled()) {
                 close(fd);
-                return set_last_error("ncclCommInitRank: rank %d: %s never initialised", rank, id.internal),
+                return set_last_error("ncclCommInitRank: rank %d: %s never initialised%s", rank, id.internal,
+                                      cancelled() ? " (aborted)" : ""),
                        ncclSystemError;
             }
             usleep(1000);
@@ -498,15 +512,15 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
         h->ready.store(kMagic, std::memory_order_release);
     } else {
         while (h->ready.load(std::memory_order_acquire) != kMagic) {
-            if (past(d)) {
+            if (past(d) || cancelled()) {
                 munmap(p, bytes);
-                return set_last_error("ncclCommInitRank: rank %d: %s never initialised", rank, id.internal),
+                return set_last_error("ncclCommInitRank: rank %d: %s never initialised%s", rank, id.internal,
+                                      cancelled() ? " (aborted)" : ""),
                        ncclSystemError;
             }
             usleep(1000);
         }
     }
-    umk_emu_nccl_comm *c = new umk_emu_nccl_comm();
     c->rank = rank;
     c->nranks = nranks;
     c->device = device;
@@ -531,9 +545,21 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
             pthread_cond_broadcast(&h->cv);
         }
         while (h->joined < nranks && h->aborted_by < 0) {
-            const int e = pthread_cond_timedwait(&h->cv, &h->mu, &d);
+            // a non-blocking init wakes every 20 ms to see whether it was aborted
+            const struct timespec slice = deadline_after(20);
+            const bool use_slice = cancel && (slice.tv_sec < d.tv_sec || (slice.tv_sec == d.tv_sec && slice.tv_nsec < d.tv_nsec));
+            const int e = pthread_cond_timedwait(&h->cv, &h->mu, use_slice ? &slice : &d);
             if (e == EOWNERDEAD) pthread_mutex_consistent(&h->mu);
-            if (h->joined < nranks && (e == ETIMEDOUT || past(d))) {
+            if (h->joined < nranks && cancelled()) {
+                set_last_error("emulated NCCL: rank %d of %d: init aborted (ncclCommAbort) while waiting for rank(s) "
+                               "%s", rank, nranks, missing_ranks(h->joined_mask, nranks).c_str());
+                h->aborted_by = rank;   // the others stop waiting too
+                pthread_cond_broadcast(&h->cv);
+                shm_unlink(c->name);
+                res = ncclSystemError;
+                break;
+            }
+            if (h->joined < nranks && ((e == ETIMEDOUT && !use_slice) || past(d))) {
                 const std::string miss = missing_ranks(h->joined_mask, nranks);
                 set_last_error("emulated NCCL: rank %d of %d waited %ld ms for rank(s) %s to join (%d of %d joined)",
                                rank, nranks, timeout_ms(), miss.c_str(), h->joined, nranks);
@@ -553,22 +579,105 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     pthread_mutex_unlock(&h->mu);
     if (res != ncclSuccess) {
         munmap(p, bytes);
-        delete c;
+        c->h = nullptr;
         return res;
+    }
+    return ncclSuccess;
+}
+
+// arguments common to both init entry points; 0 or an error (last error set)
+ncclResult_t init_args_check(ncclComm_t *out, int nranks, const ncclUniqueId &id, int rank) {
+    if (!out) return set_last_error("ncclCommInitRank: NULL comm"), ncclInvalidArgument;
+    *out = nullptr;
+    if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
+        return set_last_error("ncclCommInitRank: rank %d / nranks %d invalid (emulator: at most %d ranks)", rank,
+                              nranks, kMaxRanks), ncclInvalidArgument;
+    if (id.internal[0] != '/' || !memchr(id.internal, 0, sizeof id.internal) ||
+        strncmp(id.internal, "/umk-nccl-", 10) != 0)
+        return set_last_error("ncclCommInitRank: the unique id was not made by ncclGetUniqueId"), ncclInvalidArgument;
+    return ncclSuccess;
+}
+
+// a non-blocking init still running: wait for its helper thread
+void init_wait(umk_emu_nccl_comm *c) {
+    if (c->init_th.joinable()) c->init_th.join();
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+    const ncclResult_t a = init_args_check(out, nranks, id, rank);
+    if (a != ncclSuccess) return a;
+    int device = 0;
+    cudaGetDevice(&device);
+    umk_emu_nccl_comm *c = new umk_emu_nccl_comm();
+    const ncclResult_t r = init_join(c, nranks, id, rank, device, nullptr);
+    if (r != ncclSuccess) {
+        delete c;
+        return r;
     }
     *out = c;
     return ncclSuccess;
 }
 
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+    if (config && (config->size != sizeof(ncclConfig_t) || config->magic != 0xcafebeef))
+        return set_last_error("ncclCommInitRankConfig: config not made by NCCL_CONFIG_INITIALIZER"), ncclInvalidArgument;
+    if (!config || config->blocking != 0) return ncclCommInitRank(out, nranks, id, rank);
+    const ncclResult_t a = init_args_check(out, nranks, id, rank);
+    if (a != ncclSuccess) return a;
+    int device = 0;
+    cudaGetDevice(&device);
+    umk_emu_nccl_comm *c = new umk_emu_nccl_comm();
+    c->rank = rank;
+    c->nranks = nranks;
+    c->device = device;
+    c->async_state.store(ncclInProgress);
+    c->init_th = std::thread([c, nranks, id, rank, device] {
+        const ncclResult_t r = init_join(c, nranks, id, rank, device, &c->cancel);
+        if (r != ncclSuccess) snprintf(c->err, sizeof c->err, "%s", tl_last_error);
+        c->async_state.store(r);
+    });
+    *out = c;
+    return ncclInProgress;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *state) {
+    if (!c || !state) return ncclInvalidArgument;
+    const int s = c->async_state.load();
+    if (s != ncclInProgress) init_wait(c);   // the helper has finished: reap it
+    *state = (ncclResult_t)s;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t c) {
+    if (!c) return ncclInvalidArgument;
+    return ncclSuccess;   // collectives run when enqueued: nothing is left to flush
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
     if (!c) return ncclSuccess;
-    munmap(c->h, c->map_bytes);
+    if (c->async_state.load() == ncclInProgress)
+        umk_emu::fatal("NCCL rank %d: ncclCommDestroy during a non-blocking init (poll ncclCommGetAsyncError, or "
+                       "ncclCommAbort)", c->rank);
+    init_wait(c);
+    if (c->h) munmap(c->h, c->map_bytes);
     delete c;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t c) {
     if (!c) return ncclSuccess;
+    if (c->init_th.joinable()) {   // a non-blocking init: cancel the pending join first
+        c->cancel.store(true);
+        init_wait(c);
+    }
+    if (!c->h) {   // the init failed or was cancelled: nothing is mapped
+        delete c;
+        return ncclSuccess;
+    }
     seg_lock(c, "ncclCommAbort");
     if (c->h->aborted_by < 0) c->h->aborted_by = c->rank;
     pthread_cond_broadcast(&c->h->cv);

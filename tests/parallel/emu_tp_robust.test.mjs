@@ -206,3 +206,20 @@ describe('multi-node tensor parallelism: robustness (emulated GPUs)', { skip: NO
     }
   });
 });
+
+describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FAULT_NCCL_INIT_RANK)', { skip: NO_EMU }, () => {
+  for (const bad of [1, 0]) {
+    test(`serve --gpus 0,1 --tp 2, rank ${bad}'s init fails: exit 1 at once with rank ${bad}'s message`, async () => {
+      const t0 = Date.now();
+      // the emulated NCCL would make the healthy rank wait 60 s for the missing one (its own timeout)
+      const s = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
+        '--threads', '1', '--gpus', '0,1', '--tp', '2'], { UNMASK_EMU_DEVICES: '2', UNMASK_FAULT_NCCL_INIT_RANK: String(bad) });
+      const r = await s.exitWithin(60000);
+      const secs = (Date.now() - t0) / 1000;
+      assert.equal(r.code, 1, s.stderr);
+      assert.ok(secs < 10, `took ${secs} s`);
+      assert.match(s.stderr, new RegExp(`^error: engine 0 \\(tp 2\\): rank ${bad} \\(cuda:${bad}\\): NCCL rank ${bad} of 2 on cuda:${bad}: injected init failure \\(UNMASK_FAULT_NCCL_INIT_RANK=${bad}\\)$`, 'm'));
+      assert.deepEqual(fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`umk-nccl-${s.proc.pid}-`)), []);
+    });
+  }
+});

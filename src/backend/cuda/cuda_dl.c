@@ -29,6 +29,10 @@ static const nccl_fns g_emu_nccl = {
     .get_unique_id = ncclGetUniqueId,
     .comm_init_rank = ncclCommInitRank,
     .comm_destroy = ncclCommDestroy,
+    .comm_init_rank_config = ncclCommInitRankConfig,
+    .comm_get_async_error = ncclCommGetAsyncError,
+    .comm_abort = ncclCommAbort,
+    .comm_finalize = ncclCommFinalize,
     .all_reduce = ncclAllReduce,
     .all_gather = ncclAllGather,
     .broadcast = ncclBroadcast,
@@ -137,6 +141,10 @@ static void load_nccl(void) {
     RESOLVE(h, g_nccl.get_unique_id, "ncclGetUniqueId", g_nccl_why);
     RESOLVE(h, g_nccl.comm_init_rank, "ncclCommInitRank", g_nccl_why);
     RESOLVE(h, g_nccl.comm_destroy, "ncclCommDestroy", g_nccl_why);
+    RESOLVE(h, g_nccl.comm_init_rank_config, "ncclCommInitRankConfig", g_nccl_why);
+    RESOLVE(h, g_nccl.comm_get_async_error, "ncclCommGetAsyncError", g_nccl_why);
+    RESOLVE(h, g_nccl.comm_abort, "ncclCommAbort", g_nccl_why);
+    RESOLVE(h, g_nccl.comm_finalize, "ncclCommFinalize", g_nccl_why);
     RESOLVE(h, g_nccl.all_reduce, "ncclAllReduce", g_nccl_why);
     RESOLVE(h, g_nccl.all_gather, "ncclAllGather", g_nccl_why);
     RESOLVE(h, g_nccl.broadcast, "ncclBroadcast", g_nccl_why);

@@ -36,6 +36,10 @@ typedef struct nccl_fns {
     __typeof__(ncclGetUniqueId)    *get_unique_id;
     __typeof__(ncclCommInitRank)   *comm_init_rank;
     __typeof__(ncclCommDestroy)    *comm_destroy;
+    __typeof__(ncclCommInitRankConfig) *comm_init_rank_config;   /* non-blocking init (config.blocking = 0) */
+    __typeof__(ncclCommGetAsyncError)  *comm_get_async_error;
+    __typeof__(ncclCommAbort)          *comm_abort;
+    __typeof__(ncclCommFinalize)       *comm_finalize;
     __typeof__(ncclAllReduce)      *all_reduce;
     __typeof__(ncclAllGather)      *all_gather;
     __typeof__(ncclBroadcast)      *broadcast;
