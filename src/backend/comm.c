@@ -9,8 +9,9 @@
  * rendezvous with a message naming it instead of leaving the others hanging inside NCCL; a node
  * whose fingerprint (the setup that must agree: model, --tp, --max-seq, ...) differs from node 0's
  * is refused, which fails every node with one line naming the difference.
- * Afterwards the connections stay open as the liveness link; the only message on it is a stop
- * request, node r -> node 0: "S" signal (one byte each), sent once after comm_stop_request.
+ * Afterwards the connections stay open as the liveness link. Messages on it: a stop request,
+ * node r -> node 0: "S" signal (one byte each), sent once after comm_stop_request; a setup failure,
+ * either way: "E" len (u16) message[len], before the failing node leaves.
  * Every wait polls the stop self-pipe too, so SIGINT/SIGTERM interrupt a rendezvous at once.
  * Does not: implement collectives (comm_local.c, cuda/comm_nccl.c). Any thread (blocking calls).
  */
@@ -537,11 +538,16 @@ struct comm_link {
     int             watching;
     void          (*on_lost)(void *user, int node);
     void          (*on_stop)(void *user, int node, int sig);   /* node 0: a follower's stop request, or NULL */
+    void          (*on_error)(void *user, int node, const char *msg);   /* a peer's setup failure, or NULL */
     void           *user;
+    pthread_mutex_t send_lock;    /* writers of link messages (rank threads, the watcher) */
 };
+
+#define LINK_BUF 1100   /* per peer: the longest message ("E" + u16 + 1024 bytes) */
 
 static comm_link *link_new(int n) {
     comm_link *l = xcalloc(1, sizeof *l);
+    pthread_mutex_init(&l->send_lock, NULL);
     l->wake[0] = l->wake[1] = -1;
     l->n = n;
     l->fd = xmalloc((size_t)n * sizeof *l->fd);
@@ -607,6 +613,8 @@ static void *link_main(void *arg) {
     comm_link *l = arg;
     struct pollfd *pf = xcalloc((size_t)l->n + 2, sizeof *pf);
     int *alive = xmalloc((size_t)l->n * sizeof *alive);
+    unsigned char *buf = xmalloc((size_t)l->n * LINK_BUF);   /* [n][LINK_BUF] bytes received, not parsed yet */
+    size_t *have = xcalloc((size_t)l->n, sizeof *have);
     for (int i = 0; i < l->n; i++) pf[i] = (struct pollfd){l->fd[i], POLLIN, 0}, alive[i] = 1;
     pf[l->n] = (struct pollfd){l->wake[0], POLLIN, 0};
     pf[l->n + 1] = (struct pollfd){l->follower ? g_stop_pipe[0] : -1, POLLIN, 0};   /* stop requests to forward */
@@ -620,19 +628,37 @@ static void *link_main(void *arg) {
             const char *why = NULL;
             pf[l->n + 1].fd = -1;
             log_info("tensor parallel: %s: asking node 0 to stop the group", sig_name(sig));
+            pthread_mutex_lock(&l->send_lock);
             if (alive[0] && io_full_x(l->fd[0], m, 2, 1, time_now_ns() + 5000000000ull, 0, &why) < 0)
                 log_warn("tensor parallel: could not send the stop request to node 0: %s", why);
+            pthread_mutex_unlock(&l->send_lock);
         }
         for (int i = 0; i < l->n; i++) {
             if (!alive[i] || !pf[i].revents) continue;
-            unsigned char b[64];
-            ssize_t k = recv(l->fd[i], b, sizeof b, MSG_DONTWAIT);
-            if (k > 0) {   /* node 0: stop requests ("S" sig); other bytes are ignored */
-                for (ssize_t j = 0; j + 1 < k; j++)
-                    if (b[j] == 'S' && !l->follower && l->on_stop) {
-                        l->on_stop(l->user, l->node[i], b[j + 1]);
-                        break;
+            unsigned char *b = buf + (size_t)i * LINK_BUF;
+            ssize_t k = recv(l->fd[i], b + have[i], LINK_BUF - have[i], MSG_DONTWAIT);
+            if (k > 0) {   /* parse whole messages: "S" sig (node 0 only), "E" len msg; unknown bytes dropped */
+                size_t n = have[i] + (size_t)k, at = 0;
+                while (at < n) {
+                    if (b[at] == 'S') {
+                        if (n - at < 2) break;
+                        if (!l->follower && l->on_stop) l->on_stop(l->user, l->node[i], b[at + 1]);
+                        at += 2;
+                    } else if (b[at] == 'E') {
+                        if (n - at < 3) break;
+                        size_t len = (size_t)b[at + 1] | (size_t)b[at + 2] << 8;
+                        if (n - at < 3 + len) break;
+                        char msg[1025];
+                        memcpy(msg, b + at + 3, len);
+                        msg[len] = '\0';
+                        if (l->on_error) l->on_error(l->user, l->node[i], msg);
+                        at += 3 + len;
+                    } else {
+                        at++;
                     }
+                }
+                memmove(b, b + at, n - at);
+                have[i] = n - at;
                 continue;
             }
             if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -641,9 +667,33 @@ static void *link_main(void *arg) {
             l->on_lost(l->user, l->node[i]);
         }
     }
+    free(have);
+    free(buf);
     free(alive);
     free(pf);
     return NULL;
+}
+
+void comm_link_on_error(comm_link *l, void (*on_error)(void *user, int node, const char *msg)) {
+    if (l) l->on_error = on_error;
+}
+
+void comm_link_send_error(comm_link *l, const char *msg) {
+    if (!l) return;
+    size_t len = strlen(msg);
+    if (len > 1024) len = 1024;
+    unsigned char m[3 + 1024];
+    m[0] = 'E', m[1] = (unsigned char)len, m[2] = (unsigned char)(len >> 8);
+    memcpy(m + 3, msg, len);
+    /* --- send lock { */
+    pthread_mutex_lock(&l->send_lock);
+    for (int i = 0; i < l->n; i++) {
+        const char *why = NULL;
+        if (io_full_x(l->fd[i], m, 3 + len, 1, time_now_ns() + 2000000000ull, 0, &why) < 0)
+            log_warn("tensor parallel: could not tell node %d about the setup failure: %s", l->node[i], why);
+    }
+    pthread_mutex_unlock(&l->send_lock);
+    /* } send lock --- */
 }
 
 void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void (*on_stop)(void *user, int node, int sig),
@@ -672,6 +722,7 @@ void comm_link_close(comm_link *l) {
     for (int i = 0; i < l->n; i++) close(l->fd[i]);
     if (l->wake[0] >= 0) close(l->wake[0]);
     if (l->wake[1] >= 0) close(l->wake[1]);
+    pthread_mutex_destroy(&l->send_lock);
     free(l->fd);
     free(l->node);
     free(l);

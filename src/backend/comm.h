@@ -152,6 +152,11 @@ int  comm_bootstrap_join_link_fp(const char *host, int port, int nnodes, int nod
  * on_stop(user, node, sig) (may be NULL). Both run on the watcher thread. */
 void comm_link_watch(comm_link *l, void (*on_lost)(void *user, int node), void (*on_stop)(void *user, int node, int sig),
                      void *user);
+/* Setup failures over the link: comm_link_send_error sends one line to every peer of l (any thread;
+ * a node whose setup failed before the status round, so its peers stop waiting for it); the peers'
+ * watchers call on_error(user, node, msg) (set it before comm_link_watch). NULL l: no-op. */
+void comm_link_send_error(comm_link *l, const char *msg);
+void comm_link_on_error(comm_link *l, void (*on_error)(void *user, int node, const char *msg));
 /* Stop watching (no on_lost after this returns), close the connections, free. NULL is a no-op. */
 void comm_link_close(comm_link *l);
 

@@ -334,6 +334,8 @@ static int rank_setup(tp_rank *t) {
             pthread_mutex_unlock(&g->stop_lock);
             /* } stop lock --- */
             atomic_store(&g->init_failed, 1);
+            /* the other nodes' ranks are waiting in their init too: tell them why (on_peer_error) */
+            if (t->err.code != UM_ERR_CANCELLED) comm_link_send_error(g->link, t->err.msg);
             return -1;
         }
     } else {
@@ -406,6 +408,18 @@ static void on_node_stop(void *user, int node, int sig) {
             sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal");
     fflush(stderr);
     kill(getpid(), SIGTERM);
+}
+
+/* Another node's setup failed before the status round (its message came over the link): this
+ * node's ranks stop waiting in their NCCL init and fail with that message. Watcher thread. */
+static void on_peer_error(void *user, int node, const char *msg) {
+    model_tp *g = user;
+    /* --- stop lock { */
+    pthread_mutex_lock(&g->stop_lock);
+    if (!g->init_err.msg[0]) um_err_set(&g->init_err, UM_ERR_RESOURCE, "node %d: %s", node, msg);
+    pthread_mutex_unlock(&g->stop_lock);
+    /* } stop lock --- */
+    atomic_store(&g->init_failed, 1);
 }
 
 /* ---------------------------------------------------------------- follower loop */
@@ -534,6 +548,7 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
         comm_dist_opts dist = o->dist;
         dist.fp = (comm_fingerprint){.data = fp, .len = sizeof fp, .describe = model_tp_fingerprint_describe};
         if (comm_bootstrap_exchange_link(&dist, g->id, sizeof g->id, &g->link, err) != 0) goto fail;
+        comm_link_on_error(g->link, on_peer_error);
         comm_link_watch(g->link, on_node_lost, node == 0 ? on_node_stop : NULL, g);
     }
     for (int i = 0; i < o->n_local; i++) {
@@ -566,6 +581,7 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
     }
     return g;
 fail:
+    if (g->link) comm_link_send_error(g->link, err ? err->msg : "setup failed");   /* the peers stop waiting */
     group_free(g);
     return NULL;
 }

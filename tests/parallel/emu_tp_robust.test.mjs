@@ -222,4 +222,26 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
       assert.deepEqual(fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`umk-nccl-${s.proc.pid}-`)), []);
     });
   }
+  for (const bad of [1, 0]) {
+    test(`two nodes, rank ${bad}'s init fails on node ${bad}: both exit 1 at once, both name rank ${bad}`, async () => {
+      const dist = await distArgs();
+      const fault = { UNMASK_FAULT_NCCL_INIT_RANK: String(bad) };
+      const t0 = Date.now();
+      const n0 = spawnEmu(node0Args(dist), bad === 0 ? fault : {});
+      const n1 = spawnEmu(node1Args(dist), bad === 1 ? fault : {});
+      const [r0, r1] = await Promise.all([n0.exitWithin(60000), n1.exitWithin(60000)]);
+      const secs = (Date.now() - t0) / 1000;
+      assert.equal(r0.code, 1, n0.stderr);
+      assert.equal(r1.code, 1, n1.stderr);
+      // without the message over the link, the healthy node waits out the 10 s liveness grace and
+      // then only says "node N disconnected"
+      assert.ok(secs < 5, `took ${secs} s`);
+      const inj = `rank ${bad} \\(cuda:0\\): NCCL rank ${bad} of 2 on cuda:0: injected init failure \\(UNMASK_FAULT_NCCL_INIT_RANK=${bad}\\)`;
+      const [failed, healthy] = bad === 0 ? [n0, n1] : [n1, n0];
+      assert.match(failed.stderr, new RegExp(`^error: (engine 0 \\(tp 2\\): )?${inj}$`, 'm'));
+      assert.match(healthy.stderr, new RegExp(`^error: (engine 0 \\(tp 2\\): )?node ${bad}: ${inj}$`, 'm'));
+      assert.doesNotMatch(healthy.stderr, /disconnected/);
+      assert.deepEqual(fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`umk-nccl-${n0.proc.pid}-`)), []);
+    });
+  }
 });
