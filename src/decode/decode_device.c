@@ -152,6 +152,7 @@ static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
         r.row_conf = dd->row_conf;
         decode_seq_apply(s, &r, sink);
         dd->st.records++;
+        dd->st.lm_rows_masked += (uint64_t)(ev.masks_left + ev.n_commit);
         /* device and host agree on when the sequence ends (same block/EOS rules) */
         CHECK(decode_seq_done(s) == (ev.done != 0));
         if (ev.done) {
@@ -160,6 +161,7 @@ static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
         }
     }
     if (batch > 0) {
+        dd->st.lm_rows += (uint64_t)dd->n_slot * (uint64_t)dd->B;
         dd->st.steps_applied++;
         dd->st.step_ms_total += gpu_ms;
         if (dd->on_step) dd->on_step(dd->on_step_user, gpu_ms, batch);

@@ -40,6 +40,10 @@ typedef struct decode_device_stats {
     uint64_t graph_stale;     /* captured graphs dropped unreplayed because a buffer they use was
                                  freed/replaced (cuda_graph_stale); recaptured on the next step */
     uint64_t records;         /* sequence-step records applied */
+    uint64_t lm_rows;         /* LM-head rows the applied steps computed (batch x B each: every
+                                 position of each active block, fixed shapes for the graph) */
+    uint64_t lm_rows_masked;  /* of those, rows still masked before the step (the ones a
+                                 masked-only LM head would need) */
     uint64_t steps_applied;   /* device steps whose records were applied */
     double   step_ms_total;   /* GPU time of those steps (cuda_decode_step_ms), summed */
 } decode_device_stats;

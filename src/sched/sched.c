@@ -434,6 +434,8 @@ static void *engine_main(void *arg) {
             s->st.device_rebuild_leave += ds.rebuild_leave - e->dev_seen.rebuild_leave;
             s->st.device_rebuild_cancel += ds.rebuild_cancel - e->dev_seen.rebuild_cancel;
             s->st.device_rebuild_ineligible += ds.rebuild_ineligible - e->dev_seen.rebuild_ineligible;
+            s->st.device_lm_rows += ds.lm_rows - e->dev_seen.lm_rows;
+            s->st.device_lm_rows_masked += ds.lm_rows_masked - e->dev_seen.lm_rows_masked;
             s->st.graph_captures += ds.graph_captures - e->dev_seen.graph_captures;
             s->st.graph_replays += ds.graph_replays - e->dev_seen.graph_replays;
             s->st.graph_stale += ds.graph_stale - e->dev_seen.graph_stale;

@@ -138,6 +138,9 @@ typedef struct sched_stats {
     uint64_t device_rebuild_leave;  /* a request finished on the device */
     uint64_t device_rebuild_cancel; /* a request was finished by the host (cancelled, failed) */
     uint64_t device_rebuild_ineligible; /* a request not done moved to the host loop */
+    uint64_t device_lm_rows;        /* LM-head rows device steps computed (every position of each
+                                       active block) */
+    uint64_t device_lm_rows_masked; /* of those, still masked before the step */
     uint64_t graph_captures;        /* CUDA graphs captured (recaptures included) */
     uint64_t graph_replays;         /* device steps launched as graph replays */
     uint64_t graph_stale;           /* graphs dropped unreplayed: a buffer they use was freed or

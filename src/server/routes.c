@@ -66,6 +66,8 @@ static int h_stats(http_conn *c, const http_req *rq) {
                                       (json_int_t)st.device_rebuild_leave, "cancel",
                                       (json_int_t)st.device_rebuild_cancel, "ineligible",
                                       (json_int_t)st.device_rebuild_ineligible));
+        json_object_set_new(dl, "lm_head_rows", json_integer((json_int_t)st.device_lm_rows));
+        json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device_lm_rows_masked));
         json_object_set_new(o, "device_loop", dl);
         json_object_set_new(o, "host_loop",
                             json_pack("{s:I,s:f}", "steps", (json_int_t)st.host_steps, "mean_step_ms",

@@ -249,6 +249,13 @@ static void test_step_times(model_ctx *ctx, const int32_t *prompt, int n_prompt)
     TEST_CHECK(dev_sum > 0 && dev_sum - ds.step_ms_total < 1e-6 * dev_sum + 1e-9 &&
                    ds.step_ms_total - dev_sum < 1e-6 * dev_sum + 1e-9,
                "step_ms_total is the sum of the reports (%g vs %g)", ds.step_ms_total, dev_sum);
+    /* LM-head rows: the 4 sequences stay together (same plan, no early stop), block 8, 16 steps =
+     * 4 per block committing 2 each: every step computes 4 x 8 rows; 8 + 6 + 4 + 2 of a block's
+     * rows are still masked over its 4 steps */
+    for (int i = 0; i < N; i++) TEST_CHECK(gs[i].finish == DECODE_FINISH_LENGTH, "batch seq %d: no early stop", i);
+    TEST_CHECK(ds.lm_rows == 16u * N * 8u && ds.lm_rows_masked == 4u * N * (8u + 6u + 4u + 2u),
+               "LM-head rows counted (%llu computed, %llu masked; expected %u, %u)", (unsigned long long)ds.lm_rows,
+               (unsigned long long)ds.lm_rows_masked, 16u * N * 8u, 4u * N * 20u);
     const double mh = median(&host), md = median(&dev);
     fprintf(stderr, "step times, batch %d: host loop median %.2f ms (%d steps), device loop median %.2f ms GPU "
                     "(%d steps, min %.2f)\n",
