@@ -110,6 +110,19 @@ async function runAll(srv, cancelId) {
   return out;
 }
 
+// The engine adds an iteration's counters to /stats (under the lock that also retires finished
+// requests) after the iteration, which may have sent DONE already: read them once nothing is
+// active or queued, i.e. once the iteration that finished the last request is accounted for.
+async function settledStats(srv) {
+  const t0 = Date.now();
+  for (;;) {
+    const st = await (await fetch(`${srv.base}/stats`)).json();
+    if (st.scheduler.active === 0 && st.scheduler.queued === 0) return st;
+    if (Date.now() - t0 > 60000) throw new Error(`engine never went idle: ${JSON.stringify(st)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO_EMU }, () => {
   let dev, host;
   before(async () => {
@@ -168,8 +181,7 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
     assert.match(dev.stderr, /device-resident decode loop on/);
     assert.match(dev.stderr, /device decode: graph captured/);
     assert.doesNotMatch(host.stderr, /device-resident decode loop on|device decode:/);
-    const all = async (srv) => (await (await fetch(`${srv.base}/stats`)).json());
-    const [D, H] = await Promise.all([all(dev), all(host)]);
+    const [D, H] = await Promise.all([settledStats(dev), settledStats(host)]);
     const d = D.device_loop, h = H.device_loop;
     assert.equal(d.enabled, true);
     assert.ok(d.steps > 0 && d.graph_captures > 0 && d.graph_replays > 0 && d.rebuilds > 0, JSON.stringify(d));
@@ -190,6 +202,18 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
     assert.ok(ratio > 0.1 && ratio < 10,
       `device step ${d.mean_step_ms.toFixed(2)} ms vs host step ${H.host_loop.mean_step_ms.toFixed(2)} ms (ratio ${ratio.toFixed(2)})`);
     assert.ok(D.scheduler.mean_step_ms > 0.1 * H.scheduler.mean_step_ms, 'the scheduler mean includes device steps honestly');
+    // /metrics: the step-latency histogram gets one sample per reported step, device steps with
+    // their GPU time
+    const hist = async (srv) => {
+      const text = await (await fetch(`${srv.base}/metrics`)).text();
+      const num = (re) => Number(text.match(re)[1]);
+      return { count: num(/^unmask_step_latency_seconds_count (\d+)$/m), sum: num(/^unmask_step_latency_seconds_sum (\S+)$/m) };
+    };
+    const [mD, mH] = await Promise.all([hist(dev), hist(host)]);
+    assert.equal(mD.count, D.scheduler.steps, 'one histogram sample per step');
+    assert.ok(mD.count >= d.steps_applied, `device steps are in the histogram (${mD.count} samples, ${d.steps_applied} device steps)`);
+    const r2 = (mD.sum / mD.count) / (mH.sum / mH.count);
+    assert.ok(r2 > 0.1 && r2 < 10, `histogram mean step: device server ${(1e3 * mD.sum / mD.count).toFixed(2)} ms vs host server ${(1e3 * mH.sum / mH.count).toFixed(2)} ms`);
   });
 });
 
@@ -254,18 +278,7 @@ describe('serve: device rows budget', { skip: NO_EMU }, () => {
     await dev?.stop();
     await host?.stop();
   });
-  // The engine adds an iteration's counters to /stats (under the lock that also retires finished
-  // requests) after the iteration, which may have sent DONE already: read them once nothing is
-  // active, i.e. once the iteration that finished the request is accounted for.
-  const stats = async (srv) => {
-    const t0 = Date.now();
-    for (;;) {
-      const st = await (await fetch(`${srv.base}/stats`)).json();
-      if (st.scheduler.active === 0 && st.scheduler.queued === 0) return st.device_loop;
-      if (Date.now() - t0 > 60000) throw new Error(`engine never went idle: ${JSON.stringify(st)}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  };
+  const stats = async (srv) => (await settledStats(srv)).device_loop;
   async function gen(srv, id, block) {
     const c = new Client(srv.wsUrl);
     await c.session();
