@@ -12,7 +12,13 @@
  *   - ranks as processes (fork): the same all-reduce across two processes;
  *   - failures (forked children, UNMASK_EMU_NCCL_TIMEOUT_MS=300): a missing rank at init is
  *     ncclSystemError naming it (ncclGetLastError); a missing rank in a collective, mismatched
- *     collectives, a host pointer, and a peer's ncclCommAbort abort with a message.
+ *     collectives, a host pointer, and a peer's ncclCommAbort abort with a message;
+ *   - non-blocking init (ncclConfig_t.blocking = 0): ncclCommInitRankConfig returns ncclInProgress
+ *     and ncclCommGetAsyncError says ncclInProgress while a rank is missing, ncclSuccess once it
+ *     joined, then an all-reduce works; ncclCommAbort of a pending init returns within 1 s (the
+ *     emulator's timeout is 60 s), the peer blocked in ncclCommInitRank fails naming the rank that
+ *     gave up, and no shared-memory segment is left; a config not made by NCCL_CONFIG_INITIALIZER
+ *     is ncclInvalidArgument.
  * Prints "N passed, N failed"; exit 1 on failure. Main thread, rank threads, forked children.
  */
 #include <math.h>
@@ -367,8 +373,105 @@ void test_processes() {
 
 }  // namespace
 
+double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// poll a non-blocking communicator until its state leaves ncclInProgress (bounded: 10 s)
+ncclResult_t settle(ncclComm_t c) {
+    ncclResult_t st = ncclInProgress;
+    for (const double t0 = now_s(); now_s() - t0 < 10.0;) {
+        if (ncclCommGetAsyncError(c, &st) != ncclSuccess) return ncclInternalError;
+        if (st != ncclInProgress) break;
+        std::this_thread::yield();
+    }
+    return st;
+}
+
+void test_nonblocking() {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclUniqueId id;
+    ncclGetUniqueId(&id);
+    // rank 0 pending until rank 1 joins
+    ncclComm_t c0 = nullptr, c1 = nullptr;
+    cudaSetDevice(0);
+    TEST_CHECK(ncclCommInitRankConfig(&c0, 2, id, 0, &cfg) == ncclInProgress && c0, "non-blocking init: in progress");
+    ncclResult_t st = ncclSuccess;
+    TEST_CHECK(ncclCommGetAsyncError(c0, &st) == ncclSuccess && st == ncclInProgress, "pending while rank 1 is missing");
+    std::thread t1([&] {
+        cudaSetDevice(1);
+        ncclComm_t c = nullptr;
+        ncclResult_t r = ncclCommInitRankConfig(&c, 2, id, 1, &cfg);
+        RANK_CHECK(r == ncclInProgress || r == ncclSuccess, "rank 1 init: %d", (int)r);
+        RANK_CHECK(settle(c) == ncclSuccess, "rank 1 settles: %s", ncclGetLastError(c));
+        c1 = c;
+    });
+    TEST_CHECK(settle(c0) == ncclSuccess, "rank 0 settles once rank 1 joined: %s", ncclGetLastError(c0));
+    t1.join();
+    rank_checks_report("non-blocking init");
+    // an all-reduce on the two non-blocking communicators (one thread per rank)
+    std::vector<std::thread> th;
+    float got[2] = {0, 0};
+    for (int r = 0; r < 2; r++)
+        th.emplace_back([&, r] {
+            cudaSetDevice(r);
+            float v = (float)(r + 1) * 1.25f, *d;
+            cudaMalloc((void **)&d, sizeof v);
+            cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice);
+            ncclComm_t c = r ? c1 : c0;
+            ncclResult_t q = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c, nullptr);
+            RANK_CHECK(q == ncclSuccess || (q == ncclInProgress && settle(c) == ncclSuccess), "all-reduce rank %d", r);
+            cudaMemcpy(&got[r], d, sizeof v, cudaMemcpyDeviceToHost);
+            cudaFree(d);
+        });
+    for (auto &t : th) t.join();
+    rank_checks_report("non-blocking all-reduce");
+    TEST_CHECK(got[0] == 3.75f && got[1] == 3.75f, "all-reduce on non-blocking communicators: %g %g", got[0], got[1]);
+    TEST_CHECK(ncclCommFinalize(c0) == ncclSuccess && settle(c0) == ncclSuccess && ncclCommDestroy(c0) == ncclSuccess,
+               "finalize + destroy rank 0");
+    TEST_CHECK(ncclCommFinalize(c1) == ncclSuccess && settle(c1) == ncclSuccess && ncclCommDestroy(c1) == ncclSuccess,
+               "finalize + destroy rank 1");
+
+    // abort a pending init: 3 ranks, rank 2 never comes, rank 1 waits in a blocking init
+    ncclGetUniqueId(&id);
+    cudaSetDevice(0);
+    c0 = nullptr;
+    TEST_CHECK(ncclCommInitRankConfig(&c0, 3, id, 0, &cfg) == ncclInProgress, "pending init of 3");
+    ncclResult_t r1 = ncclSuccess;
+    std::string why1;
+    std::thread t2([&] {
+        cudaSetDevice(1);
+        ncclComm_t c = nullptr;
+        r1 = ncclCommInitRank(&c, 3, id, 1);
+        why1 = ncclGetLastError(nullptr);
+    });
+    // rank 1 has joined once it shows in the segment's joined mask; we only know rank 0 is pending
+    TEST_CHECK(ncclCommGetAsyncError(c0, &st) == ncclSuccess && st == ncclInProgress, "still pending (rank 2 missing)");
+    const double t0 = now_s();
+    TEST_CHECK(ncclCommAbort(c0) == ncclSuccess, "abort a pending init");
+    const double abort_s = now_s() - t0;
+    TEST_CHECK(abort_s < 1.0, "abort returned in %.3f s", abort_s);
+    t2.join();
+    const double peer_s = now_s() - t0;
+    TEST_CHECK(r1 == ncclSystemError, "the blocked peer's init fails: %d %s", (int)r1, why1.c_str());
+    TEST_CHECK(why1.find("rank 0 gave up") != std::string::npos || why1.find("never initialised") != std::string::npos,
+               "it names the rank that gave up: %s", why1.c_str());
+    TEST_CHECK(peer_s < 5.0, "the peer returned %.3f s after the abort (its timeout is 60 s)", peer_s);
+    struct stat sb;
+    TEST_CHECK(stat((std::string("/dev/shm") + id.internal).c_str(), &sb) != 0, "no segment left after the abort");
+
+    ncclConfig_t bad = cfg;
+    bad.magic = 0;
+    ncclComm_t cb = nullptr;
+    TEST_CHECK(ncclCommInitRankConfig(&cb, 2, id, 0, &bad) == ncclInvalidArgument, "config without the initializer");
+}
+
 int main() {
     test_failures();   // first: the children read UNMASK_EMU_NCCL_TIMEOUT_MS on their first wait
+    test_nonblocking();
     test_threads();
     test_capture();
     test_processes();
