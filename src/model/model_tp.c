@@ -8,7 +8,11 @@
  *            key_valid[n_tokens]? (bytes last, so the int32 arrays stay aligned)
  * A setup status round follows initialisation: every rank broadcasts {ok, message} in rank order,
  * so a failure on any rank fails every rank with the same message instead of leaving some inside
- * a collective.
+ * a collective. A rank that cannot even start its NCCL init (or whose init fails) cannot take part
+ * in that round: it records its message (init_err), the other local ranks abort their pending
+ * non-blocking init (comm_nccl_init's cancelled), and the message goes to the other nodes over the
+ * liveness link (their ranks abort too). Multi-node: the setup fingerprint
+ * (model_tp_fingerprint) rides in the bootstrap hello, so mismatched nodes never form a group.
  * Does not: run the forward math (llada.c), parse flags. Threads: see model_tp.h.
  */
 #include "model/model_tp.h"
@@ -403,7 +407,13 @@ static void on_node_lost(void *user, int node) {
  * on that node). Node 0 stops as if it got the signal itself: the server drains, stops the group
  * (the follower then exits 0) and exits 0. Runs on the watcher thread. */
 static void on_node_stop(void *user, int node, int sig) {
-    (void)user;
+    model_tp *g = user;
+    /* --- stop lock { */
+    pthread_mutex_lock(&g->stop_lock);
+    const int stopping = g->stopping;
+    pthread_mutex_unlock(&g->stop_lock);
+    /* } stop lock --- */
+    if (stopping) return;   /* the group is being stopped already */
     fprintf(stderr, "unmask: tensor parallel: node %d received %s and asked to stop the group: stopping\n", node,
             sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop signal");
     fflush(stderr);
@@ -613,7 +623,11 @@ model_tp *model_tp_create(const model *m, const model_tp_opts *o, um_err *err) {
             pthread_join(g->r[i].th, NULL);
             g->r[i].started = 0;
         }
+        /* --- stop lock { */
+        pthread_mutex_lock(&g->stop_lock);
         if (g->init_err.msg[0]) *err = g->init_err;   /* the rank whose init failed, not the ones that aborted */
+        pthread_mutex_unlock(&g->stop_lock);
+        /* } stop lock --- */
         group_free(g);
         return NULL;
     }
@@ -657,7 +671,11 @@ int model_tp_follow(const model *m, const model_tp_opts *o, um_err *err) {
             rc = -1;
         }
     }
-    if (rc != 0 && g->init_err.msg[0]) *err = g->init_err;
+    /* --- stop lock { */
+    pthread_mutex_lock(&g->stop_lock);
+    if (rc != 0 && g->init_err.msg[0]) *err = g->init_err;   /* the failing rank's message (this node's or a peer's) */
+    pthread_mutex_unlock(&g->stop_lock);
+    /* } stop lock --- */
     group_free(g);
     return rc;
 }
