@@ -56,18 +56,22 @@ static int h_stats(http_conn *c, const http_req *rq) {
                                (json_int_t)st.device_steps, "rebuilds", (json_int_t)st.device_rebuilds,
                                "graph_captures", (json_int_t)st.graph_captures, "graph_replays",
                                (json_int_t)st.graph_replays);
-        json_object_set_new(dl, "graph_stale", json_integer((json_int_t)st.graph_stale));
-        json_object_set_new(dl, "steps_applied", json_integer((json_int_t)st.device_steps_applied));
-        json_object_set_new(dl, "mean_step_ms", json_real(st.device_steps_applied ? st.device_step_ms_total /
-                                                                                         (double)st.device_steps_applied
-                                                                                   : 0.0));
-        json_object_set_new(dl, "rebuild_causes",
-                            json_pack("{s:I,s:I,s:I,s:I}", "join", (json_int_t)st.device_rebuild_join, "leave",
-                                      (json_int_t)st.device_rebuild_leave, "cancel",
-                                      (json_int_t)st.device_rebuild_cancel, "ineligible",
-                                      (json_int_t)st.device_rebuild_ineligible));
-        json_object_set_new(dl, "lm_head_rows", json_integer((json_int_t)st.device_lm_rows));
-        json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device_lm_rows_masked));
+        /* the details only where an engine runs the device loop (a host-loop server's object keeps
+         * its five zero fields) */
+        if (st.device_loop_engines > 0) {
+            json_object_set_new(dl, "graph_stale", json_integer((json_int_t)st.graph_stale));
+            json_object_set_new(dl, "steps_applied", json_integer((json_int_t)st.device_steps_applied));
+            json_object_set_new(dl, "mean_step_ms", json_real(st.device_steps_applied ? st.device_step_ms_total /
+                                                                                             (double)st.device_steps_applied
+                                                                                       : 0.0));
+            json_object_set_new(dl, "rebuild_causes",
+                                json_pack("{s:I,s:I,s:I,s:I}", "join", (json_int_t)st.device_rebuild_join, "leave",
+                                          (json_int_t)st.device_rebuild_leave, "cancel",
+                                          (json_int_t)st.device_rebuild_cancel, "ineligible",
+                                          (json_int_t)st.device_rebuild_ineligible));
+            json_object_set_new(dl, "lm_head_rows", json_integer((json_int_t)st.device_lm_rows));
+            json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device_lm_rows_masked));
+        }
         json_object_set_new(o, "device_loop", dl);
         json_object_set_new(o, "host_loop",
                             json_pack("{s:I,s:f}", "steps", (json_int_t)st.host_steps, "mean_step_ms",

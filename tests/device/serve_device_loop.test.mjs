@@ -188,9 +188,8 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
     // every rebuild has a cause; the first one of each batch is a join
     const c = d.rebuild_causes;
     assert.ok(c.join > 0 && c.join + c.leave + c.cancel + c.ineligible >= d.rebuilds, JSON.stringify(d));
-    assert.deepEqual(h, { enabled: false, steps: 0, rebuilds: 0, graph_captures: 0, graph_replays: 0, graph_stale: 0,
-      steps_applied: 0, mean_step_ms: 0, rebuild_causes: { join: 0, leave: 0, cancel: 0, ineligible: 0 },
-      lm_head_rows: 0, lm_head_rows_masked: 0 });
+    // a host-loop server: the five zero fields, no device details
+    assert.deepEqual(h, { enabled: false, steps: 0, rebuilds: 0, graph_captures: 0, graph_replays: 0 });
     assert.ok(d.lm_head_rows_masked > 0 && d.lm_head_rows_masked <= d.lm_head_rows, JSON.stringify(d));
     // step times: the device loop reports GPU time per applied step, the host loop decode_step's
     // wall time; the same requests ran on both servers (same emulated forward), so the means are
