@@ -29,6 +29,9 @@ const CFG = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'))
 const WEB = path.join(SRC, 'web');
 
 const procs = new Set();
+// sanitizer reports (-DUNMASK_SANITIZE=ON) in any child's stderr; asserted empty by the last test
+const SANITIZER = /runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer/;
+const sanitizerReports = [];
 after(() => {
   for (const p of procs) p.kill('SIGKILL');
 });
@@ -54,6 +57,7 @@ function spawnEmu(args, env = {}) {
   proc.stderr.on('data', (d) => (o.stderr += d));
   o.exited = new Promise((resolve) => proc.on('close', (code, signal) => {
     procs.delete(proc);
+    if (SANITIZER.test(o.stderr)) sanitizerReports.push(`${args.join(' ')}: ${o.stderr}`);
     resolve({ code, signal });
   }));
   // the process's own exit; SIGKILL after ms (a bound, not a synchronisation)
@@ -244,4 +248,10 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
       assert.deepEqual(fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`umk-nccl-${n0.proc.pid}-`)), []);
     });
   }
+});
+
+describe('children', { skip: NO_EMU }, () => {
+  test('no sanitizer report from any child process', () => {
+    assert.deepEqual(sanitizerReports, []);
+  });
 });
