@@ -12,88 +12,8 @@
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
  */
-#include <jansson.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "backend/backend.h"
-#include "decode/decode.h"
 #include "decode/decode_device.h"
-#include "decode/event_json.h"
-#include "model/make_model.h"
-#include "model/model.h"
-#include "model/tokenizer.h"
-#include "../unit/test.h"
-#include "util/log.h"
-
-/* ---------------------------------------------------------------- event streams */
-
-typedef struct stream {
-    int    n, cap;
-    char **ev;           /* JSON of each event (timings removed), owned */
-    int    done_at;      /* index of DONE, -1 */
-    int    after_done;   /* events after DONE */
-    enum decode_finish finish;
-} stream;
-
-static void stream_free(stream *s) {
-    for (int i = 0; i < s->n; i++) free(s->ev[i]);
-    free(s->ev);
-    memset(s, 0, sizeof *s);
-}
-
-static void on_ev(void *user, const decode_event *ev) {
-    stream *s = ev->seq_user ? ev->seq_user : user;
-    if (s->done_at >= 0) s->after_done++;
-    json_t *o = decode_event_to_json(ev);
-    json_object_del(o, "timings");
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 64;
-        s->ev = xrealloc(s->ev, (size_t)s->cap * sizeof *s->ev);
-    }
-    s->ev[s->n++] = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
-    json_decref(o);
-    if (ev->type == DECODE_EVENT_DONE) {
-        s->done_at = s->n - 1;
-        s->finish = ev->finish;
-    }
-}
-
-static decode_seq *mk(const model *m, const decode_params *p, const int32_t *prompt, int n, stream *st) {
-    um_err err = {0};
-    decode_seq *s = decode_seq_create(m, p, prompt, n, &err);
-    if (!s) {
-        fprintf(stderr, "decode_seq_create: %s\n", err.msg);
-        exit(1);
-    }
-    memset(st, 0, sizeof *st);
-    st->done_at = -1;
-    decode_seq_set_user(s, st);
-    return s;
-}
-
-/* the host loop alone: the reference stream */
-static void run_host(model_ctx *ctx, const decode_params *p, const int32_t *prompt, int n, stream *out) {
-    decode_seq *s = mk(ctx->m, p, prompt, n, out);
-    decode_sink sink = {on_ev, NULL};
-    um_err err = {0};
-    CHECK(decode_generate(ctx, s, &sink, &err) == 0);
-    decode_seq_free(s);
-}
-
-static int streams_equal(const char *label, const stream *a, const stream *b) {
-    if (a->n != b->n) {
-        fprintf(stderr, "%s: %d events on the host, %d on the device\n", label, a->n, b->n);
-    }
-    int n = a->n < b->n ? a->n : b->n;
-    for (int i = 0; i < n; i++)
-        if (strcmp(a->ev[i], b->ev[i]) != 0) {
-            fprintf(stderr, "%s: event %d differs\n  host   %s\n  device %s\n", label, i, a->ev[i], b->ev[i]);
-            return 0;
-        }
-    return a->n == b->n && a->n > 0;
-}
+#include "device_test.h"
 
 /* ---------------------------------------------------------------- cases */
 
@@ -313,47 +233,20 @@ static void test_eligibility(model_ctx *ctx, const int32_t *prompt, int n_prompt
 }
 
 int main(void) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    const char *dev = getenv("UNMASK_TEST_DEVICE");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/test_device_loop_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
-    o.quiet = 1;
-    um_err err = {0};
-    if (make_model_write(dir, &o, &err) != 0) {
-        fprintf(stderr, "make_model_write: %s\n", err.msg);
-        return 1;
-    }
-    model m;
-    if (model_load(dir, &m, &err) != 0) {
-        fprintf(stderr, "model_load: %s\n", err.msg);
-        return 1;
-    }
-    backend *be = backend_init_device(dev && *dev ? dev : "cuda:0", 1, &err);
-    if (!be) {
-        fprintf(stderr, "backend_init_device: %s\n", err.msg);
-        return 1;
-    }
+    device_fixture fx;
+    device_fixture_open(&fx, "test_device_loop");
     model_ctx ctx;
-    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
+    um_err err = {0};
+    if (model_ctx_init(&ctx, &fx.m, fx.be, &err) != 0) {
         fprintf(stderr, "model_ctx_init: %s\n", err.msg);
         return 1;
     }
     CHECK(decode_device_supported(&ctx));
-    int32_t *ids = NULL;
-    size_t n = 0;
-    const char *text = "Diffusion models denoise a canvas of masks, block by block.";
-    CHECK(tokenizer_encode(m.tok, text, strlen(text), 0, &ids, &n, &err) == 0 && n >= 8);
-    int n_prompt = n > 12 ? 12 : (int)n;
-    test_eligibility(&ctx, ids, n_prompt);
-    test_alone(&ctx, ids, n_prompt);
-    test_join_leave_cancel(&ctx, ids, n_prompt);
-    test_eos_stop(&ctx, ids, n_prompt);
-    free(ids);
+    test_eligibility(&ctx, fx.prompt, fx.n_prompt);
+    test_alone(&ctx, fx.prompt, fx.n_prompt);
+    test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
+    test_eos_stop(&ctx, fx.prompt, fx.n_prompt);
     model_ctx_free(&ctx);
-    backend_free(be);
-    model_free(&m);
-    decode_thread_scratch_free();
+    device_fixture_close(&fx);
     return test_report();
 }
