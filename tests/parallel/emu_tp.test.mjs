@@ -23,16 +23,14 @@
 // Skipped, with the reason, in builds without the emulator.
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { BIN, Client, SRC, TMP, checkGeneration, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { Client, SRC, TMP, checkGeneration, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { EMU, NO_EMU, SANITIZER, freePort, killAll, sanitizerReports, spawnEmu } from './emu_harness.mjs';
 
-const EMU = process.env.UNMASK_EMU_BIN || path.join(path.dirname(BIN), 'unmask-emu');
-const NO_EMU = fs.existsSync(EMU) ? false : `no unmask-emu next to ${BIN} (configured with -DUNMASK_CUDA_EMU=OFF)`;
 const MODEL = tinyModel('emu-tp');
 const CFG = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
 const V = CFG.embedding_size;
@@ -46,59 +44,7 @@ const PARAMS = {
   stop_at_eos: false, logits_eos_inf: false, confidence_eos_eot_inf: false,
 };
 
-const procs = new Set();   // every child still running; killed in after() whatever happened
-// sanitizer reports (-DUNMASK_SANITIZE=ON) in any child's stderr; asserted empty by the last test
-const SANITIZER = /runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer/;
-const sanitizerReports = [];
-after(() => {
-  for (const p of procs) p.kill('SIGKILL');
-});
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-// spawn unmask-emu with the emulator's environment; output collected, exit awaited
-function spawnEmu(args, env) {
-  const proc = spawn(EMU, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-  procs.add(proc);
-  const o = { proc, stdout: '', stderr: '' };
-  proc.stdout.setEncoding('utf8');
-  proc.stderr.setEncoding('utf8');
-  proc.stdout.on('data', (d) => (o.stdout += d));
-  proc.stderr.on('data', (d) => (o.stderr += d));
-  o.exited = new Promise((resolve) => proc.on('close', (code, signal) => {
-    procs.delete(proc);
-    if (SANITIZER.test(o.stderr)) sanitizerReports.push(`${args.join(' ')}: ${o.stderr}`);
-    resolve({ code, signal });
-  }));
-  // the process's own exit, SIGKILL after ms (a bound, not a synchronisation); {code, signal}
-  o.exitWithin = async (ms) => {
-    const t = setTimeout(() => proc.kill('SIGKILL'), ms);
-    const r = await o.exited;
-    clearTimeout(t);
-    return r;
-  };
-  // SIGTERM (SIGKILL after 20 s); resolves with {code, signal}
-  o.stop = async (sig = 'SIGTERM') => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill(sig);
-      const t = setTimeout(() => proc.kill('SIGKILL'), 20000);
-      const r = await o.exited;
-      clearTimeout(t);
-      return r;
-    }
-    return o.exited;
-  };
-  return o;
-}
+after(killAll);
 
 // `unmask-emu serve` (node 0 or a single node); resolves once GET /health says 200
 async function startServe(extra, env) {

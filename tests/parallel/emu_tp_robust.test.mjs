@@ -15,70 +15,20 @@
 // Skipped, with the reason, in builds without the emulator.
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
-import { BIN, SRC, TMP, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { SRC, TMP, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { NO_EMU, freePort, killAll, sanitizerReports, spawnEmu } from './emu_harness.mjs';
 
-const EMU = process.env.UNMASK_EMU_BIN || path.join(path.dirname(BIN), 'unmask-emu');
-const NO_EMU = fs.existsSync(EMU) ? false : `no unmask-emu next to ${BIN} (configured with -DUNMASK_CUDA_EMU=OFF)`;
 const MODEL = tinyModel('emu-tp');
 const CFG = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
 const WEB = path.join(SRC, 'web');
 
-const procs = new Set();
-// sanitizer reports (-DUNMASK_SANITIZE=ON) in any child's stderr; asserted empty by the last test
-const SANITIZER = /runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer/;
-const sanitizerReports = [];
-after(() => {
-  for (const p of procs) p.kill('SIGKILL');
-});
+after(killAll);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-function spawnEmu(args, env = {}) {
-  const proc = spawn(EMU, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, UNMASK_EMU_DEVICES: '1', ...env } });
-  procs.add(proc);
-  const o = { proc, stdout: '', stderr: '' };
-  proc.stdout.setEncoding('utf8');
-  proc.stderr.setEncoding('utf8');
-  proc.stdout.on('data', (d) => (o.stdout += d));
-  proc.stderr.on('data', (d) => (o.stderr += d));
-  o.exited = new Promise((resolve) => proc.on('close', (code, signal) => {
-    procs.delete(proc);
-    if (SANITIZER.test(o.stderr)) sanitizerReports.push(`${args.join(' ')}: ${o.stderr}`);
-    resolve({ code, signal });
-  }));
-  // the process's own exit; SIGKILL after ms (a bound, not a synchronisation)
-  o.exitWithin = async (ms) => {
-    const t = setTimeout(() => proc.kill('SIGKILL'), ms);
-    const r = await o.exited;
-    clearTimeout(t);
-    return r;
-  };
-  // resolves once `re` appears in stdout + stderr (rejects if the process exits first)
-  o.waitFor = (re) => new Promise((resolve, reject) => {
-    const check = () => {
-      if (re.test(o.stdout + o.stderr)) resolve();
-    };
-    proc.stdout.on('data', check);
-    proc.stderr.on('data', check);
-    check();
-    o.exited.then((r) => reject(new Error(`exited (${r.code ?? r.signal}) before ${re}: ${o.stderr}`)));
-  });
-  return o;
-}
+// every node here has one emulated GPU unless the case says otherwise
+const spawnNode = (args, env = {}) => spawnEmu(args, { UNMASK_EMU_DEVICES: '1', ...env });
 
 const node0Args = (dist, extra = []) => ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
   '--threads', '1', ...dist, '--node-rank', '0', ...extra];
@@ -93,8 +43,8 @@ async function distArgs(tp = 2) {
 async function refused(extra0, extra1, model1 = MODEL) {
   const dist = await distArgs();
   const t0 = Date.now();
-  const n0 = spawnEmu(node0Args(dist, extra0));
-  const n1 = spawnEmu(node1Args(dist, extra1, model1));
+  const n0 = spawnNode(node0Args(dist, extra0));
+  const n1 = spawnNode(node1Args(dist, extra1, model1));
   const [r0, r1] = await Promise.all([n0.exitWithin(60000), n1.exitWithin(60000)]);
   const secs = (Date.now() - t0) / 1000;
   assert.equal(r0.code, 1, `node 0: ${n0.stderr}`);
@@ -125,8 +75,8 @@ describe('multi-node tensor parallelism: robustness (emulated GPUs)', { skip: NO
     assert.match(n0.stderr, /node 1 has --max-batch 2, node 0 has 4/);
     // node 1 --tp 4 with two GPUs: same nnodes, different tp and ranks per node
     const addr = `127.0.0.1:${await freePort()}`;
-    const n0b = spawnEmu(node0Args(['--tp', '2', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0']));
-    const n1b = spawnEmu(node1Args(['--tp', '4', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0,1']),
+    const n0b = spawnNode(node0Args(['--tp', '2', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0']));
+    const n1b = spawnNode(node1Args(['--tp', '4', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0,1']),
       { UNMASK_EMU_DEVICES: '2' });
     const [r0, r1] = await Promise.all([n0b.exitWithin(60000), n1b.exitWithin(60000)]);
     assert.equal(r0.code, 1, n0b.stderr);
@@ -161,7 +111,7 @@ describe('multi-node tensor parallelism: robustness (emulated GPUs)', { skip: NO
   });
 
   test('SIGTERM on node 0 during the rendezvous: exits 0 within 2 s, naming the node it waited for', async () => {
-    const n0 = spawnEmu(node0Args(await distArgs()));
+    const n0 = spawnNode(node0Args(await distArgs()));
     await n0.waitFor(/bootstrap: node 0 listening on port \d+ for 1 node/);
     const t0 = Date.now();
     n0.proc.kill('SIGTERM');
@@ -173,7 +123,7 @@ describe('multi-node tensor parallelism: robustness (emulated GPUs)', { skip: NO
   });
 
   test('SIGTERM on node 1 while node 0 is absent: exits 0 within 2 s', async () => {
-    const n1 = spawnEmu(node1Args(await distArgs()));
+    const n1 = spawnNode(node1Args(await distArgs()));
     await n1.waitFor(/node 1 of 2 joining the tensor-parallel group/);
     const t0 = Date.now();
     n1.proc.kill('SIGTERM');
@@ -186,8 +136,8 @@ describe('multi-node tensor parallelism: robustness (emulated GPUs)', { skip: NO
 
   test('SIGTERM on node 1 of a serving group stops the whole group cleanly', async () => {
     const dist = await distArgs();
-    const n1 = spawnEmu(node1Args(dist));
-    const n0 = spawnEmu(node0Args(dist));
+    const n1 = spawnNode(node1Args(dist));
+    const n0 = spawnNode(node0Args(dist));
     try {
       await n0.waitFor(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
       const port = Number(n0.stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//)[1]);
@@ -216,7 +166,7 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
     test(`serve --gpus 0,1 --tp 2, rank ${bad}'s init fails: exit 1 at once with rank ${bad}'s message`, async () => {
       const t0 = Date.now();
       // the emulated NCCL would make the healthy rank wait 60 s for the missing one (its own timeout)
-      const s = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
+      const s = spawnNode(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
         '--threads', '1', '--gpus', '0,1', '--tp', '2'], { UNMASK_EMU_DEVICES: '2', UNMASK_FAULT_NCCL_INIT_RANK: String(bad) });
       const r = await s.exitWithin(60000);
       const secs = (Date.now() - t0) / 1000;
@@ -231,8 +181,8 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
       const dist = await distArgs();
       const fault = { UNMASK_FAULT_NCCL_INIT_RANK: String(bad) };
       const t0 = Date.now();
-      const n0 = spawnEmu(node0Args(dist), bad === 0 ? fault : {});
-      const n1 = spawnEmu(node1Args(dist), bad === 1 ? fault : {});
+      const n0 = spawnNode(node0Args(dist), bad === 0 ? fault : {});
+      const n1 = spawnNode(node1Args(dist), bad === 1 ? fault : {});
       const [r0, r1] = await Promise.all([n0.exitWithin(60000), n1.exitWithin(60000)]);
       const secs = (Date.now() - t0) / 1000;
       assert.equal(r0.code, 1, n0.stderr);
