@@ -260,7 +260,8 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
                 cnt++;
                 json_object_set_new(wmap, gt[i].name, json_string(fname));
             }
-        FILE *fp = fopen(path, "wb");
+        char tmp[4096 + 32];
+        FILE *fp = file_replace_begin(path, tmp, sizeof tmp);   /* a server may have the old file mmap'd */
         if (!fp) {
             rc = um_err_set(err, UM_ERR_IO, "%s: cannot create", path);
             break;
@@ -275,7 +276,8 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
                 fprintf(stderr, "\rmake-model: %5.1f%% (%zu / %zu MB)", 100.0 * (double)written / (double)total,
                         written >> 20, total >> 20);
         }
-        if (fclose(fp) != 0 && rc == 0) rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+        if (file_replace_end(fp, tmp, path, rc == 0) != 0 && rc == 0)
+            rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
     }
     if (!o->quiet && total > (64u << 20)) fprintf(stderr, "\n");
     if (rc == 0 && o->shards > 1) {

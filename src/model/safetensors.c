@@ -259,12 +259,12 @@ int safetensors_write_header(FILE *fp, const st_write_tensor *t, int n, const ch
 
 int safetensors_write(const char *path, const st_write_tensor *t, int n, const char *metadata_json,
                       um_err *err) {
-    FILE *fp = fopen(path, "wb");
+    char tmp[4096 + 32];
+    FILE *fp = file_replace_begin(path, tmp, sizeof tmp);
     if (!fp) return um_err_set(err, UM_ERR_IO, "%s: cannot create", path);
     int ok = safetensors_write_header(fp, t, n, metadata_json) == 0;
     for (int i = 0; i < n && ok; i++)
         ok = t[i].nbytes == 0 || fwrite(t[i].data, 1, t[i].nbytes, fp) == t[i].nbytes;
-    if (fclose(fp) != 0) ok = 0;
-    if (!ok) return um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+    if (file_replace_end(fp, tmp, path, ok) != 0) return um_err_set(err, UM_ERR_IO, "%s: write failed", path);
     return 0;
 }

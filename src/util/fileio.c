@@ -45,12 +45,30 @@ int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_le
     return 0;
 }
 
+FILE *file_replace_begin(const char *path, char *tmp, size_t cap) {
+    int n = snprintf(tmp, cap, "%s.tmp-%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= cap) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    return fopen(tmp, "wb");
+}
+
+int file_replace_end(FILE *fp, const char *tmp, const char *path, int ok) {
+    if (fclose(fp) != 0) ok = 0;
+    if (ok && rename(tmp, path) == 0) return 0;
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+    return -1;
+}
+
 int file_write_all(const char *path, const void *data, size_t len, um_err *err) {
-    FILE *f = fopen(path, "wb");
+    char tmp[4096 + 32];
+    FILE *f = file_replace_begin(path, tmp, sizeof tmp);
     if (!f) return um_err_set(err, UM_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t n = fwrite(data, 1, len, f);
-    int rc = fclose(f);
-    if (n != len || rc != 0) return um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+    int ok = fwrite(data, 1, len, f) == len;
+    if (file_replace_end(f, tmp, path, ok) != 0) return um_err_set(err, UM_ERR_IO, "%s: write failed", path);
     return 0;
 }
 

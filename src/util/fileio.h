@@ -1,10 +1,12 @@
 /*
- * fileio.h — whole-file reads, read-only mmaps, path joining. Any thread.
+ * fileio.h — whole-file reads, atomic whole-file replacement, read-only mmaps, path joining.
+ * Any thread.
  */
 #ifndef UM_FILEIO_H
 #define UM_FILEIO_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "util/err.h"
 
@@ -12,6 +14,15 @@
 int file_read_all(const char *path, size_t max_bytes, char **out, size_t *out_len, um_err *err);
 int file_write_all(const char *path, const void *data, size_t len, um_err *err);
 int file_exists(const char *path);
+
+/* Replacing a file that a running process may have mmap'd (a served model's weights): write to
+ * "<path>.tmp-<pid>" and rename it over path at the end, so a reader keeps the old inode instead
+ * of taking SIGBUS on a truncated mapping, and an interrupted write never leaves a half file.
+ * file_replace_begin() opens the temporary file (tmp: cap >= strlen(path) + 32 bytes) or returns
+ * NULL (errno set); file_replace_end() closes it and renames it over path when ok, else removes it.
+ * Returns 0 on success, -1 when ok was 0 or closing/renaming failed (errno set). */
+FILE *file_replace_begin(const char *path, char *tmp, size_t cap);
+int   file_replace_end(FILE *fp, const char *tmp, const char *path, int ok);
 /* mkdir -p: create dir and its missing parents (mode 0755). */
 int dir_create(const char *path, um_err *err);
 

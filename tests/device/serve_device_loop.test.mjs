@@ -10,26 +10,13 @@
 // replayed CUDA graphs (its debug log), the host one did not.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import fs from 'node:fs';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { Client, checkGeneration, httpGet } from '../protocol/harness.mjs';
+import { Client, checkGeneration, httpGet, tinyModel } from '../protocol/harness.mjs';
 
 const EMU = process.env.UNMASK_EMU_BIN;
-const TMP = process.env.UNMASK_TEST_TMP;
 // A build configured with -DUNMASK_CUDA_EMU=OFF has no unmask-emu: the suite is reported as skipped, with why.
 const NO_EMU = EMU ? false : 'no unmask-emu in this build (-DUNMASK_CUDA_EMU=OFF): nothing runs our CUDA code';
-
-function emuModel() {
-  const dir = path.join(TMP, 'model-device-loop');
-  if (!fs.existsSync(path.join(dir, 'model.safetensors'))) {
-    fs.rmSync(dir, { recursive: true, force: true });
-    const r = spawnSync(EMU, ['make-model', '--out', dir, '--preset', 'tiny', '--quiet'], { encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`make-model failed: ${r.stderr}`);
-  }
-  return dir;
-}
 
 // `unmask serve` from the emulator binary with extra environment; the listening port is read from
 // stdout, readiness from GET /health (as tests/protocol/harness.mjs does for UNMASK_BIN).
@@ -126,7 +113,7 @@ async function settledStats(srv) {
 describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO_EMU }, () => {
   let dev, host;
   before(async () => {
-    const model = emuModel();
+    const model = tinyModel('device-loop', EMU);
     const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '8', '--verbose'] };
     dev = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-loop' });
     host = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-loop' });
@@ -222,7 +209,7 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
 describe('serve: a bigger host-loop forward beside a captured graph', { skip: NO_EMU }, () => {
   let dev, host;
   before(async () => {
-    const model = emuModel();
+    const model = tinyModel('device-loop', EMU);
     const common = ['--device', 'cuda:0', '--max-batch', '4'];
     dev = await startServer({ model, extra: [...common, '--device-loop', 'on'], name: 'stale-dev' });
     host = await startServer({ model, extra: [...common, '--device-loop', 'off'], name: 'stale-host' });
@@ -278,7 +265,7 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
   let dev, host;
   const SEED = 777;
   before(async () => {
-    const model = emuModel();
+    const model = tinyModel('device-loop', EMU);
     const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '4', '--verbose'] };
     const fault = { UNMASK_FAULT_FORWARD_FAIL: `seed=${SEED},after=3` };
     dev = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-fault', env: fault });
@@ -324,7 +311,7 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
 describe('serve: device rows budget', { skip: NO_EMU }, () => {
   let dev, host;
   before(async () => {
-    const model = emuModel();
+    const model = tinyModel('device-loop', EMU);
     const common = ['--device', 'cuda:0', '--max-batch', '1'];
     dev = await startServer({ model, extra: [...common, '--device-loop', 'on'], name: 'rows-dev' });
     host = await startServer({ model, extra: [...common, '--device-loop', 'off'], name: 'rows-host' });

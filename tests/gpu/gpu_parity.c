@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -678,8 +679,8 @@ static void test_decoders(void) {
 /* ---------------------------------------------------------------- forward */
 
 static int make_model(const char *tmp, const char *name, int d, int layers, int heads, int kv, int ffn, model *m) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    char dir[4096];   /* per process: ctest runs the plain and the shuffled preset at once */
+    snprintf(dir, sizeof dir, "%s/%s-%ld", tmp, name, (long)getpid());
     make_model_opts o;
     CHECK(make_model_preset("demo", &o) == 0);
     o.d_model = d, o.n_layers = layers, o.n_heads = heads, o.n_kv_heads = kv, o.ffn_hidden = ffn;

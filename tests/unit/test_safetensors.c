@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -137,6 +138,32 @@ static void test_writer_roundtrip(void) {
     const st_tensor *x = safetensors_find(&f, "x.weight"), *y = safetensors_find(&f, "y.weight");
     TEST_CHECK(x && memcmp(x->data, w, sizeof w) == 0, "x data");
     TEST_CHECK(y && bf16_to_f32(((const uint16_t *)y->data)[2]) == -3.0f, "y data");
+
+    /* Rewriting a file that is mapped (a server serving the model while `make-model` or a
+     * conversion writes the same path) must not touch the mapped bytes: the old file used to be
+     * truncated in place, so reading the mapping past the new end raised SIGBUS. */
+    float big[4096];
+    for (int i = 0; i < 4096; i++) big[i] = (float)i;
+    st_write_tensor tb = {"big.weight", "F32", 1, {4096}, big, sizeof big};
+    TEST_CHECK(safetensors_write(path, &tb, 1, NULL, &err) == 0, "write big: %s", err.msg);
+    st_file g;
+    TEST_CHECK(safetensors_open(path, &g, &err) == 0, "open big: %s", err.msg);
+    TEST_CHECK(safetensors_write(path, t, 2, "{\"format\":\"pt\"}", &err) == 0, "rewrite small: %s", err.msg);
+    const st_tensor *gb = safetensors_find(&g, "big.weight");
+    TEST_CHECK(gb && memcmp(gb->data, big, sizeof big) == 0, "mapped old file intact after a rewrite");
+    safetensors_free(&g);
+    st_file f2;
+    TEST_CHECK(safetensors_open(path, &f2, &err) == 0, "reopen: %s", err.msg);
+    TEST_CHECK(safetensors_find(&f2, "x.weight") && !safetensors_find(&f2, "big.weight"), "new contents");
+    safetensors_free(&f2);
+    char tmp[4096 + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    TEST_CHECK(!file_exists(tmp), "no temporary file left behind");
+
+    /* A failed write leaves the previous file and no temporary. */
+    char bad[4096];
+    path_join(bad, sizeof bad, dir ? dir : "/tmp", "no-such-dir/x.safetensors");
+    TEST_CHECK(safetensors_write(bad, t, 2, NULL, &err) != 0 && strstr(err.msg, "cannot create"), "%s", err.msg);
     safetensors_free(&f);
 }
 
