@@ -171,7 +171,7 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
       const r = await s.exitWithin(60000);
       const secs = (Date.now() - t0) / 1000;
       assert.equal(r.code, 1, s.stderr);
-      assert.ok(secs < 10, `took ${secs} s`);
+      assert.ok(secs < 30, `took ${secs} s`);   // typically 0.2 s; margin for a loaded CI machine
       assert.match(s.stderr, new RegExp(`^error: engine 0 \\(tp 2\\): rank ${bad} \\(cuda:${bad}\\): NCCL rank ${bad} of 2 on cuda:${bad}: injected init failure \\(UNMASK_FAULT_NCCL_INIT_RANK=${bad}\\)$`, 'm'));
       assert.deepEqual(fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`umk-nccl-${s.proc.pid}-`)), []);
     });
@@ -189,7 +189,7 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
       assert.equal(r1.code, 1, n1.stderr);
       // without the message over the link, the healthy node waits out the 10 s liveness grace and
       // then only says "node N disconnected"
-      assert.ok(secs < 5, `took ${secs} s`);
+      assert.ok(secs < 8, `took ${secs} s`);   // typically 0.2 s; stays below the 10 s grace
       const inj = `rank ${bad} \\(cuda:0\\): NCCL rank ${bad} of 2 on cuda:0: injected init failure \\(UNMASK_FAULT_NCCL_INIT_RANK=${bad}\\)`;
       const [failed, healthy] = bad === 0 ? [n0, n1] : [n1, n0];
       assert.match(failed.stderr, new RegExp(`^error: (engine 0 \\(tp 2\\): )?${inj}$`, 'm'));

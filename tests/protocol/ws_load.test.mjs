@@ -10,7 +10,13 @@ import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel, un
 describe('load', () => {
   let srv;
   before(async () => {
-    srv = await startServer({ model: tinyModel('ws-load'), extra: ['--max-batch', '16', '--max-queue', '256'] });
+    // --ping-interval: the paused reader below cannot answer pings, and the server rightly hangs up
+    // on a client silent for ping interval + 10 s; on a loaded machine its generation can outlast
+    // the default 30 s (CI saw 49 s), so this server waits longer instead of the test racing it.
+    srv = await startServer({
+      model: tinyModel('ws-load'),
+      extra: ['--max-batch', '16', '--max-queue', '256', '--ping-interval', '600'],
+    });
   });
   after(async () => {
     await srv.stop();
