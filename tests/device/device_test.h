@@ -19,6 +19,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "../unit/test_model.h"
 #include "../unit/test.h"
 #include "util/log.h"
 
@@ -103,16 +104,13 @@ typedef struct device_fixture {
 /* Writes the tiny preset to $UNMASK_TEST_TMP/<name>_model, loads it, opens the device and
  * tokenizes the shared prompt (at most 12 tokens). Exits 1 with the error on failure. */
 static inline void device_fixture_open(device_fixture *fx, const char *name) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
     const char *dev = getenv("UNMASK_TEST_DEVICE");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s_model", tmp ? tmp : "/tmp", name);
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
-    o.quiet = 1;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s_model", name);
+    make_model_opts o = test_model_opts();
     um_err err = {0};
     memset(fx, 0, sizeof *fx);
-    if (make_model_write(dir, &o, &err) != 0 || model_load(dir, &fx->m, &err) != 0) {
+    if (test_model_make(dir, &o, &fx->m, &err) != 0) {
         fprintf(stderr, "%s: %s\n", dir, err.msg);
         exit(1);
     }

@@ -13,6 +13,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_model.h"
 #include "util/log.h"
 
 typedef struct sink_rec {
@@ -38,17 +39,11 @@ static void on_event(void *user, const decode_event *ev) {
 }
 
 int main(void) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/test_api_infill_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
-    o.quiet = 1;
+    make_model_opts o = test_model_opts();
     um_err err = {0};
-    TEST_CHECK(make_model_write(dir, &o, &err) == 0, "make-model: %s", err.msg);
     model m;
-    if (model_load(dir, &m, &err) != 0) {
-        TEST_CHECK(0, "model_load: %s", err.msg);
+    if (test_model_make("test_api_infill_model", &o, &m, &err) != 0) {
+        TEST_CHECK(0, "model: %s", err.msg);
         return test_report();
     }
     backend *be = backend_cpu_init(1);

@@ -17,6 +17,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_model.h"
 #include "util/log.h"
 
 static api_limits g_lim;
@@ -347,20 +348,11 @@ static void test_shapes(void) {
 /* ---------------------------------------------------------------- build on a real tiny model */
 
 static void test_build(void) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/test_api_openai_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
-    o.quiet = 1;
+    make_model_opts o = test_model_opts();
     um_err ue = {0};
-    if (make_model_write(dir, &o, &ue) != 0) {
-        TEST_CHECK(0, "make-model: %s", ue.msg);
-        return;
-    }
     model m;
-    if (model_load(dir, &m, &ue) != 0) {
-        TEST_CHECK(0, "load: %s", ue.msg);
+    if (test_model_make("test_api_openai_model", &o, &m, &ue) != 0) {
+        TEST_CHECK(0, "model: %s", ue.msg);
         return;
     }
     decode_params d = decode_params_for_model(&m);

@@ -17,6 +17,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_model.h"
 #include "util/dtype.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -386,20 +387,14 @@ static double max_rel(const float *a, const float *b, size_t n) {
 }
 
 static void test_forward_batching(backend *be) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/test_cpu_ops_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
+    make_model_opts o = test_model_opts();
     o.dtype = DTYPE_BF16;
     o.n_kv_heads = 2;
     o.no_tokenizer = 1;
-    o.quiet = 1;
     um_err err = {0};
-    TEST_CHECK(make_model_write(dir, &o, &err) == 0, "make_model_write: %s", err.msg);
     model m;
-    if (model_load(dir, &m, &err) != 0) {
-        TEST_CHECK(0, "model_load: %s", err.msg);
+    if (test_model_make("test_cpu_ops_model", &o, &m, &err) != 0) {
+        TEST_CHECK(0, "model: %s", err.msg);
         return;
     }
     model_ctx ctx;

@@ -18,6 +18,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_model.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------- recording sink */
@@ -541,22 +542,13 @@ int main(void) {
     test_event_json();
     test_sampler();
 
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/test_decode_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
+    make_model_opts o = test_model_opts();
     o.dtype = DTYPE_F32;
     o.no_tokenizer = 1;
-    o.quiet = 1;
     um_err err = {0};
-    if (make_model_write(dir, &o, &err) != 0) {
-        fprintf(stderr, "make_model_write: %s\n", err.msg);
-        return 1;
-    }
     model m;
-    if (model_load(dir, &m, &err) != 0) {
-        fprintf(stderr, "model_load: %s\n", err.msg);
+    if (test_model_make("test_decode_model", &o, &m, &err) != 0) {
+        fprintf(stderr, "model: %s\n", err.msg);
         return 1;
     }
     backend *be = backend_cpu_init(1);

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "test.h"
+#include "test_model.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------- event log */
@@ -331,21 +332,12 @@ static void test_wrong_step_aborts(const model *m) {
 }
 
 int main(void) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/test_decode_device_apply_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
+    make_model_opts o = test_model_opts();
     o.dtype = DTYPE_F32;
-    o.quiet = 1;
     um_err err = {0};
-    if (make_model_write(dir, &o, &err) != 0) {
-        fprintf(stderr, "make_model_write: %s\n", err.msg);
-        return 1;
-    }
     model m;
-    if (model_load(dir, &m, &err) != 0) {
-        fprintf(stderr, "model_load: %s\n", err.msg);
+    if (test_model_make("test_decode_device_apply_model", &o, &m, &err) != 0) {
+        fprintf(stderr, "model: %s\n", err.msg);
         return 1;
     }
     CHECK(m.tok && m.cfg.eos_id >= 0);

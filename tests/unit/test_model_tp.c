@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/model_tp.h"
 #include "test.h"
+#include "test_model.h"
 #include "util/log.h"
 
 static model g_m;
@@ -128,23 +129,10 @@ static void run_group(int tp, float *const *ref, float *out) {
 }
 
 int main(void) {
-    const char *tmp = getenv("UNMASK_TEST_TMP");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/test_model_tp_model", tmp ? tmp : "/tmp");
-    make_model_opts o;
-    CHECK(make_model_preset("tiny", &o) == 0);
-    o.dtype = DTYPE_F32;
-    o.d_model = 64;
-    o.n_heads = 8;
-    o.n_kv_heads = 4;
-    o.ffn_hidden = 192;
-    o.n_layers = 2;
-    o.no_tokenizer = 1;
-    o.quiet = 1;
+    make_model_opts o = test_model_opts_tp();
     um_err err = {0};
-    TEST_CHECK(make_model_write(dir, &o, &err) == 0, "make_model_write: %s", err.msg);
-    if (model_load(dir, &g_m, &err) != 0) {
-        TEST_CHECK(0, "model_load: %s", err.msg);
+    if (test_model_make("test_model_tp_model", &o, &g_m, &err) != 0) {
+        TEST_CHECK(0, "model: %s", err.msg);
         return test_report();
     }
     const int V = g_m.cfg.n_embd_rows;
