@@ -9,55 +9,14 @@
 // the device) still work next to device ones; the device server really ran the device loop and
 // replayed CUDA graphs (its debug log), the host one did not.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { Client, checkGeneration, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { EMU, NO_EMU } from '../parallel/emu_harness.mjs';
+import { Client, checkGeneration, httpGet, startServer, tinyModel } from '../protocol/harness.mjs';
 
-const EMU = process.env.UNMASK_EMU_BIN;
-// A build configured with -DUNMASK_CUDA_EMU=OFF has no unmask-emu: the suite is reported as skipped, with why.
-const NO_EMU = EMU ? false : 'no unmask-emu in this build (-DUNMASK_CUDA_EMU=OFF): nothing runs our CUDA code';
-
-// `unmask serve` from the emulator binary with extra environment; the listening port is read from
-// stdout, readiness from GET /health (as tests/protocol/harness.mjs does for UNMASK_BIN).
-async function startServer({ model, extra, env, name }) {
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...extra];
-  const proc = spawn(EMU, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-  let stdout = '';
-  let stderr = '';
-  proc.stderr.setEncoding('utf8');
-  proc.stderr.on('data', (d) => (stderr += d));
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  const port = await new Promise((resolve, reject) => {
-    proc.stdout.setEncoding('utf8');
-    proc.stdout.on('data', (d) => {
-      stdout += d;
-      const m = stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
-      if (m) resolve(Number(m[1]));
-    });
-    exited.then(({ code, signal }) => reject(new Error(`${name}: server exited early (${code ?? signal}): ${stderr}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    const r = await httpGet(`${base}/health`).catch(() => null);
-    if (r && r.status === 200) break;
-    if (i > 1200) throw new Error(`${name}: /health never became ready: ${stderr}`);
-    await new Promise((res) => setTimeout(res, 50));
-  }
-  return {
-    base,
-    wsUrl: `ws://127.0.0.1:${port}/ws`,
-    get stderr() { return stderr; },
-    async stop() {
-      if (proc.exitCode !== null || proc.signalCode !== null) return exited;
-      proc.kill('SIGTERM');
-      const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
-      const r = await exited;
-      clearTimeout(t);
-      return r;
-    },
-  };
-}
+// `unmask serve` from the emulator binary, one engine thread (the harness's startServer)
+const startEmuServer = (opts) => startServer({ ...opts, bin: EMU, threads: 1, readyMs: 60000 });
 
 // The requests: [id, body]. Lengths/blocks differ so sequences leave the batch at different steps.
 const REQS = [
@@ -115,8 +74,8 @@ describe('serve: device-resident loop vs host loop on emulated CUDA', { skip: NO
   before(async () => {
     const model = tinyModel('device-loop', EMU);
     const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '8', '--verbose'] };
-    dev = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-loop' });
-    host = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-loop' });
+    dev = await startEmuServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-loop' });
+    host = await startEmuServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-loop' });
   });
   after(async () => {
     const r1 = await dev?.stop();
@@ -211,8 +170,8 @@ describe('serve: a bigger host-loop forward beside a captured graph', { skip: NO
   before(async () => {
     const model = tinyModel('device-loop', EMU);
     const common = ['--device', 'cuda:0', '--max-batch', '4'];
-    dev = await startServer({ model, extra: [...common, '--device-loop', 'on'], name: 'stale-dev' });
-    host = await startServer({ model, extra: [...common, '--device-loop', 'off'], name: 'stale-host' });
+    dev = await startEmuServer({ model, extra: [...common, '--device-loop', 'on'], name: 'stale-dev' });
+    host = await startEmuServer({ model, extra: [...common, '--device-loop', 'off'], name: 'stale-host' });
   });
   after(async () => {
     await dev?.stop();
@@ -268,8 +227,8 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
     const model = tinyModel('device-loop', EMU);
     const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '4', '--verbose'] };
     const fault = { UNMASK_FAULT_FORWARD_FAIL: `seed=${SEED},after=3` };
-    dev = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-fault', env: fault });
-    host = await startServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-fault', env: fault });
+    dev = await startEmuServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'device-fault', env: fault });
+    host = await startEmuServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'host-fault', env: fault });
   });
   after(async () => {
     await dev?.stop();
@@ -313,8 +272,8 @@ describe('serve: device rows budget', { skip: NO_EMU }, () => {
   before(async () => {
     const model = tinyModel('device-loop', EMU);
     const common = ['--device', 'cuda:0', '--max-batch', '1'];
-    dev = await startServer({ model, extra: [...common, '--device-loop', 'on'], name: 'rows-dev' });
-    host = await startServer({ model, extra: [...common, '--device-loop', 'off'], name: 'rows-host' });
+    dev = await startEmuServer({ model, extra: [...common, '--device-loop', 'on'], name: 'rows-dev' });
+    host = await startEmuServer({ model, extra: [...common, '--device-loop', 'off'], name: 'rows-host' });
   });
   after(async () => {
     await dev?.stop();

@@ -1,4 +1,5 @@
-// emu_harness.mjs — what the tensor-parallel suites on emulated GPUs (emu_tp, emu_tp_robust) share:
+// emu_harness.mjs — what the suites on emulated GPUs (emu_tp, emu_tp_robust, emu_memory,
+// device/serve_device_loop) share:
 // the unmask-emu binary (UNMASK_EMU_BIN, else next to UNMASK_BIN) and whether it exists, free
 // ports for --dist-init-addr, and spawnEmu(): a child process with its output collected, tracked so
 // killAll() (registered with after() by each suite) ends whatever is left, and sanitizer reports
@@ -9,7 +10,10 @@ import net from 'node:net';
 import path from 'node:path';
 import { BIN } from '../protocol/harness.mjs';
 
+// UNMASK_EMU_BIN names the emulator binary (it must exist then); otherwise the one next to unmask.
+// A build configured with -DUNMASK_CUDA_EMU=OFF has none: suites report their tests as skipped (NO_EMU says why).
 export const EMU = process.env.UNMASK_EMU_BIN || path.join(path.dirname(BIN), 'unmask-emu');
+if (process.env.UNMASK_EMU_BIN && !fs.existsSync(EMU)) throw new Error(`UNMASK_EMU_BIN=${EMU} does not exist`);
 export const NO_EMU = fs.existsSync(EMU) ? false : `no unmask-emu next to ${BIN} (configured with -DUNMASK_CUDA_EMU=OFF)`;
 
 const procs = new Set(); // every child still running

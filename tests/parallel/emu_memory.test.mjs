@@ -8,61 +8,18 @@
 // with the emulator's NCCL: emu_tp.test.mjs.)
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import fs from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { test } from 'node:test';
-import { BIN, SRC, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { SRC, startServer, tinyModel } from '../protocol/harness.mjs';
+import { EMU, NO_EMU } from './emu_harness.mjs';
 
-// UNMASK_EMU_BIN names the emulator binary (it must exist then); otherwise the one next to unmask.
-// A build configured with -DUNMASK_CUDA_EMU=OFF has none: the tests are reported as skipped, with why.
-const EMU = process.env.UNMASK_EMU_BIN || path.join(path.dirname(BIN), 'unmask-emu');
-if (process.env.UNMASK_EMU_BIN && !fs.existsSync(EMU)) throw new Error(`UNMASK_EMU_BIN=${EMU} does not exist`);
-const NO_EMU = fs.existsSync(EMU) ? false : `no unmask-emu next to ${BIN} (configured with -DUNMASK_CUDA_EMU=OFF)`;
 const MODEL = tinyModel('emu-memory');
 const MiB = 1 << 20;
 
 // `unmask-emu serve` with the emulator's environment; resolves once GET /health says 200
-async function startEmu(extra, env) {
-  const proc = spawn(EMU, ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
-    path.join(SRC, 'web'), '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-  let stdout = '', stderr = '';
-  proc.stderr.setEncoding('utf8');
-  proc.stderr.on('data', (d) => (stderr += d));
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  const stop = async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill('SIGTERM');
-      const t = setTimeout(() => proc.kill('SIGKILL'), 20000);
-      await exited;
-      clearTimeout(t);
-    }
-    return exited;
-  };
-  try {
-    const port = await new Promise((resolve, reject) => {
-      proc.stdout.setEncoding('utf8');
-      proc.stdout.on('data', (d) => {
-        stdout += d;
-        const m = stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
-        if (m) resolve(Number(m[1]));
-      });
-      exited.then(({ code, signal }) => reject(new Error(`unmask-emu exited early (${code ?? signal}): ${stderr}`)));
-    });
-    const base = `http://127.0.0.1:${port}`;
-    for (let i = 0; ; i++) {
-      const r = await httpGet(`${base}/health`).catch(() => null);
-      if (r && r.status === 200) break;
-      if (proc.exitCode !== null) throw new Error(`unmask-emu exited: ${stderr}`);
-      if (i > 1200) throw new Error(`/health never became ready: ${stderr}`);
-      await new Promise((res) => setTimeout(res, 50));
-    }
-    return { base, get stderr() { return stderr; }, stats: async () => JSON.parse((await httpGet(`${base}/stats`)).body), stop };
-  } catch (e) {
-    await stop();
-    throw e;
-  }
-}
+const startEmu = (extra, env) =>
+  startServer({ model: MODEL, extra, env, bin: EMU, name: 'unmask-emu', readyMs: 60000, stopGraceMs: 20000 });
 
 // a server start expected to fail: exit code + stderr (bounded: it must not hang either)
 function serveFails(mem, extra) {

@@ -28,7 +28,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { Client, SRC, TMP, checkGeneration, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { Client, SRC, TMP, checkGeneration, httpGet, serverReady, tinyModel } from '../protocol/harness.mjs';
 import { EMU, NO_EMU, SANITIZER, freePort, killAll, sanitizerReports, spawnEmu } from './emu_harness.mjs';
 
 const MODEL = tinyModel('emu-tp');
@@ -51,22 +51,9 @@ async function startServe(extra, env) {
   const s = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
     path.join(SRC, 'web'), '--threads', '1', ...extra], env);
   try {
-    const port = await new Promise((resolve, reject) => {
-      s.proc.stdout.on('data', () => {
-        const m = s.stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
-        if (m) resolve(Number(m[1]));
-      });
-      s.exited.then(({ code, signal }) => reject(new Error(`unmask-emu exited early (${code ?? signal}): ${s.stderr}`)));
-    });
+    const { port } = await serverReady(s.proc, () => s.stdout, () => s.stderr, s.exited, { name: 'unmask-emu', readyMs: 60000 });
     s.base = `http://127.0.0.1:${port}`;
     s.wsUrl = `ws://127.0.0.1:${port}/ws`;
-    for (let i = 0; ; i++) {
-      const r = await httpGet(`${s.base}/health`).catch(() => null);
-      if (r && r.status === 200) break;
-      if (s.proc.exitCode !== null) throw new Error(`unmask-emu exited: ${s.stderr}`);
-      if (i > 1200) throw new Error(`/health never became ready: ${s.stderr}`);
-      await new Promise((res) => setTimeout(res, 50));
-    }
     s.stats = async () => JSON.parse((await httpGet(`${s.base}/stats`)).body);
     return s;
   } catch (e) {

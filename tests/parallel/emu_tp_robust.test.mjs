@@ -18,7 +18,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
-import { SRC, TMP, httpGet, tinyModel } from '../protocol/harness.mjs';
+import { SRC, TMP, serverReady, tinyModel } from '../protocol/harness.mjs';
 import { NO_EMU, freePort, killAll, sanitizerReports, spawnEmu } from './emu_harness.mjs';
 
 const MODEL = tinyModel('emu-tp');
@@ -139,14 +139,8 @@ describe('multi-node tensor parallelism: robustness (emulated GPUs)', { skip: NO
     const n1 = spawnNode(node1Args(dist));
     const n0 = spawnNode(node0Args(dist));
     try {
-      await n0.waitFor(/listening on http:\/\/127\.0\.0\.1:(\d+)\//);
-      const port = Number(n0.stdout.match(/listening on http:\/\/127\.0\.0\.1:(\d+)\//)[1]);
-      for (let i = 0; ; i++) {   // serving: /health 200
-        const h = await httpGet(`http://127.0.0.1:${port}/health`).catch(() => null);
-        if (h && h.status === 200) break;
-        assert.ok(i < 1200 && n0.proc.exitCode === null, `node 0 never became ready: ${n0.stderr}`);
-        await new Promise((res) => setTimeout(res, 50));
-      }
+      // serving: /health 200
+      await serverReady(n0.proc, () => n0.stdout, () => n0.stderr, n0.exited, { name: 'node 0', readyMs: 60000 });
       n1.proc.kill('SIGTERM');
       const [r0, r1] = await Promise.all([n0.exitWithin(30000), n1.exitWithin(30000)]);
       assert.deepEqual(r0, { code: 0, signal: null }, n0.stderr);

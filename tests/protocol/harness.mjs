@@ -50,55 +50,76 @@ export function httpGet(url, opts = {}) {
   });
 }
 
-// Start `unmask serve`. Resolves once GET /health says 200. extra: more CLI flags.
-export async function startServer({ model, extra = [], tls = null, name = 'srv' } = {}) {
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
-    '--threads', '2', ...extra];
-  if (tls) args.push('--tls-cert', tls.cert, '--tls-key', tls.key);
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  proc.stderr.setEncoding('utf8');
-  proc.stderr.on('data', (d) => (stderr += d));
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+// Waits for a spawned `unmask serve` (or unmask-emu) to print where it listens and for GET /health
+// to answer 200 (its model is loaded). out()/err(): its stdout/stderr so far (collected by the
+// caller's own listeners, registered before this); exited: resolves when it exits. Rejects if it
+// exits first or is not ready after readyMs. tls: the certs of makeDevCerts() for an https server.
+// Resolves with { port, base, getOpts } (getOpts: the options for httpGet on base).
+export async function serverReady(proc, out, err, exited, { name = 'srv', readyMs = 30000, tls = null } = {}) {
   const port = await new Promise((resolve, reject) => {
-    proc.stdout.setEncoding('utf8');
-    proc.stdout.on('data', (d) => {
-      stdout += d;
-      const m = stdout.match(/listening on (https?):\/\/127\.0\.0\.1:(\d+)\//);
-      if (m) resolve(Number(m[2]));
-    });
-    exited.then(({ code, signal }) => reject(new Error(`${name}: server exited early (${code ?? signal}): ${stderr}`)));
+    const check = () => {
+      const m = out().match(/listening on https?:\/\/127\.0\.0\.1:(\d+)\//);
+      if (m) resolve(Number(m[1]));
+    };
+    proc.stdout.on('data', check);
+    check();
+    exited.then(({ code, signal }) => reject(new Error(`${name}: server exited early (${code ?? signal}): ${err()}`)));
   });
-  const scheme = tls ? 'https' : 'http';
-  const base = `${scheme}://127.0.0.1:${port}`;
+  const base = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
   const getOpts = tls ? { ca: fs.readFileSync(tls.ca) } : {};
   // readiness: /health turns 200 once the model is loaded (503 before)
   for (let i = 0; ; i++) {
     const r = await httpGet(`${base}/health`, getOpts).catch(() => null);
     if (r && r.status === 200) break;
-    if (i > 600) throw new Error(`${name}: /health never became ready: ${stderr}`);
+    if (proc.exitCode !== null) throw new Error(`${name}: server exited (${proc.exitCode}): ${err()}`);
+    if (i * 50 > readyMs) throw new Error(`${name}: /health never became ready: ${err()}`);
     await new Promise((res) => setTimeout(res, 50));
   }
-  const srv = {
-    proc, port, base, exited,
+  return { port, base, getOpts };
+}
+
+// Start `unmask serve` (bin: UNMASK_BIN, or unmask-emu) with more CLI flags (extra) and environment
+// (env). Resolves once GET /health says 200; a server that fails to get there is killed and the
+// error thrown. stop(): SIGTERM, SIGKILL after stopGraceMs.
+export async function startServer({ model, extra = [], tls = null, name = 'srv', bin = BIN, env = {}, threads = 2,
+  readyMs = 30000, stopGraceMs = 10000 } = {}) {
+  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
+    '--threads', String(threads), ...extra];
+  if (tls) args.push('--tls-cert', tls.cert, '--tls-key', tls.key);
+  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.setEncoding('utf8');
+  proc.stderr.setEncoding('utf8');
+  proc.stdout.on('data', (d) => (stdout += d));
+  proc.stderr.on('data', (d) => (stderr += d));
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const stop = async () => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return exited;
+    proc.kill('SIGTERM');
+    const t = setTimeout(() => proc.kill('SIGKILL'), stopGraceMs);
+    const r = await exited;
+    clearTimeout(t);
+    return r;
+  };
+  let ready;
+  try {
+    ready = await serverReady(proc, () => stdout, () => stderr, exited, { name, readyMs, tls });
+  } catch (e) {
+    proc.kill('SIGKILL');
+    await exited;
+    throw e;
+  }
+  const { port, base, getOpts } = ready;
+  return {
+    proc, port, base, exited, stop,
     wsUrl: `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}/ws`,
     get stderr() { return stderr; },
     get: (p) => httpGet(`${base}${p}`, getOpts),
     async stats() {
       return JSON.parse((await httpGet(`${base}/stats`, getOpts)).body);
     },
-    // SIGTERM, then SIGKILL if it does not stop within 10 s. Resolves with {code, signal}.
-    async stop() {
-      if (proc.exitCode !== null || proc.signalCode !== null) return exited;
-      proc.kill('SIGTERM');
-      const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
-      const r = await exited;
-      clearTimeout(t);
-      return r;
-    },
   };
-  return srv;
 }
 
 // Poll the server's state (GET /stats) until cond(stats) holds: the server's counters are the
