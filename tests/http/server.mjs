@@ -1,27 +1,19 @@
 // server.mjs — shared helpers for the HTTP API tests: a tiny make-model checkpoint, the real
 // `unmask serve` on a free loopback port (--port 0, the port is read from its first stdout line),
-// readiness by polling /health, and a stop that always reaps the process.
-import { spawn, execFileSync } from 'node:child_process';
-import fs from 'node:fs';
+// readiness (protocol/harness.mjs serverReady: the listening line, then /health 200), and a stop
+// that always reaps the process.
+import { spawn } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
+import { makeModelOnce, serverReady } from '../protocol/harness.mjs';
 
 export const BIN = process.env.UNMASK_BIN;
 export const TMP = process.env.UNMASK_TEST_TMP || os.tmpdir();
 if (!BIN) throw new Error('UNMASK_BIN is not set (run through ctest)');
 
-// One checkpoint per name, written to a temp dir and renamed into place (safe under ctest -j).
+// One checkpoint per name (harness.mjs makeModelOnce: renamed into place, safe under ctest -j).
 export function makeModel(name = 'http-tiny', extra = []) {
-  const dir = path.join(TMP, name);
-  if (fs.existsSync(path.join(dir, 'config.json'))) return dir;
-  const tmp = fs.mkdtempSync(path.join(TMP, `${name}-`));
-  execFileSync(BIN, ['make-model', '--out', tmp, '--quiet', ...extra]);
-  try {
-    fs.renameSync(tmp, dir);
-  } catch {
-    fs.rmSync(tmp, { recursive: true, force: true }); // another test made it first
-  }
-  return dir;
+  return makeModelOnce(path.join(TMP, name), extra);
 }
 
 const until = async (what, fn, timeoutMs = 30000, everyMs = 20) => {
@@ -57,21 +49,9 @@ export async function startServer(args = [], { model = makeModel(), env = {} } =
     },
   };
   try {
-    const port = await until('the listening line', () => {
-      if (exited) throw new Error(`unmask serve exited early (${JSON.stringify(exited)}):\n${out}`);
-      const m = out.match(/listening on https?:\/\/[^:]+:(\d+)\//);
-      return m && Number(m[1]);
-    });
+    const { port } = await serverReady(proc, () => out, () => out, exitP, { name: 'unmask serve' });
     srv.port = port;
     srv.url = `http://127.0.0.1:${port}`;
-    await until('/health 200', async () => {
-      if (exited) throw new Error(`unmask serve exited (${JSON.stringify(exited)}):\n${out}`);
-      try {
-        return (await fetch(`${srv.url}/health`)).status === 200;
-      } catch {
-        return false;
-      }
-    });
   } catch (e) {
     await srv.stop();
     throw e;

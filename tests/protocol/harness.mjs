@@ -15,25 +15,28 @@ export const SRC = process.env.UNMASK_SOURCE_DIR;
 export const TMP = process.env.UNMASK_TEST_TMP;
 if (!BIN || !SRC || !TMP) throw new Error('UNMASK_BIN, UNMASK_SOURCE_DIR and UNMASK_TEST_TMP must be set (run through ctest)');
 
-// A tiny checkpoint (with the built-in tokenizer) private to the calling test file; `bin` makes
-// it (unmask or unmask-emu). Written to a private folder and renamed into place, so two test files
-// that ask for the same name at once (ctest -j) never read a half-written model.
-export function tinyModel(name, bin = BIN) {
-  const dir = path.join(TMP, `model-${name}`);
-  if (!fs.existsSync(path.join(dir, 'model.safetensors'))) {
-    const tmp = `${dir}.tmp-${process.pid}`;
+// `make-model ...args` into dir unless a checkpoint is there; bin: unmask or unmask-emu. Written to
+// a private folder and renamed into place, so test files that ask for the same dir at once
+// (ctest -j) never read a half-written model. Returns dir.
+export function makeModelOnce(dir, args = [], bin = BIN) {
+  if (fs.existsSync(path.join(dir, 'config.json'))) return dir;
+  const tmp = `${dir}.tmp-${process.pid}`;
+  fs.rmSync(tmp, { recursive: true, force: true });
+  const r = spawnSync(bin, ['make-model', '--out', tmp, '--quiet', ...args], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`make-model failed: ${r.stderr}`);
+  try {
+    fs.renameSync(tmp, dir);
+  } catch (e) {
+    // another test file finished first: its model is complete and identical (make-model is deterministic)
     fs.rmSync(tmp, { recursive: true, force: true });
-    const r = spawnSync(bin, ['make-model', '--out', tmp, '--preset', 'tiny', '--quiet'], { encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`make-model failed: ${r.stderr}`);
-    try {
-      fs.renameSync(tmp, dir);
-    } catch (e) {
-      // another test file finished first: its model is complete and identical (make-model is deterministic)
-      fs.rmSync(tmp, { recursive: true, force: true });
-      if (!fs.existsSync(path.join(dir, 'model.safetensors'))) throw e;
-    }
+    if (!fs.existsSync(path.join(dir, 'config.json'))) throw e;
   }
   return dir;
+}
+
+// A tiny checkpoint (with the built-in tokenizer) private to the calling test file.
+export function tinyModel(name, bin = BIN) {
+  return makeModelOnce(path.join(TMP, `model-${name}`), ['--preset', 'tiny'], bin);
 }
 
 export function httpGet(url, opts = {}) {
