@@ -28,7 +28,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { Client, SRC, TMP, checkGeneration, httpGet, serverReady, tinyModel } from '../protocol/harness.mjs';
+import { Client, SRC, TMP, checkGeneration, httpGet, readNpy, serverReady, tinyModel } from '../protocol/harness.mjs';
 import { EMU, NO_EMU, SANITIZER, freePort, killAll, sanitizerReports, spawnEmu } from './emu_harness.mjs';
 
 const MODEL = tinyModel('emu-tp');
@@ -60,20 +60,6 @@ async function startServe(extra, env) {
     await s.stop('SIGKILL');
     throw e;
   }
-}
-
-// float32 .npy (version 1.0, '<f4') -> Float32Array + shape
-function readNpy(file) {
-  const b = fs.readFileSync(file);
-  assert.equal(b.toString('latin1', 1, 6), 'NUMPY');
-  const hlen = b.readUInt16LE(8);
-  const header = b.toString('latin1', 10, 10 + hlen);
-  assert.match(header, /'descr': '<f4'/);
-  const shape = header.match(/'shape': \((\d+), (\d+),?\)/).slice(1).map(Number);
-  const off = 10 + hlen;
-  const data = new Float32Array(b.buffer.slice(b.byteOffset + off, b.byteOffset + b.length));
-  assert.equal(data.length, shape[0] * shape[1]);
-  return { data, shape };
 }
 
 let nLogits = 0;

@@ -19,7 +19,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { BIN, Client, TMP, checkGeneration, startServer, tinyModel } from '../protocol/harness.mjs';
+import { BIN, Client, TMP, checkGeneration, readNpy, startServer, tinyModel } from '../protocol/harness.mjs';
 
 const MODEL = tinyModel('tp-serve');
 const CFG = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
@@ -32,20 +32,6 @@ const PARAMS = {
   gen_length: GEN, block_length: BLOCK, steps: GEN / BLOCK, temperature: 0, decoder: 'low_confidence',
   stop_at_eos: false, logits_eos_inf: false, confidence_eos_eot_inf: false,
 };
-
-// float32 .npy (version 1.0, little-endian '<f4') -> Float32Array + shape
-function readNpy(file) {
-  const b = fs.readFileSync(file);
-  assert.equal(b.toString('latin1', 1, 6), 'NUMPY');
-  const hlen = b.readUInt16LE(8);
-  const header = b.toString('latin1', 10, 10 + hlen);
-  assert.match(header, /'descr': '<f4'/);
-  const shape = header.match(/'shape': \((\d+), (\d+),?\)/).slice(1).map(Number);
-  const off = 10 + hlen;
-  const data = new Float32Array(b.buffer.slice(b.byteOffset + off, b.byteOffset + b.length));
-  assert.equal(data.length, shape[0] * shape[1]);
-  return { data, shape };
-}
 
 function logits(tokens, positions, tp) {
   const out = path.join(TMP, `tp-serve-logits-${tp}-${process.pid}.npy`);

@@ -1,8 +1,10 @@
-// harness.mjs — shared helpers for the protocol and browser tests: make a tiny checkpoint, start the
-// real `unmask serve` on 127.0.0.1 with a free port (--port 0, port read from its "listening on"
-// line, readiness from GET /health), always stop it, and a WebSocket client that records every
-// server event and lets a test await the next one matching a predicate (no sleeps).
+// harness.mjs — shared helpers for the node suites (protocol, browser, http, parallel, device): make
+// a tiny checkpoint once, start the real `unmask serve` (or unmask-emu) on 127.0.0.1 with a free
+// port (--port 0, port read from its "listening on" line, readiness from GET /health), always stop
+// it, read the .npy files `unmask logits` writes, and a WebSocket client that records every server
+// event and lets a test await the next one matching a predicate (no sleeps).
 
+import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -37,6 +39,20 @@ export function makeModelOnce(dir, args = [], bin = BIN) {
 // A tiny checkpoint (with the built-in tokenizer) private to the calling test file.
 export function tinyModel(name, bin = BIN) {
   return makeModelOnce(path.join(TMP, `model-${name}`), ['--preset', 'tiny'], bin);
+}
+
+// what `unmask logits --out F.npy` writes: float32 .npy (version 1.0, little-endian '<f4') -> Float32Array + shape
+export function readNpy(file) {
+  const b = fs.readFileSync(file);
+  assert.equal(b.toString('latin1', 1, 6), 'NUMPY');
+  const hlen = b.readUInt16LE(8);
+  const header = b.toString('latin1', 10, 10 + hlen);
+  assert.match(header, /'descr': '<f4'/);
+  const shape = header.match(/'shape': \((\d+), (\d+),?\)/).slice(1).map(Number);
+  const off = 10 + hlen;
+  const data = new Float32Array(b.buffer.slice(b.byteOffset + off, b.byteOffset + b.length));
+  assert.equal(data.length, shape[0] * shape[1]);
+  return { data, shape };
 }
 
 export function httpGet(url, opts = {}) {
