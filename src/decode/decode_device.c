@@ -108,6 +108,15 @@ int decode_device_pending(const decode_device *dd) { return (int)(dd->produced -
 
 void decode_device_get_stats(const decode_device *dd, decode_device_stats *out) { *out = dd->st; }
 
+void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device_stats *now,
+                                   const decode_device_stats *seen) {
+#define ADD(f) sum->f += now->f - seen->f
+    ADD(steps), ADD(rebuilds), ADD(rebuild_join), ADD(rebuild_leave), ADD(rebuild_cancel);
+    ADD(rebuild_ineligible), ADD(graph_captures), ADD(graph_replays), ADD(graph_stale), ADD(records);
+    ADD(lm_rows), ADD(lm_rows_masked), ADD(steps_applied), ADD(step_ms_total);
+#undef ADD
+}
+
 /* Apply the records of the step the last successful poll returned. */
 static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
     const uint64_t t_step = dd->t_enq[dd->applied % DEVICE_RING];

@@ -84,5 +84,9 @@ int  decode_device_holding(const decode_device *dd);
 /* Steps enqueued whose records are not applied yet. */
 int  decode_device_pending(const decode_device *dd);
 void decode_device_get_stats(const decode_device *dd, decode_device_stats *out);
+/* sum += now - seen, field by field: folds what a runner counted since `seen` (an earlier
+ * decode_device_get_stats) into a total over several runners. */
+void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device_stats *now,
+                                   const decode_device_stats *seen);
 
 #endif /* UM_DECODE_DEVICE_H */

@@ -426,19 +426,7 @@ static void *engine_main(void *arg) {
         s->st.host_steps += e->it_host_steps;
         s->st.host_step_ms_total += e->it_host_ms;
         if (e->dev) {
-            s->st.device_steps += ds.steps - e->dev_seen.steps;
-            s->st.device_steps_applied += ds.steps_applied - e->dev_seen.steps_applied;
-            s->st.device_step_ms_total += ds.step_ms_total - e->dev_seen.step_ms_total;
-            s->st.device_rebuilds += ds.rebuilds - e->dev_seen.rebuilds;
-            s->st.device_rebuild_join += ds.rebuild_join - e->dev_seen.rebuild_join;
-            s->st.device_rebuild_leave += ds.rebuild_leave - e->dev_seen.rebuild_leave;
-            s->st.device_rebuild_cancel += ds.rebuild_cancel - e->dev_seen.rebuild_cancel;
-            s->st.device_rebuild_ineligible += ds.rebuild_ineligible - e->dev_seen.rebuild_ineligible;
-            s->st.device_lm_rows += ds.lm_rows - e->dev_seen.lm_rows;
-            s->st.device_lm_rows_masked += ds.lm_rows_masked - e->dev_seen.lm_rows_masked;
-            s->st.graph_captures += ds.graph_captures - e->dev_seen.graph_captures;
-            s->st.graph_replays += ds.graph_replays - e->dev_seen.graph_replays;
-            s->st.graph_stale += ds.graph_stale - e->dev_seen.graph_stale;
+            decode_device_stats_add_delta(&s->st.device, &ds, &e->dev_seen);
             e->dev_seen = ds;
         }
         int k = 0, n_gone = 0;

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "decode/decode.h"
+#include "decode/decode_device.h"
 #include "model/model.h"
 #include "util/err.h"
 
@@ -128,24 +129,7 @@ typedef struct sched_stats {
     /* device-resident loop (CUDA engines; all 0 on the host loop) */
     int      device_loop_engines;   /* engines that run eligible sequences on it: CUDA, not
                                        tensor-parallel, not host_loop (fixed at sched_create) */
-    uint64_t device_steps;          /* device steps enqueued */
-    uint64_t device_steps_applied;  /* device steps whose records were applied (timed ones) */
-    double   device_step_ms_total;  /* GPU time of those steps (cudaEvent), summed, ms */
-    uint64_t device_rebuilds;       /* device batches built (the set of sequences changed); each
-                                       drains the pipeline, rebuilds buffers, recaptures */
-    /* causes (a rebuild counts under every cause present, so they can sum above rebuilds): */
-    uint64_t device_rebuild_join;   /* a request joined (incl. building from no batch) */
-    uint64_t device_rebuild_leave;  /* a request finished on the device */
-    uint64_t device_rebuild_cancel; /* a request was finished by the host (cancelled, failed) */
-    uint64_t device_rebuild_ineligible; /* a request not done moved to the host loop */
-    uint64_t device_lm_rows;        /* LM-head rows device steps computed (every position of each
-                                       active block) */
-    uint64_t device_lm_rows_masked; /* of those, still masked before the step */
-    uint64_t graph_captures;        /* CUDA graphs captured (recaptures included) */
-    uint64_t graph_replays;         /* device steps launched as graph replays */
-    uint64_t graph_stale;           /* graphs dropped unreplayed: a buffer they use was freed or
-                                       replaced (e.g. a bigger host-loop forward regrew the
-                                       model's scratch); recaptured on the next step */
+    decode_device_stats device;     /* its counters summed over the engines (decode_device.h) */
 } sched_stats;
 
 /* ctxs[0..n_engines): one model_ctx per engine, all for the same model; the scheduler borrows

@@ -53,24 +53,24 @@ static int h_stats(http_conn *c, const http_req *rq) {
                       st.steps ? (double)st.step_seqs / (double)st.steps : 0.0, "max_batch_seen", st.max_batch_seen,
                       "mean_step_ms", st.steps ? st.step_ms_total / (double)st.steps : 0.0));
         json_t *dl = json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", st.device_loop_engines > 0, "steps",
-                               (json_int_t)st.device_steps, "rebuilds", (json_int_t)st.device_rebuilds,
-                               "graph_captures", (json_int_t)st.graph_captures, "graph_replays",
-                               (json_int_t)st.graph_replays);
+                               (json_int_t)st.device.steps, "rebuilds", (json_int_t)st.device.rebuilds,
+                               "graph_captures", (json_int_t)st.device.graph_captures, "graph_replays",
+                               (json_int_t)st.device.graph_replays);
         /* the details only where an engine runs the device loop (a host-loop server's object keeps
          * its five zero fields) */
         if (st.device_loop_engines > 0) {
-            json_object_set_new(dl, "graph_stale", json_integer((json_int_t)st.graph_stale));
-            json_object_set_new(dl, "steps_applied", json_integer((json_int_t)st.device_steps_applied));
-            json_object_set_new(dl, "mean_step_ms", json_real(st.device_steps_applied ? st.device_step_ms_total /
-                                                                                             (double)st.device_steps_applied
-                                                                                       : 0.0));
+            json_object_set_new(dl, "graph_stale", json_integer((json_int_t)st.device.graph_stale));
+            json_object_set_new(dl, "steps_applied", json_integer((json_int_t)st.device.steps_applied));
+            const decode_device_stats *d = &st.device;
+            json_object_set_new(dl, "mean_step_ms",
+                                json_real(d->steps_applied ? d->step_ms_total / (double)d->steps_applied : 0.0));
             json_object_set_new(dl, "rebuild_causes",
-                                json_pack("{s:I,s:I,s:I,s:I}", "join", (json_int_t)st.device_rebuild_join, "leave",
-                                          (json_int_t)st.device_rebuild_leave, "cancel",
-                                          (json_int_t)st.device_rebuild_cancel, "ineligible",
-                                          (json_int_t)st.device_rebuild_ineligible));
-            json_object_set_new(dl, "lm_head_rows", json_integer((json_int_t)st.device_lm_rows));
-            json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device_lm_rows_masked));
+                                json_pack("{s:I,s:I,s:I,s:I}", "join", (json_int_t)st.device.rebuild_join, "leave",
+                                          (json_int_t)st.device.rebuild_leave, "cancel",
+                                          (json_int_t)st.device.rebuild_cancel, "ineligible",
+                                          (json_int_t)st.device.rebuild_ineligible));
+            json_object_set_new(dl, "lm_head_rows", json_integer((json_int_t)st.device.lm_rows));
+            json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device.lm_rows_masked));
         }
         json_object_set_new(o, "device_loop", dl);
         json_object_set_new(o, "host_loop",
