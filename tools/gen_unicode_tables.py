@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gen_unicode_tables.py — write src/model/unicode_tables.c from Debian python3's unicodedata.
+"""gen_unicode_tables.py — write src/text/unicode_tables.c from Debian python3's unicodedata.
 
 Tables (all for the Unicode version of the running Python, recorded in the output):
   - general category per code point (two-stage table, enum order = UCAT_* in unicode.h)
@@ -11,7 +11,7 @@ Tables (all for the Unicode version of the running Python, recorded in the outpu
     half of a composition pair)
   - simple case folding (single code point results) for case-insensitive regex groups
 
-Run: /usr/bin/python3 tools/gen_unicode_tables.py > src/model/unicode_tables.c
+Run: /usr/bin/python3 tools/gen_unicode_tables.py > src/text/unicode_tables.c
 """
 import sys
 import unicodedata as ud
@@ -132,7 +132,7 @@ def main():
     out.append(" * What: general category, combining class, canonical decompositions / compositions, NFC")
     out.append(" * quick-check ranges, simple case folding. Not: any logic (see unicode.c). Read-only data.")
     out.append(" */")
-    out.append('#include "model/unicode.h"')
+    out.append('#include "text/unicode.h"')
     out.append("")
     out.append(f'const char unicode_tables_version[] = "{ud.unidata_version}";')
     out.append("")

@@ -11,8 +11,8 @@
 
 #include "api/algo_config.h"
 #include "decode/event_json.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "util/log.h"
 
 #define API_MAX_PROMPT_IDS (1 << 20)

@@ -12,7 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/bench.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
 #include "util/rng.h"

@@ -11,7 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
 

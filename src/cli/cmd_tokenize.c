@@ -15,9 +15,9 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "util/fileio.h"
 #include "util/log.h"
 

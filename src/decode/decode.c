@@ -14,8 +14,8 @@
 
 #include "decode/decoder.h"
 #include "decode/sample.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "util/fileio.h"
 #include "util/log.h"
 #include "util/strbuf.h"

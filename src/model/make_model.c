@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
 #include "util/rng.h"

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 #include "model/llada.h"
 #include "model/model_tp.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
 

@@ -17,8 +17,8 @@
 #include "model/config.h"
 #include "util/err.h"
 
-struct tokenizer;     /* model/tokenizer.h */
-struct chat_template; /* model/chat_template.h */
+struct tokenizer;     /* text/tokenizer.h */
+struct chat_template; /* text/chat_template.h */
 
 /* Host views of the LLaDA tensors (pointers into the checkpoint mapping). */
 typedef struct llada_layer_tensors {

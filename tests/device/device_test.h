@@ -18,7 +18,7 @@
 #include "decode/event_json.h"
 #include "model/make_model.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "../unit/test_model.h"
 #include "../unit/test.h"
 #include "util/log.h"

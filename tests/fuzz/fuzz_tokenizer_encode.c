@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "model/bpe.h"
-#include "model/tokenizer.h"
+#include "text/bpe.h"
+#include "text/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

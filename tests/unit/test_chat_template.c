@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 #include "test.h"
 
 static json_t *g_messages;

@@ -23,7 +23,7 @@
 #include "decode/event_json.h"
 #include "model/make_model.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "test.h"
 #include "test_model.h"
 #include "util/log.h"

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/bpe.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
-#include "model/unicode_regex.h"
+#include "text/bpe.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
+#include "text/unicode_regex.h"
 #include "test.h"
 #include "util/rng.h"
 

@@ -5,7 +5,7 @@
  * Not here: regex matching (unicode_regex.c), NFKC/NFKD, locale-dependent behaviour.
  * Threads: pure functions; any thread.
  */
-#include "model/unicode.h"
+#include "text/unicode.h"
 
 #include <stdlib.h>
 #include <string.h>

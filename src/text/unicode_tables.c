@@ -3,7 +3,7 @@
  * What: general category, combining class, canonical decompositions / compositions, NFC
  * quick-check ranges, simple case folding. Not: any logic (see unicode.c). Read-only data.
  */
-#include "model/unicode.h"
+#include "text/unicode.h"
 
 const char unicode_tables_version[] = "14.0.0";
 

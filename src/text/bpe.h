@@ -32,12 +32,17 @@ typedef struct strmap {
     size_t        n;
 } strmap;
 
+/* Hash of s[0..len) for the map's slots (multiply-xor over 8-byte words; stable across runs). */
 uint32_t strmap_hash(const char *s, size_t len);
+/* An empty map sized for `expected` keys without regrowth. */
 void     strmap_init(strmap *m, size_t expected);
+/* Free the slot array (never the keys, which the map does not own). */
 void     strmap_free(strmap *m);
-/* Insert or overwrite; returns the previous value or -1. */
+/* Insert or overwrite key -> val (val >= 0); the key bytes are NOT copied and must outlive the
+ * map. Grows as needed. Returns the previous value or -1. */
 int32_t  strmap_put(strmap *m, const char *key, size_t len, int32_t val);
-int32_t  strmap_get(const strmap *m, const char *key, size_t len);   /* -1 when absent */
+/* The value of key, or -1 when absent. Read-only: safe from any thread once filling is done. */
+int32_t  strmap_get(const strmap *m, const char *key, size_t len);
 
 /* ---------------------------------------------------------------- int32 vector */
 
@@ -46,6 +51,8 @@ typedef struct idvec {
     size_t   n, cap;
 } idvec;
 
+/* Append one id / n ids, growing v (xrealloc: aborts on OOM). A zeroed idvec is empty; the caller
+ * frees iv->v. */
 void idvec_push(idvec *iv, int32_t id);
 void idvec_append(idvec *iv, const int32_t *ids, size_t n);
 
@@ -81,7 +88,9 @@ typedef struct bpe_model {
     bpe_cache *cache;
 } bpe_model;
 
+/* An empty model: no pieces, no merges, not byte-level, unk_id = -1. */
 void bpe_init(bpe_model *b);
+/* Free pieces, maps, merge tables and the word cache; b may be bpe_init'ed again. */
 void bpe_free(bpe_model *b);
 /* Set id -> piece (copied). Returns -1 if the id already has a different piece. */
 int  bpe_add_piece(bpe_model *b, int32_t id, const char *piece, size_t len);
@@ -93,7 +102,8 @@ void bpe_finish(bpe_model *b);
 /* Look up a merge: returns NULL when (left, right) has none. */
 const bpe_merge *bpe_merge_get(const bpe_model *b, int32_t left, int32_t right);
 
-/* Encode one pre-tokenized word (raw bytes; byte-level mapping applied inside) and append ids. */
+/* Encode one pre-tokenized word (raw bytes; byte-level mapping applied inside) and append its ids
+ * to out. Needs bpe_finish(); any thread (the word cache is locked inside). */
 void bpe_encode_word(const bpe_model *b, const char *w, size_t len, idvec *out);
 
 /* GPT-2 bytes_to_unicode: the code point byte b is shown as; and the inverse (-1 if none). */

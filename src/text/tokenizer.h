@@ -32,6 +32,8 @@ int  tokenizer_load_dir(const char *dir, tokenizer **out, um_err *err);
 /* Parse a tokenizer.json held in memory (buf need not be NUL-terminated). label names the source
  * in error messages. Safe on arbitrary bytes (fuzzable). */
 int  tokenizer_load_json(const char *buf, size_t len, const char *label, tokenizer **out, um_err *err);
+/* Free a tokenizer and everything it owns (vocabulary, merges, regexes, word cache). NULL is a
+ * no-op. No other thread may still be using tok. */
 void tokenizer_free(tokenizer *tok);
 
 /* ---------------------------------------------------------------- vocabulary */
@@ -60,7 +62,7 @@ const char *tokenizer_config_token(const tokenizer *tok, const char *name);
  * parse_special: 1 = added tokens marked special are recognised in the text (HF default);
  * 0 = only non-special added tokens are, special ones are tokenized as plain text
  * (HF split_special_tokens=True). No BOS/EOS is added. Invalid UTF-8 -> -1, UM_ERR_INVALID_ARG
- * naming the byte offset (see utf8_sanitize() in model/unicode.h for lossy input). */
+ * naming the byte offset (see utf8_sanitize() in text/unicode.h for lossy input). */
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int parse_special, int32_t **ids,
                      size_t *n, um_err *err);
 
@@ -87,10 +89,15 @@ typedef struct tok_stream {
     size_t   cap;
 } tok_stream;
 
+/* Start an empty stream over tok (borrowed: it must outlive the stream); skip_special as in
+ * tokenizer_decode(). */
 void tok_stream_init(tok_stream *s, const tokenizer *tok, int skip_special);
+/* Append the bytes of id and return, through text/len, the complete UTF-8 text they finish (maybe
+ * empty: *len = 0). Invalid bytes become U+FFFD as in tokenizer_decode(); unknown ids add nothing. */
 void tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len);
 /* Emit what is held (an incomplete character becomes U+FFFD) and reset to the initial state. */
 void tok_stream_flush(tok_stream *s, const char **text, size_t *len);
+/* Release the stream's output buffer; s may be initialised again afterwards. */
 void tok_stream_free(tok_stream *s);
 
 /* ---------------------------------------------------------------- built-in tokenizer */

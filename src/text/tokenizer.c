@@ -12,16 +12,16 @@
  * Threads: loading on any one thread; a loaded tokenizer is shared read-only (bpe.c guards its
  * word cache), so encode/decode run on any thread concurrently.
  */
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/bpe.h"
-#include "model/unicode.h"
-#include "model/unicode_regex.h"
+#include "text/bpe.h"
+#include "text/unicode.h"
+#include "text/unicode_regex.h"
 #include "util/fileio.h"
 #include "util/log.h"
 

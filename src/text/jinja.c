@@ -8,7 +8,7 @@
  * beyond "no method mutates anything".
  * Threads: compiled templates are read-only; each render has its own arena; any thread.
  */
-#include "model/jinja.h"
+#include "text/jinja.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/unicode.h"
+#include "text/unicode.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 

@@ -7,12 +7,12 @@
  * Not here: tokenizing the result (tokenizer_encode with parse_special = 1).
  * Threads: load on any one thread; render concurrently from any thread.
  */
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "text/jinja.h"
 #include "util/fileio.h"
 #include "util/log.h"
 

@@ -7,14 +7,14 @@
  * Not here: anchors, back-references, lookbehind, scripts, inline flags (see unicode_regex.h).
  * Threads: compiled regexes are read-only; matching state lives on the caller's stack.
  */
-#include "model/unicode_regex.h"
+#include "text/unicode_regex.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/unicode.h"
+#include "text/unicode.h"
 #include "util/log.h"
 
 #define MATCH_MAX_DEPTH 4000

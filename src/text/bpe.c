@@ -4,7 +4,7 @@
  * Not here: anything before the word boundary (added tokens, normalizers, regex splits).
  * Threads: encode may run concurrently; the cache is guarded by its own mutex.
  */
-#include "model/bpe.h"
+#include "text/bpe.h"
 
 #include <stdlib.h>
 #include <string.h>

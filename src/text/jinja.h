@@ -22,7 +22,11 @@
 
 typedef struct jinja_tmpl jinja_tmpl;
 
+/* Parse src[0..len) into *out (caller frees with jinja_free). -1 + err naming the line:
+ * UM_ERR_FORMAT for a syntax error, UM_ERR_UNSUPPORTED for a construct outside the subset above or
+ * nesting past the parser's depth limit. Safe on arbitrary bytes (fuzzed). */
 int  jinja_compile(const char *src, size_t len, jinja_tmpl **out, um_err *err);
+/* Free a compiled template (NULL: no-op). */
 void jinja_free(jinja_tmpl *t);
 /* Render with the variables of a JSON object. *out: malloc'd, NUL-terminated. Errors
  * (raise_exception, type errors, limits) -> -1 with err. */

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/bpe_train.h"
-#include "model/tokenizer.h"
+#include "text/bpe_train.h"
+#include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
 

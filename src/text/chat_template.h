@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/err.h"
 
 typedef struct chat_template chat_template;
@@ -26,6 +26,7 @@ int  chat_template_load_dir(const char *dir, const tokenizer *tok, chat_template
 /* Compile a template source string; bos/eos (may be NULL = undefined) become bos_token/eos_token. */
 int  chat_template_load_string(const char *src, const char *bos_token, const char *eos_token,
                                chat_template **out, um_err *err);
+/* Free a loaded template (NULL: no-op). No render may still be running on it. */
 void chat_template_free(chat_template *t);
 
 /* Render with messages (a JSON array of {role, content, ...} objects) and add_generation_prompt.

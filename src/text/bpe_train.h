@@ -21,9 +21,12 @@ typedef struct bpe_trained {
     int32_t (*merge)[2];      /* [n_merges] (left id, right id); merge i makes a token listed in order */
 } bpe_trained;
 
-/* Train up to max_merges merges (stopping early when no pair occurs min_count times). */
+/* Split corpus[0..len) with split_regex, then learn up to max_merges merges (stopping early when
+ * no pair occurs min_count times) into *out (caller frees with bpe_trained_free). The result is
+ * a function of the inputs only. -1 + err when the regex does not compile or matches pathologically. */
 int  bpe_train(const char *corpus, size_t len, const char *split_regex, int max_merges, int min_count,
                bpe_trained *out, um_err *err);
+/* Free the token strings and merge list of a bpe_train() result (zeroed: freeing twice is safe). */
 void bpe_trained_free(bpe_trained *t);
 
 #endif /* UM_BPE_TRAIN_H */

@@ -19,7 +19,10 @@
 
 typedef struct uregex uregex;
 
+/* Compile pattern[0..len) (UTF-8) into *out (caller frees with uregex_free). -1 + err:
+ * UM_ERR_FORMAT for a malformed pattern, UM_ERR_UNSUPPORTED for a construct listed above. */
 int  uregex_compile(const char *pattern, size_t len, uregex **out, um_err *err);
+/* Free a compiled regex (NULL: no-op). */
 void uregex_free(uregex *re);
 
 /* Leftmost match in s[0..len) (valid UTF-8) starting the search at byte `from`.

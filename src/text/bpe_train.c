@@ -5,13 +5,13 @@
  *
  * Not here: writing files (bpe_builtin.c). Threads: any.
  */
-#include "model/bpe_train.h"
+#include "text/bpe_train.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/bpe.h"
-#include "model/unicode_regex.h"
+#include "text/bpe.h"
+#include "text/unicode_regex.h"
 #include "util/log.h"
 
 typedef struct word {
