@@ -4,7 +4,9 @@
  * general categories (\p{L}, \p{N}, ...), White_Space, simple case folding, NFC / NFD.
  *
  * Not here: regexes (unicode_regex.h), scripts, grapheme clusters, compatibility (NFKC/NFKD)
- * normalization. Tables come from tools/gen_unicode_tables.py (unicode_tables.c).
+ * normalization. Tables come from tools/gen_unicode_tables.py (unicode_tables.c): categories and
+ * case folding of Unicode 16.0 (the version HF tokenizers' regexes classify by), normalization
+ * data of Unicode 14.0.
  *
  * Threads: pure functions over read-only tables; any thread.
  */
@@ -25,7 +27,7 @@ enum ucat {
 #define UCAT_MASK_M ((1u << UCAT_MN) | (1u << UCAT_MC) | (1u << UCAT_ME))
 #define UCAT_MASK_N ((1u << UCAT_ND) | (1u << UCAT_NL) | (1u << UCAT_NO))
 
-extern const char unicode_tables_version[];   /* e.g. "14.0.0" */
+extern const char unicode_tables_version[];   /* Unicode version of the category data, e.g. "16.0.0" */
 
 /* ---------------------------------------------------------------- UTF-8 */
 

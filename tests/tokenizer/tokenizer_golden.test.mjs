@@ -2,7 +2,8 @@
 // `tokenizers`, the Rust implementation) on: the Dream-7B vocab.json + merges.txt fixture (NFC +
 // Qwen2 regex), BPE tokenizers trained at test time by HF's trainer (Bailing regex with added
 // tokens using every flag; Llama-3 regex + ignore_merges + Sequence[NFC]; GPT-2 ByteLevel regex with
-// add_prefix_space and string merges). Goldens are computed here, never stored.
+// add_prefix_space and string merges), and strings of random code points (Unicode 16 categories)
+// under each regex. Goldens are computed here, never stored.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -209,5 +210,63 @@ test('Split behaviours (Removed, MergedWithPrevious, MergedWithNext, Contiguous,
     const dir = writeTokenizer(json, name);
     const hf = Tokenizer.fromString(JSON.stringify(json));
     assertSameIds(unmaskTokenize(dir, texts), await hfEncode(hf, texts), texts, name);
+  }
+});
+
+// ------------------------------------------------------------------ Unicode categories
+
+// Strings of random code points from every plane (mostly unassigned ones, and characters assigned
+// in Unicode 15 and 16 such as U+13E0F, Egyptian Hieroglyphs Extended-A), between ASCII letters,
+// digits, spaces and punctuation, so every category boundary a pre-tokenizer regex looks at is
+// crossed. HF classifies \p{..} by Unicode 16.0: tables of another version split some of these
+// strings elsewhere. No normalizer here (HF's NFC data is older than ours: docs in
+// tools/gen_unicode_tables.py).
+function randomCodepointTexts() {
+  const recent = [0x13E0F, 0x13460, 0x1C89, 0x1C8A, 0x0897, 0x1B4E, 0x1B7F, 0x10D50, 0x10D70, 0x10D4E, 0x16D40,
+    0x16D70, 0x11F00, 0x11F50, 0x1E4D0, 0x1E4F0, 0x31350, 0x2EBF0, 0x1CC00, 0x1CCF0, 0x105C0, 0x11BC0, 0x1E5D0,
+    0x1E5F1, 0x1F8B2, 0x2FFC, 0x31EF, 0xA7CB, 0xA7DC, 0x10EC2, 0x116D0, 0x11380, 0x16100, 0x16139];
+  const ascii = ['a', 'Z', '7', ' ', '  ', '.', "'", '\n', 'x1', '-'];
+  const r = (() => { let s = 12345; return () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 4294967296; })();
+  const pick = (v) => v[Math.floor(r() * v.length)];
+  const randomCp = () => {
+    for (;;) {
+      const plane = r() < 0.5 ? 1 : Math.floor(r() * 4);   // planes 0-3 hold nearly every assignment
+      const cp = plane * 0x10000 + Math.floor(r() * 0x10000);
+      if (!(cp >= 0xD800 && cp < 0xE000)) return cp;
+    }
+  };
+  const texts = [recent.map((cp) => String.fromCodePoint(cp)).join(' '), recent.map((cp) => `a${String.fromCodePoint(cp)}1`).join('')];
+  for (let i = 0; i < 300; i++) {
+    let t = '';
+    for (let j = 0; j < 24; j++) {
+      const u = r();
+      t += u < 0.4 ? String.fromCodePoint(randomCp()) : u < 0.6 ? String.fromCodePoint(pick(recent)) : pick(ascii);
+    }
+    texts.push(t);
+  }
+  return texts;
+}
+
+test('random code points (Unicode 16 categories) split as HF does', async () => {
+  const { json: base } = trainBailing();
+  const texts = randomCodepointTexts();
+  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
+  const splits = [
+    ...Object.entries(REGEX).map(([name, re]) => [name, splitByteLevel(re)]),
+    ...['\\p{M}+', '\\p{P}|\\p{S}', '\\p{Lu}\\p{Ll}*|\\p{Lo}+|\\p{Lm}', '\\w+', '\\p{Nd}|\\p{No}|\\p{Nl}'].map((re) => [re, {
+      type: 'Sequence',
+      pretokenizers: [{ type: 'Split', pattern: { Regex: re }, behavior: 'Isolated', invert: false }, byteLevel],
+    }]),
+  ];
+  for (const [name, pre] of splits) {
+    const json = structuredClone(base);
+    json.normalizer = null;
+    json.pre_tokenizer = pre;
+    const dir = writeTokenizer(json, 'ucat');
+    const hf = Tokenizer.fromString(JSON.stringify(json));
+    const ours = unmaskTokenize(dir, texts);
+    assertSameIds(ours, await hfEncode(hf, texts), texts, `categories ${name}`);
+    const back = unmaskDetokenize(dir, ours);
+    for (let i = 0; i < texts.length; i++) assert.equal(back[i], texts[i], `round trip ${name} ${i}`);
   }
 });
