@@ -451,10 +451,7 @@ struct ev_view {
     float         *dconf;
 };
 
-__host__ __device__ size_t event_bytes(int B) {
-    size_t b = sizeof(umk_event_hdr) + (size_t)B * (4 * sizeof(int32_t) + sizeof(float));
-    return (b + 15) & ~(size_t)15;
-}
+__host__ __device__ size_t event_bytes(int B) { return UMK_EVENT_BYTES(B); }
 
 __device__ ev_view event_at(void *events, int s, int B) {
     unsigned char *base = static_cast<unsigned char *>(events) + (size_t)s * event_bytes(B);

@@ -18,6 +18,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/backend_decode_types.h"   /* umk_seq_state, umk_sample_job, ... (shared with decode/) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,34 +72,6 @@ cudaError_t umk_attention(const umk_attn *p, const uint16_t *q, const uint16_t *
 
 /* ---------------------------------------------------------------- sampling + decoding (decode.cu) */
 
-/* Sampling settings of one sequence (decode/sample.h's sample_cfg without the model ids). */
-typedef struct umk_sample_cfg {
-    double   temperature;     /* <= 0: argmax */
-    double   top_p;           /* 1 = off */
-    double   cfg_scale;       /* > 0 with urow >= 0: l = u + (cfg+1)(c - u) */
-    uint64_t seed;
-    int32_t  top_k;           /* 0 = off */
-    int32_t  logits_eos_inf;
-    int32_t  confidence_eos_eot_inf;
-    int32_t  pad_;
-} umk_sample_cfg;
-
-/* One logits row to sample. */
-typedef struct umk_sample_job {
-    int32_t row;      /* conditional logits row */
-    int32_t urow;     /* unconditional row (CFG) or -1 */
-    int32_t pos;      /* absolute position: rng counter = pos * vocab + token */
-    int32_t step;     /* rng stream */
-    int32_t cfg;      /* index into the umk_sample_cfg array */
-    int32_t active;   /* 0: skip (x0 = -1, conf = 0) */
-} umk_sample_job;
-
-/* Model constants shared by all rows. */
-typedef struct umk_vocab_ids {
-    int32_t vocab;    /* logits per row (= row stride) */
-    int32_t mask_id, eos_id, eot_id;   /* -1 when unknown */
-} umk_vocab_ids;
-
 /* Fused confidence: per job, the effective logits row (CFG, eos flag), x0 = argmax (T <= 0) or
  * Gumbel-max over the top-k / top-p candidates (noise = util/rng.h ported bit-exactly), and
  * conf = softmax(noise-free effective logits)[x0] in double — without writing the row back.
@@ -106,44 +80,6 @@ cudaError_t umk_sample(const uint16_t *logits, umk_vocab_ids ids, const umk_samp
                        const umk_sample_cfg *cfgs, int32_t *x0, double *conf, cudaStream_t s);
 /* Gumbel noise -log(-log(rng_u01(seed, step, pos*vocab + token))) for n tokens 0..n-1 (tests). */
 cudaError_t umk_gumbel(uint64_t seed, int step, int pos, int vocab, int n, double *out, cudaStream_t s);
-
-/* Decoders run on the device (decode/decoders.c semantics). */
-enum umk_decoder { UMK_DEC_LOW_CONFIDENCE = 0, UMK_DEC_RANDOM = 1, UMK_DEC_THRESHOLD = 2, UMK_DEC_FACTOR = 3 };
-
-/* Per-sequence decode state, device resident; advanced by umk_decode_commit every step. */
-typedef struct umk_seq_state {
-    int32_t row0;          /* packed-batch row of canvas position 0 */
-    int32_t len;           /* canvas length L (prompt + generation) */
-    int32_t gen_end;       /* blocks end here (normally L) */
-    int32_t block_len;     /* B */
-    int32_t lo, hi;        /* active block [lo, hi), absolute positions */
-    int32_t block_steps;   /* fixed-step decoders: steps budgeted to the active block */
-    int32_t blk;           /* index of the active block (0 = the block [lo, hi) given at setup) */
-    int32_t blk_steps_off; /* offset of this sequence's per-block steps in the blk_steps table, or
-                              -1: every block gets block_steps */
-    int32_t step_in_block; /* steps taken in the active block */
-    int32_t step;          /* the sequence's step index (rng stream) */
-    int32_t m0;            /* masks in the active block when it began */
-    int32_t done;          /* 1: finished (no further commits) */
-    int32_t decoder;       /* enum umk_decoder */
-    int32_t stop_at_eos;   /* finish at the end of the block holding the first EOS/EOT */
-    double  threshold;     /* threshold decoder tau */
-    double  factor;        /* factor decoder f */
-    uint64_t seed;         /* random decoder scores */
-} umk_seq_state;
-
-/* The step record of one sequence (fixed size for a block length B; see umk_event_bytes):
- * header, then int32 pos[B], int32 tok[B], float conf[B] (commits, ascending position), then
- * int32 draft_tok[B], float draft_conf[B] for block offsets 0..B-1 (-1 / 0 where not masked). */
-typedef struct umk_event_hdr {
-    int32_t step;          /* step index of this step (before the increment) */
-    int32_t lo, hi;        /* block the commits belong to */
-    int32_t n_commit;
-    int32_t masks_left;    /* masks left in that block after the commits */
-    int32_t block_done;    /* the block finished with this step */
-    int32_t done;          /* the sequence finished with (or before) this step */
-    int32_t was_done;      /* the sequence was already finished: nothing happened */
-} umk_event_hdr;
 
 size_t umk_event_bytes(int block_len);
 

@@ -8,6 +8,11 @@
  * ids, positions, sequence offsets, row lists) are always passed as HOST pointers; a device backend
  * stages them itself. Shapes are row-major, rows first: x[n, d] means n rows of d elements.
  *
+ * A backend is an opaque handle: callers use the functions below and ask what it can do through
+ * its capabilities (backend_has), never through its name. The ops table behind the handle, with
+ * its optional members, is in backend_impl.h, which only backend implementations (cpu/, cuda/) and
+ * their tests include.
+ *
  * Threading: one backend instance is driven by one engine thread at a time; ops may use internal
  * worker threads (OpenMP / OpenBLAS on CPU, streams on CUDA). Ops return nothing: a failing op is a
  * bug or an impossible setup and aborts (CHECK); per-request problems are caught before the forward.
@@ -18,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/safetensors.h"
+#include "backend/comm.h"
 #include "util/dtype.h"
 #include "util/err.h"
 
@@ -31,6 +36,16 @@ typedef struct bweight {
     int64_t     rows, cols;  /* vectors: rows = 1 */
     void       *owned;       /* backend allocation to free, or NULL for views */
 } bweight;
+
+/* Host data of one weight handed to backend_weight_upload: a dense row-major [rows, cols] array.
+ * The caller has checked that type is F32, BF16 or F16 and that the shape matches the data. */
+typedef struct bweight_src {
+    const char *name;        /* for messages (the checkpoint tensor's name); not owned */
+    const void *data;        /* host memory, rows * cols elements of type; not owned. A host backend
+                                may keep a view into it: it must outlive the bweight */
+    enum dtype  type;        /* DTYPE_F32, DTYPE_BF16 or DTYPE_F16 */
+    int64_t     rows, cols;  /* vectors: rows = 1 */
+} bweight_src;
 
 /* Attention over a batch of variable-length sequences packed row after row (varlen layout).
  * Queries of sequence s are rows q_start[s]..q_start[s+1]-1 of q/out; its keys/values are rows
@@ -48,56 +63,119 @@ typedef struct attn_params {
     float          scale;        /* usually 1/sqrt(head_dim) */
 } attn_params;
 
-typedef struct backend_ops {
-    const char *name;
+/* ---------------------------------------------------------------- devices and instances */
 
-    /* weights: upload a checkpoint tensor (any of F32/BF16/F16) as a [rows, cols] matrix */
-    int   (*weight_upload)(backend *be, const st_tensor *t, int64_t rows, int64_t cols, bweight *out,
-                           um_err *err);
-    void  (*weight_free)(backend *be, bweight *w);
-
-    /* activation buffers of n elements in the backend's activation dtype */
-    void *(*act_alloc)(backend *be, size_t n);
-    void  (*act_free)(backend *be, void *p);
-    /* activation rows -> host f32 (n elements) */
-    void  (*act_to_host)(backend *be, const void *src, size_t n, float *dst);
-
-    /* out[i, :] = wte[ids[i], :] */
-    void  (*embed)(backend *be, const bweight *wte, const int32_t *ids, int n, void *out);
-    /* out[i, :] = x[i, :] * rsqrt(mean(x[i]^2) + eps) * w   (x, out: [n, d]; out may equal x) */
-    void  (*rmsnorm)(backend *be, const void *x, const bweight *w, int n, int d, float eps, void *out);
-    /* y[n, w.rows] = x[n, w.cols] . w^T (+ bias[w.rows] if bias) */
-    void  (*matmul)(backend *be, const void *x, const bweight *w, const bweight *bias, int n, void *y);
-    /* rotate-half RoPE in place on x[n, n_heads, head_dim], first rot_dim dims of each head,
-     * position pos[i] for row i, inv_freq[j] = theta^(-2j/rot_dim) */
-    void  (*rope)(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim,
-                  const int32_t *pos, float theta);
-    /* out[n_q, n_heads*head_dim] = softmax(q k^T * scale + mask) v, per sequence and head (GQA:
-     * q-head h uses kv-head h / (n_heads / n_kv_heads)) */
-    void  (*attention)(backend *be, const attn_params *p, const void *q, const void *k,
-                       const void *v, void *out);
-    /* out[i] = silu(gate[i]) * up[i] for i < n (out may equal gate) */
-    void  (*swiglu)(backend *be, const void *gate, const void *up, size_t n, void *out);
-    /* x[i] += y[i] for i < n */
-    void  (*add)(backend *be, void *x, const void *y, size_t n);
-    /* out[i, :] = x[rows[i], :] for i < n, rows of d elements */
-    void  (*get_rows)(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
-
-    void  (*free)(backend *be);
-} backend_ops;
-
-struct backend {
-    const backend_ops *ops;
-    const char        *name;     /* "cpu", "cuda:0" */
-    int                n_threads;
-    void              *impl;     /* backend private state */
-};
-
+/* Parse a --device name without opening anything: 0 for "cpu" (and NULL), 1 for an accelerator
+ * ("cuda", "cuda:N"; *index = N, 0 for "cuda"), -1 when the name is unknown. index may be NULL. */
+int      backend_device_parse(const char *device, int *index);
+/* 1 when device names a are b are the same device ("cuda" and "cuda:0"); 0 otherwise or when either
+ * is unknown. */
+int      backend_device_same(const char *a, const char *b);
 /* CPU backend (backend/cpu/). n_threads <= 0 means all cores. */
 backend *backend_cpu_init(int n_threads);
 /* The backend a --device flag names: NULL/"cpu" -> CPU with n_threads, "cuda" / "cuda:N" -> that
  * GPU (backend/cuda/). NULL + err (naming the device) when it is unknown or cannot be opened. */
 backend *backend_init_device(const char *device, int n_threads, um_err *err);
+/* Free the backend and everything it still owns (NULL: no-op). Weights and activation buffers
+ * must have been freed before. */
 void     backend_free(backend *be);
+
+/* Instance name as --device spells it ("cpu", "cuda:0"): for messages and logs only. */
+const char *backend_name(const backend *be);
+/* What the device is ("NVIDIA H100 80GB HBM3"; the CPU backend: "cpu"). */
+const char *backend_description(const backend *be);
+/* Worker threads of the ops (CPU: OpenMP threads; 1 on a device backend). */
+int         backend_n_threads(const backend *be);
+/* dtype of activation buffers (F32 on CPU, BF16 on CUDA). */
+enum dtype  backend_act_dtype(const backend *be);
+
+/* Capabilities: optional parts of the ops table (backend_impl.h). */
+enum backend_cap {
+    BACKEND_CAP_DEVICE_MEMORY = 1 << 0, /* weights and activations live in device memory of limited
+                                           size: backend_mem_info / backend_check_fit report it */
+    BACKEND_CAP_ASYNC         = 1 << 1, /* ops are queued (backend_synchronize waits for them) */
+    BACKEND_CAP_GRAPHS        = 1 << 2, /* backend_graph_* capture and replay op sequences */
+    BACKEND_CAP_DEVICE_DECODE = 1 << 3, /* the primitives of the device-resident decode step
+                                           (backend_decode.h): buffers, events, aliases, decode kernels */
+    BACKEND_CAP_COMM          = 1 << 4, /* backend_comm_join: collectives on the device (NCCL) */
+};
+/* 1 when the backend offers every capability in caps (a mask of backend_cap). */
+int backend_has(const backend *be, unsigned caps);
+
+/* Free and total device memory in bytes; 0 / 0 on a host-memory backend. */
+void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
+/* "Does the model fit": weight_bytes (as stored on the device) + act_bytes + the backend's own
+ * reserve against its free memory. 0 when it fits (always on a host-memory backend), -1 +
+ * UM_ERR_RESOURCE naming the numbers when not. */
+int  backend_check_fit(backend *be, uint64_t weight_bytes, uint64_t act_bytes, um_err *err);
+/* Weight upload progress: total bytes the next uploads will write and a label for the progress
+ * line (0 = unknown). No-op where uploads are views. */
+void backend_set_upload_total(backend *be, uint64_t bytes, const char *label);
+/* Device-to-device copy bandwidth in bytes/s (read + written) over a buffer of `bytes`, median of
+ * `reps` timed copies; 0 where the backend cannot measure it (benchmarks only). */
+double backend_mem_bandwidth(backend *be, size_t bytes, int reps);
+/* Wait until every queued op finished (no-op on a synchronous backend). */
+void backend_synchronize(backend *be);
+/* Give cached free device memory back to the driver; returns the bytes released (0 where there is
+ * no such cache). Graphs captured before may become stale. */
+size_t backend_trim(backend *be);
+
+/* ---------------------------------------------------------------- ops (see backend_impl.h) */
+
+/* Upload one weight: a device copy (CUDA: bf16 in HBM) or a view of src->data (CPU, when aligned).
+ * -1 + err (UM_ERR_RESOURCE) when device memory runs out; the caller frees with weight_free. */
+int   backend_weight_upload(backend *be, const bweight_src *src, bweight *out, um_err *err);
+void  backend_weight_free(backend *be, bweight *w);
+/* Activation buffers of n elements in backend_act_dtype (freed with backend_act_free). */
+void *backend_act_alloc(backend *be, size_t n);
+void  backend_act_free(backend *be, void *p);
+/* n activation elements -> host f32 (synchronises a queued backend). */
+void  backend_act_to_host(backend *be, const void *src, size_t n, float *dst);
+/* out[i, :] = wte[ids[i], :] */
+void  backend_embed(backend *be, const bweight *wte, const int32_t *ids, int n, void *out);
+/* out[i, :] = x[i, :] * rsqrt(mean(x[i]^2) + eps) * w   (x, out: [n, d]; out may equal x) */
+void  backend_rmsnorm(backend *be, const void *x, const bweight *w, int n, int d, float eps, void *out);
+/* y[n, w.rows] = x[n, w.cols] . w^T (+ bias[w.rows] if bias) */
+void  backend_matmul(backend *be, const void *x, const bweight *w, const bweight *bias, int n, void *y);
+/* rotate-half RoPE in place on x[n, n_heads, head_dim], first rot_dim dims of each head */
+void  backend_rope(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                   float theta);
+/* out[n_q, n_heads*head_dim] = softmax(q k^T * scale + mask) v per sequence and head (GQA) */
+void  backend_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v, void *out);
+/* out[i] = silu(gate[i]) * up[i] (out may equal gate) */
+void  backend_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out);
+/* x[i] += y[i] */
+void  backend_add(backend *be, void *x, const void *y, size_t n);
+/* out[i, :] = x[rows[i], :], rows of d elements */
+void  backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
+
+/* ---------------------------------------------------------------- graphs (BACKEND_CAP_GRAPHS) */
+
+/* Everything the backend enqueues between begin and end is captured into a graph (index arrays are
+ * staged into buffers the graph owns; act_to_host is not allowed inside). Run one uncaptured
+ * forward first so activation buffers exist. */
+typedef struct backend_graph backend_graph;
+void           backend_graph_begin(backend *be);
+backend_graph *backend_graph_end(backend *be);
+/* Replay (aborts on a stale graph). */
+void           backend_graph_launch(backend *be, backend_graph *g);
+/* 1 when a device buffer the graph may use was freed or replaced since its capture began: replaying
+ * it could read freed memory. Recapture or launch directly instead. */
+int            backend_graph_stale(backend *be, const backend_graph *g);
+/* Free a graph (synchronises: no replay of it is in flight afterwards). NULL: no-op. */
+void           backend_graph_free(backend *be, backend_graph *g);
+
+/* ---------------------------------------------------------------- collectives (BACKEND_CAP_COMM) */
+
+/* 1 when backends of `device`'s kind can form a device collective group in this build (GPUs with
+ * NCCL); 0 for cpu (its ranks use comm_local) and when the library is missing. */
+int   backend_device_comm_available(const char *device);
+/* A fresh group id for devices of that kind (rank 0 / node 0 makes it, the others receive it). */
+int   backend_device_comm_id(const char *device, uint8_t id[COMM_ID_BYTES], um_err *err);
+/* Join group `id` as `rank` of `world` with collectives on this backend's queue; activation-dtype
+ * all-reduces. Non-blocking: NULL + err when cancelled(user) becomes true or after timeout_ms
+ * (<= 0: 10 minutes), so one failed rank cannot leave the others waiting. cancelled may be NULL. */
+comm *backend_comm_join(backend *be, const uint8_t id[COMM_ID_BYTES], int rank, int world,
+                        int (*cancelled)(void *user), void *user, int timeout_ms, um_err *err);
 
 #endif /* UM_BACKEND_H */

@@ -68,6 +68,7 @@ void              comm_local_group_free(comm_local_group *g);
 /* ---------------------------------------------------------------- NCCL */
 
 #define COMM_NCCL_ID_BYTES 128
+#define COMM_ID_BYTES      COMM_NCCL_ID_BYTES   /* a device group id (backend_device_comm_id) */
 
 /* 1 when built with NCCL. */
 int   comm_nccl_available(void);

@@ -9,7 +9,8 @@
 int bench_tokenizer(int argc, char **argv);   /* cli/bench_tokenizer.c */
 int bench_decode(int argc, char **argv);      /* cli/bench_decode.c */
 int bench_serve(int argc, char **argv);       /* cli/bench_serve.c */
-/* --device cuda[:N] anywhere in the flags: device-resident decode steps on a GPU (cli/bench_cuda.c) */
-int bench_cuda(int argc, char **argv);
+/* --device cuda[:N] anywhere in the flags: device-resident decode steps on an accelerator
+ * (cli/bench_device.c) */
+int bench_device(int argc, char **argv);
 
 #endif /* UM_BENCH_H */

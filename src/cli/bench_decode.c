@@ -162,7 +162,7 @@ int bench_decode(int argc, char **argv) {
         return 1;
     }
     printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d), backend %s, %d threads\n", model_dir,
-           model_arch_name(m.cfg.arch), m.cfg.d_model, m.cfg.n_layers, m.cfg.n_embd_rows, be->name, be->n_threads);
+           model_arch_name(m.cfg.arch), m.cfg.d_model, m.cfg.n_layers, m.cfg.n_embd_rows, backend_name(be), backend_n_threads(be));
     printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off\n\n",
            prompt_len, gen, block, steps ? steps : gen, temperature);
     printf("%-15s %5s %7s %9s %9s %9s %9s %10s %9s\n", "decoder", "batch", "steps", "tokens", "wall s", "tokens/s",

@@ -117,7 +117,7 @@ static int bench_forward(int argc, char **argv) {
            c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
     printf("backend %s, %d threads%s, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
            "load average %.2f\n\n",
-           be->name, be->n_threads, tp > 1 ? " per rank x tp" : "", warmup, reps, peak_rss_mib(), load_avg_1m());
+           backend_name(be), backend_n_threads(be), tp > 1 ? " per rank x tp" : "", warmup, reps, peak_rss_mib(), load_avg_1m());
     if (tp > 1) printf("tensor parallel: %d ranks (CPU threads, comm_local)\n\n", tp);
     printf("%7s %6s %9s %12s %12s %10s %9s %14s\n", "seq", "batch", "out rows", "ms/forward", "min ms", "tokens/s",
            "GFLOP/s", "peak RSS MiB");
@@ -166,16 +166,18 @@ static int bench_forward(int argc, char **argv) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {   /* --device cuda[:N]: the GPU decode-step bench (cli/bench_cuda.c) */
-        if ((strcmp(argv[i], "--device") == 0 && i + 1 < argc && strncmp(argv[i + 1], "cuda", 4) == 0) ||
-            strncmp(argv[i], "--device=cuda", 13) == 0) {
+    for (int i = 1; i < argc; i++) {   /* --device other than cpu: the device decode-step bench (cli/bench_device.c) */
+        const char *dev = strcmp(argv[i], "--device") == 0 && i + 1 < argc ? argv[i + 1]
+                          : strncmp(argv[i], "--device=", 9) == 0   ? argv[i] + 9
+                                                                    : NULL;
+        if (dev && backend_device_parse(dev, NULL) != 0) {
             for (int j = 1; j < argc; j++)
                 if (strcmp(argv[j], "--tp") == 0 || strncmp(argv[j], "--tp=", 5) == 0) {
                     fprintf(stderr, "error: bench --device cuda times the device-resident decode step on one GPU; "
                                     "--tp is for the CPU forward bench (tensor-parallel GPUs: unmask serve --tp)\n");
                     return 2;
                 }
-            return bench_cuda(argc, argv);
+            return bench_device(argc, argv);
         }
         int k = strcmp(argv[i], "--device=cpu") == 0 ? 1
                 : (strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cpu") == 0) ? 2 : 0;

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cuda/cuda_backend.h"
 #include "util/log.h"
 
 int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
@@ -49,7 +48,7 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
         for (const char *p = device; *p;) {
             size_t k = strcspn(p, ",");
             if (n < tp) snprintf(c->devs[n], sizeof c->devs[n], "%.*s", (int)k, p);
-            if (n < tp && backend_cuda_parse_device(c->devs[n]) < 0)
+            if (n < tp && backend_device_parse(c->devs[n], NULL) != 1)
                 return um_err_param(err, "device", "--device: '%s' is not a GPU (expected cpu, cuda or cuda:0,cuda:1,...)",
                                     c->devs[n]);
             n++;
@@ -59,7 +58,7 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
             return um_err_param(err, "tp", "--tp %d needs %d GPUs but --device %s lists %d", tp, tp, device, n);
         for (int i = 0; i < tp; i++)
             for (int j = 0; j < i; j++)
-                if (backend_cuda_parse_device(c->devs[i]) == backend_cuda_parse_device(c->devs[j]))
+                if (backend_device_same(c->devs[i], c->devs[j]))
                     return um_err_param(err, "device", "--device %s: %s appears twice; each --tp rank needs its own GPU",
                                         device, c->devs[i]);
     }

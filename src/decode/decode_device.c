@@ -1,10 +1,11 @@
 /*
- * decode_device.c — the device-resident decode loop (decode_device.h): builds a cuda_decode batch
+ * decode_device.c — the device-resident decode loop (decode_device.h): builds a device_step batch
  * from the sequences' current state, enqueues steps (graph replays once the batch is stable),
  * keeps two in flight, and applies each step record through decode_seq_apply().
  *
- * Does not: choose commits or sample on the host (kernels/decode.cu via cuda_decode does), decide
- * which sequences run (sched/). Built without CUDA it compiles but is never eligible.
+ * Does not: choose commits or sample on the host (the backend's decode kernels via device_step do),
+ * decide which sequences run (sched/). On a backend without BACKEND_CAP_DEVICE_DECODE nothing is
+ * eligible.
  * Threads: the thread that owns the model_ctx (engine thread, or the CLI's main thread).
  */
 #include "decode/decode_device.h"
@@ -12,19 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_decode.h"
+#include "decode/device_step.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
 #define DEVICE_DEPTH 2        /* steps in flight: step k+1 is enqueued before k is applied */
-#define DEVICE_RING  4        /* cuda_decode's record ring (>= DEVICE_DEPTH) */
-#define DEVICE_MAX_B 1024     /* cuda_decode's largest block */
+#define DEVICE_RING  4        /* device_step's record ring (>= DEVICE_DEPTH) */
+#define DEVICE_MAX_B 1024     /* device_step's largest block */
 
 struct decode_device {
     model_ctx   *ctx;                 /* borrowed */
     int          graphs;              /* capture graphs for stable batches */
-    cuda_decode *cd;                  /* the current batch, or NULL */
+    device_step *cd;                  /* the current batch, or NULL */
     decode_seq **slot;                /* [n_slot] batch order; NULL once the sequence is done (or was
                                          dropped): its records are skipped */
     int          n_slot;              /* sequences in the current batch (0 without one) */
@@ -40,7 +40,7 @@ struct decode_device {
     float       *row_conf;            /* [row_cap] their confidences, owned */
     int          row_cap;             /* >= the largest B built so far */
     unsigned char *gone;              /* [cap_slot] why slot[i] became NULL: GONE_* */
-    cuda_decode_stats seen_launch;    /* cd's launch counters after the previous step */
+    device_step_stats seen_launch;    /* cd's launch counters after the previous step */
     decode_device_step_fn on_step;    /* applied-step observer, or NULL */
     void        *on_step_user;
     decode_device_stats st;
@@ -55,7 +55,8 @@ static int dev_decoder_ok(enum decode_decoder d) {
 int decode_device_supported(const model_ctx *ctx) {
     /* tensor parallel (a sharded rank, or the leader of a group: its forward broadcasts the batch
      * and synchronises) stays on the host loop */
-    return ctx && backend_is_cuda(ctx->be) && ctx->shard.world <= 1 && ctx->tp == NULL;
+    return ctx && backend_has(ctx->be, BACKEND_CAP_DEVICE_DECODE | BACKEND_CAP_GRAPHS) && ctx->shard.world <= 1 &&
+           ctx->tp == NULL;
 }
 
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
@@ -77,7 +78,7 @@ decode_device *decode_device_create(model_ctx *ctx, int graphs) {
 
 /* Drop the batch without applying anything pending. */
 static void dev_drop(decode_device *dd) {
-    cuda_decode_free(dd->cd);   /* synchronises the stream */
+    device_step_free(dd->cd);   /* synchronises the stream */
     dd->cd = NULL;
     dd->n_slot = 0;
     dd->produced = dd->applied = 0;
@@ -120,7 +121,7 @@ void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device
 /* Apply the records of the step the last successful poll returned. */
 static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
     const uint64_t t_step = dd->t_enq[dd->applied % DEVICE_RING];
-    const double gpu_ms = cuda_decode_step_ms(dd->cd);
+    const double gpu_ms = device_step_gpu_ms(dd->cd);
     dd->applied++;
     int batch = 0;
     for (int i = 0; i < dd->n_slot; i++) {
@@ -132,8 +133,8 @@ static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
             continue;
         }
         batch++;
-        cuda_step_event ev;
-        cuda_decode_event(dd->cd, i, &ev);
+        device_step_event ev;
+        device_step_record(dd->cd, i, &ev);
         /* the device finished it at an earlier step, which was applied and made it done */
         CHECK(!ev.was_done);
         decode_seq_cursor c;
@@ -179,8 +180,8 @@ static void dev_apply_polled(decode_device *dd, const decode_sink *sink) {
 
 void decode_device_drain(decode_device *dd, const decode_sink *sink) {
     if (!dd->cd) return;
-    while (cuda_decode_pending(dd->cd) > 0) {
-        CHECK(cuda_decode_poll(dd->cd, 1) == 1);
+    while (device_step_pending(dd->cd) > 0) {
+        CHECK(device_step_poll(dd->cd, 1) == 1);
         dev_apply_polled(dd, sink);
     }
 }
@@ -197,7 +198,7 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         int b = decode_seq_params(seqs[i])->block_length;
         if (b > B) B = b;
     }
-    cuda_decode_seq *q = xcalloc((size_t)n, sizeof *q);
+    device_step_seq *q = xcalloc((size_t)n, sizeof *q);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         CHECK(!decode_seq_done(s) && decode_device_eligible(dd->ctx, s));
@@ -230,8 +231,8 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         q[i].step_in_block = c.step_in_block;
         q[i].block_m0 = c.block_m0 > 0 ? c.block_m0 : 0;
     }
-    cuda_decode_ids ids = {m->cfg.n_embd_rows, m->cfg.mask_id, m->cfg.eos_id, m->cfg.eot_id >= 0 ? m->cfg.eot_id : -1};
-    cuda_decode *cd = cuda_decode_create(dd->ctx->be, q, n, B, ids, DEVICE_RING, dev_forward, dd->ctx, err);
+    device_step_ids ids = {m->cfg.n_embd_rows, m->cfg.mask_id, m->cfg.eos_id, m->cfg.eot_id >= 0 ? m->cfg.eot_id : -1};
+    device_step *cd = device_step_create(dd->ctx->be, q, n, B, ids, DEVICE_RING, dev_forward, dd->ctx, err);
     free(q);
     if (!cd) return -1;
     if (n > dd->cap_slot) {
@@ -319,7 +320,7 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         dd->st.rebuild_leave += (uint64_t)why.leave;
         dd->st.rebuild_cancel += (uint64_t)why.cancel;
         dd->st.rebuild_ineligible += (uint64_t)why.ineligible;
-    } else if (dd->graphs && dd->graph == 1 && !cuda_decode_has_graph(dd->cd)) {
+    } else if (dd->graphs && dd->graph == 1 && !device_step_has_graph(dd->cd)) {
         /* the graph went stale (a buffer it used was freed) and the last step ran directly:
          * capture again on this step */
         dd->graph = 0;
@@ -328,7 +329,7 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         /* stable for a step: capture forward + sample + commit once, replay from now on. A capture
          * that fails leaves this batch on direct launches (a failing forward fails those too). */
         um_err cerr = {0};
-        if (cuda_decode_capture(dd->cd, &cerr) != 0) {
+        if (device_step_capture(dd->cd, &cerr) != 0) {
             log_warn("device decode: graph capture failed (%s); direct launches for this batch", cerr.msg);
             dd->graph = -1;
         } else {
@@ -338,7 +339,7 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         }
     }
     uint64_t t0 = time_now_ns();
-    if (cuda_decode_step(dd->cd, err) != 0) {
+    if (device_step_enqueue(dd->cd, err) != 0) {
         /* the steps before this one ran: apply them; this one failed like a host forward */
         decode_device_drain(dd, sink);
         dev_drop(dd);
@@ -348,15 +349,15 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
     dd->produced++;
     dd->batch_steps++;
     dd->st.steps++;
-    cuda_decode_stats cs;
-    cuda_decode_get_stats(dd->cd, &cs);
+    device_step_stats cs;
+    device_step_get_stats(dd->cd, &cs);
     if (cs.graph_launches > dd->seen_launch.graph_launches) dd->st.graph_replays++;
     if (cs.stale_graphs > dd->seen_launch.stale_graphs) dd->st.graph_stale++;
     dd->seen_launch = cs;
     /* apply what is due, leaving DEVICE_DEPTH - 1 steps in flight: the GPU works on the newest
      * step while the host turns the previous one into events */
-    while (cuda_decode_pending(dd->cd) >= DEVICE_DEPTH) {
-        CHECK(cuda_decode_poll(dd->cd, 1) == 1);
+    while (device_step_pending(dd->cd) >= DEVICE_DEPTH) {
+        CHECK(device_step_poll(dd->cd, 1) == 1);
         dev_apply_polled(dd, sink);
     }
     /* every sequence of the batch finished: let go of it now (an idle engine holds no GPU batch) */

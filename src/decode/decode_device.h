@@ -1,8 +1,9 @@
 /*
  * decode_device.h — the device-resident decode loop: advances a set of decode_seqs of one
- * model_ctx on a CUDA backend with backend/cuda/cuda_decode (canvas, sampling and the decoder's
+ * model_ctx on a backend with device decode support (BACKEND_CAP_DEVICE_DECODE + _GRAPHS: the
+ * CUDA backend) with decode/device_step (canvas, sampling and the decoder's
  * commit rule on the GPU, no host synchronisation inside a step, step records copied back
- * asynchronously, CUDA graphs for a stable batch) and turns the records into the SAME events as
+ * asynchronously, graphs for a stable batch) and turns the records into the SAME events as
  * decode_step() through decode_seq_apply().
  *
  * Pipelining: up to two steps are in flight — step k+1 is enqueued before step k's records are
@@ -35,32 +36,32 @@ typedef struct decode_device_stats {
     uint64_t rebuild_leave;      /* a sequence of the previous batch finished on the device */
     uint64_t rebuild_cancel;     /* one was finished by the host meanwhile (cancel, error) */
     uint64_t rebuild_ineligible; /* one not done left for the host loop (e.g. the row budget) */
-    uint64_t graph_captures;  /* CUDA graphs captured (recaptures included) */
+    uint64_t graph_captures;  /* graphs captured (recaptures included) */
     uint64_t graph_replays;   /* steps launched as a graph replay */
     uint64_t graph_stale;     /* captured graphs dropped unreplayed because a buffer they use was
-                                 freed/replaced (cuda_graph_stale); recaptured on the next step */
+                                 freed/replaced (backend_graph_stale); recaptured on the next step */
     uint64_t records;         /* sequence-step records applied */
     uint64_t lm_rows;         /* LM-head rows the applied steps computed (batch x B each: every
                                  position of each active block, fixed shapes for the graph) */
     uint64_t lm_rows_masked;  /* of those, rows still masked before the step (the ones a
                                  masked-only LM head would need) */
     uint64_t steps_applied;   /* device steps whose records were applied */
-    double   step_ms_total;   /* GPU time of those steps (cuda_decode_step_ms), summed */
+    double   step_ms_total;   /* GPU time of those steps (device_step_gpu_ms), summed */
 } decode_device_stats;
 
-/* Observer of every applied device step: gpu_ms its GPU time (cudaEvent timing, from the start of
+/* Observer of every applied device step: gpu_ms its device time (event timing, from the start of
  * its forward to its records copied), batch the sequences that got a record from it. Runs on the
  * runner's thread inside decode_device_step / _drain. */
 typedef void (*decode_device_step_fn)(void *user, double gpu_ms, int batch);
 
-/* 1 when the device loop can run sequence s on ctx: CUDA backend, not tensor-parallel
+/* 1 when the device loop can run sequence s on ctx: device decode support, not tensor-parallel
  * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor, no CFG, no infill
  * suffix, block_length <= 1024. Everything else stays on decode_step(). */
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s);
-/* 1 when ctx can run the device loop at all (CUDA backend, not tensor-parallel). */
+/* 1 when ctx can run the device loop at all (device decode support, not tensor-parallel). */
 int decode_device_supported(const model_ctx *ctx);
 
-/* graphs: 1 = capture a CUDA graph for a batch that stayed unchanged for a step. */
+/* graphs: 1 = capture a graph for a batch that stayed unchanged for a step. */
 decode_device *decode_device_create(model_ctx *ctx, int graphs);
 /* Set the applied-step observer (NULL: none). */
 void decode_device_set_on_step(decode_device *dd, decode_device_step_fn fn, void *user);

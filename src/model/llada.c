@@ -1,6 +1,6 @@
 /*
  * llada.c — LLaDA dense (LLaDAModelLM, block_type "llama"): tensor names/shapes and the forward
- * pass written against backend ops (models.md §1.2–1.3).
+ * pass written against backend ops (docs/models.md).
  * Binding runs at load time (any thread); the forward runs on the engine thread owning the ctx.
  */
 #include "model/llada.h"
@@ -128,10 +128,25 @@ typedef struct llada_scratch {
     int32_t *rows;         /* [cap_tok] host: default out rows (0..n-1) */
 } llada_scratch;
 
+/* Hand rows x cols elements of checkpoint tensor t at data (t's own, or a slice/copy of it) to the
+ * backend as {data, dtype, shape}; the checkpoint's dtype and element count are checked here. */
+static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols,
+                       int64_t n_elems, bweight *w, um_err *err) {
+    memset(w, 0, sizeof *w);
+    if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16)
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16 and F16 are supported",
+                          t->name, t->type_name);
+    if (rows <= 0 || cols <= 0 || rows * cols != n_elems)
+        return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
+                          (long long)n_elems, (long long)rows, (long long)cols);
+    const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols};
+    return backend_weight_upload(be, &src, w, err);
+}
+
 static int upload(backend *be, const st_tensor *t, bweight *w, um_err *err) {
     int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
     int64_t cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
-    return be->ops->weight_upload(be, t, rows, cols, w, err);
+    return upload_data(be, t, t->data, rows, cols, t->n_elems, w, err);
 }
 
 /* Upload t, or this rank's slice of it: SPLIT_ROWS rows [r*R/W, (r+1)*R/W) (a view of the
@@ -143,14 +158,10 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
     CHECK(t->ndim == 2);
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const size_t es = dtype_size(t->type);
-    st_tensor part = *t;
     if (split == SPLIT_ROWS) {
         const int64_t lr = rows / W;
-        part.data = (const char *)t->data + (size_t)(r * lr) * (size_t)cols * es;
-        part.shape[0] = lr;
-        part.n_elems = lr * cols;
-        part.nbytes = (size_t)part.n_elems * es;
-        return ctx->be->ops->weight_upload(ctx->be, &part, lr, cols, out, err);
+        return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * lr) * (size_t)cols * es, lr, cols, lr * cols,
+                           out, err);
     }
     const int64_t lc = cols / W;
     char *buf = xmalloc((size_t)(rows * lc) * es);
@@ -158,11 +169,7 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
         memcpy(buf + (size_t)(i * lc) * es, (const char *)t->data + (size_t)(i * cols + r * lc) * es, (size_t)lc * es);
     w->parts = xrealloc(w->parts, (size_t)(w->n_parts + 1) * sizeof *w->parts);
     w->parts[w->n_parts++] = buf;
-    part.data = buf;
-    part.shape[1] = lc;
-    part.n_elems = rows * lc;
-    part.nbytes = (size_t)part.n_elems * es;
-    return ctx->be->ops->weight_upload(ctx->be, &part, rows, lc, out, err);
+    return upload_data(ctx->be, t, buf, rows, lc, rows * lc, out, err);
 }
 
 int llada_ctx_init(model_ctx *ctx, um_err *err) {
@@ -199,7 +206,7 @@ fail:
 static void scratch_release(backend *be, llada_scratch *s) {
     void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->xo, &s->lg};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i]) be->ops->act_free(be, *bufs[i]);
+        if (*bufs[i]) backend_act_free(be, *bufs[i]);
         *bufs[i] = NULL;
     }
     free(s->pos);
@@ -214,12 +221,12 @@ void llada_ctx_free(model_ctx *ctx) {
     if (w) {
         bweight *top[] = {&w->wte, &w->ln_f, &w->lm_head};
         for (int i = 0; i < 3; i++)
-            if (top[i]->data) be->ops->weight_free(be, top[i]);
+            if (top[i]->data) backend_weight_free(be, top[i]);
         for (int l = 0; w->layers && l < ctx->m->cfg.n_layers; l++) {
             llada_layer_w *W = &w->layers[l];
             bweight *all[] = {&W->attn_norm, &W->q, &W->k, &W->v, &W->attn_out, &W->ff_norm, &W->gate, &W->up, &W->down};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-                if (all[i]->data) be->ops->weight_free(be, all[i]);
+                if (all[i]->data) backend_weight_free(be, all[i]);
         }
         free(w->layers);
         for (int i = 0; i < w->n_parts; i++) free(w->parts[i]);
@@ -249,8 +256,8 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
         void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up};
         size_t width[] = {d, d, qd, kvd, kvd, qd, F, F};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-            if (*bufs[i]) be->ops->act_free(be, *bufs[i]);
-            *bufs[i] = be->ops->act_alloc(be, (size_t)cap * width[i]);
+            if (*bufs[i]) backend_act_free(be, *bufs[i]);
+            *bufs[i] = backend_act_alloc(be, (size_t)cap * width[i]);
         }
         free(s->pos);
         free(s->rows);
@@ -260,10 +267,10 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
     }
     if (n_out > s->cap_out) {
         int cap = n_out;
-        if (s->xo) be->ops->act_free(be, s->xo);
-        if (s->lg) be->ops->act_free(be, s->lg);
-        s->xo = be->ops->act_alloc(be, (size_t)cap * d);
-        s->lg = be->ops->act_alloc(be, (size_t)cap * (size_t)c->n_embd_rows);
+        if (s->xo) backend_act_free(be, s->xo);
+        if (s->lg) backend_act_free(be, s->lg);
+        s->xo = backend_act_alloc(be, (size_t)cap * d);
+        s->lg = backend_act_alloc(be, (size_t)cap * (size_t)c->n_embd_rows);
         s->cap_out = cap;
     }
 }
@@ -273,7 +280,6 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
 static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     const model_config *c = &ctx->m->cfg;
     backend *be = ctx->be;
-    const backend_ops *op = be->ops;
     llada_weights *w = ctx->weights;
     llada_scratch *s = ctx->scratch;
     CHECK(w && s);
@@ -302,28 +308,28 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
         .scale = 1.0f / sqrtf((float)hd),
     };
 
-    op->embed(be, &w->wte, b->tokens, n, s->x);
+    backend_embed(be, &w->wte, b->tokens, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_w *L = &w->layers[l];
         /* attention sublayer */
-        op->rmsnorm(be, s->x, &L->attn_norm, n, d, c->norm_eps, s->h);
-        op->matmul(be, s->h, &L->q, NULL, n, s->q);
-        op->matmul(be, s->h, &L->k, NULL, n, s->k);
-        op->matmul(be, s->h, &L->v, NULL, n, s->v);
-        op->rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
-        op->rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
-        op->attention(be, &ap, s->q, s->k, s->v, s->att);
-        op->matmul(be, s->att, &L->attn_out, NULL, n, s->h);
+        backend_rmsnorm(be, s->x, &L->attn_norm, n, d, c->norm_eps, s->h);
+        backend_matmul(be, s->h, &L->q, NULL, n, s->q);
+        backend_matmul(be, s->h, &L->k, NULL, n, s->k);
+        backend_matmul(be, s->h, &L->v, NULL, n, s->v);
+        backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
+        backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
+        backend_attention(be, &ap, s->q, s->k, s->v, s->att);
+        backend_matmul(be, s->att, &L->attn_out, NULL, n, s->h);
         if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);
-        op->add(be, s->x, s->h, (size_t)n * (size_t)d);
+        backend_add(be, s->x, s->h, (size_t)n * (size_t)d);
         /* SwiGLU MLP sublayer */
-        op->rmsnorm(be, s->x, &L->ff_norm, n, d, c->norm_eps, s->h);
-        op->matmul(be, s->h, &L->gate, NULL, n, s->gate);
-        op->matmul(be, s->h, &L->up, NULL, n, s->up);
-        op->swiglu(be, s->gate, s->up, (size_t)n * (size_t)F, s->gate);
-        op->matmul(be, s->gate, &L->down, NULL, n, s->h);
+        backend_rmsnorm(be, s->x, &L->ff_norm, n, d, c->norm_eps, s->h);
+        backend_matmul(be, s->h, &L->gate, NULL, n, s->gate);
+        backend_matmul(be, s->h, &L->up, NULL, n, s->up);
+        backend_swiglu(be, s->gate, s->up, (size_t)n * (size_t)F, s->gate);
+        backend_matmul(be, s->gate, &L->down, NULL, n, s->h);
         if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);
-        op->add(be, s->x, s->h, (size_t)n * (size_t)d);
+        backend_add(be, s->x, s->h, (size_t)n * (size_t)d);
     }
 }
 
@@ -338,7 +344,6 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
     (void)err;
     const model_config *c = &ctx->m->cfg;
     backend *be = ctx->be;
-    const backend_ops *op = be->ops;
     llada_weights *w = ctx->weights;
     llada_scratch *s = ctx->scratch;
     const int n = b->seq_start[b->n_seqs];
@@ -351,10 +356,10 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
     const int chunk = lm_chunk_rows(c);
     for (int r0 = 0; r0 < n_out; r0 += chunk) {
         int nr = n_out - r0 < chunk ? n_out - r0 : chunk;
-        op->get_rows(be, s->x, d, rows + r0, nr, s->xo);
-        op->rmsnorm(be, s->xo, &w->ln_f, nr, d, c->norm_eps, s->xo);
-        op->matmul(be, s->xo, &w->lm_head, NULL, nr, s->lg);
-        op->act_to_host(be, s->lg, (size_t)nr * (size_t)c->n_embd_rows,
+        backend_get_rows(be, s->x, d, rows + r0, nr, s->xo);
+        backend_rmsnorm(be, s->xo, &w->ln_f, nr, d, c->norm_eps, s->xo);
+        backend_matmul(be, s->xo, &w->lm_head, NULL, nr, s->lg);
+        backend_act_to_host(be, s->lg, (size_t)nr * (size_t)c->n_embd_rows,
                         logits + (size_t)r0 * (size_t)c->n_embd_rows);
     }
     return 0;
@@ -369,9 +374,9 @@ int llada_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, u
     const int n = b->seq_start[b->n_seqs];
     const int n_out = b->out_rows ? b->n_out : n;
     forward_layers(ctx, b, n_out);   /* LM-head buffers hold every output row: one pass, no copy-out */
-    be->ops->get_rows(be, s->x, c->d_model, out_rows_of(b, s, n), n_out, s->xo);
-    be->ops->rmsnorm(be, s->xo, &w->ln_f, n_out, c->d_model, c->norm_eps, s->xo);
-    be->ops->matmul(be, s->xo, &w->lm_head, NULL, n_out, s->lg);
+    backend_get_rows(be, s->x, c->d_model, out_rows_of(b, s, n), n_out, s->xo);
+    backend_rmsnorm(be, s->xo, &w->ln_f, n_out, c->d_model, c->norm_eps, s->xo);
+    backend_matmul(be, s->xo, &w->lm_head, NULL, n_out, s->lg);
     *logits = s->lg;
     return 0;
 }

@@ -10,7 +10,7 @@
  * so a failure on any rank fails every rank with the same message instead of leaving some inside
  * a collective. A rank that cannot even start its NCCL init (or whose init fails) cannot take part
  * in that round: it records its message (init_err), the other local ranks abort their pending
- * non-blocking init (comm_nccl_init's cancelled), and the message goes to the other nodes over the
+ * non-blocking init (backend_comm_join's cancelled), and the message goes to the other nodes over the
  * liveness link (their ranks abort too). Multi-node: the setup fingerprint
  * (model_tp_fingerprint) rides in the bootstrap hello, so mismatched nodes never form a group.
  * Does not: run the forward math (llada.c), parse flags. Threads: see model_tp.h.
@@ -26,7 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cuda/cuda_backend.h"
 #include "model/llada.h"
 #include "util/log.h"
 
@@ -60,9 +59,9 @@ struct model_tp {
     int               world;         /* ranks in the group, all nodes */
     int               n_local;       /* ranks of this node (threads of this process) */
     int               node_rank;     /* this node, 0 = the leader's */
-    int               nccl;          /* 1: CUDA ranks over NCCL; 0: CPU threads over comm_local */
+    int               nccl;          /* 1: accelerator ranks over the backend's collectives (NCCL); 0: CPU threads over comm_local */
     comm_local_group *lg;            /* CPU only */
-    uint8_t           id[COMM_NCCL_ID_BYTES]; /* NCCL unique id (same on every rank) */
+    uint8_t           id[COMM_ID_BYTES]; /* NCCL unique id (same on every rank) */
     tp_rank          *r;             /* [n_local] */
     comm_link        *link;          /* multi-node: the bootstrap connections kept as a liveness link */
     /* --- stop lock { */
@@ -74,7 +73,7 @@ struct model_tp {
     um_err            init_err;      /* the first local rank whose comm init failed (its message) */
     /* } stop lock --- */
     atomic_int        init_failed;   /* 1 once a local rank's comm init failed: the other local ranks
-                                        abort their pending NCCL init (comm_nccl_init's cancelled) */
+                                        abort their pending NCCL init (backend_comm_join's cancelled) */
     uint8_t          *msg;           /* leader: payload being sent, grown on demand */
     size_t            msg_cap;
     int32_t           seq;           /* leader: messages sent */
@@ -125,15 +124,15 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
 }
 
 int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, um_err *err) {
-    if (!be->name || strncmp(be->name, "cuda", 4) != 0) return 0;
+    if (!backend_has(be, BACKEND_CAP_DEVICE_MEMORY)) return 0;   /* host memory: nothing to check */
     const uint64_t wb = model_weight_bytes(m, world),
                    ab = model_act_bytes(m, world, tokens) +
                         2u * dev_rows * ((uint64_t)m->cfg.d_model + (uint64_t)m->cfg.n_embd_rows);
-    if (backend_cuda_check_fit(be, wb, ab, err) != 0) return -1;
-    log_info("%s: %.2f GiB weights%s + %.2f GiB activations (%llu tokens per forward) fit", be->name,
+    if (backend_check_fit(be, wb, ab, err) != 0) return -1;
+    log_info("%s: %.2f GiB weights%s + %.2f GiB activations (%llu tokens per forward) fit", backend_name(be),
              (double)wb / (double)(1ull << 30), world > 1 ? " (this rank's shard)" : "", (double)ab / (double)(1ull << 30),
              (unsigned long long)tokens);
-    backend_cuda_set_upload_total(be, wb, "weights");
+    backend_set_upload_total(be, wb, "weights");
     return 0;
 }
 
@@ -318,15 +317,18 @@ static int status_round(comm *c, int ok, const um_err *mine, um_err *err) {
 
 static void set_stopping(model_tp *g);
 
-/* comm_nccl_init's cancelled: another local rank's init failed, so this group can never form */
+/* backend_comm_join's cancelled: another local rank's init failed, so this group can never form */
 static int init_cancelled(void *user) { return atomic_load(&((model_tp *)user)->init_failed); }
 
 /* Rank setup on the rank's own thread: comm (NCCL), shard ctx, status round. */
 static int rank_setup(tp_rank *t) {
     model_tp *g = t->g;
     if (g->nccl) {
-        t->c = comm_nccl_init(g->id, t->rank, g->world, backend_cuda_parse_device(t->device),
-                              backend_cuda_stream(t->be), init_cancelled, g, 0, &t->err);
+        t->c = backend_has(t->be, BACKEND_CAP_COMM)
+                   ? backend_comm_join(t->be, g->id, t->rank, g->world, init_cancelled, g, 0, &t->err)
+                   : NULL;
+        if (!t->c && t->err.code == UM_ERR_NONE)
+            um_err_set(&t->err, UM_ERR_UNSUPPORTED, "%s offers no device collectives", backend_name(t->be));
         if (!t->c) {
             um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
             /* cannot take part in the status round: the first failure (not an abort it caused) is the
@@ -518,20 +520,21 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
         return NULL;
     }
     if (model_tp_check(m, o->tp, err) != 0) return NULL;
-    int cuda = strncmp(o->devices[0], "cuda", 4) == 0;
+    /* accelerator ranks (one device each) use the backend's collectives, CPU ranks comm_local */
+    const int accel = backend_device_parse(o->devices[0], NULL) == 1;
     for (int i = 1; i < o->n_local; i++)
-        if ((strncmp(o->devices[i], "cuda", 4) == 0) != cuda) {
+        if ((backend_device_parse(o->devices[i], NULL) == 1) != accel) {
             um_err_param(err, "device", "a tensor-parallel group cannot mix cpu and cuda devices");
             return NULL;
         }
-    if (!cuda && nnodes > 1) {
+    if (!accel && nnodes > 1) {
         um_err_param(err, "nnodes",
                      "multi-node tensor parallelism needs CUDA + NCCL (--device cuda:N); on the CPU --tp runs threads "
                      "of one process");
         if (err) err->code = UM_ERR_UNSUPPORTED;
         return NULL;
     }
-    if (cuda && !comm_nccl_available()) {
+    if (accel && !backend_device_comm_available(o->devices[0])) {
         um_err_set(err, UM_ERR_UNSUPPORTED,
                    "tensor parallelism on GPUs needs NCCL (this unmask was built without it, or libnccl cannot be "
                    "opened)");
@@ -542,7 +545,7 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
     g->world = o->tp;
     g->n_local = o->n_local;
     g->node_rank = node;
-    g->nccl = cuda;
+    g->nccl = accel;
     pthread_mutex_init(&g->stop_lock, NULL);
     pthread_cond_init(&g->stop_cv, NULL);
     g->r = xcalloc((size_t)o->n_local, sizeof *g->r);
@@ -550,8 +553,8 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
      * failure is reported in the status round (fit_failed), any earlier failure closes this node's
      * link and the peers' watchers end their processes (on_node_lost) instead of waiting for the
      * bootstrap or a collective to time out. */
-    if (cuda && nnodes > 1) {
-        if (node == 0 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
+    if (accel && nnodes > 1) {
+        if (node == 0 && backend_device_comm_id(o->devices[0], g->id, err) != 0) goto fail;
         if (node == 0) log_info("tensor parallel: waiting for %d other node(s) on %s", nnodes - 1, o->dist.init_addr);
         uint8_t fp[MODEL_TP_FP_BYTES];
         model_tp_fingerprint(m, o, fp);
@@ -584,8 +587,8 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
             goto fail;
         }
     }
-    if (cuda) {
-        if (nnodes == 1 && comm_nccl_unique_id(g->id, err) != 0) goto fail;
+    if (accel) {
+        if (nnodes == 1 && backend_device_comm_id(o->devices[0], g->id, err) != 0) goto fail;
     } else {
         g->lg = comm_local_group_create(o->tp);
     }

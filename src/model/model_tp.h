@@ -86,11 +86,11 @@ uint64_t model_weight_bytes(const model *m, int world);
 /* Activation bytes of one rank for a forward of `tokens` canvas tokens: the residual stream and
  * sublayer buffers (this rank's heads / MLP slice) plus one LM-head chunk (bf16 elements). */
 uint64_t model_act_bytes(const model *m, int world, uint64_t tokens);
-/* CUDA backends: backend_cuda_check_fit(weights, activations) before anything is uploaded (a
- * clear UM_ERR_RESOURCE "does not fit" error with the numbers) and the upload progress total.
- * dev_rows: LM-head rows the device-resident decode loop keeps on the GPU on top of the forward's
- * own chunk (logits [V] + final hidden [d] each; sched_opts.device_rows), 0 = none. Other
- * backends: 0. */
+/* Backends with device memory (BACKEND_CAP_DEVICE_MEMORY): backend_check_fit(weights, activations)
+ * before anything is uploaded (a clear UM_ERR_RESOURCE "does not fit" error with the numbers) and
+ * the upload progress total. dev_rows: LM-head rows the device-resident decode loop keeps on the
+ * device on top of the forward's own chunk (logits [V] + final hidden [d] each;
+ * sched_opts.device_rows), 0 = none. Host-memory backends: 0. */
 int        model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, um_err *err);
 
 #endif /* UM_MODEL_TP_H */

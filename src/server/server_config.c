@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "backend/comm.h"
-#include "backend/cuda/cuda_backend.h"
 #include "model/config.h"
 #include "model/model_tp.h"
 #include "util/fileio.h"
@@ -247,7 +246,7 @@ static int server_config_check_parallel(const server_config *c, um_err *err) {
                 char a[64], b[64];
                 server_config_engine_device(c, i, a, sizeof a);
                 server_config_engine_device(c, j, b, sizeof b);
-                if (backend_cuda_parse_device(a) == backend_cuda_parse_device(b))
+                if (backend_device_same(a, b))
                     return um_err_param(err, "tp", "--tp %d: %s appears twice in one tensor-parallel group (GPUs %d..%d of "
                                         "--device/--gpus); each rank needs its own GPU", c->tp, a, j - j % per_node,
                                         j - j % per_node + per_node - 1);
@@ -278,7 +277,7 @@ int server_config_check(const server_config *c, um_err *err) {
         for (int i = 0; i < n; i++) {
             char d[64];
             server_config_engine_device(c, i, d, sizeof d);
-            if (backend_cuda_parse_device(d) < 0)
+            if (backend_device_parse(d, NULL) != 1)
                 return um_err_param(err, "devices", "--device must be cpu or a list like cuda:0,cuda:1; '%s' is not a GPU", d);
         }
     }

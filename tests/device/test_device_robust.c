@@ -4,7 +4,7 @@
  *
  * 1. stale CUDA graphs: a graph is captured, then a BIGGER host-loop forward on the same model_ctx
  *    regrows the model's scratch buffers (the graph's old blocks go to the allocator's free list)
- *    and, in one case, backend_cuda_trim() gives them back to the driver. The next device steps
+ *    and, in one case, backend_trim() gives them back to the driver. The next device steps
  *    must not replay the old graph (counted as stale, recaptured) and the sequence's events must
  *    equal the host loop's byte for byte. Under the ASan emulated build a replay of the stale graph
  *    reads freed memory (the check this guards was verified to report it once).
@@ -16,7 +16,6 @@
  *
  * Device: UNMASK_TEST_DEVICE (default cuda:0).
  */
-#include "backend/cuda/cuda_backend.h"
 #include "decode/decode_device.h"
 #include "device_test.h"
 #include "util/timeutil.h"
@@ -71,7 +70,7 @@ static void test_stale_graph(model_ctx *ctx, const int32_t *prompt, int n_prompt
     /* what an engine does between two device steps when a bigger host-loop request runs beside */
     big_host_forward(ctx, 3, big_len);
     if (trim) {
-        size_t freed = backend_cuda_trim(ctx->be);
+        size_t freed = backend_trim(ctx->be);
         TEST_CHECK(freed > 0, "%s: trim gave the old scratch blocks back (%zu bytes)", label, freed);
     }
     int guard = 0;

@@ -35,8 +35,9 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/backend_impl.h"   /* drives the ops table directly */
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_decode.h"
+#include "decode/device_step.h"
 #include "decode/decode.h"
 #include "decode/decoder.h"
 #include "decode/sample.h"
@@ -119,7 +120,7 @@ static void expect_close(const char *what, const float *gpu, const float *cpu, s
 
 /* a bf16 weight [rows, cols] uploaded to both backends */
 typedef struct pw {
-    st_tensor t;
+    bweight_src t;
     uint16_t *mem;
     bweight   c, g;
 } pw;
@@ -129,18 +130,10 @@ static void pw_make(pw *w, int64_t rows, int64_t cols, float scale) {
     size_t n = (size_t)(rows * cols);
     w->mem = xmalloc(n * 2);
     for (size_t i = 0; i < n; i++) w->mem[i] = f32_to_bf16((float)((urand() - 0.5) * 2 * scale));
-    w->t.name = "parity";
-    w->t.type = DTYPE_BF16;
-    snprintf(w->t.type_name, sizeof w->t.type_name, "BF16");
-    w->t.ndim = 2;
-    w->t.shape[0] = rows;
-    w->t.shape[1] = cols;
-    w->t.n_elems = (int64_t)n;
-    w->t.data = w->mem;
-    w->t.nbytes = n * 2;
+    w->t = (bweight_src){.name = "parity", .data = w->mem, .type = DTYPE_BF16, .rows = rows, .cols = cols};
     um_err err;
-    CHECK(g_cpu->ops->weight_upload(g_cpu, &w->t, rows, cols, &w->c, &err) == 0);
-    CHECK(g_gpu->ops->weight_upload(g_gpu, &w->t, rows, cols, &w->g, &err) == 0);
+    CHECK(g_cpu->ops->weight_upload(g_cpu, &w->t, &w->c, &err) == 0);
+    CHECK(g_gpu->ops->weight_upload(g_gpu, &w->t, &w->g, &err) == 0);
 }
 
 static void pw_free(pw *w) {
@@ -790,7 +783,7 @@ static decode_params dec_params(enum decode_decoder d) {
 }
 
 static void build_seqs(const model *m, const decode_params *p, int n, int32_t **prompts, int *plen, int32_t **canv,
-                       cuda_decode_seq *sq) {
+                       device_step_seq *sq) {
     const model_config *c = &m->cfg;
     for (int s = 0; s < n; s++) {
         plen[s] = 8 + 5 * s;
@@ -803,7 +796,7 @@ static void build_seqs(const model *m, const decode_params *p, int n, int32_t **
         canv[s] = xmalloc((size_t)L * sizeof(int32_t));
         memcpy(canv[s], prompts[s], (size_t)plen[s] * sizeof(int32_t));
         for (int i = plen[s]; i < L; i++) canv[s][i] = c->mask_id;
-        sq[s] = (cuda_decode_seq){.tokens = canv[s], .len = L, .lo = plen[s], .hi = plen[s] + p->block_length,
+        sq[s] = (device_step_seq){.tokens = canv[s], .len = L, .lo = plen[s], .hi = plen[s] + p->block_length,
                                   .gen_end = L, .block_steps = p->steps / nb, .decoder = (int)p->decoder,
                                   .threshold = p->threshold, .factor = p->factor, .stop_at_eos = p->stop_at_eos,
                                   .temperature = 0, .top_p = 1, .top_k = 0, .seed = p->seed};
@@ -817,38 +810,38 @@ static void test_decodes(const model *m) {
     model_ctx gc, cc;
     CHECK(model_ctx_init(&gc, m, g_gpu, &err) == 0);
     CHECK(model_ctx_init(&cc, m, g_cpu, &err) == 0);
-    cuda_decode_ids ids = {c->n_embd_rows, c->mask_id, c->eos_id, c->eot_id};
+    device_step_ids ids = {c->n_embd_rows, c->mask_id, c->eos_id, c->eot_id};
     const enum decode_decoder decs[] = {DECODER_LOW_CONFIDENCE, DECODER_THRESHOLD};
     for (int di = 0; di < 2; di++) {
         decode_params p = dec_params(decs[di]);
         int32_t *prompts[8], *canv[8];
         int plen[8];
-        cuda_decode_seq sq[8];
+        device_step_seq sq[8];
         build_seqs(m, &p, NS, prompts, plen, canv, sq);
         const int B = p.block_length;
         /* 1. graph replay == direct launches, bit for bit */
         int32_t *fin[2] = {NULL, NULL};
         int steps_run[2] = {0, 0}, ntok = 0;
         for (int g = 0; g < 2; g++) {
-            cuda_decode *cd = cuda_decode_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
+            device_step *cd = device_step_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
             CHECK(cd);
-            if (g) CHECK(cuda_decode_capture(cd, &err) == 0);
+            if (g) CHECK(device_step_capture(cd, &err) == 0);
             int done = 0, guard = 0;
             while (!done && guard++ < 4 * p.gen_length + 8) {
-                CHECK(cuda_decode_step(cd, &err) == 0);
-                CHECK(cuda_decode_poll(cd, 1) == 1);
+                CHECK(device_step_enqueue(cd, &err) == 0);
+                CHECK(device_step_poll(cd, 1) == 1);
                 done = 1;
                 for (int s = 0; s < NS; s++) {
-                    cuda_step_event ev;
-                    cuda_decode_event(cd, s, &ev);
+                    device_step_event ev;
+                    device_step_record(cd, s, &ev);
                     done &= ev.done;
                 }
                 steps_run[g]++;
             }
-            ntok = cuda_decode_batch(cd)->seq_start[NS];
+            ntok = device_step_batch(cd)->seq_start[NS];
             fin[g] = xmalloc((size_t)ntok * sizeof(int32_t));
-            cuda_decode_tokens(cd, fin[g]);
-            cuda_decode_free(cd);
+            device_step_tokens(cd, fin[g]);
+            device_step_free(cd);
         }
         char what[128];
         snprintf(what, sizeof what, "device decode %s: graph vs direct", decode_decoder_name(p.decoder));
@@ -862,9 +855,9 @@ static void test_decodes(const model *m) {
             CHECKF(steps_run[0] == p.steps, "%s: %d steps, expected %d", what, steps_run[0], p.steps);
 
         /* 2. teacher-forced: per step, the CPU (forward + sampler + decoder) on the GPU's canvas */
-        cuda_decode *cd = cuda_decode_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
+        device_step *cd = device_step_create(g_gpu, sq, NS, B, ids, 4, fwd_dev, &gc, &err);
         CHECK(cd);
-        const fwd_batch *gb = cuda_decode_batch(cd);
+        const fwd_batch *gb = device_step_batch(cd);
         int32_t seq_start[9];   /* gb dies with cd (freed before the free-running decodes below) */
         memcpy(seq_start, gb->seq_start, (size_t)(NS + 1) * sizeof *seq_start);
         int32_t *cur = xmalloc((size_t)ntok * sizeof *cur);
@@ -873,7 +866,7 @@ static void test_decodes(const model *m) {
         int *stepn = xcalloc((size_t)NS, sizeof *stepn);
         float *lg = xmalloc((size_t)B * c->n_embd_rows * sizeof *lg);
         for (int it = 0; it < 4 * p.gen_length + 8; it++) {
-            cuda_decode_tokens(cd, cur);
+            device_step_tokens(cd, cur);
             /* CPU expectation per sequence */
             int32_t exp_pos[8][64], exp_tok[8][64], exp_n[8];
             int active[8], exp_lo[8];
@@ -932,12 +925,12 @@ static void test_decodes(const model *m) {
             int any = 0;
             for (int s = 0; s < NS; s++) any |= active[s];
             if (!any) break;
-            CHECK(cuda_decode_step(cd, &err) == 0);
-            CHECK(cuda_decode_poll(cd, 1) == 1);
+            CHECK(device_step_enqueue(cd, &err) == 0);
+            CHECK(device_step_poll(cd, 1) == 1);
             for (int s = 0; s < NS; s++) {
                 if (!active[s]) continue;
-                cuda_step_event ev;
-                cuda_decode_event(cd, s, &ev);
+                device_step_event ev;
+                device_step_record(cd, s, &ev);
                 int same_set = ev.n_commit == exp_n[s];
                 for (int i = 0; same_set && i < exp_n[s]; i++) same_set = ev.pos[i] == exp_pos[s][i];
                 step_cmp++;
@@ -976,7 +969,7 @@ static void test_decodes(const model *m) {
                 sib[s]++;
             }
         }
-        cuda_decode_free(cd);
+        device_step_free(cd);
         double rs = step_cmp ? (double)step_same / step_cmp : 0, rt = tok_cmp ? (double)tok_same / tok_cmp : 0;
         double rst = step_cmp ? (double)(step_same + step_tie) / step_cmp : 0;
         snprintf(what, sizeof what, "teacher-forced steps vs CPU, %s", decode_decoder_name(p.decoder));

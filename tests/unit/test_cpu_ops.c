@@ -31,8 +31,8 @@ static void fill(float *a, size_t n, float lo, float hi) {
 /* A weight in the given dtype built from f32 values; vals is overwritten with the values the
  * stored dtype actually holds (so references use exactly what the backend sees). */
 typedef struct test_weight {
-    st_tensor t;
-    void     *mem;   /* storage (+1 byte when misaligned) */
+    bweight_src t;
+    void       *mem;   /* storage (+1 byte when misaligned) */
     bweight   w;
 } test_weight;
 
@@ -51,17 +51,9 @@ static void tw_make(backend *be, test_weight *tw, enum dtype dt, int64_t rows, i
             vals[i] = dt == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
         }
     }
-    tw->t.name = "test";
-    tw->t.type = dt;
-    snprintf(tw->t.type_name, sizeof tw->t.type_name, "%s", dtype_name(dt));
-    tw->t.ndim = 2;
-    tw->t.shape[0] = rows;
-    tw->t.shape[1] = cols;
-    tw->t.n_elems = (int64_t)n;
-    tw->t.data = base;
-    tw->t.nbytes = n * es;
+    tw->t = (bweight_src){.name = "test", .data = base, .type = dt, .rows = rows, .cols = cols};
     um_err err = {0};
-    int rc = be->ops->weight_upload(be, &tw->t, rows, cols, &tw->w, &err);
+    int rc = be->ops->weight_upload(be, &tw->t, &tw->w, &err);
     TEST_CHECK(rc == 0, "weight_upload: %s", err.msg);
 }
 

@@ -110,7 +110,7 @@ static void run_group(int tp, float *const *ref, float *out) {
             } else {   /* model_forward_dev: the logits stay in the leader's backend buffer */
                 const void *dl = NULL;
                 TEST_CHECK(model_forward_dev(ctx, &bb.b, &dl, &err) == 0 && dl, "tp %d shape %d dev: %s", tp, s, err.msg);
-                if (dl) ctx->be->ops->act_to_host(ctx->be, dl, n, out);
+                if (dl) backend_act_to_host(ctx->be, dl, n, out);
             }
             double r = rel_err(out, ref[s], n);
             TEST_CHECK(r <= 1e-5, "tp %d shape %d rep %d: logits rel %.3g vs unsharded", tp, s, rep, r);

@@ -105,7 +105,7 @@ int main(void) {
         const void *dl = NULL;
         TEST_CHECK(model_forward_dev(&ctx, &b, &dl, &err) == 0 && dl, "forward_dev: %s", err.msg);
         float *dev = xmalloc((size_t)N_OUT * V * sizeof *dev);
-        be->ops->act_to_host(be, dl, (size_t)N_OUT * V, dev);
+        backend_act_to_host(be, dl, (size_t)N_OUT * V, dev);
         double mr = 0, r = rel_err(dev, ref, (size_t)N_OUT * V, &mr);
         TEST_CHECK(r < 1e-6 && mr < 1e-6, "model_forward_dev differs from model_forward: rel %.3g max %.3g", r, mr);
         free(dev);

@@ -57,25 +57,20 @@ CPU_HOT_CLONES void cpu_weight_to_f32(const bweight *w, size_t off, size_t n, fl
 
 /* ---------------------------------------------------------------- weights and buffers */
 
-static int cpu_weight_upload(backend *be, const st_tensor *t, int64_t rows, int64_t cols, bweight *out,
-                             um_err *err) {
-    (void)be;
+static int cpu_weight_upload(backend *be, const bweight_src *src, bweight *out, um_err *err) {
+    (void)be, (void)err;
     memset(out, 0, sizeof *out);
-    if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16)
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16 and F16 are supported",
-                          t->name, t->type_name);
-    if (rows <= 0 || cols <= 0 || rows * cols != t->n_elems)
-        return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
-                          (long long)t->n_elems, (long long)rows, (long long)cols);
-    size_t es = dtype_size(t->type);
-    out->type = t->type;
-    out->rows = rows;
-    out->cols = cols;
-    if ((uintptr_t)t->data % es == 0) {
-        out->data = t->data;     /* a view into the mapping: no copy */
+    CHECK((src->type == DTYPE_F32 || src->type == DTYPE_BF16 || src->type == DTYPE_F16) && src->rows > 0 &&
+          src->cols > 0);
+    const size_t es = dtype_size(src->type), nbytes = (size_t)(src->rows * src->cols) * es;
+    out->type = src->type;
+    out->rows = src->rows;
+    out->cols = src->cols;
+    if ((uintptr_t)src->data % es == 0) {
+        out->data = src->data;   /* a view into the mapping: no copy */
     } else {                     /* misaligned data section (legal in safetensors): aligned copy */
-        out->owned = aligned_alloc64(t->nbytes);
-        memcpy(out->owned, t->data, t->nbytes);
+        out->owned = aligned_alloc64(nbytes);
+        memcpy(out->owned, src->data, nbytes);
         out->data = out->owned;
     }
     return 0;
@@ -274,6 +269,7 @@ backend *backend_cpu_init(int n_threads) {
     ci->scores = xcalloc((size_t)n_threads, sizeof *ci->scores);
     be->ops = &k_cpu_ops;
     be->name = "cpu";
+    be->act_dtype = DTYPE_F32;
     be->n_threads = n_threads;
     be->impl = ci;
     return be;

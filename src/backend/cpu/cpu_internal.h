@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend/backend_impl.h"
 
 /* One growable f32 buffer per OpenMP worker, padded to a cache line against false sharing. */
 typedef struct cpu_tbuf {

@@ -6,7 +6,7 @@
  * device-resident input aliases for the decode engine (cuda_backend.h).
  *
  * Does not: validate per-request input (model_forward does; bad indices here are bugs -> CHECK);
- * decide anything about decoding (cuda_decode.c). Built without CUDA, only the stubs at the end
+ * decide anything about decoding (decode/device_step.c). Built without CUDA, only the stubs at the end
  * are compiled. Threading: one driving thread at a time per backend (see cuda_backend.h).
  */
 #include "backend/cuda/cuda_backend.h"
@@ -185,19 +185,14 @@ static void upload_progress(cuda_impl *ci, int final) {
     }
 }
 
-static int cuda_weight_upload(backend *be, const st_tensor *t, int64_t rows, int64_t cols, bweight *out,
-                              um_err *err) {
+static int cuda_weight_upload(backend *be, const bweight_src *t, bweight *out, um_err *err) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
     CHECK(!ci->capturing);
     memset(out, 0, sizeof *out);
-    if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16)
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16 and F16 are supported",
-                          t->name, t->type_name);
-    if (rows <= 0 || cols <= 0 || rows * cols != t->n_elems)
-        return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
-                          (long long)t->n_elems, (long long)rows, (long long)cols);
-    const size_t n = (size_t)t->n_elems, dev_bytes = n * 2, es = dtype_size(t->type);
+    CHECK((t->type == DTYPE_F32 || t->type == DTYPE_BF16 || t->type == DTYPE_F16) && t->rows > 0 && t->cols > 0);
+    const int64_t rows = t->rows, cols = t->cols;
+    const size_t n = (size_t)(rows * cols), dev_bytes = n * 2, es = dtype_size(t->type);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if ((uint64_t)dev_bytes + FIT_RESERVE_BYTES / 4 > (uint64_t)free_b)
@@ -565,6 +560,118 @@ static void cuda_free_backend(backend *be) {
     free(be);
 }
 
+/* ---------------------------------------------------------------- optional ops (backend_impl.h) */
+
+static void cuda_graph_launch_on(backend *be, backend_graph *g) {
+    (void)be;   /* g knows its backend */
+    cuda_graph_launch(g);
+}
+
+static int cuda_graph_stale_on(backend *be, const backend_graph *g) {
+    (void)be;   /* g knows its backend */
+    return cuda_graph_stale(g);
+}
+
+static void cuda_graph_free_on(backend *be, backend_graph *g) {
+    (void)be;   /* g knows its backend */
+    cuda_graph_free(g);
+}
+
+static void cuda_buf_set_async(backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ci->stream));
+}
+
+static void cuda_buf_get_async(backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ci->stream));
+}
+
+static void *cuda_host_alloc(backend *be, size_t bytes) {
+    cuda_use_device(cuda_impl_of(be));
+    void *p = NULL;
+    CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 16));
+    return p;
+}
+
+static void cuda_host_free(backend *be, void *p) {
+    cuda_use_device(cuda_impl_of(be));
+    CUDA_CHECK(cudaFreeHost(p));
+}
+
+struct backend_event {
+    cudaEvent_t ev;   /* timing enabled */
+};
+
+static backend_event *cuda_event_new(backend *be) {
+    cuda_use_device(cuda_impl_of(be));
+    backend_event *e = xcalloc(1, sizeof *e);
+    CUDA_CHECK(cudaEventCreateWithFlags(&e->ev, cudaEventDefault));
+    return e;
+}
+
+static void cuda_event_free(backend *be, backend_event *e) {
+    cuda_use_device(cuda_impl_of(be));
+    CUDA_CHECK(cudaEventDestroy(e->ev));
+    free(e);
+}
+
+static void cuda_event_record(backend *be, backend_event *e) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaEventRecord(e->ev, ci->stream));
+}
+
+static int cuda_event_query(backend *be, backend_event *e) {
+    cuda_use_device(cuda_impl_of(be));
+    cudaError_t r = cudaEventQuery(e->ev);
+    if (r == cudaErrorNotReady) return 0;
+    CUDA_CHECK(r);
+    return 1;
+}
+
+static void cuda_event_wait(backend *be, backend_event *e) {
+    cuda_use_device(cuda_impl_of(be));
+    CUDA_CHECK(cudaEventSynchronize(e->ev));
+}
+
+static double cuda_event_elapsed_ms(backend *be, backend_event *a, backend_event *b) {
+    cuda_use_device(cuda_impl_of(be));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a->ev, b->ev));
+    return ms;
+}
+
+static void cuda_decode_begin(backend *be, const bdec_launch *l) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(umk_decode_begin(l->state, l->n_seqs, l->block_len, l->ids, l->tokens, l->blk_steps, l->jobs,
+                                l->out_rows, ci->stream));
+}
+
+static void cuda_decode_sample(backend *be, const bdec_launch *l, const void *logits) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(umk_sample(logits, l->ids, l->jobs, l->n_seqs * l->block_len, l->cfg, l->x0, l->conf, ci->stream));
+}
+
+static void cuda_decode_commit(backend *be, const bdec_launch *l) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(umk_decode_commit(l->state, l->n_seqs, l->block_len, l->ids, l->tokens, l->blk_steps, l->x0, l->conf,
+                                 l->events, l->jobs, l->out_rows, ci->stream));
+}
+
+#ifdef UNMASK_HAVE_NCCL
+static comm *cuda_comm_join(backend *be, const uint8_t id[COMM_ID_BYTES], int rank, int world,
+                            int (*cancelled)(void *user), void *user, int timeout_ms, um_err *err) {
+    cuda_impl *ci = cuda_impl_of(be);
+    return comm_nccl_init(id, rank, world, ci->device, ci->stream, cancelled, user, timeout_ms, err);
+}
+#endif
+
 static const backend_ops k_cuda_ops = {
     .name = "cuda",
     .weight_upload = cuda_weight_upload,
@@ -581,6 +688,37 @@ static const backend_ops k_cuda_ops = {
     .add = cuda_add,
     .get_rows = cuda_get_rows,
     .free = cuda_free_backend,
+    .mem_info = backend_cuda_mem_info,
+    .check_fit = backend_cuda_check_fit,
+    .set_upload_total = backend_cuda_set_upload_total,
+    .trim = backend_cuda_trim,
+    .mem_bandwidth = backend_cuda_copy_bandwidth,
+    .synchronize = backend_cuda_sync,
+    .graph_begin = backend_cuda_capture_begin,
+    .graph_end = backend_cuda_capture_end,
+    .graph_launch = cuda_graph_launch_on,
+    .graph_stale = cuda_graph_stale_on,
+    .graph_free = cuda_graph_free_on,
+    .buf_alloc = backend_cuda_malloc,
+    .buf_free = backend_cuda_free_dev,
+    .buf_set_async = cuda_buf_set_async,
+    .buf_get_async = cuda_buf_get_async,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .event_new = cuda_event_new,
+    .event_free = cuda_event_free,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_wait = cuda_event_wait,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .alias_add = backend_cuda_alias_add,
+    .alias_clear = backend_cuda_alias_clear,
+    .decode_begin = cuda_decode_begin,
+    .decode_sample = cuda_decode_sample,
+    .decode_commit = cuda_decode_commit,
+#ifdef UNMASK_HAVE_NCCL
+    .comm_join = cuda_comm_join,
+#endif
 };
 
 int backend_cuda_compiled(void) { return 1; }
@@ -676,6 +814,8 @@ backend *backend_cuda_init(const char *device, um_err *err) {
     snprintf(name, sizeof name, "cuda:%d", idx);
     be->ops = &k_cuda_ops;
     be->name = xstrdup(name);
+    be->description = ci->name;
+    be->act_dtype = DTYPE_BF16;
     be->n_threads = 1;
     be->impl = ci;
     size_t fb = 0, tb = 0;
@@ -742,7 +882,7 @@ void backend_cuda_force_generic_attention(backend *be, int on) { cuda_impl_of(be
 
 /* ---------------------------------------------------------------- graphs */
 
-struct cuda_graph {
+struct backend_graph {
     cuda_impl      *ci;
     uint64_t        epoch;   /* ci->buf_epoch when the capture began (see cuda_graph_stale) */
     cudaGraph_t     graph;

@@ -56,7 +56,7 @@ void backend_cuda_alias_clear(backend *be);
 /* CUDA graphs: everything the backend enqueues between begin and end is captured (index arrays are
  * staged into buffers owned by the graph; act_to_host is not allowed inside). Run one uncaptured
  * warm-up forward first so activation buffers exist. */
-typedef struct cuda_graph cuda_graph;
+typedef backend_graph cuda_graph;   /* backend.h graphs, CUDA side */
 void        backend_cuda_capture_begin(backend *be);
 cuda_graph *backend_cuda_capture_end(backend *be);
 void        cuda_graph_launch(cuda_graph *g);   /* aborts on a stale graph */

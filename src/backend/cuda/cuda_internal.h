@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/backend_impl.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_dl.h"
 #include "um_kernels.h"

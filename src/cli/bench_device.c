@@ -1,6 +1,6 @@
 /*
- * bench_cuda.c — `unmask bench --device cuda:N`: device-resident diffusion decode steps on one GPU
- * (backend/cuda/cuda_decode.h). For each --batch it decodes `batch` random prompts of --prompt
+ * bench_device.c — `unmask bench --device cuda:N`: device-resident diffusion decode steps on one
+ * accelerator (decode/device_step.h; a backend with BACKEND_CAP_DEVICE_DECODE). For each --batch it decodes `batch` random prompts of --prompt
  * tokens with --gen masked positions in blocks of --block, temperature 0, the whole step (forward,
  * fused confidence, decoder commits) on the device and replayed from a CUDA graph, and prints
  * ms/step, tokens/s and the HBM floor: every step reads all weights once, so
@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_decode.h"
+#include "decode/device_step.h"
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "decode/decode.h"
@@ -37,20 +36,20 @@ static int fwd_dev(void *user, const fwd_batch *b, const void **logits, um_err *
     return model_forward_dev(user, b, logits, err);
 }
 
-typedef struct cuda_row {
+typedef struct device_row {
     int    batch, canvas, steps;
     long   tokens;
     double wall_s;
     double mem_gib;
-} cuda_row;
+} device_row;
 
 static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int prompt, int gen, int block, int steps,
-                     enum decode_decoder dec, double threshold, int graph, uint64_t seed, cuda_row *row, um_err *err) {
+                     enum decode_decoder dec, double threshold, int graph, uint64_t seed, device_row *row, um_err *err) {
     const model_config *c = &m->cfg;
     const int len = prompt + gen;
     const int nblocks = (gen + block - 1) / block;
     int32_t *canvas = xmalloc((size_t)batch * (size_t)len * sizeof *canvas);
-    cuda_decode_seq *sq = xcalloc((size_t)batch, sizeof *sq);
+    device_step_seq *sq = xcalloc((size_t)batch, sizeof *sq);
     int V = c->vocab_size < c->n_embd_rows ? c->vocab_size : c->n_embd_rows;
     for (int b = 0; b < batch; b++) {
         int32_t *t = canvas + (size_t)b * (size_t)len;
@@ -59,21 +58,21 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
             if (t[i] == c->mask_id) t[i] = (t[i] + 1) % V;
         }
         for (int i = prompt; i < len; i++) t[i] = c->mask_id;
-        sq[b] = (cuda_decode_seq){.tokens = t, .len = len, .lo = prompt, .hi = prompt + (block < gen ? block : gen),
+        sq[b] = (device_step_seq){.tokens = t, .len = len, .lo = prompt, .hi = prompt + (block < gen ? block : gen),
                                   .gen_end = len, .block_steps = steps / nblocks > 0 ? steps / nblocks : 1,
                                   .decoder = (int)dec, .threshold = threshold, .factor = 1.0, .stop_at_eos = 0,
                                   .temperature = 0.0, .top_p = 1.0, .top_k = 0, .seed = seed + (uint64_t)b};
     }
-    cuda_decode_ids ids = {c->n_embd_rows, c->mask_id, c->eos_id, c->eot_id};
+    device_step_ids ids = {c->n_embd_rows, c->mask_id, c->eos_id, c->eot_id};
     const int ring = 8;
-    cuda_decode *cd = cuda_decode_create(be, sq, batch, block, ids, ring, fwd_dev, ctx, err);
+    device_step *cd = device_step_create(be, sq, batch, block, ids, ring, fwd_dev, ctx, err);
     free(sq);
     if (!cd) {
         free(canvas);
         return -1;
     }
     int rc = 0;
-    if (graph) rc = cuda_decode_capture(cd, err);
+    if (graph) rc = device_step_capture(cd, err);
     /* fixed-step decoders take exactly nblocks * block_steps steps; others run until every
      * sequence reports done (the host sees that a few steps late: extra steps are no-ops) */
     const int bound = dec == DECODER_LOW_CONFIDENCE || dec == DECODER_RANDOM ? nblocks * (steps / nblocks > 0 ? steps / nblocks : 1)
@@ -81,48 +80,48 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
     memset(row, 0, sizeof *row);
     row->batch = batch;
     row->canvas = len;
-    backend_cuda_sync(be);
+    backend_synchronize(be);
     const uint64_t t0 = time_now_ns();
     int enq = 0, n_done = 0;
     char *done = xcalloc((size_t)batch, 1);
     while (rc == 0 && n_done < batch) {
-        if (enq < bound && cuda_decode_pending(cd) < ring) {
-            rc = cuda_decode_step(cd, err);
+        if (enq < bound && device_step_pending(cd) < ring) {
+            rc = device_step_enqueue(cd, err);
             enq++;
         }
         /* read what is ready; block only when no further step can be enqueued */
-        const int can_step = enq < bound && cuda_decode_pending(cd) < ring;
-        if (!cuda_decode_poll(cd, !can_step)) {
-            if (!can_step && cuda_decode_pending(cd) == 0) break;
+        const int can_step = enq < bound && device_step_pending(cd) < ring;
+        if (!device_step_poll(cd, !can_step)) {
+            if (!can_step && device_step_pending(cd) == 0) break;
             continue;
         }
         for (int s = 0; s < batch; s++) {
-            cuda_step_event ev;
-            cuda_decode_event(cd, s, &ev);
+            device_step_event ev;
+            device_step_record(cd, s, &ev);
             row->tokens += ev.n_commit;
             if (ev.done && !done[s]) done[s] = 1, n_done++;
         }
     }
-    while (rc == 0 && cuda_decode_poll(cd, 1)) {   /* drain */
+    while (rc == 0 && device_step_poll(cd, 1)) {   /* drain */
         for (int s = 0; s < batch; s++) {
-            cuda_step_event ev;
-            cuda_decode_event(cd, s, &ev);
+            device_step_event ev;
+            device_step_record(cd, s, &ev);
             row->tokens += ev.n_commit;
         }
     }
-    backend_cuda_sync(be);
+    backend_synchronize(be);
     row->wall_s = (double)(time_now_ns() - t0) * 1e-9;
     row->steps = enq;
     size_t fb = 0, tb = 0;
-    backend_cuda_mem_info(be, &fb, &tb);
+    backend_mem_info(be, &fb, &tb);
     row->mem_gib = (double)(tb - fb) / (double)(1ull << 30);
     free(done);
-    cuda_decode_free(cd);
+    device_step_free(cd);
     free(canvas);
     return rc;
 }
 
-int bench_cuda(int argc, char **argv) {
+int bench_device(int argc, char **argv) {
     const char *device = "cuda:0", *model_dir = NULL, *batch_s = "1,8,32", *dec_s = "low_confidence";
     int gen = 256, block = 32, prompt = 64, steps = 0, graph = 1, bw_mib = 2048;
     double threshold = 0.9;
@@ -174,7 +173,12 @@ int bench_cuda(int argc, char **argv) {
     }
 
     um_err err = {0};
-    backend *be = backend_cuda_init(device, &err);
+    backend *be = backend_init_device(device, 1, &err);
+    if (be && !backend_has(be, BACKEND_CAP_DEVICE_DECODE | BACKEND_CAP_GRAPHS | BACKEND_CAP_DEVICE_MEMORY)) {
+        um_err_set(&err, UM_ERR_UNSUPPORTED, "%s has no device-resident decode step", backend_name(be));
+        backend_free(be);
+        be = NULL;
+    }
     if (!be) {
         fprintf(stderr, "error: %s\n", err.msg);
         free(batches);
@@ -205,20 +209,20 @@ int bench_cuda(int argc, char **argv) {
     int rc = 0;
     model_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
-    if (backend_cuda_check_fit(be, wbytes, abytes, &err) != 0) {
+    if (backend_check_fit(be, wbytes, abytes, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = 1;
         goto out;
     }
-    backend_cuda_set_upload_total(be, wbytes, "weights");
+    backend_set_upload_total(be, wbytes, "weights");
     if (model_ctx_init(&ctx, &m, be, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = 1;
         goto out;
     }
-    const double bw = backend_cuda_copy_bandwidth(be, (size_t)bw_mib << 20, 10);
+    const double bw = backend_mem_bandwidth(be, (size_t)bw_mib << 20, 10);
     const double floor_ms = bw > 0 ? (double)wbytes / bw * 1e3 : 0.0;
-    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", be->name, backend_cuda_device_name(be),
+    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", backend_name(be), backend_description(be),
            model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30));
     printf("device copy bandwidth %.0f GB/s (read + write) -> HBM floor %.3f ms/step (weights read once per step)\n",
            bw * 1e-9, floor_ms);
@@ -227,7 +231,7 @@ int bench_cuda(int argc, char **argv) {
     printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | TFLOP/s | HBM floor ms/step | floor/actual | GPU mem GiB |\n");
     printf("|------:|-------:|------:|--------:|---------:|--------:|--------:|------------------:|-------------:|------------:|\n");
     for (int i = 0; i < nb && rc == 0; i++) {
-        cuda_row row;
+        device_row row;
         if (run_batch(be, &ctx, &m, batches[i], prompt, gen, block, steps, dec, threshold, graph, 1000u + (uint64_t)i,
                       &row, &err) != 0) {
             fprintf(stderr, "error: batch %d: %s\n", batches[i], err.msg);

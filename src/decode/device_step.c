@@ -1,35 +1,31 @@
 /*
- * cuda_decode.c — device-resident decode steps (cuda_decode.h): device buffers of a fixed batch,
- * the per-step launch sequence (forward -> umk_sample -> umk_decode_commit), CUDA graph capture
- * and the pinned ring of step records read back with events.
+ * device_step.c — device-resident decode steps (device_step.h): device buffers of a fixed batch,
+ * the per-step launch sequence (forward -> backend_decode_sample -> backend_decode_commit), graph
+ * capture and the pinned ring of step records read back with events — all through the backend's
+ * BACKEND_CAP_DEVICE_DECODE / _GRAPHS primitives (backend_decode.h), so no device API appears here.
  *
- * Does not: build canvases or turn records into decode events / text (the decode loop does);
- * choose blocks on the host. Built without CUDA, only stubs that fail cleanly are compiled.
- * Threading: the engine thread that owns the backend.
+ * Does not: build canvases or turn records into decode events / text (decode_device.c does);
+ * choose blocks on the host. Threading: the engine thread that owns the backend.
  */
-#include "backend/cuda/cuda_decode.h"
+#include "decode/device_step.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_decode.h"
 #include "decode/decode.h"
 #include "util/log.h"
 
-#ifdef UNMASK_HAVE_CUDA
-
-#include "backend/cuda/cuda_internal.h"
-
 _Static_assert((int)DECODER_LOW_CONFIDENCE == (int)UMK_DEC_LOW_CONFIDENCE && (int)DECODER_RANDOM == (int)UMK_DEC_RANDOM &&
                    (int)DECODER_THRESHOLD == (int)UMK_DEC_THRESHOLD && (int)DECODER_FACTOR == (int)UMK_DEC_FACTOR,
-               "decoder enums of decode.h and um_kernels.h agree");
+               "decoder enums of decode.h and backend_decode_types.h agree");
 
-struct cuda_decode {
+struct device_step {
     backend        *be;
-    cuda_impl      *ci;
     int             n_seqs, B, n_tok;
     umk_vocab_ids   ids;
-    cuda_forward_fn fwd;
+    device_step_forward_fn fwd;
     void           *fwd_user;
 
     /* host side of the batch (aliased to the device arrays for the forward) */
@@ -53,15 +49,15 @@ struct cuda_decode {
     /* pinned ring of step records */
     int             ring;
     unsigned char  *h_ring;        /* [ring][n_seqs * ev_bytes] */
-    cudaEvent_t    *ring_ev;       /* [ring] end of step (timing enabled): records copied */
-    cudaEvent_t    *ring_ev0;      /* [ring] start of step (before its forward) */
+    backend_event **ring_ev;       /* [ring] end of step: records copied */
+    backend_event **ring_ev0;      /* [ring] start of step (before its forward) */
     long            produced, consumed;
     const unsigned char *cur;      /* slot of the last successful poll */
     double          cur_ms;        /* GPU milliseconds of that step (ring_ev0 -> ring_ev) */
 
-    cuda_graph     *graph;
+    backend_graph  *graph;
     int             begun;
-    cuda_decode_stats st;
+    device_step_stats st;
 
     /* sequences continued mid-block: {step_in_block, step, m0} written over what umk_decode_begin
      * set (it starts every block afresh) */
@@ -74,39 +70,32 @@ _Static_assert(offsetof(umk_seq_state, step) == offsetof(umk_seq_state, step_in_
                    offsetof(umk_seq_state, m0) == offsetof(umk_seq_state, step_in_block) + 8,
                "umk_seq_state: step_in_block, step, m0 are contiguous (patched together)");
 
-static void *dmalloc(cuda_impl *ci, size_t bytes) {
-    void *p = NULL;
-    cuda_use_device(ci);
-    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16));
-    return p;
-}
+static void *dmalloc(backend *be, size_t bytes) { return backend_buf_alloc(be, bytes ? bytes : 16); }
 
-cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_seqs, int block_len,
-                                cuda_decode_ids ids, int ring, cuda_forward_fn fwd, void *fwd_user, um_err *err) {
-    if (!backend_is_cuda(be)) {
-        um_err_set(err, UM_ERR_INVALID_ARG, "device-resident decoding needs the CUDA backend (got %s)", be->name);
+device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_seqs, int block_len,
+                                device_step_ids ids, int ring, device_step_forward_fn fwd, void *fwd_user, um_err *err) {
+    if (!backend_has(be, BACKEND_CAP_DEVICE_DECODE)) {
+        um_err_set(err, UM_ERR_INVALID_ARG, "device-resident decoding needs a backend with device decode support (got %s)",
+                   backend_name(be));
         return NULL;
     }
     if (n_seqs < 1 || block_len < 1 || block_len > 1024 || ring < 2) {
-        um_err_set(err, UM_ERR_INVALID_ARG, "cuda_decode: bad shape (%d sequences, block %d, ring %d)", n_seqs,
+        um_err_set(err, UM_ERR_INVALID_ARG, "device_step: bad shape (%d sequences, block %d, ring %d)", n_seqs,
                    block_len, ring);
         return NULL;
     }
     for (int s = 0; s < n_seqs; s++) {
-        const cuda_decode_seq *q = &seqs[s];
+        const device_step_seq *q = &seqs[s];
         const int qb = q->block_len > 0 ? q->block_len : block_len;
         if (q->len < 1 || q->lo < 0 || q->hi < q->lo || qb > block_len || q->hi - q->lo > qb || q->gen_end > q->len ||
             q->decoder < 0 || q->decoder > (int)DECODER_FACTOR || (q->blk_steps && q->n_blocks < 1) || q->step < 0 ||
             q->step_in_block < 0 || q->block_m0 < 0 || (q->block_m0 > 0 && q->block_m0 > q->hi - q->lo)) {
-            um_err_set(err, UM_ERR_INVALID_ARG, "cuda_decode: sequence %d: bad canvas/block/decoder", s);
+            um_err_set(err, UM_ERR_INVALID_ARG, "device_step: sequence %d: bad canvas/block/decoder", s);
             return NULL;
         }
     }
-    cuda_impl *ci = cuda_impl_of(be);
-    cuda_use_device(ci);
-    cuda_decode *cd = xcalloc(1, sizeof *cd);
+    device_step *cd = xcalloc(1, sizeof *cd);
     cd->be = be;
-    cd->ci = ci;
     cd->n_seqs = n_seqs;
     cd->B = block_len;
     cd->ids = (umk_vocab_ids){ids.vocab, ids.mask_id, ids.eos_id, ids.eot_id};
@@ -141,7 +130,7 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     int32_t *tab = n_tab ? xmalloc((size_t)n_tab * sizeof *tab) : NULL;
     int tab_off = 0;
     for (int s = 0; s < n_seqs; s++) {
-        const cuda_decode_seq *q = &seqs[s];
+        const device_step_seq *q = &seqs[s];
         for (int j = 0; j < block_len; j++) {
             int p = q->lo + j < q->len ? q->lo + j : q->len - 1;
             cd->h_out_rows[s * block_len + j] = cd->h_seq_start[s] + p;
@@ -173,34 +162,34 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
         cf[s].logits_eos_inf = q->logits_eos_inf;
         cf[s].confidence_eos_eot_inf = q->confidence_eos_eot_inf;
     }
-    cd->d_tokens = dmalloc(ci, (size_t)cd->n_tok * sizeof(int32_t));
-    cd->d_out_rows = dmalloc(ci, (size_t)n_rows * sizeof(int32_t));
-    cd->d_state = dmalloc(ci, (size_t)n_seqs * sizeof *cd->d_state);
-    cd->d_cfg = dmalloc(ci, (size_t)n_seqs * sizeof *cd->d_cfg);
-    cd->d_jobs = dmalloc(ci, (size_t)n_rows * sizeof *cd->d_jobs);
-    cd->d_x0 = dmalloc(ci, (size_t)n_rows * sizeof *cd->d_x0);
-    cd->d_conf = dmalloc(ci, (size_t)n_rows * sizeof *cd->d_conf);
-    cd->ev_bytes = umk_event_bytes(block_len);
-    cd->d_events = dmalloc(ci, (size_t)n_seqs * cd->ev_bytes);
-    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
-    CUDA_CHECK(cudaMemcpyAsync(cd->d_tokens, cd->h_tokens, (size_t)cd->n_tok * sizeof(int32_t), cudaMemcpyHostToDevice, ci->stream));
-    CUDA_CHECK(cudaMemcpyAsync(cd->d_out_rows, cd->h_out_rows, (size_t)n_rows * sizeof(int32_t), cudaMemcpyHostToDevice, ci->stream));
-    CUDA_CHECK(cudaMemcpyAsync(cd->d_state, st, (size_t)n_seqs * sizeof *st, cudaMemcpyHostToDevice, ci->stream));
-    CUDA_CHECK(cudaMemcpyAsync(cd->d_cfg, cf, (size_t)n_seqs * sizeof *cf, cudaMemcpyHostToDevice, ci->stream));
+    cd->d_tokens = dmalloc(be, (size_t)cd->n_tok * sizeof(int32_t));
+    cd->d_out_rows = dmalloc(be, (size_t)n_rows * sizeof(int32_t));
+    cd->d_state = dmalloc(be, (size_t)n_seqs * sizeof *cd->d_state);
+    cd->d_cfg = dmalloc(be, (size_t)n_seqs * sizeof *cd->d_cfg);
+    cd->d_jobs = dmalloc(be, (size_t)n_rows * sizeof *cd->d_jobs);
+    cd->d_x0 = dmalloc(be, (size_t)n_rows * sizeof *cd->d_x0);
+    cd->d_conf = dmalloc(be, (size_t)n_rows * sizeof *cd->d_conf);
+    cd->ev_bytes = UMK_EVENT_BYTES(block_len);
+    cd->d_events = dmalloc(be, (size_t)n_seqs * cd->ev_bytes);
+    backend_synchronize(be);
+    backend_buf_set_async(be, cd->d_tokens, cd->h_tokens, (size_t)cd->n_tok * sizeof(int32_t));
+    backend_buf_set_async(be, cd->d_out_rows, cd->h_out_rows, (size_t)n_rows * sizeof(int32_t));
+    backend_buf_set_async(be, cd->d_state, st, (size_t)n_seqs * sizeof *st);
+    backend_buf_set_async(be, cd->d_cfg, cf, (size_t)n_seqs * sizeof *cf);
     if (n_tab) {
-        cd->d_blk_steps = dmalloc(ci, (size_t)n_tab * sizeof(int32_t));
-        CUDA_CHECK(cudaMemcpyAsync(cd->d_blk_steps, tab, (size_t)n_tab * sizeof(int32_t), cudaMemcpyHostToDevice, ci->stream));
+        cd->d_blk_steps = dmalloc(be, (size_t)n_tab * sizeof(int32_t));
+        backend_buf_set_async(be, cd->d_blk_steps, tab, (size_t)n_tab * sizeof(int32_t));
     }
-    CUDA_CHECK(cudaStreamSynchronize(ci->stream));   /* the host arrays are freed next */
+    backend_synchronize(be);   /* the host arrays are freed next */
     free(tab);
     free(st);
     free(cf);
-    CUDA_CHECK(cudaMallocHost((void **)&cd->h_ring, (size_t)ring * (size_t)n_seqs * cd->ev_bytes));
+    cd->h_ring = backend_host_alloc(be, (size_t)ring * (size_t)n_seqs * cd->ev_bytes);
     cd->ring_ev = xcalloc((size_t)ring, sizeof *cd->ring_ev);
     cd->ring_ev0 = xcalloc((size_t)ring, sizeof *cd->ring_ev0);
     for (int i = 0; i < ring; i++) {
-        CUDA_CHECK(cudaEventCreateWithFlags(&cd->ring_ev[i], cudaEventDefault));
-        CUDA_CHECK(cudaEventCreateWithFlags(&cd->ring_ev0[i], cudaEventDefault));
+        cd->ring_ev[i] = backend_event_new(be);
+        cd->ring_ev0[i] = backend_event_new(be);
     }
 
     cd->batch.n_seqs = n_seqs;
@@ -213,23 +202,22 @@ cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_
     return cd;
 }
 
-void cuda_decode_free(cuda_decode *cd) {
+void device_step_free(device_step *cd) {
     if (!cd) return;
-    cuda_impl *ci = cd->ci;
-    cuda_use_device(ci);
-    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
-    cuda_graph_free(cd->graph);
+    backend *be = cd->be;
+    backend_synchronize(be);
+    backend_graph_free(be, cd->graph);
     void *bufs[] = {cd->d_tokens, cd->d_out_rows, cd->d_state, cd->d_cfg, cd->d_jobs, cd->d_x0, cd->d_conf, cd->d_events,
                     cd->d_blk_steps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) CUDA_CHECK(cudaFree(bufs[i]));
+        backend_buf_free(be, bufs[i]);
     for (int i = 0; i < cd->ring; i++) {
-        CUDA_CHECK(cudaEventDestroy(cd->ring_ev[i]));
-        CUDA_CHECK(cudaEventDestroy(cd->ring_ev0[i]));
+        backend_event_free(be, cd->ring_ev[i]);
+        backend_event_free(be, cd->ring_ev0[i]);
     }
     free(cd->ring_ev);
     free(cd->ring_ev0);
-    CUDA_CHECK(cudaFreeHost(cd->h_ring));
+    backend_host_free(be, cd->h_ring);
     free(cd->h_seq_start);
     free(cd->h_tokens);
     free(cd->h_out_rows);
@@ -238,119 +226,114 @@ void cuda_decode_free(cuda_decode *cd) {
     free(cd);
 }
 
-const fwd_batch *cuda_decode_batch(const cuda_decode *cd) { return &cd->batch; }
+const fwd_batch *device_step_batch(const device_step *cd) { return &cd->batch; }
+
+static bdec_launch launch_of(const device_step *cd) {
+    return (bdec_launch){.state = cd->d_state, .n_seqs = cd->n_seqs, .block_len = cd->B, .ids = cd->ids,
+                         .tokens = cd->d_tokens, .blk_steps = cd->d_blk_steps, .jobs = cd->d_jobs,
+                         .out_rows = cd->d_out_rows, .cfg = cd->d_cfg, .x0 = cd->d_x0, .conf = cd->d_conf,
+                         .events = cd->d_events};
+}
 
 /* forward with the canvas / LM-head rows read from the device, then sample + commit */
-static int enqueue_compute(cuda_decode *cd, int with_commit, um_err *err) {
-    cuda_impl *ci = cd->ci;
-    backend_cuda_alias_add(cd->be, cd->h_tokens, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t));
-    backend_cuda_alias_add(cd->be, cd->h_out_rows, cd->d_out_rows, (size_t)cd->n_seqs * (size_t)cd->B * sizeof(int32_t));
+static int enqueue_compute(device_step *cd, int with_commit, um_err *err) {
+    backend_alias_add(cd->be, cd->h_tokens, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t));
+    backend_alias_add(cd->be, cd->h_out_rows, cd->d_out_rows, (size_t)cd->n_seqs * (size_t)cd->B * sizeof(int32_t));
     const void *logits = NULL;
     int rc = cd->fwd(cd->fwd_user, &cd->batch, &logits, err);
-    backend_cuda_alias_clear(cd->be);
+    backend_alias_clear(cd->be);
     if (rc < 0) return -1;
     CHECK(logits != NULL);
     if (!with_commit) return 0;
-    const int n_rows = cd->n_seqs * cd->B;
-    CUDA_CHECK(umk_sample(logits, cd->ids, cd->d_jobs, n_rows, cd->d_cfg, cd->d_x0, cd->d_conf, ci->stream));
-    CUDA_CHECK(umk_decode_commit(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_blk_steps, cd->d_x0,
-                                 cd->d_conf, cd->d_events, cd->d_jobs, cd->d_out_rows, ci->stream));
+    const bdec_launch l = launch_of(cd);
+    backend_decode_sample(cd->be, &l, logits);
+    backend_decode_commit(cd->be, &l);
     return 0;
 }
 
-static void ensure_begun(cuda_decode *cd) {
+static void ensure_begun(device_step *cd) {
     if (cd->begun) return;
-    CUDA_CHECK(umk_decode_begin(cd->d_state, cd->n_seqs, cd->B, cd->ids, cd->d_tokens, cd->d_blk_steps, cd->d_jobs,
-                                cd->d_out_rows, cd->ci->stream));
+    const bdec_launch l = launch_of(cd);
+    backend_decode_begin(cd->be, &l);
     /* A continued block keeps its quota state: umk_decode_begin set m0 = the masks left and
      * step_in_block = 0 (its first block has masks, so it did not move on); put back the values of
      * when the block began. The sample jobs it wrote already carry the right step. */
     for (int k = 0; k < cd->n_resume; k++) {
         unsigned char *dst = (unsigned char *)(cd->d_state + cd->h_resume_seq[k]) + offsetof(umk_seq_state, step_in_block);
-        CUDA_CHECK(cudaMemcpyAsync(dst, cd->h_resume + 3 * k, 3 * sizeof(int32_t), cudaMemcpyHostToDevice, cd->ci->stream));
+        backend_buf_set_async(cd->be, dst, cd->h_resume + 3 * k, 3 * sizeof(int32_t));
     }
-    if (cd->n_resume) CUDA_CHECK(cudaStreamSynchronize(cd->ci->stream));   /* pageable source: keep it simple */
+    if (cd->n_resume) backend_synchronize(cd->be);   /* pageable source: keep it simple */
     cd->begun = 1;
 }
 
-int cuda_decode_capture(cuda_decode *cd, um_err *err) {
-    cuda_use_device(cd->ci);
+int device_step_capture(device_step *cd, um_err *err) {
     if (cd->graph) return 0;
     ensure_begun(cd);
     /* warm-up: allocates the forward's buffers — unless a step of this batch (same shapes) already
      * ran uncaptured and did that */
     if (cd->produced == 0 && enqueue_compute(cd, 0, err) < 0) return -1;
-    CUDA_CHECK(cudaStreamSynchronize(cd->ci->stream));
-    backend_cuda_capture_begin(cd->be);
+    backend_synchronize(cd->be);
+    backend_graph_begin(cd->be);
     int rc = enqueue_compute(cd, 1, err);
-    cuda_graph *g = backend_cuda_capture_end(cd->be);
+    backend_graph *g = backend_graph_end(cd->be);
     if (rc < 0) {
-        cuda_graph_free(g);
+        backend_graph_free(cd->be, g);
         return -1;
     }
     cd->graph = g;
     return 0;
 }
 
-int cuda_decode_step(cuda_decode *cd, um_err *err) {
-    cuda_impl *ci = cd->ci;
-    cuda_use_device(ci);
+int device_step_enqueue(device_step *cd, um_err *err) {
+    backend *be = cd->be;
     if (cd->produced - cd->consumed >= cd->ring)
-        UM_FATAL("cuda_decode_step: %d steps pending unpolled (ring %d): poll before stepping", (int)(cd->produced - cd->consumed),
+        UM_FATAL("device_step_enqueue: %d steps pending unpolled (ring %d): poll before stepping", (int)(cd->produced - cd->consumed),
                  cd->ring);
     ensure_begun(cd);
-    if (cd->graph && cuda_graph_stale(cd->graph)) {
+    if (cd->graph && backend_graph_stale(be, cd->graph)) {
         /* a buffer it was captured with was freed or replaced: never replay it */
-        cuda_graph_free(cd->graph);   /* synchronises: no replay of it is in flight */
+        backend_graph_free(be, cd->graph);   /* synchronises: no replay of it is in flight */
         cd->graph = NULL;
         cd->st.stale_graphs++;
-        log_debug("cuda_decode: captured graph is stale (a buffer it uses was freed); direct launch");
+        log_debug("device_step: captured graph is stale (a buffer it uses was freed); direct launch");
     }
     const int slot = (int)(cd->produced % cd->ring);
-    CUDA_CHECK(cudaEventRecord(cd->ring_ev0[slot], ci->stream));
+    backend_event_record(be, cd->ring_ev0[slot]);
     if (cd->graph) {
-        cuda_graph_launch(cd->graph);
+        backend_graph_launch(be, cd->graph);
         cd->st.graph_launches++;
     } else {
         if (enqueue_compute(cd, 1, err) < 0) return -1;
         cd->st.direct_launches++;
     }
     unsigned char *dst = cd->h_ring + (size_t)slot * (size_t)cd->n_seqs * cd->ev_bytes;
-    CUDA_CHECK(cudaMemcpyAsync(dst, cd->d_events, (size_t)cd->n_seqs * cd->ev_bytes, cudaMemcpyDeviceToHost, ci->stream));
-    CUDA_CHECK(cudaEventRecord(cd->ring_ev[slot], ci->stream));
+    backend_buf_get_async(be, dst, cd->d_events, (size_t)cd->n_seqs * cd->ev_bytes);
+    backend_event_record(be, cd->ring_ev[slot]);
     cd->produced++;
     return 0;
 }
 
-int cuda_decode_poll(cuda_decode *cd, int wait) {
+int device_step_poll(device_step *cd, int wait) {
     if (cd->consumed == cd->produced) return 0;
     const int slot = (int)(cd->consumed % cd->ring);
-    cuda_use_device(cd->ci);
-    if (wait) {
-        CUDA_CHECK(cudaEventSynchronize(cd->ring_ev[slot]));
-    } else {
-        cudaError_t e = cudaEventQuery(cd->ring_ev[slot]);
-        if (e == cudaErrorNotReady) return 0;
-        CUDA_CHECK(e);
-    }
+    if (wait) backend_event_wait(cd->be, cd->ring_ev[slot]);
+    else if (!backend_event_query(cd->be, cd->ring_ev[slot])) return 0;
     cd->cur = cd->h_ring + (size_t)slot * (size_t)cd->n_seqs * cd->ev_bytes;
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, cd->ring_ev0[slot], cd->ring_ev[slot]));
-    cd->cur_ms = ms;
+    cd->cur_ms = backend_event_elapsed_ms(cd->be, cd->ring_ev0[slot], cd->ring_ev[slot]);
     cd->consumed++;
     return 1;
 }
 
-double cuda_decode_step_ms(const cuda_decode *cd) {
+double device_step_gpu_ms(const device_step *cd) {
     CHECK(cd->cur);
     return cd->cur_ms;
 }
 
-void cuda_decode_get_stats(const cuda_decode *cd, cuda_decode_stats *out) { *out = cd->st; }
+void device_step_get_stats(const device_step *cd, device_step_stats *out) { *out = cd->st; }
 
-int cuda_decode_has_graph(const cuda_decode *cd) { return cd->graph != NULL; }
+int device_step_has_graph(const device_step *cd) { return cd->graph != NULL; }
 
-void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev) {
+void device_step_record(const device_step *cd, int s, device_step_event *ev) {
     CHECK(cd->cur && s >= 0 && s < cd->n_seqs);
     const unsigned char *base = cd->cur + (size_t)s * cd->ev_bytes;
     umk_event_hdr h;
@@ -372,34 +355,9 @@ void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev) {
     ev->draft_conf = (const float *)(pos + 4 * B);
 }
 
-int cuda_decode_pending(const cuda_decode *cd) { return (int)(cd->produced - cd->consumed); }
+int device_step_pending(const device_step *cd) { return (int)(cd->produced - cd->consumed); }
 
-void cuda_decode_tokens(cuda_decode *cd, int32_t *out) {
-    cuda_impl *ci = cd->ci;
-    cuda_use_device(ci);
-    CUDA_CHECK(cudaMemcpyAsync(out, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t), cudaMemcpyDeviceToHost, ci->stream));
-    CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+void device_step_tokens(device_step *cd, int32_t *out) {
+    backend_buf_get_async(cd->be, out, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t));
+    backend_synchronize(cd->be);
 }
-
-#else /* !UNMASK_HAVE_CUDA */
-
-cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_seqs, int block_len,
-                                cuda_decode_ids ids, int ring, cuda_forward_fn fwd, void *fwd_user, um_err *err) {
-    (void)be, (void)seqs, (void)n_seqs, (void)block_len, (void)ids, (void)ring, (void)fwd, (void)fwd_user;
-    um_err_set(err, UM_ERR_UNSUPPORTED, "this unmask was built without CUDA");
-    return NULL;
-}
-
-void cuda_decode_free(cuda_decode *cd) { (void)cd; }
-const fwd_batch *cuda_decode_batch(const cuda_decode *cd) { (void)cd; UM_FATAL("built without CUDA"); }
-int cuda_decode_capture(cuda_decode *cd, um_err *err) { (void)cd; return um_err_set(err, UM_ERR_UNSUPPORTED, "built without CUDA"); }
-int cuda_decode_step(cuda_decode *cd, um_err *err) { (void)cd; return um_err_set(err, UM_ERR_UNSUPPORTED, "built without CUDA"); }
-int cuda_decode_poll(cuda_decode *cd, int wait) { (void)cd, (void)wait; return 0; }
-void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev) { (void)cd, (void)s, (void)ev; UM_FATAL("built without CUDA"); }
-int cuda_decode_pending(const cuda_decode *cd) { (void)cd; return 0; }
-void cuda_decode_tokens(cuda_decode *cd, int32_t *out) { (void)cd, (void)out; UM_FATAL("built without CUDA"); }
-double cuda_decode_step_ms(const cuda_decode *cd) { (void)cd; UM_FATAL("built without CUDA"); }
-void cuda_decode_get_stats(const cuda_decode *cd, cuda_decode_stats *out) { (void)cd; memset(out, 0, sizeof *out); }
-int cuda_decode_has_graph(const cuda_decode *cd) { (void)cd; return 0; }
-
-#endif /* UNMASK_HAVE_CUDA */

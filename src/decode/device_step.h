@@ -1,24 +1,26 @@
 /*
- * cuda_decode.h — device-resident diffusion decode steps on the CUDA backend: for a fixed batch
- * (n sequences, block length B) the canvas, per-sequence decode state, sampling and the decoder's
- * commit decisions all live on the GPU, so a step is
+ * device_step.h — device-resident diffusion decode steps on a backend with
+ * BACKEND_CAP_DEVICE_DECODE (and, for replays, BACKEND_CAP_GRAPHS): for a fixed batch (n sequences,
+ * block length B) the canvas, per-sequence decode state, sampling and the decoder's commit decisions
+ * all live on the device, so a step is
  *     forward (embed reads the device canvas, LM head only on the B active-block rows)
- *       -> umk_sample (fused softmax confidence / Gumbel-max, kernels/decode.cu)
- *       -> umk_decode_commit (decoder rule, commit, block advance, EOS stop, next rows)
+ *       -> backend_decode_sample (fused softmax confidence / Gumbel-max)
+ *       -> backend_decode_commit (decoder rule, commit, block advance, EOS stop, next rows)
  *       -> async copy of the step records into a pinned ring slot + event
- * with no host synchronisation; the steady-state step can be captured once as a CUDA graph and
- * replayed. The host polls the ring (cudaEventQuery) and turns records into decode events one or
- * more steps behind the device.
+ * with no host synchronisation; the steady-state step can be captured once as a graph and
+ * replayed. The host polls the ring (backend_event_query) and turns records into decode events
+ * one or more steps behind the device.
  *
  * Semantics equal the CPU reference (decode/sample.c, decode/decoders.c): same candidates, same
  * noise (util/rng.h counters), same commit rules and tie orders. Not covered on the device: CFG
  * (cfg_scale > 0), the LLaDA2.1 editing decoders, infill suffixes with separate layouts — those use
- * the host decode loop. docs/gpu.md describes how decode/ plugs this in.
+ * the host decode loop. decode_device.h runs a changing set of sequences on top of this; the
+ * kernels are the backend's (backend_decode.h).
  *
  * Threading: the engine thread that owns the backend.
  */
-#ifndef UM_CUDA_DECODE_H
-#define UM_CUDA_DECODE_H
+#ifndef UM_DEVICE_STEP_H
+#define UM_DEVICE_STEP_H
 
 #include <stdint.h>
 
@@ -27,7 +29,7 @@
 #include "util/err.h"
 
 /* One sequence of the batch. */
-typedef struct cuda_decode_seq {
+typedef struct device_step_seq {
     const int32_t *tokens;        /* canvas [len] (prompt ++ MASK * gen), host; copied */
     int            len;
     int            lo, hi;        /* first block [lo, hi) (absolute positions) */
@@ -50,20 +52,20 @@ typedef struct cuda_decode_seq {
     int            step_in_block; /* steps already taken in block [lo, hi) */
     int            block_m0;      /* masks of [lo, hi) when that block began (fixed-step quota);
                                      0 = the block begins now (its masks are counted on the device) */
-} cuda_decode_seq;
+} device_step_seq;
 
 /* Model token ids. */
-typedef struct cuda_decode_ids {
+typedef struct device_step_ids {
     int vocab;                    /* logits per row (n_embd_rows) */
     int mask_id, eos_id, eot_id;
-} cuda_decode_ids;
+} device_step_ids;
 
 /* The forward pass: run it for batch b on the backend and return the device logits
  * [b->n_out, vocab] (activation dtype) through *d_logits. Must not synchronise (it may be captured). */
-typedef int (*cuda_forward_fn)(void *user, const fwd_batch *b, const void **d_logits, um_err *err);
+typedef int (*device_step_forward_fn)(void *user, const fwd_batch *b, const void **d_logits, um_err *err);
 
-/* One sequence's record of a completed step. Pointers are valid until the next cuda_decode_poll. */
-typedef struct cuda_step_event {
+/* One sequence's record of a completed step. Pointers are valid until the next device_step_poll. */
+typedef struct device_step_event {
     int            step;          /* the sequence's step index */
     int            lo, hi;        /* block of the commits */
     int            n_commit;
@@ -73,55 +75,55 @@ typedef struct cuda_step_event {
     const float   *conf;          /* [n_commit] */
     const int32_t *draft_tok;     /* [B] by block offset: x0 of still-masked positions, else -1 */
     const float   *draft_conf;    /* [B] */
-} cuda_step_event;
+} device_step_event;
 
-typedef struct cuda_decode cuda_decode;
+typedef struct device_step device_step;
 
-/* Set up a batch on backend be (CUDA). ring = step records buffered on the host side (>= 2). */
-cuda_decode *cuda_decode_create(backend *be, const cuda_decode_seq *seqs, int n_seqs, int block_len,
-                                cuda_decode_ids ids, int ring, cuda_forward_fn fwd, void *fwd_user, um_err *err);
-void         cuda_decode_free(cuda_decode *cd);
+/* Set up a batch on backend be (BACKEND_CAP_DEVICE_DECODE; else -1 + UM_ERR_INVALID_ARG). ring = step records buffered on the host side (>= 2). */
+device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_seqs, int block_len,
+                                device_step_ids ids, int ring, device_step_forward_fn fwd, void *fwd_user, um_err *err);
+void         device_step_free(device_step *cd);
 
 /* The packed batch the forward runs on (tokens / out_rows are host arrays aliased to the device
  * canvas and the device LM-head row list: their host contents are not used). */
-const fwd_batch *cuda_decode_batch(const cuda_decode *cd);
+const fwd_batch *device_step_batch(const device_step *cd);
 
-/* Capture forward + sample + commit as a CUDA graph (before the first step it runs one uncaptured
+/* Capture forward + sample + commit as a graph (BACKEND_CAP_GRAPHS) (before the first step it runs one uncaptured
  * forward first so buffers exist, its results discarded; after a direct step that step did it).
  * Waits for the pending steps. Later steps replay the graph. */
-int  cuda_decode_capture(cuda_decode *cd, um_err *err);
+int  device_step_capture(device_step *cd, um_err *err);
 /* Enqueue one step (graph replay or direct launches) and its record copy. A captured graph that
- * went stale (cuda_graph_stale: e.g. a bigger forward on the same model_ctx regrew the scratch
+ * went stale (backend_graph_stale: e.g. a bigger forward on the same model_ctx regrew the scratch
  * buffers it was captured with, or the allocator's cache was trimmed) is freed, not replayed, and
  * this step runs directly (counted in stale_graphs). -1 + err when the
  * forward fails; aborts when `ring` steps are pending unpolled (caller bug). */
-int  cuda_decode_step(cuda_decode *cd, um_err *err);
+int  device_step_enqueue(device_step *cd, um_err *err);
 /* The oldest unpolled step: 1 when its records are ready (wait = 1 blocks until they are), 0 when
  * nothing is pending / not ready yet. */
-int  cuda_decode_poll(cuda_decode *cd, int wait);
+int  device_step_poll(device_step *cd, int wait);
 /* Sequence s's record of the step returned by the last successful poll. */
-void cuda_decode_event(const cuda_decode *cd, int s, cuda_step_event *ev);
+void device_step_record(const device_step *cd, int s, device_step_event *ev);
 /* Steps enqueued but not yet polled. */
-int  cuda_decode_pending(const cuda_decode *cd);
-/* Milliseconds of GPU time of the step returned by the last successful poll: cudaEvent timing from
- * the start of its forward (when the GPU got there: earlier queued work excluded) to its records
- * being copied. The device loop reports this as its step time (the host only enqueues a step). */
-double cuda_decode_step_ms(const cuda_decode *cd);
+int  device_step_pending(const device_step *cd);
+/* Milliseconds of device time of the step returned by the last successful poll: event timing from
+ * the start of its forward (when the device got there: earlier queued work excluded) to its
+ * records being copied. The device loop reports this as its step time (the host only enqueues a step). */
+double device_step_gpu_ms(const device_step *cd);
 
 /* Launch counters of this batch. */
-typedef struct cuda_decode_stats {
+typedef struct device_step_stats {
     uint64_t graph_launches;   /* steps replayed from the captured graph */
     uint64_t direct_launches;  /* steps launched op by op */
     uint64_t stale_graphs;     /* graphs dropped unreplayed because a buffer they use was freed or
-                                  replaced since their capture (cuda_graph_stale); that step ran
+                                  replaced since their capture (backend_graph_stale); that step ran
                                   directly, the caller may capture again */
-} cuda_decode_stats;
-void cuda_decode_get_stats(const cuda_decode *cd, cuda_decode_stats *out);
+} device_step_stats;
+void device_step_get_stats(const device_step *cd, device_step_stats *out);
 /* 1 while the batch holds a captured (not stale-dropped) graph. */
-int  cuda_decode_has_graph(const cuda_decode *cd);
+int  device_step_has_graph(const device_step *cd);
 
-/* Copy the current device canvas (all sequences, packed as cuda_decode_batch()->tokens) to out;
+/* Copy the current device canvas (all sequences, packed as device_step_batch()->tokens) to out;
  * synchronises. */
-void cuda_decode_tokens(cuda_decode *cd, int32_t *out);
+void device_step_tokens(device_step *cd, int32_t *out);
 
-#endif /* UM_CUDA_DECODE_H */
+#endif /* UM_DEVICE_STEP_H */

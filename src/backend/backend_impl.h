@@ -1,0 +1,104 @@
+/*
+ * backend_impl.h — what a backend implements: the ops table behind the opaque `backend` handle of
+ * backend.h, and the handle itself. Included by the implementations (cpu/, cuda/), backend.c (the
+ * public wrappers) and tests that drive one implementation's ops directly; never by model/ or the
+ * layers above, which see only backend.h.
+ *
+ * Members marked (optional) may be NULL: the wrapper in backend.c then does the documented
+ * host-memory / synchronous thing, and backend_has() reports the capability as absent. A group of
+ * optional members forms one capability (backend.h enum backend_cap): a backend sets all of its
+ * members or none. The required members are the forward pass's ops; their semantics are in
+ * backend.h next to the wrappers.
+ *
+ * Threading: as backend.h (one driving thread per instance).
+ */
+#ifndef UM_BACKEND_IMPL_H
+#define UM_BACKEND_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/backend_decode.h"
+#include "backend/comm.h"
+#include "util/dtype.h"
+#include "util/err.h"
+
+typedef struct backend_ops {
+    const char *name;          /* implementation name ("cpu", "cuda"): logs only */
+
+    /* ------------------------------------------------ required: weights, activations, forward ops */
+    int   (*weight_upload)(backend *be, const bweight_src *src, bweight *out, um_err *err);
+    void  (*weight_free)(backend *be, bweight *w);
+    void *(*act_alloc)(backend *be, size_t n);
+    void  (*act_free)(backend *be, void *p);
+    void  (*act_to_host)(backend *be, const void *src, size_t n, float *dst);
+    void  (*embed)(backend *be, const bweight *wte, const int32_t *ids, int n, void *out);
+    void  (*rmsnorm)(backend *be, const void *x, const bweight *w, int n, int d, float eps, void *out);
+    void  (*matmul)(backend *be, const void *x, const bweight *w, const bweight *bias, int n, void *y);
+    void  (*rope)(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                  float theta);
+    void  (*attention)(backend *be, const attn_params *p, const void *q, const void *k, const void *v, void *out);
+    void  (*swiglu)(backend *be, const void *gate, const void *up, size_t n, void *out);
+    void  (*add)(backend *be, void *x, const void *y, size_t n);
+    void  (*get_rows)(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
+    void  (*free)(backend *be);
+
+    /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */
+    /* (optional) free / total device memory in bytes */
+    void  (*mem_info)(backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* (optional) weights + activations + the backend's reserve against free memory */
+    int   (*check_fit)(backend *be, uint64_t weight_bytes, uint64_t act_bytes, um_err *err);
+    /* (optional) expected upload bytes for the progress line */
+    void  (*set_upload_total)(backend *be, uint64_t bytes, const char *label);
+    /* (optional) release the allocator's cached free blocks; bytes released */
+    size_t (*trim)(backend *be);
+    /* (optional, not part of the capability) device-to-device copy bandwidth, bytes/s */
+    double (*mem_bandwidth)(backend *be, size_t bytes, int reps);
+
+    /* ------------------------------------------------ BACKEND_CAP_ASYNC */
+    /* (optional) wait for all queued work */
+    void  (*synchronize)(backend *be);
+
+    /* ------------------------------------------------ BACKEND_CAP_GRAPHS */
+    void           (*graph_begin)(backend *be);                              /* (optional) */
+    backend_graph *(*graph_end)(backend *be);                                /* (optional) */
+    void           (*graph_launch)(backend *be, backend_graph *g);           /* (optional) */
+    int            (*graph_stale)(backend *be, const backend_graph *g);      /* (optional) */
+    void           (*graph_free)(backend *be, backend_graph *g);             /* (optional) */
+
+    /* ------------------------------------------------ BACKEND_CAP_DEVICE_DECODE (backend_decode.h) */
+    void          *(*buf_alloc)(backend *be, size_t bytes);                  /* (optional) */
+    void           (*buf_free)(backend *be, void *p);                        /* (optional) */
+    void           (*buf_set_async)(backend *be, void *dst, const void *src, size_t bytes);   /* (optional) */
+    void           (*buf_get_async)(backend *be, void *dst, const void *src, size_t bytes);   /* (optional) */
+    void          *(*host_alloc)(backend *be, size_t bytes);                 /* (optional) pinned */
+    void           (*host_free)(backend *be, void *p);                       /* (optional) */
+    backend_event *(*event_new)(backend *be);                                /* (optional) */
+    void           (*event_free)(backend *be, backend_event *ev);            /* (optional) */
+    void           (*event_record)(backend *be, backend_event *ev);          /* (optional) */
+    int            (*event_query)(backend *be, backend_event *ev);           /* (optional) */
+    void           (*event_wait)(backend *be, backend_event *ev);            /* (optional) */
+    double         (*event_elapsed_ms)(backend *be, backend_event *a, backend_event *b);       /* (optional) */
+    void           (*alias_add)(backend *be, const void *host, const void *dev, size_t bytes); /* (optional) */
+    void           (*alias_clear)(backend *be);                              /* (optional) */
+    void           (*decode_begin)(backend *be, const bdec_launch *l);       /* (optional) */
+    void           (*decode_sample)(backend *be, const bdec_launch *l, const void *logits);    /* (optional) */
+    void           (*decode_commit)(backend *be, const bdec_launch *l);      /* (optional) */
+
+    /* ------------------------------------------------ BACKEND_CAP_COMM */
+    /* (optional) join a collective group on this backend's device (see backend_comm_join) */
+    comm *(*comm_join)(backend *be, const uint8_t id[COMM_ID_BYTES], int rank, int world,
+                       int (*cancelled)(void *user), void *user, int timeout_ms, um_err *err);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    const char        *name;         /* "cpu", "cuda:0" (owned by the implementation) */
+    const char        *description;  /* device name; NULL = name */
+    enum dtype         act_dtype;    /* activation dtype (F32 on CPU, BF16 on CUDA) */
+    int                n_threads;
+    void              *impl;         /* backend private state */
+};
+
+#endif /* UM_BACKEND_IMPL_H */
