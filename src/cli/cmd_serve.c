@@ -69,6 +69,8 @@ int cmd_serve(int argc, char **argv) {
     int max_bytes = INT_MIN, max_events = INT_MIN, max_sessions = INT_MIN, max_gens = INT_MIN, max_msg = INT_MIN;
     int ping = INT_MIN, verbose = 0;
     double retention = NAN;
+    http_api_flags hf;   /* the HTTP APIs' own settings (server/http_api.h) */
+    http_api_flags_init(&hf);
     arg_spec specs[] = {
         {"config", ARG_STR, &config, "JSON config file [config/unmask.json if present]"},
         {"model", ARG_STR, &model_dir, "checkpoint directory [models/bundled]"},
@@ -100,15 +102,26 @@ int cmd_serve(int argc, char **argv) {
         {"tls-cert", ARG_STR, &tls_cert, "PEM certificate (chain): serve https:// and wss:// (TLS 1.2+)"},
         {"tls-key", ARG_STR, &tls_key, "PEM private key for --tls-cert"},
         {"verbose", ARG_FLAG, &verbose, "debug logging (also libwebsockets warnings)"},
+        {"api-keys", ARG_STR, &hf.api_keys, "file of API keys, one per line; none = open access"},
+        {"rate-limit", ARG_FLOAT, &hf.rate_limit, "HTTP requests per second per API key (or client address); 0 = off [0]"},
+        {"rate-burst", ARG_FLOAT, &hf.rate_burst, "rate-limit burst (bucket size) [2 x rate, at least 1]"},
+        {"cors-origin", ARG_STR, &hf.cors_origin, "allowed browser Origin for the HTTP APIs ('*' = any); none = no CORS"},
+        {"algorithm-config", ARG_STR, &hf.algorithm_config,
+         "server-wide decoder defaults, YAML (flat key: value) or JSON, like SGLang's --dllm-algorithm-config"},
+        {"webhook-secret", ARG_STR, &hf.webhook_secret,
+         "HMAC-SHA256 key for job webhooks' X-Unmask-Signature [$UNMASK_WEBHOOK_SECRET]"},
+        {"webhook-attempts", ARG_INT, &hf.webhook_attempts, "webhook delivery attempts [5]"},
+        {"webhook-retry-base", ARG_FLOAT, &hf.webhook_retry_base, "seconds before the first webhook retry, doubling [0.5]"},
+        {"served-model-name", ARG_STR, &hf.served_model_name, "model id reported by /v1/models [the model directory name]"},
+        {"max-gen-length", ARG_INT, &hf.max_gen_length, "largest max_tokens / gen_length a request may ask [8192]"},
+        {"max-prompt-tokens", ARG_INT, &hf.max_prompt_tokens, "largest prompt in tokens, 0 = the model's context [0]"},
+        {"max-jobs", ARG_INT, &hf.max_jobs, "async jobs kept (finished ones expire oldest first) [10000]"},
+        {"job-attempts", ARG_INT, &hf.job_attempts, "engine attempts per async job before it fails [3]"},
+        {"shutdown-grace", ARG_FLOAT, &hf.shutdown_grace,
+         "on SIGTERM: seconds to finish running work while refusing new requests with 503; 0 = stop at once [30]"},
         {NULL, 0, NULL, NULL},
     };
-    /* + the HTTP APIs' flags (server/http_api.c) */
-    arg_spec all[64];
-    int n_all = 0;
-    while (specs[n_all].name) all[n_all] = specs[n_all], n_all++;
-    n_all += http_api_cli_specs(all + n_all, (int)(sizeof all / sizeof all[0]) - n_all - 1);
-    all[n_all] = specs[sizeof specs / sizeof specs[0] - 1];
-    int r = args_parse(argc, argv, k_usage, all);
+    int r = args_parse(argc, argv, k_usage, specs);
     if (r != 0) return r > 0 ? 0 : 2;
     if (device_loop && strcmp(device_loop, "on") != 0 && strcmp(device_loop, "off") != 0) {
         fprintf(stderr, "error: --device-loop must be on or off, got '%s'\n", device_loop);
@@ -201,7 +214,7 @@ int cmd_serve(int argc, char **argv) {
         server_config_free(&cfg);
         return 2;
     }
-    if (http_api_configure(&cfg, &err) != 0) {
+    if (http_api_configure(&cfg, &hf, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         server_config_free(&cfg);
         return 2;

@@ -53,37 +53,8 @@
 
 /* ================================================================ settings */
 
-/* Flags as given on the command line (INT_MIN / NaN / NULL = not given). */
-static struct {
-    const char *api_keys, *cors_origin, *algorithm_config, *webhook_secret, *served_model_name;
-    double      rate_limit, rate_burst, shutdown_grace, webhook_retry_base;
-    int         max_gen_length, max_prompt_tokens, max_jobs, job_attempts, webhook_attempts;
-} g_flags = {NULL, NULL, NULL, NULL, NULL, NAN, NAN, NAN, NAN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
-
-int http_api_cli_specs(arg_spec *out, int cap) {
-    const arg_spec specs[] = {
-        {"api-keys", ARG_STR, &g_flags.api_keys, "file of API keys, one per line; none = open access"},
-        {"rate-limit", ARG_FLOAT, &g_flags.rate_limit, "HTTP requests per second per API key (or client address); 0 = off [0]"},
-        {"rate-burst", ARG_FLOAT, &g_flags.rate_burst, "rate-limit burst (bucket size) [2 x rate, at least 1]"},
-        {"cors-origin", ARG_STR, &g_flags.cors_origin, "allowed browser Origin for the HTTP APIs ('*' = any); none = no CORS"},
-        {"algorithm-config", ARG_STR, &g_flags.algorithm_config,
-         "server-wide decoder defaults, YAML (flat key: value) or JSON, like SGLang's --dllm-algorithm-config"},
-        {"webhook-secret", ARG_STR, &g_flags.webhook_secret,
-         "HMAC-SHA256 key for job webhooks' X-Unmask-Signature [$UNMASK_WEBHOOK_SECRET]"},
-        {"webhook-attempts", ARG_INT, &g_flags.webhook_attempts, "webhook delivery attempts [5]"},
-        {"webhook-retry-base", ARG_FLOAT, &g_flags.webhook_retry_base, "seconds before the first webhook retry, doubling [0.5]"},
-        {"served-model-name", ARG_STR, &g_flags.served_model_name, "model id reported by /v1/models [the model directory name]"},
-        {"max-gen-length", ARG_INT, &g_flags.max_gen_length, "largest max_tokens / gen_length a request may ask [8192]"},
-        {"max-prompt-tokens", ARG_INT, &g_flags.max_prompt_tokens, "largest prompt in tokens, 0 = the model's context [0]"},
-        {"max-jobs", ARG_INT, &g_flags.max_jobs, "async jobs kept (finished ones expire oldest first) [10000]"},
-        {"job-attempts", ARG_INT, &g_flags.job_attempts, "engine attempts per async job before it fails [3]"},
-        {"shutdown-grace", ARG_FLOAT, &g_flags.shutdown_grace,
-         "on SIGTERM: seconds to finish running work while refusing new requests with 503; 0 = stop at once [30]"},
-    };
-    int n = (int)(sizeof specs / sizeof specs[0]);
-    if (n > cap) n = cap;
-    for (int i = 0; i < n; i++) out[i] = specs[i];
-    return n;
+void http_api_flags_init(http_api_flags *f) {
+    *f = (http_api_flags){NULL, NULL, NULL, NULL, NULL, NAN, NAN, NAN, NAN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
 }
 
 /* Effective settings and shared state. */
@@ -168,22 +139,25 @@ static double gauge_ready(void *user) {
 static void drain_begin(server *s);
 static int  drain_idle(server *s);
 
-int http_api_configure(const server_config *cfg, um_err *err) {
+int http_api_configure(const server_config *cfg, const http_api_flags *flags, um_err *err) {
+    http_api_flags fl;
+    if (flags) fl = *flags;
+    else http_api_flags_init(&fl);
     memset(&G, 0, sizeof G);
     G.lim = api_limits_default();
-    const char *keys = g_flags.api_keys ? g_flags.api_keys : cfg_str(cfg, "api_keys");
+    const char *keys = fl.api_keys ? fl.api_keys : cfg_str(cfg, "api_keys");
     if (keys && auth_keys_load(&G.keys, keys, err) != 0) return um_err_prefix(err, "--api-keys");
     double rate, burst, wh_base;
     int wh_attempts, max_jobs, attempts;
-    if (setting_num(cfg, "rate_limit", g_flags.rate_limit, 0, &rate, err) ||
-        setting_num(cfg, "rate_burst", g_flags.rate_burst, 0, &burst, err) ||
-        setting_num(cfg, "shutdown_grace", g_flags.shutdown_grace, 30, &G.shutdown_grace, err) ||
-        setting_num(cfg, "webhook_retry_base", g_flags.webhook_retry_base, 0.5, &wh_base, err) ||
-        setting_int(cfg, "max_gen_length", g_flags.max_gen_length, G.lim.max_gen_length, &G.lim.max_gen_length, err) ||
-        setting_int(cfg, "max_prompt_tokens", g_flags.max_prompt_tokens, 0, &G.lim.max_prompt_tokens, err) ||
-        setting_int(cfg, "webhook_attempts", g_flags.webhook_attempts, 5, &wh_attempts, err) ||
-        setting_int(cfg, "max_jobs", g_flags.max_jobs, 10000, &max_jobs, err) ||
-        setting_int(cfg, "job_attempts", g_flags.job_attempts, 3, &attempts, err))
+    if (setting_num(cfg, "rate_limit", fl.rate_limit, 0, &rate, err) ||
+        setting_num(cfg, "rate_burst", fl.rate_burst, 0, &burst, err) ||
+        setting_num(cfg, "shutdown_grace", fl.shutdown_grace, 30, &G.shutdown_grace, err) ||
+        setting_num(cfg, "webhook_retry_base", fl.webhook_retry_base, 0.5, &wh_base, err) ||
+        setting_int(cfg, "max_gen_length", fl.max_gen_length, G.lim.max_gen_length, &G.lim.max_gen_length, err) ||
+        setting_int(cfg, "max_prompt_tokens", fl.max_prompt_tokens, 0, &G.lim.max_prompt_tokens, err) ||
+        setting_int(cfg, "webhook_attempts", fl.webhook_attempts, 5, &wh_attempts, err) ||
+        setting_int(cfg, "max_jobs", fl.max_jobs, 10000, &max_jobs, err) ||
+        setting_int(cfg, "job_attempts", fl.job_attempts, 3, &attempts, err))
         return -1;
     if (!(rate >= 0)) return um_err_param(err, "rate-limit", "--rate-limit must be >= 0, got %g", rate);
     if (!(burst >= 0)) return um_err_param(err, "rate-burst", "--rate-burst must be >= 0, got %g", burst);
@@ -203,14 +177,14 @@ int http_api_configure(const server_config *cfg, um_err *err) {
     api_limits_set(&G.lim); /* the WebSocket protocol applies the same limits (api/limits.h) */
     G.rate = rate;
     if (rate > 0) G.rl = ratelimit_new(rate, burst > 0 ? burst : (2 * rate < 1 ? 1 : 2 * rate));
-    const char *cors = g_flags.cors_origin ? g_flags.cors_origin : cfg_str(cfg, "cors_origin");
+    const char *cors = fl.cors_origin ? fl.cors_origin : cfg_str(cfg, "cors_origin");
     if (cors && cors[0]) G.cors_origin = xstrdup(cors);
-    const char *algo = g_flags.algorithm_config ? g_flags.algorithm_config : cfg_str(cfg, "algorithm_config");
+    const char *algo = fl.algorithm_config ? fl.algorithm_config : cfg_str(cfg, "algorithm_config");
     if (algo) {
         if (algo_config_load(algo, &G.algo, err) != 0) return -1;
         algo_config_set_defaults(G.algo);
     }
-    const char *name = g_flags.served_model_name ? g_flags.served_model_name : cfg_str(cfg, "served_model_name");
+    const char *name = fl.served_model_name ? fl.served_model_name : cfg_str(cfg, "served_model_name");
     if (name) {
         snprintf(G.served_name, sizeof G.served_name, "%s", name);
     } else {
@@ -221,7 +195,7 @@ int http_api_configure(const server_config *cfg, um_err *err) {
         while (b > m && b[-1] != '/') b--;
         snprintf(G.served_name, sizeof G.served_name, "%.*s", (int)(m + n - b), b);
     }
-    const char *secret = g_flags.webhook_secret ? g_flags.webhook_secret : cfg_str(cfg, "webhook_secret");
+    const char *secret = fl.webhook_secret ? fl.webhook_secret : cfg_str(cfg, "webhook_secret");
     if (!secret) secret = getenv("UNMASK_WEBHOOK_SECRET");
     job_store_opts jo = {.max_jobs = max_jobs, .max_active = 1000, .max_events = 4096, .max_attempts = attempts};
     G.jobs = job_store_new(&jo);
