@@ -2,8 +2,8 @@
  * sched.c — admission queue (round-robin over owner keys), engine threads, step-level batching.
  *
  * Not here: transports, sessions, JSON protocol (server/, api/); the decode loop (decode/).
- * Test hook: UNMASK_FAULT_FORWARD_FAIL (off unless set) makes chosen steps fail like a failing
- * backend forward, for end-to-end tests of the failure path (fault_rules_load below).
+ * Failure injection is not here: sched_opts.step_check (NULL in production) may fail a step like a
+ * failing forward; decode/fault_inject.c is the test hook that uses it.
  * Host or device loop: engine_step() is the one switch; eligible sequences on a CUDA engine go
  * through decode/decode_device.h (events one step behind the GPU), the others through decode_step.
  * Threads: engine_main() runs on one thread per engine; submit/cancel on any thread (the service
@@ -83,8 +83,6 @@ struct sched {
     sched_stats     st;
     uint64_t        next_id;
 
-    struct fault_rule *faults;  /* TEST HOOK (see below): [n_faults], NULL = off (the default) */
-    int             n_faults;
 };
 
 void sched_event_free(sched_event *ev) {
@@ -242,67 +240,6 @@ static void direct_sink(void *user, const decode_event *ev) {
     *held = event_new(ev->seq_user, ev);
 }
 
-/* ---------------------------------------------------------------- TEST HOOK: injected forward failures
- *
- * For end-to-end tests of the engine-failure path only; off unless the environment variable
- * UNMASK_FAULT_FORWARD_FAIL is set when the scheduler is created (read once). Its value is one or
- * more rules separated by ';':
- *     seed=S[,after=A][,times=K]
- * A batched decode step fails when one of its sequences has decode seed S (a request's `seed`;
- * `n` copies use S, S+1, ...) and has already taken at least A steps (default 0: its first step).
- * times=K: only the first K steps matching that rule fail, then the rule is spent (default: every
- * one). A failing step behaves exactly like a failing backend forward: decode_step is not called,
- * the step returns -1 with a um_err, and EVERY sequence of that step (its batch-mates too) finishes
- * with DECODE_FINISH_ERROR. A malformed value stops the server (UM_FATAL). */
-typedef struct fault_rule {
-    uint64_t   seed;
-    int        after;
-    atomic_int left;   /* failures still to inject; -1 = unlimited */
-} fault_rule;
-
-static void fault_rules_load(sched *s) {
-    const char *v = getenv("UNMASK_FAULT_FORWARD_FAIL");
-    if (!v || !*v) return;
-    for (const char *p = v; p; p = strchr(p, ';')) {
-        if (*p == ';') p++;
-        s->faults = xrealloc(s->faults, (size_t)(s->n_faults + 1) * sizeof *s->faults);
-        fault_rule *f = &s->faults[s->n_faults++];
-        unsigned long long seed = 0;
-        int after = 0, times = -1, used = 0;
-        if (sscanf(p, "seed=%llu%n", &seed, &used) != 1) UM_FATAL("UNMASK_FAULT_FORWARD_FAIL: expected seed=S at '%s'", p);
-        const char *q = p + used;
-        while (*q == ',') {
-            if (sscanf(q, ",after=%d%n", &after, &used) == 1 && after >= 0) q += used;
-            else if (sscanf(q, ",times=%d%n", &times, &used) == 1 && times >= 0) q += used;
-            else UM_FATAL("UNMASK_FAULT_FORWARD_FAIL: expected ,after=A or ,times=K at '%s'", q);
-        }
-        if (*q && *q != ';') UM_FATAL("UNMASK_FAULT_FORWARD_FAIL: unexpected '%s'", q);
-        f->seed = seed;
-        f->after = after;
-        atomic_init(&f->left, times);
-        char n_times[32] = "every time";
-        if (times >= 0) snprintf(n_times, sizeof n_times, "the first %d times", times);
-        log_warn("TEST HOOK UNMASK_FAULT_FORWARD_FAIL: decode steps of seed %llu after %d steps fail, %s", seed, after,
-                 n_times);
-    }
-}
-
-/* Engine thread: 0, or -1 with err when a rule says this step's forward fails. */
-static int fault_inject(sched *s, decode_seq **seqs, int n, um_err *err) {
-    for (int r = 0; r < s->n_faults; r++) {
-        fault_rule *f = &s->faults[r];
-        for (int i = 0; i < n; i++) {
-            if (decode_seq_params(seqs[i])->seed != f->seed || decode_seq_steps(seqs[i]) < f->after) continue;
-            int left = atomic_load(&f->left);
-            while (left > 0 && !atomic_compare_exchange_weak(&f->left, &left, left - 1)) {}
-            if (left == 0) break; /* spent */
-            return um_err_set(err, UM_ERR_INTERNAL,
-                              "forward pass failed (injected by UNMASK_FAULT_FORWARD_FAIL, seed %" PRIu64 ")", f->seed);
-        }
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- engine thread */
 
 /* Finish every not-done sequence of seqs[0..n) with an error (a failed step). */
@@ -331,13 +268,13 @@ static void engine_on_dev_step(void *user, double gpu_ms, int batch) { engine_co
 static void engine_step(engine *e, decode_seq **seqs, int n) {
     sched *s = e->s;
     um_err err = {0};
-    if (s->faults) { /* TEST HOOK (off by default): the rules count applied steps, so nothing may lag */
+    if (s->o.step_check) { /* off in production: the check sees exact step counts, so nothing may lag */
         if (e->dev) decode_device_drain(e->dev, &e->sink);
         int k = 0;
         for (int i = 0; i < n; i++)
             if (!decode_seq_done(seqs[i])) seqs[k++] = seqs[i];
         n = k;
-        if (n > 0 && fault_inject(s, seqs, n, &err) != 0) {
+        if (n > 0 && s->o.step_check(s->o.step_check_user, seqs, n, &err) != 0) {
             if (e->dev) decode_device_reset(e->dev);
             engine_fail(e, seqs, n, "decode step", &err);
             return;
@@ -469,7 +406,6 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->engines = xcalloc((size_t)n_engines, sizeof *s->engines);
-    fault_rules_load(s); /* test hook: nothing unless UNMASK_FAULT_FORWARD_FAIL is set */
     for (int i = 0; i < n_engines; i++)   /* before any engine thread runs (they write s->st) */
         s->st.device_loop_engines += !o->host_loop && decode_device_supported(ctxs[i]);
     /* Engine threads never take signals: SIGINT/SIGTERM go to the service thread. */
@@ -563,7 +499,6 @@ void sched_free(sched *s) {
         free(s->engines[i].gone);
     }
     free(s->engines);
-    free(s->faults);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -100,6 +100,9 @@ enum { SCHED_REQ_NEW, SCHED_REQ_QUEUED, SCHED_REQ_ACTIVE, SCHED_REQ_FINISHED };
  * server feeds its step-latency histogram from it). */
 typedef void (*sched_step_fn)(void *user, double step_ms, int batch);
 
+/* A step check (sched_opts.step_check): 0 lets the step run, -1 + err fails it. */
+typedef int (*sched_check_fn)(void *user, decode_seq **seqs, int n, um_err *err);
+
 typedef struct sched_opts {
     int           max_batch;   /* sequences per decode_step per engine (>= 1) */
     int           max_queue;   /* requests waiting for admission in total (>= 0) */
@@ -113,6 +116,11 @@ typedef struct sched_opts {
                                   hold: the device loop keeps every active-block row's logits on the
                                   GPU, and the fit check reserved this many; eligible sequences
                                   beyond it (in admission order) take the host loop. 0 = no limit */
+    sched_check_fn step_check; /* NULL in production. Tests: called on the engine thread before each
+                                  batched step with its sequences (the device loop drained first, so
+                                  step counts are exact); -1 + err fails the step like a failing
+                                  forward: every sequence of it finishes with the error */
+    void         *step_check_user;
 } sched_opts;
 
 /* Aggregate counters (a consistent snapshot taken under the lock). */
