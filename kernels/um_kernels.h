@@ -28,7 +28,7 @@ extern "C" {
 
 /* out[i, :] = wte[ids[i], :], rows of d bf16 */
 cudaError_t umk_embed(const uint16_t *wte, int64_t d, const int32_t *ids, int n, uint16_t *out, cudaStream_t s);
-/* out[i, :] = w * bf16(x[i, :] * rsqrt(mean(x[i]^2) + eps))  (models.md §0 numerics; out may equal x) */
+/* out[i, :] = w * bf16(x[i, :] * rsqrt(mean(x[i]^2) + eps))  (docs/model-spec.md §1; out may equal x) */
 cudaError_t umk_rmsnorm(const uint16_t *x, const uint16_t *w, int n, int d, float eps, uint16_t *out,
                         cudaStream_t s);
 /* tab[i*half + j] = (cos, sin)(pos[i] * theta^(-2j/rot_dim)), angles in double (half = rot_dim/2) */

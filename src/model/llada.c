@@ -1,6 +1,6 @@
 /*
  * llada.c — LLaDA dense (LLaDAModelLM, block_type "llama"): tensor names/shapes and the forward
- * pass written against backend ops (docs/models.md).
+ * pass written against backend ops (docs/model-spec.md).
  * Binding runs at load time (any thread); the forward runs on the engine thread owning the ctx.
  */
 #include "model/llada.h"

@@ -1,7 +1,8 @@
 """decode_ref.py — an independent NumPy implementation of diffusion decoding for checking `unmask generate`.
 
-Written from shared/reference/algorithms.md (A1 LLaDA `generate`, A2 Fast-dLLM threshold, A3 factor,
-A5 dInfer hierarchy, A6 dInfer credit threshold, I1 block layouts, I4 EOS) and models.md §1.5, plus the rules docs/decode.md adds on top of the
+Written from the algorithms as docs/decode.md describes them (LLaDA `generate` low_confidence / random,
+Fast-dLLM threshold, factor, dInfer hierarchy and credit threshold, block layouts, EOS) and the
+reference decode of docs/model-spec.md, plus the rules docs/decode.md adds on top of the
 reference (each marked "unmask rule" below):
   * the mask token is never sampled (x0 = argmax over ids != mask);
   * random numbers come from the counter-based hash of src/util/rng.h keyed (seed, stream=step,
@@ -75,7 +76,7 @@ class Decoder:
                 g = np.exp(ls) / (-np.log(u)) ** T                # A1 add_gumbel_noise, float64
             x0 = int(np.argmax(g))
         lc = l.copy()
-        if conf_eot_inf and self.eot >= 0:                       # models.md §1.5 effective quirk
+        if conf_eot_inf and self.eot >= 0:                       # docs/model-spec.md: the effective quirk
             lc[self.eot] = -np.inf
             if x0 == self.eot:
                 return x0, 0.0

@@ -1,6 +1,6 @@
 """llada_ref.py — an independent NumPy (float64) LLaDA forward pass for checking `unmask logits`.
 
-Written from shared/reference/models.md §0–1 only (not from the C code): embedding, per layer
+Written from docs/model-spec.md §1-2 only (not from the C code): embedding, per layer
 RMSNorm -> q/k/v -> rotate-half RoPE -> bidirectional attention (padded keys excluded for every
 query, GQA by contiguous groups) -> attn_out + residual, RMSNorm -> silu(ff_proj)*up_proj -> ff_out +
 residual, then ln_f and the LM head (transformer.ff_out, or wte when weight_tying).

@@ -1,6 +1,6 @@
 """st_read.py — a minimal, independent safetensors reader for the NumPy reference tests.
 
-Written from shared/reference/models.md §7 (8-byte little-endian header length, JSON header,
+Written from docs/model-spec.md §3 (8-byte little-endian header length, JSON header,
 data_offsets relative to the byte buffer after the header). Returns float64 arrays for F32, BF16
 (uint16 << 16 viewed as float32) and F16; other dtypes raise. Knows nothing about model layouts.
 """

@@ -1,7 +1,7 @@
 // chat_template.test.mjs — `unmask tokenize --chat ... --render` against @huggingface/jinja on the
 // three chat templates unmask must render: LLaDA-8B-Instruct (fixture), Dream/Qwen2.5 ChatML
 // (fixture) and the Ling-2.0 role-tag template (tests/tokenizer/templates, reconstructed from
-// models.md §3.5). Then the rendered chat's ids against HF tokenizers, and errors for unsupported
+// the description in docs/model-spec.md). Then the rendered chat's ids against HF tokenizers, and errors for unsupported
 // syntax. Goldens are computed here at test time.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -93,7 +93,7 @@ test('chat templates render exactly as @huggingface/jinja', () => {
   }
 });
 
-test('LLaDA and Ling renderings match models.md', () => {
+test('LLaDA and Ling renderings match docs/model-spec.md', () => {
   const [llada, , ling] = templates();
   assert.equal(
     render(llada.dir, conversations.single, true),

@@ -90,8 +90,7 @@ export function addedToken(id, content, { special = true, lstrip = false, rstrip
 // The Dream-7B tokenizer (vocab.json + merges.txt + added tokens) as an equivalent tokenizer.json:
 // NFC, Qwen2 split regex, ByteLevel, as transformers' Qwen2 conversion builds it.
 export function dreamTokenizerJson() {
-  const dir = path.join(SRC, '..', 'shared', 'fixtures', 'dream-7b-instruct');
-  const fixtures = fs.existsSync(dir) ? dir : '/work/shared/fixtures/dream-7b-instruct';
+  const fixtures = fixturesDir('dream-7b-instruct');
   const vocab = JSON.parse(fs.readFileSync(path.join(fixtures, 'vocab.json'), 'utf8'));
   const merges = fs.readFileSync(path.join(fixtures, 'merges.txt'), 'utf8').split('\n')
     .filter((l, i) => l.length && !(i === 0 && l.startsWith('#version')));
@@ -103,7 +102,7 @@ export function dreamTokenizerJson() {
   };
 }
 
+// Real Hugging Face config / tokenizer files (no weights) kept in tests/fixtures/.
 export function fixturesDir(name) {
-  const d = path.join(SRC, '..', 'shared', 'fixtures', name);
-  return fs.existsSync(d) ? d : path.join('/work/shared/fixtures', name);
+  return path.join(SRC, 'tests', 'fixtures', name);
 }

@@ -168,7 +168,7 @@ static void test_writer_roundtrip(void) {
 }
 
 static void test_config(void) {
-    const char *base = UNMASK_SOURCE_DIR "/../shared/fixtures/llada-8b-instruct/config.json";
+    const char *base = UNMASK_SOURCE_DIR "/tests/fixtures/llada-8b-instruct/config.json";
     char *text;
     size_t len;
     um_err err = {0};
