@@ -1,5 +1,6 @@
 // attention.cu — bidirectional / block-causal attention over varlen packed sequences (GQA, key
-// padding mask), bf16 in and out, fp32 online softmax.
+// padding mask), bf16 in and out, fp32 online softmax. A sequence's keys/values are its rows of the packed
+// k/v, or its own buffers (umk_attn.k_seq / v_seq: a KV cache).
 //
 // k_attn_mma<HD>: flash-attention-2 style. A block of 4 warps owns 64 query rows of one (sequence,
 // head); each warp owns 16 rows and keeps its Q fragments, the running max/sum and the O
@@ -55,6 +56,10 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     const int k_begin = p.k_start[s], k_end = p.k_start[s + 1];
     const int kvh = h / (p.n_heads / p.n_kv_heads);
     const int ldq = p.n_heads * HD, ldk = p.n_kv_heads * HD;
+    // key row `row` (numbered by k_start) lives at kb/vb + (row - k_begin) * ldk
+    const bool own = p.k_seq != nullptr && p.k_seq[s] != nullptr;   // the sequence's own buffers (KV cache)
+    const uint16_t *kb = own ? p.k_seq[s] : a.k + (int64_t)k_begin * ldk;
+    const uint16_t *vb = own ? p.v_seq[s] : a.v + (int64_t)k_begin * ldk;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;   // the two query rows this thread holds
     const bool ok0 = r0 < q_end, ok1 = r1 < q_end;
@@ -84,13 +89,13 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
         for (int c = tid; c < BC * CPR; c += 128) {   // K: consecutive threads, consecutive chunks
             const int key = c / CPR, col = (c % CPR) * 8, row = kt + key;
             uint4 val = make_uint4(0u, 0u, 0u, 0u);
-            if (row < k_end) val = *reinterpret_cast<const uint4 *>(a.k + (int64_t)row * ldk + kvh * HD + col);
+            if (row < k_end) val = *reinterpret_cast<const uint4 *>(kb + (int64_t)(row - k_begin) * ldk + kvh * HD + col);
             *reinterpret_cast<uint4 *>(Ks + key * KS + col) = val;
         }
         for (int c = tid; c < BC * CPR; c += 128) {   // V: consecutive threads, consecutive keys
             const int key = c % BC, col = (c / BC) * 8, row = kt + key;
             uint4 val = make_uint4(0u, 0u, 0u, 0u);
-            if (row < k_end) val = *reinterpret_cast<const uint4 *>(a.v + (int64_t)row * ldk + kvh * HD + col);
+            if (row < k_end) val = *reinterpret_cast<const uint4 *>(vb + (int64_t)(row - k_begin) * ldk + kvh * HD + col);
             const uint32_t w[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -220,11 +225,15 @@ __global__ void __launch_bounds__(128) k_attn_generic(attn_args a) {
         o[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = p.k_start[s]; j < p.k_start[s + 1]; j++) {
+    const int k0 = p.k_start[s];
+    const bool own = p.k_seq != nullptr && p.k_seq[s] != nullptr;   // the sequence's own buffers (KV cache)
+    const uint16_t *kb = own ? p.k_seq[s] : a.k + (int64_t)k0 * ldk;
+    const uint16_t *vb = own ? p.v_seq[s] : a.v + (int64_t)k0 * ldk;
+    for (int j = k0; j < p.k_start[s + 1]; j++) {
         if (p.key_valid && !p.key_valid[j]) continue;
         if (bc > 0 && p.k_pos[j] / bc > qb) continue;
-        const uint16_t *kr = a.k + (int64_t)j * ldk + kvh * HD;
-        const uint16_t *vr = a.v + (int64_t)j * ldk + kvh * HD;
+        const uint16_t *kr = kb + (int64_t)(j - k0) * ldk + kvh * HD;
+        const uint16_t *vr = vb + (int64_t)(j - k0) * ldk + kvh * HD;
         float dot = 0.0f;
 #pragma unroll
         for (int i = 0; i < GEN_DPL; i++) {

@@ -1,5 +1,5 @@
 // ops.cu — element-wise kernels of the CUDA backend: embedding gather, RMSNorm, RoPE (table +
-// rotate-half), SwiGLU, add, get_rows, bias add, dtype conversions. bf16 storage, fp32 math.
+// rotate-half), SwiGLU, add, get_rows, store_rows (KV cache writes), bias add, dtype conversions. bf16 storage, fp32 math.
 // Rows whose width is a multiple of 8 elements (16 bytes) use 16-byte vector accesses.
 // Does not: allocate or synchronise. Launched by src/backend/cuda/ on the backend's stream.
 #include <cuda_bf16.h>
@@ -46,11 +46,8 @@ int grid_for(size_t n, int threads) {
 
 // ---------------------------------------------------------------- embed / get_rows
 
-__global__ void k_gather_rows(const uint16_t *__restrict__ src, int64_t d, const int32_t *__restrict__ rows,
-                              uint16_t *__restrict__ out) {
-    const int i = blockIdx.x;
-    const uint16_t *s = src + (int64_t)rows[i] * d;
-    uint16_t *o = out + (int64_t)i * d;
+// copy one row of d elements (16-byte chunks when both ends allow), by the whole block
+__device__ __forceinline__ void copy_row(const uint16_t *__restrict__ s, uint16_t *__restrict__ o, int64_t d) {
     if ((d & 7) == 0 && aligned16(s) && aligned16(o)) {
         const uint4 *s4 = reinterpret_cast<const uint4 *>(s);
         uint4 *o4 = reinterpret_cast<uint4 *>(o);
@@ -58,6 +55,21 @@ __global__ void k_gather_rows(const uint16_t *__restrict__ src, int64_t d, const
     } else {
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = s[j];
     }
+}
+
+__global__ void k_gather_rows(const uint16_t *__restrict__ src, int64_t d, const int32_t *__restrict__ rows,
+                              uint16_t *__restrict__ out) {
+    const int i = blockIdx.x;
+    copy_row(src + (int64_t)rows[i] * d, out + (int64_t)i * d, d);
+}
+
+// block (r, s): row seq_start[s] + r of x -> dst[s] row pos[...] (the KV cache write)
+__global__ void k_store_rows(const uint16_t *__restrict__ x, int64_t d, const int32_t *__restrict__ seq_start,
+                             const int32_t *__restrict__ pos, uint16_t *const *__restrict__ dst) {
+    const int s = blockIdx.y;
+    const int i = seq_start[s] + (int)blockIdx.x;
+    if (dst[s] == nullptr || i >= seq_start[s + 1]) return;
+    copy_row(x + (int64_t)i * d, dst[s] + (int64_t)pos[i] * d, d);
 }
 
 // ---------------------------------------------------------------- rmsnorm
@@ -213,6 +225,14 @@ extern "C" cudaError_t umk_embed(const uint16_t *wte, int64_t d, const int32_t *
 extern "C" cudaError_t umk_get_rows(const uint16_t *x, int d, const int32_t *rows, int n, uint16_t *out,
                                     cudaStream_t s) {
     if (n > 0) UMK_LAUNCH(k_gather_rows, n, 128, 0, s, x, d, rows, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_store_rows(const uint16_t *x, int d, int n_seqs, const int32_t *seq_start,
+                                      const int32_t *pos, uint16_t *const *dst, int max_rows, cudaStream_t s) {
+    if (n_seqs > 0 && max_rows > 0)
+        UMK_LAUNCH(k_store_rows, dim3((unsigned)max_rows, (unsigned)n_seqs), 128, 0, s, x, (int64_t)d, seq_start, pos,
+                   dst);
     return cudaGetLastError();
 }
 

@@ -42,6 +42,10 @@ cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint1
 cudaError_t umk_add(uint16_t *x, const uint16_t *y, size_t n, cudaStream_t s);
 /* out[i, :] = x[rows[i], :] (out must not overlap x) */
 cudaError_t umk_get_rows(const uint16_t *x, int d, const int32_t *rows, int n, uint16_t *out, cudaStream_t s);
+/* dst[s][pos[i], :] = x[i, :] for the rows i of every sequence s (seq_start[s] .. seq_start[s+1]-1) whose
+ * dst[s] is not NULL; max_rows: the most rows one sequence has (sets the grid). */
+cudaError_t umk_store_rows(const uint16_t *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
+                           uint16_t *const *dst, int max_rows, cudaStream_t s);
 /* y[i, j] += b[j] for y[n, m] */
 cudaError_t umk_bias_add(uint16_t *y, const uint16_t *b, int n, int m, cudaStream_t s);
 /* dst[i] = bf16(src[i]) for src of F32 (src_is_f16 = 0) or F16 (src_is_f16 = 1) */
@@ -57,6 +61,9 @@ typedef struct umk_attn {
     const int32_t *q_start, *k_start;  /* [n_seqs+1] */
     const int32_t *q_pos, *k_pos;      /* [n_q], [n_k]; only read when block_causal > 0 */
     const uint8_t *key_valid;          /* [n_k] or NULL */
+    const uint16_t *const *k_seq;      /* [n_seqs] or NULL: non-NULL k_seq[s] / v_seq[s] hold sequence s's
+                                          keys / values (rows 0..k_start[s+1]-k_start[s]-1) instead of k / v */
+    const uint16_t *const *v_seq;
     int            block_causal;
     int            n_heads, n_kv_heads, head_dim;
     float          scale;

@@ -6,8 +6,8 @@ import { UnmaskClient } from './client.js';
 import { GenCanvas, heroAnimation } from './canvas.js';
 
 const $ = (id) => document.getElementById(id);
-const PARAMS = ['gen_length', 'block_length', 'steps', 'decoder', 'threshold', 'temperature', 'seed', 'drafts', 'draft_every', 'every'];
-const FALLBACK = { gen_length: 128, block_length: 32, steps: 0, decoder: 'low_confidence', threshold: 0.9, temperature: 0, seed: 0, drafts: true, draft_every: 1, every: 1 };
+const PARAMS = ['gen_length', 'block_length', 'steps', 'decoder', 'threshold', 'temperature', 'seed', 'cache', 'cache_refresh', 'prefix_look', 'after_look', 'drafts', 'draft_every', 'every'];
+const FALLBACK = { gen_length: 128, block_length: 32, steps: 0, decoder: 'low_confidence', threshold: 0.9, temperature: 0, seed: 0, cache: 'dual', cache_refresh: 0, prefix_look: 0, after_look: 0, drafts: true, draft_every: 1, every: 1 };
 const STORE = 'unmask.settings.v1';
 
 const state = {
@@ -71,6 +71,10 @@ function syncOutputs() {
   $('o-temperature').textContent = Number($('p-temperature').value).toFixed(2);
   const dec = $('p-decoder').value;
   $('f-threshold').classList.toggle('dim', dec !== 'threshold');
+  const cache = $('p-cache').value;
+  $('f-cache_refresh').classList.toggle('dim', cache === 'none');
+  $('f-prefix_look').classList.toggle('dim', cache !== 'vicinity');
+  $('f-after_look').classList.toggle('dim', cache !== 'vicinity');
 }
 
 function initSettings() {
@@ -138,6 +142,10 @@ function initClient() {
         decoder: s.defaults.decoder,
         threshold: s.defaults.threshold,
         temperature: s.defaults.temperature,
+        cache: s.defaults.cache ?? FALLBACK.cache,
+        cache_refresh: s.defaults.cache_refresh ?? 0,
+        prefix_look: s.defaults.prefix_look ?? 0,
+        after_look: s.defaults.after_look ?? 0,
       };
       if (!localStorage.getItem(STORE)) applySettingsToForm(state.defaults);
     }
@@ -357,6 +365,10 @@ function submit(text) {
     threshold: s.threshold,
     temperature: s.temperature,
     seed: s.seed,
+    cache: s.cache,
+    cache_refresh: s.cache_refresh,
+    prefix_look: s.prefix_look,
+    after_look: s.after_look,
     stream: { drafts: !!s.drafts, draft_every: s.draft_every || 1, every: s.every || 1 },
   };
   for (const k of Object.keys(body)) if (body[k] === undefined || Number.isNaN(body[k])) delete body[k];

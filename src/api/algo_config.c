@@ -30,6 +30,9 @@ static const key_map k_keys[] = {
     {"gen_length", "gen_length"},    {"max_new_tokens", "gen_length"}, {"max_tokens", "gen_length"},
     {"low_threshold", "low_threshold"}, {"credit_alpha", "credit_alpha"}, {"credit_gamma", "credit_gamma"},
     {"credit_decay", "credit_decay"},
+    {"cache", "cache"},              {"cache_type", "cache"},       {"cache_refresh", "cache_refresh"},
+    {"cache_update_freq", "cache_refresh"}, {"prefix_look", "prefix_look"}, {"after_look", "after_look"},
+    {"warmup_steps", "warmup_steps"},
 };
 
 /* SGLang algorithm class names -> unmask decoder names. */
@@ -59,7 +62,8 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
         json_decref(value);
         return um_err_param(err, key,
                             "%s: unknown algorithm config key '%s' (known: algorithm, threshold, block_size, "
-                            "steps, temperature, top_k, top_p, seed, cfg_scale, factor, gen_length, stop_at_eos)",
+                            "steps, temperature, top_k, top_p, seed, cfg_scale, factor, gen_length, stop_at_eos, "
+                            "cache, cache_refresh, prefix_look, after_look, warmup_steps)",
                             where, key);
     }
     if (json_object_get(out, to)) {
@@ -84,6 +88,12 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
         }
         json_decref(value);
         value = json_string(mapped);
+    } else if (strcmp(to, "cache") == 0) {
+        enum decode_cache c;
+        if (!json_is_string(value) || decode_cache_parse(json_string_value(value), &c) != 0) {
+            json_decref(value);
+            return um_err_param(err, key, "%s: '%s' must be one of none, prefix, dual, vicinity", where, key);
+        }
     } else if (json_is_string(value) || json_is_object(value) || json_is_array(value)) {
         json_decref(value);
         return um_err_param(err, key, "%s: '%s' must be a number or boolean", where, key);
@@ -212,14 +222,16 @@ int algo_config_load(const char *path, json_t **out, um_err *err) {
 /* ---------------------------------------------------------------- server-wide defaults */
 
 static json_t *g_defaults; /* written once at startup (main thread), read-only afterwards */
+static int g_cache = DECODE_CACHE_AUTO;   /* likewise */
 
-void algo_config_set_defaults(const json_t *overrides) {
+void algo_config_set_defaults(const json_t *overrides, int cache) {
     json_decref(g_defaults);
     g_defaults = overrides ? json_deep_copy(overrides) : NULL;
+    g_cache = cache;
 }
 
 decode_params algo_config_params_for_model(const model *m) {
-    decode_params p = decode_params_for_model(m);
+    decode_params p = decode_params_for_serving(m, g_cache);
     if (g_defaults) {
         decode_params saved = p;
         um_err err = {0};

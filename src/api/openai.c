@@ -596,7 +596,12 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
             if (!s) {
                 client_names(g, &ue);
                 if (strcmp(ue.param, "prompt") == 0) snprintf(ue.param, sizeof ue.param, "%s", prompt_param);
-                if (strcmp(ue.param, "suffix") == 0) snprintf(ue.param, sizeof ue.param, "%s", suffix_param);
+                else if (strcmp(ue.param, "suffix") == 0) snprintf(ue.param, sizeof ue.param, "%s", suffix_param);
+                else if (g->kind == API_KIND_GENERATE && ue.param[0]) {   /* a decode field: where SGLang takes it */
+                    char in_sp[sizeof ue.param];
+                    snprintf(in_sp, sizeof in_sp, "sampling_params.%.40s", ue.param);
+                    snprintf(ue.param, sizeof ue.param, "%s", in_sp);
+                }
                 oai_error_from_um(e, &ue);
                 if (api_is_context_error(&ue)) snprintf(e->code, sizeof e->code, "%s", API_CODE_CONTEXT_LENGTH);
                 free(ids);

@@ -122,7 +122,8 @@ static const char *const k_known_fields[] = {
     "gen_length", "max_tokens", "max_new_tokens", "block_length", "steps", "decoder", "threshold", "factor",
     "low_threshold", "credit_alpha", "credit_gamma", "credit_decay",
     "temperature", "top_k", "top_p", "seed", "cfg_scale", "logits_eos_inf", "confidence_eos_eot_inf",
-    "block_layout", "stop_at_eos", "stream_drafts", "drafts", "draft_every", NULL,
+    "block_layout", "stop_at_eos", "stream_drafts", "drafts", "draft_every", "cache", "cache_refresh", "prefix_look",
+    "after_look", "warmup_steps", NULL,
 };
 
 static int known_field(const char *k) {

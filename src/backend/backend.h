@@ -49,7 +49,9 @@ typedef struct bweight_src {
 
 /* Attention over a batch of variable-length sequences packed row after row (varlen layout).
  * Queries of sequence s are rows q_start[s]..q_start[s+1]-1 of q/out; its keys/values are rows
- * k_start[s]..k_start[s+1]-1 of k/v (equal to the query rows when there is no cache). */
+ * k_start[s]..k_start[s+1]-1 of k/v (equal to the query rows when there is no cache) — or, for a
+ * sequence whose keys live in its own buffers (a KV cache), rows 0..k_start[s+1]-k_start[s]-1 of
+ * k_seq[s] / v_seq[s]. k_start also numbers the keys for k_pos / key_valid in both cases. */
 typedef struct attn_params {
     int            n_seqs;
     const int32_t *q_start;      /* [n_seqs+1] host */
@@ -61,6 +63,10 @@ typedef struct attn_params {
                                     k_pos[j]/B <= q_pos[i]/B (LLaDA2 block diffusion) */
     int            n_heads, n_kv_heads, head_dim;
     float          scale;        /* usually 1/sqrt(head_dim) */
+    const void *const *k_seq;    /* [n_seqs] host array of device pointers, or NULL: a non-NULL
+                                    k_seq[s] holds sequence s's keys (row stride n_kv_heads*head_dim)
+                                    instead of k; v_seq[s] its values (set exactly where k_seq is) */
+    const void *const *v_seq;
 } attn_params;
 
 /* ---------------------------------------------------------------- devices and instances */
@@ -148,6 +154,11 @@ void  backend_swiglu(backend *be, const void *gate, const void *up, size_t n, vo
 void  backend_add(backend *be, void *x, const void *y, size_t n);
 /* out[i, :] = x[rows[i], :], rows of d elements */
 void  backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
+/* Scatter packed rows into per-sequence buffers (a KV cache write): for every sequence s with
+ * dst[s] != NULL, dst[s][pos[i], :] = x[i, :] for its rows i in seq_start[s]..seq_start[s+1]-1, rows
+ * of d elements. dst: [n_seqs] host array of device pointers; pos: [seq_start[n_seqs]] host. */
+void  backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
+                         void *const *dst);
 
 /* ---------------------------------------------------------------- graphs (BACKEND_CAP_GRAPHS) */
 

@@ -42,6 +42,8 @@ typedef struct backend_ops {
     void  (*swiglu)(backend *be, const void *gate, const void *up, size_t n, void *out);
     void  (*add)(backend *be, void *x, const void *y, size_t n);
     void  (*get_rows)(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
+    void  (*store_rows)(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
+                        void *const *dst);
     void  (*free)(backend *be);
 
     /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */

@@ -2,7 +2,9 @@
  * bench_decode.c — `unmask bench --decode`: end-to-end decode throughput on the CPU backend. For
  * each decoder and batch size it decodes `batch` different random prompts together (one batched
  * forward per step, as the server's scheduler does) and prints tokens/s, steps/s, tokens per step
- * and ms per step. Does not: measure queueing, HTTP, or CUDA. Main thread (+ backend workers).
+ * and ms per step; with --cache a,b,c the KV cache modes are run interleaved per rep and each row's
+ * tokens/s is also given as a ratio to `none` of the same decoder and batch (when listed).
+ * Does not: measure queueing, HTTP, or CUDA. Main thread (+ backend workers).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,8 @@ typedef struct bench_row {
     double wall_s;
 } bench_row;
 
-static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int batch, int prompt_len,
+/* max_blocks > 0: stop once every sequence finished that many blocks (the rest is not timed). */
+static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int batch, int prompt_len, int max_blocks,
                    uint64_t seed, bench_row *row, um_err *err) {
     decode_seq **s = xcalloc((size_t)batch, sizeof *s);
     int32_t *prompt = xmalloc((size_t)prompt_len * sizeof *prompt);
@@ -50,7 +53,7 @@ static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int b
         decode_seq **act = xmalloc((size_t)batch * sizeof *act);
         int n = 0;
         for (int b = 0; b < batch; b++)
-            if (!decode_seq_done(s[b])) act[n++] = s[b];
+            if (!decode_seq_done(s[b]) && (max_blocks <= 0 || decode_seq_blocks_done(s[b]) < max_blocks)) act[n++] = s[b];
         if (n > 0) {
             rc = decode_step(ctx, act, n, NULL, err);
             row->fwd_steps++;
@@ -74,7 +77,9 @@ static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int b
 
 int bench_decode(int argc, char **argv) {
     const char *model_dir = NULL, *batch_s = "1,8", *decoders_s = "low_confidence,random,threshold,factor";
+    const char *caches_s = "none";
     int gen = 128, block = 32, steps = 0, prompt_len = 32, threads = 0, decode_flag = 0, reps = 1;
+    int cache_refresh = 0, prefix_look = 0, after_look = 0, warmup = 0, max_blocks = 0;
     double threshold = 0.9, factor = 1.0, temperature = 0.0;
     arg_spec specs[] = {
         {"decode", ARG_FLAG, &decode_flag, "(selects this benchmark)"},
@@ -90,20 +95,27 @@ int bench_decode(int argc, char **argv) {
         {"temperature", ARG_FLOAT, &temperature, "sampling temperature [0]"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
         {"reps", ARG_INT, &reps, "runs per row, the fastest is reported (noisy machines) [1]"},
+        {"cache", ARG_STR, &caches_s, "comma-separated KV cache modes: none, prefix, dual, vicinity [none]"},
+        {"cache-refresh", ARG_INT, &cache_refresh, "refresh the cache every N steps inside a block too [0]"},
+        {"prefix-look", ARG_INT, &prefix_look, "vicinity: positions before the block [0]"},
+        {"after-look", ARG_INT, &after_look, "vicinity: positions after the block [0]"},
+        {"warmup-steps", ARG_INT, &warmup, "cache-free steps at the start of each sequence [0]"},
+        {"max-blocks", ARG_INT, &max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
-                       "usage: unmask bench --decode --model DIR [--batch 1,8] [--gen 128] [--block 32] [--steps N]\n\n"
+                       "usage: unmask bench --decode --model DIR [--batch 1,8] [--gen 128] [--block 32] [--steps N]\n"
+                       "                    [--cache none,prefix,dual,vicinity]\n\n"
                        "Decodes batches of random prompts (EOS early stop off) and prints tokens/s, steps/s,\n"
-                       "tokens per step and ms per step for each decoder and batch size.",
+                       "tokens per step and ms per step for each decoder, batch size and KV cache mode.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     if (!model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
     }
-    if (reps < 1 || threads < 0 || prompt_len < 1) {
-        fprintf(stderr, "error: --reps and --prompt must be >= 1, --threads >= 0\n");
+    if (reps < 1 || threads < 0 || prompt_len < 1 || max_blocks < 0) {
+        fprintf(stderr, "error: --reps and --prompt must be >= 1, --threads and --max-blocks >= 0\n");
         return 2;
     }
     int *batches = NULL;
@@ -131,6 +143,25 @@ int bench_decode(int argc, char **argv) {
         }
         free(list);
     }
+    enum decode_cache caches[DECODE_CACHE_COUNT_];
+    int n_caches = 0, none_at = -1;
+    {
+        char *list = xstrdup(caches_s), *save = NULL;
+        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            int dup = 0;
+            if (n_caches < DECODE_CACHE_COUNT_ && decode_cache_parse(t, &caches[n_caches]) == 0)
+                for (int i = 0; i < n_caches; i++) dup |= caches[i] == caches[n_caches];
+            if (n_caches >= DECODE_CACHE_COUNT_ || decode_cache_parse(t, &caches[n_caches]) != 0 || dup) {
+                fprintf(stderr, "error: --cache: unknown or repeated mode '%s' (none, prefix, dual, vicinity)\n", t);
+                free(list);
+                free(batches);
+                return 2;
+            }
+            if (caches[n_caches] == DECODE_CACHE_NONE) none_at = n_caches;
+            n_caches++;
+        }
+        free(list);
+    }
     um_err err = {0};
     model m;
     if (model_load(model_dir, &m, &err) != 0) {
@@ -142,9 +173,12 @@ int bench_decode(int argc, char **argv) {
     base.gen_length = gen, base.block_length = block, base.steps = steps;
     base.threshold = threshold, base.factor = factor, base.temperature = temperature;
     base.stop_at_eos = 0; /* a fixed amount of work per run */
-    for (int d = 0; d < n_decs; d++) {
+    base.cache_refresh = cache_refresh, base.prefix_look = prefix_look, base.after_look = after_look;
+    base.warmup_steps = warmup;
+    for (int d = 0; d < n_decs * n_caches; d++) {
         decode_params p = base;
-        p.decoder = decs[d];
+        p.decoder = decs[d / n_caches];
+        p.cache = caches[d % n_caches];
         if (decode_params_validate(&p, &m.cfg, prompt_len, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.msg);
             model_free(&m);
@@ -163,45 +197,59 @@ int bench_decode(int argc, char **argv) {
     }
     printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d), backend %s, %d threads\n", model_dir,
            model_arch_name(m.cfg.arch), m.cfg.d_model, m.cfg.n_layers, m.cfg.n_embd_rows, backend_name(be), backend_n_threads(be));
-    printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off\n\n",
-           prompt_len, gen, block, steps ? steps : gen, temperature);
-    printf("%-15s %5s %7s %9s %9s %9s %9s %10s %9s\n", "decoder", "batch", "steps", "tokens", "wall s", "tokens/s",
-           "steps/s", "tok/step", "ms/step");
+    printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off%s\n",
+           prompt_len, gen, block, steps ? steps : gen, temperature, max_blocks ? "; timed: the first blocks only" : "");
+    if (max_blocks) printf("(--max-blocks %d: each run stops after every sequence finished %d blocks)\n", max_blocks,
+                           max_blocks);
+    printf("KV cache: refresh every %d steps (0 = at block start), prefix_look %d, after_look %d, warmup %d steps\n\n",
+           cache_refresh, prefix_look, after_look, warmup);
+    printf("%-15s %-9s %5s %7s %9s %9s %9s %9s %10s %9s %8s\n", "decoder", "cache", "batch", "steps", "tokens", "wall s",
+           "tokens/s", "steps/s", "tok/step", "ms/step", "x none");
     /* warm-up: one untimed batch-1 run of the first decoder (thread pools, page faults; a single
      * forward was not enough to reach steady state) */
     {
         bench_row w;
         decode_params p = base;
         p.decoder = decs[0];
-        if (run_one(&ctx, &m, &p, 1, prompt_len, 99, &w, &err) != 0) fprintf(stderr, "warm-up: %s\n", err.msg);
+        if (run_one(&ctx, &m, &p, 1, prompt_len, max_blocks, 99, &w, &err) != 0) fprintf(stderr, "warm-up: %s\n", err.msg);
     }
     int rc = 0;
     for (int d = 0; d < n_decs && rc == 0; d++) {
-        for (int bi = 0; bi < n_batches; bi++) {
-            decode_params p = base;
-            p.decoder = decs[d];
-            bench_row row, best;
+        for (int bi = 0; bi < n_batches && rc == 0; bi++) {
+            /* the cache modes of one row group run interleaved, each rep: a load change hits all */
+            bench_row best[DECODE_CACHE_COUNT_];
             for (int k = 0; k < reps && rc == 0; k++) {
-                if (run_one(&ctx, &m, &p, batches[bi], prompt_len, 1000, &row, &err) != 0) {
-                    fprintf(stderr, "error: %s\n", err.msg);
-                    rc = 1;
-                } else if (k == 0 || row.wall_s < best.wall_s) {
-                    best = row;
+                for (int c = 0; c < n_caches && rc == 0; c++) {
+                    decode_params p = base;
+                    p.decoder = decs[d];
+                    p.cache = caches[c];
+                    bench_row row;
+                    if (run_one(&ctx, &m, &p, batches[bi], prompt_len, max_blocks, 1000, &row, &err) != 0) {
+                        fprintf(stderr, "error: %s\n", err.msg);
+                        rc = 1;
+                    } else if (k == 0 || row.wall_s < best[c].wall_s) {
+                        best[c] = row;
+                    }
                 }
             }
-            if (rc != 0) break;
-            row = best;
-            double tps = row.tokens / row.wall_s, sps = row.fwd_steps / row.wall_s;
-            double tok_per_step = row.seq_steps ? (double)row.tokens / (double)row.seq_steps : 0;
-            printf("%-15s %5d %7d %9ld %9.2f %9.1f %9.2f %10.2f %9.1f\n", decode_decoder_name(p.decoder), row.batch,
-                   row.fwd_steps, row.tokens, row.wall_s, tps, sps, tok_per_step, 1e3 * row.wall_s / row.fwd_steps);
+            for (int c = 0; c < n_caches && rc == 0; c++) {
+                const bench_row *row = &best[c];
+                double tps = row->tokens / row->wall_s, sps = row->fwd_steps / row->wall_s;
+                double tok_per_step = row->seq_steps ? (double)row->tokens / (double)row->seq_steps : 0;
+                char ratio[16] = "-";
+                if (none_at >= 0)
+                    snprintf(ratio, sizeof ratio, "%.2f", tps / (best[none_at].tokens / best[none_at].wall_s));
+                printf("%-15s %-9s %5d %7d %9ld %9.2f %9.1f %9.2f %10.2f %9.1f %8s\n", decode_decoder_name(decs[d]),
+                       decode_cache_name(caches[c]), row->batch, row->fwd_steps, row->tokens, row->wall_s, tps, sps,
+                       tok_per_step, 1e3 * row->wall_s / row->fwd_steps, ratio);
+            }
             fflush(stdout);
         }
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("\npeak RSS %.1f MiB. steps = batched forward passes; tok/step = tokens committed per sequence per step;\n"
-           "fastest of %d run(s) per row.\n",
+           "x none = tokens/s over the `none` row of the same decoder and batch; fastest of %d run(s) per row.\n",
            (double)ru.ru_maxrss / 1024.0, reps);
     model_ctx_free(&ctx);
     backend_free(be);

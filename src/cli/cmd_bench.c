@@ -103,7 +103,7 @@ static int bench_forward(int argc, char **argv) {
             return 2;
         }
     cli_model_ctx mc;
-    if (cli_model_ctx_open(&mc, &m, "cpu", tp, threads, 0, &err) != 0) {
+    if (cli_model_ctx_open(&mc, &m, "cpu", tp, threads, 0, 0, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         model_free(&m);
         free(seqs);

@@ -205,11 +205,12 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
-               *layout_s = NULL, *seed_s = NULL;
+               *layout_s = NULL, *seed_s = NULL, *cache_s = NULL;
     int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0, tp = 1;
     const char *device = "cpu";
     const char *device_loop = "on";
     int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
+    int cache_refresh = INT_MIN, prefix_look = INT_MIN, after_look = INT_MIN, warmup = INT_MIN;
     double threshold = NAN, factor = NAN, temperature = NAN, top_p = NAN, cfg = NAN;
     double low_thr = NAN, c_alpha = NAN, c_gamma = NAN, c_decay = NAN;
     int eos_inf = 0, conf_eos_inf = 0, no_stop = 0, drafts = 0;
@@ -241,6 +242,11 @@ int cmd_generate(int argc, char **argv) {
         {"no-stop-at-eos", ARG_FLAG, &no_stop, "decode every block even after EOS"},
         {"drafts", ARG_FLAG, &drafts, "--json: step events carry drafts for masked positions"},
         {"draft-every", ARG_INT, &draft_every, "drafts every N steps [1]"},
+        {"cache", ARG_STR, &cache_s, "KV cache across steps: none | prefix | dual | vicinity [none]"},
+        {"cache-refresh", ARG_INT, &cache_refresh, "also refresh the cache every N steps inside a block, 0 = only at block start [0]"},
+        {"prefix-look", ARG_INT, &prefix_look, "vicinity: positions before the block recomputed each step [0]"},
+        {"after-look", ARG_INT, &after_look, "vicinity: positions after the block recomputed each step [0]"},
+        {"warmup-steps", ARG_INT, &warmup, "with a cache: the first N steps run without it [0]"},
         {"json", ARG_FLAG, &json, "print one JSON event per line"},
         {"no-live", ARG_FLAG, &no_live, "no live view even on a terminal"},
         {"quiet", ARG_FLAG, &quiet, "no summary line on stderr"},
@@ -315,6 +321,14 @@ int cmd_generate(int argc, char **argv) {
     if (conf_eos_inf) p.confidence_eos_eot_inf = 1;
     if (no_stop) p.stop_at_eos = 0;
     if (drafts) p.stream_drafts = 1;
+    if (cache_refresh != INT_MIN) p.cache_refresh = cache_refresh;
+    if (prefix_look != INT_MIN) p.prefix_look = prefix_look;
+    if (after_look != INT_MIN) p.after_look = after_look;
+    if (warmup != INT_MIN) p.warmup_steps = warmup;
+    if (cache_s && decode_cache_parse(cache_s, &p.cache) != 0) {
+        fprintf(stderr, "error: --cache must be none, prefix, dual or vicinity, got '%s'\n", cache_s);
+        goto done;
+    }
     if (decoder_s && decode_decoder_parse(decoder_s, &p.decoder) != 0) {
         fprintf(stderr, "error: --decoder must be low_confidence, random, threshold, factor, hierarchy or credit, "
                 "got '%s'\n",
@@ -335,7 +349,8 @@ int cmd_generate(int argc, char **argv) {
     }
 
     rc = 1;
-    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)decode_seq_forward_tokens(s), &err) != 0) {
+    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)decode_seq_forward_tokens(s),
+                           (uint64_t)decode_seq_kv_rows(s), &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = cli_model_ctx_exit_code(&err);
         goto done;
@@ -376,6 +391,8 @@ int cmd_generate(int argc, char **argv) {
         rc = 0;
     }
 done:
+    decode_seq_free(s);   /* before its ctx: a sequence still holding KV slots closes them there */
+    s = NULL;
     if (mc_open) cli_model_ctx_close(&mc);
     decode_thread_scratch_free();
     if (lv.piece)

@@ -77,7 +77,7 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     cli_model_ctx mc;
-    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)n, &err) != 0) {
+    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)n, 0, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = cli_model_ctx_exit_code(&err);
         model_free(&m);

@@ -108,6 +108,9 @@ int cmd_serve(int argc, char **argv) {
         {"cors-origin", ARG_STR, &hf.cors_origin, "allowed browser Origin for the HTTP APIs ('*' = any); none = no CORS"},
         {"algorithm-config", ARG_STR, &hf.algorithm_config,
          "server-wide decoder defaults, YAML (flat key: value) or JSON, like SGLang's --dllm-algorithm-config"},
+        {"cache", ARG_STR, &hf.cache,
+         "default KV cache of requests: auto (the model's generation_config.json, else dual) | none | prefix | dual | "
+         "vicinity [auto]"},
         {"webhook-secret", ARG_STR, &hf.webhook_secret,
          "HMAC-SHA256 key for job webhooks' X-Unmask-Signature [$UNMASK_WEBHOOK_SECRET]"},
         {"webhook-attempts", ARG_INT, &hf.webhook_attempts, "webhook delivery attempts [5]"},

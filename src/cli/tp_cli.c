@@ -12,7 +12,7 @@
 #include "util/log.h"
 
 int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
-                       um_err *err) {
+                       uint64_t kv_rows, um_err *err) {
     memset(c, 0, sizeof *c);
     if (!device) device = "cpu";
     if (tp < 1 || tp > MODEL_TP_MAX_LOCAL)
@@ -23,7 +23,7 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
                                 "to split it over them)", device);
         c->be = backend_init_device(device, threads, err);
         if (!c->be) return -1;
-        if (model_fit_check(c->be, m, 1, fit_tokens, 0, err) != 0 || model_ctx_init(&c->own, m, c->be, err) != 0) {
+        if (model_fit_check(c->be, m, 1, fit_tokens, 0, kv_rows, err) != 0 || model_ctx_init(&c->own, m, c->be, err) != 0) {
             backend_free(c->be);
             c->be = NULL;
             return -1;
@@ -31,7 +31,7 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
         c->ctx = &c->own;
         return 0;
     }
-    model_tp_opts o = {.tp = tp, .n_local = tp, .fit_tokens = fit_tokens, .dist = {.nnodes = 1}};
+    model_tp_opts o = {.tp = tp, .n_local = tp, .fit_tokens = fit_tokens, .fit_kv_rows = kv_rows, .dist = {.nnodes = 1}};
     int per = 0;
     if (threads > 0) per = (threads + tp - 1) / tp;
     else {

@@ -22,10 +22,11 @@ typedef struct cli_model_ctx {
 
 /* device: "cpu", "cuda[:N]" or (with tp > 1) a list "cuda:0,cuda:1" of tp GPUs ("cuda" alone =
  * cuda:0..tp-1). threads: CPU threads in total (0 = all cores), split over the ranks. fit_tokens:
- * canvas tokens of the largest forward, for the CUDA fit check (0 = none). -1 + err (param "tp" /
- * "device" for flag errors, UM_ERR_UNSUPPORTED when tp does not divide the model) otherwise. */
+ * canvas tokens of the largest forward, for the CUDA fit check (0 = none); kv_rows: KV cache
+ * positions it reserves too (0 = none). -1 + err (param "tp" / "device" for flag errors,
+ * UM_ERR_UNSUPPORTED when tp does not divide the model) otherwise. */
 int  cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
-                        um_err *err);
+                        uint64_t kv_rows, um_err *err);
 void cli_model_ctx_close(cli_model_ctx *c);
 /* Exit code for an open failure: 2 for flag errors (err->param set: bad --tp / --device, tp not
  * dividing the model), 1 otherwise (no GPU, does not fit, ...). */

@@ -47,6 +47,11 @@ decode_params decode_params_default(void) {
     p.stop_at_eos = 1;
     p.stream_drafts = 0;
     p.draft_every = 1;
+    p.cache = DECODE_CACHE_NONE;
+    p.cache_refresh = 0;
+    p.prefix_look = 0;
+    p.after_look = 0;
+    p.warmup_steps = 0;
     return p;
 }
 
@@ -57,8 +62,10 @@ static int json_num(const json_t *o, const char *key, double *out) {
     return 1;
 }
 
-decode_params decode_params_for_model(const model *m) {
+/* decode_params_for_model; *cache_set = 1 when generation_config.json names a cache mode. */
+static decode_params params_for_model(const model *m, int *cache_set) {
     decode_params p = decode_params_default();
+    *cache_set = 0;
     if (m->cfg.block_causal > 0) {
         p.layout = DECODE_LAYOUT_ALIGNED;
         p.block_length = m->cfg.block_causal;
@@ -83,6 +90,14 @@ decode_params decode_params_for_model(const model *m) {
     if (json_num(g, "block_length", &v)) p.block_length = (int)v;
     if (json_num(g, "threshold", &v)) p.threshold = v;
     if (json_num(g, "cfg_scale", &v)) p.cfg_scale = v;
+    if (json_num(g, "cache_refresh", &v)) p.cache_refresh = (int)v;
+    if (json_num(g, "prefix_look", &v)) p.prefix_look = (int)v;
+    if (json_num(g, "after_look", &v)) p.after_look = (int)v;
+    if (json_num(g, "warmup_steps", &v)) p.warmup_steps = (int)v;
+    const json_t *sv = json_object_get(g, "decoder");   /* unknown names: ignored, like bad values */
+    if (json_is_string(sv)) decode_decoder_parse(json_string_value(sv), &p.decoder);
+    sv = json_object_get(g, "cache");
+    if (json_is_string(sv) && decode_cache_parse(json_string_value(sv), &p.cache) == 0) *cache_set = 1;
     json_decref(g);
     /* a step count meant for a longer default generation (Dream: steps 512) would make every
      * request that only sets gen_length invalid: fall back to auto */
@@ -90,9 +105,23 @@ decode_params decode_params_for_model(const model *m) {
     return p;
 }
 
+decode_params decode_params_for_model(const model *m) {
+    int cache_set;
+    return params_for_model(m, &cache_set);
+}
+
+decode_params decode_params_for_serving(const model *m, int cache) {
+    int cache_set;
+    decode_params p = params_for_model(m, &cache_set);
+    if (cache >= 0 && cache < DECODE_CACHE_COUNT_) p.cache = (enum decode_cache)cache;
+    else if (!cache_set) p.cache = DECODE_CACHE_DUAL;
+    return p;
+}
+
 static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random", "threshold", "factor",
                                                                 "hierarchy", "credit"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
+static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
 const char *decode_decoder_name(enum decode_decoder d) {
     return (int)d >= 0 && d < DECODER_COUNT_ ? k_decoder_names[d] : "unknown";
@@ -120,6 +149,19 @@ int decode_layout_parse(const char *name, enum decode_layout *out) {
     return -1;
 }
 
+const char *decode_cache_name(enum decode_cache c) {
+    return (int)c >= 0 && c < DECODE_CACHE_COUNT_ ? k_cache_names[c] : "unknown";
+}
+
+int decode_cache_parse(const char *name, enum decode_cache *out) {
+    for (int i = 0; i < DECODE_CACHE_COUNT_; i++)
+        if (strcmp(name, k_cache_names[i]) == 0) {
+            *out = (enum decode_cache)i;
+            return 0;
+        }
+    return -1;
+}
+
 const char *decode_finish_name(enum decode_finish f) {
     switch (f) {
     case DECODE_FINISH_NONE: return "none";
@@ -142,6 +184,25 @@ static int layout_blocks(const decode_params *p, int n_prompt, int32_t *lo, int3
         if (hi) hi[nb] = a + B < end ? a + B : end;
     }
     return nb;
+}
+
+/* The KV-cache fields (every range is checked whatever the mode, like the decoder fields). */
+static int decode_cache_validate(const decode_params *p, int ctx, um_err *err) {
+    if ((int)p->cache < 0 || p->cache >= DECODE_CACHE_COUNT_)
+        return um_err_param(err, "cache", "cache must be none, prefix, dual or vicinity");
+    if (p->cache_refresh < 0 || p->cache_refresh > 1000000)
+        return um_err_param(err, "cache_refresh",
+                            "cache_refresh must be between 0 (refresh only when a block begins) and 1000000 steps, got %d",
+                            p->cache_refresh);
+    if (p->prefix_look < 0 || p->prefix_look > ctx)
+        return um_err_param(err, "prefix_look", "prefix_look must be between 0 and %d (the model's maximum sequence length), got %d", ctx,
+                            p->prefix_look);
+    if (p->after_look < 0 || p->after_look > ctx)
+        return um_err_param(err, "after_look", "after_look must be between 0 and %d (the model's maximum sequence length), got %d", ctx,
+                            p->after_look);
+    if (p->warmup_steps < 0 || p->warmup_steps > 1000000)
+        return um_err_param(err, "warmup_steps", "warmup_steps must be between 0 and 1000000, got %d", p->warmup_steps);
+    return 0;
 }
 
 int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
@@ -210,7 +271,7 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
                             "confidence_eos_eot_inf needs an <|eot_id|> token, and the model has none");
     if (p->draft_every < 1)
         return um_err_param(err, "draft_every", "draft_every must be >= 1, got %d", p->draft_every);
-    return 0;
+    return decode_cache_validate(p, ctx, err);
 }
 
 /* ================================================================ sequences */
@@ -277,6 +338,12 @@ struct decode_seq {
     int        text_stopped;              /* first EOS/EOT reached in finalized blocks */
     int        completion_tokens;
     int        saw_eos;                   /* an EOS/EOT was finalized in the generated region */
+
+    /* KV cache (p.cache != NONE): slots on the ctx of the engine that steps the sequence */
+    model_ctx *kv_ctx;                    /* where kv_slot are open; NULL: none open */
+    int        kv_slot[2];                /* conditional / CFG-unconditional canvas (model_kv_open), 0 = none */
+    int        kv_block;                  /* block the cache was filled in; -1: no usable cache */
+    int        kv_age;                    /* steps taken since (and including) the last refresh */
 
     enum decode_finish finish;
     int        done;
@@ -418,14 +485,25 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
     s->piece_off = xmalloc(2 * c * sizeof *s->piece_off);
     s->masks_left = s->G;
     s->eos_pos = -1;
+    s->kv_block = -1;
     s->has_tok = m->tok != NULL;
     if (s->has_tok) tok_stream_init(&s->ts, m->tok, 1);
     strbuf_put(&s->text, "", 0);
     return s;
 }
 
+/* Close the sequence's KV slots (on the thread that owns their ctx, or after its engine stopped). */
+static void seq_kv_release(decode_seq *s) {
+    if (!s->kv_ctx) return;
+    for (int i = 0; i < 2; i++) model_kv_close(s->kv_ctx, s->kv_slot[i]);
+    s->kv_slot[0] = s->kv_slot[1] = 0;
+    s->kv_ctx = NULL;
+    s->kv_block = -1;
+}
+
 void decode_seq_free(decode_seq *s) {
     if (!s) return;
+    seq_kv_release(s);
     if (s->dec->free_state && s->dec_state) s->dec->free_state(s->dec_state);
     free(s->dec_state);
     if (s->has_tok) tok_stream_free(&s->ts);
@@ -463,9 +541,42 @@ const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
     return s->x;
 }
 
+/* What the next step of s runs (docs/decode.md "KV caches"): the canvas rows [wl, wr) and
+ * whether with the KV slots. */
+typedef struct step_plan {
+    int wl, wr;      /* rows of the canvas that go through the forward */
+    int kv;          /* 1: with the sequence's slots (refresh: fill them; window: read them) */
+    int refresh;     /* 1: the whole canvas, filling the cache */
+} step_plan;
+
+static step_plan seq_plan(const decode_seq *s) {
+    step_plan pl = {0, s->L, 0, 0};
+    if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
+    pl.kv = 1;
+    if (s->kv_block != s->cur || (s->p.cache_refresh > 0 && s->kv_age >= s->p.cache_refresh)) {
+        pl.refresh = 1;
+        return pl;
+    }
+    const int lo = s->blk_lo[s->cur], hi = s->blk_hi[s->cur];
+    switch (s->p.cache) {
+    case DECODE_CACHE_PREFIX: pl.wl = lo, pl.wr = s->L; break;
+    case DECODE_CACHE_DUAL: pl.wl = lo, pl.wr = hi; break;
+    default:
+        pl.wl = lo - s->p.prefix_look > 0 ? lo - s->p.prefix_look : 0;
+        pl.wr = hi + s->p.after_look < s->L ? hi + s->p.after_look : s->L;
+        break;
+    }
+    return pl;
+}
+
+int decode_seq_kv_rows(const decode_seq *s) {
+    return s->p.cache == DECODE_CACHE_NONE ? 0 : s->L * (s->p.cfg_scale > 0 ? 2 : 1);
+}
+
 int decode_seq_forward_tokens(const decode_seq *s) {
     if (s->done) return 0;
-    return s->L * (s->p.cfg_scale > 0 ? 2 : 1);
+    const step_plan pl = seq_plan(s);
+    return (pl.wr - pl.wl) * (s->p.cfg_scale > 0 ? 2 : 1);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -493,6 +604,7 @@ static void text_append(decode_seq *s, const char *t, size_t n) {
 static void emit_done(decode_seq *s, const decode_sink *sink, enum decode_finish reason, const char *error) {
     s->finish = reason;
     s->done = 1;
+    seq_kv_release(s);   /* the cache memory goes back now, before DONE is delivered */
     s->t_done = time_now_ns();
     decode_event ev;
     memset(&ev, 0, sizeof ev);
@@ -770,22 +882,44 @@ static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, co
     seq_apply(s, &rec, &v, sink);
 }
 
+/* The KV slots of a sequence whose plan uses them, on ctx (a sequence stepped on another ctx before
+ * starts over there: its old slots are closed and the plan becomes a refresh). */
+static void seq_kv_ensure(decode_seq *s, model_ctx *ctx) {
+    if (s->kv_ctx == ctx) return;
+    seq_kv_release(s);
+    s->kv_ctx = ctx;
+    s->kv_slot[0] = model_kv_open(ctx, s->L);
+    if (s->p.cfg_scale > 0) s->kv_slot[1] = model_kv_open(ctx, s->L);
+}
+
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
     const model *m = ctx->m;
     int V = m->cfg.n_embd_rows;
-    int n_act = 0, n_fseq = 0, n_tok = 0, n_out = 0;
+    int n_act = 0, n_fseq = 0, n_tok = 0, n_out = 0, any_kv = 0;
+    step_plan *plan = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *plan);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
         CHECK(s->m == m);
+        plan[i] = seq_plan(s);
+        if (plan[i].kv) {
+            seq_kv_ensure(s, ctx);
+            plan[i] = seq_plan(s);   /* new slots: a refresh */
+            any_kv = 1;
+        }
         n_act++;
         int f = s->p.cfg_scale > 0 ? 2 : 1;
         n_fseq += f;
-        n_tok += f * s->L;
+        n_tok += f * (plan[i].wr - plan[i].wl);
     }
-    if (n_act == 0) return 0;
+    if (n_act == 0) {
+        free(plan);
+        return 0;
+    }
     int32_t *seq_start = xmalloc((size_t)(n_fseq + 1) * sizeof *seq_start);
     int32_t *tokens = xmalloc((size_t)n_tok * sizeof *tokens);
+    int32_t *pos = xmalloc((size_t)n_tok * sizeof *pos);
+    int32_t *kv = any_kv ? xcalloc((size_t)n_fseq, sizeof *kv) : NULL;
     int *rows = xmalloc((size_t)n * sizeof *rows);
     int *out_base = xmalloc((size_t)n * sizeof *out_base);   /* first logits row of each sequence */
     /* rows per sequence and output row count */
@@ -804,19 +938,20 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
-        int base = tk;
-        memcpy(tokens + tk, s->x, (size_t)s->L * sizeof *tokens);
-        tk += s->L;
-        seq_start[++fs] = tk;
-        for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + r] = base + s->row_pos[r];
-        if (s->p.cfg_scale > 0) {
-            int ubase = tk;
-            memcpy(tokens + tk, s->x, (size_t)s->L * sizeof *tokens);
-            for (int p = 0; p < s->n_prompt; p++) tokens[tk + p] = s->mask_id;
-            for (int p = s->L - s->n_suffix; p < s->L; p++) tokens[tk + p] = s->mask_id;
-            tk += s->L;
+        const int wl = plan[i].wl, w = plan[i].wr - plan[i].wl, cfg = s->p.cfg_scale > 0;
+        for (int c = 0; c <= cfg; c++) {   /* the canvas, then CFG's unconditional one */
+            const int base = tk;
+            memcpy(tokens + tk, s->x + wl, (size_t)w * sizeof *tokens);
+            if (c) {   /* prompt and infill suffix masked out */
+                for (int p = wl; p < s->n_prompt && p < wl + w; p++) tokens[tk + p - wl] = s->mask_id;
+                for (int p = s->L - s->n_suffix; p < wl + w; p++)
+                    if (p >= wl) tokens[tk + p - wl] = s->mask_id;
+            }
+            for (int p = 0; p < w; p++) pos[tk + p] = wl + p;
+            if (kv && plan[i].kv) kv[fs] = s->kv_slot[c];
+            tk += w;
             seq_start[++fs] = tk;
-            for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + rows[i] + r] = ubase + s->row_pos[r];
+            for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + c * rows[i] + r] = base + s->row_pos[r] - wl;
         }
     }
     size_t need = (size_t)n_out * (size_t)V;
@@ -832,16 +967,28 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     fb.tokens = tokens;
     fb.n_out = n_out;
     fb.out_rows = out_rows;
+    fb.pos = pos;
+    fb.kv = kv;
     uint64_t t0 = time_now_ns();
     int rc = n_out > 0 ? model_forward(ctx, &fb, t_logits, err) : 0;
     free(seq_start);
     free(tokens);
+    free(pos);
+    free(kv);
     free(out_rows);
     if (rc != 0) {
         free(rows);
         free(out_base);
+        free(plan);
         return -1;
     }
+    for (int i = 0; i < n && n_out > 0; i++) {   /* the cache is as the forward left it */
+        decode_seq *s = seqs[i];
+        if (s->done || !plan[i].kv) continue;
+        if (plan[i].refresh) s->kv_block = s->cur, s->kv_age = 0;
+        s->kv_age++;
+    }
+    free(plan);
     for (int i = 0; i < n; i++)
         if (!seqs[i]->done && !seqs[i]->t_first_step) seqs[i]->t_first_step = t0;
 

@@ -52,6 +52,18 @@ enum decode_layout {
     DECODE_LAYOUT_COUNT_
 };
 
+/* KV caches across steps (docs/decode.md "KV caches"). A *refresh* step runs the whole canvas and
+ * keeps every layer's keys/values; the other steps run only a window of rows, attending over the
+ * cache with the window's rows replaced by fresh ones. */
+enum decode_cache {
+    DECODE_CACHE_NONE,      /* every step runs the whole canvas (the reference) */
+    DECODE_CACHE_PREFIX,    /* window = the active block and every position after it (Fast-dLLM) */
+    DECODE_CACHE_DUAL,      /* window = the active block's rows only (Fast-dLLM dual cache) */
+    DECODE_CACHE_VICINITY,  /* window = the block widened by prefix_look / after_look positions
+                               (dInfer vicinity refresh); 0 / 0 is dual */
+    DECODE_CACHE_COUNT_
+};
+
 typedef struct decode_params {
     int      gen_length;             /* masked positions after the prompt; default 128 */
     int      block_length;           /* B; default 32 */
@@ -81,15 +93,32 @@ typedef struct decode_params {
                                         active block; default 0 */
     int      draft_every;            /* with stream_drafts: drafts on every N-th step of the
                                         sequence (step % N == 0); >= 1; default 1 */
+    enum decode_cache cache;         /* default DECODE_CACHE_NONE */
+    int      cache_refresh;          /* with a cache: also refresh once the cache is this many steps
+                                        old inside a block (1 = every step, which is no cache);
+                                        0 = only when a block begins; >= 0; default 0 */
+    int      prefix_look;            /* vicinity: positions before the block recomputed every step;
+                                        0 .. context; default 0 */
+    int      after_look;             /* vicinity: positions after the block recomputed every step;
+                                        0 .. context; default 0 */
+    int      warmup_steps;           /* with a cache: the sequence's first N steps run without one
+                                        (and keep none); >= 0; default 0 */
 } decode_params;
 
 decode_params decode_params_default(void);
 /* Defaults for model m: decode_params_default() overridden by the checkpoint's
  * generation_config.json keys when present (temperature, top_k, top_p, steps, gen_length |
- * max_new_tokens, block_length, threshold, cfg_scale) and by the config (block-causal models:
- * aligned layout with block_length = the model's block size). Never fails (bad values are
- * ignored and caught later by validation). */
+ * max_new_tokens, block_length, threshold, cfg_scale, decoder, cache, cache_refresh, prefix_look,
+ * after_look, warmup_steps) and by the config (block-causal models: aligned layout with
+ * block_length = the model's block size). Never fails (bad values are ignored and caught later by
+ * validation; unknown decoder / cache names are ignored). */
 decode_params decode_params_for_model(const model *m);
+/* What a server starts every request from: decode_params_for_model(m) with the KV cache mode
+ * `cache` (an enum decode_cache, the server's setting) — or, for DECODE_CACHE_AUTO, the mode the
+ * checkpoint's generation_config.json names, else DECODE_CACHE_DUAL (serving is fast by default;
+ * `unmask generate` and the reference comparisons keep `none`). */
+#define DECODE_CACHE_AUTO (-1)
+decode_params decode_params_for_serving(const model *m, int cache);
 /* Check p for a prompt of n_prompt tokens on a model with config cfg. On failure: -1 and err with
  * code UM_ERR_INVALID_ARG, err->param = the parameter name, and a message naming the parameter,
  * the allowed range and the value, e.g. "steps must be between 4 and 128 (gen_length), got 2". */
@@ -99,6 +128,8 @@ const char *decode_decoder_name(enum decode_decoder d);          /* "low_confide
 int         decode_decoder_parse(const char *name, enum decode_decoder *out); /* 0 / -1 */
 const char *decode_layout_name(enum decode_layout l);            /* "llada" | "aligned" */
 int         decode_layout_parse(const char *name, enum decode_layout *out);   /* 0 / -1 */
+const char *decode_cache_name(enum decode_cache c);              /* "none" | "prefix" | "dual" | "vicinity" */
+int         decode_cache_parse(const char *name, enum decode_cache *out);     /* 0 / -1 */
 
 /* ---------------------------------------------------------------- events */
 
@@ -215,6 +246,9 @@ const int32_t *decode_seq_canvas(const decode_seq *s, int *len);
 /* Tokens this sequence adds to the next batched forward (canvas length, doubled with CFG): for a
  * scheduler's token budget. 0 when done. */
 int  decode_seq_forward_tokens(const decode_seq *s);
+/* KV cache positions the sequence holds while it runs with a cache (its canvas length, doubled
+ * with CFG); 0 without a cache. For memory sizing. */
+int  decode_seq_kv_rows(const decode_seq *s);
 /* Steps taken so far / blocks finished so far. */
 int  decode_seq_steps(const decode_seq *s);
 int  decode_seq_blocks_done(const decode_seq *s);

@@ -65,7 +65,7 @@ int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);
     return dev_decoder_ok(p->decoder) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
-           p->block_length <= DEVICE_MAX_B;
+           p->block_length <= DEVICE_MAX_B && p->cache == DECODE_CACHE_NONE;
 }
 
 decode_device *decode_device_create(model_ctx *ctx, int graphs) {

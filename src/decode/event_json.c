@@ -135,7 +135,9 @@ int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err) {
         get_num(obj, "cfg_scale", &p->cfg_scale, err) || get_bool(obj, "logits_eos_inf", &p->logits_eos_inf, err) ||
         get_bool(obj, "confidence_eos_eot_inf", &p->confidence_eos_eot_inf, err) ||
         get_bool(obj, "stop_at_eos", &p->stop_at_eos, err) || get_bool(obj, "drafts", &p->stream_drafts, err) ||
-        get_bool(obj, "stream_drafts", &p->stream_drafts, err) || get_int(obj, "draft_every", &p->draft_every, err))
+        get_bool(obj, "stream_drafts", &p->stream_drafts, err) || get_int(obj, "draft_every", &p->draft_every, err) ||
+        get_int(obj, "cache_refresh", &p->cache_refresh, err) || get_int(obj, "prefix_look", &p->prefix_look, err) ||
+        get_int(obj, "after_look", &p->after_look, err) || get_int(obj, "warmup_steps", &p->warmup_steps, err))
         return -1;
     const json_t *v = json_object_get(obj, "seed");
     if (v && !json_is_null(v)) {
@@ -152,6 +154,11 @@ int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err) {
     if (v && !json_is_null(v)) {
         if (!json_is_string(v) || decode_layout_parse(json_string_value(v), &p->layout) != 0)
             return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
+    }
+    v = json_object_get(obj, "cache");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v) || decode_cache_parse(json_string_value(v), &p->cache) != 0)
+            return um_err_param(err, "cache", "cache must be one of none, prefix, dual, vicinity");
     }
     return 0;
 }
@@ -179,5 +186,10 @@ json_t *decode_params_to_json(const decode_params *p) {
     json_object_set_new(o, "stop_at_eos", json_boolean(p->stop_at_eos));
     json_object_set_new(o, "stream_drafts", json_boolean(p->stream_drafts));
     json_object_set_new(o, "draft_every", json_integer(p->draft_every));
+    json_object_set_new(o, "cache", json_string(decode_cache_name(p->cache)));
+    json_object_set_new(o, "cache_refresh", json_integer(p->cache_refresh));
+    json_object_set_new(o, "prefix_look", json_integer(p->prefix_look));
+    json_object_set_new(o, "after_look", json_integer(p->after_look));
+    json_object_set_new(o, "warmup_steps", json_integer(p->warmup_steps));
     return o;
 }

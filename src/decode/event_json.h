@@ -31,7 +31,8 @@ json_t *decode_event_to_json(const decode_event *ev);
  *   "random" | "threshold" | "factor" | "hierarchy" | "credit"), threshold, factor, low_threshold,
  *   credit_alpha, credit_gamma, credit_decay, temperature, top_k, top_p, seed,
  *   cfg_scale, logits_eos_inf, confidence_eos_eot_inf, block_layout ("llada" | "aligned"),
- *   stop_at_eos, stream_drafts | drafts, draft_every.
+ *   stop_at_eos, stream_drafts | drafts, draft_every, cache ("none" | "prefix" | "dual" |
+ *   "vicinity"), cache_refresh, prefix_look, after_look, warmup_steps.
  * A field of the wrong JSON type or an unknown enum name: -1, UM_ERR_INVALID_ARG naming the field.
  * Ranges are not checked here: call decode_params_validate() afterwards. null values are ignored. */
 int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err);

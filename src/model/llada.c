@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/comm.h"
+#include "model/model_kv.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------- tensor binding */
@@ -126,6 +127,12 @@ typedef struct llada_scratch {
     void    *lg;           /* [cap_out, n_embd_rows] logits of one chunk on the backend */
     int32_t *pos;          /* [cap_tok] host: default positions */
     int32_t *rows;         /* [cap_tok] host: default out rows (0..n-1) */
+    /* KV caches (fwd_batch.kv), host, grown on demand */
+    int      cap_seq;      /* sequences the arrays below hold */
+    int32_t *kstart;       /* [cap_seq+1] key numbering: a cached sequence counts its slot's rows */
+    void   **kseq, **vseq; /* [cap_seq] this layer's slot K / V of each sequence, NULL = none */
+    int      cap_kpos;
+    int32_t *kpos;         /* [cap_kpos] key positions (block-causal masks) */
 } llada_scratch;
 
 /* Hand rows x cols elements of checkpoint tensor t at data (t's own, or a slice/copy of it) to the
@@ -211,8 +218,13 @@ static void scratch_release(backend *be, llada_scratch *s) {
     }
     free(s->pos);
     free(s->rows);
-    s->pos = s->rows = NULL;
-    s->cap_tok = s->cap_out = 0;
+    free(s->kstart);
+    free(s->kseq);
+    free(s->vseq);
+    free(s->kpos);
+    s->pos = s->rows = s->kstart = s->kpos = NULL;
+    s->kseq = s->vseq = NULL;
+    s->cap_tok = s->cap_out = s->cap_seq = s->cap_kpos = 0;
 }
 
 void llada_ctx_free(model_ctx *ctx) {
@@ -275,6 +287,57 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
     }
 }
 
+/* KV caches of batch b (fwd_batch.kv): key numbering and (block-causal) key positions in ap, where
+ * a sequence with a slot has the slot's rows as keys. 0 when no sequence has a slot. */
+static int kv_attn_setup(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, attn_params *ap) {
+    int any = 0;
+    for (int q = 0; b->kv && q < b->n_seqs; q++) any |= b->kv[q] != 0;
+    if (!any) return 0;
+    if (b->n_seqs > s->cap_seq) {
+        s->cap_seq = b->n_seqs;
+        s->kstart = xrealloc(s->kstart, (size_t)(s->cap_seq + 1) * sizeof *s->kstart);
+        s->kseq = xrealloc(s->kseq, (size_t)s->cap_seq * sizeof *s->kseq);
+        s->vseq = xrealloc(s->vseq, (size_t)s->cap_seq * sizeof *s->vseq);
+    }
+    s->kstart[0] = 0;
+    for (int q = 0; q < b->n_seqs; q++)
+        s->kstart[q + 1] = s->kstart[q] + (b->kv[q] ? model_kv_rows(ctx, b->kv[q]) : b->seq_start[q + 1] - b->seq_start[q]);
+    ap->k_start = s->kstart;
+    ap->k_seq = (const void *const *)s->kseq;
+    ap->v_seq = (const void *const *)s->vseq;
+    if (ap->block_causal) {
+        const int nk = s->kstart[b->n_seqs];
+        if (nk > s->cap_kpos) {
+            s->cap_kpos = nk;
+            s->kpos = xrealloc(s->kpos, (size_t)nk * sizeof *s->kpos);
+        }
+        for (int q = 0; q < b->n_seqs; q++)
+            for (int j = s->kstart[q]; j < s->kstart[q + 1]; j++)
+                s->kpos[j] = b->kv[q] ? j - s->kstart[q] : pos[b->seq_start[q] + j - s->kstart[q]];
+        ap->k_pos = s->kpos;
+    }
+    return 1;
+}
+
+/* Write layer l's fresh keys / values (after RoPE) of every sequence with a slot into that slot at
+ * the rows' positions, and point the attention at each sequence's keys (kv_attn_setup's arrays):
+ * its slot, or — a sequence without one, whose key numbering no longer matches its packed rows —
+ * its own rows of the fresh k / v. */
+static void kv_store_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, int l, int kvd) {
+    for (int q = 0; q < b->n_seqs; q++) {
+        s->kseq[q] = s->vseq[q] = NULL;
+        if (b->kv[q]) model_kv_layer(ctx, b->kv[q], l, &s->kseq[q], &s->vseq[q]);
+    }
+    backend_store_rows(ctx->be, s->k, kvd, b->n_seqs, b->seq_start, pos, s->kseq);
+    backend_store_rows(ctx->be, s->v, kvd, b->n_seqs, b->seq_start, pos, s->vseq);
+    const size_t row = (size_t)kvd * dtype_size(backend_act_dtype(ctx->be));
+    for (int q = 0; q < b->n_seqs; q++)
+        if (!b->kv[q]) {
+            s->kseq[q] = (char *)s->k + (size_t)b->seq_start[q] * row;
+            s->vseq[q] = (char *)s->v + (size_t)b->seq_start[q] * row;
+        }
+}
+
 /* Embedding and every layer: leaves the final residual stream in s->x. out_cap: output rows the
  * LM-head buffers must hold. */
 static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
@@ -307,6 +370,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
         .head_dim = hd,
         .scale = 1.0f / sqrtf((float)hd),
     };
+    const int cached = kv_attn_setup(ctx, b, pos, s, &ap);
 
     backend_embed(be, &w->wte, b->tokens, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
@@ -318,6 +382,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
         backend_matmul(be, s->h, &L->v, NULL, n, s->v);
         backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
         backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
+        if (cached) kv_store_layer(ctx, b, pos, s, l, KV * hd);
         backend_attention(be, &ap, s->q, s->k, s->v, s->att);
         backend_matmul(be, s->att, &L->attn_out, NULL, n, s->h);
         if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);

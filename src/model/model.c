@@ -11,6 +11,7 @@
 
 #include "text/chat_template.h"
 #include "model/llada.h"
+#include "model/model_kv.h"
 #include "model/model_tp.h"
 #include "text/tokenizer.h"
 #include "util/fileio.h"
@@ -89,10 +90,13 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
         ctx->shard = *shard;
     }
     CHECK(m->cfg.arch == MODEL_ARCH_LLADA);
-    return llada_ctx_init(ctx, err);
+    if (llada_ctx_init(ctx, err) != 0) return -1;
+    model_kv_init(ctx);
+    return 0;
 }
 
 void model_ctx_free(model_ctx *ctx) {
+    model_kv_free(ctx);
     if (ctx->weights || ctx->scratch) llada_ctx_free(ctx);
     memset(ctx, 0, sizeof *ctx);
 }
@@ -126,6 +130,20 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
                                     b->out_rows[i], n_tokens);
     } else if (b->n_out != n_tokens) {
         return um_err_set(err, UM_ERR_INTERNAL, "n_out must equal n_tokens when out_rows is NULL");
+    }
+    if (b->kv) {   /* slots are the decode loop's (a bad one is a bug, but reported, not aborted) */
+        if (b->key_valid) return um_err_set(err, UM_ERR_INTERNAL, "key_valid cannot be combined with KV caches");
+        for (int s = 0; s < b->n_seqs; s++) {
+            if (b->kv[s] == 0) continue;
+            const int rows = model_kv_rows(ctx, b->kv[s]);
+            if (rows == 0) return um_err_set(err, UM_ERR_INTERNAL, "sequence %d: KV slot %d is not open", s, b->kv[s]);
+            for (int i = b->seq_start[s]; i < b->seq_start[s + 1]; i++) {
+                const int p = b->pos ? b->pos[i] : i - b->seq_start[s];
+                if (p >= rows)
+                    return um_err_set(err, UM_ERR_INTERNAL, "sequence %d: position %d is outside its %d-row KV slot", s,
+                                      p, rows);
+            }
+        }
     }
     return 0;
 }

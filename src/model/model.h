@@ -54,15 +54,22 @@ void model_free(model *m);
 
 /* ---------------------------------------------------------------- forward */
 
-/* A batch of sequences packed row after row. Positions default to 0..len-1 per sequence. */
+/* A batch of sequences packed row after row. Positions default to 0..len-1 per sequence.
+ * KV caches (kv != NULL): a sequence with a slot (model_kv_open) writes the keys (after RoPE) and
+ * values of its rows into the slot at their positions in every layer, then attends over ALL the
+ * slot's rows [0, slot rows) — the ones it just wrote and those an earlier forward left there —
+ * instead of over its own rows only. A full canvas with a slot fills the cache; a few rows (a
+ * block) with a slot reuse it. Rows of one sequence must have distinct positions. */
 typedef struct fwd_batch {
     int            n_seqs;
     const int32_t *seq_start;   /* [n_seqs+1] row offsets into tokens */
     const int32_t *tokens;      /* [n_tokens] */
     const int32_t *pos;         /* [n_tokens] absolute positions, or NULL */
-    const uint8_t *key_valid;   /* [n_tokens] 0 = padding (excluded as a key), or NULL */
+    const uint8_t *key_valid;   /* [n_tokens] 0 = padding (excluded as a key), or NULL (required
+                                   with kv) */
     int            n_out;       /* rows whose logits are wanted */
     const int32_t *out_rows;    /* [n_out] indices into tokens; NULL = all rows (n_out = n_tokens) */
+    const int32_t *kv;          /* [n_seqs] KV slot of each sequence, 0 = none; NULL = no caches */
 } fwd_batch;
 
 struct comm; /* backend/comm.h */
@@ -87,6 +94,7 @@ typedef struct model_ctx {
                                    follower ranks; NULL otherwise */
     void        *weights;       /* arch-specific backend weights (llada_weights in llada.c) */
     void        *scratch;       /* arch-specific workspace, grown on demand */
+    struct model_kv *kv;        /* KV cache slots on this ctx's backend (model_kv.c), owned */
 } model_ctx;
 
 int  model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err);
@@ -102,5 +110,32 @@ int  model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *er
  * device (the CUDA decode step captures it in a graph) — except on a tensor-parallel leader
  * (ctx->tp), whose batch broadcast to the followers synchronises the stream (no graph capture). */
 int  model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err);
+
+/* ---------------------------------------------------------------- KV cache slots
+ *
+ * A slot holds, for one canvas of `rows` positions, every layer's keys (after RoPE: positions are
+ * fixed) and values of this ctx's heads, in the backend's memory (activation dtype). The decode
+ * loop opens one per cached canvas, passes it in fwd_batch.kv and closes it when the sequence
+ * ends. On a tensor-parallel leader every rank mirrors the slot with its own heads: followers open
+ * it at the first batch naming it and close it with the batch after model_kv_close. Engine thread
+ * of the ctx (open/close/forward); model_kv_get_stats from any thread. */
+
+/* A new slot of rows positions (1 .. cfg.max_seq): its id (> 0). */
+int  model_kv_open(model_ctx *ctx, int rows);
+/* Free a slot's memory now (id 0: no-op). */
+void model_kv_close(model_ctx *ctx, int id);
+/* Positions a slot holds (0 when id is not an open slot). */
+int  model_kv_rows(const model_ctx *ctx, int id);
+/* Backend bytes of a slot of `rows` positions on a backend whose activations take elem_bytes each
+ * (this rank's heads with `world` ranks): for memory sizing. */
+uint64_t model_kv_bytes(const model_config *c, int world, uint64_t rows, int elem_bytes);
+
+typedef struct model_kv_stats {
+    int64_t  slots;        /* open now */
+    int64_t  bytes;        /* their backend memory now */
+    int64_t  peak_bytes;   /* the most held at once */
+    uint64_t opened, closed;
+} model_kv_stats;
+void model_kv_get_stats(const model_ctx *ctx, model_kv_stats *out);
 
 #endif /* UM_MODEL_H */

@@ -3,8 +3,12 @@
  *
  * Wire format of one leader -> followers message (two comm_broadcast calls from rank 0):
  *   header int32[8]: TP_MAGIC, kind (TP_MSG_FORWARD | TP_MSG_STOP), n_seqs, n_tokens, n_out,
- *                    flags (TP_HAS_POS | TP_HAS_VALID | TP_HAS_ROWS), payload bytes, sequence no.
+ *                    flags (TP_HAS_POS | TP_HAS_VALID | TP_HAS_ROWS | TP_HAS_KV | TP_HAS_REL), payload
+ *                    bytes, sequence no.
  *   payload: seq_start[n_seqs+1], tokens[n_tokens], pos[n_tokens]?, out_rows[n_out]?,
+ *            {kv[n_seqs], kv_rows[n_seqs]}? (the batch's KV slots and their sizes: a follower opens
+ *            a slot it does not hold yet), {n_rel, rel[n_rel]}? (slots the leader closed since the
+ *            previous message: the followers close them before this forward),
  *            key_valid[n_tokens]? (bytes last, so the int32 arrays stay aligned)
  * A setup status round follows initialisation: every rank broadcasts {ok, message} in rank order,
  * so a failure on any rank fails every rank with the same message instead of leaving some inside
@@ -27,6 +31,7 @@
 #include <unistd.h>
 
 #include "model/llada.h"
+#include "model/model_kv.h"
 #include "util/log.h"
 
 #define TP_MAGIC      0x55544d50 /* "PMTU" */
@@ -35,6 +40,8 @@
 #define TP_HAS_POS     1
 #define TP_HAS_VALID   2
 #define TP_HAS_ROWS    4
+#define TP_HAS_KV      8
+#define TP_HAS_REL     16
 
 typedef struct tp_rank {
     struct model_tp *g;
@@ -123,15 +130,26 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
     return 2u * (tokens * per_tok + out_rows * (d + (uint64_t)c->n_embd_rows));
 }
 
-int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, um_err *err) {
+int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, uint64_t kv_rows,
+                    um_err *err) {
     if (!backend_has(be, BACKEND_CAP_DEVICE_MEMORY)) return 0;   /* host memory: nothing to check */
+    const uint64_t kb = model_kv_bytes(&m->cfg, world, kv_rows, (int)dtype_size(backend_act_dtype(be)));
     const uint64_t wb = model_weight_bytes(m, world),
                    ab = model_act_bytes(m, world, tokens) +
-                        2u * dev_rows * ((uint64_t)m->cfg.d_model + (uint64_t)m->cfg.n_embd_rows);
-    if (backend_check_fit(be, wb, ab, err) != 0) return -1;
-    log_info("%s: %.2f GiB weights%s + %.2f GiB activations (%llu tokens per forward) fit", backend_name(be),
-             (double)wb / (double)(1ull << 30), world > 1 ? " (this rank's shard)" : "", (double)ab / (double)(1ull << 30),
-             (unsigned long long)tokens);
+                        2u * dev_rows * ((uint64_t)m->cfg.d_model + (uint64_t)m->cfg.n_embd_rows) + kb;
+    if (backend_check_fit(be, wb, ab, err) != 0) {
+        if (kv_rows) {   /* say how much of it the caches take (--cache none does not lower it: requests choose) */
+            const size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n, "; the activations include %.2f GiB of KV caches for %llu positions",
+                     (double)kb / (double)(1ull << 30), (unsigned long long)kv_rows);
+        }
+        return -1;
+    }
+    log_info("%s: %.2f GiB weights%s + %.2f GiB activations (%llu tokens per forward; %.2f GiB of it KV caches for "
+             "%llu positions) fit",
+             backend_name(be), (double)wb / (double)(1ull << 30), world > 1 ? " (this rank's shard)" : "",
+             (double)ab / (double)(1ull << 30), (unsigned long long)tokens, (double)kb / (double)(1ull << 30),
+             (unsigned long long)kv_rows);
     backend_set_upload_total(be, wb, "weights");
     return 0;
 }
@@ -462,6 +480,16 @@ static void follower_serve(tp_rank *t) {
         b.tokens = p, p += n_tok;
         if (flags & TP_HAS_POS) b.pos = p, p += n_tok;
         if (flags & TP_HAS_ROWS) b.out_rows = p, p += n_out;
+        if (flags & TP_HAS_KV) {
+            b.kv = p;
+            for (int q = 0; q < n_seqs; q++)
+                if (b.kv[q]) model_kv_ensure(&t->ctx, b.kv[q], p[n_seqs + q]);
+            p += 2 * n_seqs;
+        }
+        if (flags & TP_HAS_REL) {
+            for (int i = 0; i < p[0]; i++) model_kv_close(&t->ctx, p[1 + i]);
+            p += 1 + p[0];
+        }
         if (flags & TP_HAS_VALID) b.key_valid = (const uint8_t *)p;
         CHECK(b.seq_start[n_seqs] == n_tok);
         llada_forward_shard(&t->ctx, &b);
@@ -575,7 +603,7 @@ static model_tp *group_prepare(const model *m, const model_tp_opts *o, um_err *e
             um_err_prefix(err, "tensor-parallel rank %d (%s)", t->rank, t->device);
             goto fail;
         }
-        if (o->fit_tokens && model_fit_check(t->be, m, o->tp, o->fit_tokens, 0, err) != 0) {
+        if (o->fit_tokens && model_fit_check(t->be, m, o->tp, o->fit_tokens, 0, o->fit_kv_rows, err) != 0) {
             if (nnodes > 1) {   /* tell the other nodes in the status round */
                 t->err = *err;
                 um_err_prefix(&t->err, "rank %d (%s)", t->rank, t->device);
@@ -689,8 +717,12 @@ void model_tp_send_batch(model_tp *g, const fwd_batch *b) {
     CHECK(g->leader_ok);
     const int n_seqs = b->n_seqs, n_tok = b->seq_start[b->n_seqs];
     const int n_out = b->out_rows ? b->n_out : n_tok;
-    const int flags = (b->pos ? TP_HAS_POS : 0) | (b->key_valid ? TP_HAS_VALID : 0) | (b->out_rows ? TP_HAS_ROWS : 0);
-    size_t ints = (size_t)(n_seqs + 1) + (size_t)n_tok + (b->pos ? (size_t)n_tok : 0) + (b->out_rows ? (size_t)n_out : 0);
+    const int32_t *rel = NULL;
+    const int n_rel = model_kv_take_released(model_tp_leader(g), &rel);
+    const int flags = (b->pos ? TP_HAS_POS : 0) | (b->key_valid ? TP_HAS_VALID : 0) | (b->out_rows ? TP_HAS_ROWS : 0) |
+                      (b->kv ? TP_HAS_KV : 0) | (n_rel ? TP_HAS_REL : 0);
+    size_t ints = (size_t)(n_seqs + 1) + (size_t)n_tok + (b->pos ? (size_t)n_tok : 0) + (b->out_rows ? (size_t)n_out : 0) +
+                  (b->kv ? 2u * (size_t)n_seqs : 0) + (n_rel ? 1u + (size_t)n_rel : 0);
     size_t bytes = ints * sizeof(int32_t) + (b->key_valid ? (size_t)n_tok : 0);
     CHECK(bytes < 0x7fffffffu);
     if (bytes > g->msg_cap) {
@@ -703,6 +735,15 @@ void model_tp_send_batch(model_tp *g, const fwd_batch *b) {
     memcpy(p, b->tokens, (size_t)n_tok * sizeof *p), p += n_tok;
     if (b->pos) memcpy(p, b->pos, (size_t)n_tok * sizeof *p), p += n_tok;
     if (b->out_rows) memcpy(p, b->out_rows, (size_t)n_out * sizeof *p), p += n_out;
+    if (b->kv) {
+        memcpy(p, b->kv, (size_t)n_seqs * sizeof *p);
+        for (int q = 0; q < n_seqs; q++) p[n_seqs + q] = b->kv[q] ? model_kv_rows(model_tp_leader(g), b->kv[q]) : 0;
+        p += 2 * n_seqs;
+    }
+    if (n_rel) {
+        *p++ = n_rel;
+        memcpy(p, rel, (size_t)n_rel * sizeof *p), p += n_rel;
+    }
     if (b->key_valid) memcpy(p, b->key_valid, (size_t)n_tok);
     int32_t h[8] = {TP_MAGIC, TP_MSG_FORWARD, n_seqs, n_tok, n_out, flags, (int32_t)bytes, ++g->seq};
     comm *c = g->r[0].c;

@@ -37,6 +37,8 @@ typedef struct model_tp_opts {
     uint64_t       fit_tokens;                  /* canvas tokens of the largest forward (serve:
                                                    2 x max batch x max seq, CFG doubling a canvas):
                                                    CUDA checks the fit before uploading; 0 = no check */
+    uint64_t       fit_kv_rows;                 /* KV cache positions the fit check reserves too
+                                                   (model_kv_bytes; serve: as fit_tokens) */
     int            max_seq;                     /* serving settings every node must agree on (the
                                                    multi-node setup fingerprint): --max-seq (effective,
                                                    tokens) and --max-batch; 0 when not serving */
@@ -90,7 +92,9 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens);
  * before anything is uploaded (a clear UM_ERR_RESOURCE "does not fit" error with the numbers) and
  * the upload progress total. dev_rows: LM-head rows the device-resident decode loop keeps on the
  * device on top of the forward's own chunk (logits [V] + final hidden [d] each;
- * sched_opts.device_rows), 0 = none. Host-memory backends: 0. */
-int        model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, um_err *err);
+ * sched_opts.device_rows), 0 = none. kv_rows: KV cache positions (model_kv_bytes each) that may be
+ * held at once, 0 = none. Host-memory backends: 0. */
+int        model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, uint64_t kv_rows,
+                           um_err *err);
 
 #endif /* UM_MODEL_TP_H */

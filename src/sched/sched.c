@@ -567,6 +567,13 @@ void sched_get_stats(sched *s, sched_stats *out) {
     out->active = s->n_active;
     pthread_mutex_unlock(&s->lock);
     /* } sched lock --- */
+    memset(&out->kv, 0, sizeof out->kv);
+    for (int i = 0; i < s->n_engines; i++) {   /* atomics of each ctx's slot table */
+        model_kv_stats k;
+        model_kv_get_stats(s->engines[i].ctx, &k);
+        out->kv.slots += k.slots, out->kv.bytes += k.bytes, out->kv.peak_bytes += k.peak_bytes;
+        out->kv.opened += k.opened, out->kv.closed += k.closed;
+    }
 }
 
 int sched_n_engines(const sched *s) { return s->n_engines; }

@@ -138,6 +138,8 @@ typedef struct sched_stats {
     int      device_loop_engines;   /* engines that run eligible sequences on it: CUDA, not
                                        tensor-parallel, not host_loop (fixed at sched_create) */
     decode_device_stats device;     /* its counters summed over the engines (decode_device.h) */
+    model_kv_stats kv;              /* KV cache slots of the engines' ctxs, summed (model.h; peak_bytes
+                                       is the sum of each engine's peak); read live, not under the lock */
 } sched_stats;
 
 /* ctxs[0..n_engines): one model_ctx per engine, all for the same model; the scheduler borrows

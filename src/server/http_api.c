@@ -31,6 +31,7 @@
 #include <openssl/rand.h>
 
 #include "api/algo_config.h"
+#include "decode/event_json.h"
 #include "api/api_error.h"
 #include "api/infill.h"
 #include "api/openai.h"
@@ -54,7 +55,7 @@
 /* ================================================================ settings */
 
 void http_api_flags_init(http_api_flags *f) {
-    *f = (http_api_flags){NULL, NULL, NULL, NULL, NULL, NAN, NAN, NAN, NAN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
+    *f = (http_api_flags){NULL, NULL, NULL, NULL, NULL, NULL, NAN, NAN, NAN, NAN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
 }
 
 /* Effective settings and shared state. */
@@ -65,6 +66,8 @@ static struct {
     double         rate;
     char          *cors_origin;        /* owned or NULL */
     json_t        *algo;               /* algorithm config overrides (owned) or NULL */
+    int            cache;              /* --cache: requests' default KV cache (enum decode_cache) or
+                                          DECODE_CACHE_AUTO */
     api_limits     lim;                /* as configured; installed process-wide (api_limits_set) */
     char           served_name[256];
     double         shutdown_grace;
@@ -139,6 +142,21 @@ static double gauge_ready(void *user) {
 static void drain_begin(server *s);
 static int  drain_idle(server *s);
 
+/* --cache / config "cache": auto or a mode name (flag over config key). */
+static int cache_setting(const server_config *cfg, const char *flag, int *out, um_err *err) {
+    const json_t *v = cfg->file ? json_object_get((json_t *)cfg->file, "cache") : NULL;
+    if (!flag && v && !json_is_null(v) && !json_is_string(v))
+        return um_err_param(err, "cache", "config: \"cache\" must be a string (auto, none, prefix, dual or vicinity)");
+    const char *s = flag ? flag : cfg_str(cfg, "cache");
+    enum decode_cache c;
+    *out = DECODE_CACHE_AUTO;
+    if (!s || strcmp(s, "auto") == 0) return 0;
+    if (decode_cache_parse(s, &c) != 0)
+        return um_err_param(err, "cache", "--cache must be auto, none, prefix, dual or vicinity, got '%s'", s);
+    *out = (int)c;
+    return 0;
+}
+
 int http_api_configure(const server_config *cfg, const http_api_flags *flags, um_err *err) {
     http_api_flags fl;
     if (flags) fl = *flags;
@@ -179,11 +197,10 @@ int http_api_configure(const server_config *cfg, const http_api_flags *flags, um
     if (rate > 0) G.rl = ratelimit_new(rate, burst > 0 ? burst : (2 * rate < 1 ? 1 : 2 * rate));
     const char *cors = fl.cors_origin ? fl.cors_origin : cfg_str(cfg, "cors_origin");
     if (cors && cors[0]) G.cors_origin = xstrdup(cors);
+    if (cache_setting(cfg, fl.cache, &G.cache, err) != 0) return -1;
     const char *algo = fl.algorithm_config ? fl.algorithm_config : cfg_str(cfg, "algorithm_config");
-    if (algo) {
-        if (algo_config_load(algo, &G.algo, err) != 0) return -1;
-        algo_config_set_defaults(G.algo);
-    }
+    if (algo && algo_config_load(algo, &G.algo, err) != 0) return -1;
+    algo_config_set_defaults(G.algo, G.cache);   /* the algorithm config's "cache" wins over --cache */
     const char *name = fl.served_model_name ? fl.served_model_name : cfg_str(cfg, "served_model_name");
     if (name) {
         snprintf(G.served_name, sizeof G.served_name, "%s", name);
@@ -226,7 +243,7 @@ void http_api_shutdown(void) {
     json_decref(G.algo);
     free(G.job_q);
     metrics_gauge_unregister_all();
-    algo_config_set_defaults(NULL);
+    algo_config_set_defaults(NULL, DECODE_CACHE_AUTO);
     api_limits_set(NULL);
     memset(&G, 0, sizeof G);
 }
@@ -617,11 +634,15 @@ static json_t *model_object(const server *s) {
     const model *m = server_model((server *)s);
     json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", G.served_name, "object", "model", "created",
                           (json_int_t)G.created, "owned_by", "unmask");
-    if (m)
-        json_object_set_new(o, "meta", json_pack("{s:i, s:i, s:i, s:b}", "context_length",
+    if (m) {
+        const decode_params d = server_defaults(m);
+        json_object_set_new(o, "meta", json_pack("{s:i, s:i, s:i, s:b, s:[ssss], s:o}", "context_length",
                                                  server_max_seq(s) > 0 ? server_max_seq(s) : m->cfg.max_seq, "vocab_size",
                                                  m->cfg.n_embd_rows, "block_causal", m->cfg.block_causal,
-                                                 "infilling", m->cfg.block_causal == 0));
+                                                 "infilling", m->cfg.block_causal == 0, "cache_modes", "none", "prefix",
+                                                 "dual", "vicinity", "decode_defaults",
+                                                 decode_params_to_json(&d)));
+    }
     return o;
 }
 

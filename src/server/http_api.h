@@ -28,6 +28,7 @@
  * the config file's key, then the default applies). Strings are borrowed (argv). */
 typedef struct http_api_flags {
     const char *api_keys, *cors_origin, *algorithm_config, *webhook_secret, *served_model_name;
+    const char *cache;   /* --cache: auto | none | prefix | dual | vicinity */
     double      rate_limit, rate_burst, shutdown_grace, webhook_retry_base;
     int         max_gen_length, max_prompt_tokens, max_jobs, job_attempts, webhook_attempts;
 } http_api_flags;

@@ -73,6 +73,10 @@ static int h_stats(http_conn *c, const http_req *rq) {
             json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device.lm_rows_masked));
         }
         json_object_set_new(o, "device_loop", dl);
+        json_object_set_new(o, "kv_cache",
+                            json_pack("{s:I,s:I,s:I,s:I,s:I}", "slots", (json_int_t)st.kv.slots, "bytes",
+                                      (json_int_t)st.kv.bytes, "peak_bytes", (json_int_t)st.kv.peak_bytes, "opened",
+                                      (json_int_t)st.kv.opened, "freed", (json_int_t)st.kv.closed));
         json_object_set_new(o, "host_loop",
                             json_pack("{s:I,s:f}", "steps", (json_int_t)st.host_steps, "mean_step_ms",
                                       st.host_steps ? st.host_step_ms_total / (double)st.host_steps : 0.0));

@@ -272,6 +272,7 @@ static void tp_opts_of(const server_config *c, int rep, int threads, uint64_t fi
     o->n_local = L;
     o->n_threads = threads;
     o->fit_tokens = fit_tokens;
+    o->fit_kv_rows = fit_tokens;   /* every canvas an engine runs at once may hold a KV cache */
     o->max_batch = c->max_batch;   /* max_seq: set by the caller (the effective one) */
     o->dist = (comm_dist_opts){.init_addr = c->dist_init_addr, .nnodes = c->nnodes, .node_rank = c->node_rank};
     for (int j = 0; j < L && j < MODEL_TP_MAX_LOCAL; j++) {
@@ -284,7 +285,8 @@ static void tp_opts_of(const server_config *c, int rep, int threads, uint64_t fi
 /* Canvas tokens of the largest forward an engine can run, which the fit check sizes activations
  * for: every batch slot holding a max_seq canvas, twice over — a request with classifier-free
  * guidance (cfg_scale > 0, any client may ask) forwards its unconditional canvas in the same
- * batch (decode_step, decode_seq_forward_tokens). */
+ * batch (decode_step, decode_seq_forward_tokens). The same positions may all hold KV caches
+ * (decode_params.cache, any client may ask): the fit check reserves those too. */
 static uint64_t fit_tokens_of(const server_config *c, int max_seq) {
     return 2u * (uint64_t)c->max_batch * (uint64_t)max_seq;
 }
@@ -347,7 +349,7 @@ static void *loader_main(void *arg) {
             goto fail;
         }
         if (model_fit_check(s->bes[i], &s->m, 1, fit_tokens, c->device_loop ? (uint64_t)device_rows_of(c, &s->m) : 0,
-                            err) != 0) {
+                            fit_tokens, err) != 0) {
             um_err_prefix(err, "engine %d (--max-batch %d x --max-seq %d)", i, c->max_batch, s->max_seq);
             goto fail;
         }

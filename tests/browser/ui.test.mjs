@@ -46,7 +46,7 @@ describe('browser UI', () => {
     for (const [k, v] of Object.entries(p)) {
       const sel = `#p-${k}`;
       if (typeof v === 'boolean') await page.setChecked(sel, v, { force: true });
-      else if (k === 'decoder') await page.selectOption(sel, v);
+      else if (k === 'decoder' || k === 'cache') await page.selectOption(sel, v);
       else await page.fill(sel, String(v));
     }
   }
@@ -147,6 +147,25 @@ describe('browser UI', () => {
     assert.deepEqual(seqs, seqs.map((_, i) => seqs[0] + i), 'the page saw every seq exactly once across the drop');
     const deadline = problems.filter((p) => !/WebSocket/.test(p)); // the drop itself may log a socket warning
     assert.deepEqual(deadline, []);
+  });
+
+  test('the KV cache settings reach the server and are echoed in the accepted params', async () => {
+    await page.selectOption('#p-cache', 'none');
+    assert.match(await page.locator('#f-prefix_look').getAttribute('class'), /dim/, 'look fields dimmed without vicinity');
+    await setParams({ gen_length: 32, block_length: 16, steps: 16, cache: 'vicinity', cache_refresh: 3, prefix_look: 4,
+      after_look: 5 });
+    assert.doesNotMatch(await page.locator('#f-prefix_look').getAttribute('class'), /dim/);
+    await recordCanvas();
+    await page.fill('#prompt', 'cached decoding');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.msg.bot:last-of-type[data-state="done"]', { timeout: 120000 });
+    const events = await page.evaluate(() => window.__events);
+    const acc = events.find((m) => m.type === 'accepted');
+    assert.ok(acc && acc.params, 'accepted carries the effective parameters');
+    assert.deepEqual([acc.params.cache, acc.params.cache_refresh, acc.params.prefix_look, acc.params.after_look],
+      ['vicinity', 3, 4, 5]);
+    assert.ok(events.find((m) => m.type === 'done'));
+    assert.deepEqual(problems, []);
   });
 
   test('light theme', async () => {

@@ -45,10 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!json_is_object(o)) abort();
             decode_params p = decode_params_for_model(m);
             if (decode_params_apply_json(&p, o, &err) == 0 && decode_params_validate(&p, &m->cfg, 8, &err) == 0) {
-                algo_config_set_defaults(o);
+                algo_config_set_defaults(o, DECODE_CACHE_AUTO);
                 decode_params q = algo_config_params_for_model(m);
                 (void)q;
-                algo_config_set_defaults(NULL);
+                algo_config_set_defaults(NULL, DECODE_CACHE_AUTO);
             }
             json_decref(o);
         } else if (o || !err.msg[0]) {

@@ -3,9 +3,11 @@
  * in CI on the CPU CUDA emulator as gpu_parity_emu --quick (ctest emu/gpu_parity, docs/gpu.md
  * Emulator). Every GPU kernel against its CPU counterpart:
  *   ops       embed, rmsnorm (incl. in place), matmul (+bias, several shapes), rope (full/partial,
- *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction): inputs are
+ *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction), store_rows
+ *             (KV cache writes into per-sequence buffers, one sequence without a buffer): inputs are
  *             bf16-exact so both backends see the same numbers; relative L2 error vs the f32 CPU
- *   attention varlen + GQA + key padding, block-causal, queries != keys, a query with no visible
+ *   attention varlen + GQA + key padding, block-causal, queries != keys, keys of some sequences in
+ *             their own buffers (KV caches: k_seq / v_seq, == the packed result), a query with no visible
  *             key, head dims 16/32/64/128 (tensor-core kernel) and 80 (generic kernel), a 4096-token
  *             sequence; the tensor-core kernel also against the generic GPU kernel
  *   sampling  umk_sample vs decode/sample.c sample_row on identical bf16 logits (ties, -inf, mask /
@@ -177,6 +179,33 @@ static void test_embed_getrows(void) {
         float *gih = g_down(go, (size_t)m * d);
         snprintf(what, sizeof what, "get_rows in place d=%d", d);
         expect_close(what, gih, co, (size_t)m * d, 0.0);
+        /* store_rows: 3 sequences of rows of co (now [m, d]); 0 and 2 write into their own buffers
+         * at shuffled positions, 1 has none */
+        {
+            const int32_t st[4] = {0, 10, 17, 30};
+            const int cap = 40;
+            int32_t pos[30];
+            for (int i = 0; i < 30; i++) pos[i] = (int32_t)((i * 7 + 3) % cap);   /* distinct within each sequence */
+            float *zero = xcalloc((size_t)cap * d, sizeof *zero);
+            void *cd[3] = {c_up(zero, (size_t)cap * d), NULL, c_up(zero, (size_t)cap * d)};
+            void *gd[3] = {g_up(zero, (size_t)cap * d), NULL, g_up(zero, (size_t)cap * d)};
+            g_cpu->ops->store_rows(g_cpu, co, d, 3, st, pos, cd);
+            g_gpu->ops->store_rows(g_gpu, go, d, 3, st, pos, gd);
+            for (int s = 0; s < 3; s += 2) {
+                float *gh2 = g_down(gd[s], (size_t)cap * d);
+                snprintf(what, sizeof what, "store_rows d=%d sequence %d", d, s);
+                expect_close(what, gh2, cd[s], (size_t)cap * d, 0.0);
+                int moved = 0;   /* the rows really landed at their positions */
+                for (int i = st[s]; i < st[s + 1]; i++) moved += memcmp((float *)cd[s] + (size_t)pos[i] * d,
+                                                                       co + (size_t)i * d, (size_t)d * sizeof(float)) == 0;
+                CHECKF(moved == st[s + 1] - st[s], "store_rows d=%d: %d of %d rows at their positions", d, moved,
+                       st[s + 1] - st[s]);
+                free(gh2);
+                g_cpu->ops->act_free(g_cpu, cd[s]);
+                g_gpu->ops->act_free(g_gpu, gd[s]);
+            }
+            free(zero);
+        }
         free(gh), free(grh), free(gih), free(ids), free(rows);
         g_cpu->ops->act_free(g_cpu, co), g_cpu->ops->act_free(g_cpu, cr);
         g_gpu->ops->act_free(g_gpu, go), g_gpu->ops->act_free(g_gpu, gr);
@@ -294,6 +323,7 @@ typedef struct attn_case {
     int         H, KV, hd;
     int         block_causal;
     int         pad;                /* mark some keys invalid (and every key of one short sequence) */
+    int         own;                /* also: odd sequences' keys/values in their own buffers (k_seq) */
 } attn_case;
 
 static void run_attn(const attn_case *ac) {
@@ -337,6 +367,41 @@ static void run_attn(const attn_case *ac) {
     expect_close(what, ggh, co, (size_t)nq * H * hd, 2e-2);
     snprintf(what, sizeof what, "attention %s: tensor-core vs generic GPU", ac->name);
     expect_close(what, gh, ggh, (size_t)nq * H * hd, 2e-2);
+    if (ac->own) {   /* odd sequences read their keys / values from separate buffers (a KV cache) */
+        const size_t w = (size_t)KV * hd;
+        const void *ck_s[4] = {NULL}, *cv_s[4] = {NULL}, *gk_s[4] = {NULL}, *gv_s[4] = {NULL};
+        for (int s = 1; s < S; s += 2) {
+            const size_t rows = (size_t)(ks[s + 1] - ks[s]);
+            ck_s[s] = c_up(k + (size_t)ks[s] * w, rows * w), cv_s[s] = c_up(v + (size_t)ks[s] * w, rows * w);
+            gk_s[s] = g_up(k + (size_t)ks[s] * w, rows * w), gv_s[s] = g_up(v + (size_t)ks[s] * w, rows * w);
+        }
+        attn_params po = p;
+        float *co2 = g_cpu->ops->act_alloc(g_cpu, (size_t)nq * H * hd);
+        void *go2 = g_poisoned((size_t)nq * H * hd);
+        po.k_seq = ck_s, po.v_seq = cv_s;
+        g_cpu->ops->attention(g_cpu, &po, cq, ck, cv, co2);
+        po.k_seq = gk_s, po.v_seq = gv_s;
+        g_gpu->ops->attention(g_gpu, &po, gq, gk, gv, go2);
+        float *go2h = g_down(go2, (size_t)nq * H * hd);
+        backend_cuda_force_generic_attention(g_gpu, 1);
+        g_gpu->ops->attention(g_gpu, &po, gq, gk, gv, go2);
+        backend_cuda_force_generic_attention(g_gpu, 0);
+        float *go3h = g_down(go2, (size_t)nq * H * hd);
+        snprintf(what, sizeof what, "attention %s: own key buffers, generic GPU kernel vs CPU", ac->name);
+        expect_close(what, go3h, co, (size_t)nq * H * hd, 2e-2);
+        free(go3h);
+        snprintf(what, sizeof what, "attention %s: own key buffers, CPU == packed", ac->name);
+        expect_close(what, co2, co, (size_t)nq * H * hd, 0.0);
+        snprintf(what, sizeof what, "attention %s: own key buffers, GPU vs CPU", ac->name);
+        expect_close(what, go2h, co, (size_t)nq * H * hd, 2e-2);
+        for (int s = 1; s < S; s += 2) {
+            g_cpu->ops->act_free(g_cpu, (void *)ck_s[s]), g_cpu->ops->act_free(g_cpu, (void *)cv_s[s]);
+            g_gpu->ops->act_free(g_gpu, (void *)gk_s[s]), g_gpu->ops->act_free(g_gpu, (void *)gv_s[s]);
+        }
+        free(go2h);
+        g_cpu->ops->act_free(g_cpu, co2);
+        g_gpu->ops->act_free(g_gpu, go2);
+    }
     if (ac->pad && S > 1) {   /* no visible key: zeros */
         int zero = 1;
         for (size_t i = 0; i < (size_t)(qs[1] - qs[0]) * H * hd; i++) zero &= gh[i] == 0.0f;
@@ -356,6 +421,9 @@ static void test_attention(void) {
         {"block-causal B=32 hd128", 2, {100, 67}, {0}, 4, 2, 128, 32, 0},
         {"block-causal B=4 pad hd64", 2, {9, 37}, {0}, 2, 1, 64, 4, 1},
         {"queries != keys hd128", 2, {32, 16}, {96, 50}, 4, 4, 128, 32, 0},
+        {"KV caches: own keys, queries != keys, GQA hd64", 4, {32, 5, 16, 40}, {96, 200, 16, 70}, 4, 2, 64, 0, 0, 1},
+        {"KV caches: own keys, block-causal pad hd128", 2, {20, 32}, {64, 130}, 4, 4, 128, 32, 1, 1},
+        {"KV caches: own keys hd80 (generic path)", 2, {8, 24}, {40, 50}, 4, 2, 80, 0, 0, 1},
         {"hd32", 2, {40, 41}, {0}, 6, 3, 32, 0, 1},
         {"hd16", 1, {77}, {0}, 4, 4, 16, 0, 0},
         {"hd80 (generic path)", 2, {33, 20}, {0}, 4, 2, 80, 0, 1},

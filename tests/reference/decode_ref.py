@@ -1,15 +1,22 @@
 """decode_ref.py — an independent NumPy implementation of diffusion decoding for checking `unmask generate`.
 
 Written from the algorithms as docs/decode.md describes them (LLaDA `generate` low_confidence / random,
-Fast-dLLM threshold, factor, dInfer hierarchy and credit threshold, block layouts, EOS) and the
-reference decode of docs/model-spec.md, plus the rules docs/decode.md adds on top of the
-reference (each marked "unmask rule" below):
+Fast-dLLM threshold, factor, dInfer hierarchy and credit threshold, block layouts, EOS, and the KV caches:
+Fast-dLLM prefix and dual cache, dInfer vicinity refresh) and the reference decode of docs/model-spec.md,
+plus the rules docs/decode.md adds on top of the reference (each marked "unmask rule" below):
   * the mask token is never sampled (x0 = argmax over ids != mask);
   * random numbers come from the counter-based hash of src/util/rng.h keyed (seed, stream=step,
     counter=position*vocab+token) for Gumbel noise and (seed, 2**62|step, position) for the
     'random' decoder's scores — re-implemented here from its documented formula;
   * stop_at_eos: after a block finishes, stop if it holds an EOS/EOT (I4, SGLang/dInfer style);
-  * ties in top-k / sort are broken by the lower position.
+  * ties in top-k / sort are broken by the lower position;
+  * caches: every step is one forward. A step is a *refresh* (full canvas, K/V kept) when there is no
+    cache yet, the active block differs from the one the cache was computed in, or `refresh` > 0
+    steps ran since the last refresh; the first `warmup` steps of a request run without any cache
+    (and keep none); other steps run only the cache window's rows. The refresh step decodes like
+    any other step, and a block whose refresh step left no mask gets no further forward (the
+    anchors run one more there, or crash with one step per block). Prefix and vicinity look apply
+    to the whole canvas; CFG's unconditional canvas keeps its own cache on the same schedule.
 The model forward is llada_ref.LLaDARef (float64). Produces, per step, the list of (pos, token)
 committed, so a test can compare step by step.
 """
@@ -44,20 +51,45 @@ def softmax(l):
 class Decoder:
     """Reference decode for one prompt. forward(tokens) -> float64 logits [len, vocab]."""
 
-    def __init__(self, forward, vocab, mask_id, eos_id, eot_id=-1):
+    def __init__(self, forward, vocab, mask_id, eos_id, eot_id=-1, model=None):
         self.F = forward
         self.V = vocab
         self.mask = mask_id
         self.eos = eos_id
         self.eot = eot_id
+        self.model = model                     # llada_ref.LLaDARef: needed by the KV-cache modes
 
-    def logits(self, x, n_prompt, cfg, eos_inf):
-        l = self.F(x)
+    def _canvas_logits(self, x, plan, slot):
+        """Logits [len(x), V] of one canvas for this step's plan; slot holds that canvas's cache.
+        Rows outside a window are NaN (never read: only the active block is decoded)."""
+        if plan[0] == "plain":                  # no cache
+            return self.F(x)
+        if plan[0] == "refresh":                # full forward; its K/V become the cache
+            l, slot["kv"] = self.model.forward_kv(x)
+            return l
+        _, mode, wl, wr = plan
+        kv = slot["kv"]
+        out = np.full((len(x), self.V), np.nan)
+        if mode == "prefix":                    # prefix cache: queries wl..L-1; keys = cached [0, wl) ++ fresh
+            def keys(l, k, v):
+                return (np.concatenate([kv[l][0][:, :wl], k], axis=1),
+                        np.concatenate([kv[l][1][:, :wl], v], axis=1))
+        else:                                   # dual / vicinity: the cache with rows [wl, wr) replaced
+            def keys(l, k, v):
+                K, V = kv[l][0].copy(), kv[l][1].copy()
+                K[:, wl:wr], V[:, wl:wr] = k, v
+                return K, V
+        out[wl:wr] = self.model.forward_rows(x, wl, wr, keys)
+        return out
+
+    def logits(self, x, n_prompt, cfg, eos_inf, plan=("plain",), slots=None):
+        slots = slots if slots is not None else [{}, {}]
+        l = self._canvas_logits(x, plan, slots[0])
         if cfg > 0:
             u = list(x)
             for i in range(n_prompt):
                 u[i] = self.mask
-            lu = self.F(u)
+            lu = self._canvas_logits(u, plan, slots[1])
             l = lu + (cfg + 1.0) * (l - lu)
         l = np.array(l, dtype=np.float64)
         if eos_inf:
@@ -85,7 +117,8 @@ class Decoder:
     def generate(self, prompt, gen_length, block_length, steps, decoder="low_confidence", threshold=0.9,
                  factor=1.0, temperature=0.0, seed=0, cfg=0.0, logits_eos_inf=False,
                  confidence_eos_eot_inf=False, layout="llada", stop_at_eos=True, low_threshold=0.0,
-                 credit_alpha=0.7, credit_gamma=0.2, credit_decay=0.8):
+                 credit_alpha=0.7, credit_gamma=0.2, credit_decay=0.8, cache="none", refresh=0, prefix_look=0,
+                 after_look=0, warmup=0):
         Lp = len(prompt)
         x = list(prompt) + [self.mask] * gen_length
         end = Lp + gen_length
@@ -103,14 +136,29 @@ class Decoder:
             s_per = steps // nb
         history = []
         step = 0
-        for lo, hi in blocks:
+        slots = [{}, {}]                                         # cond / uncond canvas caches
+        cache_block, age = None, 0
+        for bi, (lo, hi) in enumerate(blocks):
             m0 = sum(1 for p in range(lo, hi) if x[p] == self.mask)
             i = 0
             credit = np.zeros((hi - lo, self.V), dtype=np.float32)   # A6: M per block, it = i
             while any(x[p] == self.mask for p in range(lo, hi)):
                 if fixed and i >= s_per:
                     break
-                l = self.logits(x, Lp, cfg, logits_eos_inf)
+                L = len(x)
+                if cache == "none" or step < warmup:
+                    plan = ("plain",)
+                elif "kv" not in slots[0] or cache_block != bi or (refresh > 0 and age >= refresh):
+                    plan = ("refresh",)
+                    cache_block, age = bi, 0
+                elif cache == "prefix":
+                    plan = ("window", "prefix", lo, L)
+                elif cache == "dual":
+                    plan = ("window", "dual", lo, hi)
+                else:                                            # vicinity
+                    plan = ("window", "vicinity", max(0, lo - prefix_look), min(L, hi + after_look))
+                age += 1
+                l = self.logits(x, Lp, cfg, logits_eos_inf, plan, slots)
                 if decoder == "credit":                          # A6, masked rows only
                     l = l.copy()
                     if i > 0:

@@ -4,6 +4,13 @@ Written from docs/model-spec.md §1-2 only (not from the C code): embedding, per
 RMSNorm -> q/k/v -> rotate-half RoPE -> bidirectional attention (padded keys excluded for every
 query, GQA by contiguous groups) -> attn_out + residual, RMSNorm -> silu(ff_proj)*up_proj -> ff_out +
 residual, then ln_f and the LM head (transformer.ff_out, or wte when weight_tying).
+
+For the KV-cache generators (decode_ref.py) two more entry points, written from the description of
+the cache strategies (not from the C code): forward_kv() runs the full canvas and also returns every
+layer's keys (after RoPE: positions are fixed) and values; forward_rows() runs only the rows
+[lo, hi) of a canvas at their absolute positions, with each layer's keys/values given by a function
+of that layer's fresh rows (the caller decides: cached prefix ++ fresh, or the cache with the rows
+replaced), and returns logits for those rows only.
 """
 import json
 import os
@@ -52,11 +59,31 @@ class LLaDARef:
         tokens = np.asarray(tokens)
         T = len(tokens)
         pos = np.arange(T) if positions is None else np.asarray(positions)
-        x = self.t("wte.weight")[tokens]
         bias = np.zeros((T, T))
         if key_valid is not None:
             kv = np.asarray(key_valid)
             bias[:, kv == 0] = -np.inf
+        return self._run(tokens, pos, lambda l, k, v: (k, v), bias)
+
+    def forward_kv(self, tokens):
+        """(logits [T, rows], kv) for the full canvas; kv[l] = (K, V), each [n_kv, T, hd], K rotated."""
+        tokens = np.asarray(tokens)
+        kv = []
+
+        def keep(l, k, v):
+            kv.append((k, v))
+            return k, v
+        return self._run(tokens, np.arange(len(tokens)), keep, None), kv
+
+    def forward_rows(self, tokens, lo, hi, keys):
+        """Logits of rows [lo, hi) of the canvas `tokens`, run at positions lo..hi-1 only.
+        keys(l, k, v) -> (K, V) the attention of layer l uses, given that layer's fresh k/v rows."""
+        tokens = np.asarray(tokens)[lo:hi]
+        return self._run(tokens, np.arange(lo, hi), keys, None)
+
+    def _run(self, tokens, pos, keys, bias):
+        T = len(tokens)
+        x = self.t("wte.weight")[tokens]
         group = self.n_heads // self.n_kv
         for l in range(self.n_layers):
             b = lambda n: self.t(f"blocks.{l}.{n}.weight")  # noqa: E731
@@ -65,9 +92,12 @@ class LLaDARef:
             k = (h @ b("k_proj").T).reshape(T, self.n_kv, self.hd).transpose(1, 0, 2)
             v = (h @ b("v_proj").T).reshape(T, self.n_kv, self.hd).transpose(1, 0, 2)
             q, k = self.rope(q, pos), self.rope(k, pos)
+            k, v = keys(l, k, v)
             k = np.repeat(k, group, axis=0)      # q-head h -> kv-head h // group
             v = np.repeat(v, group, axis=0)
-            s = q @ k.transpose(0, 2, 1) / np.sqrt(self.hd) + bias[None]
+            s = q @ k.transpose(0, 2, 1) / np.sqrt(self.hd)
+            if bias is not None:
+                s = s + bias[None]
             s = s - s.max(axis=-1, keepdims=True)
             p = np.exp(s)
             p = p / p.sum(axis=-1, keepdims=True)

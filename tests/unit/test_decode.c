@@ -1,7 +1,9 @@
 /*
  * test_decode.c — the decode loop on a tiny random f32 checkpoint (written by make_model_write):
  * a request's output is identical alone vs batched with others (different prompts, lengths,
- * decoders, temperatures, CFG; a sequence joining mid-way; one cancelled), seeds, step planning
+ * decoders, temperatures, CFG; a sequence joining mid-way; one cancelled) — also with KV caches of
+ * every mode mixed in one batch (cancel frees the cancelled one's slots at once, none remain at the
+ * end) —, seeds, step planning
  * for uneven blocks, event invariants, parameter validation messages, JSON parameter parsing and
  * event encoding, and the per-row sampler (top-k / top-p / CFG / eos flags / confidence).
  */
@@ -91,7 +93,7 @@ typedef struct req {
     decode_params p;
 } req;
 
-static void make_reqs(req *r, int n) {
+static void make_reqs(req *r, int n, int caches) {
     for (int i = 0; i < n; i++) {
         r[i].p = decode_params_default();
         r[i].n_prompt = 3 + 2 * i;
@@ -108,6 +110,13 @@ static void make_reqs(req *r, int n) {
     /* 3: factor with drafts */
     r[3].p.gen_length = 12, r[3].p.block_length = 4, r[3].p.decoder = DECODER_FACTOR, r[3].p.factor = 2.9;
     r[3].p.stream_drafts = 1;
+    if (caches) {   /* every mode in one batch, with different block positions and prompt lengths */
+        r[0].p.cache = DECODE_CACHE_DUAL;
+        r[1].p.cache = DECODE_CACHE_PREFIX;
+        r[2].p.cache = DECODE_CACHE_VICINITY, r[2].p.prefix_look = 2, r[2].p.after_look = 3, r[2].p.warmup_steps = 2;
+        r[3].p.cache = DECODE_CACHE_NONE;   /* without a cache, after cached ones in the batch */
+        r[0].p.cache_refresh = 2;
+    }
 }
 
 static decode_seq *mk(const model *m, const req *q, rec *r) {
@@ -118,10 +127,10 @@ static decode_seq *mk(const model *m, const req *q, rec *r) {
     return s;
 }
 
-static void test_batched_vs_alone(const model *m, model_ctx *ctx) {
+static void test_batched_vs_alone(const model *m, model_ctx *ctx, int caches) {
     enum { N = 4 };
     req q[N];
-    make_reqs(q, N);
+    make_reqs(q, N, caches);
     rec alone[N], batch[N], cancelled;
     um_err err = {0};
     decode_sink sink = {on_ev, NULL};
@@ -161,8 +170,16 @@ static void test_batched_vs_alone(const model *m, model_ctx *ctx) {
         int n = 0;
         if (steps == 2) s[2] = mk(m, &q[2], &batch[2]);
         if (steps == 3) {
+            model_kv_stats k0, k1;
+            model_kv_get_stats(ctx, &k0);
             decode_seq_finish(s[4], DECODE_FINISH_CANCELLED, NULL, &sink);
             decode_seq_finish(s[4], DECODE_FINISH_CANCELLED, NULL, &sink); /* no-op */
+            model_kv_get_stats(ctx, &k1);
+            /* the cancelled one (prefix cache + CFG: two slots) gave its cache back at once */
+            if (caches)
+                TEST_CHECK(k0.slots - k1.slots == 2 && k1.bytes < k0.bytes && k1.closed == k0.closed + 2,
+                           "cancel freed %lld slots, %lld bytes", (long long)(k0.slots - k1.slots),
+                           (long long)(k0.bytes - k1.bytes));
         }
         for (int i = 0; i <= N; i++)
             if (s[i] && !decode_seq_done(s[i])) act[n++] = s[i];
@@ -183,11 +200,17 @@ static void test_batched_vs_alone(const model *m, model_ctx *ctx) {
     TEST_CHECK(cancelled.n_done == 1 && cancelled.finish == DECODE_FINISH_CANCELLED && cancelled.n_steps == 3,
                "cancelled: %d DONE, finish %d, %d steps", cancelled.n_done, cancelled.finish, cancelled.n_steps);
     for (int i = 0; i <= N; i++) decode_seq_free(s[i]);
+    model_kv_stats k;
+    model_kv_get_stats(ctx, &k);
+    TEST_CHECK(k.slots == 0 && k.bytes == 0 && k.opened == k.closed, "no KV slot left (%lld slots, %lld bytes)",
+               (long long)k.slots, (long long)k.bytes);
+    if (caches) TEST_CHECK(k.opened > 0 && k.peak_bytes > 0, "caches were used: %llu slots opened",
+                           (unsigned long long)k.opened);
 }
 
 static void test_seeds(const model *m, model_ctx *ctx) {
     req q[1];
-    make_reqs(q, 1);
+    make_reqs(q, 1, 0);
     q[0].p.temperature = 1.0;
     rec a, b, c;
     um_err err = {0};
@@ -208,7 +231,7 @@ static void test_seeds(const model *m, model_ctx *ctx) {
 static void test_step_plan(const model *m, model_ctx *ctx) {
     /* G 20, B 8: blocks of 8, 8, 4; S 10 -> 4, 4, 2 (proportional) */
     req q[1];
-    make_reqs(q, 1);
+    make_reqs(q, 1, 0);
     q[0].p.gen_length = 20, q[0].p.block_length = 8, q[0].p.steps = 10;
     rec r;
     rec_init(&r);
@@ -558,7 +581,8 @@ int main(void) {
         return 1;
     }
     test_validation(&m);
-    test_batched_vs_alone(&m, &ctx);
+    test_batched_vs_alone(&m, &ctx, 0);
+    test_batched_vs_alone(&m, &ctx, 1);
     test_seeds(&m, &ctx);
     test_step_plan(&m, &ctx);
     model_ctx_free(&ctx);

@@ -7,6 +7,8 @@
  * written straight into the output rows). GQA: q-head h reads kv-head h / (n_heads / n_kv_heads).
  * A query with no visible key at all gets a zero output row.
  *
+ * Keys of a sequence come from the packed k/v rows, or from its own buffers (attn_params.k_seq /
+ * v_seq: a KV cache the model layer keeps).
  * Does not: keep any cache (k/v rows are whatever the caller passes).
  * Threading: called by the backend's engine thread; items run on OpenMP workers.
  */
@@ -55,6 +57,7 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
     CHECK(H > 0 && KV > 0 && hd > 0 && H % KV == 0);
     CHECK(p->n_seqs > 0 && p->q_start && p->k_start);
     CHECK(!p->block_causal || (p->q_pos && p->k_pos));
+    CHECK(!p->k_seq == !p->v_seq);
     const int group = H / KV, ldq = H * hd, ldk = KV * hd;
     const float *qs = q, *ks = k, *vs = v;
     float *os = out;
@@ -83,6 +86,9 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
         int h = (int)(wi % H), kvh = h / group;
         int k0 = p->k_start[it->seq], nk = p->k_start[it->seq + 1] - k0, nq = it->nq;
         float *o = os + (size_t)it->q0 * ldq + (size_t)h * hd;
+        const int own = p->k_seq && p->k_seq[it->seq];   /* keys in the sequence's own buffers */
+        const float *kb = own ? (const float *)p->k_seq[it->seq] : ks + (size_t)k0 * ldk;
+        const float *vb = own ? (const float *)p->v_seq[it->seq] : vs + (size_t)k0 * ldk;
         if (nk == 0) {
             for (int i = 0; i < nq; i++)
                 for (int d = 0; d < hd; d++) o[(size_t)i * ldq + d] = 0.0f;
@@ -90,8 +96,7 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
         }
         float *S = cpu_tbuf_reserve(&ci->scores[omp_get_thread_num()], (size_t)nq * (size_t)nk);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, p->scale,
-                    qs + (size_t)it->q0 * ldq + (size_t)h * hd, ldq, ks + (size_t)k0 * ldk + (size_t)kvh * hd, ldk,
-                    0.0f, S, nk);
+                    qs + (size_t)it->q0 * ldq + (size_t)h * hd, ldq, kb + (size_t)kvh * hd, ldk, 0.0f, S, nk);
         const uint8_t *valid = p->key_valid ? p->key_valid + k0 : NULL;
         const int32_t *kpos = p->block_causal ? p->k_pos + k0 : NULL;
         for (int i = 0; i < nq; i++) {
@@ -108,7 +113,7 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
             softmax_row(row, nk);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, S, nk,
-                    vs + (size_t)k0 * ldk + (size_t)kvh * hd, ldk, 0.0f, o, ldq);
+                    vb + (size_t)kvh * hd, ldk, 0.0f, o, ldq);
     }
     free(items);
 }

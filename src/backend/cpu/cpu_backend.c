@@ -3,7 +3,7 @@
  * from the mmapped checkpoint (F32 directly, BF16/F16 converted per tile inside matmul, never
  * expanded for the whole model), OpenMP for parallel loops, single-threaded OpenBLAS per tile.
  * This file: init/free, weights, buffers and the element-wise ops (embed, rmsnorm, rope, swiglu,
- * add, get_rows). matmul is in cpu_matmul.c, attention in cpu_attention.c.
+ * add, get_rows, store_rows). matmul is in cpu_matmul.c, attention in cpu_attention.c.
  *
  * Does not: validate per-request input (model_forward does; a bad index here is a bug -> CHECK).
  * Threading: called from the engine thread that owns the backend; loops fan out to OpenMP workers.
@@ -224,6 +224,20 @@ static void cpu_get_rows(backend *be, const void *x, int d, const int32_t *rows,
     }
 }
 
+static void cpu_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start,
+                           const int32_t *pos, void *const *dst) {
+    (void)be;
+    const float *xs = x;
+    for (int s = 0; s < n_seqs; s++) {
+        if (!dst[s]) continue;
+        float *o = dst[s];
+        for (int i = seq_start[s]; i < seq_start[s + 1]; i++) {
+            CHECK(pos[i] >= 0);
+            memcpy(o + (size_t)pos[i] * d, xs + (size_t)i * d, (size_t)d * sizeof(float));
+        }
+    }
+}
+
 static void cpu_free(backend *be) {
     cpu_impl *ci = cpu_impl_of(be);
     for (int t = 0; t < ci->n_threads; t++) {
@@ -254,6 +268,7 @@ static const backend_ops k_cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .get_rows = cpu_get_rows,
+    .store_rows = cpu_store_rows,
     .free = cpu_free,
 };
 

@@ -486,6 +486,11 @@ static void cuda_attention(backend *be, const attn_params *p, const void *q, con
         a.k_pos = cuda_stage(ci, p->k_pos, (size_t)n_k * sizeof(int32_t));
     }
     if (p->key_valid && n_k > 0) a.key_valid = cuda_stage(ci, p->key_valid, (size_t)n_k);
+    if (p->k_seq) {   /* per-sequence key/value buffers (KV caches): device pointers staged as data */
+        CHECK(p->v_seq);
+        a.k_seq = cuda_stage(ci, p->k_seq, (size_t)p->n_seqs * sizeof(void *));
+        a.v_seq = cuda_stage(ci, p->v_seq, (size_t)p->n_seqs * sizeof(void *));
+    }
     a.block_causal = p->block_causal;
     a.n_heads = p->n_heads;
     a.n_kv_heads = p->n_kv_heads;
@@ -532,6 +537,26 @@ static void cuda_get_rows(backend *be, const void *x, int d, const int32_t *rows
 }
 
 /* ---------------------------------------------------------------- lifetime */
+
+static void cuda_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start,
+                            const int32_t *pos, void *const *dst) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    int max_rows = 0, any = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        CHECK(seq_start[s + 1] >= seq_start[s]);
+        if (!dst[s]) continue;
+        any = 1;
+        if (seq_start[s + 1] - seq_start[s] > max_rows) max_rows = seq_start[s + 1] - seq_start[s];
+    }
+    if (!any || max_rows == 0) return;
+    const int n = seq_start[n_seqs];
+    const int32_t *d_start = cuda_stage(ci, seq_start, (size_t)(n_seqs + 1) * sizeof *seq_start);
+    const int32_t *d_pos = cuda_stage(ci, pos, (size_t)n * sizeof *pos);
+    uint16_t *const *d_dst = cuda_stage(ci, dst, (size_t)n_seqs * sizeof *dst);
+    CUDA_CHECK(umk_store_rows(x, d, n_seqs, d_start, d_pos, d_dst, max_rows, ci->stream));
+    cuda_stage_done(ci);
+}
 
 static void cuda_free_backend(backend *be) {
     cuda_impl *ci = cuda_impl_of(be);
@@ -687,6 +712,7 @@ static const backend_ops k_cuda_ops = {
     .swiglu = cuda_swiglu,
     .add = cuda_add,
     .get_rows = cuda_get_rows,
+    .store_rows = cuda_store_rows,
     .free = cuda_free_backend,
     .mem_info = backend_cuda_mem_info,
     .check_fit = backend_cuda_check_fit,
