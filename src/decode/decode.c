@@ -123,17 +123,21 @@ static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "r
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
+/* Index of name in names[0..n), or -1 (the enum <-> name tables above). */
+static int name_index(const char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
 const char *decode_decoder_name(enum decode_decoder d) {
     return (int)d >= 0 && d < DECODER_COUNT_ ? k_decoder_names[d] : "unknown";
 }
 
 int decode_decoder_parse(const char *name, enum decode_decoder *out) {
-    for (int i = 0; i < DECODER_COUNT_; i++)
-        if (strcmp(name, k_decoder_names[i]) == 0) {
-            *out = (enum decode_decoder)i;
-            return 0;
-        }
-    return -1;
+    const int i = name_index(k_decoder_names, DECODER_COUNT_, name);
+    if (i >= 0) *out = (enum decode_decoder)i;
+    return i >= 0 ? 0 : -1;
 }
 
 const char *decode_layout_name(enum decode_layout l) {
@@ -141,12 +145,9 @@ const char *decode_layout_name(enum decode_layout l) {
 }
 
 int decode_layout_parse(const char *name, enum decode_layout *out) {
-    for (int i = 0; i < DECODE_LAYOUT_COUNT_; i++)
-        if (strcmp(name, k_layout_names[i]) == 0) {
-            *out = (enum decode_layout)i;
-            return 0;
-        }
-    return -1;
+    const int i = name_index(k_layout_names, DECODE_LAYOUT_COUNT_, name);
+    if (i >= 0) *out = (enum decode_layout)i;
+    return i >= 0 ? 0 : -1;
 }
 
 const char *decode_cache_name(enum decode_cache c) {
@@ -154,12 +155,9 @@ const char *decode_cache_name(enum decode_cache c) {
 }
 
 int decode_cache_parse(const char *name, enum decode_cache *out) {
-    for (int i = 0; i < DECODE_CACHE_COUNT_; i++)
-        if (strcmp(name, k_cache_names[i]) == 0) {
-            *out = (enum decode_cache)i;
-            return 0;
-        }
-    return -1;
+    const int i = name_index(k_cache_names, DECODE_CACHE_COUNT_, name);
+    if (i >= 0) *out = (enum decode_cache)i;
+    return i >= 0 ? 0 : -1;
 }
 
 const char *decode_finish_name(enum decode_finish f) {

@@ -16,47 +16,20 @@ Prints one line per check and "N passed, N failed".
 """
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_run import Reporter, generate, step_commits, tmp_dir  # noqa: E402
+from cli_run import make_model as _make_model  # noqa: E402
 from decode_ref import Decoder  # noqa: E402
 from llada_ref import LLaDARef  # noqa: E402
 
-BIN = os.environ.get("UNMASK_BIN", "unmask")
-TMP = os.path.join(os.environ.get("UNMASK_TEST_TMP", "/tmp"), "test_cache")
-os.makedirs(TMP, exist_ok=True)
-
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+TMP = tmp_dir("test_cache")
+report = Reporter()
 
 
 def make_model(name, args):
-    out = os.path.join(TMP, name)
-    subprocess.run([BIN, "make-model", "--out", out, "--no-tokenizer", "--quiet", "--dtype", "f32"] + args,
-                   check=True)
-    return out
-
-
-def generate(model_dir, prompt, flags):
-    cmd = [BIN, "generate", "--model", model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--json",
-           "--threads", "1"] + [str(f) for f in flags]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
-    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
-
-
-def step_commits(events):
-    return [sorted((c["pos"], c["id"]) for c in e["commits"]) for e in events if e["type"] == "step"]
+    return _make_model(TMP, name, args)
 
 
 def cache_flags(kw):
@@ -174,8 +147,7 @@ def main():
     report(differs > 0, "the caches change the output of some model (the comparisons can fail)",
            f"{differs} of {2 * len(models)} cached runs differ from none")
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return report.finish()
 
 
 if __name__ == "__main__":

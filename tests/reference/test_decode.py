@@ -15,44 +15,18 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_run import BIN, Reporter, generate, step_commits, tmp_dir  # noqa: E402
+from cli_run import make_model as _make_model  # noqa: E402
 from decode_ref import Decoder  # noqa: E402
 from llada_ref import LLaDARef  # noqa: E402
 
-BIN = os.environ.get("UNMASK_BIN", "unmask")
-TMP = os.path.join(os.environ.get("UNMASK_TEST_TMP", "/tmp"), "test_decode")
-os.makedirs(TMP, exist_ok=True)
-
-passed = failed = 0
+TMP = tmp_dir("test_decode")
+report = Reporter()
 REPL = "\ufffd"
 
 
-def report(ok, name, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
-
-
 def make_model(name, args):
-    out = os.path.join(TMP, name)
-    subprocess.run([BIN, "make-model", "--out", out, "--no-tokenizer", "--quiet", "--dtype", "f32"] + args,
-                   check=True)
-    return out
-
-
-def generate(model_dir, prompt, flags):
-    cmd = [BIN, "generate", "--model", model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--json",
-           "--threads", "1"] + [str(f) for f in flags]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
-    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
-
-
-def step_commits(events):
-    return [sorted((c["pos"], c["id"]) for c in e["commits"]) for e in events if e["type"] == "step"]
+    return _make_model(TMP, name, args)
 
 
 def check_invariants(name, events, n_prompt, gen_length):
@@ -335,8 +309,7 @@ def main():
     report(a == b, "same seed -> identical output")
     report(a != c, "different seed -> different output")
 
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return report.finish()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,56 @@
+"""cli_run.py — what the decode reference tests share: running the real `unmask` binary (make-model,
+generate --json), reading its step events, and a PASS/FAIL line reporter. Knows nothing about the
+reference algorithms (decode_ref.py) or the model (llada_ref.py).
+"""
+import json
+import os
+import subprocess
+
+BIN = os.environ.get("UNMASK_BIN", "unmask")
+
+
+def tmp_dir(name):
+    d = os.path.join(os.environ.get("UNMASK_TEST_TMP", "/tmp"), name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+class Reporter:
+    """One line per check ("PASS name: detail"), counts for the final "N passed, N failed"."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def __call__(self, ok, name, detail=""):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+    def finish(self):
+        print(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0
+
+
+def make_model(tmp, name, args):
+    """An f32 make-model checkpoint without tokenizer in tmp/name."""
+    out = os.path.join(tmp, name)
+    subprocess.run([BIN, "make-model", "--out", out, "--no-tokenizer", "--quiet", "--dtype", "f32"] + args,
+                   check=True)
+    return out
+
+
+def generate(model_dir, prompt, flags):
+    """`unmask generate --json` on token ids: the list of events."""
+    cmd = [BIN, "generate", "--model", model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--json",
+           "--threads", "1"] + [str(f) for f in flags]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def step_commits(events):
+    """Per step event, its commits as sorted (pos, id) pairs."""
+    return [sorted((c["pos"], c["id"]) for c in e["commits"]) for e in events if e["type"] == "step"]
