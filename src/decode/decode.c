@@ -539,18 +539,12 @@ const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
     return s->x;
 }
 
-/* What the next step of s runs (docs/decode.md "KV caches"): the canvas rows [wl, wr) and
- * whether with the KV slots. */
-typedef struct step_plan {
-    int wl, wr;      /* rows of the canvas that go through the forward */
-    int kv;          /* 1: with the sequence's slots (refresh: fill them; window: read them) */
-    int refresh;     /* 1: the whole canvas, filling the cache */
-} step_plan;
-
-static step_plan seq_plan(const decode_seq *s) {
-    step_plan pl = {0, s->L, 0, 0};
+/* What the next step of s runs (docs/decode.md "KV caches"), before slots are opened. */
+static decode_step_plan seq_plan(const decode_seq *s) {
+    decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
+    pl.slot[0] = s->kv_slot[0], pl.slot[1] = s->kv_slot[1];
     if (s->kv_block != s->cur || (s->p.cache_refresh > 0 && s->kv_age >= s->p.cache_refresh)) {
         pl.refresh = 1;
         return pl;
@@ -573,7 +567,7 @@ int decode_seq_kv_rows(const decode_seq *s) {
 
 int decode_seq_forward_tokens(const decode_seq *s) {
     if (s->done) return 0;
-    const step_plan pl = seq_plan(s);
+    const decode_step_plan pl = seq_plan(s);
     return (pl.wr - pl.wl) * (s->p.cfg_scale > 0 ? 2 : 1);
 }
 
@@ -890,21 +884,33 @@ static void seq_kv_ensure(decode_seq *s, model_ctx *ctx) {
     if (s->p.cfg_scale > 0) s->kv_slot[1] = model_kv_open(ctx, s->L);
 }
 
+decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx) {
+    CHECK(!s->done);
+    decode_step_plan pl = seq_plan(s);
+    if (pl.kv && s->kv_ctx != ctx) {
+        seq_kv_ensure(s, ctx);
+        pl = seq_plan(s);   /* new slots: a refresh */
+    }
+    return pl;
+}
+
+void decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl) {
+    if (s->done || !pl->kv) return;   /* a finished sequence gave its cache back already */
+    if (pl->refresh) s->kv_block = pl->block, s->kv_age = 0;
+    s->kv_age++;
+}
+
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
     const model *m = ctx->m;
     int V = m->cfg.n_embd_rows;
     int n_act = 0, n_fseq = 0, n_tok = 0, n_out = 0, any_kv = 0;
-    step_plan *plan = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *plan);
+    decode_step_plan *plan = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *plan);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
         CHECK(s->m == m);
-        plan[i] = seq_plan(s);
-        if (plan[i].kv) {
-            seq_kv_ensure(s, ctx);
-            plan[i] = seq_plan(s);   /* new slots: a refresh */
-            any_kv = 1;
-        }
+        plan[i] = decode_seq_plan(s, ctx);
+        any_kv |= plan[i].kv;
         n_act++;
         int f = s->p.cfg_scale > 0 ? 2 : 1;
         n_fseq += f;
@@ -946,7 +952,7 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
                     if (p >= wl) tokens[tk + p - wl] = s->mask_id;
             }
             for (int p = 0; p < w; p++) pos[tk + p] = wl + p;
-            if (kv && plan[i].kv) kv[fs] = s->kv_slot[c];
+            if (kv) kv[fs] = plan[i].slot[c];
             tk += w;
             seq_start[++fs] = tk;
             for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + c * rows[i] + r] = base + s->row_pos[r] - wl;
@@ -980,12 +986,8 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
         free(plan);
         return -1;
     }
-    for (int i = 0; i < n && n_out > 0; i++) {   /* the cache is as the forward left it */
-        decode_seq *s = seqs[i];
-        if (s->done || !plan[i].kv) continue;
-        if (plan[i].refresh) s->kv_block = s->cur, s->kv_age = 0;
-        s->kv_age++;
-    }
+    for (int i = 0; i < n && n_out > 0; i++)   /* the cache is as the forward left it */
+        if (!seqs[i]->done) decode_seq_plan_ran(seqs[i], &plan[i]);
     free(plan);
     for (int i = 0; i < n; i++)
         if (!seqs[i]->done && !seqs[i]->t_first_step) seqs[i]->t_first_step = t0;

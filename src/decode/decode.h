@@ -311,6 +311,23 @@ typedef struct decode_seq_cursor {
 } decode_seq_cursor;
 void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c);
 
+/* What a sequence's next step runs (docs/decode.md "KV caches"), for a step engine (decode_step,
+ * the device loop): rows [wl, wr) of its canvas at positions wl..wr-1 (the whole canvas without a
+ * cache, on a refresh and during warmup), with its KV slots (fwd_batch.kv; slot[1]: the CFG
+ * canvas's) when kv. decode_seq_plan opens the slots on ctx at the first step that needs them (a
+ * sequence moved to another ctx starts over there with a refresh). decode_seq_plan_ran records
+ * that the step's forward ran (the cache's block and age), after the forward and whatever the
+ * step's record did to the sequence. */
+typedef struct decode_step_plan {
+    int wl, wr;      /* canvas rows that go through the forward */
+    int kv;          /* 1: with the slots (refresh: fills them; window: reads them) */
+    int refresh;     /* 1: the whole canvas, filling the cache */
+    int block;       /* the active block when planned */
+    int slot[2];     /* model_kv slots (conditional, CFG-unconditional), 0 = none */
+} decode_step_plan;
+decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx);
+void             decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl);
+
 /* Loop decode_step() on one sequence until it is done. */
 int decode_generate(model_ctx *ctx, decode_seq *s, const decode_sink *sink, um_err *err);
 
