@@ -1,7 +1,11 @@
 /*
  * decode_device.c — the device-resident decode loop (decode_device.h): builds a device_step batch
  * from the sequences' current state, enqueues steps (graph replays once the batch is stable),
- * keeps two in flight, and applies each step record through decode_seq_apply().
+ * keeps two in flight, and applies each step record through decode_seq_apply(). A batch with a KV
+ * cache runs host-planned steps instead (device_step_enqueue_planned): whether a step refreshes a
+ * sequence's cache depends on whether its previous step finished a block, so such a batch keeps one
+ * step in flight, plans each step from the applied state (decode_seq_plan: refresh = the whole
+ * canvas, else the window rows with the slot) and replays a graph per shape.
  *
  * Does not: choose commits or sample on the host (the backend's decode kernels via device_step do),
  * decide which sequences run (sched/). On a backend without BACKEND_CAP_DEVICE_DECODE nothing is
@@ -41,6 +45,12 @@ struct decode_device {
     int          row_cap;             /* >= the largest B built so far */
     unsigned char *gone;              /* [cap_slot] why slot[i] became NULL: GONE_* */
     device_step_stats seen_launch;    /* cd's launch counters after the previous step */
+    int          planned;             /* 1: a sequence of the batch has a KV cache: host-planned steps */
+    decode_step_plan *plan;           /* [cap_slot] each sequence's plan of the step in flight */
+    int32_t     *l_start, *l_kv;      /* [cap_slot+1], [cap_slot] the planned step's layout (scratch) */
+    int32_t     *l_tok, *l_pos;       /* [l_cap] */
+    int32_t     *l_out;               /* [cap_slot * B] */
+    int          l_cap, l_out_cap;
     decode_device_step_fn on_step;    /* applied-step observer, or NULL */
     void        *on_step_user;
     decode_device_stats st;
@@ -65,7 +75,7 @@ int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);
     return dev_decoder_ok(p->decoder) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
-           p->block_length <= DEVICE_MAX_B && p->cache == DECODE_CACHE_NONE;
+           p->block_length <= DEVICE_MAX_B;
 }
 
 decode_device *decode_device_create(model_ctx *ctx, int graphs) {
@@ -100,6 +110,12 @@ void decode_device_free(decode_device *dd) {
     free(dd->row_pos);
     free(dd->row_tok);
     free(dd->row_conf);
+    free(dd->plan);
+    free(dd->l_start);
+    free(dd->l_kv);
+    free(dd->l_tok);
+    free(dd->l_pos);
+    free(dd->l_out);
     free(dd);
 }
 
@@ -239,7 +255,12 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         dd->cap_slot = n;
         dd->slot = xrealloc(dd->slot, (size_t)n * sizeof *dd->slot);
         dd->gone = xrealloc(dd->gone, (size_t)n);
+        dd->plan = xrealloc(dd->plan, (size_t)n * sizeof *dd->plan);
+        dd->l_start = xrealloc(dd->l_start, (size_t)(n + 1) * sizeof *dd->l_start);
+        dd->l_kv = xrealloc(dd->l_kv, (size_t)n * sizeof *dd->l_kv);
     }
+    dd->planned = 0;
+    for (int i = 0; i < n; i++) dd->planned |= decode_seq_params(seqs[i])->cache != DECODE_CACHE_NONE;
     memcpy(dd->slot, seqs, (size_t)n * sizeof *seqs);
     memset(dd->gone, GONE_NOT, (size_t)n);
     if (B > dd->row_cap) {
@@ -256,6 +277,79 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
     dd->graph = 0;
     dd->st.rebuilds++;
     log_debug("device decode: batch of %d sequences (block %d) built", n, B);
+    return 0;
+}
+
+/* Plan the next step of every sequence of the batch (opening KV slots as needed) into the layout
+ * scratch: its forward rows (the whole canvas, or the window with the slot) and, per block offset,
+ * the forward row holding its logits. */
+static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
+    const int n = dd->n_slot, B = dd->B;
+    int rows = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(dd->slot[i] && !decode_seq_done(dd->slot[i]));   /* a finished one makes the set change */
+        dd->plan[i] = decode_seq_plan(dd->slot[i], dd->ctx);
+        rows += dd->plan[i].wr - dd->plan[i].wl;
+    }
+    if (rows > dd->l_cap) {
+        dd->l_cap = rows;
+        dd->l_tok = xrealloc(dd->l_tok, (size_t)rows * sizeof *dd->l_tok);
+        dd->l_pos = xrealloc(dd->l_pos, (size_t)rows * sizeof *dd->l_pos);
+    }
+    if (n * B > dd->l_out_cap) {
+        dd->l_out_cap = n * B;
+        dd->l_out = xrealloc(dd->l_out, (size_t)(n * B) * sizeof *dd->l_out);
+    }
+    dd->l_start[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const decode_step_plan *pl = &dd->plan[i];
+        const int32_t *x = decode_seq_canvas(dd->slot[i], NULL);
+        const int r0 = dd->l_start[i], w = pl->wr - pl->wl;
+        memcpy(dd->l_tok + r0, x + pl->wl, (size_t)w * sizeof *dd->l_tok);
+        for (int j = 0; j < w; j++) dd->l_pos[r0 + j] = pl->wl + j;
+        dd->l_kv[i] = pl->kv ? pl->slot[0] : 0;
+        dd->l_start[i + 1] = r0 + w;
+        decode_seq_cursor c;
+        decode_seq_cursor_get(dd->slot[i], &c);
+        const int lo = c.blk_lo[c.block];
+        for (int j = 0; j < B; j++) {   /* offsets past the block: any row of the sequence (unused) */
+            int p = lo + j < pl->wr ? lo + j : pl->wr - 1;
+            dd->l_out[i * B + j] = r0 + (p < pl->wl ? 0 : p - pl->wl);
+        }
+    }
+    *lay = (device_step_layout){.seq_start = dd->l_start, .tokens = dd->l_tok, .pos = dd->l_pos, .kv = dd->l_kv,
+                                .out_rows = dd->l_out};
+}
+
+/* One host-planned step of a KV-cached batch: plan, enqueue, wait, apply, record what the caches
+ * hold now. */
+static int dev_planned_step(decode_device *dd, const decode_sink *sink, um_err *err) {
+    device_step_layout lay;
+    dev_plan_layout(dd, &lay);
+    const uint64_t t0 = time_now_ns();
+    if (device_step_enqueue_planned(dd->cd, &lay, dd->graphs, err) != 0) {
+        dev_drop(dd);
+        return -1;
+    }
+    dd->t_enq[dd->produced % DEVICE_RING] = t0;
+    dd->produced++;
+    dd->batch_steps++;
+    dd->st.steps++;
+    device_step_stats cs;
+    device_step_get_stats(dd->cd, &cs);
+    dd->st.graph_replays += cs.graph_launches - dd->seen_launch.graph_launches;
+    dd->st.graph_captures += cs.captures - dd->seen_launch.captures;
+    if (cs.captures > dd->seen_launch.captures)
+        log_debug("device decode: graph captured for %d sequences (block %d, a KV-cached step shape)", dd->n_slot, dd->B);
+    dd->st.graph_stale += cs.stale_graphs - dd->seen_launch.stale_graphs;
+    dd->seen_launch = cs;
+    CHECK(device_step_poll(dd->cd, 1) == 1);
+    const int n = dd->n_slot;
+    decode_seq **s = xmalloc((size_t)n * sizeof *s);
+    memcpy(s, dd->slot, (size_t)n * sizeof *s);
+    dev_apply_polled(dd, sink);
+    for (int i = 0; i < n; i++) decode_seq_plan_ran(s[i], &dd->plan[i]);
+    free(s);
     return 0;
 }
 
@@ -320,7 +414,17 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         dd->st.rebuild_leave += (uint64_t)why.leave;
         dd->st.rebuild_cancel += (uint64_t)why.cancel;
         dd->st.rebuild_ineligible += (uint64_t)why.ineligible;
-    } else if (dd->graphs && dd->graph == 1 && !device_step_has_graph(dd->cd)) {
+    }
+    if (dd->planned) {
+        int rc = dev_planned_step(dd, sink, err);
+        if (rc == 0) {
+            int live = 0;
+            for (int i = 0; i < dd->n_slot; i++) live += dd->slot[i] != NULL;
+            if (!live) dev_drop(dd);
+        }
+        return rc;
+    }
+    if (dd->graphs && dd->graph == 1 && !device_step_has_graph(dd->cd)) {
         /* the graph went stale (a buffer it used was freed) and the last step ran directly:
          * capture again on this step */
         dd->graph = 0;

@@ -6,7 +6,8 @@
  * asynchronously, graphs for a stable batch) and turns the records into the SAME events as
  * decode_step() through decode_seq_apply().
  *
- * Pipelining: up to two steps are in flight — step k+1 is enqueued before step k's records are
+ * Pipelining: up to two steps are in flight (one for a batch with a KV-cached sequence: host-planned
+ * steps, device_step_enqueue_planned) — step k+1 is enqueued before step k's records are
  * applied — so events come one step behind the device. Whenever the set of sequences changes (one
  * joins, finishes, is cancelled) the runner drains what is pending (applying it, except to
  * sequences that are done meanwhile: a cancelled sequence gets nothing after its DONE) and
@@ -56,7 +57,8 @@ typedef void (*decode_device_step_fn)(void *user, double gpu_ms, int batch);
 
 /* 1 when the device loop can run sequence s on ctx: device decode support, not tensor-parallel
  * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor, no CFG, no infill
- * suffix, block_length <= 1024. Everything else stays on decode_step(). */
+ * suffix, block_length <= 1024 (any KV cache mode: a batch holding a cached sequence runs host-planned
+ * steps, one in flight). Everything else stays on decode_step(). */
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s);
 /* 1 when ctx can run the device loop at all (device decode support, not tensor-parallel). */
 int decode_device_supported(const model_ctx *ctx);

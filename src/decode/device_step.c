@@ -4,6 +4,9 @@
  * capture and the pinned ring of step records read back with events — all through the backend's
  * BACKEND_CAP_DEVICE_DECODE / _GRAPHS primitives (backend_decode.h), so no device API appears here.
  *
+ * Host-planned steps (KV caches): the caller's rows are copied into pinned mirrors and device
+ * buffers the forward reads through aliases; graphs are kept per shape (PLAN_GRAPHS, least recently
+ * used one dropped).
  * Does not: build canvases or turn records into decode events / text (decode_device.c does);
  * choose blocks on the host. Threading: the engine thread that owns the backend.
  */
@@ -20,6 +23,15 @@
 _Static_assert((int)DECODER_LOW_CONFIDENCE == (int)UMK_DEC_LOW_CONFIDENCE && (int)DECODER_RANDOM == (int)UMK_DEC_RANDOM &&
                    (int)DECODER_THRESHOLD == (int)UMK_DEC_THRESHOLD && (int)DECODER_FACTOR == (int)UMK_DEC_FACTOR,
                "decoder enums of decode.h and backend_decode_types.h agree");
+
+#define PLAN_GRAPHS 4   /* graphs kept per batch for host-planned steps, one per shape */
+
+/* A graph of one host-planned shape: rows per sequence and which sequences have a KV slot. */
+typedef struct plan_graph {
+    int32_t       *sig;       /* [2 * n_seqs + 1]: seq_start, then kv != 0 per sequence; NULL = unused */
+    backend_graph *g;         /* NULL: seen once, not captured yet */
+    long           used;      /* step that last used it (LRU) */
+} plan_graph;
 
 struct device_step {
     backend        *be;
@@ -58,6 +70,14 @@ struct device_step {
     backend_graph  *graph;
     int             begun;
     device_step_stats st;
+
+    /* host-planned steps: the forward's arrays (pinned host mirrors, aliased to the device copies) */
+    int32_t        *d_ftok, *d_fpos;   /* [n_tok] device */
+    int32_t        *h_ftok, *h_fpos;   /* [n_tok] pinned */
+    int32_t        *h_fout;            /* [n_seqs*B] pinned, copied to d_out_rows */
+    int32_t        *h_fstart, *h_fkv;  /* [n_seqs+1], [n_seqs] (staged by the ops, or baked into graphs) */
+    fwd_batch       fbatch;
+    plan_graph      pg[PLAN_GRAPHS];
 
     /* sequences continued mid-block: {step_in_block, step, m0} written over what umk_decode_begin
      * set (it starts every block afresh) */
@@ -207,10 +227,19 @@ void device_step_free(device_step *cd) {
     backend *be = cd->be;
     backend_synchronize(be);
     backend_graph_free(be, cd->graph);
+    for (int i = 0; i < PLAN_GRAPHS; i++) {
+        backend_graph_free(be, cd->pg[i].g);
+        free(cd->pg[i].sig);
+    }
     void *bufs[] = {cd->d_tokens, cd->d_out_rows, cd->d_state, cd->d_cfg, cd->d_jobs, cd->d_x0, cd->d_conf, cd->d_events,
-                    cd->d_blk_steps};
+                    cd->d_blk_steps, cd->d_ftok, cd->d_fpos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        backend_buf_free(be, bufs[i]);
+        if (bufs[i]) backend_buf_free(be, bufs[i]);
+    void *pinned[] = {cd->h_ftok, cd->h_fpos, cd->h_fout};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
+        if (pinned[i]) backend_host_free(be, pinned[i]);
+    free(cd->h_fstart);
+    free(cd->h_fkv);
     for (int i = 0; i < cd->ring; i++) {
         backend_event_free(be, cd->ring_ev[i]);
         backend_event_free(be, cd->ring_ev0[i]);
@@ -235,12 +264,21 @@ static bdec_launch launch_of(const device_step *cd) {
                          .events = cd->d_events};
 }
 
-/* forward with the canvas / LM-head rows read from the device, then sample + commit */
-static int enqueue_compute(device_step *cd, int with_commit, um_err *err) {
-    backend_alias_add(cd->be, cd->h_tokens, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t));
-    backend_alias_add(cd->be, cd->h_out_rows, cd->d_out_rows, (size_t)cd->n_seqs * (size_t)cd->B * sizeof(int32_t));
+/* forward with the canvas / LM-head rows read from the device (planned: the forward's own arrays),
+ * then sample + commit */
+static int enqueue_compute(device_step *cd, int planned, int with_commit, um_err *err) {
+    const size_t out_bytes = (size_t)cd->n_seqs * (size_t)cd->B * sizeof(int32_t);
+    if (planned) {
+        const size_t n = (size_t)cd->fbatch.seq_start[cd->n_seqs] * sizeof(int32_t);
+        backend_alias_add(cd->be, cd->h_ftok, cd->d_ftok, n);
+        backend_alias_add(cd->be, cd->h_fpos, cd->d_fpos, n);
+        backend_alias_add(cd->be, cd->h_fout, cd->d_out_rows, out_bytes);
+    } else {
+        backend_alias_add(cd->be, cd->h_tokens, cd->d_tokens, (size_t)cd->n_tok * sizeof(int32_t));
+        backend_alias_add(cd->be, cd->h_out_rows, cd->d_out_rows, out_bytes);
+    }
     const void *logits = NULL;
-    int rc = cd->fwd(cd->fwd_user, &cd->batch, &logits, err);
+    int rc = cd->fwd(cd->fwd_user, planned ? &cd->fbatch : &cd->batch, &logits, err);
     backend_alias_clear(cd->be);
     if (rc < 0) return -1;
     CHECK(logits != NULL);
@@ -271,16 +309,113 @@ int device_step_capture(device_step *cd, um_err *err) {
     ensure_begun(cd);
     /* warm-up: allocates the forward's buffers — unless a step of this batch (same shapes) already
      * ran uncaptured and did that */
-    if (cd->produced == 0 && enqueue_compute(cd, 0, err) < 0) return -1;
+    if (cd->produced == 0 && enqueue_compute(cd, 0, 0, err) < 0) return -1;
     backend_synchronize(cd->be);
     backend_graph_begin(cd->be);
-    int rc = enqueue_compute(cd, 1, err);
+    int rc = enqueue_compute(cd, 0, 1, err);
     backend_graph *g = backend_graph_end(cd->be);
     if (rc < 0) {
         backend_graph_free(cd->be, g);
         return -1;
     }
     cd->graph = g;
+    return 0;
+}
+
+/* The step's records -> its ring slot, and the end-of-step event. */
+static void finish_enqueue(device_step *cd, int slot) {
+    unsigned char *dst = cd->h_ring + (size_t)slot * (size_t)cd->n_seqs * cd->ev_bytes;
+    backend_buf_get_async(cd->be, dst, cd->d_events, (size_t)cd->n_seqs * cd->ev_bytes);
+    backend_event_record(cd->be, cd->ring_ev[slot]);
+    cd->produced++;
+}
+
+/* The planned-step buffers, at the first planned step of a batch. */
+static void plan_alloc(device_step *cd) {
+    if (cd->d_ftok) return;
+    const size_t n = (size_t)cd->n_tok * sizeof(int32_t), out = (size_t)cd->n_seqs * (size_t)cd->B * sizeof(int32_t);
+    cd->d_ftok = dmalloc(cd->be, n);
+    cd->d_fpos = dmalloc(cd->be, n);
+    cd->h_ftok = backend_host_alloc(cd->be, n);
+    cd->h_fpos = backend_host_alloc(cd->be, n);
+    cd->h_fout = backend_host_alloc(cd->be, out);
+    cd->h_fstart = xmalloc((size_t)(cd->n_seqs + 1) * sizeof *cd->h_fstart);
+    cd->h_fkv = xmalloc((size_t)cd->n_seqs * sizeof *cd->h_fkv);
+}
+
+/* The kept graph entry of this step's shape (h_fstart / h_fkv), or a fresh one (evicting the least
+ * recently used). *fresh = 1 when the shape was not kept. */
+static plan_graph *plan_graph_of(device_step *cd, int *fresh) {
+    const int n = cd->n_seqs, len = 2 * n + 1;
+    int32_t *sig = xmalloc((size_t)len * sizeof *sig);
+    memcpy(sig, cd->h_fstart, (size_t)(n + 1) * sizeof *sig);
+    for (int s = 0; s < n; s++) sig[n + 1 + s] = cd->h_fkv[s] != 0;
+    plan_graph *lru = &cd->pg[0];
+    for (int i = 0; i < PLAN_GRAPHS; i++) {
+        plan_graph *e = &cd->pg[i];
+        if (e->sig && memcmp(e->sig, sig, (size_t)len * sizeof *sig) == 0) {
+            free(sig);
+            *fresh = 0;
+            return e;
+        }
+        if (!e->sig || (lru->sig && e->used < lru->used)) lru = e;
+    }
+    backend_graph_free(cd->be, lru->g);
+    free(lru->sig);
+    lru->g = NULL;
+    lru->sig = sig;
+    *fresh = 1;
+    return lru;
+}
+
+int device_step_enqueue_planned(device_step *cd, const device_step_layout *lay, int graphs, um_err *err) {
+    backend *be = cd->be;
+    const int n = cd->n_seqs, B = cd->B;
+    CHECK(cd->produced == cd->consumed);   /* the pinned mirrors are free: no step in flight */
+    ensure_begun(cd);
+    plan_alloc(cd);
+    const int rows = lay->seq_start[n];
+    CHECK(lay->seq_start[0] == 0 && rows > 0 && rows <= cd->n_tok);
+    memcpy(cd->h_fstart, lay->seq_start, (size_t)(n + 1) * sizeof *cd->h_fstart);
+    memcpy(cd->h_fkv, lay->kv, (size_t)n * sizeof *cd->h_fkv);
+    memcpy(cd->h_ftok, lay->tokens, (size_t)rows * sizeof(int32_t));
+    memcpy(cd->h_fpos, lay->pos, (size_t)rows * sizeof(int32_t));
+    memcpy(cd->h_fout, lay->out_rows, (size_t)n * (size_t)B * sizeof(int32_t));
+    cd->fbatch = (fwd_batch){.n_seqs = n, .seq_start = cd->h_fstart, .tokens = cd->h_ftok, .pos = cd->h_fpos,
+                             .n_out = n * B, .out_rows = cd->h_fout, .kv = cd->h_fkv};
+    /* after the previous step's commit (which wrote full-canvas LM-head rows): this step's rows */
+    backend_buf_set_async(be, cd->d_ftok, cd->h_ftok, (size_t)rows * sizeof(int32_t));
+    backend_buf_set_async(be, cd->d_fpos, cd->h_fpos, (size_t)rows * sizeof(int32_t));
+    backend_buf_set_async(be, cd->d_out_rows, cd->h_fout, (size_t)n * (size_t)B * sizeof(int32_t));
+    int fresh = 1;
+    plan_graph *e = graphs ? plan_graph_of(cd, &fresh) : NULL;
+    if (e && e->g && backend_graph_stale(be, e->g)) {   /* a buffer it was captured with is gone */
+        backend_graph_free(be, e->g);
+        e->g = NULL;
+        cd->st.stale_graphs++;
+    }
+    if (e && !e->g && !fresh) {   /* the shape ran before (its buffers exist): capture it now */
+        backend_graph_begin(be);
+        int rc = enqueue_compute(cd, 1, 1, err);
+        backend_graph *g = backend_graph_end(be);
+        if (rc < 0) {
+            backend_graph_free(be, g);
+            return -1;
+        }
+        e->g = g;
+        cd->st.captures++;
+    }
+    if (e) e->used = cd->produced;
+    const int slot = (int)(cd->produced % cd->ring);
+    backend_event_record(be, cd->ring_ev0[slot]);
+    if (e && e->g) {
+        backend_graph_launch(be, e->g);
+        cd->st.graph_launches++;
+    } else {
+        if (enqueue_compute(cd, 1, 1, err) < 0) return -1;
+        cd->st.direct_launches++;
+    }
+    finish_enqueue(cd, slot);
     return 0;
 }
 
@@ -303,13 +438,10 @@ int device_step_enqueue(device_step *cd, um_err *err) {
         backend_graph_launch(be, cd->graph);
         cd->st.graph_launches++;
     } else {
-        if (enqueue_compute(cd, 1, err) < 0) return -1;
+        if (enqueue_compute(cd, 0, 1, err) < 0) return -1;
         cd->st.direct_launches++;
     }
-    unsigned char *dst = cd->h_ring + (size_t)slot * (size_t)cd->n_seqs * cd->ev_bytes;
-    backend_buf_get_async(be, dst, cd->d_events, (size_t)cd->n_seqs * cd->ev_bytes);
-    backend_event_record(be, cd->ring_ev[slot]);
-    cd->produced++;
+    finish_enqueue(cd, slot);
     return 0;
 }
 

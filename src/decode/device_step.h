@@ -11,6 +11,12 @@
  * replayed. The host polls the ring (backend_event_query) and turns records into decode events
  * one or more steps behind the device.
  *
+ * Host-planned steps (KV caches, device_step_enqueue_planned): the caller chooses each step's
+ * forward rows (a sequence's whole canvas, or a window of it with its KV slot) and the LM-head row
+ * of each block position; the arrays are copied to device buffers the forward reads, so a graph
+ * captured for one shape of rows replays for every step of that shape (a few shapes are kept: the
+ * block-rows-only step is the common one). Sampling and commits stay on the device as above.
+ *
  * Semantics equal the CPU reference (decode/sample.c, decode/decoders.c): same candidates, same
  * noise (util/rng.h counters), same commit rules and tie orders. Not covered on the device: CFG
  * (cfg_scale > 0), the LLaDA2.1 editing decoders, infill suffixes with separate layouts — those use
@@ -110,10 +116,29 @@ int  device_step_pending(const device_step *cd);
  * records being copied. The device loop reports this as its step time (the host only enqueues a step). */
 double device_step_gpu_ms(const device_step *cd);
 
+/* One host-planned step: the forward's rows per sequence and where each block position's logits
+ * come from. Arrays are host memory, copied by device_step_enqueue_planned. */
+typedef struct device_step_layout {
+    const int32_t *seq_start;  /* [n_seqs+1] forward rows of each sequence of the batch */
+    const int32_t *tokens;     /* [seq_start[n_seqs]] their tokens */
+    const int32_t *pos;        /* [seq_start[n_seqs]] their absolute positions */
+    const int32_t *kv;         /* [n_seqs] KV slot of each sequence (model_kv_open), 0 = none */
+    const int32_t *out_rows;   /* [n_seqs * B] forward row of block offset j of sequence s (a row of
+                                  that sequence; any of its rows where j lies outside the block) */
+} device_step_layout;
+
+/* Enqueue one host-planned step: its arrays are copied to the device, then forward (with the KV
+ * slots) + sample + commit run as a graph replay when a graph of this shape (rows per sequence and
+ * which have a slot) is kept, as a capture + replay when the shape ran once before (graphs = 1), or
+ * op by op. No other step may be pending (the caller applies each step before planning the next).
+ * -1 + err when the forward fails. */
+int  device_step_enqueue_planned(device_step *cd, const device_step_layout *lay, int graphs, um_err *err);
+
 /* Launch counters of this batch. */
 typedef struct device_step_stats {
     uint64_t graph_launches;   /* steps replayed from the captured graph */
     uint64_t direct_launches;  /* steps launched op by op */
+    uint64_t captures;         /* graphs captured by device_step_enqueue_planned */
     uint64_t stale_graphs;     /* graphs dropped unreplayed because a buffer they use was freed or
                                   replaced since their capture (backend_graph_stale); that step ran
                                   directly, the caller may capture again */

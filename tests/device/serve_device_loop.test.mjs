@@ -16,10 +16,7 @@ import { EMU, NO_EMU } from '../parallel/emu_harness.mjs';
 import { Client, checkGeneration, httpGet, startServer, tinyModel } from '../protocol/harness.mjs';
 
 // `unmask serve` from the emulator binary, one engine thread (the harness's startServer)
-// --cache none: these servers compare the device loop with the host loop on requests the device loop
-// runs; a KV-cached request (the serving default) stays on the host loop for now
-const startEmuServer = (opts) => startServer({ ...opts, extra: ['--cache', 'none', ...(opts.extra ?? [])], bin: EMU,
-  threads: 1, readyMs: 60000 });
+const startEmuServer = (opts) => startServer({ ...opts, bin: EMU, threads: 1, readyMs: 60000 });
 
 // The requests: [id, body]. Lengths/blocks differ so sequences leave the batch at different steps.
 const REQS = [

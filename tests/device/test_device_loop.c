@@ -7,7 +7,10 @@
  * in one batch), a sequence continued on the device after host steps (mid-block: rng step, quota
  * state), a cancelled one (its stream is a prefix of the host stream, then DONE cancelled, nothing
  * after), an early EOS stop, what is not eligible (CFG, hierarchy, infill), and that graphs were
- * captured and replayed.
+ * captured and replayed. KV caches: every mode alone (prefix, dual, vicinity with warmup, a refresh
+ * interval; fixed steps and threshold, greedy and sampled) and mixed with cache-free sequences in
+ * one joining batch, each stream equal to the host loop's, graphs replayed for the window steps, and
+ * no cache slot left open afterwards.
  *
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
@@ -211,6 +214,92 @@ static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     TEST_CHECK(found, "a seed with an early EOS stop within 400 (near-uniform sampling over the vocabulary)");
 }
 
+/* KV caches on the device loop: host-planned steps (refresh / window) equal the host loop. */
+static void test_caches(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    enum { N = 5 };
+    tcase c[N];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < N; i++) {
+        c[i].p = base_params();
+        c[i].p.gen_length = 16;
+        c[i].p.steps = 16;
+        c[i].n_prompt = n_prompt - (i % 3);
+        memcpy(c[i].prompt, prompt + (i % 3), (size_t)c[i].n_prompt * sizeof(int32_t));
+    }
+    c[0].label = "dual, low_confidence 4 steps per block";
+    c[0].p.cache = DECODE_CACHE_DUAL;
+    c[1].label = "prefix, threshold T0.8";
+    c[1].p.cache = DECODE_CACHE_PREFIX;
+    c[1].p.decoder = DECODER_THRESHOLD;
+    c[1].p.threshold = 0.3;
+    c[1].p.temperature = 0.8;
+    c[1].p.seed = 21;
+    c[2].label = "vicinity P2 A3 warmup 2, random, B8";
+    c[2].p.cache = DECODE_CACHE_VICINITY;
+    c[2].p.prefix_look = 2, c[2].p.after_look = 3, c[2].p.warmup_steps = 2;
+    c[2].p.decoder = DECODER_RANDOM;
+    c[2].p.block_length = 8;
+    c[2].p.seed = 8;
+    c[3].label = "dual refresh every 2, factor aligned B3";
+    c[3].p.cache = DECODE_CACHE_DUAL;
+    c[3].p.cache_refresh = 2;
+    c[3].p.decoder = DECODER_FACTOR;
+    c[3].p.factor = 1.5;
+    c[3].p.block_length = 3;
+    c[3].p.layout = DECODE_LAYOUT_ALIGNED;
+    c[4].label = "no cache beside cached ones";
+    stream h[N], g[N];
+    for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    /* each alone */
+    for (int i = 0; i < 4; i++) {
+        decode_seq *s = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
+        TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", c[i].label);
+        decode_device *dd = decode_device_create(ctx, 1);
+        int guard = 0;
+        while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
+        decode_device_stats ds;
+        decode_device_get_stats(dd, &ds);
+        TEST_CHECK(streams_equal(c[i].label, &h[i], &g[i]), "%s alone: device stream == host stream", c[i].label);
+        TEST_CHECK(ds.graph_replays >= 1 && ds.graph_captures >= 1 && ds.steps_applied == ds.steps,
+                   "%s: graphs captured (%llu) and replayed (%llu) over %llu steps, each applied", c[i].label,
+                   (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays,
+                   (unsigned long long)ds.steps);
+        decode_device_free(dd);
+        decode_seq_free(s);
+        stream_free(&g[i]);
+    }
+    /* all together, joining at different iterations */
+    const int join_at[N] = {0, 1, 3, 0, 2};
+    decode_seq *s[N];
+    for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
+    decode_device *dd = decode_device_create(ctx, 1);
+    for (int it = 0; it < 2000; it++) {
+        decode_seq *set[N];
+        int n = 0, waiting = 0;
+        for (int i = 0; i < N; i++) {
+            if (it >= join_at[i] && !decode_seq_done(s[i])) set[n++] = s[i];
+            waiting += it < join_at[i];
+        }
+        if (n == 0 && !waiting && !decode_device_holding(dd)) break;
+        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
+    }
+    for (int i = 0; i < N; i++)
+        TEST_CHECK(decode_seq_done(s[i]) && streams_equal(c[i].label, &h[i], &g[i]),
+                   "%s batched: device stream == host alone", c[i].label);
+    model_kv_stats ks;
+    model_kv_get_stats(ctx, &ks);
+    TEST_CHECK(ks.slots == 0 && ks.bytes == 0 && ks.opened > 0, "no KV slot left open (%lld open, %llu opened)",
+               (long long)ks.slots, (unsigned long long)ks.opened);
+    decode_device_free(dd);
+    for (int i = 0; i < N; i++) {
+        decode_seq_free(s[i]);
+        stream_free(&h[i]);
+        stream_free(&g[i]);
+    }
+}
+
 /* What is not eligible stays on the host loop. */
 static void test_eligibility(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     stream st;
@@ -246,6 +335,7 @@ int main(void) {
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_eos_stop(&ctx, fx.prompt, fx.n_prompt);
+    test_caches(&ctx, fx.prompt, fx.n_prompt);
     model_ctx_free(&ctx);
     device_fixture_close(&fx);
     return test_report();
