@@ -1,5 +1,8 @@
 /*
- * cmd_make_model.c — `unmask make-model`: write a random LLaDA-layout checkpoint. Main thread.
+ * cmd_make_model.c — `unmask make-model`: write a LLaDA-layout checkpoint: random weights, or
+ * trained ones (--weights, the export step of tools/train/); the built-in tokenizer, one trained on
+ * a corpus (--tokenizer-corpus, also alone with --tokenizer-only) or a copied one (--tokenizer).
+ * Main thread.
  */
 #include <stdio.h>
 #include <string.h>
@@ -12,7 +15,8 @@
 int cmd_make_model(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny", *dtype = "bf16";
     int d_model = 0, n_layers = 0, n_heads = 0, n_kv = 0, ffn = 0, vocab = 0, max_seq = 0, seed = 1234;
-    int shards = 1, tying = 0, no_tok = 0, quiet = 0;
+    int shards = 1, tying = 0, no_tok = 0, quiet = 0, merges = 0, tok_only = 0;
+    const char *tok_corpus = NULL, *tok_dir = NULL, *weights = NULL;
     double theta = 0;
     arg_spec specs[] = {
         {"out", ARG_STR, &out, "output directory (created if missing) [required]"},
@@ -30,15 +34,34 @@ int cmd_make_model(int argc, char **argv) {
         {"shards", ARG_INT, &shards, "write N shards + model.safetensors.index.json [1]"},
         {"weight-tying", ARG_FLAG, &tying, "share the embedding as LM head"},
         {"no-tokenizer", ARG_FLAG, &no_tok, "do not write tokenizer files"},
+        {"tokenizer-corpus", ARG_STR, &tok_corpus, "train the byte-level BPE tokenizer on this text file"},
+        {"merges", ARG_INT, &merges, "--tokenizer-corpus: BPE merges [8000]"},
+        {"tokenizer", ARG_STR, &tok_dir, "copy the tokenizer files of this checkpoint directory"},
+        {"tokenizer-only", ARG_FLAG, &tok_only, "write the tokenizer files only"},
+        {"weights", ARG_STR, &weights, "F32 safetensors with every tensor's trained values (else random)"},
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset tiny|small|8b] [options]\n\n"
-                                   "Writes a seeded random checkpoint in exactly the LLaDA-8B-Instruct layout.",
+                                   "Writes a checkpoint in exactly the LLaDA-8B-Instruct layout: seeded random\n"
+                                   "weights, or trained ones with --weights (sizes given by the preset and the\n"
+                                   "overrides must match them).",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     if (!out) {
         fprintf(stderr, "error: --out DIR is required\n");
+        return 2;
+    }
+    if ((tok_corpus != NULL) + (tok_dir != NULL) + no_tok > 1) {
+        fprintf(stderr, "error: give only one of --tokenizer-corpus, --tokenizer, --no-tokenizer\n");
+        return 2;
+    }
+    if (tok_only && !tok_corpus && !tok_dir) {
+        fprintf(stderr, "error: --tokenizer-only needs --tokenizer-corpus or --tokenizer\n");
+        return 2;
+    }
+    if (merges < 0 || (merges && !tok_corpus)) {
+        fprintf(stderr, "error: --merges needs --tokenizer-corpus and a positive count\n");
         return 2;
     }
     make_model_opts o;
@@ -66,11 +89,19 @@ int cmd_make_model(int argc, char **argv) {
     o.weight_tying = tying;
     o.no_tokenizer = no_tok;
     o.quiet = quiet;
+    o.tokenizer_corpus = tok_corpus;
+    o.tokenizer_merges = merges;
+    o.tokenizer_dir = tok_dir;
+    o.tokenizer_only = tok_only;
+    o.weights = weights;
     um_err err = {0};
     if (make_model_write(out, &o, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         return err.code == UM_ERR_INVALID_ARG ? 2 : 1;
     }
-    if (!quiet) fprintf(stderr, "make-model: wrote %s (%s, d_model %d, %d layers)\n", out, preset, o.d_model, o.n_layers);
+    if (!quiet && tok_only) fprintf(stderr, "make-model: wrote the tokenizer files to %s\n", out);
+    else if (!quiet)
+        fprintf(stderr, "make-model: wrote %s (%s%s, d_model %d, %d layers)\n", out, weights ? "trained weights, " : "",
+                weights ? "sizes" : preset, o.d_model, o.n_layers);
     return 0;
 }

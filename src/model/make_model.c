@@ -1,5 +1,7 @@
 /*
- * make_model.c — random LLaDA-layout checkpoints (see make_model.h). Main thread + OpenMP workers.
+ * make_model.c — LLaDA-layout checkpoints (see make_model.h): random weights, or trained ones read
+ * from an F32 safetensors file, with the built-in, a corpus-trained or a copied tokenizer.
+ * Main thread + OpenMP workers.
  */
 #include "model/make_model.h"
 
@@ -161,8 +163,9 @@ static double normal01(uint64_t seed, uint64_t stream, uint64_t i) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* Generate and write one tensor in chunks. */
-static int write_tensor_data(FILE *fp, const gen_tensor *t, uint64_t seed, uint64_t stream, enum dtype dt) {
+/* Generate (src NULL) or convert (src: F32 values of the same shape) and write one tensor in chunks. */
+static int write_tensor_data(FILE *fp, const gen_tensor *t, const float *src, uint64_t seed, uint64_t stream,
+                             enum dtype dt) {
     int64_t n = t->rows * (t->cols ? t->cols : 1);
     const int64_t CH = 1 << 20;
     size_t es = dtype_size(dt);
@@ -173,6 +176,10 @@ static int write_tensor_data(FILE *fp, const gen_tensor *t, uint64_t seed, uint6
         int64_t m = n - at < CH ? n - at : CH;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < m; i++) {
+            if (src) {
+                memcpy(&f[i], &src[at + i], sizeof f[i]);
+                continue;
+            }
             double z = normal01(seed, stream, (uint64_t)(at + i));
             f[i] = t->init == INIT_NORM_WEIGHT ? (float)(1.0 + t->std * z) : (float)(t->std * z);
         }
@@ -206,11 +213,73 @@ static int validate_opts(const make_model_opts *o, um_err *err) {
     return 0;
 }
 
+/* Copy the tokenizer files of checkpoint src into dir and read their special ids. */
+static int tokenizer_copy(const char *src, const char *dir, tokenizer_special *sp, um_err *err) {
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+    tokenizer *tok = NULL;
+    if (tokenizer_load_dir(src, &tok, err) != 0) return -1;
+    if (!tok) return um_err_param(err, "tokenizer", "%s: no tokenizer.json", src);
+    const char *names[5] = {"<|startoftext|>", "<|endoftext|>", "<|eot_id|>", "<|mdm_mask|>", "<|endoftext|>"};
+    int *ids[5] = {&sp->bos, &sp->eos, &sp->eot, &sp->mask, &sp->pad};
+    int rc = 0;
+    for (int i = 0; i < 5 && rc == 0; i++)
+        if ((*ids[i] = tokenizer_token_id(tok, names[i])) < 0)
+            rc = um_err_param(err, "tokenizer", "%s: the tokenizer has no %s token", src, names[i]);
+    sp->vocab_size = tokenizer_n_vocab(tok);
+    tokenizer_free(tok);
+    for (size_t i = 0; i < sizeof files / sizeof files[0] && rc == 0; i++) {
+        char from[4096], to[4096], *buf;
+        size_t len;
+        path_join(from, sizeof from, src, files[i]);
+        path_join(to, sizeof to, dir, files[i]);
+        if (strcmp(from, to) == 0) continue;
+        um_err e2 = {0};
+        if (file_read_all(from, (size_t)1 << 30, &buf, &len, &e2) != 0) {
+            if (i < 2) rc = um_err_set(err, e2.code, "%s", e2.msg); /* special_tokens_map.json is optional */
+            continue;
+        }
+        rc = file_write_all(to, buf, len, err);
+        free(buf);
+    }
+    return rc;
+}
+
+static int write_tokenizer(const char *dir, const make_model_opts *o, tokenizer_special *sp, um_err *err) {
+    if (o->tokenizer_dir) return tokenizer_copy(o->tokenizer_dir, dir, sp, err);
+    if (!o->tokenizer_corpus) return tokenizer_write_builtin(dir, sp, err);
+    char *text;
+    size_t len;
+    if (file_read_all(o->tokenizer_corpus, (size_t)1 << 31, &text, &len, err) != 0) return -1;
+    int rc = tokenizer_write_trained(dir, text, len, o->tokenizer_merges ? o->tokenizer_merges : 8000, 2, sp, err);
+    free(text);
+    return rc;
+}
+
+/* Every tensor of the layout must be in w as F32 with the layout's shape; nothing else may be. */
+static int check_weights(const st_file *w, const gen_tensor *gt, int n, um_err *err) {
+    for (int i = 0; i < n; i++) {
+        const st_tensor *t = safetensors_find(w, gt[i].name);
+        int ndim = gt[i].cols ? 2 : 1;
+        if (!t) return um_err_param(err, "weights", "%s: tensor %s is missing", w->path, gt[i].name);
+        if (t->type != DTYPE_F32)
+            return um_err_param(err, "weights", "%s: %s is %s, expected F32", w->path, gt[i].name, t->type_name);
+        if (t->ndim != ndim || t->shape[0] != gt[i].rows || (ndim == 2 && t->shape[1] != gt[i].cols))
+            return um_err_param(err, "weights", "%s: %s has shape [%lld%s%lld], the configuration needs [%lld%s%lld]",
+                                w->path, gt[i].name, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+                                t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)gt[i].rows, ndim > 1 ? ", " : "",
+                                ndim > 1 ? (long long)gt[i].cols : 0LL);
+    }
+    if (w->n_tensors != n)
+        return um_err_param(err, "weights", "%s: %d tensors, the configuration has %d", w->path, w->n_tensors, n);
+    return 0;
+}
+
 int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
     if (validate_opts(o, err) != 0) return -1;
     if (dir_create(dir, err) != 0) return -1;
     tokenizer_special sp = {0};
-    if (!o->no_tokenizer && tokenizer_write_builtin(dir, &sp, err) != 0) return -1;
+    if (!o->no_tokenizer && write_tokenizer(dir, o, &sp, err) != 0) return -1;
+    if (o->tokenizer_only) return 0;
     int vocab = sp.vocab_size;
     if (vocab <= 0) { /* no tokenizer: LLaDA-like special ids at the top of the vocabulary */
         if (o->vocab_size < 16) return um_err_param(err, "vocab", "vocab must be at least 16");
@@ -223,6 +292,12 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
 
     gen_tensor *gt;
     int n = list_tensors(o, n_rows, &gt);
+    st_file wf = {0};
+    if (o->weights && (safetensors_open(o->weights, &wf, err) != 0 || check_weights(&wf, gt, n, err) != 0)) {
+        safetensors_free(&wf);
+        free(gt);
+        return -1;
+    }
     size_t es = dtype_size(o->dtype);
     st_write_tensor *wt = xcalloc((size_t)n, sizeof *wt);
     int *shard_of = xcalloc((size_t)n, sizeof *shard_of);
@@ -269,7 +344,8 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
         if (safetensors_write_header(fp, wt + (first < 0 ? 0 : first), cnt, "{\"format\":\"pt\"}") != 0)
             rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
         for (int i = first; rc == 0 && cnt > 0 && i < first + cnt; i++) {
-            if (write_tensor_data(fp, &gt[i], o->seed, (uint64_t)i, o->dtype) != 0)
+            const st_tensor *src = o->weights ? safetensors_find(&wf, gt[i].name) : NULL;
+            if (write_tensor_data(fp, &gt[i], src ? src->data : NULL, o->seed, (uint64_t)i, o->dtype) != 0)
                 rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
             written += wt[i].nbytes;
             if (!o->quiet && total > (64u << 20))
@@ -289,6 +365,7 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
     } else {
         json_decref(wmap);
     }
+    safetensors_free(&wf);
     free(gt);
     free(wt);
     free(shard_of);

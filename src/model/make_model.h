@@ -3,6 +3,9 @@
  * (config.json with the real keys, real tensor names, bf16/f32/f16, optional shards + index) plus
  * the built-in tokenizer files. Used by `unmask make-model`, tests and benchmarks. Main thread;
  * generation is parallelised with OpenMP and streamed to disk (an 8B-shaped model never sits in RAM).
+ * The same writer exports trained weights (tools/train/): `weights` names an F32 safetensors file
+ * holding every tensor of the layout, which replaces the random values (converted to `dtype`), and
+ * the tokenizer may be trained on a corpus or copied from another checkpoint.
  */
 #ifndef UM_MAKE_MODEL_H
 #define UM_MAKE_MODEL_H
@@ -23,6 +26,11 @@ typedef struct make_model_opts {
     int        shards;          /* 1 = model.safetensors; N > 1 = N shards + index */
     int        no_tokenizer;    /* skip tokenizer files */
     int        quiet;           /* no progress on stderr */
+    const char *tokenizer_corpus; /* train the tokenizer on this text file (NULL: built-in one) */
+    int        tokenizer_merges;  /* with tokenizer_corpus: BPE merges (0 = 8000) */
+    const char *tokenizer_dir;    /* copy tokenizer files from this checkpoint directory instead */
+    int        tokenizer_only;    /* write the tokenizer files only (no config, no weights) */
+    const char *weights;          /* F32 safetensors with every tensor's values (NULL: random) */
 } make_model_opts;
 
 /* Fill opts from a preset name ("tiny", "small" ~100M, "8b" LLaDA-8B shape). -1 if unknown. */

@@ -1,9 +1,10 @@
 /*
- * bpe_builtin.c — the built-in tokenizer make-model writes: a byte-level BPE trained here, at
- * write time, by bpe_train() on a small embedded English + code corpus (deterministic), saved as a
- * real HF tokenizer.json (Split with the Bailing/LLaDA regex + ByteLevel, BPE, ByteLevel decoder)
- * with LLaDA's special tokens, plus tokenizer_config.json carrying the real LLaDA-8B-Instruct chat
- * template and special_tokens_map.json.
+ * bpe_builtin.c — the tokenizers make-model writes: a byte-level BPE trained here, at write time,
+ * by bpe_train(), saved as a real HF tokenizer.json (Split with the Bailing/LLaDA regex + ByteLevel,
+ * BPE, ByteLevel decoder) with LLaDA's special tokens, plus tokenizer_config.json carrying the real
+ * LLaDA-8B-Instruct chat template and special_tokens_map.json. The built-in one is trained on a small
+ * embedded English + code corpus (deterministic); tokenizer_write_trained() trains on a caller's
+ * corpus (`make-model --tokenizer-corpus`, the trained bundled model) and adds infilling markers.
  *
  * Not here: loading (tokenizer.c), weights/config.json (make_model.c). Threads: any (main at
  * make-model time).
@@ -38,6 +39,12 @@ static const char *const SPECIALS[] = {
     "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
 };
 #define N_SPECIALS ((int)(sizeof SPECIALS / sizeof SPECIALS[0]))
+
+/* Infilling markers (StarCoder / Qwen names) after LLaDA's, in trained tokenizers only. unmask
+ * infills natively (prefix ++ masks ++ suffix), so they are reserved ids for FIM-style training and
+ * clients that send them; the built-in tokenizer keeps LLaDA's exact list. */
+static const char *const FIM_SPECIALS[] = {"<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"};
+#define N_FIM_SPECIALS ((int)(sizeof FIM_SPECIALS / sizeof FIM_SPECIALS[0]))
 
 /* Training text: plain English about the project, chat-style turns and some code. */
 static const char CORPUS[] =
@@ -115,10 +122,12 @@ static json_t *token_obj(const char *content) {
                      "single_word", 0);
 }
 
-int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err) {
-    bpe_trained tr;
-    if (bpe_train(CORPUS, sizeof CORPUS - 1, BAILING_REGEX, BUILTIN_MERGES, 1, &tr, err) != 0)
-        return um_err_prefix(err, "built-in tokenizer");
+/* Write tr with LLaDA's special tokens (then n_extra more) as tokenizer.json, tokenizer_config.json
+ * and special_tokens_map.json into dir. Frees tr. */
+static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const char *const *extra, int n_extra,
+                                 tokenizer_special *sp, um_err *err) {
+    bpe_trained tr = *tr_in;
+    memset(tr_in, 0, sizeof *tr_in);
     int base = tr.n_tokens;
 
     /* tokenizer.json */
@@ -127,6 +136,7 @@ int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err)
     for (int i = 0; i < tr.n_merges; i++)
         json_array_append_new(merges, json_pack("[s,s]", tr.token[tr.merge[i][0]], tr.token[tr.merge[i][1]]));
     for (int i = 0; i < N_SPECIALS; i++) json_array_append_new(added, added_entry(base + i, SPECIALS[i]));
+    for (int i = 0; i < n_extra; i++) json_array_append_new(added, added_entry(base + N_SPECIALS + i, extra[i]));
     json_t *bytelevel = json_pack("{s:s,s:b,s:b,s:b}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0,
                                   "use_regex", 0);
     json_t *pre = json_pack("{s:s,s:[{s:s,s:{s:s},s:s,s:b},O]}", "type", "Sequence", "pretokenizers", "type", "Split",
@@ -147,6 +157,13 @@ int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err)
         char key[16];
         snprintf(key, sizeof key, "%d", base + i);
         json_t *o = token_obj(SPECIALS[i]);
+        json_object_set_new(o, "special", json_true());
+        json_object_set_new(dec, key, o);
+    }
+    for (int i = 0; i < n_extra; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", base + N_SPECIALS + i);
+        json_t *o = token_obj(extra[i]);
         json_object_set_new(o, "special", json_true());
         json_object_set_new(dec, key, o);
     }
@@ -182,11 +199,28 @@ int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err)
     json_object_set_new(stm, "pad_token", token_obj("<|endoftext|>"));
     if (dump(stm, dir, "special_tokens_map.json", err) != 0) return -1;
 
-    sp->vocab_size = base + N_SPECIALS;
+    sp->vocab_size = base + N_SPECIALS + n_extra;
     sp->bos = base + 0;
     sp->eos = base + 1;
     sp->pad = base + 1;
     sp->mask = base + 4;
     sp->eot = base + 13;
     return 0;
+}
+
+int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err) {
+    bpe_trained tr;
+    if (bpe_train(CORPUS, sizeof CORPUS - 1, BAILING_REGEX, BUILTIN_MERGES, 1, &tr, err) != 0)
+        return um_err_prefix(err, "built-in tokenizer");
+    return write_tokenizer_files(dir, &tr, NULL, 0, sp, err);
+}
+
+int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int max_merges, int min_count,
+                            tokenizer_special *sp, um_err *err) {
+    if (max_merges < 1 || max_merges > 1000000)
+        return um_err_param(err, "merges", "merges must be between 1 and 1000000, got %d", max_merges);
+    bpe_trained tr;
+    if (bpe_train(corpus, len, BAILING_REGEX, max_merges, min_count, &tr, err) != 0)
+        return um_err_prefix(err, "tokenizer training");
+    return write_tokenizer_files(dir, &tr, FIM_SPECIALS, N_FIM_SPECIALS, sp, err);
 }

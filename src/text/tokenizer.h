@@ -111,5 +111,11 @@ typedef struct tokenizer_special {
 /* Write the built-in byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json with the real
  * LLaDA-8B-Instruct chat template, special_tokens_map.json) into dir and report its special ids. */
 int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err);
+/* The same files for a byte-level BPE trained on corpus[0..len) by bpe_train() (Bailing split regex,
+ * up to max_merges merges of pairs seen at least min_count times; deterministic), with LLaDA's
+ * special tokens followed by the infilling markers <|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>.
+ * -1 + err (param "merges") for a merge count outside 1..1000000 or a failed training. */
+int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int max_merges, int min_count,
+                            tokenizer_special *sp, um_err *err);
 
 #endif /* UM_TOKENIZER_H */
