@@ -1,12 +1,25 @@
 /*
- * http.c — the lws "http" protocol (protocols[0]): route table dispatch, request bodies, queued
- * responses and streams written one lws_write per WRITEABLE, static files for unclaimed GETs,
- * and the hub wake-up (LWS_CALLBACK_EVENT_WAIT_CANCELLED arrives here).
+ * http.c — the lws "http" protocol (protocols[0]): request framing checks, route table dispatch,
+ * request bodies, queued responses and streams written one lws_write per WRITEABLE, static files
+ * for unclaimed GETs, and the hub wake-up (LWS_CALLBACK_EVENT_WAIT_CANCELLED arrives here).
+ *
+ * Pipelining. libwebsockets 4.1.6 cannot run a pipelined request safely: bytes that arrive
+ * before the current response is complete are fed back through the current request's callbacks
+ * (LWS_CALLBACK_HTTP again with the old headers, or BODY_COMPLETION again, in a loop), and a
+ * pipelined request with a body read from its buffer is handed its own head as body. So a
+ * request is dispatched exactly once ("dispatched"); any callback of that transaction after that
+ * is such a re-delivery: reading stops (rx flow control), the current response goes out with
+ * "Connection: close" and the connection closes. Requests sent one after another on a keep-alive
+ * connection (each after its response) are unaffected. lws re-delivers in the same service round
+ * that dispatched the request (its buffered-input pass runs after the socket pass), before this
+ * file writes a byte, so every response is covered; that is why static files go through this
+ * writer too instead of lws_serve_http_file.
  *
  * Not here: route handlers (routes.c and other route modules), static path checks (static.c),
  * WebSocket (ws.c). Threads: lws service thread only.
  */
 #include <ctype.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +32,17 @@
 #define HTTP_STREAM_MAX     (16u << 20)   /* queued stream bytes before http_stream_write fails */
 #define HTTP_PATH_MAX       2048
 #define HTTP_MAX_ROUTE_SETS 64
+#define HTTP_PEER_WATCH_US  (250 * 1000)  /* while reading is stopped: how often to look for a hang-up */
 
 struct http_conn {
     struct lws *wsi;
     server     *srv;
+    int         rx_paused;      /* lws_rx_flow_control(wsi, 0) is in force (see rx_update) */
+    int         pipelined;      /* lws re-delivered this transaction: the client sent more bytes */
     /* current transaction */
     int         in_txn;
+    int         dispatched;     /* the request was answered or handed to its handler: any later
+                                 * request callback of this transaction is an lws re-delivery */
     enum http_method method;
     char        method_name[12];
     char        path[HTTP_PATH_MAX];
@@ -168,6 +186,63 @@ void http_peer(http_conn *c, char *buf, size_t cap) {
     if (c->wsi) lws_get_peer_simple(c->wsi, buf, cap);
 }
 
+/* ---------------------------------------------------------------- pipelined input */
+
+static void txn_reset(http_conn *c);
+
+/* 1 when lws may hold unread input for this connection (bytes beyond the current request). lws
+ * 4.1.6 has no accessor for one connection; lws_service_adjust_timeout() returns 0 when any
+ * connection has buffered input waiting (or TLS records decrypted but unread). "Some connection"
+ * is taken as "maybe this one": a wrong yes costs one closed keep-alive connection, a wrong no a
+ * misread request. */
+static int input_pending(http_conn *c) {
+    if (c->pipelined) return 1;
+    return lws_service_adjust_timeout(lws_get_context(c->wsi), 1, 0) == 0;
+}
+
+/* 1 when the peer closed or reset the connection (seen without reading: POLLRDHUP/HUP/ERR). */
+static int peer_gone(struct lws *wsi) {
+    struct pollfd p = {.fd = (int)lws_get_socket_fd(wsi), .events = POLLRDHUP};
+    if (p.fd < 0) return 1;
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Reading is off while a transaction waits for its handler's answer or for stream bytes, and on
+ * while there is something to write (lws 4.1.6 holds back WRITEABLE on a connection whose reading
+ * is disabled). That keeps pipelined bytes (read together with this request) parked in lws's
+ * buffer: with reading on, lws would re-deliver this request's callbacks for them in every
+ * service round, spinning the service thread for as long as a generation runs. Disabling reading
+ * from inside the request's own callbacks, before lws buffers the rest of its input, also avoids
+ * lws's writable request for buffered input (a POLLOUT it could not clear while reading is off).
+ * While reading is off a timer looks for the hang-up that a read would have shown. */
+static void rx_update(http_conn *c) {
+    if (!c->wsi) return;
+    int pause = (c->deferred && !c->responded) ||
+                (c->streaming && c->hdr_sent && c->out_off == c->out_len && !c->stream_ended);
+    if (pause == c->rx_paused) return;
+    c->rx_paused = pause;
+    lws_rx_flow_control(c->wsi, !pause);
+    if (pause) lws_set_timer_usecs(c->wsi, HTTP_PEER_WATCH_US);
+}
+
+/* A callback of an already dispatched transaction: lws re-delivers it because the client sent
+ * more bytes (a pipelined request) before this response was complete. A response being written
+ * goes out with "Connection: close" and the connection closes after it; a stream is cut at once
+ * (-1: it could run for minutes with the re-deliveries spinning). See the file comment. */
+static int on_pipelined(http_conn *c) {
+    if (!c->pipelined) log_debug("http: %s %s: pipelined bytes; closing after this response", c->method_name, c->path);
+    c->pipelined = c->close_after = 1;
+    if (c->streaming) return -1;
+    return 0;
+}
+
+/* The response is completely written: next transaction (keep-alive) or close (-1). */
+static int txn_finish(http_conn *c) {
+    if (c->close_after || input_pending(c)) return -1;
+    txn_reset(c);
+    return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+}
+
 /* ---------------------------------------------------------------- responses */
 
 static void txn_reset(http_conn *c) {
@@ -187,8 +262,8 @@ static void txn_reset(http_conn *c) {
     free(c->out);
     c->out = NULL;
     c->out_len = c->out_off = c->out_cap = 0;
-    c->in_txn = c->responded = c->hdr_sent = c->streaming = c->stream_ended = c->close_after = 0;
-    c->deferred = 0;
+    c->in_txn = c->responded = c->hdr_sent = c->streaming = c->stream_ended = c->close_after = c->pipelined = 0;
+    c->deferred = c->dispatched = 0;
     c->status = 0;
     c->content_len = 0;
     c->route = NULL;
@@ -239,6 +314,7 @@ int http_respond(http_conn *c, int status, const char *content_type, const char 
     set_headers(c, headers);
     if (len && c->method != HTTP_HEAD) out_append(c, body, len);
     c->content_len = len;
+    rx_update(c);
     lws_callback_on_writable(c->wsi);
     return 0;
 }
@@ -275,6 +351,7 @@ int http_stream_begin(http_conn *c, int status, const char *content_type, const 
     c->status = status;
     snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/event-stream");
     set_headers(c, headers);
+    rx_update(c);
     lws_callback_on_writable(c->wsi);
     return 0;
 }
@@ -283,6 +360,7 @@ int http_stream_write(http_conn *c, const void *data, size_t len) {
     if (!c->wsi || !c->streaming || c->stream_ended) return -1;
     if (c->out_len - c->out_off + len > HTTP_STREAM_MAX) return -1;
     out_append(c, data, len);
+    rx_update(c);
     lws_callback_on_writable(c->wsi);
     return 0;
 }
@@ -292,12 +370,16 @@ void http_stream_end(http_conn *c) {
     c->stream_ended = 1;
     c->close_fn = NULL; /* the owner is done with c */
     c->close_user = NULL;
+    rx_update(c);
     lws_callback_on_writable(c->wsi);
 }
 
 size_t http_stream_pending(const http_conn *c) { return c->out_len - c->out_off; }
 
-void http_respond_later(http_conn *c) { c->deferred = 1; }
+void http_respond_later(http_conn *c) {
+    c->deferred = 1;
+    rx_update(c);
+}
 
 void http_stream_on_close(http_conn *c, void (*fn)(void *user), void *user) {
     c->close_fn = fn;
@@ -350,6 +432,10 @@ static int write_headers(http_conn *c) {
         lws_add_http_header_by_name(c->wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-cache",
                                     8, &p, end))
         return -1;
+    if (!c->close_after && input_pending(c)) c->close_after = 1; /* pipelined: see the file comment */
+    if (c->close_after && !c->streaming && /* (a close-delimited stream already says close) */
+        lws_add_http_header_by_token(c->wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end))
+        return -1;
     if (lws_finalize_write_http_header(c->wsi, start, &p, end)) return -1;
     return 0;
 }
@@ -361,11 +447,8 @@ static int on_writeable(http_conn *c) {
         if (write_headers(c) != 0) return -1;
         c->hdr_sent = 1;
         if (g_mw.after) g_mw.after(c, c->status);
-        if (!c->streaming && c->out_len == c->out_off) { /* empty body: done */
-            if (c->close_after) return -1;
-            txn_reset(c);
-            return lws_http_transaction_completed(c->wsi) ? -1 : 0;
-        }
+        if (!c->streaming && c->out_len == c->out_off) return txn_finish(c); /* empty body: done */
+        rx_update(c);
         lws_callback_on_writable(c->wsi);
         return 0;
     }
@@ -380,12 +463,9 @@ static int on_writeable(http_conn *c) {
     c->out_off += n;
     int last = !c->streaming && c->out_off == c->out_len;
     if (lws_write(c->wsi, c->wbuf + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n) return -1;
-    if (last) {
-        if (c->close_after) return -1;
-        txn_reset(c);
-        return lws_http_transaction_completed(c->wsi) ? -1 : 0;
-    }
+    if (last) return txn_finish(c);
     if (c->out_off < c->out_len || (c->streaming && c->stream_ended)) lws_callback_on_writable(c->wsi);
+    rx_update(c);
     return 0;
 }
 
@@ -419,6 +499,7 @@ static void detect_method(http_conn *c) {
 }
 
 static int run_handler(http_conn *c) {
+    c->dispatched = 1;
     http_req rq = {
         .method = c->method,
         .method_name = c->method_name,
@@ -437,98 +518,181 @@ static int run_handler(http_conn *c) {
     return 0;
 }
 
+/* An answer without running a handler (errors, static files): the transaction is dispatched. */
+static int answer_error(http_conn *c, int status, const char *code, const char *msg, int close_after) {
+    c->dispatched = 1;
+    if (close_after) c->close_after = 1;
+    return http_respond_error(c, status, code, status >= 500 ? "server_error" : "invalid_request_error", NULL, msg,
+                              NULL);
+}
+
+static int answer_static(http_conn *c) {
+    c->dispatched = 1;
+    static_file f;
+    int status = static_lookup(c->path, &f);
+    if (status) { /* static.c decided on an error status: answer in JSON */
+        const char *msg = status == 404 ? "not found" : status == 403 ? "forbidden" : "bad request";
+        return answer_error(c, status, status == 404 ? "not_found" : status == 403 ? "forbidden" : "bad_path", msg, 0);
+    }
+    static const char *const hdrs[] = {"Cache-Control: no-cache", NULL};
+    int rc = http_respond(c, 200, f.mime, f.data, f.len, hdrs);
+    free(f.data);
+    return rc;
+}
+
+/* 1 when every byte of s is a decimal digit (and there is at least one). */
+static int all_digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+/* Request framing (RFC 9112 section 6): how long the body is, refusing what lws would misread. */
+typedef struct framing {
+    long long   want;       /* body bytes announced by Content-Length */
+    int         wait_body;  /* the handler waits for LWS_CALLBACK_HTTP_BODY_COMPLETION */
+    int         status;     /* 0, or the error to answer (the connection then closes) */
+    const char *code, *msg;
+} framing;
+
+static framing check_framing(http_conn *c) {
+    framing f = {0};
+    int has_te = lws_hdr_total_length(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0;
+    int cl_len = lws_hdr_total_length(c->wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH);
+    if (has_te && cl_len > 0) {
+        f.status = 400, f.code = "bad_framing";
+        f.msg = "a request must not carry both Transfer-Encoding and Content-Length";
+    } else if (has_te) {
+        f.status = 411, f.code = "length_required";
+        f.msg = "chunked or other transfer-encoded request bodies are not supported: send Content-Length";
+    } else if (cl_len > 0) {
+        char cl[32];
+        if (cl_len >= (int)sizeof cl || lws_hdr_copy(c->wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0 ||
+            !all_digits(cl) || strlen(cl) > 15) {
+            f.status = 400, f.code = "bad_content_length", f.msg = "Content-Length must be one decimal number";
+        } else {
+            f.want = atoll(cl);
+            /* lws delivers BODY_COMPLETION for a non-empty body, and for an explicit 0 on POST only */
+            f.wait_body = f.want > 0 || c->method == HTTP_POST;
+        }
+    }
+    /* no length and no transfer-encoding: no body (RFC 9112 6.3); lws however expects one on
+     * POST/PUT/PATCH and would read the next request as its body, so such a connection closes
+     * after its response, as does every connection whose framing was refused */
+    if (f.status || (!has_te && cl_len <= 0 &&
+                     (c->method == HTTP_POST || c->method == HTTP_PUT || c->method == HTTP_PATCH)))
+        c->close_after = 1;
+    return f;
+}
+
+/* 1 when some request header reached its token limit (lws cuts it there): answer 431 / 414. */
+static int headers_truncated(http_conn *c, int *uri) {
+    *uri = 0;
+    for (int t = 0; t < WSI_TOKEN_COUNT; t++) {
+        int n = lws_hdr_total_length(c->wsi, (enum lws_token_indexes)t);
+        if (n >= HTTP_TOKEN_LIMIT - 1) {
+            *uri = t == WSI_TOKEN_GET_URI || t == WSI_TOKEN_POST_URI || t == WSI_TOKEN_HTTP_URI_ARGS ||
+                   t == WSI_TOKEN_HEAD_URI
+#if defined(LWS_WITH_HTTP_UNCOMMON_HEADERS)
+                   || t == WSI_TOKEN_OPTIONS_URI || t == WSI_TOKEN_PUT_URI || t == WSI_TOKEN_PATCH_URI ||
+                   t == WSI_TOKEN_DELETE_URI
+#endif
+                ;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int on_http(http_conn *c, const char *uri, size_t len) {
     txn_reset(c);
     c->in_txn = 1;
     detect_method(c);
+    int uri_long = 0;
+    if (headers_truncated(c, &uri_long))
+        return uri_long ? answer_error(c, 414, "uri_too_long", "the request URI is too long", 1)
+                        : answer_error(c, 431, "headers_too_large", "a request header field is too large", 1);
     if (len >= sizeof c->path || len == 0 || uri[0] != '/') {
-        c->close_after = 1;
-        return http_respond_error(c, 414, "uri_too_long", "invalid_request_error", NULL, "the request path is too long",
-                                  NULL);
+        if (len >= sizeof c->path) return answer_error(c, 414, "uri_too_long", "the request path is too long", 1);
+        return answer_error(c, 400, "bad_path", "the request path is malformed", 1);
     }
     memcpy(c->path, uri, len);
     c->path[len] = 0;
-    if (strlen(c->path) != len) { /* embedded NUL */
-        c->close_after = 1;
-        return http_respond_error(c, 400, "bad_path", "invalid_request_error", NULL, "the request path is malformed",
-                                  NULL);
-    }
+    if (strlen(c->path) != len) /* embedded NUL */
+        return answer_error(c, 400, "bad_path", "the request path is malformed", 1);
+    framing f = check_framing(c);
+    /* lws armed a 30 s timeout for a body; without one it must not cut a long answer */
+    if (!f.wait_body) lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
     int path_known = 0;
     c->route = route_find(c->method_name, c->path, &path_known);
     if (g_mw.before) {
         http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->srv};
         if (g_mw.before(c, &rq, c->route)) {
-            if (c->method == HTTP_POST || c->method == HTTP_PUT || c->method == HTTP_PATCH) c->close_after = 1;
+            c->dispatched = 1;
+            if (f.wait_body) c->close_after = 1; /* the unread body must not become the next request */
             if (!c->responded)
                 return http_respond_error(c, 500, "internal_error", "server_error", NULL,
                                           "the middleware produced no response", NULL);
             return 0;
         }
     }
-    if (!c->route) {
-        if (c->method == HTTP_GET || c->method == HTTP_HEAD) {
-            int status = 0;
-            int rc = static_serve(c->wsi, c->srv, c->path, c->method == HTTP_HEAD, &status);
-            if (status) { /* static.c decided on an error status: answer in JSON */
-                const char *msg = status == 404 ? "not found" : status == 403 ? "forbidden" : "bad request";
-                return http_respond_error(c, status, status == 404 ? "not_found" : "forbidden",
-                                          "invalid_request_error", NULL, msg, NULL);
-            }
-            return rc;
-        }
-        if (path_known)
-            return http_respond_error(c, 405, "method_not_allowed", "invalid_request_error", NULL,
-                                      "method not allowed for this path", NULL);
-        return http_respond_error(c, 404, "not_found", "invalid_request_error", NULL, "no such endpoint", NULL);
+    if (f.status) return answer_error(c, f.status, f.code, f.msg, 1);
+    const server_config *cfg = server_cfg(c->srv);
+    if ((unsigned long long)f.want > cfg->max_message_bytes) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", cfg->max_message_bytes);
+        return answer_error(c, 413, "body_too_large", msg, 1);
     }
-    int has_body = c->method == HTTP_POST || c->method == HTTP_PUT || c->method == HTTP_PATCH;
-    if (has_body) {
-        char cl[32];
-        long long want = 0;
-        if (lws_hdr_copy(c->wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0) want = atoll(cl);
-        const server_config *cfg = server_cfg(c->srv);
-        if (want < 0 || (unsigned long long)want > cfg->max_message_bytes) {
-            c->close_after = 1;
-            char msg[128];
-            snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", cfg->max_message_bytes);
-            return http_respond_error(c, 413, "body_too_large", "invalid_request_error", NULL, msg, NULL);
-        }
-        if (want > 0) { /* wait for LWS_CALLBACK_HTTP_BODY_COMPLETION */
-            c->body_cap = (size_t)want + 1;
-            c->body = xmalloc(c->body_cap);
-            c->body[0] = 0;
-            return 0;
-        }
+    if (!c->route) {
+        if (f.wait_body) c->close_after = 1;
+        if (c->method == HTTP_GET || c->method == HTTP_HEAD) return answer_static(c);
+        if (path_known) return answer_error(c, 405, "method_not_allowed", "method not allowed for this path", 0);
+        return answer_error(c, 404, "not_found", "no such endpoint", 0);
+    }
+    if (f.wait_body) { /* the handler runs on LWS_CALLBACK_HTTP_BODY_COMPLETION */
+        c->body_cap = (size_t)f.want + 1;
+        c->body = xmalloc(c->body_cap);
+        c->body[0] = 0;
+        return 0;
     }
     return run_handler(c);
 }
 
 static int on_body(http_conn *c, const void *in, size_t len) {
-    if (!c->in_txn || !c->route || c->responded) return 0;
+    if (!c->in_txn) return 0;
+    if (c->dispatched) /* an answered request's unread body, or an lws re-delivery */
+        return c->close_after ? 0 : on_pipelined(c);
     const server_config *cfg = server_cfg(c->srv);
-    if (c->body_len + len > cfg->max_message_bytes) {
-        c->close_after = 1;
-        return http_respond_error(c, 413, "body_too_large", "invalid_request_error", NULL, "the request body is too large",
-                                  NULL);
-    }
+    if (c->body_len + len > cfg->max_message_bytes)
+        return answer_error(c, 413, "body_too_large", "the request body is too large", 1);
     if (c->body_len + len + 1 > c->body_cap) {
         c->body_cap = (c->body_len + len + 1) * 2;
         c->body = xrealloc(c->body, c->body_cap);
     }
-    memcpy(c->body + c->body_len, in, len);
+    if (len) memcpy(c->body + c->body_len, in, len);
     c->body_len += len;
     c->body[c->body_len] = 0;
     return 0;
 }
 
+static int on_body_complete(http_conn *c) {
+    if (!c->in_txn) return 0;
+    if (c->dispatched) /* the body of an answered request ended, or an lws re-delivery */
+        return on_pipelined(c);
+    return run_handler(c);
+}
+
 int http_confirm_upgrade(struct lws *wsi) {
     /* WebSocket only on /ws (a new connection is bound to the default protocol, so both the
-     * http and the ws callback route LWS_CALLBACK_HTTP_CONFIRM_UPGRADE here) */
+     * http and the ws callback route LWS_CALLBACK_HTTP_CONFIRM_UPGRADE here). Anything else gets
+     * a 404 written at once and the connection closes (lws would otherwise complete the
+     * transaction here, in the middle of its input, where pipelined bytes would be misread). */
     char uri[256];
     int n = lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
     if (n <= 0 || strcmp(uri, "/ws") != 0) {
-        if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "the WebSocket endpoint is /ws")) return -1;
-        return 1;
+        (void)lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, "the WebSocket endpoint is /ws");
+        return -1;
     }
     return 0;
 }
@@ -545,6 +709,8 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return http_confirm_upgrade(wsi);
     case LWS_CALLBACK_HTTP:
         if (!c) return -1;
+        if (c->in_txn && c->dispatched) /* lws re-delivers the current request: pipelined bytes */
+            return on_pipelined(c);
         c->wsi = wsi;
         c->srv = s;
         return on_http(c, in, len) < 0 ? -1 : 0;
@@ -553,14 +719,15 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return on_body(c, in, len) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
         if (!c) return -1;
-        if (!c->in_txn || !c->route || c->responded) return 0;
-        return run_handler(c) < 0 ? -1 : 0;
+        return on_body_complete(c) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
         if (!c) return 0;
         return on_writeable(c);
-    case LWS_CALLBACK_HTTP_FILE_COMPLETION:
-        if (c) txn_reset(c);
-        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    case LWS_CALLBACK_TIMER: /* reading is stopped: look for a hang-up the reads would have seen */
+        if (!c || !c->wsi || !c->rx_paused) return 0;
+        if (peer_gone(wsi)) return -1;
+        lws_set_timer_usecs(wsi, HTTP_PEER_WATCH_US);
+        return 0;
     case LWS_CALLBACK_CLOSED_HTTP:
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
         if (c) {

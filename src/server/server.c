@@ -506,7 +506,12 @@ int server_run(const server_config *cfg, um_err *err) {
     info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS | LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT |
                    LWS_SERVER_OPTION_VALIDATE_UTF8; /* a context option: text frames must be UTF-8 (1007) */
     info.user = s;
-    info.max_http_header_data = 8192;
+    /* request heads: HTTP_HEADER_BYTES in all (beyond it lws closes the connection without an
+     * answer), each header cut at HTTP_TOKEN_LIMIT (http.c answers 431 / 414 for a cut one) */
+    static struct lws_token_limits token_limits;
+    for (int t = 0; t < WSI_TOKEN_COUNT; t++) token_limits.token_limit[t] = HTTP_TOKEN_LIMIT;
+    info.token_limits = &token_limits;
+    info.max_http_header_data = HTTP_HEADER_BYTES;
     info.server_string = "unmask";
     atomic_store(&g_ctx, NULL);
     s->ctx = lws_create_context(&info);
@@ -532,9 +537,12 @@ int server_run(const server_config *cfg, um_err *err) {
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         info.ssl_cert_filepath = cfg->tls_cert;
         info.ssl_private_key_filepath = cfg->tls_key;
-        /* TLS 1.2+ only */
+        /* TLS 1.2+ only; on 1.2 only forward-secret AEAD suites (no CBC, no static RSA); 1.3 keeps
+         * OpenSSL's defaults (all AEAD). HSTS on every response. */
         info.ssl_options_set = SSL_OP_NO_SSLv2 | SSL_OP_NO_SSLv3 | SSL_OP_NO_TLSv1 | SSL_OP_NO_TLSv1_1 |
                                SSL_OP_CIPHER_SERVER_PREFERENCE;
+        info.ssl_cipher_list = TLS12_CIPHERS;
+        info.options |= LWS_SERVER_OPTION_STS;
     }
     s->vh = lws_create_vhost(s->ctx, &info);
     if (!s->vh) {

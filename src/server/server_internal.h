@@ -15,15 +15,29 @@
  * LWS_CALLBACK_EVENT_WAIT_CANCELLED (wake-ups coalesce: this always takes everything). */
 void server_on_wake(server *s);
 
+/* Request head limits (server.c sets them on the lws context, http.c answers 431 / 414). */
+#define HTTP_HEADER_BYTES (32 << 10) /* all request header bytes, per connection while parsing */
+#define HTTP_TOKEN_LIMIT  8192       /* one header's (or the URI's) bytes */
+/* TLS 1.2 cipher suites: ECDHE/DHE key exchange with AES-GCM or ChaCha20-Poly1305 only. */
+#define TLS12_CIPHERS                                                                                     \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"             \
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"               \
+    "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384"
+
 /* http.c */
 int    http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 size_t http_conn_size(void);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to allow (path /ws), 1 after answering 404, -1 to close. */
 int    http_confirm_upgrade(struct lws *wsi);
 
-/* static.c: serve path (decoded, starting with '/') from the web root through lws. Returns what an
- * LWS_CALLBACK_HTTP handler returns (0 keep going, -1 close). */
-int static_serve(struct lws *wsi, server *s, const char *path, int head_only, int *status_out);
+/* static.c: the file for path (decoded, starting with '/') under the web root. */
+typedef struct static_file {
+    char       *data;   /* whole file, owned by the caller (free) */
+    size_t      len;    /* bytes */
+    const char *mime;   /* static string */
+} static_file;
+/* 0 and *out filled, or the HTTP status to answer (400, 403, 404) with *out empty. */
+int static_lookup(const char *path, static_file *out);
 /* Resolve the web root once at startup (realpath); -1 with err when it is not a directory. */
 int static_init(const char *web_root, um_err *err);
 void static_free(void);

@@ -4,21 +4,26 @@
  * lws has already percent-decoded the path and collapsed "/../"; we still refuse anything that
  * could leave the root: backslashes, control bytes, '%' left over from double encoding, any
  * segment starting with '.' ("..", hidden files), and finally resolve symlinks with realpath()
- * and require the result to lie under the root's realpath. Files go out through
- * lws_serve_http_file (async, chunked by lws).
+ * and require the result to lie under the root's realpath. The file is read whole (the UI's files
+ * are small; STATIC_MAX_BYTES caps it) and answered through http.c's own response writer like
+ * every other response, so pipelining detection and keep-alive behave the same for files.
  *
  * Not here: routes (http.c). Threads: static_init on the main thread before serving; static_serve
  * on the lws service thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/server_internal.h"
 #include "util/log.h"
+
+#define STATIC_MAX_BYTES (16u << 20) /* larger files under the web root answer 404 */
 
 static char  *g_root;      /* realpath of the web root, owned */
 static size_t g_root_len;
@@ -78,56 +83,54 @@ static int path_check(const char *path) {
     return 0;
 }
 
-int static_serve(struct lws *wsi, server *s, const char *path, int head_only, int *status_out) {
-    (void)s;
-    (void)head_only;
-    *status_out = 0;
-    if (!g_root) {
-        *status_out = 404;
-        return 0;
+/* Reads the regular file fd (size bytes) whole; NULL on a short read. */
+static char *read_all(int fd, size_t size) {
+    char *buf = xmalloc(size ? size : 1);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            free(buf);
+            return NULL;
+        }
+        got += (size_t)n;
     }
+    return buf;
+}
+
+int static_lookup(const char *path, static_file *out) {
+    memset(out, 0, sizeof *out);
+    if (!g_root) return 404;
     int bad = path_check(path);
     if (bad) {
         log_debug("static: refused path '%s' (%d)", path, bad);
-        *status_out = bad;
-        return 0;
+        return bad;
     }
     char want[PATH_MAX], real[PATH_MAX];
     size_t pl = strlen(path);
-    if (g_root_len + pl + 16 >= sizeof want) {
-        *status_out = 404;
-        return 0;
-    }
+    if (g_root_len + pl + 16 >= sizeof want) return 404;
     snprintf(want, sizeof want, "%s%s%s", g_root, path, path[pl - 1] == '/' ? "index.html" : "");
-    if (!realpath(want, real)) {
-        *status_out = 404;
-        return 0;
-    }
+    if (!realpath(want, real)) return 404;
     struct stat st;
     if (stat(real, &st) == 0 && S_ISDIR(st.st_mode)) {
         size_t rl = strlen(real);
-        if (rl + 12 >= sizeof real) {
-            *status_out = 404;
-            return 0;
-        }
+        if (rl + 12 >= sizeof real) return 404;
         memcpy(real + rl, "/index.html", 12);
-        if (stat(real, &st) != 0) {
-            *status_out = 404;
-            return 0;
-        }
+        if (stat(real, &st) != 0) return 404;
     }
     /* confinement: the resolved file must lie strictly inside the root */
     if (strncmp(real, g_root, g_root_len) != 0 || real[g_root_len] != '/') {
         log_debug("static: '%s' resolves outside the web root", path);
-        *status_out = 403;
-        return 0;
+        return 403;
     }
-    if (!S_ISREG(st.st_mode)) {
-        *status_out = 404;
-        return 0;
-    }
-    static const char extra[] = "cache-control: no-cache\x0d\x0a";
-    int n = lws_serve_http_file(wsi, real, mime_of(real), extra, (int)sizeof extra - 1);
-    if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi))) return -1;
+    if (!S_ISREG(st.st_mode) || (unsigned long long)st.st_size > STATIC_MAX_BYTES) return 404;
+    int fd = open(real, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 404;
+    out->data = read_all(fd, (size_t)st.st_size);
+    close(fd);
+    if (!out->data) return 404;
+    out->len = (size_t)st.st_size;
+    out->mime = mime_of(real);
     return 0;
 }
