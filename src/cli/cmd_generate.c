@@ -5,6 +5,7 @@
  * terminal a live view where masked positions resolve into text step by step.
  * On --device cuda:N the device-resident loop (decode/decode_device.h) runs the sequence when it
  * supports its parameters (--device-loop off forces the host loop); else decode_step.
+ * --suffix / --suffix-ids infill natively (canvas = prompt ++ masks ++ suffix, decode_seq_create_infill).
  * Does not: batch several prompts (bench --decode does). Main thread.
  */
 #include <jansson.h>
@@ -201,11 +202,42 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
     return 0;
 }
 
+/* --suffix TEXT (raw code: special-token strings are plain text, as the infill APIs do) or
+ * --suffix-ids 1,2,3: the fixed text after the generated hole. 0 or 2 (usage error, printed). */
+static int build_suffix(const model *m, const char *text, const char *ids_s, int32_t **ids, int *n) {
+    if (text && ids_s) {
+        fprintf(stderr, "error: give only one of --suffix, --suffix-ids\n");
+        return 2;
+    }
+    if (ids_s) {
+        int *v = NULL;
+        int k = args_parse_int_list("suffix-ids", ids_s, &v);
+        if (k < 0) return 2;
+        *ids = xmalloc((size_t)k * sizeof **ids);
+        for (int i = 0; i < k; i++) (*ids)[i] = v[i];
+        *n = k;
+        free(v);
+        return 0;
+    }
+    if (!m->tok) {
+        fprintf(stderr, "error: the model at %s has no tokenizer; pass token ids with --suffix-ids\n", m->dir);
+        return 2;
+    }
+    um_err err = {0};
+    size_t nn = 0;
+    if (tokenizer_encode(m->tok, text, strlen(text), 0, ids, &nn, &err) != 0) {
+        fprintf(stderr, "error: --suffix: %s\n", err.msg);
+        return 2;
+    }
+    *n = (int)nn;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- command */
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
-               *layout_s = NULL, *seed_s = NULL, *cache_s = NULL;
+               *layout_s = NULL, *seed_s = NULL, *cache_s = NULL, *suffix_s = NULL, *suffix_ids_s = NULL;
     int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0, tp = 1;
     const char *device = "cpu";
     const char *device_loop = "on";
@@ -220,6 +252,8 @@ int cmd_generate(int argc, char **argv) {
         {"messages", ARG_STR, &messages, "JSON file: an array of {\"role\", \"content\"} messages"},
         {"prompt-ids", ARG_STR, &ids_s, "prompt as comma-separated token ids, e.g. 1,2,3"},
         {"raw", ARG_FLAG, &raw, "use --prompt as is, without the chat template"},
+        {"suffix", ARG_STR, &suffix_s, "infill: text after the generated hole (canvas = prompt ++ masks ++ suffix)"},
+        {"suffix-ids", ARG_STR, &suffix_ids_s, "infill: the suffix as comma-separated token ids"},
         {"gen-length", ARG_INT, &gen, "generated positions (masks) [128]"},
         {"block-length", ARG_INT, &block, "block length B [32]"},
         {"steps", ARG_INT, &steps, "fixed-step decoders: total steps, 0 = gen-length [0]"},
@@ -293,8 +327,8 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     int rc = 2;
-    int32_t *ids = NULL;
-    int n_ids = 0;
+    int32_t *ids = NULL, *sfx = NULL;
+    int n_ids = 0, n_sfx = 0;
     decode_seq *s = NULL;
     cli_model_ctx mc;
     int mc_open = 0;
@@ -340,8 +374,9 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if ((rc = build_prompt(&m, prompt, messages, ids_s, raw, &ids, &n_ids)) != 0) goto done;
+    if ((suffix_s || suffix_ids_s) && (rc = build_suffix(&m, suffix_s, suffix_ids_s, &sfx, &n_sfx)) != 0) goto done;
     rc = 2;
-    s = decode_seq_create(&m, &p, ids, n_ids, &err);
+    s = n_sfx ? decode_seq_create_infill(&m, &p, ids, n_ids, sfx, n_sfx, &err) : decode_seq_create(&m, &p, ids, n_ids, &err);
     if (!s) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = err.code == UM_ERR_INVALID_ARG ? 2 : 1;
@@ -402,6 +437,7 @@ done:
     strbuf_free(&lv.frame);
     decode_seq_free(s);
     free(ids);
+    free(sfx);
     model_free(&m);
     return rc;
 }
