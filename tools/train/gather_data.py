@@ -283,12 +283,20 @@ def main():
                 total += b
         print(f"gather: {len(docs) - n_code} prose files, {total / 1e6:.1f} MB", file=sys.stderr)
 
+    def split_of(key):
+        return "valid" if int(key[:8], 16) % 10000 < args.valid_percent * 100 else "train"
+
+    # a tiny corpus (tests) might put no file in valid: hold out the first code file then
+    if len(docs) > 1 and not any(split_of(d[3]) == "valid" for d in docs):
+        forced = docs[0][3]
+    else:
+        forced = None
     stats = {}
     with open(os.path.join(args.out, "train.jsonl"), "w") as ftr, \
          open(os.path.join(args.out, "valid.jsonl"), "w") as fva, \
          open(os.path.join(args.out, "manifest.tsv"), "w") as fman:
         for kind, path, text, key in docs:
-            split = "valid" if int(key[:8], 16) % 10000 < args.valid_percent * 100 else "train"
+            split = "valid" if key == forced else split_of(key)
             (fva if split == "valid" else ftr).write(json.dumps(text) + "\n")
             nb = len(text.encode())
             fman.write(f"{split}\t{kind}\t{nb}\t{key[:16]}\t{path}\n")
@@ -297,8 +305,7 @@ def main():
             s["bytes"] += nb
     # tokenizer sample: whole train documents in hash order until the budget is reached
     budget = int(args.tokenizer_sample_mb * 1e6)
-    train_docs = sorted((d for d in docs if int(d[3][:8], 16) % 10000 >= args.valid_percent * 100),
-                        key=lambda d: d[3])
+    train_docs = sorted((d for d in docs if d[3] != forced and split_of(d[3]) == "train"), key=lambda d: d[3])
     with open(os.path.join(args.out, "tokenizer_sample.txt"), "w") as fs:
         used = 0
         for kind, path, text, key in train_docs:

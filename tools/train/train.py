@@ -15,7 +15,8 @@ The last --long-frac of the steps use --long-seq windows (same tokens per batch)
 that length have been seen. AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on the CPU (float32
 master weights), periodic held-out evaluation, a checkpoint every --save-every steps that --resume
 continues bit-for-bit (batches are a function of (seed, step)), a progress line with loss and
-tokens/s, and log.jsonl (one JSON object per logged step / eval) for the loss curve.
+tokens/s, and log.jsonl (per --log-every steps: the mean loss and masked CE of those steps; per
+eval: the held-out numbers) for the loss curve.
 """
 import argparse
 import json
@@ -198,6 +199,7 @@ def main():
     ap.add_argument("--no-bf16", action="store_true", help="float32 matmuls (slower on CPUs with bf16)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/ckpt.pt when it exists")
     ap.add_argument("--max-seconds", type=float, default=0, help="stop (and save) after this wall time")
+    ap.add_argument("--stop-after", type=int, default=0, help="stop (and save) after this step; --resume continues")
     args = ap.parse_args()
     bf16 = not args.no_bf16
     torch.set_num_threads(args.threads)
@@ -219,8 +221,9 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     ckpt_path = os.path.join(args.out, "ckpt.pt")
     step, tokens, elapsed0 = 0, 0, 0.0
-    log = open(os.path.join(args.out, "log.jsonl"), "a")
-    if args.resume and os.path.exists(ckpt_path):
+    resuming = args.resume and os.path.exists(ckpt_path)
+    log = open(os.path.join(args.out, "log.jsonl"), "a" if resuming else "w")
+    if resuming:
         ck = torch.load(ckpt_path)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
@@ -237,6 +240,7 @@ def main():
     t_start = time.time()
     t_win, tok_win = time.time(), 0
     loss_ema = None
+    win_loss, win_ce, win_n = 0.0, 0.0, 0   # means over the steps since the last log line
     model.train()
     while step < args.steps:
         lr = lr_at(step, args)
@@ -253,16 +257,19 @@ def main():
         tok_win += ids.numel()
         lv = loss.item()
         loss_ema = lv if loss_ema is None else 0.95 * loss_ema + 0.05 * lv
+        win_loss, win_ce, win_n = win_loss + lv, win_ce + ce.item(), win_n + 1
         elapsed = elapsed0 + time.time() - t_start
         if step % args.log_every == 0 or step == args.steps:
             tps = tok_win / max(time.time() - t_win, 1e-9)
             t_win, tok_win = time.time(), 0
             eta = (args.steps - step) * args.batch * args.seq_len / max(tps, 1e-9)
             done = int(30 * step / args.steps)
-            print(f"\r[{'#' * done}{'.' * (30 - done)}] step {step}/{args.steps} loss {lv:.3f} (ema {loss_ema:.3f}) "
-                  f"ce {ce.item():.3f} lr {lr:.2e} |g| {gnorm:.2f} {tps:.0f} tok/s "
+            wl, wc = win_loss / win_n, win_ce / win_n
+            win_loss, win_ce, win_n = 0.0, 0.0, 0
+            print(f"\r[{'#' * done}{'.' * (30 - done)}] step {step}/{args.steps} loss {wl:.3f} (ema {loss_ema:.3f}) "
+                  f"ce {wc:.3f} lr {lr:.2e} |g| {gnorm:.2f} {tps:.0f} tok/s "
                   f"elapsed {fmt_time(elapsed)} eta {fmt_time(eta)}", file=sys.stderr, flush=True)
-            log.write(json.dumps({"step": step, "loss": lv, "ce": ce.item(), "lr": lr, "grad_norm": gnorm,
+            log.write(json.dumps({"step": step, "loss": wl, "ce": wc, "lr": lr, "grad_norm": gnorm,
                                   "tokens": tokens, "elapsed": round(elapsed, 1), "tok_s": round(tps, 1)}) + "\n")
             log.flush()
         if step % args.eval_every == 0 or step == args.steps:
@@ -275,9 +282,9 @@ def main():
             log.flush()
         if step % args.save_every == 0 or step == args.steps:
             save_checkpoint(ckpt_path, model, opt, step, tokens, elapsed, args, cfg)
-        if args.max_seconds and elapsed >= args.max_seconds:
+        if (args.max_seconds and elapsed >= args.max_seconds) or step == args.stop_after:
             save_checkpoint(ckpt_path, model, opt, step, tokens, elapsed, args, cfg)
-            print(f"\ntrain: stopping at step {step}: --max-seconds reached", file=sys.stderr)
+            print(f"\ntrain: stopping at step {step} (--max-seconds / --stop-after)", file=sys.stderr)
             break
     print(f"\ntrain: done: step {step}, {tokens} tokens, {fmt_time(elapsed0 + time.time() - t_start)}",
           file=sys.stderr)
