@@ -46,7 +46,8 @@ struct http_conn {
     enum http_method method;
     char        method_name[12];
     char        path[HTTP_PATH_MAX];
-    const http_route *route;
+    const http_route *route;    /* NULL: no route (static file, 404 or 405) */
+    int         path_known;     /* no route, but some route has this path with another method */
     char       *body;           /* owned, NUL-terminated */
     size_t      body_len, body_cap;
     /* response */
@@ -58,7 +59,8 @@ struct http_conn {
     char      **hdrs;           /* owned "Name: value" strings, NULL-terminated, or NULL */
     char      **mw_hdrs;        /* middleware headers of this transaction (owned, [n_mw_hdrs]) */
     int         n_mw_hdrs;
-    int         streaming;      /* body length unknown: connection closes at the end */
+    int         streaming;      /* body length unknown: chunked (HTTP/1.1) or closed at the end */
+    int         chunked;        /* the stream is sent with Transfer-Encoding: chunked */
     int         stream_ended;
     int         close_after;    /* close the connection once the response is written */
     unsigned char *out;         /* queued body bytes [out_off, out_len) */
@@ -263,10 +265,12 @@ static void txn_reset(http_conn *c) {
     c->out = NULL;
     c->out_len = c->out_off = c->out_cap = 0;
     c->in_txn = c->responded = c->hdr_sent = c->streaming = c->stream_ended = c->close_after = c->pipelined = 0;
+    c->chunked = 0;
     c->deferred = c->dispatched = 0;
     c->status = 0;
     c->content_len = 0;
     c->route = NULL;
+    c->path_known = 0;
     c->close_fn = NULL;
     c->close_user = NULL;
 }
@@ -406,38 +410,53 @@ static int add_header_lines(http_conn *c, char **lines, int n, unsigned char **p
     return 0;
 }
 
-/* Headers (one lws_write). */
+/* 1 when the request was HTTP/1.1 (a streamed answer may then use chunked transfer-encoding). */
+static int is_http11(http_conn *c) {
+    char v[16];
+    return lws_hdr_copy(c->wsi, v, sizeof v, WSI_TOKEN_HTTP) > 0 && strcmp(v, "HTTP/1.1") == 0;
+}
+
+/* Headers (one lws_write). A stream is chunked on HTTP/1.1 (the connection stays open after it),
+ * close-delimited otherwise. */
 static int write_headers(http_conn *c) {
     unsigned char hb[LWS_PRE + 4096];
     unsigned char *start = hb + LWS_PRE, *p = start, *end = hb + sizeof hb - 1;
-    lws_filepos_t clen = c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN : (lws_filepos_t)c->content_len;
-    if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype, clen, &p, end)) return -1;
-    if (add_header_lines(c, c->mw_hdrs, c->n_mw_hdrs, &p, end)) return -1;
-    if (c->hdrs)
-        for (char **h = c->hdrs; *h; h++) {
-            const char *colon = strchr(*h, ':');
-            if (!colon || colon == *h || colon - *h > 80) continue;
-            char name[96];
-            size_t nl = (size_t)(colon - *h);
-            for (size_t i = 0; i < nl; i++) name[i] = (char)tolower((unsigned char)(*h)[i]);
-            name[nl] = ':';
-            name[nl + 1] = 0;
-            const char *v = colon + 1;
-            while (*v == ' ') v++;
-            if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)name, (const unsigned char *)v,
-                                            (int)strlen(v), &p, end))
-                return -1;
-        }
+    if (!c->close_after && input_pending(c)) c->close_after = 1; /* pipelined: see the file comment */
+    c->chunked = c->streaming && !c->close_after && is_http11(c);
+    if (c->chunked) {
+        if (lws_add_http_header_status(c->wsi, (unsigned)c->status, &p, end) ||
+            lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, (const unsigned char *)c->ctype,
+                                         (int)strlen(c->ctype), &p, end) ||
+            lws_add_http_header_by_token(c->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING, (const unsigned char *)"chunked", 7,
+                                         &p, end))
+            return -1;
+    } else {
+        /* (no length: lws adds "connection: close" itself and the end of the stream closes) */
+        lws_filepos_t clen = c->streaming ? LWS_ILLEGAL_HTTP_CONTENT_LEN : (lws_filepos_t)c->content_len;
+        if (lws_add_http_common_headers(c->wsi, (unsigned)c->status, c->ctype, clen, &p, end)) return -1;
+        if (c->streaming) c->close_after = 1;
+        else if (c->close_after &&
+                 lws_add_http_header_by_token(c->wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end))
+            return -1;
+    }
+    int n_hdrs = 0;
+    while (c->hdrs && c->hdrs[n_hdrs]) n_hdrs++;
+    if (add_header_lines(c, c->mw_hdrs, c->n_mw_hdrs, &p, end) || add_header_lines(c, c->hdrs, n_hdrs, &p, end))
+        return -1;
     if (c->streaming &&
         lws_add_http_header_by_name(c->wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-cache",
                                     8, &p, end))
         return -1;
-    if (!c->close_after && input_pending(c)) c->close_after = 1; /* pipelined: see the file comment */
-    if (c->close_after && !c->streaming && /* (a close-delimited stream already says close) */
-        lws_add_http_header_by_token(c->wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end))
-        return -1;
     if (lws_finalize_write_http_header(c->wsi, start, &p, end)) return -1;
     return 0;
+}
+
+/* Writes the last chunk of a chunked stream; then the transaction is complete. */
+static int write_last_chunk(http_conn *c) {
+    unsigned char b[LWS_PRE + 8];
+    memcpy(b + LWS_PRE, "0\r\n\r\n", 5);
+    if (lws_write(c->wsi, b + LWS_PRE, 5, LWS_WRITE_HTTP_FINAL) < 5) return -1;
+    return txn_finish(c);
 }
 
 /* One WRITEABLE: headers, or one body chunk. Returns the callback's return value. */
@@ -454,15 +473,28 @@ static int on_writeable(http_conn *c) {
     }
     size_t avail = c->out_len - c->out_off;
     if (avail == 0) {
-        if (c->streaming && c->stream_ended) return -1; /* close-delimited body: closing ends it */
+        if (c->streaming && c->stream_ended) /* a close-delimited body ends by closing */
+            return c->chunked ? write_last_chunk(c) : -1;
         return 0;
     }
-    if (!c->wbuf) c->wbuf = xmalloc(LWS_PRE + HTTP_CHUNK);
+    /* wbuf: LWS_PRE | chunk size line (chunked) | data | CRLF (chunked) */
+    if (!c->wbuf) c->wbuf = xmalloc(LWS_PRE + 16 + HTTP_CHUNK + 2);
     size_t n = avail < HTTP_CHUNK ? avail : HTTP_CHUNK;
-    memcpy(c->wbuf + LWS_PRE, c->out + c->out_off, n);
+    unsigned char *data = c->wbuf + LWS_PRE + 16;
+    memcpy(data, c->out + c->out_off, n);
     c->out_off += n;
+    unsigned char *w = data;
+    size_t wn = n;
+    if (c->chunked) {
+        char line[16];
+        int hl = snprintf(line, sizeof line, "%zx\r\n", n);
+        w = data - hl;
+        memcpy(w, line, (size_t)hl);
+        memcpy(data + n, "\r\n", 2);
+        wn = (size_t)hl + n + 2;
+    }
     int last = !c->streaming && c->out_off == c->out_len;
-    if (lws_write(c->wsi, c->wbuf + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n) return -1;
+    if (lws_write(c->wsi, w, wn, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)wn) return -1;
     if (last) return txn_finish(c);
     if (c->out_off < c->out_len || (c->streaming && c->stream_ended)) lws_callback_on_writable(c->wsi);
     rx_update(c);
@@ -538,6 +570,13 @@ static int answer_static(http_conn *c) {
     int rc = http_respond(c, 200, f.mime, f.data, f.len, hdrs);
     free(f.data);
     return rc;
+}
+
+/* No route claims (method, path): a static file for GET/HEAD, else 405 or 404. */
+static int answer_unrouted(http_conn *c) {
+    if (c->method == HTTP_GET || c->method == HTTP_HEAD) return answer_static(c);
+    if (c->path_known) return answer_error(c, 405, "method_not_allowed", "method not allowed for this path", 0);
+    return answer_error(c, 404, "not_found", "no such endpoint", 0);
 }
 
 /* 1 when every byte of s is a decimal digit (and there is at least one). */
@@ -644,13 +683,9 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
         snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", cfg->max_message_bytes);
         return answer_error(c, 413, "body_too_large", msg, 1);
     }
-    if (!c->route) {
-        if (f.wait_body) c->close_after = 1;
-        if (c->method == HTTP_GET || c->method == HTTP_HEAD) return answer_static(c);
-        if (path_known) return answer_error(c, 405, "method_not_allowed", "method not allowed for this path", 0);
-        return answer_error(c, 404, "not_found", "no such endpoint", 0);
-    }
-    if (f.wait_body) { /* the handler runs on LWS_CALLBACK_HTTP_BODY_COMPLETION */
+    c->path_known = path_known;
+    if (!c->route && !f.wait_body) return answer_unrouted(c);
+    if (f.wait_body) { /* the handler (or 404/405) runs on LWS_CALLBACK_HTTP_BODY_COMPLETION */
         c->body_cap = (size_t)f.want + 1;
         c->body = xmalloc(c->body_cap);
         c->body[0] = 0;
@@ -680,7 +715,7 @@ static int on_body_complete(http_conn *c) {
     if (!c->in_txn) return 0;
     if (c->dispatched) /* the body of an answered request ended, or an lws re-delivery */
         return on_pipelined(c);
-    return run_handler(c);
+    return c->route ? run_handler(c) : answer_unrouted(c);
 }
 
 int http_confirm_upgrade(struct lws *wsi) {
