@@ -5,6 +5,10 @@
 # FUZZ_ONLY=tokenizer); FUZZ_NORUN=1 only builds. A target's seed corpus in
 # tests/fuzz/corpus/<name>/ (regression inputs of past findings) is run first, read-only; new
 # inputs go to $FUZZ_DIR/corpus-<name>.
+# Last, the HTTP byte-stream fuzzer (tests/adversarial/http_stream_fuzz.mjs: random splits and
+# concatenations of valid and invalid requests on live connections, plain and TLS) runs against an
+# ASan+UBSan build of the server in build-asan/ for FUZZ_SECONDS (default 300) each; any sanitizer
+# report fails it. FUZZ_ONLY=http_stream runs only that.
 # Needs clang and libclang-rt-dev (scripts/install-deps.sh does not install them: fuzzing is a
 # developer tool, not part of the test command).
 #
@@ -65,4 +69,16 @@ for t in tests/fuzz/fuzz_*.c; do
     "$OUT/$name" -seed=1 -runs="${RUNS:-20000}" -max_len=65536 -timeout=10 "$OUT/corpus-$name" "${seeds[@]}"
   fi
 done
+case "http_stream" in *"${FUZZ_ONLY:-}"*)
+  if [ -z "${FUZZ_NORUN:-}" ]; then
+    BUILD_DIR=build-asan bash scripts/build.sh -DUNMASK_SANITIZE=ON -DUNMASK_CUDA=OFF
+    mkdir -p "$OUT/asan"
+    rm -f "$OUT"/asan/report.*
+    for mode in "" --tls; do
+      node tests/adversarial/http_stream_fuzz.mjs --bin build-asan/unmask --seconds "${FUZZ_SECONDS:-300}" \
+        --seed "${FUZZ_SEED:-1}" --asan-log "$PWD/$OUT/asan/report" $mode
+    done
+  fi
+  ;;
+esac
 echo "fuzz: all targets ran clean"
