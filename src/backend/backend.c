@@ -93,6 +93,36 @@ void backend_rope(backend *be, void *x, int n, int n_heads, int head_dim, int ro
 void backend_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v, void *out) {
     be->ops->attention(be, p, q, k, v, out);
 }
+void backend_linear_unfused(backend *be, const blinear *op) {
+    CHECK(op->n_w >= 1 && op->n_w <= 3 && (!op->norm || op->tmp_h));
+    CHECK(op->epi == BLIN_STORE || (op->tmp_y && op->n_w == (op->epi == BLIN_SWIGLU ? 2 : 1)));
+    const void *h = op->x;
+    if (op->norm) {
+        be->ops->rmsnorm(be, op->x, op->norm, op->n, (int)op->w[0]->cols, op->eps, op->tmp_h);
+        h = op->tmp_h;
+    }
+    const size_t out = (size_t)op->n * (size_t)op->w[0]->rows;
+    switch (op->epi) {
+    case BLIN_STORE:
+        for (int j = 0; j < op->n_w; j++) be->ops->matmul(be, h, op->w[j], NULL, op->n, op->y[j]);
+        break;
+    case BLIN_ADD:
+        be->ops->matmul(be, h, op->w[0], NULL, op->n, op->tmp_y);
+        be->ops->add(be, op->y[0], op->tmp_y, out);
+        break;
+    case BLIN_SWIGLU:
+        be->ops->matmul(be, h, op->w[0], NULL, op->n, op->y[0]);
+        be->ops->matmul(be, h, op->w[1], NULL, op->n, op->tmp_y);
+        be->ops->swiglu(be, op->y[0], op->tmp_y, out, op->y[0]);
+        break;
+    }
+}
+
+void backend_linear(backend *be, const blinear *op) {
+    if (be->ops->linear) be->ops->linear(be, op);
+    else backend_linear_unfused(be, op);
+}
+
 void backend_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out) {
     be->ops->swiglu(be, gate, up, n, out);
 }

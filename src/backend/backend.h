@@ -45,6 +45,8 @@ typedef struct bweight_src {
                                 may keep a view into it: it must outlive the bweight */
     enum dtype  type;        /* DTYPE_F32, DTYPE_BF16 or DTYPE_F16 */
     int64_t     rows, cols;  /* vectors: rows = 1 */
+    int         rows_only;   /* 1: only ever read by row (backend_embed), never a matmul operand, so a
+                                backend need not build its matmul layout (CPU: bf16 packing) */
 } bweight_src;
 
 /* Attention over a batch of variable-length sequences packed row after row (varlen layout).
@@ -79,6 +81,27 @@ int      backend_device_parse(const char *device, int *index);
 int      backend_device_same(const char *a, const char *b);
 /* CPU backend (backend/cpu/). n_threads <= 0 means all cores. */
 backend *backend_cpu_init(int n_threads);
+
+/* CPU kernels: what the CPU backend's matrix products of BF16 weights run on (docs/cpu-kernels.md).
+ * AMX: AMX-BF16 tiles; AVX512BF16: vdpbf16ps; both keep the weights bf16 (packed once at upload),
+ * cast activations to bf16 and accumulate in fp32 (results within bf16 rounding of the fp32 path).
+ * FP32: OpenBLAS sgemm on weights widened to f32 tile by tile — the numerical reference, and the
+ * path of F32/F16 weights under every setting. AUTO: the best this CPU has (AMX, AVX512BF16, FP32). */
+enum backend_cpu_kernels {
+    BACKEND_CPU_KERNELS_AUTO,
+    BACKEND_CPU_KERNELS_FP32,
+    BACKEND_CPU_KERNELS_AVX512BF16,
+    BACKEND_CPU_KERNELS_AMX,
+};
+/* "auto", "fp32", "avx512bf16", "amx" -> *out: 0, or -1 when the name is unknown. */
+int         backend_cpu_kernels_parse(const char *name, enum backend_cpu_kernels *out);
+const char *backend_cpu_kernels_name(enum backend_cpu_kernels k);
+/* Use kernels k in the CPU backends created from now on (process-wide; the main thread, before
+ * any backend exists; without a call the UNMASK_CPU_KERNELS environment variable, else AUTO).
+ * -1 + err (param "cpu-kernels") saying what this CPU lacks when k cannot run here. */
+int         backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err);
+/* The kernels a backend's products use: never AUTO; FP32 for a non-CPU backend. */
+enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be);
 /* The backend a --device flag names: NULL/"cpu" -> CPU with n_threads, "cuda" / "cuda:N" -> that
  * GPU (backend/cuda/). NULL + err (naming the device) when it is unknown or cannot be opened. */
 backend *backend_init_device(const char *device, int n_threads, um_err *err);
@@ -148,6 +171,30 @@ void  backend_rope(backend *be, void *x, int n, int n_heads, int head_dim, int r
                    float theta);
 /* out[n_q, n_heads*head_dim] = softmax(q k^T * scale + mask) v per sequence and head (GQA) */
 void  backend_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v, void *out);
+/* A linear layer with what surrounds it fused (one op instead of three or four, so a backend can
+ * cast the input once, share it between weights and apply the epilogue while the output is hot):
+ *   h = norm ? RMSNorm(x, norm, eps) : x                      x: [n, w[0].cols]
+ *   BLIN_STORE   y[j] = h . w[j]^T  for j < n_w (1..3, all with w[0].cols inputs)
+ *   BLIN_ADD     y[0] += h . w[0]^T  (n_w = 1: a residual add)
+ *   BLIN_SWIGLU  y[0] = silu(h . w[0]^T) * (h . w[1]^T)  (n_w = 2, same shapes)
+ * Results equal the single ops in that order (backend_rmsnorm, backend_matmul, backend_add,
+ * backend_swiglu) up to the backend's product rounding. tmp_h ([n, w[0].cols], needed with norm;
+ * may equal x) and tmp_y ([n, w[0].rows], needed with ADD and SWIGLU) are activation buffers for a
+ * backend that runs the single ops; a fused one may leave them untouched; their contents afterwards
+ * are unspecified. No y may overlap x, tmp_h or tmp_y. */
+enum blinear_epi { BLIN_STORE, BLIN_ADD, BLIN_SWIGLU };
+typedef struct blinear {
+    const void      *x;
+    int              n;          /* rows */
+    const bweight   *norm;       /* [1, w[0].cols] or NULL */
+    float            eps;
+    enum blinear_epi epi;
+    int              n_w;
+    const bweight   *w[3];
+    void            *y[3];       /* y[j]: [n, w[j].rows] */
+    void            *tmp_h, *tmp_y;
+} blinear;
+void  backend_linear(backend *be, const blinear *op);
 /* out[i] = silu(gate[i]) * up[i] (out may equal gate) */
 void  backend_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out);
 /* x[i] += y[i] */

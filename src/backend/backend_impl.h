@@ -45,6 +45,9 @@ typedef struct backend_ops {
     void  (*store_rows)(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                         void *const *dst);
     void  (*free)(backend *be);
+    /* (optional, not a capability) fused linear layer; NULL: backend_linear runs the single ops
+     * (backend_linear_unfused, which an implementation may also call for the cases it does not fuse) */
+    void  (*linear)(backend *be, const blinear *op);
 
     /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */
     /* (optional) free / total device memory in bytes */
@@ -93,6 +96,9 @@ typedef struct backend_ops {
     comm *(*comm_join)(backend *be, const uint8_t id[COMM_ID_BYTES], int rank, int world,
                        int (*cancelled)(void *user), void *user, int timeout_ms, um_err *err);
 } backend_ops;
+
+/* backend_linear as the single ops (rmsnorm, matmul, add, swiglu) in the order backend.h gives. */
+void backend_linear_unfused(backend *be, const blinear *op);
 
 struct backend {
     const backend_ops *ops;

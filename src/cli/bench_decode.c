@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/bench.h"
+#include "cli/tp_cli.h"
 #include "decode/decode.h"
 #include "model/model.h"
 #include "util/log.h"
@@ -77,7 +78,7 @@ static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int b
 
 int bench_decode(int argc, char **argv) {
     const char *model_dir = NULL, *batch_s = "1,8", *decoders_s = "low_confidence,random,threshold,factor";
-    const char *caches_s = "none";
+    const char *caches_s = "none", *cpu_kernels = NULL;
     int gen = 128, block = 32, steps = 0, prompt_len = 32, threads = 0, decode_flag = 0, reps = 1;
     int cache_refresh = 0, prefix_look = 0, after_look = 0, warmup = 0, max_blocks = 0;
     double threshold = 0.9, factor = 1.0, temperature = 0.0;
@@ -101,6 +102,7 @@ int bench_decode(int argc, char **argv) {
         {"after-look", ARG_INT, &after_look, "vicinity: positions after the block [0]"},
         {"warmup-steps", ARG_INT, &warmup, "cache-free steps at the start of each sequence [0]"},
         {"max-blocks", ARG_INT, &max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
+        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -110,6 +112,7 @@ int bench_decode(int argc, char **argv) {
                        "tokens per step and ms per step for each decoder, batch size and KV cache mode.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
     if (!model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
@@ -196,7 +199,7 @@ int bench_decode(int argc, char **argv) {
         return 1;
     }
     printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d), backend %s, %d threads\n", model_dir,
-           model_arch_name(m.cfg.arch), m.cfg.d_model, m.cfg.n_layers, m.cfg.n_embd_rows, backend_name(be), backend_n_threads(be));
+           model_arch_name(m.cfg.arch), m.cfg.d_model, m.cfg.n_layers, m.cfg.n_embd_rows, backend_description(be), backend_n_threads(be));
     printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off%s\n",
            prompt_len, gen, block, steps ? steps : gen, temperature, max_blocks ? "; timed: the first blocks only" : "");
     if (max_blocks) printf("(--max-blocks %d: each run stops after every sequence finished %d blocks)\n", max_blocks,

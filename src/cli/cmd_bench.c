@@ -50,7 +50,7 @@ static double forward_gflop(const model_config *c, int seq, int batch, int out_r
 }
 
 static int bench_forward(int argc, char **argv) {
-    const char *model_dir = NULL, *seq_s = "64,256,1024";
+    const char *model_dir = NULL, *seq_s = "64,256,1024", *cpu_kernels = NULL;
     int threads = 0, reps = 3, batch = 1, warmup = 1, out_rows = 0, tp = 1;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
@@ -61,6 +61,7 @@ static int bench_forward(int argc, char **argv) {
         {"warmup", ARG_INT, &warmup, "untimed forwards before timing [1]"},
         {"out-rows", ARG_INT, &out_rows, "logit rows per sequence (0 = all; the decode loop uses a block) [0]"},
         {"tp", ARG_INT, &tp, "tensor-parallel ranks: CPU threads of one process, --threads split over them [1]"},
+        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -69,6 +70,7 @@ static int bench_forward(int argc, char **argv) {
                        "Forward benchmark: LLaDA forward passes on the CPU backend, one table row per --seq.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
     if (!model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
@@ -117,7 +119,8 @@ static int bench_forward(int argc, char **argv) {
            c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
     printf("backend %s, %d threads%s, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
            "load average %.2f\n\n",
-           backend_name(be), backend_n_threads(be), tp > 1 ? " per rank x tp" : "", warmup, reps, peak_rss_mib(), load_avg_1m());
+           backend_description(be), backend_n_threads(be), tp > 1 ? " per rank x tp" : "", warmup, reps, peak_rss_mib(),
+           load_avg_1m());
     if (tp > 1) printf("tensor parallel: %d ranks (CPU threads, comm_local)\n\n", tp);
     printf("%7s %6s %9s %12s %12s %10s %9s %14s\n", "seq", "batch", "out rows", "ms/forward", "min ms", "tokens/s",
            "GFLOP/s", "peak RSS MiB");

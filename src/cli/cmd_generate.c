@@ -239,7 +239,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
                *layout_s = NULL, *seed_s = NULL, *cache_s = NULL, *suffix_s = NULL, *suffix_ids_s = NULL;
     int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0, tp = 1;
-    const char *device = "cpu";
+    const char *device = "cpu", *cpu_kernels = NULL;
     const char *device_loop = "on";
     int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
     int cache_refresh = INT_MIN, prefix_look = INT_MIN, after_look = INT_MIN, warmup = INT_MIN;
@@ -287,6 +287,7 @@ int cmd_generate(int argc, char **argv) {
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
         {"device", ARG_STR, &device, "cpu | cuda | cuda:N, with --tp a GPU list cuda:0,cuda:1 [cpu]"},
         {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs, docs/parallel.md) [1]"},
+        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"device-loop", ARG_STR, &device_loop,
          "CUDA: on = device-resident decode loop where supported, off = host loop [on]"},
         {NULL, 0, NULL, NULL},
@@ -298,6 +299,7 @@ int cmd_generate(int argc, char **argv) {
                        "generation_config.json where present. See docs/decode.md.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
     if (!model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;

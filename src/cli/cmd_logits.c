@@ -21,7 +21,7 @@
 int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
     int threads = 0, tp = 1;
-    const char *device = "cpu";
+    const char *device = "cpu", *cpu_kernels = NULL;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
         {"tokens", ARG_STR, &tokens_s, "comma-separated token ids, e.g. 1,2,3 [required]"},
@@ -31,6 +31,7 @@ int cmd_logits(int argc, char **argv) {
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
         {"device", ARG_STR, &device, "cpu | cuda | cuda:N; with --tp: cuda:0,cuda:1,... [cpu]"},
         {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs) [1]"},
+        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -39,6 +40,7 @@ int cmd_logits(int argc, char **argv) {
                        "Runs one forward pass and writes float32 logits as a NumPy .npy file.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
     if (!model_dir || !tokens_s || !out) {
         fprintf(stderr, "error: --model, --tokens and --out are required (see --help)\n");
         return 2;

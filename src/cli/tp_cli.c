@@ -1,6 +1,7 @@
 /*
  * tp_cli.c — open the model_ctx of a CLI subcommand, with or without --tp (tp_cli.h): one backend +
- * fit check + ctx, or a tensor-parallel group (model/model_tp.h) whose leader is the ctx.
+ * fit check + ctx, or a tensor-parallel group (model/model_tp.h) whose leader is the ctx; and the
+ * --cpu-kernels flag every model-running subcommand shares.
  * Does not: parse flags, load the model, run forwards (the subcommands do). Main thread.
  */
 #include "cli/tp_cli.h"
@@ -78,4 +79,35 @@ void cli_model_ctx_close(cli_model_ctx *c) {
 
 int cli_model_ctx_exit_code(const um_err *err) {
     return err->param[0] ? 2 : 1;
+}
+
+int cli_cpu_kernels_apply(const char *name) {
+    if (!name) return 0;
+    enum backend_cpu_kernels k;
+    um_err err = {0};
+    if (backend_cpu_kernels_parse(name, &k) != 0) {
+        fprintf(stderr, "error: --cpu-kernels: unknown kernel path '%s' (auto, amx, avx512bf16, fp32)\n", name);
+        return -1;
+    }
+    if (backend_cpu_kernels_select(k, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_cpu_kernels_take(int *argc, char **argv) {
+    for (int i = 1; i < *argc; i++) {
+        int k = strcmp(argv[i], "--cpu-kernels") == 0 ? 2 : strncmp(argv[i], "--cpu-kernels=", 14) == 0 ? 1 : 0;
+        if (!k) continue;
+        if (k == 2 && i + 1 >= *argc) {
+            fprintf(stderr, "error: --cpu-kernels needs a value (auto, amx, avx512bf16, fp32)\n");
+            return -1;
+        }
+        if (cli_cpu_kernels_apply(k == 2 ? argv[i + 1] : argv[i] + 14) != 0) return -1;
+        memmove(argv + i, argv + i + k, (size_t)(*argc - i - k + 1) * sizeof *argv);   /* keeps argv[argc] = NULL */
+        *argc -= k;
+        i--;
+    }
+    return 0;
 }

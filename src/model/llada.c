@@ -138,7 +138,7 @@ typedef struct llada_scratch {
 /* Hand rows x cols elements of checkpoint tensor t at data (t's own, or a slice/copy of it) to the
  * backend as {data, dtype, shape}; the checkpoint's dtype and element count are checked here. */
 static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols,
-                       int64_t n_elems, bweight *w, um_err *err) {
+                       int64_t n_elems, int rows_only, bweight *w, um_err *err) {
     memset(w, 0, sizeof *w);
     if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16)
         return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16 and F16 are supported",
@@ -146,15 +146,19 @@ static int upload_data(backend *be, const st_tensor *t, const void *data, int64_
     if (rows <= 0 || cols <= 0 || rows * cols != n_elems)
         return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
                           (long long)n_elems, (long long)rows, (long long)cols);
-    const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols};
+    const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols,
+                             .rows_only = rows_only};
     return backend_weight_upload(be, &src, w, err);
 }
 
-static int upload(backend *be, const st_tensor *t, bweight *w, um_err *err) {
+/* rows_only: the weight is only gathered by row (the embedding), never multiplied */
+static int upload_as(backend *be, const st_tensor *t, int rows_only, bweight *w, um_err *err) {
     int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
     int64_t cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
-    return upload_data(be, t, t->data, rows, cols, t->n_elems, w, err);
+    return upload_data(be, t, t->data, rows, cols, t->n_elems, rows_only, w, err);
 }
+
+static int upload(backend *be, const st_tensor *t, bweight *w, um_err *err) { return upload_as(be, t, 0, w, err); }
 
 /* Upload t, or this rank's slice of it: SPLIT_ROWS rows [r*R/W, (r+1)*R/W) (a view of the
  * checkpoint), SPLIT_COLS columns [r*C/W, (r+1)*C/W) (gathered into a host copy kept in w->parts). */
@@ -168,7 +172,7 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
     if (split == SPLIT_ROWS) {
         const int64_t lr = rows / W;
         return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * lr) * (size_t)cols * es, lr, cols, lr * cols,
-                           out, err);
+                           0, out, err);
     }
     const int64_t lc = cols / W;
     char *buf = xmalloc((size_t)(rows * lc) * es);
@@ -176,7 +180,7 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
         memcpy(buf + (size_t)(i * lc) * es, (const char *)t->data + (size_t)(i * cols + r * lc) * es, (size_t)lc * es);
     w->parts = xrealloc(w->parts, (size_t)(w->n_parts + 1) * sizeof *w->parts);
     w->parts[w->n_parts++] = buf;
-    return upload_data(ctx->be, t, buf, rows, lc, rows * lc, out, err);
+    return upload_data(ctx->be, t, buf, rows, lc, rows * lc, 0, out, err);
 }
 
 int llada_ctx_init(model_ctx *ctx, um_err *err) {
@@ -188,7 +192,7 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
     ctx->weights = w;
     ctx->scratch = xcalloc(1, sizeof(llada_scratch));
     const llada_tensors *t = &m->llada;
-    if (upload(be, t->wte, &w->wte, err) || upload(be, t->ln_f, &w->ln_f, err) ||
+    if (upload_as(be, t->wte, 1, &w->wte, err) || upload(be, t->ln_f, &w->ln_f, err) ||
         upload(be, t->lm_head, &w->lm_head, err))
         goto fail;
     for (int l = 0; l < c->n_layers; l++) {
@@ -338,6 +342,21 @@ static void kv_store_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *po
         }
 }
 
+/* s->x += in . w^T: one fused op, or — tensor parallel, where each rank's product is a partial
+ * sum — the product into s->h, an all-reduce, then the add. */
+static void residual_linear(model_ctx *ctx, const void *in, const bweight *w, int n, llada_scratch *s) {
+    backend *be = ctx->be;
+    const size_t nd = (size_t)n * (size_t)w->rows;
+    if (ctx->shard.world > 1) {
+        backend_matmul(be, in, w, NULL, n, s->h);
+        comm_all_reduce_act(ctx->shard.comm, s->h, nd);
+        backend_add(be, s->x, s->h, nd);
+        return;
+    }
+    const blinear op = {.x = in, .n = n, .epi = BLIN_ADD, .n_w = 1, .w = {w}, .y = {s->x}, .tmp_y = s->h};
+    backend_linear(be, &op);
+}
+
 /* Embedding and every layer: leaves the final residual stream in s->x. out_cap: output rows the
  * LM-head buffers must hold. */
 static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
@@ -348,7 +367,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     CHECK(w && s);
     const int n = b->seq_start[b->n_seqs];
     const int TP = ctx->shard.world > 1 ? ctx->shard.world : 1;   /* heads and MLP width per rank */
-    const int d = c->d_model, H = c->n_heads / TP, KV = c->n_kv_heads / TP, hd = c->head_dim, F = c->ffn_hidden / TP;
+    const int H = c->n_heads / TP, KV = c->n_kv_heads / TP, hd = c->head_dim;
     scratch_reserve(be, c, TP, s, n, out_cap);
 
     const int32_t *pos = b->pos;
@@ -375,26 +394,20 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     backend_embed(be, &w->wte, b->tokens, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_w *L = &w->layers[l];
-        /* attention sublayer */
-        backend_rmsnorm(be, s->x, &L->attn_norm, n, d, c->norm_eps, s->h);
-        backend_matmul(be, s->h, &L->q, NULL, n, s->q);
-        backend_matmul(be, s->h, &L->k, NULL, n, s->k);
-        backend_matmul(be, s->h, &L->v, NULL, n, s->v);
+        /* attention sublayer: x += attn_out(attention(rope(q, k), v)), q/k/v from RMSNorm(x) */
+        const blinear qkv = {.x = s->x, .n = n, .norm = &L->attn_norm, .eps = c->norm_eps, .epi = BLIN_STORE,
+                             .n_w = 3, .w = {&L->q, &L->k, &L->v}, .y = {s->q, s->k, s->v}, .tmp_h = s->h};
+        backend_linear(be, &qkv);
         backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
         backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
         if (cached) kv_store_layer(ctx, b, pos, s, l, KV * hd);
         backend_attention(be, &ap, s->q, s->k, s->v, s->att);
-        backend_matmul(be, s->att, &L->attn_out, NULL, n, s->h);
-        if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);
-        backend_add(be, s->x, s->h, (size_t)n * (size_t)d);
-        /* SwiGLU MLP sublayer */
-        backend_rmsnorm(be, s->x, &L->ff_norm, n, d, c->norm_eps, s->h);
-        backend_matmul(be, s->h, &L->gate, NULL, n, s->gate);
-        backend_matmul(be, s->h, &L->up, NULL, n, s->up);
-        backend_swiglu(be, s->gate, s->up, (size_t)n * (size_t)F, s->gate);
-        backend_matmul(be, s->gate, &L->down, NULL, n, s->h);
-        if (TP > 1) comm_all_reduce_act(ctx->shard.comm, s->h, (size_t)n * (size_t)d);
-        backend_add(be, s->x, s->h, (size_t)n * (size_t)d);
+        residual_linear(ctx, s->att, &L->attn_out, n, s);
+        /* SwiGLU MLP sublayer: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x) */
+        const blinear mlp = {.x = s->x, .n = n, .norm = &L->ff_norm, .eps = c->norm_eps, .epi = BLIN_SWIGLU,
+                             .n_w = 2, .w = {&L->gate, &L->up}, .y = {s->gate}, .tmp_h = s->h, .tmp_y = s->up};
+        backend_linear(be, &mlp);
+        residual_linear(ctx, s->gate, &L->down, n, s);
     }
 }
 
@@ -405,11 +418,19 @@ static const int32_t *out_rows_of(const fwd_batch *b, llada_scratch *s, int n) {
     return s->rows;
 }
 
+/* logits s->lg[nr, vocab rows] = RMSNorm(s->xo rows, ln_f) . lm_head^T (s->xo is overwritten) */
+static void lm_head(model_ctx *ctx, int nr) {
+    llada_weights *w = ctx->weights;
+    llada_scratch *s = ctx->scratch;
+    const blinear op = {.x = s->xo, .n = nr, .norm = &w->ln_f, .eps = ctx->m->cfg.norm_eps, .epi = BLIN_STORE,
+                        .n_w = 1, .w = {&w->lm_head}, .y = {s->lg}, .tmp_h = s->xo};
+    backend_linear(ctx->be, &op);
+}
+
 int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
     (void)err;
     const model_config *c = &ctx->m->cfg;
     backend *be = ctx->be;
-    llada_weights *w = ctx->weights;
     llada_scratch *s = ctx->scratch;
     const int n = b->seq_start[b->n_seqs];
     const int n_out = b->out_rows ? b->n_out : n;
@@ -422,8 +443,7 @@ int llada_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
     for (int r0 = 0; r0 < n_out; r0 += chunk) {
         int nr = n_out - r0 < chunk ? n_out - r0 : chunk;
         backend_get_rows(be, s->x, d, rows + r0, nr, s->xo);
-        backend_rmsnorm(be, s->xo, &w->ln_f, nr, d, c->norm_eps, s->xo);
-        backend_matmul(be, s->xo, &w->lm_head, NULL, nr, s->lg);
+        lm_head(ctx, nr);
         backend_act_to_host(be, s->lg, (size_t)nr * (size_t)c->n_embd_rows,
                         logits + (size_t)r0 * (size_t)c->n_embd_rows);
     }
@@ -434,14 +454,12 @@ int llada_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, u
     (void)err;
     const model_config *c = &ctx->m->cfg;
     backend *be = ctx->be;
-    llada_weights *w = ctx->weights;
     llada_scratch *s = ctx->scratch;
     const int n = b->seq_start[b->n_seqs];
     const int n_out = b->out_rows ? b->n_out : n;
     forward_layers(ctx, b, n_out);   /* LM-head buffers hold every output row: one pass, no copy-out */
     backend_get_rows(be, s->x, c->d_model, out_rows_of(b, s, n), n_out, s->xo);
-    backend_rmsnorm(be, s->xo, &w->ln_f, n_out, c->d_model, c->norm_eps, s->xo);
-    backend_matmul(be, s->xo, &w->lm_head, NULL, n_out, s->lg);
+    lm_head(ctx, n_out);
     *logits = s->lg;
     return 0;
 }

@@ -5,7 +5,8 @@ a long sequence, weight tying over 3 shards, f16, bf16) it compares our logits w
 max|ours - ref| / max|ref| <= 1e-4 where the weights are f32/f16, argmax agreement (plus the
 measured error, bounded loosely) for bf16. Also checks that --positions returns exactly the
 matching rows of the full output (to fp32 rounding) and that --key-valid padding matches the reference's padded
-result (and really changes the logits). Prints one line per check and "N passed, N failed".
+result (and really changes the logits). All on the fp32 kernel path (--cpu-kernels fp32, the reference); the
+bf16 kernel paths are test_cpu_kernels.py's. Prints one line per check and "N passed, N failed".
 """
 import json
 import os
@@ -44,7 +45,7 @@ def logits(model_dir, tokens, positions=None, key_valid=None, threads=2):
     if os.path.exists(out):
         os.remove(out)
     cmd = [BIN, "logits", "--model", model_dir, "--tokens", ",".join(map(str, tokens)), "--out", out,
-           "--threads", str(threads)]
+           "--threads", str(threads), "--cpu-kernels", "fp32"]
     if positions is not None:
         cmd += ["--positions", ",".join(map(str, positions))]
     if key_valid is not None:

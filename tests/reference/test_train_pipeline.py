@@ -44,8 +44,9 @@ def rel_err(a, b):
 
 def logits_parity(rep, name, model_dir, ids):
     out = os.path.join(model_dir, "logits.npy")
+    # the fp32 CPU kernels: the reference path (the bf16 kernels round activations: test_cpu_kernels.py)
     subprocess.run([BIN, "logits", "--model", model_dir, "--tokens", ",".join(map(str, ids)), "--out", out,
-                    "--threads", "1"], check=True)
+                    "--threads", "1", "--cpu-kernels", "fp32"], check=True)
     c = np.load(out)
     with torch.no_grad():
         p = load_exported(model_dir)(torch.tensor([ids])).numpy()[0]

@@ -4,9 +4,11 @@
  * GQA, key_valid, block_causal, queries != keys), RoPE (partial rotation, table cache refresh),
  * RMSNorm, SwiGLU, embed, get_rows, add; the branch-free f16 and exp helpers; and the LLaDA forward
  * batching contract (packed sequences == separate forwards, default positions, out_rows, scratch
- * reuse) on a small make-model checkpoint.
- * Single thread driving the backend (its OpenMP workers run inside).
+ * reuse) on a small make-model checkpoint. All on the fp32 kernel path (--cpu-kernels fp32), the
+ * numerical reference; the bf16 kernels are tests/unit/test_cpu_gemm.c's.
+ * Single thread driving the backend (its pool slots run inside).
  */
+#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,16 +66,23 @@ static void tw_free(backend *be, test_weight *tw) {
 
 /* ---------------------------------------------------------------- helpers */
 
+/* Exact in the default floating-point mode and under FTZ/DAZ (the mode the backend's pool runs
+ * in: a denormal intermediate would be read as zero there). */
 static void test_f16_exhaustive(void) {
-    int bad = 0;
-    for (uint32_t h = 0; h < 65536; h++) {
-        float a = cpu_f16_to_f32((uint16_t)h), b = f16_to_f32((uint16_t)h);
-        uint32_t ua, ub;
-        memcpy(&ua, &a, 4);
-        memcpy(&ub, &b, 4);
-        if (ua != ub && !(isnan(a) && isnan(b))) bad++;
+    for (int daz = 0; daz < 2; daz++) {
+        unsigned old = _mm_getcsr();
+        if (daz) _mm_setcsr(old | 0x8040u);
+        int bad = 0;
+        for (uint32_t h = 0; h < 65536; h++) {
+            float a = cpu_f16_to_f32((uint16_t)h), b = f16_to_f32((uint16_t)h);
+            uint32_t ua, ub;
+            memcpy(&ua, &a, 4);
+            memcpy(&ub, &b, 4);
+            if (ua != ub && !(isnan(a) && isnan(b))) bad++;
+        }
+        _mm_setcsr(old);
+        TEST_CHECK(bad == 0, "%d half values convert differently from util/dtype.h (FTZ/DAZ %d)", bad, daz);
     }
-    TEST_CHECK(bad == 0, "%d half values convert differently from util/dtype.h", bad);
 }
 
 static void test_expf(void) {
@@ -445,7 +454,11 @@ static void test_forward_batching(backend *be) {
 }
 
 int main(void) {
+    /* the fp32 reference path: its tolerances are fp32's (the bf16 kernels: test_cpu_gemm.c) */
+    um_err err = {0};
+    TEST_CHECK(backend_cpu_kernels_select(BACKEND_CPU_KERNELS_FP32, &err) == 0, "select fp32: %s", err.msg);
     backend *be = backend_cpu_init(2);
+    TEST_CHECK(backend_cpu_kernels_of(be) == BACKEND_CPU_KERNELS_FP32, "fp32 kernels in use");
     test_f16_exhaustive();
     test_expf();
     test_matmul(be);

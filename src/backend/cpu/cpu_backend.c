@@ -1,12 +1,15 @@
 /*
- * cpu_backend.c — the CPU backend: fp32 activations in ordinary host memory, weights used in place
- * from the mmapped checkpoint (F32 directly, BF16/F16 converted per tile inside matmul, never
- * expanded for the whole model), OpenMP for parallel loops, single-threaded OpenBLAS per tile.
- * This file: init/free, weights, buffers and the element-wise ops (embed, rmsnorm, rope, swiglu,
- * add, get_rows, store_rows). matmul is in cpu_matmul.c, attention in cpu_attention.c.
+ * cpu_backend.c — the CPU backend: fp32 activations in ordinary host memory; BF16 weights packed
+ * once at upload for the bf16 kernels (cpu_gemm.h) when this CPU has them, else used in place from
+ * the mmapped checkpoint and widened per tile inside the fp32 matmul (F32 weights are read in
+ * place; F16 take the fp32 path); one thread pool (cpu_pool.h) for every parallel loop,
+ * single-threaded OpenBLAS inside its tasks.
+ * This file: init/free, weights, buffers, the fused linear op and the element-wise ops (embed,
+ * rmsnorm, rope, swiglu, add, get_rows, store_rows). matmul is in cpu_matmul.c, attention in
+ * cpu_attention.c.
  *
  * Does not: validate per-request input (model_forward does; a bad index here is a bug -> CHECK).
- * Threading: called from the engine thread that owns the backend; loops fan out to OpenMP workers.
+ * Threading: called from the engine thread that owns the backend; loops fan out to the pool.
  */
 /* The branch-free helpers in cpu_internal.h (clamps, selects) only vectorise when float compares
  * may be if-converted; nothing here relies on floating-point exception flags. */
@@ -14,21 +17,55 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_internal.h"
 #include "util/log.h"
 
-/* Below this many elements an element-wise op runs on the calling thread only: a parallel region
+/* Below this many elements an element-wise op runs on the calling thread only: handing it out
  * costs more than these memory-bound loops save, and much more when cores are oversubscribed. */
 #define PAR_MIN_ELEMS (1 << 18)
+/* Elements per task of the element-wise loops. */
+#define EW_GRAIN 16384
 
 static void *aligned_alloc64(size_t bytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) UM_FATAL("out of memory (%zu bytes)", bytes);
     return p;
+}
+
+typedef struct range_run {
+    cpu_range_fn fn;
+    void        *arg;
+    int64_t      n, grain;
+} range_run;
+
+static void range_task(void *arg, int64_t t, int slot) {
+    (void)slot;
+    const range_run *r = arg;
+    int64_t lo = t * r->grain, hi = lo + r->grain < r->n ? lo + r->grain : r->n;
+    r->fn(r->arg, lo, hi);
+}
+
+void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    range_run r = {.fn = fn, .arg = arg, .n = n, .grain = grain};
+    cpu_pool_run(ci->pool, (n + grain - 1) / grain, parallel ? 0 : 1, range_task, &r);
+}
+
+uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n) {
+    if (n > ci->abuf_cap) {
+        free(ci->abuf);
+        ci->abuf_cap = n + n / 4;
+        ci->abuf = aligned_alloc64(ci->abuf_cap * sizeof *ci->abuf);
+    }
+    return ci->abuf;
 }
 
 float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n) {
@@ -57,8 +94,15 @@ CPU_HOT_CLONES void cpu_weight_to_f32(const bweight *w, size_t off, size_t n, fl
 
 /* ---------------------------------------------------------------- weights and buffers */
 
+/* Pack BF16 weights for the bf16 kernels, unless the caller only gathers rows of them (vectors such
+ * as norm weights are packed too: small, and a [1, C] weight may be a product's). */
+static int wants_packing(const cpu_impl *ci, const bweight_src *src) {
+    return ci->gemm && src->type == DTYPE_BF16 && !src->rows_only;
+}
+
 static int cpu_weight_upload(backend *be, const bweight_src *src, bweight *out, um_err *err) {
-    (void)be, (void)err;
+    (void)err;
+    cpu_impl *ci = cpu_impl_of(be);
     memset(out, 0, sizeof *out);
     CHECK((src->type == DTYPE_F32 || src->type == DTYPE_BF16 || src->type == DTYPE_F16) && src->rows > 0 &&
           src->cols > 0);
@@ -66,19 +110,29 @@ static int cpu_weight_upload(backend *be, const bweight_src *src, bweight *out, 
     out->type = src->type;
     out->rows = src->rows;
     out->cols = src->cols;
-    if ((uintptr_t)src->data % es == 0) {
-        out->data = src->data;   /* a view into the mapping: no copy */
-    } else {                     /* misaligned data section (legal in safetensors): aligned copy */
-        out->owned = aligned_alloc64(nbytes);
-        memcpy(out->owned, src->data, nbytes);
-        out->data = out->owned;
+    out->data = src->data;   /* a view into the mapping: no copy */
+    const int pack = wants_packing(ci, src);
+    if ((uintptr_t)src->data % es != 0 || pack) {
+        cpu_wmem *m = xcalloc(1, sizeof *m);
+        if ((uintptr_t)src->data % es != 0) {   /* misaligned data section (legal in safetensors) */
+            m->copy = aligned_alloc64(nbytes);
+            memcpy(m->copy, src->data, nbytes);
+            out->data = m->copy;
+        }
+        if (pack) cpu_packed_init(&m->packed, out->data, src->rows, src->cols, ci->pool);
+        out->owned = m;
     }
     return 0;
 }
 
 static void cpu_weight_free(backend *be, bweight *w) {
     (void)be;
-    free(w->owned);
+    cpu_wmem *m = w->owned;
+    if (m) {
+        cpu_packed_free(&m->packed);
+        free(m->copy);
+        free(m);
+    }
     memset(w, 0, sizeof *w);
 }
 
@@ -97,15 +151,82 @@ static void cpu_act_to_host(backend *be, const void *src, size_t n, float *dst) 
     if (src != dst) memcpy(dst, src, n * sizeof(float));
 }
 
+/* ---------------------------------------------------------------- the fused linear op */
+
+/* backend_linear: on packed weights, the input is cast to bf16 once (RMSNorm included) and every
+ * product of the op is one run of the GEMM layer with its epilogue; anything else runs as the
+ * single ops (the fp32 reference path). */
+static void cpu_linear(backend *be, const blinear *op) {
+    cpu_impl *ci = cpu_impl_of(be);
+    const cpu_packed *pw[3] = {NULL, NULL, NULL};
+    int packed = ci->gemm != NULL && op->n_w >= 1 && op->n_w <= 3;
+    for (int j = 0; packed && j < op->n_w; j++) packed = (pw[j] = cpu_weight_packed(op->w[j])) != NULL;
+    if (!packed) {
+        backend_linear_unfused(be, op);
+        return;
+    }
+    if (op->n <= 0) return;
+    const int64_t C = op->w[0]->cols, kpad = pw[0]->kpad;
+    uint16_t *a = cpu_abuf_reserve(ci, (size_t)op->n * (size_t)kpad);
+    cpu_act_to_bf16(ci->pool, op->x, op->n, C, kpad, op->norm, op->eps, a);
+    cpu_gemm_out outs[3];
+    int n_out = 1;
+    memset(outs, 0, sizeof outs);
+    if (op->epi == BLIN_STORE) {
+        n_out = op->n_w;
+        for (int j = 0; j < n_out; j++) outs[j] = (cpu_gemm_out){.w = pw[j], .epi = CPU_EPI_STORE, .y = op->y[j]};
+    } else if (op->epi == BLIN_ADD) {
+        CHECK(op->n_w == 1);
+        outs[0] = (cpu_gemm_out){.w = pw[0], .epi = CPU_EPI_ADD, .y = op->y[0]};
+    } else {
+        CHECK(op->n_w == 2);
+        outs[0] = (cpu_gemm_out){.w = pw[0], .w2 = pw[1], .epi = CPU_EPI_SWIGLU, .y = op->y[0]};
+    }
+    cpu_gemm_run(ci->pool, ci->gemm, a, kpad, op->n, outs, n_out);
+}
+
 /* ---------------------------------------------------------------- element-wise ops */
 
+typedef struct embed_run {
+    const bweight *wte;
+    const int32_t *ids;
+    float         *out;
+} embed_run;
+
+static void embed_range(void *arg, int64_t lo, int64_t hi) {
+    const embed_run *r = arg;
+    const int64_t d = r->wte->cols;
+    for (int64_t i = lo; i < hi; i++) {
+        CHECK(r->ids[i] >= 0 && r->ids[i] < r->wte->rows);
+        cpu_weight_to_f32(r->wte, (size_t)r->ids[i] * (size_t)d, (size_t)d, r->out + i * d);
+    }
+}
+
 static void cpu_embed(backend *be, const bweight *wte, const int32_t *ids, int n, void *out) {
-    float *o = out;
-    int64_t d = wte->cols;
-#pragma omp parallel for schedule(static) num_threads(be->n_threads) if ((int64_t)n * d >= PAR_MIN_ELEMS)
-    for (int i = 0; i < n; i++) {
-        CHECK(ids[i] >= 0 && ids[i] < wte->rows);
-        cpu_weight_to_f32(wte, (size_t)ids[i] * (size_t)d, (size_t)d, o + (size_t)i * (size_t)d);
+    embed_run r = {.wte = wte, .ids = ids, .out = out};
+    const int64_t d = wte->cols;
+    cpu_parallel_for(cpu_impl_of(be), n, (EW_GRAIN + d - 1) / d, (int64_t)n * d >= PAR_MIN_ELEMS, embed_range, &r);
+}
+
+typedef struct rmsnorm_run {
+    const float *x, *wf;
+    float       *out;
+    int          d;
+    float        eps;
+} rmsnorm_run;
+
+CPU_HOT_CLONES static void rmsnorm_range(void *arg, int64_t lo, int64_t hi) {
+    const rmsnorm_run *r = arg;
+    const int d = r->d;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xr = r->x + i * d;
+        float *orow = r->out + i * d;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int j = 0; j < d; j++) ss += xr[j] * xr[j];
+        float s = 1.0f / sqrtf(ss / (float)d + r->eps);
+#pragma omp simd
+        for (int j = 0; j < d; j++) orow[j] = r->wf[j] * (xr[j] * s);
     }
 }
 
@@ -113,20 +234,27 @@ static void cpu_rmsnorm(backend *be, const void *x, const bweight *w, int n, int
     CHECK(w->rows * w->cols == d);
     float *wf = aligned_alloc64((size_t)d * sizeof(float));
     cpu_weight_to_f32(w, 0, (size_t)d, wf);
-    const float *xs = x;
-    float *o = out;
-#pragma omp parallel for schedule(static) num_threads(be->n_threads) if ((int64_t)n * d >= PAR_MIN_ELEMS)
-    for (int i = 0; i < n; i++) {
-        const float *xr = xs + (size_t)i * (size_t)d;
-        float *orow = o + (size_t)i * (size_t)d;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-        for (int j = 0; j < d; j++) ss += xr[j] * xr[j];
-        float r = 1.0f / sqrtf(ss / (float)d + eps);
-#pragma omp simd
-        for (int j = 0; j < d; j++) orow[j] = wf[j] * (xr[j] * r);
-    }
+    rmsnorm_run r = {.x = x, .wf = wf, .out = out, .d = d, .eps = eps};
+    cpu_parallel_for(cpu_impl_of(be), n, (EW_GRAIN + d - 1) / d, (int64_t)n * d >= PAR_MIN_ELEMS, rmsnorm_range, &r);
     free(wf);
+}
+
+typedef struct rope_table_run {
+    cpu_impl      *ci;
+    const int32_t *pos;
+    const double  *inv;
+    int            half;
+} rope_table_run;
+
+static void rope_table_range(void *arg, int64_t lo, int64_t hi) {
+    const rope_table_run *r = arg;
+    const int half = r->half;
+    for (int64_t i = lo; i < hi; i++)
+        for (int j = 0; j < half; j++) {
+            double a = (double)r->pos[i] * r->inv[j];
+            r->ci->rope_cos[(size_t)i * half + j] = (float)cos(a);
+            r->ci->rope_sin[(size_t)i * half + j] = (float)sin(a);
+        }
 }
 
 /* cos/sin table for these positions (cached across calls with the same positions). Angles are
@@ -147,13 +275,8 @@ static void rope_table(cpu_impl *ci, int n, int half, const int32_t *pos, float 
     }
     double *inv = xmalloc((size_t)half * sizeof *inv);
     for (int j = 0; j < half; j++) inv[j] = pow((double)theta, -2.0 * j / (2.0 * half));
-#pragma omp parallel for schedule(static) num_threads(ci->n_threads) if ((int64_t)n * half >= 4096)
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < half; j++) {
-            double a = (double)pos[i] * inv[j];
-            ci->rope_cos[(size_t)i * half + j] = (float)cos(a);
-            ci->rope_sin[(size_t)i * half + j] = (float)sin(a);
-        }
+    rope_table_run r = {.ci = ci, .pos = pos, .inv = inv, .half = half};
+    cpu_parallel_for(ci, n, (256 + half - 1) / half, (int64_t)n * half >= 4096, rope_table_range, &r);
     free(inv);
     memcpy(ci->rope_pos, pos, (size_t)n * sizeof *pos);
     ci->rope_n = n;
@@ -161,19 +284,19 @@ static void rope_table(cpu_impl *ci, int n, int half, const int32_t *pos, float 
     ci->rope_theta = theta;
 }
 
-static void cpu_rope(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
-                     float theta) {
-    CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim);
-    cpu_impl *ci = cpu_impl_of(be);
-    int half = rot_dim / 2;
-    rope_table(ci, n, half, pos, theta);
-    float *xs = x;
-    const float *ct = ci->rope_cos, *st = ci->rope_sin;
-#pragma omp parallel for schedule(static) num_threads(be->n_threads) if ((int64_t)n * n_heads * head_dim >= PAR_MIN_ELEMS)
-    for (int i = 0; i < n; i++) {
-        const float *c = ct + (size_t)i * half, *s = st + (size_t)i * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *x1 = xs + ((size_t)i * n_heads + h) * head_dim, *x2 = x1 + half;
+typedef struct rope_run {
+    float       *x;
+    const float *ct, *st;
+    int          n_heads, head_dim, half;
+} rope_run;
+
+CPU_HOT_CLONES static void rope_range(void *arg, int64_t lo, int64_t hi) {
+    const rope_run *r = arg;
+    const int half = r->half;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *c = r->ct + (size_t)i * half, *s = r->st + (size_t)i * half;
+        for (int h = 0; h < r->n_heads; h++) {
+            float *x1 = r->x + ((size_t)i * r->n_heads + h) * r->head_dim, *x2 = x1 + half;
 #pragma omp simd
             for (int j = 0; j < half; j++) {
                 float a = x1[j], b = x2[j];
@@ -184,34 +307,48 @@ static void cpu_rope(backend *be, void *x, int n, int n_heads, int head_dim, int
     }
 }
 
-CPU_HOT_CLONES static void swiglu_span(const float *g, const float *u, float *o, size_t n) {
+static void cpu_rope(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                     float theta) {
+    CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim);
+    cpu_impl *ci = cpu_impl_of(be);
+    int half = rot_dim / 2;
+    rope_table(ci, n, half, pos, theta);
+    rope_run r = {.x = x, .ct = ci->rope_cos, .st = ci->rope_sin, .n_heads = n_heads, .head_dim = head_dim,
+                  .half = half};
+    const int64_t row = (int64_t)n_heads * head_dim;
+    cpu_parallel_for(ci, n, (EW_GRAIN + row - 1) / row, (int64_t)n * row >= PAR_MIN_ELEMS, rope_range, &r);
+}
+
+typedef struct ew_run {
+    const float *g, *u;
+    float       *o;
+} ew_run;
+
+/* silu(g) * u; the sigmoid's tail underflows (tiny results, flushed by the pool's FTZ mode) */
+CPU_HOT_CLONES static void swiglu_range(void *arg, int64_t lo, int64_t hi) {
+    const ew_run *r = arg;
+    const float *g = r->g, *u = r->u;
+    float *o = r->o;
 #pragma omp simd
-    for (size_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+    for (int64_t i = lo; i < hi; i++) o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
 }
 
 static void cpu_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out) {
-    const float *g = gate, *u = up;
-    float *o = out;
-    const size_t CH = 4096;
-    size_t n_ch = (n + CH - 1) / CH;
-#pragma omp parallel for schedule(static) num_threads(be->n_threads) if (n >= PAR_MIN_ELEMS)
-    for (size_t c = 0; c < n_ch; c++) {
-        size_t lo = c * CH, hi = lo + CH < n ? lo + CH : n;
-        swiglu_span(g + lo, u + lo, o + lo, hi - lo);
-    }
+    ew_run r = {.g = gate, .u = up, .o = out};
+    cpu_parallel_for(cpu_impl_of(be), (int64_t)n, EW_GRAIN, n >= PAR_MIN_ELEMS, swiglu_range, &r);
+}
+
+CPU_HOT_CLONES static void add_range(void *arg, int64_t lo, int64_t hi) {
+    const ew_run *r = arg;
+    const float *b = r->g;
+    float *a = r->o;
+#pragma omp simd
+    for (int64_t i = lo; i < hi; i++) a[i] += b[i];
 }
 
 static void cpu_add(backend *be, void *x, const void *y, size_t n) {
-    float *a = x;
-    const float *b = y;
-    const size_t CH = 8192;
-    size_t n_ch = (n + CH - 1) / CH;
-#pragma omp parallel for schedule(static) num_threads(be->n_threads) if (n >= 4 * PAR_MIN_ELEMS)
-    for (size_t c = 0; c < n_ch; c++) {
-        size_t lo = c * CH, hi = lo + CH < n ? lo + CH : n;
-#pragma omp simd
-        for (size_t i = lo; i < hi; i++) a[i] += b[i];
-    }
+    ew_run r = {.g = y, .o = x};
+    cpu_parallel_for(cpu_impl_of(be), (int64_t)n, 4 * EW_GRAIN, n >= 4 * PAR_MIN_ELEMS, add_range, &r);
 }
 
 static void cpu_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out) {
@@ -240,15 +377,18 @@ static void cpu_store_rows(backend *be, const void *x, int d, int n_seqs, const 
 
 static void cpu_free(backend *be) {
     cpu_impl *ci = cpu_impl_of(be);
+    cpu_pool_free(ci->pool);
     for (int t = 0; t < ci->n_threads; t++) {
         free(ci->wtile[t].p);
         free(ci->scores[t].p);
     }
     free(ci->wtile);
     free(ci->scores);
+    free(ci->abuf);
     free(ci->rope_pos);
     free(ci->rope_cos);
     free(ci->rope_sin);
+    free(ci->description);
     free(ci);
     free(be);
 }
@@ -270,20 +410,48 @@ static const backend_ops k_cpu_ops = {
     .get_rows = cpu_get_rows,
     .store_rows = cpu_store_rows,
     .free = cpu_free,
+    .linear = cpu_linear,
 };
 
+enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be) {
+    return be->ops == &k_cpu_ops ? ((const cpu_impl *)be->impl)->kernels : BACKEND_CPU_KERNELS_FP32;
+}
+
+/* Pin the pool's slots to CPUs only when UNMASK_CPU_PIN=1 (docs/cpu-kernels.md: on a machine
+ * shared with other work, pinned threads cannot move away from a busy core). */
+static int pin_wanted(void) {
+    const char *e = getenv("UNMASK_CPU_PIN");
+    return e && strcmp(e, "1") == 0;
+}
+
+/* CPUs this process may run on (taskset / cgroup aware). */
+static int cpus_allowed(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 backend *backend_cpu_init(int n_threads) {
-    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads <= 0) n_threads = cpus_allowed();
     if (n_threads < 1) n_threads = 1;
-    /* Parallelism comes from our OpenMP loops over tiles; each BLAS call stays on its thread. */
+    /* Parallelism comes from our pool; each BLAS call stays on the slot that makes it. */
     openblas_set_num_threads(1);
     backend *be = xcalloc(1, sizeof *be);
     cpu_impl *ci = xcalloc(1, sizeof *ci);
     ci->n_threads = n_threads;
+    ci->pool = cpu_pool_init(n_threads, pin_wanted());
+    ci->kernels = cpu_kernels_resolve();
+    ci->gemm = ci->kernels == BACKEND_CPU_KERNELS_AMX          ? &cpu_gemm_amx
+               : ci->kernels == BACKEND_CPU_KERNELS_AVX512BF16 ? &cpu_gemm_avx512bf16
+                                                               : NULL;
     ci->wtile = xcalloc((size_t)n_threads, sizeof *ci->wtile);
     ci->scores = xcalloc((size_t)n_threads, sizeof *ci->scores);
+    size_t dl = strlen(backend_cpu_kernels_name(ci->kernels)) + 32;
+    ci->description = xmalloc(dl);
+    snprintf(ci->description, dl, "cpu (%s kernels)", backend_cpu_kernels_name(ci->kernels));
     be->ops = &k_cpu_ops;
     be->name = "cpu";
+    be->description = ci->description;
     be->act_dtype = DTYPE_F32;
     be->n_threads = n_threads;
     be->impl = ci;

@@ -4,8 +4,8 @@
  * (unit tests may include this to check the helpers).
  *
  * Does not: allocate device memory (there is none), talk to other backends.
- * Threading: the cpu_impl is driven by the one engine thread that owns the backend; the per-thread
- * scratch slots are each touched only by the OpenMP worker whose omp_get_thread_num() indexes them.
+ * Threading: the cpu_impl is driven by the one engine thread that owns the backend; the per-slot
+ * scratch buffers are each touched only by the pool slot (cpu_pool.h) whose number indexes them.
  */
 #ifndef UM_CPU_INTERNAL_H
 #define UM_CPU_INTERNAL_H
@@ -15,17 +15,32 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_pool.h"
 
-/* One growable f32 buffer per OpenMP worker, padded to a cache line against false sharing. */
+/* One growable f32 buffer per pool slot, padded to a cache line against false sharing. */
 typedef struct cpu_tbuf {
     float  *p;        /* [cap] owned, 64-byte aligned */
     size_t  cap;      /* floats */
     char    pad[64 - sizeof(float *) - sizeof(size_t)];
 } cpu_tbuf;
 
+/* What bweight.owned points to for a CPU weight: the aligned copy of a misaligned source and the
+ * packed layout of the bf16 kernels. bweight.data stays the row-major view (embed rows and the
+ * fp32 path read it). */
+typedef struct cpu_wmem {
+    void       *copy;       /* aligned copy of the source, or NULL (data is a view of the source) */
+    cpu_packed  packed;     /* packed.p == NULL: not packed */
+} cpu_wmem;
+
 typedef struct cpu_impl {
     int       n_threads;
-    cpu_tbuf *wtile;        /* [n_threads] converted weight tiles (matmul) */
+    cpu_pool *pool;         /* the one pool every parallel loop of this backend runs on */
+    enum backend_cpu_kernels kernels;   /* never AUTO */
+    const cpu_gemm_kernel *gemm;        /* the bf16 kernel family, NULL on the fp32 path */
+    uint16_t *abuf;         /* bf16 activations of the current product (cpu_gemm.h layout) */
+    size_t    abuf_cap;     /* elements */
+    cpu_tbuf *wtile;        /* [n_threads] converted weight tiles (fp32 matmul) */
     cpu_tbuf *scores;       /* [n_threads] attention score tiles */
     /* RoPE cos/sin table of the last call, reused while positions/theta/rot_dim are unchanged
      * (q and k of every layer share one table per forward). */
@@ -36,9 +51,16 @@ typedef struct cpu_impl {
     int       rope_cap;     /* floats allocated in rope_cos / rope_sin */
     int       rope_pos_cap; /* entries allocated in rope_pos */
     float     rope_theta;
+    char     *description;  /* "cpu (<kernels> kernels)", owned */
 } cpu_impl;
 
 static inline cpu_impl *cpu_impl_of(backend *be) { return (cpu_impl *)be->impl; }
+
+/* The packed layout of w, or NULL when it has none (F32/F16, vectors, fp32 path, gather-only). */
+static inline const cpu_packed *cpu_weight_packed(const bweight *w) {
+    const cpu_wmem *m = (const cpu_wmem *)w->owned;
+    return m && m->packed.p ? &m->packed : NULL;
+}
 
 /* Hot element-wise loops get an AVX2/FMA clone next to the baseline one, picked at load time
  * (GCC function multi-versioning via ifunc), so the binary still runs on any x86-64.
@@ -46,9 +68,20 @@ static inline cpu_impl *cpu_impl_of(backend *be) { return (cpu_impl *)be->impl; 
  * before libtsan is initialised (SIGSEGV at startup). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CPU_HOT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+/* the loops around the bf16 kernels (casts, epilogues) also get an AVX-512 clone */
+#define CPU_WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CPU_HOT_CLONES
+#define CPU_WIDE_CLONES
 #endif
+
+/* Run fn(arg, lo, hi) over [0, n) in chunks of `grain` on the backend's pool (on the calling
+ * thread alone when parallel is 0: small loops cost more to hand out than they save). */
+typedef void (*cpu_range_fn)(void *arg, int64_t lo, int64_t hi);
+void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_range_fn fn, void *arg);
+
+/* Room for n bf16 activation elements in ci->abuf. */
+uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n);
 
 /* Grow thread slot b to at least n floats (contents not kept). */
 float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n);
@@ -75,13 +108,24 @@ static inline uint32_t cpu_f32_bits(float f) {
     return u;
 }
 
-/* IEEE half -> float without branches: rebias via one multiply by 2^112 (handles subnormals),
- * then force the exponent of Inf/NaN to all ones. Exact for all 65536 inputs. */
-static inline float cpu_f16_to_f32(uint16_t h) {
-    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-    float f = cpu_bits_f32(o) * cpu_bits_f32(0x77800000u);   /* 2^112 */
+/* float -> bf16, round to nearest even, NaN kept quiet: util/dtype.h's f32_to_bf16 without the
+ * branch, so it vectorises. */
+static inline uint16_t cpu_f32_to_bf16(float f) {
     uint32_t u = cpu_f32_bits(f);
-    u |= f >= 65536.0f ? 0x7f800000u : 0u;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t q = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+/* IEEE half -> float without branches and without denormal arithmetic (the pool runs with
+ * FTZ/DAZ, which would zero a denormal intermediate): normal halves are rebiased in the integer
+ * domain, subnormal ones are their integer mantissa times 2^-24 (exact), Inf/NaN keep their payload.
+ * Exact for all 65536 inputs in either floating-point mode. */
+static inline float cpu_f16_to_f32(uint16_t h) {
+    uint32_t a = h & 0x7fffu;
+    float sub = (float)(int32_t)a * cpu_bits_f32(0x33800000u);   /* a * 2^-24, used when a < 0x400 */
+    uint32_t u = a >= 0x7c00u ? (a << 13) | 0x7f800000u : (a << 13) + 0x38000000u;
+    u = a < 0x400u ? cpu_f32_bits(sub) : u;
     u |= (uint32_t)(h & 0x8000u) << 16;
     return cpu_bits_f32(u);
 }

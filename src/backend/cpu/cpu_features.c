@@ -1,0 +1,148 @@
+/*
+ * cpu_features.c — run-time CPU probes (cpuid leaves 1 and 7, XCR0 through xgetbv, the Linux AMX
+ * tile-data permission) and the process-wide choice of the bf16 kernel path (cpu_features.h,
+ * backend.h "CPU kernels").
+ *
+ * Does not: run kernels. On a non-x86 build every bf16 path reports absent and AUTO means fp32.
+ * Threading: probes once under pthread_once (any thread); the selection is written by the main
+ * thread before CPU backends exist and read when one is created.
+ */
+#include "backend/cpu/cpu_features.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_gemm.h"
+#include "util/log.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+static cpu_features g_feat;
+static pthread_once_t g_feat_once = PTHREAD_ONCE_INIT;
+/* -1: nothing selected (UNMASK_CPU_KERNELS or AUTO); else an enum backend_cpu_kernels */
+static int g_selected = -1;
+
+#if defined(__x86_64__)
+static unsigned long long xcr0_read(void) {
+    unsigned eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((unsigned long long)edx << 32) | eax;
+}
+
+#define ARCH_REQ_XCOMP_PERM_ 0x1023   /* asm/prctl.h */
+#define XFEATURE_XTILEDATA_  18
+
+static void features_probe(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const int osxsave = (c >> 27) & 1;
+    unsigned long long xcr0 = osxsave ? xcr0_read() : 0;
+    const int os_avx512 = (xcr0 & 0xe6) == 0xe6;              /* SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM */
+    const int os_tiles = ((xcr0 >> 17) & 3) == 3;             /* XTILECFG, XTILEDATA */
+    if (__get_cpuid_max(0, NULL) < 7) return;
+    __cpuid_count(7, 0, a, b, c, d);
+    const int avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);   /* F, BW, VL */
+    const int amx = ((d >> 22) & 1) && ((d >> 24) & 1);                        /* AMX-BF16, AMX-TILE */
+    const unsigned max_sub = a;
+    int bf16 = 0;
+    if (max_sub >= 1) {
+        __cpuid_count(7, 1, a, b, c, d);
+        bf16 = (a >> 5) & 1;                                                   /* AVX512_BF16 */
+    }
+    g_feat.avx512bf16 = avx512 && bf16 && os_avx512;
+    if (!amx) {
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "the CPU has no AMX-BF16");
+    } else if (!os_tiles) {
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "the OS does not enable AMX tile state (XCR0)");
+    } else if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) != 0) {
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "Linux refused AMX tile data (arch_prctl, kernel < 5.16?)");
+    } else if (!g_feat.avx512bf16) {   /* the AMX path runs its row remainders and epilogues with AVX-512 */
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "AMX without AVX512-BF16");
+    } else {
+        g_feat.amx_bf16 = 1;
+    }
+}
+#else
+static void features_probe(void) { snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "not an x86-64 CPU"); }
+#endif
+
+static void features_init(void) {
+    memset(&g_feat, 0, sizeof g_feat);
+    features_probe();
+    if (!cpu_gemm_avx512bf16.block) g_feat.avx512bf16 = 0;   /* this compiler built no such kernels */
+    if (g_feat.amx_bf16 && (!cpu_gemm_amx.block || !g_feat.avx512bf16)) {
+        g_feat.amx_bf16 = 0;
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "this build has no AMX kernels");
+    }
+}
+
+const cpu_features *cpu_features_get(void) {
+    pthread_once(&g_feat_once, features_init);
+    return &g_feat;
+}
+
+/* ---------------------------------------------------------------- the kernel path */
+
+static const char *const k_names[] = {
+    [BACKEND_CPU_KERNELS_AUTO] = "auto",
+    [BACKEND_CPU_KERNELS_FP32] = "fp32",
+    [BACKEND_CPU_KERNELS_AVX512BF16] = "avx512bf16",
+    [BACKEND_CPU_KERNELS_AMX] = "amx",
+};
+
+int backend_cpu_kernels_parse(const char *name, enum backend_cpu_kernels *out) {
+    for (int k = 0; k < (int)(sizeof k_names / sizeof k_names[0]); k++)
+        if (name && strcmp(name, k_names[k]) == 0) {
+            *out = (enum backend_cpu_kernels)k;
+            return 0;
+        }
+    return -1;
+}
+
+const char *backend_cpu_kernels_name(enum backend_cpu_kernels k) {
+    return (int)k >= 0 && (int)k < (int)(sizeof k_names / sizeof k_names[0]) ? k_names[k] : "?";
+}
+
+/* 0 when path k runs on this CPU, else -1 + err saying what is missing. */
+static int kernels_check(enum backend_cpu_kernels k, um_err *err) {
+    const cpu_features *f = cpu_features_get();
+    if (k == BACKEND_CPU_KERNELS_AVX512BF16 && !f->avx512bf16)
+        return um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: this CPU (or OS) has no AVX512-BF16 "
+                          "(vdpbf16ps); use auto or fp32");
+    if (k == BACKEND_CPU_KERNELS_AMX && !f->amx_bf16)
+        return um_err_param(err, "cpu-kernels", "--cpu-kernels amx: %s; use auto, avx512bf16 or fp32", f->amx_why);
+    return 0;
+}
+
+int backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err) {
+    if (kernels_check(k, err) != 0) return -1;
+    g_selected = (int)k;
+    return 0;
+}
+
+static enum backend_cpu_kernels kernels_best(void) {
+    const cpu_features *f = cpu_features_get();
+    return f->amx_bf16 ? BACKEND_CPU_KERNELS_AMX : f->avx512bf16 ? BACKEND_CPU_KERNELS_AVX512BF16 : BACKEND_CPU_KERNELS_FP32;
+}
+
+enum backend_cpu_kernels cpu_kernels_resolve(void) {
+    enum backend_cpu_kernels k = BACKEND_CPU_KERNELS_AUTO;
+    if (g_selected >= 0) {
+        k = (enum backend_cpu_kernels)g_selected;
+    } else {
+        const char *env = getenv("UNMASK_CPU_KERNELS");
+        if (env && *env) {
+            um_err err = {0};
+            if (backend_cpu_kernels_parse(env, &k) != 0)
+                UM_FATAL("UNMASK_CPU_KERNELS=%s: unknown kernel path (auto, amx, avx512bf16, fp32)", env);
+            if (kernels_check(k, &err) != 0) UM_FATAL("UNMASK_CPU_KERNELS=%s: %s", env, err.msg);
+        }
+    }
+    return k == BACKEND_CPU_KERNELS_AUTO ? kernels_best() : k;
+}

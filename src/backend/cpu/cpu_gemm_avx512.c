@@ -1,0 +1,76 @@
+/*
+ * cpu_gemm_avx512.c — the AVX512-BF16 kernel family of the GEMM layer (cpu_gemm.h): vdpbf16ps on
+ * packed weight groups, fp32 accumulators in zmm registers.
+ *
+ * Micro-kernel: MR (<= 6) activation rows x NG (<= 4) groups of 16 outputs = up to 24 accumulators.
+ * Per input pair kk it loads one 64-byte vector per group (16 outputs x 2 inputs), broadcasts the
+ * row's two bf16 inputs (32 bits) and issues MR x NG vdpbf16ps. The whole K runs in registers; the
+ * block is stored once. Version log and timings: docs/cpu-kernels.md.
+ *
+ * Compiled for every x86-64 (target attributes, no global -m flags); only called after
+ * cpu_features says the CPU has AVX512-BF16. Does not: pack, convert, apply epilogues.
+ * Threading: pure functions of their arguments, run on pool slots.
+ */
+#include <string.h>
+
+#include "backend/cpu/cpu_gemm.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* c[i][16 j + l] for i < MR, j < NG over kp2 input pairs. MR and NG are constants at every call
+ * site, so the arrays below live in registers. */
+AVX512BF16_TARGET __attribute__((always_inline)) static inline void
+ukernel(const int MR, const int NG, const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c) {
+    __m512 acc[6][4];
+    const uint16_t *bp[4];
+    for (int j = 0; j < NG; j++) bp[j] = b[j];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NG; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < kp2; kk++) {
+        __m512bh bv[4];
+        for (int j = 0; j < NG; j++) bv[j] = (__m512bh)_mm512_load_si512((const void *)(bp[j] + kk * 32));
+        for (int i = 0; i < MR; i++) {
+            int32_t pair;
+            memcpy(&pair, a + i * lda + 2 * kk, sizeof pair);
+            __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+            for (int j = 0; j < NG; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NG; j++) _mm512_store_ps(c + i * 64 + j * 16, acc[i][j]);
+}
+
+typedef void (*ukernel_fn)(const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c);
+
+#define UK(mr, ng)                                                                                          \
+    AVX512BF16_TARGET static void uk_##mr##_##ng(const uint16_t *a, int64_t lda, const uint16_t *const *b, \
+                                                 int64_t kp2, float *c) {                                  \
+        ukernel(mr, ng, a, lda, b, kp2, c);                                                                 \
+    }
+#define UK_ROW(mr) UK(mr, 1) UK(mr, 2) UK(mr, 3) UK(mr, 4)
+UK_ROW(1) UK_ROW(2) UK_ROW(3) UK_ROW(4) UK_ROW(5) UK_ROW(6)
+#undef UK_ROW
+#undef UK
+
+#define UK_ROW(mr) {uk_##mr##_1, uk_##mr##_2, uk_##mr##_3, uk_##mr##_4}
+static const ukernel_fn k_uk[6][4] = {UK_ROW(1), UK_ROW(2), UK_ROW(3), UK_ROW(4), UK_ROW(5), UK_ROW(6)};
+#undef UK_ROW
+
+static void avx512_block(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
+                         float *c) {
+    for (int i = 0; i < m; i += 6) {
+        int mr = m - i < 6 ? m - i : 6;
+        k_uk[mr - 1][ng - 1](a + (int64_t)i * lda, lda, b, kpad / 2, c + (int64_t)i * 64);
+    }
+}
+
+const cpu_gemm_kernel cpu_gemm_avx512bf16 = {.name = "avx512bf16", .block = avx512_block};
+
+#else /* not x86-64 + GCC: the family exists but is never selected (cpu_features reports it absent) */
+
+const cpu_gemm_kernel cpu_gemm_avx512bf16 = {.name = "avx512bf16", .block = NULL};   /* not compiled in */
+
+#endif
