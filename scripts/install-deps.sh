@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # install-deps.sh — install every build and test dependency on a fresh Debian (bookworm) machine:
-# compilers, CMake, jansson, libwebsockets, OpenSSL, OpenBLAS, Debian's python3 + NumPy, Node.js,
-# Chromium for the browser test, and the npm test clients (tests/package-lock.json, npm ci).
+# compilers, CMake, jansson, libwebsockets, OpenSSL, OpenBLAS, Debian's python3 + NumPy + PyTorch
+# (the training pipeline's tests and the bundled model's PyTorch parity test), Node.js, Chromium for
+# the browser test, and the npm test clients (tests/package-lock.json, npm ci).
 # Idempotent and quick when everything is present. Needs root (or sudo) for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libwebsockets-dev libssl-dev libopenblas-dev
-      python3 python3-numpy nodejs chromium openssl ca-certificates curl prometheus)
+      python3 python3-numpy python3-torch nodejs chromium openssl ca-certificates curl prometheus)
 [ "${1:-}" = "--runtime-only" ] && PKGS=(build-essential cmake pkg-config libjansson-dev
       libwebsockets-dev libssl-dev libopenblas-dev)
 

@@ -1,6 +1,8 @@
 // app.js — the unmask browser UI: a chat whose answers visibly denoise. Wires the protocol client
-// (client.js) to the transcript, the composer and the decoding settings. Not here: protocol
-// details (client.js), canvas rendering (canvas.js).
+// (client.js) to the transcript, the composer and the decoding settings. A base checkpoint (no chat
+// template, e.g. the bundled code model) opens in Complete mode with a code-shaped example prompt;
+// Infill fills a <FILL> marker through the HTTP FIM endpoint (the WebSocket protocol has no
+// suffix). Not here: protocol details (client.js), canvas rendering (canvas.js).
 
 import { UnmaskClient } from './client.js';
 import { GenCanvas, heroAnimation } from './canvas.js';
@@ -9,12 +11,20 @@ const $ = (id) => document.getElementById(id);
 const PARAMS = ['gen_length', 'block_length', 'steps', 'decoder', 'threshold', 'temperature', 'seed', 'cache', 'cache_refresh', 'prefix_look', 'after_look', 'drafts', 'draft_every', 'every'];
 const FALLBACK = { gen_length: 128, block_length: 32, steps: 0, decoder: 'low_confidence', threshold: 0.9, temperature: 0, seed: 0, cache: 'dual', cache_refresh: 0, prefix_look: 0, after_look: 0, drafts: true, draft_every: 1, every: 1 };
 const STORE = 'unmask.settings.v1';
+const FILL = '<FILL>';
+const CODE_EXAMPLES = [
+  'import os\n\n\ndef list_python_files(root):\n    """Return the paths of all Python files under root."""\n',
+  'def fibonacci(n):\n    """Return the first n Fibonacci numbers."""\n',
+  'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n',
+];
+const INFILL_EXAMPLE = 'def mean(values):\n    """Return the arithmetic mean of values."""\n    <FILL>\n    return total / len(values)\n';
 
 const state = {
   client: null,
   model: null,            // session.created.model
   defaults: { ...FALLBACK },
   mode: 'chat',
+  base: false,            // the model has no chat template: completion / infill only
   history: [],            // chat messages [{role, content}]
   gens: new Map(),        // id -> generation view
   counter: 0,
@@ -149,7 +159,7 @@ function initClient() {
       };
       if (!localStorage.getItem(STORE)) applySettingsToForm(state.defaults);
     }
-    if (s.model && !s.model.chat_template) setMode('raw');
+    if (s.model && s.model.ready) setBaseModel(!s.model.chat_template);
     updateStats();
   });
   client.addEventListener('message', (e) => onServerEvent(e.detail.msg));
@@ -205,14 +215,15 @@ function hideHero() {
 
 function addUserMessage(text, raw) {
   const art = el('article', 'msg user');
-  const bubble = el('div', 'bubble', text);
+  const bubble = el('div', raw ? 'bubble code' : 'bubble', text);
   if (raw) bubble.appendChild(el('span', 'raw-tag', 'raw'));
   art.appendChild(bubble);
   $('transcript').appendChild(art);
 }
 
+// settings: { mode, context (Complete: the prompt, shown dimmed before the canvas), onCancel }
 function newGenView(id, settings) {
-  const art = el('article', 'msg bot');
+  const art = el('article', settings.mode === 'chat' ? 'msg bot' : 'msg bot code');
   art.dataset.id = id;
   art.dataset.state = 'queued';
   const head = el('div', 'msg-head');
@@ -228,11 +239,18 @@ function newGenView(id, settings) {
   progress.appendChild(bar);
   const canvas = el('div', 'canvas');
   const foot = el('div', 'msg-foot');
-  art.append(head, progress, canvas, foot);
+  if (settings.context !== undefined) {
+    const view = el('div', 'code-view');
+    view.append(el('span', 'ctx', settings.context), canvas);
+    art.append(head, progress, view, foot);
+  } else {
+    art.append(head, progress, canvas, foot);
+  }
   $('transcript').appendChild(art);
   const g = { id, art, badge, meta, bar, canvasEl: canvas, foot, cancel, canvas: null, settings, finished: false, t0: performance.now(), tFirst: 0, step: 0, text: '' };
   cancel.addEventListener('click', () => {
-    state.client.cancel(id);
+    if (settings.onCancel) settings.onCancel();
+    else state.client.cancel(id);
     cancel.disabled = true;
     cancel.textContent = 'Stopping…';
   });
@@ -340,9 +358,46 @@ function onServerEvent(m) {
 // ---------------------------------------------------------------- composer
 
 function setMode(mode) {
+  const t = $('prompt');
+  if (mode === 'infill' && state.mode !== 'infill' && !t.value.includes(FILL) &&
+      (!t.value.trim() || CODE_EXAMPLES.includes(t.value))) {
+    t.value = INFILL_EXAMPLE;
+  } else if (mode === 'raw' && state.mode === 'infill' && t.value === INFILL_EXAMPLE) {
+    t.value = CODE_EXAMPLES[0];
+  }
   state.mode = mode;
   for (const b of document.querySelectorAll('.mode-switch .seg')) b.classList.toggle('active', b.dataset.mode === mode);
-  $('prompt').placeholder = mode === 'chat' ? 'Ask something…' : 'Raw prompt text (no chat template)…';
+  t.placeholder = mode === 'chat' ? 'Ask something…'
+    : mode === 'infill' ? `Code with ${FILL} where the missing part goes…` : 'Text or code to continue (no chat template)…';
+  $('composer').classList.toggle('code', mode !== 'chat');
+  autosize();
+}
+
+// A base checkpoint (no chat template): Chat is off, Complete is the default with a code example,
+// and the hero's suggestions are code. A chat checkpoint keeps the chat UI.
+function setBaseModel(base) {
+  if (base === state.base) return;
+  state.base = base;
+  document.body.classList.toggle('base-model', base);
+  const chat = document.querySelector('.seg[data-mode="chat"]');
+  chat.disabled = base;
+  chat.title = base ? 'This checkpoint has no chat template (a base model): use Complete or Infill' : '';
+  if (!base) return;
+  const chips = $('chips');
+  if (chips) {
+    chips.replaceChildren(...CODE_EXAMPLES.map((code) => {
+      const c = el('button', 'chip code', `${code.split('\n').find((l) => l.startsWith('def ') || l.startsWith('class ')) || code.split('\n')[0]} …`);
+      c.type = 'button';
+      c.addEventListener('click', () => { setMode('raw'); submit(code); });
+      return c;
+    }));
+  }
+  const t = $('prompt');
+  if (state.mode === 'chat') setMode('raw');
+  if (!t.value) {
+    t.value = CODE_EXAMPLES[0];
+    autosize();
+  }
 }
 
 function autosize() {
@@ -352,8 +407,12 @@ function autosize() {
 }
 
 function submit(text) {
-  text = text.trim();
-  if (!text) return;
+  if (state.mode === 'chat') text = text.trim();   // code keeps its trailing newline / indentation
+  if (!text.trim()) return;
+  if (state.mode === 'infill' && !text.includes(FILL)) {
+    toast(`Infill: put ${FILL} where the missing code goes`);
+    return;
+  }
   hideHero();
   const s = formSettings();
   const id = `g${Date.now().toString(36)}${(++state.counter).toString(36)}`;
@@ -373,15 +432,64 @@ function submit(text) {
   };
   for (const k of Object.keys(body)) if (body[k] === undefined || Number.isNaN(body[k])) delete body[k];
   const mode = state.mode;
+  if (mode === 'infill') {
+    submitInfill(id, text, body);
+    return;
+  }
   if (mode === 'chat') {
     state.history.push({ role: 'user', content: text });
     body.messages = state.history.slice();
+    addUserMessage(text, false);
+    newGenView(id, { mode });
   } else {
     body.prompt = text;
+    newGenView(id, { mode, context: text });
   }
-  addUserMessage(text, mode === 'raw');
-  newGenView(id, { mode });
   state.client.generate(id, body);
+}
+
+// Infill through POST /v1/fim/completions (prompt = the text before <FILL>, suffix = after it):
+// the server fills the hole natively with both sides in view; the answer arrives whole.
+async function submitInfill(id, text, body) {
+  const at = text.indexOf(FILL);
+  const prefix = text.slice(0, at);
+  const suffix = text.slice(at + FILL.length);
+  const ctrl = new AbortController();
+  const g = newGenView(id, { mode: 'infill', onCancel: () => ctrl.abort() });
+  const { stream: _frames, gen_length: maxTokens, ...params } = body;   // stream: the WebSocket's frame settings
+  const req = { ...params, prompt: prefix, suffix, max_tokens: maxTokens };
+  if (!req.steps) delete req.steps;   // the HTTP APIs take 1 … 1024 or nothing (= one per token)
+  setBadge(g, 'running', 'filling');
+  g.meta.textContent = `${body.gen_length} masks between prefix and suffix · ${(body.decoder || '').replace('_', ' ')}`;
+  const headers = { 'content-type': 'application/json' };
+  if (state.client.apiKey) headers.authorization = `Bearer ${state.client.apiKey}`;
+  const t0 = performance.now();
+  try {
+    const r = await fetch('/v1/fim/completions', { method: 'POST', headers, body: JSON.stringify(req), signal: ctrl.signal });
+    const j = await r.json();
+    if (!r.ok) throw new Error(j.error ? j.error.message : `HTTP ${r.status}`);
+    const c = j.choices[0];
+    const fill = el('span', 'fill', c.text);
+    fill.title = 'generated';
+    g.canvasEl.replaceChildren(el('span', 'ctx', prefix), fill, el('span', 'ctx', suffix));
+    g.canvasEl.dataset.fill = c.text;
+    g.finished = true;
+    g.cancel.remove();
+    setBadge(g, 'done', 'done');
+    g.bar.style.width = '100%';
+    const u = j.usage || {};
+    g.meta.textContent = [c.finish_reason === 'length' ? 'hit the length limit' : 'finished',
+      `${u.completion_tokens ?? '?'} tokens`, `${((performance.now() - t0) / 1000).toFixed(2)} s`].join(' · ');
+  } catch (e) {
+    if (ctrl.signal.aborted) {
+      g.finished = true;
+      g.cancel.remove();
+      setBadge(g, 'cancelled', 'cancelled');
+      g.meta.textContent = 'cancelled';
+    } else {
+      failGen(g, `infill failed: ${e.message}`);
+    }
+  }
 }
 
 function initComposer() {

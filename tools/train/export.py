@@ -5,7 +5,9 @@ The trained tensors are written as one F32 safetensors file (checkpoint names, L
 `unmask make-model --weights` turns them into the checkpoint with the same writer, config.json and
 tokenizer handling as every other make-model checkpoint (--dtype bf16 for the bundled model, f32
 for exact comparisons). generation_config.json then gets the decoding defaults the server reads
-(docs/decode.md): threshold decoding, dual KV cache, greedy.
+(docs/decode.md): threshold decoding, dual KV cache, greedy. The model is a base (pre-trained only)
+model, so the chat template the tokenizer files carry is dropped from tokenizer_config.json unless
+--keep-chat-template: clients (the browser UI) then offer completion and infilling, not chat.
 
 Also usable as a library: load_exported(dir) -> an LLaDA model with a checkpoint's weights.
 """
@@ -42,7 +44,7 @@ def load_train_checkpoint(path):
     return model, ck
 
 
-def export(model, tokenizer_dir, out, dtype="bf16", generation=None, extra_generation=None):
+def export(model, tokenizer_dir, out, dtype="bf16", generation=None, extra_generation=None, keep_chat_template=False):
     c = model.config
     with tempfile.TemporaryDirectory() as tmp:
         w = os.path.join(tmp, "weights.safetensors")
@@ -51,6 +53,14 @@ def export(model, tokenizer_dir, out, dtype="bf16", generation=None, extra_gener
                         "--dtype", dtype, "--d-model", str(c.d_model), "--n-layers", str(c.n_layers),
                         "--n-heads", str(c.n_heads), "--n-kv-heads", str(c.n_kv_heads), "--ffn", str(c.ffn_hidden),
                         "--max-seq", str(c.max_seq), "--rope-theta", repr(float(c.rope_theta))], check=True)
+    if not keep_chat_template:
+        tc = os.path.join(out, "tokenizer_config.json")
+        with open(tc) as fp:
+            cfg = json.load(fp)
+        cfg.pop("chat_template", None)
+        with open(tc, "w") as fp:
+            json.dump(cfg, fp, indent=2)
+            fp.write("\n")
     path = os.path.join(out, "generation_config.json")
     with open(path) as fp:
         g = json.load(fp)
@@ -82,9 +92,10 @@ def main():
     ap.add_argument("--tokenizer", default="models/train-work/tokens/tokenizer")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--keep-chat-template", action="store_true", help="keep the LLaDA chat template (chat-tuned models)")
     args = ap.parse_args()
     model, ck = load_train_checkpoint(args.ckpt)
-    export(model, args.tokenizer, args.out, args.dtype)
+    export(model, args.tokenizer, args.out, args.dtype, keep_chat_template=args.keep_chat_template)
     print(f"export: {args.out}: step {ck['step']}, {model.n_params() / 1e6:.2f}M parameters, {args.dtype}",
           file=sys.stderr)
 
