@@ -54,10 +54,6 @@
 
 /* ================================================================ settings */
 
-void http_api_flags_init(http_api_flags *f) {
-    *f = (http_api_flags){NULL, NULL, NULL, NULL, NULL, NULL, NAN, NAN, NAN, NAN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
-}
-
 /* Effective settings and shared state. */
 static struct {
     int            configured;
@@ -87,33 +83,6 @@ static struct {
     struct gen_stream *job_runs;       /* running jobs */
 } G;
 
-static const char *cfg_str(const server_config *cfg, const char *key) {
-    const json_t *v = cfg->file ? json_object_get((json_t *)cfg->file, key) : NULL;
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
-static int cfg_num(const server_config *cfg, const char *key, double *out, um_err *err) {
-    const json_t *v = cfg->file ? json_object_get((json_t *)cfg->file, key) : NULL;
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return um_err_param(err, key, "config: \"%s\" must be a number", key);
-    *out = json_number_value(v);
-    return 1;
-}
-
-static int setting_num(const server_config *cfg, const char *key, double flag, double def, double *out, um_err *err) {
-    *out = def;
-    if (cfg_num(cfg, key, out, err) < 0) return -1;
-    if (!isnan(flag)) *out = flag;
-    return 0;
-}
-
-static int setting_int(const server_config *cfg, const char *key, int flag, int def, int *out, um_err *err) {
-    double d = def;
-    if (cfg_num(cfg, key, &d, err) < 0) return -1;
-    *out = flag != INT_MIN ? flag : (int)d;
-    return 0;
-}
-
 static double gauge_sched(void *user) {
     int which = (int)(intptr_t)user;
     sched *sc = G.srv ? server_sched(G.srv) : NULL;
@@ -142,12 +111,8 @@ static double gauge_ready(void *user) {
 static void drain_begin(server *s);
 static int  drain_idle(server *s);
 
-/* --cache / config "cache": auto or a mode name (flag over config key). */
-static int cache_setting(const server_config *cfg, const char *flag, int *out, um_err *err) {
-    const json_t *v = cfg->file ? json_object_get((json_t *)cfg->file, "cache") : NULL;
-    if (!flag && v && !json_is_null(v) && !json_is_string(v))
-        return um_err_param(err, "cache", "config: \"cache\" must be a string (auto, none, prefix, dual or vicinity)");
-    const char *s = flag ? flag : cfg_str(cfg, "cache");
+/* --cache: auto or a mode name. */
+static int cache_setting(const char *s, int *out, um_err *err) {
     enum decode_cache c;
     *out = DECODE_CACHE_AUTO;
     if (!s || strcmp(s, "auto") == 0) return 0;
@@ -157,69 +122,21 @@ static int cache_setting(const server_config *cfg, const char *flag, int *out, u
     return 0;
 }
 
-int http_api_configure(const server_config *cfg, const http_api_flags *flags, um_err *err) {
-    http_api_flags fl;
-    if (flags) fl = *flags;
-    else http_api_flags_init(&fl);
-    memset(&G, 0, sizeof G);
-    G.lim = api_limits_default();
-    const char *keys = fl.api_keys ? fl.api_keys : cfg_str(cfg, "api_keys");
-    if (keys && auth_keys_load(&G.keys, keys, err) != 0) return um_err_prefix(err, "--api-keys");
-    double rate, burst, wh_base;
-    int wh_attempts, max_jobs, attempts;
-    if (setting_num(cfg, "rate_limit", fl.rate_limit, 0, &rate, err) ||
-        setting_num(cfg, "rate_burst", fl.rate_burst, 0, &burst, err) ||
-        setting_num(cfg, "shutdown_grace", fl.shutdown_grace, 30, &G.shutdown_grace, err) ||
-        setting_num(cfg, "webhook_retry_base", fl.webhook_retry_base, 0.5, &wh_base, err) ||
-        setting_int(cfg, "max_gen_length", fl.max_gen_length, G.lim.max_gen_length, &G.lim.max_gen_length, err) ||
-        setting_int(cfg, "max_prompt_tokens", fl.max_prompt_tokens, 0, &G.lim.max_prompt_tokens, err) ||
-        setting_int(cfg, "webhook_attempts", fl.webhook_attempts, 5, &wh_attempts, err) ||
-        setting_int(cfg, "max_jobs", fl.max_jobs, 10000, &max_jobs, err) ||
-        setting_int(cfg, "job_attempts", fl.job_attempts, 3, &attempts, err))
-        return -1;
-    if (!(rate >= 0)) return um_err_param(err, "rate-limit", "--rate-limit must be >= 0, got %g", rate);
-    if (!(burst >= 0)) return um_err_param(err, "rate-burst", "--rate-burst must be >= 0, got %g", burst);
-    if (!(G.shutdown_grace >= 0))
-        return um_err_param(err, "shutdown-grace", "--shutdown-grace must be >= 0, got %g", G.shutdown_grace);
-    if (G.lim.max_gen_length < 1)
-        return um_err_param(err, "max-gen-length", "--max-gen-length must be >= 1, got %d", G.lim.max_gen_length);
-    if (G.lim.max_prompt_tokens < 0)
-        return um_err_param(err, "max-prompt-tokens", "--max-prompt-tokens must be >= 0, got %d", G.lim.max_prompt_tokens);
-    if (wh_attempts < 1 || wh_attempts > 100)
-        return um_err_param(err, "webhook-attempts", "--webhook-attempts must be between 1 and 100, got %d", wh_attempts);
-    if (!(wh_base > 0)) return um_err_param(err, "webhook-retry-base", "--webhook-retry-base must be > 0, got %g", wh_base);
-    if (max_jobs < 1) return um_err_param(err, "max-jobs", "--max-jobs must be >= 1, got %d", max_jobs);
-    if (attempts < 1 || attempts > 100)
-        return um_err_param(err, "job-attempts", "--job-attempts must be between 1 and 100, got %d", attempts);
-    G.lim.max_seq = cfg->max_seq; /* serve --max-seq (server_config); 0 = the model's context */
-    api_limits_set(&G.lim); /* the WebSocket protocol applies the same limits (api/limits.h) */
-    G.rate = rate;
-    if (rate > 0) G.rl = ratelimit_new(rate, burst > 0 ? burst : (2 * rate < 1 ? 1 : 2 * rate));
-    const char *cors = fl.cors_origin ? fl.cors_origin : cfg_str(cfg, "cors_origin");
-    if (cors && cors[0]) G.cors_origin = xstrdup(cors);
-    if (cache_setting(cfg, fl.cache, &G.cache, err) != 0) return -1;
-    const char *algo = fl.algorithm_config ? fl.algorithm_config : cfg_str(cfg, "algorithm_config");
-    if (algo && algo_config_load(algo, &G.algo, err) != 0) return -1;
-    algo_config_set_defaults(G.algo, G.cache);   /* the algorithm config's "cache" wins over --cache */
-    const char *name = fl.served_model_name ? fl.served_model_name : cfg_str(cfg, "served_model_name");
-    if (name) {
-        snprintf(G.served_name, sizeof G.served_name, "%s", name);
-    } else {
-        const char *m = cfg->model ? cfg->model : "unmask";
-        size_t n = strlen(m);
-        while (n > 1 && m[n - 1] == '/') n--;
-        const char *b = m + n;
-        while (b > m && b[-1] != '/') b--;
-        snprintf(G.served_name, sizeof G.served_name, "%.*s", (int)(m + n - b), b);
+/* /v1/models id: --served-model-name, else the model directory's last component. */
+static void served_name_set(const server_config *cfg) {
+    if (cfg->served_model_name) {
+        snprintf(G.served_name, sizeof G.served_name, "%s", cfg->served_model_name);
+        return;
     }
-    const char *secret = fl.webhook_secret ? fl.webhook_secret : cfg_str(cfg, "webhook_secret");
-    if (!secret) secret = getenv("UNMASK_WEBHOOK_SECRET");
-    job_store_opts jo = {.max_jobs = max_jobs, .max_active = 1000, .max_events = 4096, .max_attempts = attempts};
-    G.jobs = job_store_new(&jo);
-    webhook_config wc = {.secret = secret ? secret : "", .max_attempts = wh_attempts, .base_delay_s = wh_base, .timeout_s = 5};
-    G.wh = webhook_sender_new(&wc);
-    G.secret_set = secret && secret[0];
-    G.created = (long)time(NULL);
+    const char *m = cfg->model ? cfg->model : "unmask";
+    size_t n = strlen(m);
+    while (n > 1 && m[n - 1] == '/') n--;
+    const char *b = m + n;
+    while (b > m && b[-1] != '/') b--;
+    snprintf(G.served_name, sizeof G.served_name, "%.*s", (int)(m + n - b), b);
+}
+
+static void metrics_gauges_register(void) {
     metrics_reset();
     metrics_gauge_register("queue_depth", "Generation requests waiting for admission.", gauge_sched, (void *)(intptr_t)0);
     metrics_gauge_register("active_sequences", "Sequences being denoised now.", gauge_sched, (void *)(intptr_t)1);
@@ -227,6 +144,35 @@ int http_api_configure(const server_config *cfg, const http_api_flags *flags, um
     metrics_gauge_register("jobs_running", "Async jobs running.", gauge_jobs, (void *)(intptr_t)1);
     metrics_gauge_register("http_streams_open", "Open HTTP generation responses.", gauge_streams, NULL);
     metrics_gauge_register("model_ready", "1 once the model is loaded.", gauge_ready, NULL);
+}
+
+int http_api_configure(const server_config *cfg, um_err *err) {
+    memset(&G, 0, sizeof G);
+    G.lim = api_limits_default();
+    if (cfg->api_keys && auth_keys_load(&G.keys, cfg->api_keys, err) != 0) return um_err_prefix(err, "--api-keys");
+    G.shutdown_grace = cfg->shutdown_grace_s;
+    G.lim.max_gen_length = cfg->max_gen_length;
+    G.lim.max_prompt_tokens = cfg->max_prompt_tokens;
+    G.lim.max_seq = cfg->max_seq; /* serve --max-seq (server_config); 0 = the model's context */
+    api_limits_set(&G.lim); /* the WebSocket protocol applies the same limits (api/limits.h) */
+    double rate = cfg->rate_limit, burst = cfg->rate_burst;
+    G.rate = rate;
+    if (rate > 0) G.rl = ratelimit_new(rate, burst > 0 ? burst : (2 * rate < 1 ? 1 : 2 * rate));
+    if (cfg->cors_origin && cfg->cors_origin[0]) G.cors_origin = xstrdup(cfg->cors_origin);
+    if (cache_setting(cfg->cache, &G.cache, err) != 0) return -1;
+    if (cfg->algorithm_config && algo_config_load(cfg->algorithm_config, &G.algo, err) != 0) return -1;
+    algo_config_set_defaults(G.algo, G.cache);   /* the algorithm config's "cache" wins over --cache */
+    served_name_set(cfg);
+    const char *secret = cfg->webhook_secret ? cfg->webhook_secret : getenv("UNMASK_WEBHOOK_SECRET");
+    job_store_opts jo = {.max_jobs = cfg->max_jobs, .max_active = 1000, .max_events = 4096,
+                         .max_attempts = cfg->job_attempts};
+    G.jobs = job_store_new(&jo);
+    webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,
+                         .base_delay_s = cfg->webhook_retry_base_s, .timeout_s = 5};
+    G.wh = webhook_sender_new(&wc);
+    G.secret_set = secret && secret[0];
+    G.created = (long)time(NULL);
+    metrics_gauges_register();
     server_set_drain(G.shutdown_grace, drain_begin, drain_idle);
     if (auth_keys_required(&G.keys)) log_info("HTTP APIs: %d API key%s required", G.keys.n, G.keys.n == 1 ? "" : "s");
     G.configured = 1;

@@ -10,9 +10,8 @@
  * per-key rate limits, 503 while draining, request metrics; and the graceful-shutdown policy.
  * docs/http-api.md is the user-facing reference.
  *
- * Settings: the values given on the command line (http_api_flags, filled by `unmask serve`)
- * override the same keys in the JSON config file (cfg->file), e.g. "api_keys": "keys.txt",
- * "rate_limit": 5.
+ * Settings: rows of the server's settings table (server_config.h: --api-keys, --rate-limit,
+ * --cors-origin, --algorithm-config, --cache, --webhook-*, --max-gen-length, --max-jobs, ...).
  *
  * Not here: request parsing / response shapes (api/), the scheduler (sched/), lws plumbing
  * (server/http.c). Threads: configure/free on the main thread; everything else on the lws service
@@ -24,21 +23,9 @@
 #include "server/server_config.h"
 #include "util/err.h"
 
-/* The HTTP APIs' settings as given on the command line; "not given" is NULL / NaN / INT_MIN (then
- * the config file's key, then the default applies). Strings are borrowed (argv). */
-typedef struct http_api_flags {
-    const char *api_keys, *cors_origin, *algorithm_config, *webhook_secret, *served_model_name;
-    const char *cache;   /* --cache: auto | none | prefix | dual | vicinity */
-    double      rate_limit, rate_burst, shutdown_grace, webhook_retry_base;
-    int         max_gen_length, max_prompt_tokens, max_jobs, job_attempts, webhook_attempts;
-} http_api_flags;
-
-/* Every field "not given". */
-void http_api_flags_init(http_api_flags *f);
-/* Resolve settings (flags > config file > defaults), load the key file and the algorithm config,
- * register the routes and the middleware. flags may be NULL (none given). Main thread, after
- * server_config_check. */
-int  http_api_configure(const server_config *cfg, const http_api_flags *flags, um_err *err);
+/* Apply the settings (server_config: --api-keys, --rate-limit, ...), load the key file and the
+ * algorithm config, register the routes and the middleware. Main thread, after server_config_check. */
+int  http_api_configure(const server_config *cfg, um_err *err);
 /* Release everything (after server_run returned). */
 void http_api_shutdown(void);
 

@@ -38,6 +38,7 @@ static int h_stats(http_conn *c, const http_req *rq) {
                         json_pack("{s:s,s:i,s:i,s:i,s:i}", "devices", cfg->devices ? cfg->devices : "cpu", "replicas",
                                   server_config_replicas(cfg), "tp", cfg->tp, "nnodes", cfg->nnodes, "max_seq",
                                   server_max_seq(s)));
+    json_object_set_new(o, "settings", server_config_to_json(cfg)); /* every serve setting (secrets: set or not) */
     sched *sc = server_sched(s);
     if (sc) {
         sched_stats st;

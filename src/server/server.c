@@ -36,7 +36,6 @@
 
 #define HUB_HIGH_WATER 65536   /* engine events waiting for the service thread before engines wait */
 #define LAT_BUCKETS    256      /* event latency histogram: bucket = floor(8 * log2(1 + us)) */
-#define PREP_THREADS   2        /* request preparation workers (tokenization, chat templates) */
 
 struct server {
     const server_config *cfg;
@@ -559,7 +558,7 @@ int server_run(const server_config *cfg, um_err *err) {
     }
     s->port = lws_get_vhost_listen_port(s->vh);
     atomic_store(&g_ctx, s->ctx);
-    s->prep = prep_pool_create(PREP_THREADS, prep_wake, s);
+    s->prep = prep_pool_create(cfg->prep_workers, prep_wake, s);
 
     comm_stop_init();
     struct sigaction sa;

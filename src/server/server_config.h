@@ -1,6 +1,6 @@
 /*
- * server_config.h — `unmask serve` settings: built-in defaults, then config/unmask.json (jansson),
- * then command-line flags (cmd_serve.c) override; server_config_check() validates the result.
+ * server_config.h — `unmask serve` settings: one table of every setting; built-in defaults, then
+ * config/unmask.json (jansson), then command-line flags override; server_config_check() validates.
  *
  * Not here: decode defaults for requests (decode/), the HTTP API limits of other route files.
  * Main thread only (filled before the server starts; read-only afterwards from every thread).
@@ -34,6 +34,7 @@ typedef struct server_config {
     int    device_loop;           /* 1: CUDA engines run eligible sequences on the device-resident
                                      decode loop (docs/decode.md); 0: always the host loop */
     int    max_queue;             /* requests waiting for admission (all engines) */
+    int    prep_workers;          /* threads that tokenize / template requests off the service thread */
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
     size_t session_max_bytes;     /* per-session buffered events (unsent + sent-unacked), bytes */
     int    session_max_events;    /* ... and count */
@@ -44,24 +45,53 @@ typedef struct server_config {
     char  *tls_cert;              /* PEM server certificate (chain); with tls_key enables https/wss */
     char  *tls_key;               /* PEM private key */
     int    verbose;               /* log level debug */
-    struct json_t *file;          /* the whole config object as loaded (owned), or NULL: other
-                                     modules (HTTP APIs, auth) read their own sections from it */
+    /* HTTP APIs (server/http_api.c) */
+    char  *api_keys;              /* file of API keys (one per line), or NULL: open access */
+    double rate_limit;            /* HTTP requests per second per key (or address), 0 = off */
+    double rate_burst;            /* bucket size, 0 = 2 x rate_limit (at least 1) */
+    char  *cors_origin;           /* allowed browser Origin ("*" = any), or NULL: no CORS */
+    char  *algorithm_config;      /* decoder defaults file (YAML or JSON), or NULL */
+    char  *cache;                 /* requests' default KV cache: auto | none | prefix | dual | vicinity */
+    char  *webhook_secret;        /* HMAC key of job webhooks, or NULL ($UNMASK_WEBHOOK_SECRET) */
+    int    webhook_attempts;      /* delivery attempts per webhook */
+    double webhook_retry_base_s;  /* first retry delay, doubling */
+    char  *served_model_name;     /* /v1/models id, or NULL: the model directory's name */
+    int    max_gen_length;        /* largest max_tokens / gen_length of a request */
+    int    max_prompt_tokens;     /* largest prompt, tokens; 0 = the model's context */
+    int    max_jobs;              /* async jobs kept */
+    int    job_attempts;          /* engine attempts per job */
+    double shutdown_grace_s;      /* SIGTERM: seconds to finish running work */
+    struct json_t *file;          /* the config file's object as loaded (owned), or NULL */
 } server_config;
 
-/* Built-in defaults (all strings allocated). */
+/* ---------------------------------------------------------------- the settings table
+ *
+ * Every `unmask serve` setting is one row of a table (server_config.c): its flag name (the config
+ * file key is the same with '_' for '-'), type, field, default, range and help. The table drives
+ * the defaults, the JSON config file, the command-line flags, the range checks, `--help` and the
+ * settings reported by GET /stats. Adding a setting is one row (and its field above). */
+
+/* Built-in defaults (the table's). */
 void server_config_defaults(server_config *c);
-/* Apply a JSON config file. Wrong types / bad values of known keys are errors naming the key;
- * unknown keys are left to other modules (c->file) and only logged at debug level. */
+/* Settings from the command line: built-in defaults, then the JSON config file (--config FILE,
+ * else default_config when that file exists), then the flags. Returns 0, 1 after printing --help
+ * (usage first), or -1 with err (a bad flag, value or config file). Main thread. */
+int  server_config_from_args(server_config *c, int argc, char **argv, const char *usage, const char *default_config,
+                             um_err *err);
+/* Apply a JSON config file. Wrong types of known keys are errors naming the key; unknown keys are
+ * warned about and ignored. */
 int  server_config_load_file(server_config *c, const char *path, um_err *err);
 /* Apply a JSON object held in memory (same rules). label names it in messages. */
 int  server_config_apply_json(server_config *c, const char *text, size_t len, const char *label,
                               um_err *err);
-/* Range checks after all sources are applied. */
+/* Range checks of every setting (the table's) and the cross-setting rules, after all sources. */
 int  server_config_check(const server_config *c, um_err *err);
 /* The checks that need the model's config.json (cheap, before listening): --tp divides the heads
  * and MLP width, --max-seq <= the model's maximum. 0 when the file cannot be read (the loader
  * reports that). */
 int  server_config_check_model(const server_config *c, um_err *err);
+/* Every setting as {"name": value} (config-file keys; secrets as true/false: set or not). */
+struct json_t *server_config_to_json(const server_config *c);
 void server_config_free(server_config *c);
 /* The device of engine i ("cpu" or "cuda:N") into buf; number of engines the config implies
  * (one per GPU listed, or --engines on the CPU; not divided by tp). */

@@ -67,6 +67,52 @@ test('config file: keys applied, wrong types refused, flags override', async () 
   }
 });
 
+test('one settings table: --help, config keys, flags, ranges and /stats agree on every setting', async () => {
+  const help = run(['serve', '--help']).stdout;
+  // every option line of --help: "--name META  help [default]"
+  const opts = [...help.matchAll(/^ {2}--([a-z-]+)(?: (\S+))?\s.*?(?:\[([^\]]*)\])?$/gm)].map((m) => ({ name: m[1], meta: m[2], def: m[3] }));
+  assert.ok(opts.length >= 40, `--help lists the settings (${opts.length})`);
+  const model = tinyModel('serve-cli');
+  // a config file sets one key, a flag overrides another key of the file
+  const cfg = path.join(TMP, 'serve-cli-table.json');
+  fs.writeFileSync(cfg, JSON.stringify({ prep_workers: 3, max_jobs: 77, ping_interval: 9, frobnicate: 1 }));
+  const srv = await startServer({ model, extra: ['--config', cfg, '--ping-interval', '11', '--webhook-secret', 'hush'] });
+  try {
+    const settings = (await srv.stats()).settings;
+    assert.equal(settings.prep_workers, 3, 'config file key');
+    assert.equal(settings.max_jobs, 77);
+    assert.equal(settings.ping_interval, 11, 'the flag overrides the config file');
+    assert.equal(settings.webhook_secret, true, 'secrets are reported as set, never shown');
+    assert.doesNotMatch(JSON.stringify(settings), /hush/);
+    // every setting with a plain default in --help reports that default when neither source set it
+    for (const o of opts) {
+      const key = o.name === 'device' ? 'devices' : o.name.replace(/-/g, '_');
+      if (['config', 'help', 'gpus', 'model', 'host', 'port', 'web_root', 'threads', 'prep_workers', 'max_jobs',
+        'ping_interval', 'webhook_secret'].includes(key) || o.def === undefined) continue;
+      assert.ok(key in settings, `${key} reported in /stats settings`);
+      const v = settings[key];
+      if (/^-?[\d.]+$/.test(o.def)) assert.equal(Number(v), Number(o.def), `${key} default`);
+      else if (o.def === 'on' || o.def === 'off') assert.equal(v, o.def === 'on', `${key} default`);
+      else if (!/ /.test(o.def) && !o.def.startsWith('$')) assert.equal(v, o.def, `${key} default`);
+    }
+  } finally {
+    await srv.stop();
+  }
+  assert.match(srv.stderr, /unknown key "frobnicate"/, 'an unknown config key is reported');
+  // the table's ranges, for flags and config keys alike
+  let r = run(['serve', '--model', model, '--port', '0', '--prep-workers', '0']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--prep-workers must be in \[1, 64\], got 0/);
+  fs.writeFileSync(cfg, JSON.stringify({ prep_workers: 65 }));
+  r = run(['serve', '--model', model, '--port', '0', '--config', cfg]);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--prep-workers must be in \[1, 64\], got 65/);
+  r = run(['serve', '--model', model, '--port', '0', '--device-loop', 'maybe']);
+  assert.match(r.stderr, /--device-loop must be on or off, got 'maybe'/);
+  r = run(['serve', '--model', model, '--port', '0', '--verbose=1']);
+  assert.match(r.stderr, /--verbose takes no value/);
+});
+
 test('a port already in use is a clear startup error', async () => {
   const blocker = net.createServer();
   await new Promise((r) => blocker.listen(0, '127.0.0.1', r));

@@ -93,6 +93,7 @@ typedef struct req {
     decode_params p;
 } req;
 
+/* Fills r[0..3] (r must hold four; n of them get prompts). */
 static void make_reqs(req *r, int n, int caches) {
     for (int i = 0; i < n; i++) {
         r[i].p = decode_params_default();
@@ -209,8 +210,8 @@ static void test_batched_vs_alone(const model *m, model_ctx *ctx, int caches) {
 }
 
 static void test_seeds(const model *m, model_ctx *ctx) {
-    req q[1];
-    make_reqs(q, 1, 0);
+    req q[4]; /* make_reqs fills four */
+    make_reqs(q, 4, 0);
     q[0].p.temperature = 1.0;
     rec a, b, c;
     um_err err = {0};
@@ -230,8 +231,8 @@ static void test_seeds(const model *m, model_ctx *ctx) {
 
 static void test_step_plan(const model *m, model_ctx *ctx) {
     /* G 20, B 8: blocks of 8, 8, 4; S 10 -> 4, 4, 2 (proportional) */
-    req q[1];
-    make_reqs(q, 1, 0);
+    req q[4]; /* make_reqs fills four */
+    make_reqs(q, 4, 0);
     q[0].p.gen_length = 20, q[0].p.block_length = 8, q[0].p.steps = 10;
     rec r;
     rec_init(&r);
