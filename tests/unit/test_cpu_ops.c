@@ -179,9 +179,15 @@ static void naive_attention(const attn_params *p, const float *q, const float *k
             }
 }
 
+/* worst absolute error allowed in attention outputs: fp32 path, or the bf16 paths (q, k, v and the
+ * probabilities rounded to bf16, as attention on bf16 tiles on a GPU) */
+static double g_attn_tol = 2e-6;
+
+/* own_seq0: sequence 0's keys/values come from its own buffers (attn_params.k_seq/v_seq, a KV
+ * cache), copies of its packed rows, so the reference is unchanged */
 static void check_attention(backend *be, const char *label, int n_seqs, const int32_t *qs, const int32_t *ks,
                             const int32_t *qpos, const int32_t *kpos, const uint8_t *valid, int block, int H, int KV,
-                            int hd, int zero_rows_from) {
+                            int hd, int zero_rows_from, int own_seq0) {
     int nq = qs[n_seqs], nk = ks[n_seqs];
     float *q = be->ops->act_alloc(be, (size_t)nq * H * hd), *k = be->ops->act_alloc(be, (size_t)nk * KV * hd);
     float *v = be->ops->act_alloc(be, (size_t)nk * KV * hd), *o = be->ops->act_alloc(be, (size_t)nq * H * hd);
@@ -192,6 +198,19 @@ static void check_attention(backend *be, const char *label, int n_seqs, const in
     attn_params p = {.n_seqs = n_seqs, .q_start = qs, .k_start = ks, .q_pos = qpos, .k_pos = kpos,
                      .key_valid = valid, .block_causal = block, .n_heads = H, .n_kv_heads = KV, .head_dim = hd,
                      .scale = 1.0f / sqrtf((float)hd)};
+    void *kseq[8] = {NULL}, *vseq[8] = {NULL};
+    float *own_k = NULL, *own_v = NULL;
+    if (own_seq0) {
+        size_t row = (size_t)KV * hd, n0 = (size_t)(ks[1] - ks[0]);
+        own_k = be->ops->act_alloc(be, n0 * row);
+        own_v = be->ops->act_alloc(be, n0 * row);
+        memcpy(own_k, k + (size_t)ks[0] * row, n0 * row * sizeof *k);
+        memcpy(own_v, v + (size_t)ks[0] * row, n0 * row * sizeof *v);
+        kseq[0] = own_k;
+        vseq[0] = own_v;
+        p.k_seq = (const void *const *)kseq;
+        p.v_seq = (const void *const *)vseq;
+    }
     be->ops->attention(be, &p, q, k, v, o);
     double *ref = xcalloc((size_t)nq * H * hd, sizeof *ref);
     naive_attention(&p, q, k, v, ref);
@@ -202,13 +221,16 @@ static void check_attention(backend *be, const char *label, int n_seqs, const in
         double e = fabs(o[i] - ref[i]);
         if (e > worst) worst = e;
     }
-    TEST_CHECK(!nan_seen && worst < 2e-6, "attention %s: worst abs error %.3e nan=%d", label, worst, nan_seen);
+    TEST_CHECK(!nan_seen && worst < g_attn_tol, "attention %s: worst abs error %.3e (tol %.0e) nan=%d", label, worst,
+               g_attn_tol, nan_seen);
     if (zero_rows_from >= 0) {
         int nz = 0;
         for (size_t i = (size_t)zero_rows_from * H * hd; i < (size_t)nq * H * hd; i++) nz += o[i] != 0.0f;
         TEST_CHECK(nz == 0, "attention %s: rows without visible keys must be zero (%d nonzero)", label, nz);
     }
     free(ref);
+    if (own_k) be->ops->act_free(be, own_k);
+    if (own_v) be->ops->act_free(be, own_v);
     be->ops->act_free(be, q);
     be->ops->act_free(be, k);
     be->ops->act_free(be, v);
@@ -222,28 +244,34 @@ static void test_attention(backend *be) {
     uint8_t valid[88];
     for (int s = 0; s < 3; s++)
         for (int i = st[s]; i < st[s + 1]; i++) pos[i] = i - st[s];
-    check_attention(be, "varlen GQA 6/2", 3, st, st, pos, pos, NULL, 0, 6, 2, 20, -1);
+    check_attention(be, "varlen GQA 6/2", 3, st, st, pos, pos, NULL, 0, 6, 2, 20, -1, 0);
     for (int i = 0; i < 88; i++) valid[i] = (uint8_t)(i % 5 != 3 && i < 80);
     valid[0] = 1;
-    check_attention(be, "varlen + key_valid", 3, st, st, pos, pos, valid, 0, 6, 2, 20, -1);
-    check_attention(be, "block_causal 8 + key_valid", 3, st, st, pos, pos, valid, 8, 6, 2, 20, -1);
-    check_attention(be, "block_causal 4, MHA", 3, st, st, pos, pos, NULL, 4, 3, 3, 16, -1);
+    check_attention(be, "varlen + key_valid", 3, st, st, pos, pos, valid, 0, 6, 2, 20, -1, 0);
+    check_attention(be, "block_causal 8 + key_valid", 3, st, st, pos, pos, valid, 8, 6, 2, 20, -1, 0);
+    check_attention(be, "block_causal 4, MHA", 3, st, st, pos, pos, NULL, 4, 3, 3, 16, -1, 0);
     /* queries are a subset of the keys (cache layout): 2 and 3 queries over 10 and 20 keys */
     int32_t qs[] = {0, 2, 5}, ks[] = {0, 10, 30};
     int32_t qp[] = {8, 9, 17, 18, 19}, kp[30];
     for (int i = 0; i < 30; i++) kp[i] = i < 10 ? i : i - 10;
-    check_attention(be, "queries != keys, block_causal 8", 2, qs, ks, qp, kp, NULL, 8, 4, 1, 8, -1);
+    check_attention(be, "queries != keys, block_causal 8", 2, qs, ks, qp, kp, NULL, 8, 4, 1, 8, -1, 0);
     /* a sequence whose keys are all padding -> zero outputs; and a single-head long sequence */
     int32_t st2[] = {0, 40, 43};
     uint8_t v2[43];
     for (int i = 0; i < 43; i++) v2[i] = i < 40;
     int32_t p2[43];
     for (int i = 0; i < 43; i++) p2[i] = i < 40 ? i : i - 40;
-    check_attention(be, "all keys padded", 2, st2, st2, p2, p2, v2, 0, 2, 1, 8, 40);
+    check_attention(be, "all keys padded", 2, st2, st2, p2, p2, v2, 0, 2, 1, 8, 40, 0);
     int32_t st3[] = {0, 300};
     int32_t p3[300];
     for (int i = 0; i < 300; i++) p3[i] = i;
-    check_attention(be, "300 tokens, 1 head", 1, st3, st3, p3, p3, NULL, 0, 1, 1, 32, -1);
+    check_attention(be, "300 tokens, 1 head", 1, st3, st3, p3, p3, NULL, 0, 1, 1, 32, -1, 0);
+    /* sequence 0's keys in its own buffers (a KV cache), 100 keys; head_dim 128 */
+    check_attention(be, "own K/V buffers, GQA 4/2", 3, st, st, pos, pos, NULL, 0, 4, 2, 20, -1, 1);
+    int32_t st4[] = {0, 100, 130};
+    int32_t p4[130];
+    for (int i = 0; i < 130; i++) p4[i] = i < 100 ? i : i - 100;
+    check_attention(be, "own K/V buffers, head_dim 128", 2, st4, st4, p4, p4, NULL, 0, 2, 2, 128, -1, 1);
 }
 
 /* ---------------------------------------------------------------- rope, norms, element-wise */
@@ -473,5 +501,21 @@ int main(void) {
     test_matmul(be1);
     test_attention(be1);
     backend_free(be1);
+    /* attention on the bf16 kernel paths this CPU has (q, k, v and probabilities in bf16: the
+     * GPU path's attention tolerance) */
+    const enum backend_cpu_kernels bf16_paths[] = {BACKEND_CPU_KERNELS_AVX512BF16, BACKEND_CPU_KERNELS_AMX};
+    for (int i = 0; i < 2; i++) {
+        if (backend_cpu_kernels_select(bf16_paths[i], &err) != 0) {
+            printf("SKIP attention on %s: %s\n", backend_cpu_kernels_name(bf16_paths[i]), err.msg);
+            continue;
+        }
+        g_attn_tol = 1e-2;
+        for (int t = 1; t <= 2; t++) {
+            backend *bb = backend_cpu_init(t);
+            test_attention(bb);
+            backend_free(bb);
+        }
+        g_attn_tol = 2e-6;
+    }
     return test_report();
 }

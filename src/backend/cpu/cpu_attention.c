@@ -1,11 +1,16 @@
 /*
- * cpu_attention.c — softmax(q kᵀ · scale + mask) v over varlen packed sequences, fp32.
+ * cpu_attention.c — softmax(q kᵀ · scale + mask) v over varlen packed sequences.
  *
  * Work is split into (sequence, query tile, head) items run on the backend's pool. Per item:
- * S = Q_tile · K_seqᵀ (one sgemm into the worker's score buffer), mask (padding keys from
- * key_valid, optional block-causal), a max-subtracted softmax per row, O = P · V (one sgemm
- * written straight into the output rows). GQA: q-head h reads kv-head h / (n_heads / n_kv_heads).
- * A query with no visible key at all gets a zero output row.
+ * S = Q_tile · K_seqᵀ into the slot's score buffer, mask (padding keys from key_valid, optional
+ * block-causal), a max-subtracted softmax per row in fp32, O = P · V written straight into the
+ * output rows. GQA: q-head h reads kv-head h / (n_heads / n_kv_heads). A query with no visible key
+ * at all gets a zero output row. Two paths:
+ *   fp32  (the reference; --cpu-kernels fp32): both products are single-threaded sgemms.
+ *   bf16  (the bf16 kernel paths): first one pool run packs every (sequence, kv head)'s K and Vᵀ
+ *         in the GEMM layer's layout (cpu_gemm.h: keys, resp. head dims, are the "outputs"); then
+ *         per item Q and P are cast to bf16 and both products run on the kernel family's blocks
+ *         (fp32 accumulation), 48-query tiles — the same numerics as attention on bf16 tiles on a GPU.
  *
  * Keys of a sequence come from the packed k/v rows, or from its own buffers (attn_params.k_seq /
  * v_seq: a KV cache the model layer keeps).
@@ -19,6 +24,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "util/log.h"
@@ -28,8 +34,24 @@ typedef struct attn_item {
     int q0, nq;  /* query rows [q0, q0+nq) (absolute rows of q/out) */
 } attn_item;
 
+/* Everything a task needs; the bf16 fields are set on the bf16 path only. */
+typedef struct attn_run {
+    cpu_impl          *ci;
+    const attn_params *p;
+    const attn_item   *items;
+    const float       *q, *k, *v;
+    float             *out;
+    /* bf16 path: per (sequence, kv head) packed K ([nk16 / 16] groups x hdp) and Vᵀ
+     * ([hd16 / 16] groups x nk32), at kofs / vofs[s] + kvh * (per-head size) */
+    uint16_t          *kpk, *vpk;
+    int64_t           *kofs, *vofs;   /* [n_seqs] element offsets */
+    int                hdp;           /* head_dim rounded up to 32 */
+} attn_run;
+
+static int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
+
 /* In-place masked softmax of one score row of nk entries (mask already written as -inf). */
-CPU_HOT_CLONES static void softmax_row(float *row, int nk) {
+CPU_WIDE_CLONES static void softmax_row(float *row, int nk) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int j = 0; j < nk; j++) m = row[j] > m ? row[j] : m;
@@ -50,38 +72,12 @@ CPU_HOT_CLONES static void softmax_row(float *row, int nk) {
     for (int j = 0; j < nk; j++) row[j] *= inv;
 }
 
-typedef struct attn_run {
-    cpu_impl          *ci;
-    const attn_params *p;
-    const attn_item   *items;
-    const float       *q, *k, *v;
-    float             *out;
-} attn_run;
-
-/* One (query tile, head) item: S = Q Kᵀ · scale, mask, softmax, O = P V. */
-static void attn_task(void *arg, int64_t wi, int slot) {
-    const attn_run *r = arg;
-    const attn_params *p = r->p;
-    const int H = p->n_heads, hd = p->head_dim, group = H / p->n_kv_heads, ldq = H * hd, ldk = p->n_kv_heads * hd;
-    const attn_item *it = &r->items[wi / H];
-    int h = (int)(wi % H), kvh = h / group;
-    int k0 = p->k_start[it->seq], nk = p->k_start[it->seq + 1] - k0, nq = it->nq;
-    float *o = r->out + (size_t)it->q0 * ldq + (size_t)h * hd;
-    const int own = p->k_seq && p->k_seq[it->seq];   /* keys in the sequence's own buffers */
-    const float *kb = own ? (const float *)p->k_seq[it->seq] : r->k + (size_t)k0 * ldk;
-    const float *vb = own ? (const float *)p->v_seq[it->seq] : r->v + (size_t)k0 * ldk;
-    if (nk == 0) {
-        for (int i = 0; i < nq; i++)
-            for (int d = 0; d < hd; d++) o[(size_t)i * ldq + d] = 0.0f;
-        return;
-    }
-    float *S = cpu_tbuf_reserve(&r->ci->scores[slot], (size_t)nq * (size_t)nk);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, p->scale,
-                r->q + (size_t)it->q0 * ldq + (size_t)h * hd, ldq, kb + (size_t)kvh * hd, ldk, 0.0f, S, nk);
+/* Mask (padding keys, block-causal) and softmax the item's score rows S[i][0..nk), ld apart. */
+static void mask_softmax(const attn_params *p, const attn_item *it, int k0, int nk, float *S, int64_t ld) {
     const uint8_t *valid = p->key_valid ? p->key_valid + k0 : NULL;
     const int32_t *kpos = p->block_causal ? p->k_pos + k0 : NULL;
-    for (int i = 0; i < nq; i++) {
-        float *row = S + (size_t)i * nk;
+    for (int i = 0; i < it->nq; i++) {
+        float *row = S + i * ld;
         if (valid) {
 #pragma omp simd
             for (int j = 0; j < nk; j++) row[j] = valid[j] ? row[j] : -INFINITY;
@@ -93,8 +89,130 @@ static void attn_task(void *arg, int64_t wi, int slot) {
         }
         softmax_row(row, nk);
     }
+}
+
+/* The item's keys and values: the packed rows or the sequence's own buffers (row stride ldk). */
+static void item_kv(const attn_run *r, const attn_item *it, const float **kb, const float **vb) {
+    const attn_params *p = r->p;
+    const int64_t ldk = (int64_t)p->n_kv_heads * p->head_dim, k0 = p->k_start[it->seq];
+    const int own = p->k_seq && p->k_seq[it->seq];
+    *kb = own ? (const float *)p->k_seq[it->seq] : r->k + k0 * ldk;
+    *vb = own ? (const float *)p->v_seq[it->seq] : r->v + k0 * ldk;
+}
+
+/* ---------------------------------------------------------------- fp32 path */
+
+static void attn_task_fp32(void *arg, int64_t wi, int slot) {
+    const attn_run *r = arg;
+    const attn_params *p = r->p;
+    const int H = p->n_heads, hd = p->head_dim, group = H / p->n_kv_heads, ldq = H * hd, ldk = p->n_kv_heads * hd;
+    const attn_item *it = &r->items[wi / H];
+    int h = (int)(wi % H), kvh = h / group;
+    int k0 = p->k_start[it->seq], nk = p->k_start[it->seq + 1] - k0, nq = it->nq;
+    float *o = r->out + (size_t)it->q0 * ldq + (size_t)h * hd;
+    const float *kb, *vb;
+    item_kv(r, it, &kb, &vb);
+    if (nk == 0) {
+        for (int i = 0; i < nq; i++) memset(o + (size_t)i * ldq, 0, (size_t)hd * sizeof *o);
+        return;
+    }
+    float *S = cpu_tbuf_reserve(&r->ci->scores[slot], (size_t)nq * (size_t)nk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd, p->scale,
+                r->q + (size_t)it->q0 * ldq + (size_t)h * hd, ldq, kb + (size_t)kvh * hd, ldk, 0.0f, S, nk);
+    mask_softmax(p, it, k0, nk, S, nk);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, S, nk, vb + (size_t)kvh * hd, ldk, 0.0f,
                 o, ldq);
+}
+
+/* ---------------------------------------------------------------- bf16 path */
+
+/* Pack one (sequence, kv head): K as a weight [nk, hd] (keys are outputs), Vᵀ as a weight
+ * [hd, nk] (head dims are outputs), both in cpu_gemm.h's layout, zero-padded. */
+static void attn_pack_task(void *arg, int64_t t, int slot) {
+    (void)slot;
+    const attn_run *r = arg;
+    const attn_params *p = r->p;
+    const int KV = p->n_kv_heads, hd = p->head_dim, s = (int)(t / KV), kvh = (int)(t % KV), hdp = r->hdp;
+    const int64_t ldk = (int64_t)KV * hd, nk = p->k_start[s + 1] - p->k_start[s];
+    const int64_t nk16 = round_up(nk, 16), nk32 = round_up(nk, 32), hd16 = round_up(hd, 16);
+    const attn_item it = {s, 0, 0};
+    const float *kb, *vb;
+    item_kv(r, &it, &kb, &vb);
+    uint16_t *kd = r->kpk + r->kofs[s] + kvh * nk16 * hdp, *vd = r->vpk + r->vofs[s] + kvh * hd16 * nk32;
+    if (nk16 != nk || hdp != hd) memset(kd, 0, (size_t)(nk16 * hdp) * sizeof *kd);   /* zero padding */
+    if (nk32 != nk || hd16 != hd) memset(vd, 0, (size_t)(hd16 * nk32) * sizeof *vd);
+    for (int64_t j = 0; j < nk; j++) {
+        const float *kr = kb + j * ldk + kvh * hd, *vr = vb + j * ldk + kvh * hd;
+        uint16_t *kg = kd + (j / 16) * (hdp / 2) * 32 + 2 * (j % 16);
+        for (int e = 0; e < hd; e++) kg[(e / 2) * 32 + (e & 1)] = cpu_f32_to_bf16(kr[e]);
+        uint16_t *vg = vd + (j / 2) * 32 + (j & 1);
+        for (int e = 0; e < hd; e++) vg[(e / 16) * (nk32 / 2) * 32 + 2 * (e % 16)] = cpu_f32_to_bf16(vr[e]);
+    }
+}
+
+static void attn_task_bf16(void *arg, int64_t wi, int slot) {
+    const attn_run *r = arg;
+    const attn_params *p = r->p;
+    const cpu_gemm_kernel *kern = r->ci->gemm;
+    const int H = p->n_heads, hd = p->head_dim, group = H / p->n_kv_heads, ldq = H * hd, hdp = r->hdp;
+    const attn_item *it = &r->items[wi / H];
+    const int h = (int)(wi % H), kvh = h / group, nq = it->nq;
+    const int k0 = p->k_start[it->seq], nk = p->k_start[it->seq + 1] - k0;
+    const int64_t nk16 = round_up(nk, 16), nk32 = round_up(nk, 32), hd16 = round_up(hd, 16);
+    float *o = r->out + (size_t)it->q0 * ldq + (size_t)h * hd;
+    if (nk == 0) {
+        for (int i = 0; i < nq; i++) memset(o + (size_t)i * ldq, 0, (size_t)hd * sizeof *o);
+        return;
+    }
+    const uint16_t *kg = r->kpk + r->kofs[it->seq] + kvh * nk16 * hdp;
+    const uint16_t *vg = r->vpk + r->vofs[it->seq] + kvh * hd16 * nk32;
+    float *S = cpu_tbuf_reserve(&r->ci->scores[slot], (size_t)nq * (size_t)nk);
+    uint16_t *qb = (uint16_t *)cpu_tbuf_reserve(&r->ci->wtile[slot], (size_t)(nq * (hdp + nk32) + 1) / 2);
+    uint16_t *pb = qb + (size_t)nq * hdp;
+    _Alignas(64) float c[GEMM_MB * 64];
+    for (int i = 0; i < nq; i++) cpu_row_to_bf16(r->q + (size_t)(it->q0 + i) * ldq + (size_t)h * hd, hd, hdp, NULL, 1.0f,
+                                                 qb + (size_t)i * hdp);
+    if (kern->begin) kern->begin();
+    for (int64_t j0 = 0; j0 < nk; j0 += 64) {   /* S = Q Kᵀ, 64 keys (4 packed groups) at a time */
+        const uint16_t *b[4];
+        const int ng = (int)((nk16 - j0) / 16 < 4 ? (nk16 - j0) / 16 : 4), w = nk - j0 < 64 ? (int)(nk - j0) : 64;
+        for (int j = 0; j < ng; j++) b[j] = kg + (j0 / 16 + j) * hdp * 16;
+        kern->block(qb, hdp, nq, b, ng, hdp, c);
+        for (int i = 0; i < nq; i++)
+            for (int j = 0; j < w; j++) S[(int64_t)i * nk + j0 + j] = c[i * 64 + j] * p->scale;
+    }
+    mask_softmax(p, it, k0, nk, S, nk);
+    for (int i = 0; i < nq; i++) cpu_row_to_bf16(S + (int64_t)i * nk, nk, nk32, NULL, 1.0f, pb + (size_t)i * nk32);
+    for (int d0 = 0; d0 < hd; d0 += 64) {   /* O = P V, 64 head dims at a time */
+        const uint16_t *b[4];
+        const int ng = (int)((hd16 - d0) / 16 < 4 ? (hd16 - d0) / 16 : 4), w = hd - d0 < 64 ? hd - d0 : 64;
+        for (int j = 0; j < ng; j++) b[j] = vg + (d0 / 16 + j) * nk32 * 16;
+        kern->block(pb, nk32, nq, b, ng, nk32, c);
+        for (int i = 0; i < nq; i++) memcpy(o + (size_t)i * ldq + d0, c + i * 64, (size_t)w * sizeof *o);
+    }
+    if (kern->end) kern->end();
+}
+
+/* Packed K / Vᵀ of every (sequence, kv head) for the bf16 path, in one pool run. */
+static void attn_pack_all(attn_run *r) {
+    const attn_params *p = r->p;
+    const int KV = p->n_kv_heads, hd = p->head_dim;
+    r->hdp = (int)round_up(hd, 32);
+    r->kofs = xmalloc((size_t)p->n_seqs * sizeof *r->kofs);
+    r->vofs = xmalloc((size_t)p->n_seqs * sizeof *r->vofs);
+    int64_t kt = 0, vt = 0;
+    for (int s = 0; s < p->n_seqs; s++) {
+        const int64_t nk = p->k_start[s + 1] - p->k_start[s];
+        r->kofs[s] = kt;
+        r->vofs[s] = vt;
+        kt += KV * round_up(nk, 16) * r->hdp;
+        vt += KV * round_up(hd, 16) * round_up(nk, 32);
+    }
+    /* one growable buffer for both, kept across calls (every layer of every forward needs it) */
+    uint16_t *buf = (uint16_t *)cpu_tbuf_reserve(&r->ci->attn_kv, (size_t)(kt + vt + 64) / 2);
+    r->kpk = buf;
+    r->vpk = buf + kt + (32 - kt % 32) % 32;   /* groups stay 64-byte aligned */
+    cpu_pool_run(r->ci->pool, (int64_t)p->n_seqs * KV, 0, attn_pack_task, r);
 }
 
 void cpu_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v, void *out) {
@@ -104,9 +222,10 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
     CHECK(p->n_seqs > 0 && p->q_start && p->k_start);
     CHECK(!p->block_causal || (p->q_pos && p->k_pos));
     CHECK(!p->k_seq == !p->v_seq);
+    const int bf16 = ci->gemm != NULL;
 
     int n_q = p->q_start[p->n_seqs];
-    int qt = 64;
+    int qt = bf16 ? GEMM_MB : 64;
     if ((int64_t)((n_q + qt - 1) / qt) * H < 4 * nt) qt = 16;
     int n_items = 0;
     for (int s = 0; s < p->n_seqs; s++) {
@@ -122,6 +241,9 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
             items[at++] = (attn_item){s, q0, rest < qt ? rest : qt};
         }
     attn_run r = {.ci = ci, .p = p, .items = items, .q = q, .k = k, .v = v, .out = out};
-    cpu_pool_run(ci->pool, (int64_t)n_items * H, 0, attn_task, &r);
+    if (bf16) attn_pack_all(&r);
+    cpu_pool_run(ci->pool, (int64_t)n_items * H, 0, bf16 ? attn_task_bf16 : attn_task_fp32, &r);
+    free(r.kofs);
+    free(r.vofs);
     free(items);
 }

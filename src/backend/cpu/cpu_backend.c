@@ -385,6 +385,7 @@ static void cpu_free(backend *be) {
     free(ci->wtile);
     free(ci->scores);
     free(ci->abuf);
+    free(ci->attn_kv.p);
     free(ci->rope_pos);
     free(ci->rope_cos);
     free(ci->rope_sin);

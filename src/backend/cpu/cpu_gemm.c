@@ -76,9 +76,8 @@ void cpu_packed_free(cpu_packed *pw) {
 
 /* ---------------------------------------------------------------- activations -> bf16 */
 
-/* One row: dst[0..cols) = bf16(x * scale (* w)), dst[cols..kpad) = 0. w == NULL: no weight. */
-CPU_WIDE_CLONES static void row_to_bf16(const float *x, int64_t cols, int64_t kpad, const float *w, float scale,
-                                        uint16_t *dst) {
+CPU_WIDE_CLONES void cpu_row_to_bf16(const float *x, int64_t cols, int64_t kpad, const float *w, float scale,
+                                     uint16_t *dst) {
     if (w) {
 #pragma omp simd
         for (int64_t j = 0; j < cols; j++) dst[j] = cpu_f32_to_bf16(w[j] * (x[j] * scale));
@@ -111,7 +110,7 @@ static void act_task(void *arg, int64_t t, int slot) {
         const float *xr = r->x + i * r->cols;
         float scale = 1.0f;
         if (r->normw) scale = 1.0f / sqrtf(row_sumsq(xr, r->cols) / (float)r->cols + r->eps);
-        row_to_bf16(xr, r->cols, r->kpad, r->normw, scale, r->dst + i * r->kpad);
+        cpu_row_to_bf16(xr, r->cols, r->kpad, r->normw, scale, r->dst + i * r->kpad);
     }
 }
 

@@ -84,4 +84,8 @@ void cpu_gemm_run(cpu_pool *pool, const cpu_gemm_kernel *k, const uint16_t *a, i
 void cpu_act_to_bf16(cpu_pool *pool, const float *x, int64_t n, int64_t cols, int64_t kpad, const bweight *norm,
                      float eps, uint16_t *dst);
 
+/* One row: dst[0..cols) = bf16(w[j] * (x[j] * scale)) (w == NULL: bf16(x[j]), scale unused), then
+ * zeros up to kpad. */
+void cpu_row_to_bf16(const float *x, int64_t cols, int64_t kpad, const float *w, float scale, uint16_t *dst);
+
 #endif /* UM_CPU_GEMM_H */

@@ -26,20 +26,29 @@ AVX512BF16_TARGET __attribute__((always_inline)) static inline void
 ukernel(const int MR, const int NG, const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c) {
     __m512 acc[6][4];
     const uint16_t *bp[4];
+    /* every loop but the one over kk is unrolled completely, so acc[][] lives in registers */
+#pragma GCC unroll 4
     for (int j = 0; j < NG; j++) bp[j] = b[j];
+#pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
         for (int j = 0; j < NG; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < kp2; kk++) {
         __m512bh bv[4];
+#pragma GCC unroll 4
         for (int j = 0; j < NG; j++) bv[j] = (__m512bh)_mm512_load_si512((const void *)(bp[j] + kk * 32));
+#pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             int32_t pair;
             memcpy(&pair, a + i * lda + 2 * kk, sizeof pair);
             __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
             for (int j = 0; j < NG; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
         }
     }
+#pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
         for (int j = 0; j < NG; j++) _mm512_store_ps(c + i * 64 + j * 16, acc[i][j]);
 }
 

@@ -42,6 +42,7 @@ typedef struct cpu_impl {
     size_t    abuf_cap;     /* elements */
     cpu_tbuf *wtile;        /* [n_threads] converted weight tiles (fp32 matmul) */
     cpu_tbuf *scores;       /* [n_threads] attention score tiles */
+    cpu_tbuf  attn_kv;      /* bf16 attention: every (sequence, kv head)'s packed K and Vᵀ (driving thread) */
     /* RoPE cos/sin table of the last call, reused while positions/theta/rot_dim are unchanged
      * (q and k of every layer share one table per forward). */
     int32_t  *rope_pos;     /* [rope_n] positions the table was built for */
