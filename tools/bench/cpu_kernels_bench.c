@@ -1,0 +1,406 @@
+/*
+ * cpu_kernels_bench.c — microbenchmarks of the CPU backend's kernel paths against this machine's
+ * measured limits (docs/perf.md, "CPU kernels"):
+ *   peaks    register-only loops of the instruction each path is built on, one thread:
+ *            fp32 FMA (zmm where AVX-512 exists, else ymm), vdpbf16ps, tdpbf16ps (AMX, where
+ *            present); OpenBLAS sgemm 1024^3 on 1 and all threads; memory read bandwidth
+ *   gemm     each path (fp32 / avx512bf16 / amx, the ones this CPU has) through the backend's own
+ *            ops (activation cast included) on a model's products — q/k/v fused, attn_out + residual,
+ *            gate/up + SwiGLU, down + residual, LM head — at M = 1, 32, 256, 1024 rows: GFLOP/s, % of
+ *            the path's peak x threads, and for M = 1 the weight bytes per second vs the bandwidth
+ *   denormal the SwiGLU loop on gates whose sigmoid underflows, with and without FTZ/DAZ
+ * Timings are the minimum over --reps runs (the machine may be shared); everything measured on one
+ * thread uses thread CPU time (a busy machine cannot stretch it), several threads wall time.
+ * Not a test: prints tables, asserts nothing.
+ *
+ * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|denormal]
+ *                          [--path fp32|avx512bf16|amx]
+ * Main thread (+ the backends' pool slots).
+ */
+#include <cblas.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/cpu_internal.h"
+#include "util/dtype.h"
+#include "util/log.h"
+#include "util/rng.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- peaks */
+
+#define PEAK_ITERS 20000000L
+
+/* 24 (ymm: 16) independent accumulator chains hide the latency; the result is kept live through *sink. */
+__attribute__((target("avx512f"))) static double peak_fma512(float *sink) {
+    __m512 a[24], b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 24; i++) a[i] = _mm512_set1_ps((float)i);
+    double t0 = cpu_s();
+    for (long it = 0; it < PEAK_ITERS; it++)
+#pragma GCC unroll 24
+        for (int i = 0; i < 24; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
+    double t = cpu_s() - t0;
+    for (int i = 1; i < 24; i++) a[0] = _mm512_add_ps(a[0], a[i]);
+    *sink += _mm512_reduce_add_ps(a[0]);
+    return 24.0 * 16 * 2 * PEAK_ITERS / t;
+}
+
+__attribute__((target("avx2,fma"))) static double peak_fma256(float *sink) {
+    __m256 a[16], b = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 16; i++) a[i] = _mm256_set1_ps((float)i);
+    double t0 = cpu_s();
+    for (long it = 0; it < PEAK_ITERS; it++)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
+    double t = cpu_s() - t0;
+    float f[8];
+    for (int i = 1; i < 16; i++) a[0] = _mm256_add_ps(a[0], a[i]);
+    _mm256_storeu_ps(f, a[0]);
+    *sink += f[0];
+    return 16.0 * 8 * 2 * PEAK_ITERS / t;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(float *sink) {
+    __m512 a[24];
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x33803380);
+    for (int i = 0; i < 24; i++) a[i] = _mm512_set1_ps((float)i);
+    double t0 = cpu_s();
+    for (long it = 0; it < PEAK_ITERS; it++)
+#pragma GCC unroll 24
+        for (int i = 0; i < 24; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+    double t = cpu_s() - t0;
+    for (int i = 1; i < 24; i++) a[0] = _mm512_add_ps(a[0], a[i]);
+    *sink += _mm512_reduce_add_ps(a[0]);
+    return 24.0 * 32 * 2 * PEAK_ITERS / t;   /* 16 lanes x 2 products x (mul + add) */
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+typedef struct bench_tilecfg {
+    uint8_t  palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t  rows[16];
+} bench_tilecfg;
+
+/* 4 accumulator tiles x the same A/B tiles: the TMUL unit's throughput with operands in tiles */
+__attribute__((target("amx-tile,amx-bf16"))) static double peak_amx(void) {
+    _Alignas(64) bench_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _Alignas(64) static uint16_t buf[16 * 32];
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, buf, 64);
+    _tile_loadd(5, buf, 64);
+    const long iters = PEAK_ITERS / 8;
+    double t0 = cpu_s();
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_dpbf16ps(1, 4, 5);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_dpbf16ps(3, 4, 5);
+    }
+    double t = cpu_s() - t0;
+    _tile_release();
+    return 4.0 * iters * 16 * 16 * 32 * 2 / t;   /* 16x16 outputs x 32 products x 2 flops per tile op */
+}
+#endif
+
+static double sgemm_gflops(int threads, int reps) {
+    const int n = 1024;
+    float *a = xmalloc((size_t)n * n * 4), *b = xmalloc((size_t)n * n * 4), *c = xmalloc((size_t)n * n * 4);
+    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
+    openblas_set_num_threads(threads);
+    double (*clock_s)(void) = threads == 1 ? cpu_s : now_s;   /* one thread runs on this one */
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = clock_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double t = clock_s() - t0;
+        if (r && t < best) best = t;
+    }
+    openblas_set_num_threads(1);
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * n * n / best;
+}
+
+typedef struct bw_arg {
+    const float *p;
+    size_t       n;
+    double       sum;
+} bw_arg;
+
+/* sum of a->n floats with 8 independent 256-bit chains (the loads, not the adds, are the limit) */
+__attribute__((target("avx2"))) static void bw_sum(bw_arg *a) {
+    __m256 s[8];
+    for (int k = 0; k < 8; k++) s[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i + 64 <= a->n; i += 64)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) s[k] = _mm256_add_ps(s[k], _mm256_load_ps(a->p + i + 8 * k));
+    for (int k = 1; k < 8; k++) s[0] = _mm256_add_ps(s[0], s[k]);
+    float f[8];
+    _mm256_storeu_ps(f, s[0]);
+    a->sum = f[0];
+}
+
+typedef struct bw_run {
+    float  *p;
+    size_t  n;
+    int     threads;
+    double  sum;
+} bw_run;
+
+static void bw_task(void *arg, int64_t t, int slot) {
+    (void)slot;
+    bw_run *r = arg;
+    bw_arg a = {r->p + r->n / (size_t)r->threads * (size_t)t, r->n / (size_t)r->threads, 0};
+    bw_sum(&a);
+    r->sum += a.sum;   /* racy on purpose: only keeps the loads alive */
+}
+
+/* read bandwidth over 1 GiB with `threads` pool slots, bytes/s (best of reps; one thread: thread
+ * CPU time, which a shared machine cannot stretch) */
+static double mem_bw(int threads, int reps) {
+    const size_t n = (size_t)1 << 28;   /* floats */
+    bw_run r = {.n = n, .threads = threads};
+    if (posix_memalign((void **)&r.p, 64, n * 4) != 0) UM_FATAL("oom");
+    for (size_t i = 0; i < n; i++) r.p[i] = 1.0f;
+    cpu_pool *pool = cpu_pool_init(threads, 0);
+    double (*clock_s)(void) = threads == 1 ? cpu_s : now_s;
+    double best = 1e30;
+    for (int k = 0; k < reps + 1; k++) {
+        double t0 = clock_s();
+        cpu_pool_run(pool, threads, 0, bw_task, &r);
+        double t = clock_s() - t0;
+        if (k && t < best) best = t;
+    }
+    cpu_pool_free(pool);
+    free(r.p);
+    return n * 4.0 / best;
+}
+
+typedef struct peaks {
+    double fma, dpbf16, amx, sgemm1, sgemm_all, bw1, bw_all;
+} peaks;
+
+static void run_peaks(int threads, int reps, peaks *pk) {
+    const cpu_features *f = cpu_features_get();
+    float sink = 0;
+    memset(pk, 0, sizeof *pk);
+    for (int r = 0; r < 3; r++) {   /* best of 3: a shared core only ever lowers these */
+        double v = __builtin_cpu_supports("avx512f") ? peak_fma512(&sink) : peak_fma256(&sink);
+        pk->fma = v > pk->fma ? v : pk->fma;
+        v = f->avx512bf16 ? peak_dpbf16(&sink) : 0;
+        pk->dpbf16 = v > pk->dpbf16 ? v : pk->dpbf16;
+#if defined(__GNUC__) && !defined(__clang__)
+        v = f->amx_bf16 ? peak_amx() : 0;
+        pk->amx = v > pk->amx ? v : pk->amx;
+#endif
+    }
+    pk->sgemm1 = sgemm_gflops(1, reps);
+    pk->sgemm_all = sgemm_gflops(threads, reps);
+    pk->bw1 = mem_bw(1, reps);
+    pk->bw_all = mem_bw(threads, reps);
+    printf("peaks (one core unless noted; sink %g)\n", (double)sink);
+    printf("  fp32 FMA (%s)          %8.1f GFLOP/s\n", __builtin_cpu_supports("avx512f") ? "zmm" : "ymm", pk->fma * 1e-9);
+    if (pk->dpbf16) printf("  vdpbf16ps               %8.1f GFLOP/s\n", pk->dpbf16 * 1e-9);
+    else printf("  vdpbf16ps               (no AVX512-BF16)\n");
+    if (pk->amx) printf("  tdpbf16ps (AMX)         %8.1f GFLOP/s\n", pk->amx * 1e-9);
+    else printf("  tdpbf16ps (AMX)         (%s)\n", f->amx_why);
+    printf("  OpenBLAS sgemm 1024^3   %8.1f GFLOP/s, %d threads %8.1f\n", pk->sgemm1 * 1e-9, threads,
+           pk->sgemm_all * 1e-9);
+    printf("  memory read             %8.1f GB/s, %d threads %8.1f\n\n", pk->bw1 * 1e-9, threads, pk->bw_all * 1e-9);
+}
+
+/* ---------------------------------------------------------------- gemm through the backend */
+
+typedef struct bench_w {
+    uint16_t *mem;
+    bweight   w;
+} bench_w;
+
+static void bw_make(backend *be, bench_w *b, int64_t rows, int64_t cols, uint64_t seed) {
+    b->mem = xmalloc((size_t)(rows * cols) * 2);
+    for (int64_t i = 0; i < rows * cols; i++) b->mem[i] = f32_to_bf16((float)(rng_u01(seed, 1, (uint64_t)i) - 0.5) * 0.1f);
+    bweight_src src = {.name = "bench", .data = b->mem, .type = DTYPE_BF16, .rows = rows, .cols = cols};
+    um_err err = {0};
+    CHECK(backend_weight_upload(be, &src, &b->w, &err) == 0);
+}
+
+static void bw_free(backend *be, bench_w *b) {
+    backend_weight_free(be, &b->w);
+    free(b->mem);
+}
+
+enum { OP_QKV, OP_ATTN_OUT, OP_GATE_UP, OP_DOWN, OP_LM_HEAD, OP_COUNT };
+static const char *const k_op_names[OP_COUNT] = {"q/k/v + norm", "attn_out + add", "gate/up + swiglu",
+                                                 "down + add", "LM head + norm"};
+
+/* One row of the table: path x op x M. At M = 1 the product streams its weights: it runs over
+ * enough copies of them (> 128 MiB in all) that every run reads them from memory, not from L3. */
+#define COLD_BYTES (128.0 * 1024 * 1024)
+static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, double peak, double bw, int threads) {
+    bench_w norm;
+    int64_t shapes[OP_COUNT][3][2] = {{{d, d}, {d, d}, {d, d}}, {{d, d}}, {{F, d}, {F, d}}, {{d, F}}, {{V, d}}};
+    int n_w = op == OP_QKV ? 3 : op == OP_GATE_UP ? 2 : 1;
+    double flops = 0, bytes = 0;
+    for (int j = 0; j < n_w; j++) {
+        flops += 2.0 * M * (double)shapes[op][j][0] * (double)shapes[op][j][1];
+        bytes += 2.0 * (double)shapes[op][j][0] * (double)shapes[op][j][1];
+    }
+    int copies = M == 1 ? (int)(COLD_BYTES / bytes) + 1 : 1;
+    bench_w *w = xmalloc((size_t)(copies * 3) * sizeof *w);
+    for (int c = 0; c < copies; c++)
+        for (int j = 0; j < n_w; j++)
+            bw_make(be, &w[c * 3 + j], shapes[op][j][0], shapes[op][j][1], (uint64_t)(op * 10 + j + 100 * c));
+    bw_make(be, &norm, 1, d, 99);
+    const int64_t in = shapes[op][0][1], out = shapes[op][0][0];
+    float *x = backend_act_alloc(be, (size_t)M * (size_t)in), *y[3], *tmp = backend_act_alloc(be, (size_t)M * (size_t)(in > out ? in : out));
+    for (int64_t i = 0; i < (int64_t)M * in; i++) x[i] = (float)(rng_u01(5, 5, (uint64_t)i) - 0.5);
+    for (int j = 0; j < n_w; j++) y[j] = backend_act_alloc(be, (size_t)M * (size_t)shapes[op][j][0]);
+    blinear l = {.x = x, .n = M, .eps = 1e-5f, .n_w = n_w, .tmp_h = tmp, .tmp_y = tmp};
+    for (int j = 0; j < n_w; j++) l.y[j] = y[j];
+    l.norm = op == OP_QKV || op == OP_GATE_UP || op == OP_LM_HEAD ? &norm.w : NULL;
+    l.epi = op == OP_GATE_UP ? BLIN_SWIGLU : (op == OP_ATTN_OUT || op == OP_DOWN) ? BLIN_ADD : BLIN_STORE;
+    if (l.epi == BLIN_SWIGLU) l.n_w = 2, l.tmp_y = y[1];
+    if (l.epi == BLIN_ADD) l.y[0] = backend_act_alloc(be, (size_t)M * (size_t)out), l.tmp_y = y[0];
+    /* one thread: thread CPU time (robust on a shared machine); more: wall time */
+    double (*clock_s)(void) = threads == 1 ? cpu_s : now_s;
+    double best = 1e30;
+    int n_rep = reps * (M <= 32 ? 20 : M <= 256 ? 4 : 1);
+    if (n_rep < copies) n_rep = copies;
+    for (int r = 0; r < n_rep + 1; r++) {
+        for (int j = 0; j < n_w; j++) l.w[j] = &w[(r % copies) * 3 + j].w;
+        double t0 = clock_s();
+        backend_linear(be, &l);
+        double t = clock_s() - t0;
+        if (r && t < best) best = t;
+    }
+    double gf = flops / best;
+    printf("  %-18s %5d %9.3f %9.1f %7.1f%%", k_op_names[op], M, best * 1e3, gf * 1e-9, 100.0 * gf / (peak * threads));
+    if (M == 1) printf("   %6.1f GB/s = %5.1f%% of %d-thread bandwidth", bytes / best * 1e-9, 100.0 * bytes / best / bw, threads);
+    printf("\n");
+    if (l.epi == BLIN_ADD) backend_act_free(be, l.y[0]);
+    for (int j = 0; j < n_w; j++) backend_act_free(be, y[j]);
+    for (int c = 0; c < copies; c++)
+        for (int j = 0; j < n_w; j++) bw_free(be, &w[c * 3 + j]);
+    free(w);
+    bw_free(be, &norm);
+    backend_act_free(be, x);
+    backend_act_free(be, tmp);
+}
+
+static void run_gemm(int threads, int reps, int d, int F, int V, const peaks *pk, const char *only_path) {
+    const enum backend_cpu_kernels paths[] = {BACKEND_CPU_KERNELS_FP32, BACKEND_CPU_KERNELS_AVX512BF16,
+                                              BACKEND_CPU_KERNELS_AMX};
+    const int Ms[] = {1, 32, 256, 1024};
+    for (int p = 0; p < 3; p++) {
+        um_err err = {0};
+        if (only_path && strcmp(only_path, backend_cpu_kernels_name(paths[p])) != 0) continue;
+        if (backend_cpu_kernels_select(paths[p], &err) != 0) {
+            printf("path %s: skipped (%s)\n\n", backend_cpu_kernels_name(paths[p]), err.msg);
+            continue;
+        }
+        double peak = paths[p] == BACKEND_CPU_KERNELS_FP32 ? pk->sgemm1 : paths[p] == BACKEND_CPU_KERNELS_AMX ? pk->amx
+                                                                                                           : pk->dpbf16;
+        backend *be = backend_cpu_init(threads);
+        printf("path %s, %d threads, d %d, ffn %d, vocab %d; %% of %s x threads\n", backend_cpu_kernels_name(paths[p]),
+               threads, d, F, V, paths[p] == BACKEND_CPU_KERNELS_FP32 ? "the 1-thread sgemm peak" : "the instruction peak");
+        printf("  %-18s %5s %9s %9s %8s\n", "product", "M", "ms", "GFLOP/s", "of peak");
+        for (int op = 0; op < OP_COUNT; op++)
+            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) bench_op(be, op, Ms[m], d, F, V, reps, peak, pk->bw_all, threads);
+        printf("\n");
+        backend_free(be);
+        fflush(stdout);
+    }
+}
+
+/* ---------------------------------------------------------------- denormals */
+
+/* the SwiGLU loop of the backend (cpu_backend.c swiglu_range), here to time it in both FP modes */
+CPU_HOT_CLONES static void swiglu_loop(const float *g, const float *u, float *o, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + cpu_expf(-g[i])) * u[i];
+}
+
+static void run_denormal(int reps) {
+    const size_t n = 1 << 20;
+    float *g = xmalloc(n * 4), *u = xmalloc(n * 4), *o = xmalloc(n * 4);
+    printf("SwiGLU element loop, one thread, %zu elements: ns per element\n", n);
+    printf("  %-44s %10s %10s %8s\n", "gate values", "default", "FTZ/DAZ", "ratio");
+    for (int dist = 0; dist < 3; dist++) {
+        for (size_t i = 0; i < n; i++) {
+            double r = rng_u01(9, (uint64_t)dist, i);
+            g[i] = dist == 0 ? (float)(4 * r - 2) : dist == 1 ? (float)(-90 - 10 * r) : (float)(r < 0.1 ? -95 : 4 * r - 2);
+            u[i] = 1.0f;
+        }
+        double best[2] = {1e30, 1e30};
+        for (int mode = 0; mode < 2; mode++) {
+            unsigned old = _mm_getcsr();
+            if (mode) _mm_setcsr(old | 0x8040u);
+            for (int r = 0; r < reps + 1; r++) {
+                double t0 = cpu_s();
+                swiglu_loop(g, u, o, n);
+                double t = cpu_s() - t0;
+                if (r && t < best[mode]) best[mode] = t;
+            }
+            _mm_setcsr(old);
+        }
+        static const char *const names[] = {"uniform in [-2, 2] (no underflow)", "all in [-100, -90] (every result denormal)",
+                                            "10% at -95, rest in [-2, 2]"};
+        printf("  %-44s %10.2f %10.2f %7.1fx\n", names[dist], best[0] / n * 1e9, best[1] / n * 1e9, best[0] / best[1]);
+    }
+    printf("\n");
+    free(g);
+    free(u);
+    free(o);
+}
+
+int main(int argc, char **argv) {
+    int threads = 0, reps = 3, d = 768, F = 2048, V = 8192;
+    const char *only = NULL, *path = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--d") == 0) d = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--ffn") == 0) F = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--vocab") == 0) V = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+        else if (strcmp(argv[i], "--path") == 0) path = argv[i + 1];
+        else {
+            fprintf(stderr, "usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] "
+                            "[--only peaks|gemm|denormal] [--path fp32|avx512bf16|amx]\n");
+            return 2;
+        }
+    }
+    backend *probe = backend_cpu_init(threads);   /* resolves threads = 0 to the allowed CPUs */
+    threads = backend_n_threads(probe);
+    backend_free(probe);
+    peaks pk;
+    run_peaks(threads, reps, &pk);
+    if (!only || strcmp(only, "gemm") == 0) run_gemm(threads, reps, d, F, V, &pk, path);
+    if (!only || strcmp(only, "denormal") == 0) run_denormal(reps);
+    return 0;
+}
