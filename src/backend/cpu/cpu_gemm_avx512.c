@@ -4,9 +4,9 @@
  *
  * Micro-kernel: MR (<= 6) activation rows x NG (<= 4) groups of 16 outputs = up to 24 accumulators.
  * Per input pair kk it loads one 64-byte vector per group (16 outputs x 2 inputs), broadcasts the
- * row's two bf16 inputs (32 bits) and issues MR x NG vdpbf16ps. A block runs K in chunks of GEMM_KC
- * pairs (the weight chunk stays in L1 for every slab of rows); accumulators go to the block buffer
- * between chunks. Version log and timings: docs/cpu-kernels.md.
+ * row's two bf16 inputs (32 bits) and issues MR x NG vdpbf16ps. The whole K runs in registers; the
+ * block is stored once (cutting K into L1-sized chunks measured no faster on Zen 5: its 1 MiB L2
+ * feeds the four weight streams at full rate). Version log and timings: docs/cpu-kernels.md.
  *
  * Compiled for every x86-64 (target attributes, no global -m flags); only called after
  * cpu_features says the CPU has AVX512-BF16. Does not: pack, convert, apply epilogues.
@@ -24,8 +24,7 @@
 /* c[i][16 j + l] for i < MR, j < NG over kp2 input pairs. MR and NG are constants at every call
  * site, so the arrays below live in registers. */
 AVX512BF16_TARGET __attribute__((always_inline)) static inline void
-ukernel(const int MR, const int NG, const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c,
-        int add) {
+ukernel(const int MR, const int NG, const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c) {
     __m512 acc[6][4];
     const uint16_t *bp[4];
     /* every loop but the one over kk is unrolled completely, so acc[][] lives in registers */
@@ -34,7 +33,7 @@ ukernel(const int MR, const int NG, const uint16_t *a, int64_t lda, const uint16
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < NG; j++) acc[i][j] = add ? _mm512_load_ps(c + i * 64 + j * 16) : _mm512_setzero_ps();
+        for (int j = 0; j < NG; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < kp2; kk++) {
         __m512bh bv[4];
 #pragma GCC unroll 4
@@ -54,13 +53,12 @@ ukernel(const int MR, const int NG, const uint16_t *a, int64_t lda, const uint16
         for (int j = 0; j < NG; j++) _mm512_store_ps(c + i * 64 + j * 16, acc[i][j]);
 }
 
-typedef void (*ukernel_fn)(const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c,
-                           int add);
+typedef void (*ukernel_fn)(const uint16_t *a, int64_t lda, const uint16_t *const *b, int64_t kp2, float *c);
 
 #define UK(mr, ng)                                                                                          \
     AVX512BF16_TARGET static void uk_##mr##_##ng(const uint16_t *a, int64_t lda, const uint16_t *const *b, \
-                                                 int64_t kp2, float *c, int add) {                         \
-        ukernel(mr, ng, a, lda, b, kp2, c, add);                                                            \
+                                                 int64_t kp2, float *c) {                                  \
+        ukernel(mr, ng, a, lda, b, kp2, c);                                                                 \
     }
 #define UK_ROW(mr) UK(mr, 1) UK(mr, 2) UK(mr, 3) UK(mr, 4)
 UK_ROW(1) UK_ROW(2) UK_ROW(3) UK_ROW(4) UK_ROW(5) UK_ROW(6)
@@ -71,21 +69,11 @@ UK_ROW(1) UK_ROW(2) UK_ROW(3) UK_ROW(4) UK_ROW(5) UK_ROW(6)
 static const ukernel_fn k_uk[6][4] = {UK_ROW(1), UK_ROW(2), UK_ROW(3), UK_ROW(4), UK_ROW(5), UK_ROW(6)};
 #undef UK_ROW
 
-/* Input pairs per pass over the block's rows: 4 groups x 128 pairs x 64 bytes = 32 KiB of weights
- * stay in L1 while every 6-row slab of the block runs over them (v2 in docs/cpu-kernels.md). */
-#define GEMM_KC 128
-
 static void avx512_block(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
                          float *c) {
-    const int64_t kp2 = kpad / 2;
-    for (int64_t k0 = 0; k0 < kp2; k0 += GEMM_KC) {
-        const int64_t kn = kp2 - k0 < GEMM_KC ? kp2 - k0 : GEMM_KC;
-        const uint16_t *bk[4];
-        for (int j = 0; j < ng; j++) bk[j] = b[j] + k0 * 32;
-        for (int i = 0; i < m; i += 6) {
-            int mr = m - i < 6 ? m - i : 6;
-            k_uk[mr - 1][ng - 1](a + (int64_t)i * lda + 2 * k0, lda, bk, kn, c + (int64_t)i * 64, k0 > 0);
-        }
+    for (int i = 0; i < m; i += 6) {
+        int mr = m - i < 6 ? m - i : 6;
+        k_uk[mr - 1][ng - 1](a + (int64_t)i * lda, lda, b, kpad / 2, c + (int64_t)i * 64);
     }
 }
 

@@ -3,7 +3,7 @@
  * handed out by one atomic counter.
  *
  * A run: the caller writes the run (fn, arg, n_tasks), marks each helper slot "assigned" and bumps
- * its futex word; helpers spin for up to SPIN_NS on that word before sleeping on it. A helper
+ * its futex word; idle helpers spin (then yield) for up to SPIN_NS on that word before sleeping on it. A helper
  * claims its assignment (assigned -> active) when it wakes, takes tasks until none are left and
  * reports done. The caller takes tasks too; when they run out it revokes every assignment not yet
  * claimed (assigned -> idle), so a helper that was descheduled (a busy machine) never delays the
@@ -33,8 +33,11 @@
 
 #include "util/log.h"
 
-/* How long an idle slot spins before it sleeps: longer than the gaps between the ops of one
- * forward (a few µs), far shorter than a scheduler tick (so idle workers give the cores back). */
+/* How an idle slot waits: FAST_NS of pause-spinning (the gap between two ops of one forward is a
+ * few µs), then sched_yield() between checks until SPIN_NS (a thread of ours, or of another
+ * process, that shares the core runs instead of us spinning against it), then a futex sleep (far
+ * shorter than a scheduler tick, so idle workers give the cores back). */
+#define FAST_NS 5000
 #define SPIN_NS 100000
 
 enum { CLAIM_IDLE, CLAIM_ASSIGNED, CLAIM_ACTIVE };
@@ -110,18 +113,25 @@ static void pin_to(int cpu) {
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);   /* best effort: a cgroup may refuse */
 }
 
+/* One step of spin-waiting that began at t0: 0 while spinning should go on (having paused or
+ * yielded), 1 once SPIN_NS have passed. */
+static int spin_step(unsigned i, uint64_t t0) {
+    if ((i & 63) == 0) {
+        uint64_t t = now_ns();
+        if (t - t0 > SPIN_NS) return 1;
+        if (t - t0 > FAST_NS) sched_yield();
+    }
+    cpu_relax();
+    return 0;
+}
+
 /* Spin, then sleep, until *w differs from val; returns the new value (acquire). */
 static uint32_t wait_change(_Atomic uint32_t *w, uint32_t val, _Atomic uint32_t *sleeping) {
-    uint64_t t0 = 0;
+    const uint64_t t0 = now_ns();
     for (unsigned i = 1;; i++) {
         uint32_t v = atomic_load_explicit(w, memory_order_acquire);
         if (v != val) return v;
-        cpu_relax();
-        if ((i & 255) == 0) {
-            uint64_t t = now_ns();
-            if (!t0) t0 = t;
-            else if (t - t0 > SPIN_NS) break;
-        }
+        if (spin_step(i, t0)) break;
     }
     for (;;) {
         atomic_store(sleeping, 1);   /* seq_cst: pairs with the waker's bump-then-check */
@@ -174,15 +184,9 @@ static void run_join(cpu_pool *p, int k) {
         uint32_t want = CLAIM_ASSIGNED;
         if (atomic_compare_exchange_strong(&p->slots[i].claim, &want, CLAIM_IDLE)) pending_done(p, 0);
     }
-    uint64_t t0 = 0;
-    for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++) {
-        cpu_relax();
-        if ((i & 255) == 0) {
-            uint64_t t = now_ns();
-            if (!t0) t0 = t;
-            else if (t - t0 > SPIN_NS) break;
-        }
-    }
+    const uint64_t t0 = now_ns();
+    for (unsigned i = 1; atomic_load_explicit(&p->pending, memory_order_acquire) != 0; i++)
+        if (spin_step(i, t0)) break;
     for (;;) {
         uint32_t v = atomic_load(&p->pending);
         if (v == 0) break;
