@@ -72,7 +72,7 @@ static void test_pack(cpu_pool *pool) {
 
 /* The raw block: c[i][16j+l] against a double dot product of the same bf16 values. */
 static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
-    const int64_t C = 300, R = 64;   /* 160 input pairs: more than one K chunk of the AVX512 kernel */
+    const int64_t C = 300, R = 64;   /* 160 input pairs, 10 AMX k-steps */
     const int64_t kpad = 320;
     uint16_t *a = xcalloc((size_t)(GEMM_MB * kpad), sizeof *a), *w = xmalloc((size_t)(R * C) * sizeof *w);
     for (int i = 0; i < GEMM_MB; i++)
