@@ -219,25 +219,27 @@ int algo_config_load(const char *path, json_t **out, um_err *err) {
     return r;
 }
 
-/* ---------------------------------------------------------------- server-wide defaults */
+/* ---------------------------------------------------------------- a server's request policy */
 
-static json_t *g_defaults; /* written once at startup (main thread), read-only afterwards */
-static int g_cache = DECODE_CACHE_AUTO;   /* likewise */
-
-void algo_config_set_defaults(const json_t *overrides, int cache) {
-    json_decref(g_defaults);
-    g_defaults = overrides ? json_deep_copy(overrides) : NULL;
-    g_cache = cache;
+void api_policy_init(api_policy *p) {
+    memset(p, 0, sizeof *p);
+    p->lim = api_limits_default();
+    p->cache = DECODE_CACHE_AUTO;
 }
 
-decode_params algo_config_params_for_model(const model *m) {
-    decode_params p = decode_params_for_serving(m, g_cache);
-    if (g_defaults) {
+void api_policy_free(api_policy *p) {
+    json_decref(p->algo);
+    api_policy_init(p);
+}
+
+decode_params api_policy_params(const api_policy *pol, const model *m) {
+    decode_params p = decode_params_for_serving(m, pol->cache);
+    if (pol->algo) {
         decode_params saved = p;
         um_err err = {0};
         /* values were type-checked when the file was loaded; a range problem shows up in the
          * request's validation, naming the field */
-        if (decode_params_apply_json(&p, g_defaults, &err) != 0) p = saved;
+        if (decode_params_apply_json(&p, pol->algo, &err) != 0) p = saved;
     }
     return p;
 }

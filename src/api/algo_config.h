@@ -27,6 +27,7 @@
 
 #include <jansson.h>
 
+#include "api/limits.h"
 #include "decode/decode.h"
 #include "util/err.h"
 
@@ -35,12 +36,20 @@ int algo_config_parse(const char *text, size_t len, const char *label, json_t **
 /* Read and parse a file. */
 int algo_config_load(const char *path, json_t **out, um_err *err);
 
-/* The server-wide defaults: set once at startup on the main thread (overrides is copied; NULL
- * clears; cache: the server's KV cache mode, an enum decode_cache or DECODE_CACHE_AUTO), read by
- * every request path afterwards (any thread). Before any call: no overrides, DECODE_CACHE_AUTO. */
-void algo_config_set_defaults(const json_t *overrides, int cache);
-/* decode_params_for_serving(m, cache) with the server-wide overrides applied: the defaults every
- * request (HTTP APIs and WebSocket) starts from. */
-decode_params algo_config_params_for_model(const model *m);
+/* What a server applies to every request, whatever its transport: the limits, the algorithm
+ * config's decoder defaults and the default KV cache. One per server instance; read-only while
+ * serving (any thread). */
+typedef struct api_policy {
+    api_limits lim;
+    json_t    *algo;   /* --algorithm-config overrides (owned), or NULL */
+    int        cache;  /* --cache: an enum decode_cache, or DECODE_CACHE_AUTO */
+} api_policy;
+
+/* Defaults, no overrides, DECODE_CACHE_AUTO. */
+void api_policy_init(api_policy *p);
+void api_policy_free(api_policy *p);
+/* decode_params_for_serving(m, p->cache) with p's algorithm-config overrides applied (the
+ * algorithm config's "cache" wins over p->cache): the defaults every request starts from. */
+decode_params api_policy_params(const api_policy *p, const model *m);
 
 #endif /* UM_ALGO_CONFIG_H */

@@ -1,22 +1,15 @@
 /*
- * limits.c — request limits shared by every transport (limits.h). Pure checks; the process-wide
- * limits are written once at configure time (main thread) and only read afterwards (any thread).
+ * limits.c — request limits shared by every transport (limits.h). Pure checks; the limits
+ * themselves belong to the server instance (api_policy). Any thread.
  */
 #include "api/limits.h"
 
 #include <string.h>
 
-static api_limits g_limits = {.max_gen_length = 8192, .max_prompt_tokens = 0, .max_choices = 16, .max_steps = 1024,
-                              .max_stop = 8};
-
 api_limits api_limits_default(void) {
     api_limits l = {.max_gen_length = 8192, .max_prompt_tokens = 0, .max_choices = 16, .max_steps = 1024, .max_stop = 8};
     return l;
 }
-
-void api_limits_set(const api_limits *l) { g_limits = l ? *l : api_limits_default(); }
-
-const api_limits *api_limits_current(void) { return &g_limits; }
 
 int api_limit_gen_length(const api_limits *l, const char *field, long long v, um_err *err) {
     if (v >= 1 && v <= l->max_gen_length) return 0;

@@ -35,10 +35,6 @@ typedef struct api_limits {
 
 api_limits api_limits_default(void);   /* 8192 / 0 / 16 / 1024 / 8 */
 
-/* Install the process-wide limits (NULL: back to the defaults). Main thread, before requests. */
-void              api_limits_set(const api_limits *l);
-const api_limits *api_limits_current(void);
-
 /* field (the client's name for the length) = v must be 1 ... max_gen_length. -1 with err
  * (UM_ERR_INVALID_ARG, param = field) otherwise. */
 int api_limit_gen_length(const api_limits *l, const char *field, long long v, um_err *err);

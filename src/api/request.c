@@ -161,12 +161,13 @@ static int check_gen_length(const api_limits *lim, const json_t *obj, const json
     return 0;
 }
 
-int api_gen_request_parse(const model *m, const json_t *obj, const api_limits *lim, api_gen_request *out,
+int api_gen_request_parse(const model *m, const json_t *obj, const api_policy *pol, api_gen_request *out,
                           api_error *e) {
+    const api_limits *lim = &pol->lim;
     memset(out, 0, sizeof *out);
     out->stream_every = 1;
     if (!json_is_object(obj)) return api_error_set(e, "invalid_request", "", "the request must be a JSON object");
-    decode_params p = algo_config_params_for_model(m); /* + --algorithm-config defaults */
+    decode_params p = api_policy_params(pol, m); /* + --algorithm-config defaults */
     um_err err = {0};
     if (decode_params_apply_json(&p, obj, &err) != 0) return api_error_from(e, "invalid_request", &err);
     const json_t *params = json_object_get(obj, "params");

@@ -20,6 +20,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "api/algo_config.h"
 #include "api/limits.h"
 #include "decode/decode.h"
 #include "model/model.h"
@@ -49,13 +50,13 @@ typedef struct api_gen_request {
     json_t     *ignored;      /* array of top-level field names that were not understood, or NULL */
 } api_gen_request;
 
-/* Parse + validate everything and build the decode_seq, applying the server's limits lim
- * (api/limits.h: the same checks and messages as the HTTP APIs). Errors: code "invalid_request"
+/* Parse + validate everything and build the decode_seq, starting from the server's policy (its
+ * decoder defaults; its limits, api/limits.h: the same checks and messages as the HTTP APIs). Errors: code "invalid_request"
  * (bad or missing field, gen_length over --max-gen-length; param named), "context_length_exceeded"
  * (prompt over --max-prompt-tokens, or prompt + gen_length over the model's context),
  * "unsupported" (e.g. messages without a chat template). Tokenizes the prompt: may take tens of
  * ms for a large one (the server runs it on its prep worker, not the service thread). */
-int  api_gen_request_parse(const model *m, const json_t *obj, const api_limits *lim, api_gen_request *out,
+int  api_gen_request_parse(const model *m, const json_t *obj, const api_policy *pol, api_gen_request *out,
                            api_error *e);
 void api_gen_request_free(api_gen_request *r);
 

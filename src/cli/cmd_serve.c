@@ -112,14 +112,18 @@ int cmd_serve(int argc, char **argv) {
         server_config_free(&cfg);
         return 2;
     }
-    if (http_api_configure(&cfg, &err) != 0) {
+    server *srv = server_create(&cfg, &err);
+    http_api *api = srv ? http_api_create(srv, &err) : NULL;
+    if (!api) {
         fprintf(stderr, "error: %s\n", err.msg);
+        server_free(srv);
         server_config_free(&cfg);
         return 2;
     }
-    int rc = server_run(&cfg, &err);
+    int rc = server_run(srv, &err);
     if (rc != 0) fprintf(stderr, "error: %s\n", err.msg);
-    http_api_shutdown();
+    http_api_free(api);
+    server_free(srv);
     server_config_free(&cfg);
     return rc;
 }

@@ -47,6 +47,7 @@ struct http_conn {
     char        method_name[12];
     char        path[HTTP_PATH_MAX];
     const http_route *route;    /* NULL: no route (static file, 404 or 405) */
+    void       *route_user;     /* the route's set's user (http_routes_add) */
     int         path_known;     /* no route, but some route has this path with another method */
     char       *body;           /* owned, NUL-terminated */
     size_t      body_len, body_cap;
@@ -75,16 +76,26 @@ size_t http_conn_size(void) { return sizeof(http_conn); }
 
 /* ---------------------------------------------------------------- route table */
 
-static const http_route *g_route_sets[HTTP_MAX_ROUTE_SETS];
-static int g_n_route_sets;
-static http_middleware g_mw;
-static int g_inflight; /* responses set up and not yet completely written */
+/* One server's routes and middleware (server.c owns it; service thread after setup). */
+struct http_router {
+    const http_route *sets[HTTP_MAX_ROUTE_SETS];  /* route tables, each ending with {NULL} */
+    void             *users[HTTP_MAX_ROUTE_SETS]; /* their http_req.user */
+    int               n_sets;
+    http_middleware   mw;                         /* all NULL: none */
+    int               inflight;                   /* responses set up and not yet completely written */
+};
 
-int http_responses_in_flight(void) { return g_inflight; }
+http_router *http_router_new(void) { return xcalloc(1, sizeof(http_router)); }
+void http_router_free(http_router *r) { free(r); }
 
-void http_set_middleware(const http_middleware *mw) {
-    if (mw) g_mw = *mw;
-    else memset(&g_mw, 0, sizeof g_mw);
+static http_router *router_of(http_conn *c) { return server_router(c->srv); }
+
+int http_responses_in_flight(server *s) { return server_router(s)->inflight; }
+
+void http_set_middleware(server *s, const http_middleware *mw) {
+    http_router *r = server_router(s);
+    if (mw) r->mw = *mw;
+    else memset(&r->mw, 0, sizeof r->mw);
 }
 
 void http_add_header(http_conn *c, const char *line) {
@@ -95,11 +106,25 @@ void http_add_header(http_conn *c, const char *line) {
 const http_route *http_conn_route(const http_conn *c) { return c->route; }
 const char *http_conn_method(const http_conn *c) { return c->method_name; }
 
-void http_routes_add(const http_route *routes) {
-    for (int i = 0; i < g_n_route_sets; i++)
-        if (g_route_sets[i] == routes) return;
-    CHECK(g_n_route_sets < HTTP_MAX_ROUTE_SETS);
-    g_route_sets[g_n_route_sets++] = routes;
+void http_routes_add(server *s, const http_route *routes, void *user) {
+    http_router *r = server_router(s);
+    for (int i = 0; i < r->n_sets; i++)
+        if (r->sets[i] == routes) return;
+    CHECK(r->n_sets < HTTP_MAX_ROUTE_SETS);
+    r->users[r->n_sets] = user;
+    r->sets[r->n_sets++] = routes;
+}
+
+void http_routes_allowed(server *s, const char *path, unsigned flags, char *allow, size_t cap) {
+    const http_router *rt = server_router(s);
+    allow[0] = 0;
+    for (int i = 0; i < rt->n_sets; i++)
+        for (const http_route *r = rt->sets[i]; r->path; r++) {
+            if ((r->flags & flags) != flags) continue;
+            int match = r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0;
+            if (match && !strstr(allow, r->method))
+                snprintf(allow + strlen(allow), cap - strlen(allow), "%s%s", allow[0] ? ", " : "", r->method);
+        }
 }
 
 static int method_matches(const char *want, const char *have) {
@@ -107,15 +132,17 @@ static int method_matches(const char *want, const char *have) {
            (strcmp(want, "GET") == 0 && strcmp(have, "HEAD") == 0);
 }
 
-/* Best route for (method, path); *path_known = 1 when some route claims the path with another
- * method (-> 405). */
-static const http_route *route_find(const char *method, const char *path, int *path_known) {
+/* Best route for (method, path) and its set's user; *path_known = 1 when some route claims the
+ * path with another method (-> 405). */
+static const http_route *route_find(const http_router *rt, const char *method, const char *path, int *path_known,
+                                    void **user) {
     const http_route *best = NULL;
     size_t best_len = 0;
     int best_exact = 0;
     *path_known = 0;
-    for (int i = 0; i < g_n_route_sets; i++)
-        for (const http_route *r = g_route_sets[i]; r->path; r++) {
+    *user = NULL;
+    for (int i = 0; i < rt->n_sets; i++)
+        for (const http_route *r = rt->sets[i]; r->path; r++) {
             size_t n = strlen(r->path);
             int exact = !r->prefix && strcmp(r->path, path) == 0;
             int pre = r->prefix && strncmp(r->path, path, n) == 0;
@@ -125,9 +152,9 @@ static const http_route *route_find(const char *method, const char *path, int *p
                 continue;
             }
             if (exact && !best_exact) {
-                best = r, best_len = n, best_exact = 1;
+                best = r, best_len = n, best_exact = 1, *user = rt->users[i];
             } else if (!best_exact && n > best_len) {
-                best = r, best_len = n;
+                best = r, best_len = n, *user = rt->users[i];
             }
         }
     return best;
@@ -248,7 +275,7 @@ static int txn_finish(http_conn *c) {
 /* ---------------------------------------------------------------- responses */
 
 static void txn_reset(http_conn *c) {
-    if (c->responded) g_inflight--;
+    if (c->responded) router_of(c)->inflight--;
     free(c->body);
     c->body = NULL;
     c->body_len = c->body_cap = 0;
@@ -270,6 +297,7 @@ static void txn_reset(http_conn *c) {
     c->status = 0;
     c->content_len = 0;
     c->route = NULL;
+    c->route_user = NULL;
     c->path_known = 0;
     c->close_fn = NULL;
     c->close_user = NULL;
@@ -312,7 +340,7 @@ int http_respond(http_conn *c, int status, const char *content_type, const char 
                  const char *const *headers) {
     if (!c->wsi || c->responded) return -1;
     c->responded = 1;
-    g_inflight++;
+    router_of(c)->inflight++;
     c->status = status;
     snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/plain; charset=utf-8");
     set_headers(c, headers);
@@ -350,7 +378,7 @@ int http_respond_error(http_conn *c, int status, const char *code, const char *t
 int http_stream_begin(http_conn *c, int status, const char *content_type, const char *const *headers) {
     if (!c->wsi || c->responded) return -1;
     c->responded = 1;
-    g_inflight++;
+    router_of(c)->inflight++;
     c->streaming = 1;
     c->status = status;
     snprintf(c->ctype, sizeof c->ctype, "%s", content_type ? content_type : "text/event-stream");
@@ -465,7 +493,8 @@ static int on_writeable(http_conn *c) {
     if (!c->hdr_sent) {
         if (write_headers(c) != 0) return -1;
         c->hdr_sent = 1;
-        if (g_mw.after) g_mw.after(c, c->status);
+        const http_middleware *mw = &router_of(c)->mw;
+        if (mw->after) mw->after(c, c->status, mw->user);
         if (!c->streaming && c->out_len == c->out_off) return txn_finish(c); /* empty body: done */
         rx_update(c);
         lws_callback_on_writable(c->wsi);
@@ -539,6 +568,7 @@ static int run_handler(http_conn *c) {
         .body = c->body ? c->body : "",
         .body_len = c->body_len,
         .srv = c->srv,
+        .user = c->route_user,
     };
     int rc = c->route->fn(c, &rq);
     if (rc < 0) return -1;
@@ -561,7 +591,7 @@ static int answer_error(http_conn *c, int status, const char *code, const char *
 static int answer_static(http_conn *c) {
     c->dispatched = 1;
     static_file f;
-    int status = static_lookup(c->path, &f);
+    int status = static_lookup(server_web_root(c->srv), c->path, &f);
     if (status) { /* static.c decided on an error status: answer in JSON */
         const char *msg = status == 404 ? "not found" : status == 403 ? "forbidden" : "bad request";
         return answer_error(c, status, status == 404 ? "not_found" : status == 403 ? "forbidden" : "bad_path", msg, 0);
@@ -664,10 +694,12 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
     /* lws armed a 30 s timeout for a body; without one it must not cut a long answer */
     if (!f.wait_body) lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
     int path_known = 0;
-    c->route = route_find(c->method_name, c->path, &path_known);
-    if (g_mw.before) {
-        http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->srv};
-        if (g_mw.before(c, &rq, c->route)) {
+    const http_router *rt = router_of(c);
+    c->route = route_find(rt, c->method_name, c->path, &path_known, &c->route_user);
+    if (rt->mw.before) {
+        http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->srv,
+                       .user = rt->mw.user};
+        if (rt->mw.before(c, &rq, c->route)) {
             c->dispatched = 1;
             if (f.wait_body) c->close_after = 1; /* the unread body must not become the next request */
             if (!c->responded)

@@ -4,10 +4,10 @@
  * static files from the web root for every GET that no route claims.
  *
  * Adding routes (e.g. OpenAI/SGLang APIs in another file):
- *   static int h_generate(http_conn *c, const http_req *rq) { ... http_respond_json(c, 200, obj); }
+ *   static int h_generate(http_conn *c, const http_req *rq) { my_api *a = rq->user; ... }
  *   static const http_route k_routes[] = {{"POST", "/generate", 0, h_generate}, {NULL}};
- *   void routes_sglang_register(void) { http_routes_add(k_routes); }
- * and call the register function from routes_register_all() in server/routes.c. A handler must
+ *   http_routes_add(srv, k_routes, my_api);   (once, before server_run)
+ * Routes and middleware belong to one server instance (no process-wide tables). A handler must
  * produce exactly one response: http_respond*() (possibly later, from a request's deliver hook on
  * the service thread) or http_stream_begin() + http_stream_write()* + http_stream_end(). Returning
  * -1 closes the connection without a response.
@@ -39,6 +39,7 @@ typedef struct http_req {
     const char      *body;         /* complete body (NUL-terminated), "" when none */
     size_t           body_len;
     struct server   *srv;
+    void            *user;         /* the route set's user (http_routes_add), or the middleware's */
 } http_req;
 
 typedef int (*http_handler)(http_conn *c, const http_req *rq);
@@ -48,36 +49,43 @@ typedef struct http_route {
     const char  *path;     /* exact path, or a prefix when prefix = 1 (e.g. "/v1/jobs/") */
     int          prefix;
     http_handler fn;
+    unsigned     flags;    /* HTTP_ROUTE_* */
 } http_route;
+#define HTTP_ROUTE_API     1u  /* the API middleware's policy applies: API keys, rate limits, drain */
+#define HTTP_ROUTE_NO_AUTH 2u  /* ... except API keys and rate limits (e.g. /metrics) */
 
-/* Register routes (array ending with a {NULL} entry; must stay valid). Main thread, before
- * server_run. Exact matches win over prefixes; longer prefixes win over shorter ones. */
-void http_routes_add(const http_route *routes);
-/* Registers every route module (server/routes.c). Idempotent. */
-void routes_register_all(void);
+/* Register routes on server s (array ending with a {NULL} entry; must stay valid); their handlers
+ * get user as rq->user. Main thread, before server_run. Exact matches win over prefixes; longer
+ * prefixes win over shorter ones. Adding the same array again does nothing. */
+void http_routes_add(struct server *s, const http_route *routes, void *user);
 
 /* ---------------------------------------------------------------- middleware */
 
-/* One middleware (server/http_api.c installs it): cross-cutting policy of every HTTP request. */
+/* One middleware per server (server/http_api.c installs it): cross-cutting policy of every HTTP
+ * request. */
 typedef struct http_middleware {
     /* Every request, once method and path are known and the route is chosen (NULL: none matched:
-     * static file, 404 or 405), before its body is read (rq->body is ""). It may add response
-     * headers (http_add_header) and may answer itself: return 1 and the handler is not run (an
-     * unread request body then closes the connection after the response). */
+     * static file, 404 or 405), before its body is read (rq->body is "", rq->user is user below).
+     * It may add response headers (http_add_header) and may answer itself: return 1 and the
+     * handler is not run (an unread request body then closes the connection after the response). */
     int  (*before)(http_conn *c, const http_req *rq, const http_route *route);
-    /* Every response whose headers this file writes, with its status (metrics). */
-    void (*after)(http_conn *c, int status);
+    /* Every response, with its status (metrics). */
+    void (*after)(http_conn *c, int status, void *user);
+    void  *user;
 } http_middleware;
-void http_set_middleware(const http_middleware *mw);
+void http_set_middleware(struct server *s, const http_middleware *mw);
 /* Add a "Name: value" header to the current transaction's response, whatever answers it. */
 void http_add_header(http_conn *c, const char *line);
+/* The methods of s's routes that have all of flags and claim path, as "GET, POST" into allow
+ * ("" when none). */
+void http_routes_allowed(struct server *s, const char *path, unsigned flags, char *allow, size_t cap);
 /* The current transaction's route (NULL: none) and method name. */
 const http_route *http_conn_route(const http_conn *c);
 const char       *http_conn_method(const http_conn *c);
 
-/* Responses set up but not completely written yet, over all connections (graceful shutdown waits
- * for 0 so that no answer is cut off). */
-int http_responses_in_flight(void);
+/* Responses set up but not completely written yet, over all of s's connections (graceful shutdown
+ * waits for 0 so that no answer is cut off). */
+int http_responses_in_flight(struct server *s);
 
 /* ---------------------------------------------------------------- request helpers */
 

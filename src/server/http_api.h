@@ -15,29 +15,22 @@
  *
  * Not here: request parsing / response shapes (api/), the scheduler (sched/), lws plumbing
  * (server/http.c). Threads: configure/free on the main thread; everything else on the lws service
- * thread, except the webhook worker (sched/webhook.c).
+ * thread, except the webhook worker (jobs/webhook.c).
  */
 #ifndef UM_HTTP_API_H
 #define UM_HTTP_API_H
 
-#include "server/server_config.h"
 #include "util/err.h"
 
-/* Apply the settings (server_config: --api-keys, --rate-limit, ...), load the key file and the
- * algorithm config, register the routes and the middleware. Main thread, after server_config_check. */
-int  http_api_configure(const server_config *cfg, um_err *err);
-/* Release everything (after server_run returned). */
-void http_api_shutdown(void);
+struct server;
+typedef struct http_api http_api;
 
-/* WebSocket handshakes (server/ws.c, LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION): with API keys
- * configured, the key must come as `Authorization: Bearer <key>`, `x-api-key`, or — for browsers,
- * which cannot set headers — a subprotocol entry `unmask-key.<key>` (or
- * `openai-insecure-api-key.<key>`) next to "unmask": new WebSocket(url, ["unmask", "unmask-key." + key]).
- * Returns 1 when the connection may proceed, 0 to refuse it. Service thread. */
-struct lws;
-int http_api_ws_authorize(struct lws *wsi);
-
-/* Registers the routes + middleware (called from routes_register_all). Idempotent. */
-void routes_http_api_register(void);
+/* The HTTP APIs of server s, configured from its settings (server_config.h: --api-keys,
+ * --rate-limit, --cors-origin, --webhook-*, --max-jobs, ...): loads the key file, registers the
+ * routes, the middleware, the drain hooks, the metrics gauges and the WebSocket handshake check
+ * on s. NULL with err (e.g. an unreadable key file). Main thread, before server_run. */
+http_api *http_api_create(struct server *s, um_err *err);
+/* After server_run returned, before server_free. */
+void      http_api_free(http_api *a);
 
 #endif /* UM_HTTP_API_H */

@@ -1,5 +1,6 @@
 /*
- * metrics.c — Prometheus counters / gauges / histograms (see metrics.h). Thread-safe.
+ * metrics.c — Prometheus counters / gauges / histograms of one server (see metrics.h).
+ * Thread-safe: one mutex per instance.
  */
 #include "server/metrics.h"
 
@@ -40,23 +41,46 @@ typedef struct gauge {
     void            *user;
 } gauge;
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-/* --- g_lock { */
-static counter_vec g_http = {"unmask_http_requests_total", "HTTP responses by route pattern, method and status.", NULL, 0, 0};
-static counter_vec g_finished = {"unmask_requests_finished_total", "Generation sequences finished, by finish reason.", NULL, 0, 0};
-static counter_vec g_webhooks = {"unmask_webhook_deliveries_total", "Webhook delivery attempts by result.", NULL, 0, 0};
-static double g_prompt_tokens, g_gen_tokens, g_steps;
-static histogram g_step_lat = {
+struct metrics {
+    pthread_mutex_t lock;
+    /* --- lock { */
+    counter_vec http, finished, webhooks;
+    double      prompt_tokens, gen_tokens, steps;
+    histogram   step_lat, evt_overhead;
+    gauge      *gauges;   /* [n_gauges], owned */
+    int         n_gauges;
+    /* } lock --- */
+};
+
+static const histogram k_step_lat = {
     "unmask_step_latency_seconds", "Time of one batched denoising step (one forward + decoders): wall time on the host loop, GPU time (cudaEvent) on the device-resident loop.",
     {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}, {0}, 0, 0, 0};
-static histogram g_evt_overhead = {
+static const histogram k_evt_overhead = {
     "unmask_event_overhead_seconds",
     "Per streamed event: time from the engine producing it to its bytes reaching the socket.",
     {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1},
     {0}, 0, 0, 0};
-static gauge *g_gauges;
-static int    g_n_gauges;
-/* } g_lock --- */
+
+metrics *metrics_new(void) {
+    metrics *m = xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->lock, NULL);
+    m->http = (counter_vec){"unmask_http_requests_total", "HTTP responses by route pattern, method and status.", NULL, 0, 0};
+    m->finished = (counter_vec){"unmask_requests_finished_total", "Generation sequences finished, by finish reason.", NULL, 0, 0};
+    m->webhooks = (counter_vec){"unmask_webhook_deliveries_total", "Webhook delivery attempts by result.", NULL, 0, 0};
+    m->step_lat = k_step_lat;
+    m->evt_overhead = k_evt_overhead;
+    return m;
+}
+
+void metrics_free(metrics *m) {
+    if (!m) return;
+    metrics_gauge_unregister_all(m);
+    free(m->http.items);
+    free(m->finished.items);
+    free(m->webhooks.items);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
 
 /* Label values: escape backslash, quote and newline (exposition format rules). */
 static void label_escape(char *dst, size_t cap, const char *v) {
@@ -100,87 +124,84 @@ static void hist_reset(histogram *h) {
 
 /* ---------------------------------------------------------------- updates */
 
-void metrics_reset(void) {
-    pthread_mutex_lock(&g_lock);
-    g_http.n = g_finished.n = g_webhooks.n = 0;
-    g_prompt_tokens = g_gen_tokens = g_steps = 0;
-    hist_reset(&g_step_lat);
-    hist_reset(&g_evt_overhead);
-    pthread_mutex_unlock(&g_lock);
+void metrics_reset(metrics *m) {
+    pthread_mutex_lock(&m->lock);
+    m->http.n = m->finished.n = m->webhooks.n = 0;
+    m->prompt_tokens = m->gen_tokens = m->steps = 0;
+    hist_reset(&m->step_lat);
+    hist_reset(&m->evt_overhead);
+    pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_http_request(const char *route, const char *method, int status) {
+void metrics_http_request(metrics *mx, const char *route, const char *method, int status) {
     char r[96], m[24], labels[192];
     label_escape(r, sizeof r, route ? route : "other");
     label_escape(m, sizeof m, method ? method : "OTHER");
     snprintf(labels, sizeof labels, "route=\"%s\",method=\"%s\",status=\"%d\"", r, m, status);
-    pthread_mutex_lock(&g_lock);
-    counter_add(&g_http, labels, 1);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&mx->lock);
+    counter_add(&mx->http, labels, 1);
+    pthread_mutex_unlock(&mx->lock);
 }
 
-void metrics_tokens(long prompt_tokens, long generated_tokens) {
-    pthread_mutex_lock(&g_lock);
-    g_prompt_tokens += (double)prompt_tokens;
-    g_gen_tokens += (double)generated_tokens;
-    pthread_mutex_unlock(&g_lock);
+void metrics_tokens(metrics *m, long prompt_tokens, long generated_tokens) {
+    pthread_mutex_lock(&m->lock);
+    m->prompt_tokens += (double)prompt_tokens;
+    m->gen_tokens += (double)generated_tokens;
+    pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_steps(long steps) {
-    pthread_mutex_lock(&g_lock);
-    g_steps += (double)steps;
-    pthread_mutex_unlock(&g_lock);
+void metrics_steps(metrics *m, long steps) {
+    pthread_mutex_lock(&m->lock);
+    m->steps += (double)steps;
+    pthread_mutex_unlock(&m->lock);
 }
 
-static void labelled_add(counter_vec *c, const char *key, const char *value) {
+static void labelled_add(metrics *m, counter_vec *c, const char *key, const char *value) {
     char v[64], labels[192];
     label_escape(v, sizeof v, value ? value : "unknown");
     snprintf(labels, sizeof labels, "%s=\"%s\"", key, v);
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&m->lock);
     counter_add(c, labels, 1);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_finished(const char *finish_reason) { labelled_add(&g_finished, "finish_reason", finish_reason); }
-void metrics_webhook(const char *result) { labelled_add(&g_webhooks, "result", result); }
+void metrics_finished(metrics *m, const char *finish_reason) { labelled_add(m, &m->finished, "finish_reason", finish_reason); }
+void metrics_webhook(metrics *m, const char *result) { labelled_add(m, &m->webhooks, "result", result); }
 
-void metrics_step_latency(double seconds) {
-    pthread_mutex_lock(&g_lock);
-    hist_observe(&g_step_lat, seconds);
-    pthread_mutex_unlock(&g_lock);
+void metrics_step_latency(metrics *m, double seconds) {
+    pthread_mutex_lock(&m->lock);
+    hist_observe(&m->step_lat, seconds);
+    pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_event_overhead(double seconds) {
-    pthread_mutex_lock(&g_lock);
-    hist_observe(&g_evt_overhead, seconds);
-    pthread_mutex_unlock(&g_lock);
+void metrics_event_overhead(metrics *m, double seconds) {
+    pthread_mutex_lock(&m->lock);
+    hist_observe(&m->evt_overhead, seconds);
+    pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_gauge_register(const char *name, const char *help, metrics_gauge_fn fn, void *user) {
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_n_gauges; i++)
-        if (strcmp(g_gauges[i].name, name) == 0) {
-            g_gauges[i].fn = fn;
-            g_gauges[i].user = user;
-            pthread_mutex_unlock(&g_lock);
+void metrics_gauge_register(metrics *m, const char *name, const char *help, metrics_gauge_fn fn, void *user) {
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < m->n_gauges; i++)
+        if (strcmp(m->gauges[i].name, name) == 0) {
+            m->gauges[i].fn = fn;
+            m->gauges[i].user = user;
+            pthread_mutex_unlock(&m->lock);
             return;
         }
-    g_gauges = xrealloc(g_gauges, (size_t)(g_n_gauges + 1) * sizeof *g_gauges);
-    g_gauges[g_n_gauges].name = xstrdup(name);
-    g_gauges[g_n_gauges].help = xstrdup(help);
-    g_gauges[g_n_gauges].fn = fn;
-    g_gauges[g_n_gauges].user = user;
-    g_n_gauges++;
-    pthread_mutex_unlock(&g_lock);
+    m->gauges = xrealloc(m->gauges, (size_t)(m->n_gauges + 1) * sizeof *m->gauges);
+    m->gauges[m->n_gauges] = (gauge){xstrdup(name), xstrdup(help), fn, user};
+    m->n_gauges++;
+    pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_gauge_unregister_all(void) {
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_n_gauges; i++) free(g_gauges[i].name), free(g_gauges[i].help);
-    free(g_gauges);
-    g_gauges = NULL;
-    g_n_gauges = 0;
-    pthread_mutex_unlock(&g_lock);
+void metrics_gauge_unregister_all(metrics *m) {
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; i < m->n_gauges; i++) free(m->gauges[i].name), free(m->gauges[i].help);
+    free(m->gauges);
+    m->gauges = NULL;
+    m->n_gauges = 0;
+    pthread_mutex_unlock(&m->lock);
 }
 
 /* ---------------------------------------------------------------- rendering */
@@ -224,18 +245,18 @@ static void render_hist(strbuf *b, const histogram *h) {
     strbuf_printf(b, "\n");
 }
 
-char *metrics_render(size_t *len) {
+char *metrics_render(metrics *m, size_t *len) {
     strbuf b = STRBUF_INIT;
     /* Gauges first, outside the lock: their callbacks take their owners' locks. */
-    pthread_mutex_lock(&g_lock);
-    int ng = g_n_gauges;
+    pthread_mutex_lock(&m->lock);
+    int ng = m->n_gauges;
     gauge *gs = xcalloc((size_t)(ng ? ng : 1), sizeof *gs);
     for (int i = 0; i < ng; i++) {
-        gs[i] = g_gauges[i];
-        gs[i].name = xstrdup(g_gauges[i].name);
-        gs[i].help = xstrdup(g_gauges[i].help);
+        gs[i] = m->gauges[i];
+        gs[i].name = xstrdup(m->gauges[i].name);
+        gs[i].help = xstrdup(m->gauges[i].help);
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&m->lock);
     for (int i = 0; i < ng; i++) {
         double v = gs[i].fn ? gs[i].fn(gs[i].user) : 0;
         strbuf_printf(&b, "# HELP unmask_%s %s\n# TYPE unmask_%s gauge\nunmask_%s ", gs[i].name, gs[i].help,
@@ -247,15 +268,15 @@ char *metrics_render(size_t *len) {
     }
     free(gs);
 
-    pthread_mutex_lock(&g_lock);
-    render_counter_vec(&b, &g_http);
-    render_counter_vec(&b, &g_finished);
-    render_counter_vec(&b, &g_webhooks);
-    render_counter(&b, "unmask_prompt_tokens_total", "Prompt tokens of finished sequences.", g_prompt_tokens);
-    render_counter(&b, "unmask_generated_tokens_total", "Completion tokens of finished sequences.", g_gen_tokens);
-    render_counter(&b, "unmask_decode_steps_total", "Denoising steps taken, summed over sequences.", g_steps);
-    render_hist(&b, &g_step_lat);
-    render_hist(&b, &g_evt_overhead);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&m->lock);
+    render_counter_vec(&b, &m->http);
+    render_counter_vec(&b, &m->finished);
+    render_counter_vec(&b, &m->webhooks);
+    render_counter(&b, "unmask_prompt_tokens_total", "Prompt tokens of finished sequences.", m->prompt_tokens);
+    render_counter(&b, "unmask_generated_tokens_total", "Completion tokens of finished sequences.", m->gen_tokens);
+    render_counter(&b, "unmask_decode_steps_total", "Denoising steps taken, summed over sequences.", m->steps);
+    render_hist(&b, &m->step_lat);
+    render_hist(&b, &m->evt_overhead);
+    pthread_mutex_unlock(&m->lock);
     return strbuf_take(&b, len);
 }

@@ -1,5 +1,5 @@
 /*
- * metrics.h — process-wide counters, gauges and histograms, rendered as Prometheus text
+ * metrics.h — one server's counters, gauges and histograms, rendered as Prometheus text
  * (exposition format 0.0.4) for GET /metrics.
  *
  * Metric names (all prefixed unmask_):
@@ -23,25 +23,29 @@
 
 #include <stddef.h>
 
-/* Reset every metric (tests; the server calls it once at startup). Registered gauges are kept. */
-void metrics_reset(void);
+typedef struct metrics metrics;
 
-void metrics_http_request(const char *route, const char *method, int status);
-void metrics_tokens(long prompt_tokens, long generated_tokens);
-void metrics_steps(long steps);
-void metrics_finished(const char *finish_reason);
-void metrics_webhook(const char *result);            /* "delivered" | "retry" | "failed" */
-void metrics_step_latency(double seconds);
-void metrics_event_overhead(double seconds);
+metrics *metrics_new(void);
+void     metrics_free(metrics *m);
+/* Reset every metric (tests). Registered gauges are kept. */
+void metrics_reset(metrics *m);
+
+void metrics_http_request(metrics *m, const char *route, const char *method, int status);
+void metrics_tokens(metrics *m, long prompt_tokens, long generated_tokens);
+void metrics_steps(metrics *m, long steps);
+void metrics_finished(metrics *m, const char *finish_reason);
+void metrics_webhook(metrics *m, const char *result);            /* "delivered" | "retry" | "failed" */
+void metrics_step_latency(metrics *m, double seconds);
+void metrics_event_overhead(metrics *m, double seconds);
 
 /* A gauge whose value is fn(user) at render time. name without the unmask_ prefix; help one line.
  * Registering the same name again replaces the callback. fn runs on the rendering thread (the lws
  * service thread) with no metrics lock held. */
 typedef double (*metrics_gauge_fn)(void *user);
-void metrics_gauge_register(const char *name, const char *help, metrics_gauge_fn fn, void *user);
-void metrics_gauge_unregister_all(void);
+void metrics_gauge_register(metrics *m, const char *name, const char *help, metrics_gauge_fn fn, void *user);
+void metrics_gauge_unregister_all(metrics *m);
 
 /* The whole exposition text, malloc'd and NUL-terminated (caller frees). */
-char *metrics_render(size_t *len);
+char *metrics_render(metrics *m, size_t *len);
 
 #endif /* UM_METRICS_H */

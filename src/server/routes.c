@@ -1,15 +1,14 @@
 /*
- * routes.c — the server's own HTTP routes (GET /health, GET /stats) and routes_register_all(),
- * the one place route modules are hooked in (add a line per module).
+ * routes.c — the server's own HTTP routes (GET /health, GET /stats). Other route modules
+ * (server/http_api.c: OpenAI, SGLang, llama.cpp, jobs, metrics) add theirs to the same server.
  *
  * Not here: OpenAI / SGLang / infill / jobs routes (their own files). Threads: handlers on the lws
- * service thread; routes_register_all on the main thread before the server starts.
+ * service thread; routes_core_register on the main thread (server_create).
  */
 #include <jansson.h>
 
 #include "server/http.h"
-#include "server/http_api.h"
-#include "server/server.h"
+#include "server/server_internal.h"
 
 /* GET /health: 200 {"status":"ok"} once the model is loaded, 503 {"status":"loading"} before. */
 static int h_health(http_conn *c, const http_req *rq) {
@@ -92,8 +91,6 @@ static const http_route k_core_routes[] = {
     {NULL, NULL, 0, NULL},
 };
 
-void routes_register_all(void) {
-    http_routes_add(k_core_routes);
-    /* Route modules register here, e.g.: routes_openai_register(); */
-    routes_http_api_register(); /* OpenAI, SGLang, llama.cpp, jobs, metrics (server/http_api.c) */
+void routes_core_register(server *s) {
+    http_routes_add(s, k_core_routes, NULL);
 }

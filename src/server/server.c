@@ -28,6 +28,7 @@
 #include "decode/decode.h"
 #include "decode/fault_inject.h"
 #include "model/model_tp.h"
+#include "api/algo_config.h"
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "server/server_internal.h"
@@ -83,6 +84,19 @@ struct server {
 
     int             draining;      /* service thread: graceful shutdown in progress */
     lws_sorted_usec_list_t drain_sul;
+    double          drain_grace_s; /* server_set_drain (main thread before server_run) */
+    void          (*drain_begin)(server *s, void *user);
+    int           (*drain_idle)(server *s, void *user);
+    void           *drain_user;
+    lws_retry_bo_t  retry;         /* WebSocket ping / hang-up policy of the vhost */
+
+    /* instance state of the layers above (created by server_create, read-only while serving) */
+    http_router    *router;        /* HTTP routes + middleware */
+    metrics        *metrics;
+    api_policy      policy;        /* limits, decoder defaults, default cache of every request */
+    char           *web_root;      /* realpath of --web-root (owned) */
+    int           (*ws_auth)(void *user, struct lws *wsi); /* handshake check, or NULL */
+    void           *ws_auth_user;
 };
 
 /* Signals received (a second one stops at once), capped at 2. Written by on_signal, which runs on
@@ -90,24 +104,25 @@ struct server {
  * but also threads that libraries start with the default mask (OpenBLAS's pool), so a
  * `volatile sig_atomic_t` is not enough: it is only safe against a handler on the same thread.
  * Lock-free atomics are async-signal-safe (C11 7.14.1.1). Read by the service thread. */
+/* Signals are process-wide, so these two are the server's only globals (one server per process
+ * receives them). */
 static atomic_int g_signalled;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_POINTER_LOCK_FREE == 2, "signal handler needs lock-free atomics");
-static double g_drain_grace_s;
-static void (*g_drain_begin)(server *s);
-static int (*g_drain_idle)(server *s);
+/* The context on_signal wakes: set/cleared by the service thread, read by on_signal (any thread). */
+static _Atomic(struct lws_context *) g_ctx;
 
-void server_set_drain(double grace_s, void (*begin)(server *s), int (*idle)(server *s)) {
-    g_drain_grace_s = grace_s;
-    g_drain_begin = begin;
-    g_drain_idle = idle;
+void server_set_drain(server *s, double grace_s, void (*begin)(server *s, void *user), int (*idle)(server *s, void *user),
+                      void *user) {
+    s->drain_grace_s = grace_s;
+    s->drain_begin = begin;
+    s->drain_idle = idle;
+    s->drain_user = user;
 }
 
 /* Also true between the signal and the loop noticing it, so no request slips in meanwhile. */
 int server_draining(const server *s) {
-    return s->draining || (atomic_load(&g_signalled) && g_drain_grace_s > 0 && server_ready(s));
+    return s->draining || (atomic_load(&g_signalled) && s->drain_grace_s > 0 && server_ready(s));
 }
-/* The context on_signal wakes: set/cleared by the service thread, read by on_signal (any thread). */
-static _Atomic(struct lws_context *) g_ctx;
 
 /* ---------------------------------------------------------------- accessors */
 
@@ -119,6 +134,17 @@ int server_max_seq(const server *s) { return server_ready(s) ? s->max_seq : 0; }
 uint64_t server_new_owner_key(server *s) { return atomic_fetch_add(&s->next_owner_key, 1); }
 struct ws_state *server_ws(server *s) { return s->ws; }
 struct lws_context *server_lws_context(server *s) { return s->ctx; }
+http_router *server_router(server *s) { return s->router; }
+metrics *server_metrics(server *s) { return s->metrics; }
+const api_policy *server_policy(const server *s) { return &s->policy; }
+const char *server_web_root(const server *s) { return s->web_root; }
+
+void server_set_ws_auth(server *s, int (*fn)(void *user, struct lws *wsi), void *user) {
+    s->ws_auth = fn;
+    s->ws_auth_user = user;
+}
+
+int server_ws_auth(server *s, struct lws *wsi) { return s->ws_auth ? s->ws_auth(s->ws_auth_user, wsi) : 1; }
 
 int server_submit(server *s, sched_req *r, int *queue_pos, um_err *err) {
     if (!server_ready(s)) return um_err_set(err, UM_ERR_UNSUPPORTED, "the model is still loading; retry shortly");
@@ -149,7 +175,7 @@ void server_note_event_written(server *s, uint64_t t_event_ns) {
     s->lat_hist[b]++;
     s->lat_count++;
     s->lat_sum_us += us;
-    metrics_event_overhead(us * 1e-6);
+    metrics_event_overhead(s->metrics, us * 1e-6);
     if (us > s->lat_max_us) s->lat_max_us = us;
 }
 
@@ -247,9 +273,9 @@ void server_on_wake(server *s) {
 
 /* sched step observer (engine threads): one batched decode step -> the step-latency histogram. */
 static void on_sched_step(void *user, double step_ms, int batch) {
-    (void)user;
+    server *s = user;
     (void)batch;
-    metrics_step_latency(step_ms * 1e-3);
+    metrics_step_latency(s->metrics, step_ms * 1e-3);
 }
 
 /* CPU compute threads of one rank: --threads split over every rank of every replica (0 = the
@@ -465,40 +491,71 @@ static void drain_tick(lws_sorted_usec_list_t *sul) {
 
 static int host_is_any(const char *h) { return !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
 
-int server_run(const server_config *cfg, um_err *err) {
+/* --cache: auto or a mode name. */
+static int cache_setting(const char *v, int *out, um_err *err) {
+    enum decode_cache c;
+    *out = DECODE_CACHE_AUTO;
+    if (!v || strcmp(v, "auto") == 0) return 0;
+    if (decode_cache_parse(v, &c) != 0)
+        return um_err_param(err, "cache", "--cache must be auto, none, prefix, dual or vicinity, got '%s'", v);
+    *out = (int)c;
+    return 0;
+}
+
+/* The request policy of every transport from the settings. */
+static int policy_setup(server *s, um_err *err) {
+    const server_config *cfg = s->cfg;
+    api_policy_init(&s->policy);
+    s->policy.lim.max_gen_length = cfg->max_gen_length;
+    s->policy.lim.max_prompt_tokens = cfg->max_prompt_tokens;
+    s->policy.lim.max_seq = cfg->max_seq; /* 0 = the model's context */
+    if (cache_setting(cfg->cache, &s->policy.cache, err) != 0) return -1;
+    if (cfg->algorithm_config && algo_config_load(cfg->algorithm_config, &s->policy.algo, err) != 0) return -1;
+    return 0;
+}
+
+server *server_create(const server_config *cfg, um_err *err) {
     server *s = xcalloc(1, sizeof *s);
     s->cfg = cfg;
-    s->service_thread = pthread_self();
     atomic_init(&s->ready, 0);
     atomic_init(&s->next_owner_key, 1);
     pthread_mutex_init(&s->hub_lock, NULL);
     pthread_cond_init(&s->hub_cv, NULL);
     s->hub_tail = &s->hub_head;
-    int rc = 1;
-
+    s->router = http_router_new();
+    s->metrics = metrics_new();
+    api_policy_init(&s->policy);
     /* the listen address must be a numeric address lws can bind (it defers unusable ones silently) */
     const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
     unsigned char abuf[16];
-    int is_v6 = strchr(host, ':') != NULL;
-    if (!host_is_any(host) && inet_pton(is_v6 ? AF_INET6 : AF_INET, host, abuf) != 1) {
+    if (!host_is_any(host) && inet_pton(strchr(host, ':') ? AF_INET6 : AF_INET, host, abuf) != 1) {
         um_err_param(err, "host", "--host must be a numeric IPv4/IPv6 address or localhost, got '%s'", cfg->host);
-        goto out;
+        server_free(s);
+        return NULL;
     }
-    if (static_init(cfg->web_root, err) != 0) goto out;
-
-    routes_register_all();
+    if (!(s->web_root = static_root_resolve(cfg->web_root, err)) || policy_setup(s, err) != 0) {
+        server_free(s);
+        return NULL;
+    }
+    routes_core_register(s);
     s->ws = ws_state_create(s);
+    return s;
+}
 
-    int lws_levels = LLL_ERR | (cfg->verbose ? LLL_WARN | LLL_NOTICE : 0);
-    lws_set_log_level(lws_levels, lws_log_emit);
+/* The lws context and vhost (plain or TLS) on --host:--port, the preparation workers, the signal
+ * handlers; prints the URL. -1 with err when the port cannot be opened. */
+static int server_listen(server *s, um_err *err) {
+    const server_config *cfg = s->cfg;
+    const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
+    const int is_v6 = strchr(host, ':') != NULL;
+    lws_set_log_level(LLL_ERR | (cfg->verbose ? LLL_WARN | LLL_NOTICE : 0), lws_log_emit);
 
     s->protocols[0] = (struct lws_protocols){"http", http_lws_cb, http_conn_size(), 0, 0, NULL, 0};
     s->protocols[1] = (struct lws_protocols){"unmask", ws_lws_cb, ws_conn_size(), 65536, 0, NULL, 0};
     static const struct lws_protocol_vhost_options pvo_default = {NULL, NULL, "default", "1"};
     static const struct lws_protocol_vhost_options pvo = {NULL, &pvo_default, "unmask", ""};
-    lws_retry_bo_t *retry = xcalloc(1, sizeof *retry);
-    retry->secs_since_valid_ping = (uint16_t)cfg->ping_interval_s;
-    retry->secs_since_valid_hangup = (uint16_t)(cfg->ping_interval_s + 10);
+    s->retry.secs_since_valid_ping = (uint16_t)cfg->ping_interval_s;
+    s->retry.secs_since_valid_hangup = (uint16_t)(cfg->ping_interval_s + 10);
 
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
@@ -514,11 +571,7 @@ int server_run(const server_config *cfg, um_err *err) {
     info.server_string = "unmask";
     atomic_store(&g_ctx, NULL);
     s->ctx = lws_create_context(&info);
-    if (!s->ctx) {
-        um_err_set(err, UM_ERR_RESOURCE, "cannot create the libwebsockets context");
-        free(retry);
-        goto out;
-    }
+    if (!s->ctx) return um_err_set(err, UM_ERR_RESOURCE, "cannot create the libwebsockets context");
 
     memset(&info, 0, sizeof info);
     info.vhost_name = "unmask";
@@ -528,7 +581,7 @@ int server_run(const server_config *cfg, um_err *err) {
     info.pvo = &pvo;
     info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
     if (!is_v6 && strcmp(host, "::") != 0) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
-    info.retry_and_idle_policy = retry;
+    info.retry_and_idle_policy = &s->retry;
     info.timeout_secs = 30;
     info.keepalive_timeout = 30;
     info.alpn = "http/1.1";
@@ -553,8 +606,7 @@ int server_run(const server_config *cfg, um_err *err) {
                        cfg->port);
         lws_context_destroy(s->ctx);
         s->ctx = NULL;
-        free(retry);
-        goto out;
+        return -1;
     }
     s->port = lws_get_vhost_listen_port(s->vh);
     atomic_store(&g_ctx, s->ctx);
@@ -573,48 +625,60 @@ int server_run(const server_config *cfg, um_err *err) {
     printf("unmask: listening on %s://%s%s%s:%d/  (open this URL in a browser; WebSocket at /ws)\n",
            cfg->tls_cert ? "https" : "http", is_v6 ? "[" : "", shown, is_v6 ? "]" : "", s->port);
     fflush(stdout);
+    return 0;
+}
 
-    /* the loader never takes signals */
+/* The model loader thread (it never takes signals). */
+static void loader_start(server *s) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     if (pthread_create(&s->loader, NULL, loader_main, s) != 0) UM_FATAL("cannot start the loader thread");
     s->loader_started = 1;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
+/* One check of a drain in progress: 1 when the loop should end (everything finished, the
+ * deadline passed, or a second signal). */
+static int drain_done(server *s, double deadline) {
+    server_on_wake(s); /* events still in the hub are work in flight too */
+    sched_stats st;
+    sched_get_stats(s->sc, &st);
+    if (atomic_load(&g_signalled) > 1) return 1;
+    if (st.queued == 0 && st.active == 0 && prep_pool_busy(s->prep) == 0 && http_responses_in_flight(s) == 0 &&
+        ws_flushed(s->ws) && (!s->drain_idle || s->drain_idle(s, s->drain_user))) {
+        log_info("drained: every request finished");
+        return 1;
+    }
+    if (time_now_s() >= deadline) {
+        log_warn("drain deadline passed: cancelling %d running and %d queued requests", st.active, st.queued);
+        return 1;
+    }
+    return 0;
+}
+
+/* The service loop, until a signal (and the drain it starts, if any) or a fatal lws error. */
+static void server_loop(server *s) {
     double drain_deadline = 0;
     while (!s->stop) {
         if (atomic_load(&g_signalled) && !s->draining) {
-            if (g_drain_grace_s <= 0 || !server_ready(s)) break;
+            if (s->drain_grace_s <= 0 || !server_ready(s)) break;
             s->draining = 1;
-            drain_deadline = time_now_s() + g_drain_grace_s;
+            drain_deadline = time_now_s() + s->drain_grace_s;
             log_info("draining: new work is refused; finishing running requests (up to %.0f s; signal again to stop now)",
-                     g_drain_grace_s);
-            if (g_drain_begin) g_drain_begin(s);
+                     s->drain_grace_s);
+            if (s->drain_begin) s->drain_begin(s, s->drain_user);
             lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
         }
-        if (s->draining) {
-            server_on_wake(s); /* events still in the hub are work in flight too */
-            sched_stats st;
-            sched_get_stats(s->sc, &st);
-            if (atomic_load(&g_signalled) > 1) break;
-            if (st.queued == 0 && st.active == 0 && prep_pool_busy(s->prep) == 0 && http_responses_in_flight() == 0 &&
-                ws_flushed(s->ws) &&
-                (!g_drain_idle || g_drain_idle(s))) {
-                log_info("drained: every request finished");
-                break;
-            }
-            if (time_now_s() >= drain_deadline) {
-                log_warn("drain deadline passed: cancelling %d running and %d queued requests", st.active, st.queued);
-                break;
-            }
-        }
+        if (s->draining && drain_done(s, drain_deadline)) break;
         if (lws_service(s->ctx, 0) < 0) break;
     }
-    rc = atomic_load(&s->ready) == -1 ? 1 : 0;
-    if (rc) *err = s->load_err;
-    log_info("stopping%s", atomic_load(&g_signalled) ? " (signal)" : "");
+}
 
+/* Orderly stop: join the loader, stop the engines (what is left ends "cancelled"), deliver the
+ * last events, say goodbye to WebSocket clients (bounded), destroy the lws context. */
+static void server_teardown(server *s) {
+    log_info("stopping%s", atomic_load(&g_signalled) ? " (signal)" : "");
     pthread_join(s->loader, NULL);
     s->loader_started = 0;
     if (s->sc) {
@@ -642,20 +706,34 @@ int server_run(const server_config *cfg, um_err *err) {
     ws_state_shutdown(s->ws);    /* no lws timers may outlive the context */
     lws_context_destroy(s->ctx); /* closes every connection (sessions detach) */
     s->ctx = NULL;
-    free(retry);
+}
 
-out:
+int server_run(server *s, um_err *err) {
+    s->service_thread = pthread_self();
+    if (server_listen(s, err) != 0) return 1;
+    loader_start(s);
+    server_loop(s);
+    int rc = atomic_load(&s->ready) == -1 ? 1 : 0;
+    if (rc) *err = s->load_err;
+    server_teardown(s);
+    return rc;
+}
+
+void server_free(server *s) {
+    if (!s) return;
     if (s->loader_started) pthread_join(s->loader, NULL);
-    prep_pool_stop(s->prep);
-    prep_pool_drain(s->prep);
-    prep_pool_free(s->prep);
-    s->prep = NULL;
+    if (s->prep) {
+        prep_pool_stop(s->prep);
+        prep_pool_drain(s->prep);
+        prep_pool_free(s->prep);
+    }
     if (s->ws) ws_state_free(s->ws);
-    s->ws = NULL;
     engines_free(s);
-    static_free();
+    http_router_free(s->router);
+    metrics_free(s->metrics);
+    api_policy_free(&s->policy);
+    free(s->web_root);
     pthread_cond_destroy(&s->hub_cv);
     pthread_mutex_destroy(&s->hub_lock);
     free(s);
-    return rc;
 }

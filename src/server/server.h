@@ -28,9 +28,16 @@
 
 typedef struct server server;
 
-/* Run until SIGINT/SIGTERM (or a fatal startup error). Returns the process exit code: 0 after a
- * clean stop, 1 when the model failed to load or the port could not be opened (err says why). */
-int server_run(const server_config *cfg, um_err *err);
+/* A server for cfg (which must outlive it): checks the listen address, resolves the web root,
+ * builds the request policy (limits, --algorithm-config, --cache) and the core routes. Nothing
+ * listens yet. NULL with err on a bad setting. Main thread. */
+server *server_create(const server_config *cfg, um_err *err);
+/* Listen, load the model, serve until SIGINT/SIGTERM (or a fatal startup error), stop in order.
+ * The calling thread becomes the service thread. Returns the process exit code: 0 after a clean
+ * stop, 1 when the model failed to load or the port could not be opened (err says why). */
+int     server_run(server *s, um_err *err);
+/* After server_run returned (or instead of it). */
+void    server_free(server *s);
 /* A follower node of multi-node tensor parallelism (node_rank > 0): loads the model, joins node
  * 0's group (its GPUs become follower ranks), prints that it joined and serves until node 0 stops.
  * No HTTP listener. 0 after node 0's stop, 1 on setup errors (err says why). Main thread. */
@@ -60,10 +67,11 @@ void server_prep(server *s, struct prep_job *j);
 
 /* Graceful shutdown (set on the main thread before server_run; server/http_api.c does it): with
  * grace_s > 0 the first SIGINT/SIGTERM starts draining instead of stopping: server_draining()
- * turns 1 (the HTTP APIs answer new work with 503), begin() runs once, and the loop keeps serving
- * until the scheduler is idle, every HTTP response is written and idle() (may be NULL) agrees — or
- * grace_s passed (what is left is cancelled). A second signal stops at once. */
-void server_set_drain(double grace_s, void (*begin)(server *s), int (*idle)(server *s));
+ * turns 1 (the HTTP APIs answer new work with 503), begin(s, user) runs once, and the loop keeps
+ * serving until the scheduler is idle, every HTTP response is written and idle(s, user) (may be
+ * NULL) agrees — or grace_s passed (what is left is cancelled). A second signal stops at once. */
+void server_set_drain(server *s, double grace_s, void (*begin)(server *s, void *user),
+                      int (*idle)(server *s, void *user), void *user);
 int  server_draining(const server *s);
 
 /* Server-side event latency (engine produced the event -> its frame handed to lws_write), kept as
@@ -83,6 +91,13 @@ typedef struct server_conn_stats {
     int sessions_detached;
 } server_conn_stats;
 void server_get_conn_stats(const server *s, server_conn_stats *out);
+
+/* The server's metrics (server/metrics.h) and the policy every request of every transport starts
+ * from (api/algo_config.h: limits, decoder defaults, default KV cache). Any thread. */
+struct metrics;
+struct metrics *server_metrics(server *s);
+struct api_policy;
+const struct api_policy *server_policy(const server *s);
 
 /* The WebSocket layer's state (server/ws.c), owned by the server. */
 struct ws_state;

@@ -24,7 +24,19 @@ void server_on_wake(server *s);
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"               \
     "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384"
 
-/* http.c */
+/* The WebSocket handshake check (server/http_api.c installs it: API keys): 1 = allow. Without a
+ * check every handshake on /ws is allowed. */
+void server_set_ws_auth(server *s, int (*fn)(void *user, struct lws *wsi), void *user);
+int  server_ws_auth(server *s, struct lws *wsi);
+
+/* routes.c: GET /health and GET /stats on s. */
+void routes_core_register(server *s);
+
+/* http.c: one server's routes and middleware (server.c owns it, reaches it with server_router). */
+typedef struct http_router http_router;
+http_router *http_router_new(void);
+void         http_router_free(http_router *r);
+http_router *server_router(server *s);
 int    http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 size_t http_conn_size(void);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to allow (path /ws), 1 after answering 404, -1 to close. */
@@ -36,11 +48,13 @@ typedef struct static_file {
     size_t      len;    /* bytes */
     const char *mime;   /* static string */
 } static_file;
-/* 0 and *out filled, or the HTTP status to answer (400, 403, 404) with *out empty. */
-int static_lookup(const char *path, static_file *out);
-/* Resolve the web root once at startup (realpath); -1 with err when it is not a directory. */
-int static_init(const char *web_root, um_err *err);
-void static_free(void);
+/* The file for path under root (static_root_resolve's result): 0 and *out filled, or the HTTP
+ * status to answer (400, 403, 404) with *out empty. */
+int   static_lookup(const char *root, const char *path, static_file *out);
+/* The web root's realpath (malloc'd), once at startup; NULL with err when it is not a directory. */
+char *static_root_resolve(const char *web_root, um_err *err);
+/* server.c: the resolved web root (NULL: none). */
+const char *server_web_root(const server *s);
 
 /* ws.c */
 int    ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);

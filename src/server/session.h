@@ -72,6 +72,7 @@ struct ws_prep {
     prep_job        job;           /* first member */
     ws_gen         *gen;           /* service thread: NULL once the generation is gone (dropped) */
     const model    *mdl;
+    const struct api_policy *policy; /* the server's (read-only) */
     json_t         *root;          /* the generate message (owned) */
     char            event_id[API_EVENT_ID_MAX + 1];
     int             rc;            /* worker: api_gen_request_parse result */

@@ -8,8 +8,8 @@
  * are small; STATIC_MAX_BYTES caps it) and answered through http.c's own response writer like
  * every other response, so pipelining detection and keep-alive behave the same for files.
  *
- * Not here: routes (http.c). Threads: static_init on the main thread before serving; static_serve
- * on the lws service thread.
+ * Not here: routes (http.c). Threads: static_root_resolve on the main thread before serving;
+ * static_lookup on the lws service thread. No state: the server keeps the resolved root.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,25 +25,18 @@
 
 #define STATIC_MAX_BYTES (16u << 20) /* larger files under the web root answer 404 */
 
-static char  *g_root;      /* realpath of the web root, owned */
-static size_t g_root_len;
-
-int static_init(const char *web_root, um_err *err) {
-    static_free();
+char *static_root_resolve(const char *web_root, um_err *err) {
     char buf[PATH_MAX];
-    if (!realpath(web_root, buf)) return um_err_set(err, UM_ERR_IO, "--web-root %s: %s", web_root, strerror(errno));
+    if (!realpath(web_root, buf)) {
+        um_err_set(err, UM_ERR_IO, "--web-root %s: %s", web_root, strerror(errno));
+        return NULL;
+    }
     struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-        return um_err_set(err, UM_ERR_IO, "--web-root %s: not a directory", web_root);
-    g_root = xstrdup(buf);
-    g_root_len = strlen(buf);
-    return 0;
-}
-
-void static_free(void) {
-    free(g_root);
-    g_root = NULL;
-    g_root_len = 0;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        um_err_set(err, UM_ERR_IO, "--web-root %s: not a directory", web_root);
+        return NULL;
+    }
+    return xstrdup(buf);
 }
 
 static const struct {
@@ -99,9 +92,10 @@ static char *read_all(int fd, size_t size) {
     return buf;
 }
 
-int static_lookup(const char *path, static_file *out) {
+int static_lookup(const char *root, const char *path, static_file *out) {
     memset(out, 0, sizeof *out);
-    if (!g_root) return 404;
+    if (!root) return 404;
+    const size_t root_len = strlen(root);
     int bad = path_check(path);
     if (bad) {
         log_debug("static: refused path '%s' (%d)", path, bad);
@@ -109,8 +103,8 @@ int static_lookup(const char *path, static_file *out) {
     }
     char want[PATH_MAX], real[PATH_MAX];
     size_t pl = strlen(path);
-    if (g_root_len + pl + 16 >= sizeof want) return 404;
-    snprintf(want, sizeof want, "%s%s%s", g_root, path, path[pl - 1] == '/' ? "index.html" : "");
+    if (root_len + pl + 16 >= sizeof want) return 404;
+    snprintf(want, sizeof want, "%s%s%s", root, path, path[pl - 1] == '/' ? "index.html" : "");
     if (!realpath(want, real)) return 404;
     struct stat st;
     if (stat(real, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -120,7 +114,7 @@ int static_lookup(const char *path, static_file *out) {
         if (stat(real, &st) != 0) return 404;
     }
     /* confinement: the resolved file must lie strictly inside the root */
-    if (strncmp(real, g_root, g_root_len) != 0 || real[g_root_len] != '/') {
+    if (strncmp(real, root, root_len) != 0 || real[root_len] != '/') {
         log_debug("static: '%s' resolves outside the web root", path);
         return 403;
     }

@@ -23,7 +23,6 @@
 
 #include "api/algo_config.h"
 #include "decode/event_json.h"
-#include "server/http_api.h"
 #include "server/session.h"
 #include "util/log.h"
 
@@ -88,7 +87,7 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
         json_object_set_new(mi, "max_seq", json_integer(server_max_seq(srv) > 0 ? server_max_seq(srv) : m->cfg.max_seq));
         json_object_set_new(mi, "tokenizer", json_boolean(m->tok != NULL));
         json_object_set_new(mi, "chat_template", json_boolean(m->chat != NULL));
-        decode_params p = algo_config_params_for_model(m);
+        decode_params p = api_policy_params(server_policy(srv), m);
         json_object_set_new(o, "defaults", decode_params_to_json(&p));
     }
     json_object_set_new(o, "model", mi);
@@ -120,7 +119,7 @@ static void push_error(ws_session *s, const char *code, const char *param, const
 /* Preparation worker: JSON -> limits -> prompt tokens -> decode_seq (pure; no session access). */
 static void prep_run(prep_job *j) {
     ws_prep *p = (ws_prep *)j;
-    p->rc = api_gen_request_parse(p->mdl, p->root, api_limits_current(), &p->req, &p->err);
+    p->rc = api_gen_request_parse(p->mdl, p->root, p->policy, &p->req, &p->err);
     json_decref(p->root);
     p->root = NULL;
 }
@@ -214,6 +213,7 @@ static void on_generate(ws_state *w, ws_session *s, api_msg *m) {
     p->job.done = prep_done;
     p->gen = g;
     p->mdl = mdl;
+    p->policy = server_policy(w->srv);
     p->root = m->root; /* the worker owns the message now */
     m->root = NULL;
     snprintf(p->event_id, sizeof p->event_id, "%s", m->event_id);
@@ -337,7 +337,7 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return http_confirm_upgrade(wsi);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-        return http_api_ws_authorize(wsi) ? 0 : 1; /* API keys (server/http_api.c) */
+        return server_ws_auth(srv, wsi) ? 0 : 1; /* API keys (server/http_api.c installs the check) */
     case LWS_CALLBACK_ESTABLISHED: {
         c->wsi = wsi;
         c->next = w->conns;

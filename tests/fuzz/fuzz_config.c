@@ -19,7 +19,7 @@
 #include "api/algo_config.h"
 #include "decode/event_json.h"
 #include "fuzz_common.h"
-#include "sched/webhook.h"
+#include "jobs/webhook.h"
 #include "server/auth.h"
 #include "server/server_config.h"
 
@@ -45,10 +45,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!json_is_object(o)) abort();
             decode_params p = decode_params_for_model(m);
             if (decode_params_apply_json(&p, o, &err) == 0 && decode_params_validate(&p, &m->cfg, 8, &err) == 0) {
-                algo_config_set_defaults(o, DECODE_CACHE_AUTO);
-                decode_params q = algo_config_params_for_model(m);
+                api_policy pol;
+                api_policy_init(&pol);
+                pol.algo = json_incref(o);
+                decode_params q = api_policy_params(&pol, m);
                 (void)q;
-                algo_config_set_defaults(NULL, DECODE_CACHE_AUTO);
+                api_policy_free(&pol);
             }
             json_decref(o);
         } else if (o || !err.msg[0]) {

@@ -18,7 +18,7 @@
 #include "api/openai.h"
 #include "api/sglang.h"
 #include "fuzz_common.h"
-#include "sched/webhook.h"
+#include "jobs/webhook.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -41,7 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int which = data[0] % 6;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
-    decode_params defaults = algo_config_params_for_model(m);
+    api_policy pol;
+    api_policy_init(&pol);
+    decode_params defaults = api_policy_params(&pol, m);
     api_limits lim = api_limits_default();
     oai_error e = {0};
     api_gen g;

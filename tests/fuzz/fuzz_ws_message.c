@@ -39,9 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     if (msg.type == API_MSG_GENERATE) {
-        api_limits lim = api_limits_default();
+        api_policy pol;
+        api_policy_init(&pol);
         api_gen_request r;
-        if (api_gen_request_parse(m, msg.root, &lim, &r, &e) == 0) {
+        if (api_gen_request_parse(m, msg.root, &pol, &r, &e) == 0) {
             if (!r.seq || !r.params || r.stream_every < 1) abort();
             must_dump(api_ev_accepted(msg.id[0] ? msg.id : "g1", msg.event_id, 0, r.n_prompt, r.params, r.ignored));
         } else {

@@ -73,9 +73,10 @@ describe('session resume', () => {
   test('a generation that finished while disconnected is replayed on resume', async () => {
     const a = new Client(srv.wsUrl);
     const s = await a.session();
+    // counted before the generation starts: it may finish before a later read (a race on a fast machine)
+    const finishedBefore = (await srv.stats()).scheduler.finished;
     a.send({ type: 'generate', id: 'h', prompt_ids: [9, 9], gen_length: 32, block_length: 8, steps: 32 });
     await a.wait((m) => m.type === 'step' && m.id === 'h');
-    const finishedBefore = (await srv.stats()).scheduler.finished;
     a.ws.terminate();
     await a.closedP;
     const last = a.msgs.at(-1).seq;

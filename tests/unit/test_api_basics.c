@@ -196,18 +196,20 @@ static double gauge_seven(void *user) {
 }
 
 static void test_metrics(void) {
-    metrics_reset();
-    metrics_gauge_register("queue_depth", "Requests waiting.", gauge_seven, NULL);
-    metrics_http_request("/v1/models", "GET", 200);
-    metrics_http_request("/v1/models", "GET", 200);
-    metrics_http_request("/v1/chat/completions", "POST", 429);
-    metrics_tokens(10, 20);
-    metrics_steps(5);
-    metrics_step_latency(0.003);
-    metrics_step_latency(100);
-    metrics_event_overhead(0.00002);
-    metrics_finished("stop");
-    char *t = metrics_render(NULL);
+    metrics *m = metrics_new();
+    metrics_gauge_register(m, "queue_depth", "Requests waiting.", gauge_seven, NULL);
+    metrics_http_request(m, "/v1/models", "GET", 200);
+    metrics_http_request(m, "/v1/models", "GET", 200);
+    metrics_http_request(m, "/v1/chat/completions", "POST", 429);
+    metrics_tokens(m, 10, 20);
+    metrics_steps(m, 5);
+    metrics_step_latency(m, 0.003);
+    metrics_step_latency(m, 100);
+    metrics_event_overhead(m, 0.00002);
+    metrics_finished(m, "stop");
+    metrics *other = metrics_new(); /* instances are independent */
+    metrics_http_request(other, "/v1/models", "GET", 200);
+    char *t = metrics_render(m, NULL);
     TEST_CHECK(strstr(t, "unmask_http_requests_total{route=\"/v1/models\",method=\"GET\",status=\"200\"} 2\n"), "counter");
     TEST_CHECK(strstr(t, "status=\"429\"} 1\n"), "429 counted");
     TEST_CHECK(strstr(t, "# TYPE unmask_queue_depth gauge\nunmask_queue_depth 7\n"), "gauge");
@@ -218,7 +220,13 @@ static void test_metrics(void) {
     TEST_CHECK(strstr(t, "unmask_step_latency_seconds_count 2\n"), "count");
     TEST_CHECK(strstr(t, "unmask_requests_finished_total{finish_reason=\"stop\"} 1\n"), "finished");
     free(t);
-    metrics_gauge_unregister_all();
+    metrics_reset(m);
+    t = metrics_render(m, NULL);
+    TEST_CHECK(!strstr(t, "status=\"200\"} 2"), "reset clears the counters");
+    TEST_CHECK(strstr(t, "unmask_queue_depth 7\n"), "reset keeps the gauges");
+    free(t);
+    metrics_free(m);
+    metrics_free(other);
 }
 
 int main(void) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/jobs.h"
+#include "jobs/jobs.h"
 #include "test.h"
 
 static json_t *step_ev(int steps, int committed) {

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "sched/webhook.h"
+#include "jobs/webhook.h"
 #include "test.h"
 #include "util/timeutil.h"
 

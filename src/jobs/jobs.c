@@ -1,7 +1,7 @@
 /*
  * jobs.c — the async job store (see jobs.h). Thread-safe: one mutex guards every job.
  */
-#include "sched/jobs.h"
+#include "jobs/jobs.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * exponential backoff (base_delay * 2^(attempt-1), capped at 60 s) up to max_attempts.
  * https:// targets are refused at enqueue time (no TLS client here; documented gap).
  *
- * Not here: what the body says (sched/jobs.c builds it). Threads: webhook_enqueue() from any
+ * Not here: what the body says (jobs/jobs.c builds it). Threads: webhook_enqueue() from any
  * thread; deliveries and the done callback run on the sender's own worker thread, which never
  * touches lws.
  */

@@ -3,7 +3,7 @@
  * Threads: webhook_enqueue/pending/free from any thread; the delivery loop on its own thread, which
  * blocks every signal.
  */
-#include "sched/webhook.h"
+#include "jobs/webhook.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -10,7 +10,7 @@
  * max_events events; older ones are dropped (a resume from before the window gets an error).
  *
  * Not here: running generations (server/http_api.c submits them through the scheduler and feeds
- * the events back here), HTTP, webhooks (sched/webhook.h; the store only records delivery state).
+ * the events back here), HTTP, webhooks (jobs/webhook.h; the store only records delivery state).
  *
  * Threads: every function is thread-safe (one mutex). Functions return copies (JSON snapshots,
  * malloc'd strings), never pointers into the store, so callers on any thread stay safe.

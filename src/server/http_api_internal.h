@@ -1,0 +1,130 @@
+/*
+ * http_api_internal.h — what the HTTP API's files share: the instance state (struct http_api,
+ * one per server, reached as the routes' and the middleware's user pointer), the generation
+ * stream that both plain requests and async jobs run, and the common responders.
+ *
+ *   http_api.c   create/free, middleware (request ids, CORS, API keys, rate limits, drain),
+ *                /v1/models, /metrics, WebSocket handshake authorization, graceful shutdown
+ *   http_gen.c   the generation endpoints (OpenAI, SGLang, llama.cpp) and their streams
+ *   http_jobs.c  /v1/jobs: creation, the runner that submits queued jobs, event streams, webhooks
+ *
+ * Threads: the lws service thread, except where a function says otherwise.
+ */
+#ifndef UM_HTTP_API_INTERNAL_H
+#define UM_HTTP_API_INTERNAL_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+#include <libwebsockets.h>
+
+#include "api/openai.h"
+#include "jobs/jobs.h"
+#include "jobs/webhook.h"
+#include "server/auth.h"
+#include "server/http.h"
+#include "server/http_api.h"
+#include "server/ratelimit.h"
+#include "server/server.h"
+
+typedef struct gen_stream gen_stream;
+typedef struct job_sub    job_sub;
+
+#define API_WHO_MAX 512   /* api_caller_identity's buffer: "key:" + the whole key */
+
+/* A metrics gauge's user pointer: the instance and which of two values it reads. */
+typedef struct gauge_ref {
+    struct http_api *api;
+    int              which;
+} gauge_ref;
+
+struct http_api {
+    server         *srv;
+    auth_keys       keys;
+    ratelimit      *rl;                 /* NULL: no rate limit */
+    double          rate;               /* requests per second per caller */
+    char           *cors_origin;        /* owned or NULL */
+    char            served_name[256];   /* /v1/models id */
+    double          shutdown_grace;
+    int             secret_set;         /* a webhook secret was configured */
+    long            created;            /* unix time of configuration (models' "created") */
+    job_store      *jobs;
+    webhook_sender *wh;
+    int             n_streams;          /* open generation responses */
+    /* jobs waiting to be submitted (FIFO of ids) */
+    char          (*job_q)[40];
+    int             job_q_n, job_q_cap;
+    lws_sorted_usec_list_t pump_sul;
+    int             pump_scheduled;
+    int             job_starting;       /* a queued job's attempt is being built (one at a time) */
+    job_sub        *subs;               /* job event streams */
+    gen_stream     *job_runs;           /* running jobs */
+    gauge_ref       gauges[2];          /* user pointers of the metrics gauges */
+};
+
+/* ---------------------------------------------------------------- generation streams (http_gen.c) */
+
+typedef struct gen_choice {
+    gen_stream *gs;
+    int         i;
+    sched_req  *req;          /* NULL once its final event was delivered (or never submitted) */
+} gen_choice;
+
+/* One request's choices on their way through the scheduler, answered to an HTTP client (c) or
+ * recorded for a job (job_id). */
+struct gen_stream {
+    http_api   *api;
+    http_conn  *c;            /* NULL: no client (a job) or the client went away */
+    server     *srv;
+    api_resp   *resp;
+    gen_choice *ch;           /* [n] */
+    int         n, n_live;    /* choices; choices whose final event is still to come */
+    int         stream;       /* SSE response */
+    int         ended;        /* the response is complete (or abandoned) */
+    char        job_id[40];   /* "" = an HTTP request */
+    char       *job_owner;    /* owned */
+    int         submit_failed; /* a job whose submission failed half-way: it stays queued */
+    gen_stream *next_run;     /* api->job_runs list (running jobs) */
+};
+
+/* A new stream of n choices for request g (its response state from seqs). */
+gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, int n, const model *m);
+void        gen_free(gen_stream *gs);
+void        gen_cancel_all(gen_stream *gs);
+/* Submit every built sequence (taken). On failure nothing stays submitted (the submitted ones are
+ * cancelled; their final events arrive later) and e says why (503 queue_full, model_loading). */
+int         gen_submit(gen_stream *gs, api_seq *seqs, int n, uint64_t owner, oai_error *e);
+void        http_gen_register(http_api *a);
+
+/* ---------------------------------------------------------------- jobs (http_jobs.c) */
+
+/* A job's run finished (every choice's final event delivered): record the result or retry, free
+ * gs, start what waits. */
+void jobs_run_finished(http_api *a, gen_stream *gs);
+/* Start waiting jobs while the scheduler takes them. */
+void jobs_pump(http_api *a);
+/* Graceful shutdown: end job event streams (clients resume with Last-Event-ID). */
+void jobs_drain_begin(http_api *a);
+void http_jobs_register(http_api *a);
+
+/* ---------------------------------------------------------------- common (http_api.c) */
+
+/* Error response with the OpenAI error object and the retry headers its status calls for. */
+int  api_respond_error(http_conn *c, const oai_error *e);
+int  api_respond_error_fmt(http_conn *c, int status, const char *code, const char *param, const char *msg);
+/* One JSON record as an SSE frame on c's stream. */
+int  api_stream_json(http_conn *c, const json_t *obj, const char *id);
+/* The decode parameters every request on this server starts from (server policy). */
+decode_params api_defaults(const http_api *a, const model *m);
+/* The API key presented ("key:<key>"), or the client address under open access ("ip:<addr>"):
+ * jobs' owner, the rate-limit key, the fairness key. */
+const char *api_caller_identity(const http_api *a, http_conn *c, char *buf, size_t cap);
+/* Scheduler fairness key of a caller identity. */
+uint64_t    api_owner_key(const char *who);
+/* 503 answers a request gets while the model loads / the server drains. */
+int  api_respond_loading(http_conn *c);
+int  api_respond_shutting_down(http_conn *c);
+
+extern const char *const k_sse_headers[];
+
+#endif /* UM_HTTP_API_INTERNAL_H */

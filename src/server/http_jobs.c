@@ -1,0 +1,523 @@
+/*
+ * http_jobs.c — async jobs over HTTP: POST /v1/jobs (validated like a generation, then stored and
+ * answered 202), GET /v1/jobs/{id} and its resumable SSE event stream, DELETE /v1/jobs/{id}; the
+ * runner that starts queued jobs through the scheduler one build at a time (retrying while the
+ * scheduler is full) and records their events and results in the job store; webhooks on terminal
+ * states.
+ *
+ * Not here: the store and the webhook client (jobs/), the generation streams (http_gen.c).
+ * Threads: the lws service thread, except job_prep_run (a preparation worker) and webhook_done
+ * (the webhook worker: it only touches the thread-safe job store and metrics).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/algo_config.h"
+#include "api/sse.h"
+#include "server/http_api_internal.h"
+#include "server/metrics.h"
+#include "server/prep.h"
+#include "util/json_util.h"
+#include "util/log.h"
+
+#define JOB_PUMP_US (200 * 1000) /* retry submitting waiting jobs while the queue is full */
+
+static void job_prep_done(prep_job *j);
+
+struct job_sub {
+    job_sub        *next;
+    http_conn      *c;
+    char            id[40];
+    int64_t         last;     /* last event id sent */
+    http_api       *api;
+};
+
+static void sub_remove(job_sub *s) {
+    for (job_sub **pp = &s->api->subs; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            free(s);
+            return;
+        }
+}
+
+static void sub_on_close(void *user) { sub_remove(user); }
+
+/* Send what sub has not seen; end the stream once the job is terminal. 0 = still open. */
+static int sub_flush(job_sub *s) {
+    for (;;) {
+        job_event_copy *ev = NULL;
+        int term = 0;
+        um_err ue = {0};
+        int n = job_store_events_since(s->api->jobs, s->id, s->last, 256, &ev, &term, &ue);
+        if (n < 0) {
+            oai_error e;
+            oai_error_set(&e, 410, "events_expired", ue.param, "%s", ue.msg);
+            json_t *eo = oai_error_json(&e);
+            api_stream_json(s->c, eo, NULL);
+            json_decref(eo);
+            term = 1;
+            n = 0;
+        }
+        for (int i = 0; i < n; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "%lld", (long long)ev[i].id);
+            out_chunk *ch = sse_frame(id, NULL, ev[i].json, strlen(ev[i].json));
+            http_stream_write(s->c, out_chunk_data(ch), ch->len);
+            out_chunk_free(ch);
+            s->last = ev[i].id;
+        }
+        job_events_free(ev, n);
+        if (term) {
+            http_stream_on_close(s->c, NULL, NULL);
+            http_stream_end(s->c);
+            sub_remove(s);
+            return 1;
+        }
+        if (n < 256) return 0;
+    }
+}
+
+static void subs_notify(http_api *a, const char *job_id) {
+    job_sub *s = a->subs;
+    while (s) {
+        job_sub *next = s->next;
+        if (strcmp(s->id, job_id) == 0) sub_flush(s);
+        s = next;
+    }
+}
+
+/* The webhook worker thread: only the thread-safe job store and metrics. */
+static void webhook_done(void *user, const char *delivery_id, int ok, int attempts, int last_status) {
+    http_api *a = user;
+    (void)last_status;
+    char job_id[40];
+    snprintf(job_id, sizeof job_id, "%.*s", (int)strcspn(delivery_id, "."), delivery_id);
+    job_store_webhook_state(a->jobs, job_id, ok ? "delivered" : "failed", attempts);
+    metrics_webhook(server_metrics(a->srv), ok ? "delivered" : "failed");
+}
+
+static void job_q_push(http_api *a, const char *id) {
+    if (a->job_q_n == a->job_q_cap) {
+        a->job_q_cap = a->job_q_cap ? 2 * a->job_q_cap : 16;
+        a->job_q = xrealloc(a->job_q, (size_t)a->job_q_cap * sizeof *a->job_q);
+    }
+    snprintf(a->job_q[a->job_q_n++], 40, "%s", id);
+}
+
+/* A job reached a terminal state: notify streams, send its webhook. */
+static void job_terminal(http_api *a, const char *id, const char *owner) {
+    subs_notify(a, id);
+    char *url = job_store_webhook(a->jobs, id);
+    if (!url) return;
+    json_t *obj = job_store_get_json(a->jobs, id, owner);
+    if (obj) {
+        json_object_del(obj, "request");
+        char *body = json_dumps(obj, UM_JSON_COMPACT);
+        char event[48], delivery[64];
+        snprintf(event, sizeof event, "job.%s", json_string_value(json_object_get(obj, "status")));
+        snprintf(delivery, sizeof delivery, "%s.%s", id, json_string_value(json_object_get(obj, "status")));
+        um_err ue = {0};
+        if (webhook_enqueue(a->wh, url, event, delivery, body, strlen(body), webhook_done, a, &ue) != 0)
+            log_warn("job %s: webhook not sent: %s", id, ue.msg);
+        free(body);
+        json_decref(obj);
+    }
+    free(url);
+}
+
+static void job_on_finished(http_api *a, gen_stream *gs) {
+    const char *err = api_resp_error(gs->resp);
+    const char *id = gs->job_id;
+    if (gs->submit_failed) return; /* never started: still queued, the pump retries it */
+    if (job_store_cancel_requested(a->jobs, id)) {
+        job_store_cancelled(a->jobs, id);
+    } else if (err) {
+        if (job_store_attempt_failed(a->jobs, id, err)) { /* back to queued: run it again */
+            log_warn("job %s: attempt failed (%s); retrying", id, err);
+            subs_notify(a, id);
+            job_q_push(a, id);
+            return;
+        }
+    } else {
+        json_t *body = api_resp_body(gs->resp);
+        json_object_del(body, "id");
+        job_store_succeed(a->jobs, id, body);
+        json_decref(body);
+    }
+    job_terminal(a, id, gs->job_owner);
+}
+
+void jobs_run_finished(http_api *a, gen_stream *gs) {
+    for (gen_stream **pp = &a->job_runs; *pp; pp = &(*pp)->next_run)
+        if (*pp == gs) {
+            *pp = gs->next_run;
+            break;
+        }
+    job_on_finished(a, gs);
+    gen_free(gs);
+    jobs_pump(a);
+}
+
+/* A job's tokenization (chat template, tokenizer, building the canvas) runs on a preparation
+ * worker (server/prep.h), like every other generation request, never on the service thread: for
+ * POST /v1/jobs (validation: the same parse + build the run will do, so bad input fails with 400
+ * before a job exists) and for each attempt's start (the build whose sequences are submitted). */
+typedef struct job_prep {
+    prep_job     job;        /* first member */
+    http_api    *api;
+    int          start;      /* 0: POST /v1/jobs validation; 1: an attempt of queued job `id` */
+    http_conn   *c;          /* validation: the client, NULL once it went away */
+    const model *m;
+    api_gen      g;          /* parsed on the service thread (owned; the worker only reads it) */
+    json_t      *req;        /* validation: the request body (owned) */
+    char        *who;        /* the caller (validation) / the job's owner (start), owned */
+    char        *idem;       /* validation: Idempotency-Key or NULL, owned */
+    char         id[40];     /* start: the job */
+    /* worker results */
+    int          rc;
+    api_seq     *seqs;       /* owned */
+    int          n;
+    oai_error    e;
+} job_prep;
+
+/* Preparation worker: pure build (validation keeps nothing of it). */
+static void job_prep_run(prep_job *j) {
+    job_prep *p = (job_prep *)j;
+    p->rc = api_gen_build(&p->g, p->m, &server_policy(p->api->srv)->lim, &p->seqs, &p->n, &p->e);
+}
+
+static void job_prep_free(job_prep *p) {
+    api_seqs_free(p->seqs, p->n);
+    api_gen_free(&p->g);
+    json_decref(p->req);
+    free(p->who);
+    free(p->idem);
+    free(p);
+}
+
+static void job_q_push_front(http_api *a, const char *id) {
+    job_q_push(a, id);
+    memmove(a->job_q + 1, a->job_q, (size_t)(a->job_q_n - 1) * sizeof *a->job_q);
+    snprintf(a->job_q[0], 40, "%s", id);
+}
+
+static void pump_cb(lws_sorted_usec_list_t *sul) {
+    http_api *a = lws_container_of(sul, http_api, pump_sul);
+    a->pump_scheduled = 0;
+    jobs_pump(a);
+}
+
+static void jobs_pump_later(http_api *a) {
+    if (a->job_q_n > 0 && !a->pump_scheduled && server_lws_context(a->srv)) {
+        a->pump_scheduled = 1;
+        lws_sul_schedule(server_lws_context(a->srv), 0, &a->pump_sul, pump_cb, JOB_PUMP_US);
+    }
+}
+
+/* Service thread: an attempt's sequences are built; submit them. */
+static void job_start_done(job_prep *p) {
+    http_api *a = p->api;
+    const char *id = p->id;
+    a->job_starting = 0;
+    if (p->job.skipped) { /* shutting down: the job stays queued */
+        job_q_push_front(a, id);
+        return;
+    }
+    if (job_store_status(a->jobs, id) != JOB_QUEUED) { /* cancelled while it was being built */
+        jobs_pump(a);
+        return;
+    }
+    if (p->rc != 0) { /* validated at creation: only a changed model lands here */
+        job_store_start(a->jobs, id, 0);
+        job_store_attempt_failed(a->jobs, id, p->e.message);
+        if (job_store_status(a->jobs, id) == JOB_FAILED) job_terminal(a, id, p->who);
+        else job_q_push(a, id);
+        jobs_pump(a);
+        return;
+    }
+    int n = p->n;
+    gen_stream *gs = gen_stream_new(a, &p->g, p->seqs, n, p->m);
+    gs->stream = 0;
+    snprintf(gs->job_id, sizeof gs->job_id, "%s", id);
+    gs->job_owner = xstrdup(p->who);
+    gs->ended = 1; /* no HTTP response */
+    oai_error e;
+    if (gen_submit(gs, p->seqs, n, api_owner_key(p->who), &e) != 0) { /* scheduler full: retry later */
+        if (gs->n_live == 0) gen_free(gs);
+        else gs->submit_failed = 1; /* the cancelled choices' final events free it */
+        job_q_push_front(a, id);
+        jobs_pump_later(a);
+        return;
+    }
+    gs->next_run = a->job_runs;
+    a->job_runs = gs;
+    job_store_start(a->jobs, id, (double)p->g.params.gen_length * n);
+    subs_notify(a, id);
+    jobs_pump(a);
+}
+
+/* Start queued job id (service thread): parse here, build on a preparation worker (job_start_done
+ * submits). 1 handed over (or finished with: unknown, or failed for good), 0 not now (no model). */
+static int job_start(http_api *a, const char *id) {
+    const model *m = server_model(a->srv);
+    if (!m) return 0;
+    json_t *req = job_store_request(a->jobs, id);
+    char *owner = job_store_owner(a->jobs, id);
+    if (!req || !owner) {
+        json_decref(req);
+        free(owner);
+        return 1;
+    }
+    int chat = json_object_get(req, "messages") != NULL;
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    job_prep *p = xcalloc(1, sizeof *p);
+    p->api = a;
+    decode_params defaults = api_defaults(a, m);
+    const api_limits *lim = &server_policy(a->srv)->lim;
+    p->rc = chat ? openai_parse_chat(body, strlen(body), &defaults, lim, &p->g, &p->e)
+                 : openai_parse_completion(body, strlen(body), &defaults, lim, &p->g, &p->e);
+    free(body);
+    p->start = 1;
+    p->m = m;
+    p->who = owner;
+    snprintf(p->id, sizeof p->id, "%s", id);
+    if (p->rc != 0) { /* validated at creation: only changed limits land here */
+        job_store_start(a->jobs, id, 0);
+        if (job_store_attempt_failed(a->jobs, id, p->e.message)) job_q_push(a, id);
+        else job_terminal(a, id, owner);
+        job_prep_free(p);
+        return 1;
+    }
+    p->g.stream = 0;
+    p->job.owner_key = api_owner_key(owner);
+    p->job.run = job_prep_run;
+    p->job.done = job_prep_done;
+    a->job_starting = 1;
+    server_prep(a->srv, &p->job);
+    return 1;
+}
+
+/* Start waiting jobs in order, one build at a time (service thread); job_start_done continues,
+ * or retries later when the scheduler is full. */
+void jobs_pump(http_api *a) {
+    while (a->job_q_n > 0 && !a->job_starting) {
+        char id[40];
+        snprintf(id, sizeof id, "%s", a->job_q[0]);
+        memmove(a->job_q, a->job_q + 1, (size_t)(a->job_q_n - 1) * sizeof *a->job_q);
+        a->job_q_n--;
+        if (job_store_status(a->jobs, id) != JOB_QUEUED) continue;
+        if (!job_start(a, id)) {
+            job_q_push_front(a, id);
+            break;
+        }
+    }
+    if (!a->job_starting) jobs_pump_later(a);
+}
+
+/* Service thread: POST /v1/jobs validated; create the job (or replay it) and answer 202. */
+static void job_create_done(job_prep *p) {
+    http_api *a = p->api;
+    http_conn *c = p->c;
+    oai_error e;
+    if (!c) return; /* the client went away before its job was created: no job */
+    http_stream_on_close(c, NULL, NULL);
+    if (p->job.skipped) {
+        api_respond_shutting_down(c);
+        return;
+    }
+    if (p->rc != 0) {
+        api_respond_error(c, &p->e);
+        return;
+    }
+    const json_t *wh = json_object_get(p->req, "webhook");
+    if (wh && !json_is_null(wh)) {
+        webhook_url u;
+        um_err ue = {0};
+        int bad = 0;
+        if (!json_is_string(wh)) bad = oai_error_set(&e, 400, "invalid_type", "webhook", "webhook must be a string URL");
+        else if (webhook_url_parse(json_string_value(wh), &u, &ue) != 0) bad = oai_error_from_um(&e, &ue);
+        else if (!a->secret_set) log_warn("job webhooks are signed with an empty key: set --webhook-secret or $UNMASK_WEBHOOK_SECRET");
+        if (bad) {
+            api_respond_error(c, &e);
+            return;
+        }
+    }
+    char id[40];
+    int existed = 0;
+    um_err ue = {0};
+    if (job_store_create(a->jobs, p->who, p->idem, p->req, json_is_string(wh) ? json_string_value(wh) : NULL, id,
+                         &existed, &ue) != 0) {
+        if (ue.code == UM_ERR_RESOURCE) {
+            oai_error_set(&e, 503, "too_many_jobs", NULL, "%s", ue.msg);
+            e.retry_after_ms = 5000;
+        } else {
+            oai_error_set(&e, 422, "idempotency_key_reused", "Idempotency-Key", "%s", ue.msg);
+        }
+        api_respond_error(c, &e);
+        return;
+    }
+    if (!existed) {
+        job_q_push(a, id);
+        jobs_pump(a);
+    }
+    json_t *obj = job_store_get_json(a->jobs, id, p->who);
+    char loc[96];
+    snprintf(loc, sizeof loc, "Location: /v1/jobs/%s", id);
+    const char *hdrs[] = {loc, existed ? "Idempotent-Replayed: true" : NULL, NULL};
+    http_respond_json(c, 202, obj, hdrs);
+}
+
+static void job_prep_done(prep_job *j) {
+    job_prep *p = (job_prep *)j;
+    if (p->start) job_start_done(p);
+    else job_create_done(p);
+    job_prep_free(p);
+}
+
+/* The client went away while its job request was being validated: drop it. */
+static void job_prep_on_close(void *user) {
+    job_prep *p = user;
+    p->c = NULL;
+    atomic_store(&p->job.cancel, 1);
+}
+
+/* POST /v1/jobs: parse here (errors answer at once), validate the build on a preparation worker;
+ * job_create_done creates the job and answers 202. */
+static int h_jobs_create(http_conn *c, const http_req *rq) {
+    http_api *a = rq->user;
+    const model *m = server_model(rq->srv);
+    oai_error e;
+    if (!m) return api_respond_loading(c);
+    json_t *o = api_parse_body(rq->body, rq->body_len, &e);
+    if (!o) return api_respond_error(c, &e);
+    job_prep *p = xcalloc(1, sizeof *p);
+    p->api = a;
+    p->req = o;
+    decode_params defaults = api_defaults(a, m);
+    const api_limits *lim = &server_policy(rq->srv)->lim;
+    int chat = json_object_get(o, "messages") != NULL;
+    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, lim, &p->g, &e)
+                  : openai_parse_completion(rq->body, rq->body_len, &defaults, lim, &p->g, &e);
+    if (rc == 0 && p->g.stream)
+        rc = oai_error_set(&e, 400, "invalid_value", "stream", "stream is not supported for jobs: read GET /v1/jobs/{id}/events instead");
+    if (rc != 0) {
+        job_prep_free(p);
+        return api_respond_error(c, &e);
+    }
+    char who[API_WHO_MAX], idem[256];
+    api_caller_identity(a, c, who, sizeof who);
+    p->who = xstrdup(who);
+    if (http_header(c, "idempotency-key", idem, sizeof idem) > 0) p->idem = xstrdup(idem);
+    p->c = c;
+    p->m = m;
+    p->job.owner_key = api_owner_key(who); /* one caller's jobs are created in request order */
+    p->job.run = job_prep_run;
+    p->job.done = job_prep_done;
+    http_respond_later(c);
+    http_stream_on_close(c, job_prep_on_close, p);
+    server_prep(rq->srv, &p->job);
+    return 0;
+}
+
+/* /v1/jobs/{id}[/events] -> id (validated shape) and whether it is the events path. */
+static int job_path(const char *path, char id[40], int *events) {
+    const char *p = path + strlen("/v1/jobs/");
+    size_t n = strcspn(p, "/");
+    *events = 0;
+    if (n == 0 || n >= 40) return -1;
+    memcpy(id, p, n);
+    id[n] = 0;
+    if (p[n] == 0) return 0;
+    if (strcmp(p + n, "/events") == 0) {
+        *events = 1;
+        return 0;
+    }
+    return -1;
+}
+
+static int job_not_found(http_conn *c, const char *id) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "no job '%.60s'", id);
+    return api_respond_error_fmt(c, 404, "job_not_found", "id", msg);
+}
+
+static int h_jobs_get(http_conn *c, const http_req *rq) {
+    http_api *a = rq->user;
+    char id[40], who[API_WHO_MAX];
+    int events = 0;
+    if (job_path(rq->path, id, &events) != 0) return api_respond_error_fmt(c, 404, "not_found", NULL, "no such endpoint");
+    api_caller_identity(a, c, who, sizeof who);
+    if (!events) {
+        json_t *o = job_store_get_json(a->jobs, id, who);
+        if (!o) return job_not_found(c, id);
+        return http_respond_json(c, 200, o, NULL);
+    }
+    if (!job_store_exists(a->jobs, id, who)) return job_not_found(c, id);
+    char last[32];
+    long long after = 0;
+    if (http_header(c, "last-event-id", last, sizeof last) > 0 || http_query(c, "after", last, sizeof last) >= 0) {
+        char *end;
+        after = strtoll(last, &end, 10);
+        if (*end || after < 0)
+            return api_respond_error_fmt(c, 400, "invalid_value", "Last-Event-ID", "Last-Event-ID must be a non-negative event id");
+    }
+    job_sub *s = xcalloc(1, sizeof *s);
+    s->api = a;
+    s->c = c;
+    s->last = after;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->next = a->subs;
+    a->subs = s;
+    http_stream_begin(c, 200, "text/event-stream", k_sse_headers);
+    http_stream_on_close(c, sub_on_close, s);
+    sub_flush(s);
+    return 0;
+}
+
+static int h_jobs_delete(http_conn *c, const http_req *rq) {
+    http_api *a = rq->user;
+    char id[40], who[API_WHO_MAX];
+    int events = 0;
+    if (job_path(rq->path, id, &events) != 0 || events) return api_respond_error_fmt(c, 404, "not_found", NULL, "no such endpoint");
+    api_caller_identity(a, c, who, sizeof who);
+    if (!job_store_exists(a->jobs, id, who)) return job_not_found(c, id);
+    int r = job_store_cancel(a->jobs, id, who);
+    if (r == 0) {
+        json_t *o = job_store_get_json(a->jobs, id, who);
+        char msg[160];
+        snprintf(msg, sizeof msg, "job '%s' already finished (%s)", id, json_string_value(json_object_get(o, "status")));
+        json_decref(o);
+        return api_respond_error_fmt(c, 409, "job_finished", "id", msg);
+    }
+    if (r == 1) job_terminal(a, id, who);
+    if (r == 2) /* running: its sequences stop at the next step, then the job turns cancelled */
+        for (gen_stream *gs = a->job_runs; gs; gs = gs->next_run)
+            if (strcmp(gs->job_id, id) == 0) gen_cancel_all(gs);
+    return http_respond_json(c, 200, job_store_get_json(a->jobs, id, who), NULL);
+}
+
+/* Drain starts: job event streams are long-lived; end them (clients reconnect with Last-Event-ID
+ * to another instance or after the restart). */
+void jobs_drain_begin(http_api *a) {
+    while (a->subs) {
+        job_sub *sub = a->subs;
+        out_chunk *ch = sse_frame_comment("server shutting down; reconnect with Last-Event-ID");
+        http_stream_write(sub->c, out_chunk_data(ch), ch->len);
+        out_chunk_free(ch);
+        http_stream_on_close(sub->c, NULL, NULL);
+        http_stream_end(sub->c);
+        sub_remove(sub);
+    }
+}
+
+static const http_route k_job_routes[] = {
+    {"POST", "/v1/jobs", 0, h_jobs_create, HTTP_ROUTE_API},
+    {"GET", "/v1/jobs/", 1, h_jobs_get, HTTP_ROUTE_API},
+    {"DELETE", "/v1/jobs/", 1, h_jobs_delete, HTTP_ROUTE_API},
+    {NULL, NULL, 0, NULL, 0},
+};
+
+void http_jobs_register(http_api *a) { http_routes_add(a->srv, k_job_routes, a); }
