@@ -20,6 +20,7 @@
  */
 #include <ctype.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ struct http_conn {
     struct lws *wsi;
     server     *srv;
     int         rx_paused;      /* lws_rx_flow_control(wsi, 0) is in force (see rx_update) */
+    int         closing;        /* the last response is written: close once lws flushed it */
     int         pipelined;      /* lws re-delivered this transaction: the client sent more bytes */
     /* current transaction */
     int         in_txn;
@@ -265,9 +267,30 @@ static int on_pipelined(http_conn *c) {
     return 0;
 }
 
-/* The response is completely written: next transaction (keep-alive) or close (-1). */
+/* Reads and drops what the client sent that will never be read (bounded): unread bytes at close()
+ * make the kernel answer with a reset, which can destroy the response still in flight. */
+static void drain_unread(struct lws *wsi) {
+    int fd = (int)lws_get_socket_fd(wsi);
+    char buf[4096];
+    for (int i = 0; fd >= 0 && i < 256; i++)
+        if (recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) break;
+}
+
+/* The response is written and the connection closes: once lws has sent what it buffered of it
+ * (a partial write), drop the unread input and close (-1); until then wait for WRITEABLE. */
+static int close_when_flushed(http_conn *c) {
+    c->closing = 1;
+    if (lws_partial_buffered(c->wsi)) {
+        lws_callback_on_writable(c->wsi);
+        return 0;
+    }
+    drain_unread(c->wsi);
+    return -1;
+}
+
+/* The response is completely written: next transaction (keep-alive) or close. */
 static int txn_finish(http_conn *c) {
-    if (c->close_after || input_pending(c)) return -1;
+    if (c->close_after || input_pending(c)) return close_when_flushed(c);
     txn_reset(c);
     return lws_http_transaction_completed(c->wsi) ? -1 : 0;
 }
@@ -489,6 +512,7 @@ static int write_last_chunk(http_conn *c) {
 
 /* One WRITEABLE: headers, or one body chunk. Returns the callback's return value. */
 static int on_writeable(http_conn *c) {
+    if (c->closing) return close_when_flushed(c);
     if (!c->responded) return 0;
     if (!c->hdr_sent) {
         if (write_headers(c) != 0) return -1;
@@ -503,7 +527,7 @@ static int on_writeable(http_conn *c) {
     size_t avail = c->out_len - c->out_off;
     if (avail == 0) {
         if (c->streaming && c->stream_ended) /* a close-delimited body ends by closing */
-            return c->chunked ? write_last_chunk(c) : -1;
+            return c->chunked ? write_last_chunk(c) : close_when_flushed(c);
         return 0;
     }
     /* wbuf: LWS_PRE | chunk size line (chunked) | data | CRLF (chunked) */

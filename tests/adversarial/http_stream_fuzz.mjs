@@ -105,9 +105,13 @@ function makeStream() {
 
 // ---------------------------------------------------------------- response framing check
 
-// Checks that buf is a sequence of well-formed HTTP answers (the last may be cut if the server
-// closed mid-body only for a close-delimited body). Returns the number of complete answers.
-function checkAnswers(buf, headMethods) {
+// Checks that buf is a sequence of well-formed HTTP answers. A response with a Content-Length
+// followed directly by the next status line (or nothing) is taken as a HEAD answer when the
+// stream sent HEAD requests (which answer has which request is not tracked: the HTTP library
+// answers some malformed requests itself). When the server closed the connection, the last
+// answer may be a chunked stream cut short (the documented reaction to bytes pipelined behind a
+// stream); a Content-Length body must always be complete. Returns the number of answers.
+function checkAnswers(buf, sentHead, closedByServer) {
   let off = 0;
   let n = 0;
   while (off < buf.length) {
@@ -123,17 +127,21 @@ function checkAnswers(buf, headMethods) {
     }
     const status = Number(lines[0].slice(9, 12));
     let p = end + 4;
-    if (status === 101) return n + 1; // a WebSocket: the rest is frames
-    if (status === 204 || status === 304 || headMethods[n] === 'HEAD') {
+    n++;
+    if (status === 101) return n; // a WebSocket: the rest is frames
+    const nextIsAnswer = p >= buf.length || buf.subarray(p, p + 7).toString('latin1') === 'HTTP/1.';
+    if (status === 204 || status === 304 || (sentHead && nextIsAnswer && 'content-length' in h)) {
       // no body
     } else if (h['transfer-encoding'] === 'chunked') {
       for (;;) {
         const le = buf.indexOf('\r\n', p);
-        if (le < 0) throw new Error('a chunked body cut short');
-        const sz = parseInt(buf.subarray(p, le).toString('latin1'), 16);
+        const sz = le < 0 ? NaN : parseInt(buf.subarray(p, le).toString('latin1'), 16);
+        if (le < 0 || p + (le - p) + 2 + sz + 2 > buf.length) {
+          if (closedByServer) return n; // cut at the close (see above)
+          throw new Error('a chunked body cut short on an open connection');
+        }
         if (!Number.isFinite(sz)) throw new Error('a bad chunk size line');
         p = le + 2 + sz + 2;
-        if (p > buf.length) throw new Error('a chunk cut short');
         if (sz === 0) break;
       }
     } else if ('content-length' in h) {
@@ -143,7 +151,6 @@ function checkAnswers(buf, headMethods) {
       if (!/close/i.test(h.connection || '')) throw new Error('a body without framing on a kept connection');
       p = buf.length;
     }
-    n++;
     off = p;
   }
   return n;
@@ -232,7 +239,7 @@ async function main() {
   // one fuzzed connection
   const oneConn = () => new Promise((resolve) => {
     const stream = makeStream();
-    const heads = (stream.toString('latin1').match(/(^|\n)(GET|HEAD|POST|OPTIONS|BREW) /g) || []).map((m) => m.trim().split(' ')[0]);
+    const sentHead = stream.includes('HEAD ');
     const cuts = Array.from({ length: int(0, 5) }, () => int(1, Math.max(1, stream.length - 1))).sort((a, b) => a - b);
     const parts = [];
     let last = 0;
@@ -244,11 +251,12 @@ async function main() {
     let finished = false;
     const done = (why) => {
       if (finished) return;
+      const closedByServer = why === 'closed' || why === 'error';
       finished = true;
       clearTimeout(idle);
       s.destroy();
       try {
-        stats.answers += checkAnswers(recv, heads);
+        stats.answers += checkAnswers(recv, sentHead, closedByServer);
       } catch (e) {
         fail(`seed-stream ${JSON.stringify(stream.toString('latin1').slice(0, 200))}: ${e.message} (${why})`);
       }
