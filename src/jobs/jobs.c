@@ -153,6 +153,15 @@ static void set_terminal(job_store *js, job *j, enum job_status st) {
     log_status(js, j);
 }
 
+int job_store_has_idem(job_store *js, const char *owner, const char *idem_key) {
+    int found = 0;
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    for (job *j = js->oldest; j && !found; j = j->next)
+        found = j->idem_key && strcmp(j->idem_key, idem_key) == 0 && strcmp(j->owner, owner ? owner : "") == 0;
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return found;
+}
+
 int job_store_create(job_store *js, const char *owner, const char *idem_key, const json_t *request,
                      const char *webhook, char id_out[40], int *existed, um_err *err) {
     *existed = 0;

@@ -49,6 +49,9 @@ void       job_store_free(job_store *js);
 int job_store_create(job_store *js, const char *owner, const char *idem_key, const json_t *request,
                      const char *webhook, char id_out[40], int *existed, um_err *err);
 
+/* 1 when owner has a job created with Idempotency-Key idem_key (a POST would replay it). */
+int job_store_has_idem(job_store *js, const char *owner, const char *idem_key);
+
 /* 1 when id exists and belongs to owner. */
 int job_store_exists(job_store *js, const char *id, const char *owner);
 

@@ -798,6 +798,13 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return http_confirm_upgrade(wsi);
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        /* a WebSocket that asked for the subprotocol "http" would bind to this protocol: no session,
+         * no key check, not counted. WebSockets speak "unmask" (ws.c) or nothing. */
+        log_info("websocket handshake refused: subprotocol \"http\" is not a WebSocket protocol here");
+        return 1;
+    case LWS_CALLBACK_ESTABLISHED:
+        return -1;
     case LWS_CALLBACK_HTTP:
         if (!c) return -1;
         if (c->in_txn && c->dispatched) /* lws re-delivers the current request: pipelined bytes */

@@ -17,12 +17,14 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include "api/algo_config.h"
 #include "api/sse.h"
 #include "decode/event_json.h"
 #include "server/http_api_internal.h"
+#include "server/callers.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
 #include "util/json_util.h"
@@ -32,12 +34,6 @@
 /* ================================================================ shared helpers */
 
 decode_params api_defaults(const http_api *a, const model *m) { return api_policy_params(server_policy(a->srv), m); }
-
-uint64_t api_owner_key(const char *who) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *who; who++) h = (h ^ (unsigned char)*who) * 1099511628211ull;
-    return h ? h : 1;
-}
 
 /* ================================================================ responses */
 
@@ -135,17 +131,23 @@ static int h_metrics(http_conn *c, const http_req *rq) {
 
 /* ================================================================ middleware */
 
+/* "key:" + the SHA-256 of key (hex): the whole key, never a prefix of it, and no key in memory
+ * beyond the key file's. */
+static const char *key_identity(const char *key, char *buf, size_t cap) {
+    unsigned char md[32];
+    unsigned int n = 0;
+    if (!EVP_Digest(key, strlen(key), md, &n, EVP_sha256(), NULL) || n != sizeof md) UM_FATAL("SHA-256 failed");
+    int o = snprintf(buf, cap, "key:");
+    for (unsigned i = 0; i < n && (size_t)o + 3 <= cap; i++) o += snprintf(buf + o, cap - (size_t)o, "%02x", md[i]);
+    return buf;
+}
+
 const char *api_caller_identity(const http_api *a, http_conn *c, char *buf, size_t cap) {
     char h[512], tok[400];
     if (auth_keys_required(&a->keys)) {
-        if (http_header(c, "authorization", h, sizeof h) > 0 && auth_bearer_token(h, tok, sizeof tok) == 0) {
-            snprintf(buf, cap, "key:%s", tok);
-            return buf;
-        }
-        if (http_header(c, "x-api-key", tok, sizeof tok) > 0) {
-            snprintf(buf, cap, "key:%s", tok);
-            return buf;
-        }
+        if (http_header(c, "authorization", h, sizeof h) > 0 && auth_bearer_token(h, tok, sizeof tok) == 0)
+            return key_identity(tok, buf, cap);
+        if (http_header(c, "x-api-key", tok, sizeof tok) > 0) return key_identity(tok, buf, cap);
     }
     char peer[128];
     http_peer(c, peer, sizeof peer);
@@ -246,13 +248,14 @@ static int mw_before(http_conn *c, const http_req *rq, const http_route *route) 
             api_respond_error(c, &e);
             return 1;
         }
-        if (a->rl) {
+        callers *cs = server_callers(a->srv);
+        {
             char who[API_WHO_MAX];
             double ra = 0;
-            if (!ratelimit_take(a->rl, api_caller_identity(a, c, who, sizeof who), 1, time_now_s(), &ra)) {
+            if (!callers_rate_take(cs, api_caller_identity(a, c, who, sizeof who), time_now_s(), &ra)) {
                 oai_error_set(&e, 429, "rate_limit_exceeded", NULL,
-                              "Rate limit reached: %g requests per second per API key; retry in %.0f ms", a->rate,
-                              ceil(ra * 1000));
+                              "Rate limit reached: %g requests per second per API key; retry in %.0f ms",
+                              callers_rate(cs), ceil(ra * 1000));
                 e.retry_after_ms = ceil(ra * 1000);
                 api_respond_error(c, &e);
                 return 1;
@@ -320,7 +323,7 @@ static void served_name_set(http_api *a, const server_config *cfg) {
 
 static void drain_begin(server *s, void *user);
 static int  drain_idle(server *s, void *user);
-static int  ws_authorize(void *user, struct lws *wsi);
+static int  ws_authorize(void *user, struct lws *wsi, char *who, size_t cap);
 
 static const http_route k_api_routes[] = {
     {"GET", "/v1/models", 0, h_models, HTTP_ROUTE_API},
@@ -339,8 +342,6 @@ http_api *http_api_create(server *s, um_err *err) {
         return NULL;
     }
     a->shutdown_grace = cfg->shutdown_grace_s;
-    a->rate = cfg->rate_limit;
-    if (a->rate > 0) a->rl = ratelimit_new(a->rate, cfg->rate_burst > 0 ? cfg->rate_burst : (2 * a->rate < 1 ? 1 : 2 * a->rate));
     if (cfg->cors_origin && cfg->cors_origin[0]) a->cors_origin = xstrdup(cfg->cors_origin);
     served_name_set(a, cfg);
     const char *secret = cfg->webhook_secret ? cfg->webhook_secret : getenv("UNMASK_WEBHOOK_SECRET");
@@ -371,7 +372,6 @@ void http_api_free(http_api *a) {
     metrics_gauge_unregister_all(server_metrics(a->srv));
     webhook_sender_free(a->wh, 2.0);
     job_store_free(a->jobs);
-    ratelimit_free(a->rl);
     auth_keys_free(&a->keys);
     free(a->cors_origin);
     free(a->job_q);
@@ -381,8 +381,11 @@ void http_api_free(http_api *a) {
 /* The WebSocket handshake (server/ws.c asks through server_ws_auth): with API keys configured,
  * the key must come as `Authorization: Bearer <key>`, `x-api-key`, or — for browsers, which cannot
  * set headers — a subprotocol entry `unmask-key.<key>` (or `openai-insecure-api-key.<key>`). */
-static int ws_authorize(void *user, struct lws *wsi) {
+static int ws_authorize(void *user, struct lws *wsi, char *who, size_t cap) {
     http_api *a = user;
+    char peer[128];
+    lws_get_peer_simple(wsi, peer, sizeof peer);
+    snprintf(who, cap, "ip:%s", peer);
     if (!auth_keys_required(&a->keys)) return 1;
     char h[1024], tok[400];
     int malformed = 0, have = 0;
@@ -395,6 +398,7 @@ static int ws_authorize(void *user, struct lws *wsi) {
         have = 1, malformed = 0;
     enum auth_result r = auth_check(&a->keys, have ? tok : NULL, malformed);
     if (r != AUTH_OK) log_info("websocket handshake refused: %s", auth_result_message(r));
+    else key_identity(tok, who, cap);
     return r == AUTH_OK;
 }
 

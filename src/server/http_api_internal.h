@@ -22,15 +22,15 @@
 #include "jobs/jobs.h"
 #include "jobs/webhook.h"
 #include "server/auth.h"
+#include "server/callers.h"
 #include "server/http.h"
 #include "server/http_api.h"
-#include "server/ratelimit.h"
 #include "server/server.h"
 
 typedef struct gen_stream gen_stream;
 typedef struct job_sub    job_sub;
 
-#define API_WHO_MAX 512   /* api_caller_identity's buffer: "key:" + the whole key */
+#define API_WHO_MAX CALLER_WHO_MAX
 
 /* A metrics gauge's user pointer: the instance and which of two values it reads. */
 typedef struct gauge_ref {
@@ -41,8 +41,6 @@ typedef struct gauge_ref {
 struct http_api {
     server         *srv;
     auth_keys       keys;
-    ratelimit      *rl;                 /* NULL: no rate limit */
-    double          rate;               /* requests per second per caller */
     char           *cors_origin;        /* owned or NULL */
     char            served_name[256];   /* /v1/models id */
     double          shutdown_grace;
@@ -83,6 +81,7 @@ struct gen_stream {
     int         ended;        /* the response is complete (or abandoned) */
     char        job_id[40];   /* "" = an HTTP request */
     char       *job_owner;    /* owned */
+    char       *who;          /* the caller its generations are counted for (owned; gen_submit) */
     int         submit_failed; /* a job whose submission failed half-way: it stays queued */
     gen_stream *next_run;     /* api->job_runs list (running jobs) */
 };
@@ -91,9 +90,10 @@ struct gen_stream {
 gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, int n, const model *m);
 void        gen_free(gen_stream *gs);
 void        gen_cancel_all(gen_stream *gs);
-/* Submit every built sequence (taken). On failure nothing stays submitted (the submitted ones are
- * cancelled; their final events arrive later) and e says why (503 queue_full, model_loading). */
-int         gen_submit(gen_stream *gs, api_seq *seqs, int n, uint64_t owner, oai_error *e);
+/* Submit every built sequence (taken) for caller who (its generation quota, its fairness turn).
+ * On failure nothing stays submitted (the submitted ones are cancelled; their final events arrive
+ * later) and e says why (429 quota_exceeded, 503 queue_full, model_loading). */
+int         gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, oai_error *e);
 void        http_gen_register(http_api *a);
 
 /* ---------------------------------------------------------------- jobs (http_jobs.c) */
@@ -116,11 +116,9 @@ int  api_respond_error_fmt(http_conn *c, int status, const char *code, const cha
 int  api_stream_json(http_conn *c, const json_t *obj, const char *id);
 /* The decode parameters every request on this server starts from (server policy). */
 decode_params api_defaults(const http_api *a, const model *m);
-/* The API key presented ("key:<key>"), or the client address under open access ("ip:<addr>"):
- * jobs' owner, the rate-limit key, the fairness key. */
+/* The caller (server/callers.h): "key:<SHA-256 of the API key presented>" when keys are on, else
+ * the client address "ip:<addr>": jobs' owner, the quota and rate-limit key, the fairness key. */
 const char *api_caller_identity(const http_api *a, http_conn *c, char *buf, size_t cap);
-/* Scheduler fairness key of a caller identity. */
-uint64_t    api_owner_key(const char *who);
 /* 503 answers a request gets while the model loads / the server drains. */
 int  api_respond_loading(http_conn *c);
 int  api_respond_shutting_down(http_conn *c);

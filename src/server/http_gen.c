@@ -23,6 +23,7 @@
 #include "api/sglang.h"
 #include "api/sse.h"
 #include "server/http_api_internal.h"
+#include "server/callers.h"
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "util/log.h"
@@ -30,6 +31,7 @@
 #define SLOW_CLIENT_BYTES (1u << 20)   /* queued SSE bytes beyond which diffusing frames are skipped */
 
 void gen_free(gen_stream *gs) {
+    free(gs->who);
     api_resp_free(gs->resp);
     free(gs->ch);
     free(gs->job_owner);
@@ -128,16 +130,12 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
         if (stop && !final) server_cancel(gs->srv, r);
     }
     if (final) {
-        const json_t *u = json_object_get(ev->obj, "usage");
-        metrics *mx = server_metrics(gs->srv);
-        metrics_tokens(mx, (long)json_integer_value(json_object_get(u, "prompt_tokens")),
-                       (long)json_integer_value(json_object_get(u, "completion_tokens")));
-        metrics_steps(mx, (long)json_integer_value(json_object_get(u, "steps")));
-        metrics_finished(mx, json_string_value(json_object_get(ev->obj, "finish_reason")));
+        metrics_finished_event(server_metrics(gs->srv), ev->obj);
         gc->req = NULL;
         r->owner = NULL;
         r->deliver = NULL;
         gs->n_live--;
+        if (gs->who) callers_give(server_callers(gs->srv), gs->who, CALLER_GENERATIONS, 1);
     }
     sched_event_free(ev);
     http_api *a = gs->api;
@@ -152,7 +150,20 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
     if (final) jobs_pump(a); /* a slot freed: waiting jobs may start */
 }
 
-int gen_submit(gen_stream *gs, api_seq *seqs, int n, uint64_t owner, oai_error *e) {
+int gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, oai_error *e) {
+    callers *cs = server_callers(gs->srv);
+    int limit = 0, held = 0;
+    if (callers_take(cs, who, CALLER_GENERATIONS, n, &limit, &held) != 0) {
+        oai_error_set(e, 429, "quota_exceeded", NULL,
+                      "this API key (or address) already has %d generation%s queued or running and may have %d "
+                      "(%s); retry when one finished",
+                      held, held == 1 ? "" : "s", limit, callers_res_flag(CALLER_GENERATIONS));
+        e->retry_after_ms = 1000;
+        return -1;
+    }
+    free(gs->who);
+    gs->who = xstrdup(who);
+    uint64_t owner = callers_owner_key(who);
     for (int i = 0; i < n; i++) {
         sched_req *r = sched_req_create(seqs[i].seq, owner);
         seqs[i].seq = NULL;
@@ -160,6 +171,7 @@ int gen_submit(gen_stream *gs, api_seq *seqs, int n, uint64_t owner, oai_error *
         um_err ue = {0};
         if (server_submit(gs->srv, r, &qpos, &ue) != 0) {
             sched_req_free(r);
+            callers_give(cs, who, CALLER_GENERATIONS, n - i); /* the submitted ones give theirs when final */
             gen_cancel_all(gs);
             if (ue.code == UM_ERR_RESOURCE) {
                 oai_error_set(e, 503, "queue_full", NULL, "the server is at capacity (%s); retry shortly", ue.msg);
@@ -198,7 +210,7 @@ gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, i
 /* Start a built request: response state, submission, response headers / first records. The
  * caller frees seqs afterwards (submitted ones are taken). */
 static int gen_start(http_conn *c, http_api *a, const api_gen *g, const model *m, api_seq *seqs, int n,
-                     uint64_t owner) {
+                     const char *who) {
     oai_error e;
     memset(&e, 0, sizeof e);
     gen_stream *gs = gen_stream_new(a, g, seqs, n, m);
@@ -208,7 +220,7 @@ static int gen_start(http_conn *c, http_api *a, const api_gen *g, const model *m
         gen_free(gs);
         return 0;
     }
-    if (gen_submit(gs, seqs, n, owner, &e) != 0) {
+    if (gen_submit(gs, seqs, n, who, &e) != 0) {
         gs->c = NULL;
         gs->ended = 1;
         int rc = api_respond_error(c, &e);
@@ -241,7 +253,7 @@ typedef struct http_prep {
     http_api    *api;
     const model *m;
     api_gen      g;          /* the parsed request (owned; the worker only reads it) */
-    uint64_t     owner;      /* scheduler fairness key */
+    char         who[API_WHO_MAX]; /* the caller */
     /* worker results */
     int          rc;
     api_seq     *seqs;       /* owned */
@@ -270,7 +282,7 @@ static void http_prep_done(prep_job *j) {
         http_stream_on_close(c, NULL, NULL);
         if (j->skipped) api_respond_shutting_down(c);
         else if (p->rc != 0) api_respond_error(c, &p->e);
-        else gen_start(c, p->api, &p->g, p->m, p->seqs, p->n, p->owner);
+        else gen_start(c, p->api, &p->g, p->m, p->seqs, p->n, p->who);
     }
     api_seqs_free(p->seqs, p->n);
     api_gen_free(&p->g);
@@ -292,9 +304,10 @@ static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn pars
         return api_respond_error(c, &e);
     }
     char who[API_WHO_MAX];
-    uint64_t owner = api_owner_key(api_caller_identity(a, c, who, sizeof who));
+    api_caller_identity(a, c, who, sizeof who);
+    uint64_t owner = callers_owner_key(who);
     if (g.warmup) { /* /infill n_predict 0: nothing to build */
-        int rc = gen_start(c, a, &g, m, NULL, 0, owner);
+        int rc = gen_start(c, a, &g, m, NULL, 0, who);
         api_gen_free(&g);
         return rc;
     }
@@ -306,7 +319,7 @@ static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn pars
     p->api = a;
     p->m = m;
     p->g = g; /* moved */
-    p->owner = owner;
+    snprintf(p->who, sizeof p->who, "%s", who);
     http_respond_later(c);
     http_stream_on_close(c, http_prep_on_close, p);
     server_prep(rq->srv, &p->job);

@@ -16,6 +16,7 @@
 #include "api/algo_config.h"
 #include "api/sse.h"
 #include "server/http_api_internal.h"
+#include "server/callers.h"
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "util/json_util.h"
@@ -108,6 +109,7 @@ static void job_q_push(http_api *a, const char *id) {
 
 /* A job reached a terminal state: notify streams, send its webhook. */
 static void job_terminal(http_api *a, const char *id, const char *owner) {
+    callers_give(server_callers(a->srv), owner, CALLER_JOBS, 1); /* taken when it was created */
     subs_notify(a, id);
     char *url = job_store_webhook(a->jobs, id);
     if (!url) return;
@@ -244,7 +246,7 @@ static void job_start_done(job_prep *p) {
     gs->job_owner = xstrdup(p->who);
     gs->ended = 1; /* no HTTP response */
     oai_error e;
-    if (gen_submit(gs, p->seqs, n, api_owner_key(p->who), &e) != 0) { /* scheduler full: retry later */
+    if (gen_submit(gs, p->seqs, n, p->who, &e) != 0) { /* scheduler full or the owner's quota: retry later */
         if (gs->n_live == 0) gen_free(gs);
         else gs->submit_failed = 1; /* the cancelled choices' final events free it */
         job_q_push_front(a, id);
@@ -292,7 +294,7 @@ static int job_start(http_api *a, const char *id) {
         return 1;
     }
     p->g.stream = 0;
-    p->job.owner_key = api_owner_key(owner);
+    p->job.owner_key = callers_owner_key(owner);
     p->job.run = job_prep_run;
     p->job.done = job_prep_done;
     a->job_starting = 1;
@@ -346,10 +348,21 @@ static void job_create_done(job_prep *p) {
         }
     }
     char id[40];
-    int existed = 0;
+    int existed = 0, limit = 0, held = 0;
     um_err ue = {0};
+    callers *cs = server_callers(a->srv);
+    int taken = callers_take(cs, p->who, CALLER_JOBS, 1, &limit, &held) == 0;
+    if (!taken && !(p->idem && job_store_has_idem(a->jobs, p->who, p->idem))) { /* a replay needs no quota */
+        oai_error_set(&e, 429, "quota_exceeded", NULL,
+                      "this API key (or address) has %d unfinished jobs and may have %d (%s); retry when one finished",
+                      held, limit, callers_res_flag(CALLER_JOBS));
+        e.retry_after_ms = 5000;
+        api_respond_error(c, &e);
+        return;
+    }
     if (job_store_create(a->jobs, p->who, p->idem, p->req, json_is_string(wh) ? json_string_value(wh) : NULL, id,
                          &existed, &ue) != 0) {
+        if (taken) callers_give(cs, p->who, CALLER_JOBS, 1);
         if (ue.code == UM_ERR_RESOURCE) {
             oai_error_set(&e, 503, "too_many_jobs", NULL, "%s", ue.msg);
             e.retry_after_ms = 5000;
@@ -359,7 +372,9 @@ static void job_create_done(job_prep *p) {
         api_respond_error(c, &e);
         return;
     }
-    if (!existed) {
+    if (existed) {
+        if (taken) callers_give(cs, p->who, CALLER_JOBS, 1); /* a replay: no new job */
+    } else {
         job_q_push(a, id);
         jobs_pump(a);
     }
@@ -413,7 +428,7 @@ static int h_jobs_create(http_conn *c, const http_req *rq) {
     if (http_header(c, "idempotency-key", idem, sizeof idem) > 0) p->idem = xstrdup(idem);
     p->c = c;
     p->m = m;
-    p->job.owner_key = api_owner_key(who); /* one caller's jobs are created in request order */
+    p->job.owner_key = callers_owner_key(who); /* one caller's jobs are created in request order */
     p->job.run = job_prep_run;
     p->job.done = job_prep_done;
     http_respond_later(c);

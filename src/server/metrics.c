@@ -168,6 +168,14 @@ static void labelled_add(metrics *m, counter_vec *c, const char *key, const char
 void metrics_finished(metrics *m, const char *finish_reason) { labelled_add(m, &m->finished, "finish_reason", finish_reason); }
 void metrics_webhook(metrics *m, const char *result) { labelled_add(m, &m->webhooks, "result", result); }
 
+void metrics_finished_event(metrics *m, const json_t *done) {
+    const json_t *u = json_object_get(done, "usage");
+    metrics_tokens(m, (long)json_integer_value(json_object_get(u, "prompt_tokens")),
+                   (long)json_integer_value(json_object_get(u, "completion_tokens")));
+    metrics_steps(m, (long)json_integer_value(json_object_get(u, "steps")));
+    metrics_finished(m, json_string_value(json_object_get(done, "finish_reason")));
+}
+
 void metrics_step_latency(metrics *m, double seconds) {
     pthread_mutex_lock(&m->lock);
     hist_observe(&m->step_lat, seconds);

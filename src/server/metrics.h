@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 typedef struct metrics metrics;
 
 metrics *metrics_new(void);
@@ -35,6 +37,9 @@ void metrics_tokens(metrics *m, long prompt_tokens, long generated_tokens);
 void metrics_steps(metrics *m, long steps);
 void metrics_finished(metrics *m, const char *finish_reason);
 void metrics_webhook(metrics *m, const char *result);            /* "delivered" | "retry" | "failed" */
+/* A sequence's final event (decode/event_json.h "done": usage, finish_reason): tokens, steps and
+ * the finish reason, whatever transport carried it. */
+void metrics_finished_event(metrics *m, const json_t *done);
 void metrics_step_latency(metrics *m, double seconds);
 void metrics_event_overhead(metrics *m, double seconds);
 

@@ -87,7 +87,7 @@ static int h_stats(http_conn *c, const http_req *rq) {
 
 static const http_route k_core_routes[] = {
     {"GET", "/health", 0, h_health},
-    {"GET", "/stats", 0, h_stats},
+    {"GET", "/stats", 0, h_stats, HTTP_ROUTE_API}, /* API keys apply when configured */
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,6 +29,7 @@
 #include "decode/fault_inject.h"
 #include "model/model_tp.h"
 #include "api/algo_config.h"
+#include "server/callers.h"
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "server/server_internal.h"
@@ -94,8 +95,9 @@ struct server {
     http_router    *router;        /* HTTP routes + middleware */
     metrics        *metrics;
     api_policy      policy;        /* limits, decoder defaults, default cache of every request */
+    callers        *callers;       /* per-caller quotas and rate limit */
     char           *web_root;      /* realpath of --web-root (owned) */
-    int           (*ws_auth)(void *user, struct lws *wsi); /* handshake check, or NULL */
+    server_ws_auth_fn ws_auth;     /* handshake check, or NULL */
     void           *ws_auth_user;
 };
 
@@ -136,15 +138,22 @@ struct ws_state *server_ws(server *s) { return s->ws; }
 struct lws_context *server_lws_context(server *s) { return s->ctx; }
 http_router *server_router(server *s) { return s->router; }
 metrics *server_metrics(server *s) { return s->metrics; }
+callers *server_callers(server *s) { return s->callers; }
 const api_policy *server_policy(const server *s) { return &s->policy; }
 const char *server_web_root(const server *s) { return s->web_root; }
 
-void server_set_ws_auth(server *s, int (*fn)(void *user, struct lws *wsi), void *user) {
+void server_set_ws_auth(server *s, server_ws_auth_fn fn, void *user) {
     s->ws_auth = fn;
     s->ws_auth_user = user;
 }
 
-int server_ws_auth(server *s, struct lws *wsi) { return s->ws_auth ? s->ws_auth(s->ws_auth_user, wsi) : 1; }
+int server_ws_auth(server *s, struct lws *wsi, char *who, size_t cap) {
+    if (s->ws_auth) return s->ws_auth(s->ws_auth_user, wsi, who, cap);
+    char peer[128];
+    lws_get_peer_simple(wsi, peer, sizeof peer);
+    snprintf(who, cap, "ip:%s", peer);
+    return 1;
+}
 
 int server_submit(server *s, sched_req *r, int *queue_pos, um_err *err) {
     if (!server_ready(s)) return um_err_set(err, UM_ERR_UNSUPPORTED, "the model is still loading; retry shortly");
@@ -524,6 +533,7 @@ server *server_create(const server_config *cfg, um_err *err) {
     s->hub_tail = &s->hub_head;
     s->router = http_router_new();
     s->metrics = metrics_new();
+    s->callers = callers_new(cfg);
     api_policy_init(&s->policy);
     /* the listen address must be a numeric address lws can bind (it defers unusable ones silently) */
     const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
@@ -731,6 +741,7 @@ void server_free(server *s) {
     engines_free(s);
     http_router_free(s->router);
     metrics_free(s->metrics);
+    callers_free(s->callers);
     api_policy_free(&s->policy);
     free(s->web_root);
     pthread_cond_destroy(&s->hub_cv);

@@ -98,6 +98,9 @@ struct metrics;
 struct metrics *server_metrics(server *s);
 struct api_policy;
 const struct api_policy *server_policy(const server *s);
+/* Per-caller quotas and the rate limit every transport applies (server/callers.h). Any thread. */
+struct callers;
+struct callers *server_callers(server *s);
 
 /* The WebSocket layer's state (server/ws.c), owned by the server. */
 struct ws_state;

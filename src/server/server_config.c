@@ -173,6 +173,13 @@ static const setting k_settings[] = {
     {"shutdown-grace", SET_NUM, F(shutdown_grace_s), "30", 0, INF,
      "on SIGTERM: seconds to finish running work while refusing new requests with 503; 0 = stop at once", NULL, NULL, 0,
      NULL},
+    {"key-max-generations", SET_INT, F(key_max_generations), "128", 0, INF,
+     "generations queued or running per API key (or client address), HTTP + WebSocket + jobs; 0 = no limit", NULL,
+     NULL, 0, NULL},
+    {"key-max-sessions", SET_INT, F(key_max_sessions), "256", 0, INF,
+     "WebSocket sessions alive per API key (or client address); 0 = no limit", NULL, NULL, 0, NULL},
+    {"key-max-jobs", SET_INT, F(key_max_jobs), "1000", 0, INF,
+     "async jobs not finished per API key (or client address); 0 = no limit", NULL, NULL, 0, NULL},
 };
 #undef F
 #define N_SETTINGS (sizeof k_settings / sizeof k_settings[0])

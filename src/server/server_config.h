@@ -61,6 +61,10 @@ typedef struct server_config {
     int    max_jobs;              /* async jobs kept */
     int    job_attempts;          /* engine attempts per job */
     double shutdown_grace_s;      /* SIGTERM: seconds to finish running work */
+    /* per caller (an API key, or a client address without keys): server/callers.h; 0 = no limit */
+    int    key_max_generations;   /* generations queued or running, HTTP + WebSocket + jobs */
+    int    key_max_sessions;      /* WebSocket sessions alive */
+    int    key_max_jobs;          /* async jobs not finished */
     struct json_t *file;          /* the config file's object as loaded (owned), or NULL */
 } server_config;
 

@@ -24,10 +24,12 @@ void server_on_wake(server *s);
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"               \
     "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384"
 
-/* The WebSocket handshake check (server/http_api.c installs it: API keys): 1 = allow. Without a
- * check every handshake on /ws is allowed. */
-void server_set_ws_auth(server *s, int (*fn)(void *user, struct lws *wsi), void *user);
-int  server_ws_auth(server *s, struct lws *wsi);
+/* The WebSocket handshake check (server/http_api.c installs it: API keys): 1 = allow, and *who
+ * (cap bytes) = the caller's identity (server/callers.h). Without a check every handshake on /ws
+ * is allowed and the caller is the client address. */
+typedef int (*server_ws_auth_fn)(void *user, struct lws *wsi, char *who, size_t cap);
+void server_set_ws_auth(server *s, server_ws_auth_fn fn, void *user);
+int  server_ws_auth(server *s, struct lws *wsi, char *who, size_t cap);
 
 /* routes.c: GET /health and GET /stats on s. */
 void routes_core_register(server *s);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "server/metrics.h"
 #include "server/session.h"
 #include "util/json_util.h"
 #include "util/log.h"
@@ -195,21 +196,30 @@ static void random_token(char out[API_TOKEN_HEX + 1]) {
     out[API_TOKEN_HEX] = 0;
 }
 
-ws_session *session_create(ws_state *w) {
+ws_session *session_create(ws_state *w, const char *who, const char **why) {
     const server_config *cfg = server_cfg(w->srv);
+    *why = "capacity";
     if (w->shutting_down) return NULL;
+    if (callers_take(server_callers(w->srv), who, CALLER_SESSIONS, 1, NULL, NULL) != 0) {
+        *why = "quota";
+        return NULL;
+    }
     if (w->n_sessions >= cfg->max_sessions) { /* make room: the longest-detached session goes */
         ws_session *old = NULL;
         for (ws_session *s = w->sessions; s; s = s->next)
             if (!s->conn && (!old || s->detached_ns < old->detached_ns)) old = s;
-        if (!old) return NULL;
+        if (!old) {
+            callers_give(server_callers(w->srv), who, CALLER_SESSIONS, 1);
+            return NULL;
+        }
         log_info("session %.8s…: discarded to make room (max_sessions %d)", old->token, cfg->max_sessions);
         session_destroy(old);
     }
     ws_session *s = xcalloc(1, sizeof *s);
     s->w = w;
     random_token(s->token);
-    s->key = server_new_owner_key(w->srv);
+    snprintf(s->who, sizeof s->who, "%s", who);
+    s->key = callers_owner_key(who);
     s->next_seq = 1;
     s->next = w->sessions;
     if (w->sessions) w->sessions->prev = s;
@@ -242,6 +252,7 @@ void session_destroy(ws_session *s) {
     }
     if (s->conn) s->conn->sess = NULL;
     else w->n_detached--;
+    callers_give(server_callers(w->srv), s->who, CALLER_SESSIONS, 1);
     if (s->prev) s->prev->next = s->next;
     else w->sessions = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -366,6 +377,7 @@ int session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e) {
 /* ---------------------------------------------------------------- generations */
 
 static void gen_free(ws_gen *g) {
+    if (g->counted) callers_give(server_callers(g->sess->w->srv), g->sess->who, CALLER_GENERATIONS, 1);
     if (g->prep) { /* still being prepared: its result is dropped when it comes back */
         g->prep->gen = NULL;
         atomic_store(&g->prep->job.cancel, 1);
@@ -420,6 +432,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
     ws_gen *g = r->owner;
     ws_session *s = g->sess;
     int final = ev->final;
+    if (final && ev->obj) metrics_finished_event(server_metrics(s->w->srv), ev->obj);
     if (!s->overflowed) {
         json_t *obj = api_ev_generation(ev->obj, g->id);
         ev->obj = NULL;

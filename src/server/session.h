@@ -28,6 +28,7 @@
 
 #include "api/ws_protocol.h"
 #include "server/prep.h"
+#include "server/callers.h"
 #include "server/server_internal.h"
 
 typedef struct ws_state   ws_state;
@@ -51,6 +52,7 @@ typedef struct ws_conn {
     int             kicked;        /* its session moved to another connection: close with 4001 */
     int             peer_close_code; /* status of the client's close frame, 0 if none */
     int             going_away;    /* server shutdown: flush, then close with 1001 */
+    char            who[CALLER_WHO_MAX]; /* the caller (set at the handshake, server/callers.h) */
     struct ws_conn *next, *prev;   /* ws_state.conns */
 } ws_conn;
 
@@ -91,13 +93,15 @@ struct ws_gen {
     int         every;             /* stream.every */
     json_t     *held_step;         /* stream.every > 1: steps accumulated before queueing */
     int         held_n;
+    int         counted;           /* holds one of the caller's --key-max-generations */
 };
 
 struct ws_session {
     ws_session *next, *prev;       /* ws_state.sessions */
     ws_state   *w;
     char        token[API_TOKEN_HEX + 1];
-    uint64_t    key;               /* scheduler owner key */
+    char        who[CALLER_WHO_MAX]; /* the caller that created it: only it may resume it */
+    uint64_t    key;               /* scheduler owner key: the caller's (one turn per caller) */
     ws_conn    *conn;              /* NULL while detached */
     ws_frame   *head, *tail, *cursor; /* cursor: next frame to write (NULL: all written) */
     uint64_t    next_seq;          /* seq of the next frame written */
@@ -128,7 +132,9 @@ struct ws_state {
     int         tomb_next;
 };
 
-ws_session *session_create(ws_state *w);
+/* A new session of caller who; NULL when the server has no room (*why: "capacity") or the
+ * caller has all its --key-max-sessions (*why: "quota"). */
+ws_session *session_create(ws_state *w, const char *who, const char **why);
 /* Cancels its generations (their events are dropped) and frees everything. */
 void        session_destroy(ws_session *s);
 ws_session *session_find(ws_state *w, const char *token);

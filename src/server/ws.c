@@ -25,6 +25,7 @@
 #include "decode/event_json.h"
 #include "server/session.h"
 #include "util/log.h"
+#include "util/timeutil.h"
 
 #ifndef UNMASK_VERSION
 #define UNMASK_VERSION "0.1.0"
@@ -204,9 +205,26 @@ static void on_generate(ws_state *w, ws_session *s, api_msg *m) {
         do snprintf(id, sizeof id, "gen_%llu", (unsigned long long)++s->gen_counter);
         while (session_gen_find(s, id));
     }
+    callers *cs = server_callers(srv); /* the caller's rate limit and generation quota */
+    double retry = 0;
+    if (!callers_rate_take(cs, s->who, time_now_s(), &retry)) {
+        push_error(s, "rate_limited", NULL, m->event_id, m->id,
+                   "rate limit reached: %g requests per second per API key (HTTP and WebSocket together); retry in "
+                   "%.0f ms",
+                   callers_rate(cs), retry * 1000);
+        return;
+    }
+    int limit = 0, held = 0;
+    if (callers_take(cs, s->who, CALLER_GENERATIONS, 1, &limit, &held) != 0) {
+        push_error(s, "quota_exceeded", NULL, m->event_id, m->id,
+                   "this API key (or address) already has %d generations queued or running and may have %d (%s)", held,
+                   limit, callers_res_flag(CALLER_GENERATIONS));
+        return;
+    }
     /* parse + tokenize on a preparation worker (a 1 MB prompt takes tens of ms): the generation
      * exists from now on (its id is taken, cancel works); `accepted` or an error follows */
     ws_gen *g = session_gen_add(s, id);
+    g->counted = 1; /* the generation taken above; given back when g is freed */
     ws_prep *p = xcalloc(1, sizeof *p);
     p->job.owner_key = s->key;
     p->job.run = prep_run;
@@ -233,6 +251,7 @@ static void on_cancel(ws_session *s, const api_msg *m) {
 
 static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
     ws_session *old = session_find(w, m->session);
+    if (old && strcmp(old->who, cur->who) != 0) old = NULL; /* another caller's session: as if unknown */
     if (!old) {
         if (session_tombstoned(w, m->session))
             push_error(cur, "session_overflow", "session", m->event_id, NULL,
@@ -337,7 +356,8 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return http_confirm_upgrade(wsi);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-        return server_ws_auth(srv, wsi) ? 0 : 1; /* API keys (server/http_api.c installs the check) */
+        /* API keys (server/http_api.c installs the check); the caller's identity for quotas */
+        return c && server_ws_auth(srv, wsi, c->who, sizeof c->who) ? 0 : 1;
     case LWS_CALLBACK_ESTABLISHED: {
         c->wsi = wsi;
         c->next = w->conns;
@@ -345,11 +365,15 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
         if (w->conns) w->conns->prev = c;
         w->conns = c;
         w->n_conns++;
-        ws_session *s = session_create(w);
+        const char *why = NULL;
+        ws_session *s = session_create(w, c->who, &why);
         if (!s) {
-            static const char reason_txt[] = "too many sessions; try again later";
-            lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_CAPACITY, (unsigned char *)reason_txt,
-                             sizeof reason_txt - 1);
+            char reason_txt[120];
+            int n = strcmp(why, "quota") == 0
+                        ? snprintf(reason_txt, sizeof reason_txt, "this API key (or address) has all its sessions (%s)",
+                                   callers_res_flag(CALLER_SESSIONS))
+                        : snprintf(reason_txt, sizeof reason_txt, "too many sessions; try again later");
+            lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_CAPACITY, (unsigned char *)reason_txt, (size_t)n);
             return -1;
         }
         session_attach(s, c);

@@ -1,11 +1,13 @@
 // ws_generate.test.mjs — the WebSocket protocol against the real server: session.created first,
 // accepted/step/block/done with per-session contiguous seq, block texts = done text, several
 // generations multiplexed on one connection (and batched in one decode step), cancel mid-stream,
-// queue_full, round-robin fairness across sessions.
+// queue_full, round-robin fairness across callers (API keys; sessions of one caller share a turn).
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Client, checkGeneration, checkSeqContiguous, startServer, tinyModel } from './harness.mjs';
+import { Client, TMP, checkGeneration, checkSeqContiguous, startServer, tinyModel } from './harness.mjs';
 
 const SMALL = { gen_length: 16, block_length: 8, steps: 8 };
 
@@ -172,19 +174,22 @@ describe('admission', () => {
 
 describe('fairness', () => {
   let srv;
+  const keys = path.join(TMP, 'ws-generate-fair-keys.txt');
   before(async () => {
-    srv = await startServer({ model: tinyModel('ws-generate'), extra: ['--max-batch', '1', '--max-queue', '100'], name: 'fair' });
+    fs.writeFileSync(keys, 'sk-caller-a\nsk-caller-b\n');
+    srv = await startServer({ model: tinyModel('ws-generate'), extra: ['--max-batch', '1', '--max-queue', '100', '--api-keys', keys], name: 'fair' });
   });
   after(async () => {
     await srv.stop();
   });
+  const as = (key) => new Client(srv.wsUrl, { headers: { authorization: `Bearer ${key}` } });
+  const req = { prompt_ids: [1, 2], gen_length: 16, block_length: 16, steps: 16 };
 
-  test('session B is admitted right after A’s current turn, not after A’s whole burst', async () => {
-    const a = new Client(srv.wsUrl);
-    const b = new Client(srv.wsUrl);
+  test('caller B is admitted right after A’s current turn, not after A’s whole burst', async () => {
+    const a = as('sk-caller-a');
+    const b = as('sk-caller-b');
     await a.session();
     await b.session();
-    const req = { prompt_ids: [1, 2], gen_length: 16, block_length: 16, steps: 16 };
     const aIds = ['a1', 'a2', 'a3', 'a4', 'a5'];
     for (const id of aIds) a.send({ type: 'generate', id, ...req });
     await Promise.all(aIds.map((id) => a.wait((m) => m.type === 'accepted' && m.id === id)));
@@ -196,10 +201,27 @@ describe('fairness', () => {
     // b1 waited for ~2 generations, a4 (submitted earlier) for ~4.
     assert.ok(b1.timings.queue_ms < a4.timings.queue_ms,
       `b1 queued ${b1.timings.queue_ms.toFixed(1)} ms, a4 ${a4.timings.queue_ms.toFixed(1)} ms`);
-    const st = await srv.stats();
-    assert.equal(st.scheduler.max_batch_seen, 1);
     await a.close();
     await b.close();
+  });
+
+  test('two sessions of one caller share one turn (a new session does not jump the caller\'s queue)', async () => {
+    const a1 = as('sk-caller-a');
+    const a2 = as('sk-caller-a');
+    const b = as('sk-caller-b');
+    await Promise.all([a1.session(), a2.session(), b.session()]);
+    const ids = ['x1', 'x2', 'x3', 'x4'];
+    for (const id of ids) a1.send({ type: 'generate', id, ...req });
+    await Promise.all(ids.map((id) => a1.wait((m) => m.type === 'accepted' && m.id === id)));
+    a2.send({ type: 'generate', id: 'y1', ...req }); // same caller: queued behind x1..x4
+    b.send({ type: 'generate', id: 'z1', ...req }); // another caller: next turn
+    const [y1, z1] = await Promise.all([a2.done('y1'), b.done('z1')]);
+    await Promise.all(ids.map((id) => a1.done(id)));
+    assert.ok(z1.timings.queue_ms < y1.timings.queue_ms,
+      `the other caller's z1 queued ${z1.timings.queue_ms.toFixed(1)} ms, the same caller's y1 ${y1.timings.queue_ms.toFixed(1)} ms`);
+    const st = JSON.parse((await srv.get('/stats')).body);
+    assert.equal(st.error?.code, 'missing_api_key', '/stats needs a key when keys are on');
+    await Promise.all([a1.close(), a2.close(), b.close()]);
   });
 });
 
