@@ -533,6 +533,24 @@ static char *render_chat(const api_gen *g, const model *m, oai_error *e) {
     return strbuf_take(&buf, NULL);
 }
 
+/* The chat prompt's ids: with a chat template, message contents are never read as special tokens
+ * (chat_template_encode); the plain fallback text (no template) has none of its own, so nothing
+ * in it is. */
+static int chat_tokenize(const api_gen *g, const model *m, const char *text, int32_t **ids, int *n, oai_error *e) {
+    if (!m->chat) return tokenize(m, text, 0, "messages", ids, n, e);
+    if (!m->tok)
+        return oai_error_set(e, 400, "unsupported", "messages", "this model has no tokenizer; send token ids instead of text");
+    um_err ue = {0};
+    size_t nn = 0;
+    if (chat_template_encode(m->chat, m->tok, g->messages, 1, ids, &nn, &ue) != 0) {
+        um_err_prefix(&ue, "chat template");
+        snprintf(ue.param, sizeof ue.param, "messages");
+        return oai_error_from_um(e, &ue);
+    }
+    *n = (int)nn;
+    return 0;
+}
+
 int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, oai_error *e) {
     *out = NULL;
     *n_out = 0;
@@ -559,8 +577,7 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
         char *text = NULL;
         if (g->kind == API_KIND_CHAT) {
             text = render_chat(g, m, e);
-            if (!text) goto fail;
-            if (tokenize(m, text, 1, prompt_param, &ids, &n, e)) {
+            if (!text || chat_tokenize(g, m, text, &ids, &n, e)) {
                 free(text);
                 goto fail;
             }

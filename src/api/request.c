@@ -75,7 +75,6 @@ int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, 
     if (!m->tok)
         return api_error_set(e, "unsupported", prompt ? "prompt" : "messages",
                              "this model has no tokenizer; send \"prompt_ids\" instead");
-    char *text = NULL;
     um_err err = {0};
     if (msgs) {
         if (!json_is_array(msgs) || json_array_size(msgs) == 0)
@@ -91,18 +90,14 @@ int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, 
         if (!m->chat)
             return api_error_set(e, "unsupported", "messages",
                                  "this model has no chat template; send \"prompt\" (raw text) instead");
-        if (chat_template_render(m->chat, msgs, 1, &text, &err) != 0) {
-            um_err_prefix(&err, "chat template");
-            return api_error_from(e, "invalid_request", &err);
-        }
-    } else {
-        if (!json_is_string(prompt)) return api_error_set(e, "invalid_request", "prompt", "\"prompt\" must be a string");
-        text = xstrndup(json_string_value(prompt), json_string_length(prompt));
+    } else if (!json_is_string(prompt)) {
+        return api_error_set(e, "invalid_request", "prompt", "\"prompt\" must be a string");
     }
     size_t nn = 0;
-    int rc = tokenizer_encode(m->tok, text, strlen(text), 1, ids, &nn, &err);
-    free(text);
+    int rc = msgs ? chat_template_encode(m->chat, m->tok, msgs, 1, ids, &nn, &err) /* contents stay plain text */
+                  : tokenizer_encode(m->tok, json_string_value(prompt), json_string_length(prompt), 1, ids, &nn, &err);
     if (rc != 0) {
+        if (msgs) um_err_prefix(&err, "chat template");
         snprintf(err.param, sizeof err.param, "%s", msgs ? "messages" : "prompt");
         return api_error_from(e, "invalid_request", &err);
     }

@@ -162,7 +162,6 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
         return 2;
     }
     um_err err = {0};
-    char *text = NULL;
     json_t *msgs = NULL;
     if (messages_file) {
         json_error_t jerr;
@@ -181,19 +180,18 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
     } else if (m->chat && !raw) {
         msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
     }
-    if (msgs) {
-        int rc = chat_template_render(m->chat, msgs, 1, &text, &err);
+    size_t nn = 0;
+    int rc;
+    if (msgs) { /* message contents are never read as special tokens */
+        rc = chat_template_encode(m->chat, m->tok, msgs, 1, ids, &nn, &err);
         json_decref(msgs);
         if (rc != 0) {
             fprintf(stderr, "error: chat template: %s\n", err.msg);
             return 2;
         }
     } else {
-        text = xstrdup(prompt);
+        rc = tokenizer_encode(m->tok, prompt, strlen(prompt), 1, ids, &nn, &err);
     }
-    size_t nn = 0;
-    int rc = tokenizer_encode(m->tok, text, strlen(text), 1, ids, &nn, &err);
-    free(text);
     if (rc != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 2;

@@ -123,3 +123,130 @@ int chat_template_render(const chat_template *t, const json_t *messages, int add
     json_decref(vars);
     return rc;
 }
+
+/* ---------------------------------------------------------------- render + encode */
+
+/* 1 when text spells a special token (encoding it with and without special-token recognition
+ * differs); -1 on an encoding error. */
+static int spells_special(const tokenizer *tok, const char *text, um_err *err) {
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    size_t len = strlen(text);
+    if (tokenizer_encode(tok, text, len, 1, &a, &na, err) != 0) return -1;
+    if (tokenizer_encode(tok, text, len, 0, &b, &nb, err) != 0) {
+        free(a);
+        return -1;
+    }
+    int differ = na != nb || (na && memcmp(a, b, na * sizeof *a) != 0);
+    free(a);
+    free(b);
+    return differ;
+}
+
+/* Placeholder standing for message i's content while locating it in the rendered text. */
+#define PH_OPEN  "\x02umc"
+#define PH_CLOSE '\x03'
+
+/* Appends the ids of text[0, len) (parse_special as given) to *ids / *n (cap *cap). */
+static int encode_append(const tokenizer *tok, const char *text, size_t len, int parse_special, int32_t **ids,
+                         size_t *n, size_t *cap, um_err *err) {
+    int32_t *part = NULL;
+    size_t np = 0;
+    if (len && tokenizer_encode(tok, text, len, parse_special, &part, &np, err) != 0) return -1;
+    if (*n + np > *cap) {
+        *cap = (*n + np) * 2 + 16;
+        *ids = xrealloc(*ids, *cap * sizeof **ids);
+    }
+    if (np) memcpy(*ids + *n, part, np * sizeof *part);
+    *n += np;
+    free(part);
+    return 0;
+}
+
+/* The rendered text (t_text) split into template text and message contents with the help of a
+ * render where the flagged messages' contents are placeholders (p_text); each content segment is
+ * the message's content or its trimmed form (what a "| trim" in the template leaves). Encodes as
+ * it goes. -1 with err when the template changed a flagged content any other way. */
+static int encode_segments(const tokenizer *tok, const char *t_text, const char *p_text, const json_t *messages,
+                           int32_t **ids, size_t *n, um_err *err) {
+    size_t cap = 0, tpos = 0, tlen = strlen(t_text);
+    const char *p = p_text;
+    for (;;) {
+        const char *ph = strstr(p, PH_OPEN);
+        size_t chunk = ph ? (size_t)(ph - p) : strlen(p);
+        if (tpos + chunk > tlen || memcmp(t_text + tpos, p, chunk) != 0) goto mismatch;
+        if (encode_append(tok, t_text + tpos, chunk, 1, ids, n, &cap, err) != 0) return -1;
+        tpos += chunk;
+        if (!ph) break;
+        char *end;
+        long i = strtol(ph + strlen(PH_OPEN), &end, 10);
+        if (*end != PH_CLOSE || i < 0 || (size_t)i >= json_array_size(messages)) goto mismatch;
+        p = end + 1;
+        const char *content = json_string_value(json_object_get(json_array_get(messages, (size_t)i), "content"));
+        const char *next = strstr(p, PH_OPEN);
+        size_t next_len = next ? (size_t)(next - p) : strlen(p);
+        /* candidates: as sent, then trimmed */
+        const char *cand[2] = {content, content};
+        size_t cl[2] = {strlen(content), 0};
+        while (*cand[1] == ' ' || *cand[1] == '\t' || *cand[1] == '\n' || *cand[1] == '\r') cand[1]++;
+        cl[1] = strlen(cand[1]);
+        while (cl[1] && strchr(" \t\n\r", cand[1][cl[1] - 1])) cl[1]--;
+        int k = 0;
+        for (; k < 2; k++)
+            if (tpos + cl[k] + next_len <= tlen && memcmp(t_text + tpos, cand[k], cl[k]) == 0 &&
+                memcmp(t_text + tpos + cl[k], p, next_len) == 0)
+                break;
+        if (k == 2) goto mismatch;
+        if (encode_append(tok, cand[k], cl[k], 0, ids, n, &cap, err) != 0) return -1;
+        tpos += cl[k];
+    }
+    if (tpos != tlen) goto mismatch;
+    return 0;
+mismatch:
+    return um_err_param(err, "messages",
+                        "a message spells a special token (e.g. an end-of-turn marker) and this model's chat template "
+                        "transforms message text, so it cannot be kept plain text; remove it from the message");
+}
+
+int chat_template_encode(const chat_template *t, const tokenizer *tok, const json_t *messages,
+                         int add_generation_prompt, int32_t **ids, size_t *n, um_err *err) {
+    *ids = NULL;
+    *n = 0;
+    if (!json_is_array(messages)) return um_err_param(err, "messages", "messages must be an array");
+    json_t *marked = json_deep_copy(messages);
+    int any = 0;
+    for (size_t i = 0; i < json_array_size(marked); i++) {
+        json_t *mo = json_array_get(marked, i);
+        const char *c = json_string_value(json_object_get(mo, "content"));
+        if (!c) continue;
+        int s = spells_special(tok, c, err);
+        if (s < 0) {
+            json_decref(marked);
+            return -1;
+        }
+        if (s) {
+            char ph[32];
+            snprintf(ph, sizeof ph, "%s%zu%c", PH_OPEN, i, PH_CLOSE);
+            json_object_set_new(mo, "content", json_string(ph));
+            any = 1;
+        }
+    }
+    char *text = NULL;
+    int rc = chat_template_render(t, messages, add_generation_prompt, &text, err);
+    if (rc == 0 && !any) { /* the common case: exactly the rendered text, special tokens recognised */
+        rc = tokenizer_encode(tok, text, strlen(text), 1, ids, n, err);
+    } else if (rc == 0) {
+        char *ptext = NULL;
+        rc = chat_template_render(t, marked, add_generation_prompt, &ptext, err);
+        if (rc == 0) rc = encode_segments(tok, text, ptext, messages, ids, n, err);
+        free(ptext);
+        if (rc != 0) {
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+        }
+    }
+    free(text);
+    json_decref(marked);
+    return rc;
+}

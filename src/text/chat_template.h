@@ -13,6 +13,8 @@
 #define UM_CHAT_TEMPLATE_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "text/tokenizer.h"
 #include "util/err.h"
@@ -36,6 +38,15 @@ void chat_template_free(chat_template *t);
  * loop iterations, 256 MB of working memory). */
 int chat_template_render(const chat_template *t, const json_t *messages, int add_generation_prompt,
                          char **out, um_err *err);
+/* Render messages (add_generation_prompt) and encode the prompt for tok: the template's text with
+ * special tokens recognised, the messages' contents never — a content that spells "<|eot_id|>"
+ * stays plain text and cannot end a turn or open a system message (chat injection). When no
+ * content spells a special token this is exactly tokenizer_encode(render(...), parse_special 1),
+ * HF's apply_chat_template + encode. *ids is malloc'd (caller frees). Errors: as for
+ * chat_template_render and tokenizer_encode; UM_ERR_INVALID_ARG (param "messages") when such a
+ * content is changed by the template other than by trimming (it could not be kept plain). */
+int chat_template_encode(const chat_template *t, const tokenizer *tok, const json_t *messages,
+                         int add_generation_prompt, int32_t **ids, size_t *n, um_err *err);
 /* Render with an arbitrary variable context (a JSON object: messages, add_generation_prompt,
  * tools, ...); bos_token/eos_token are added unless vars sets them. */
 int chat_template_render_vars(const chat_template *t, const json_t *vars, char **out, um_err *err);
