@@ -28,7 +28,7 @@ int make_model_preset(const char *name, make_model_opts *o) {
     if (strcmp(name, "tiny") == 0) {
         o->d_model = 64, o->n_layers = 2, o->n_heads = 4, o->n_kv_heads = 4, o->ffn_hidden = 176;
         o->vocab_size = 512, o->max_seq = 1024;
-    } else if (strcmp(name, "demo") == 0) { /* the bundled model: quick on 2 CPU cores */
+    } else if (strcmp(name, "demo") == 0) { /* a random demo model: quick on 2 CPU cores */
         o->d_model = 256, o->n_layers = 4, o->n_heads = 4, o->n_kv_heads = 4, o->ffn_hidden = 704;
         o->vocab_size = 2048, o->max_seq = 2048;
     } else if (strcmp(name, "small") == 0) { /* ~100M parameters */

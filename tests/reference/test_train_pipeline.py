@@ -27,7 +27,8 @@ from export import load_exported, load_train_checkpoint  # noqa: E402
 PY = sys.executable
 TINY = ["--d-model", "64", "--n-layers", "2", "--n-heads", "2", "--ffn", "128", "--seq-len", "64", "--batch", "8",
         "--lr", "1e-2", "--warmup", "5", "--log-every", "1", "--eval-every", "20", "--eval-windows", "8",
-        "--save-every", "10", "--long-seq", "128", "--long-frac", "0.1", "--max-seq", "128", "--seed", "3"]
+        "--save-every", "10", "--long-seq", "128", "--long-frac", "0.1", "--max-seq", "128", "--seed", "3",
+        "--local-heads=-1,1;1"]
 
 
 def run(args, **kw):

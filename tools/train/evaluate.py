@@ -275,7 +275,7 @@ def main():
     valid = np.load(os.path.join(args.tokens, "valid.npy"), mmap_mode="r")
     unigram = np.load(os.path.join(args.tokens, "unigram.npy")).astype(np.float64)
     model = load_exported(args.model)
-    res = {"model": args.model, "params": model.n_params(), "heldout_tokens": int(len(valid))}
+    res = {"model": args.model, "params": model.n_params(), "heldout_tokens": int(len(valid)), "windows": args.windows}
     res["masked_accuracy"] = masked_accuracy(model, valid, unigram, meta["special"]["mask"], args.windows, args.seq_len)
     res["heldout_loss"] = heldout_loss(model, valid, meta["special"]["mask"], args.windows, args.seq_len)
     print(f"evaluate: masked accuracy {res['masked_accuracy']}, loss {res['heldout_loss']:.4f}", file=sys.stderr,

@@ -76,7 +76,7 @@ def make_batch(stream, step, args, sp, seed, gen=None):
     for i in range(B):
         if kinds[i] < args.infill_frac:            # prefix ++ middle ++ EOS*k ++ suffix
             m = int(g.integers(1, max(1, min(64, L // 2)) + 1))
-            k = int(g.integers(0, min(32, L // 4) + 1))
+            k = int(g.integers(0, min(8, L // 4) + 1))
             a = int(g.integers(1, L - m - k + 1))
             row = np.concatenate([ids[i, :a + m], np.full(k, sp["eos"]), ids[i, a + m:L - k]])
             ids[i] = row
@@ -206,15 +206,20 @@ def main():
     ap.add_argument("--seq-warmup", default="",
                     help="LEN:FRACTION,... shorter windows for the first steps (empty: none)")
     ap.add_argument("--eval-seq-len", type=int, default=256, help="held-out window length of the evaluations")
+    ap.add_argument("--local-heads", default="-1,1,-2,2;-1,1",
+                    help="init: per layer (;), the relative offsets the first heads attend to (model.py "
+                         "init_local_attention); empty: plain random init")
+    ap.add_argument("--emb-shared", type=float, default=1.0,
+                    help="with --local-heads: the shared embedding direction, times the mean row norm")
     ap.add_argument("--long-seq", type=int, default=512, help="sequence length of the last --long-frac steps")
     ap.add_argument("--long-frac", type=float, default=0.15)
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--infill-frac", type=float, default=0.15)
+    ap.add_argument("--infill-frac", type=float, default=0.1)
     ap.add_argument("--completion-frac", type=float, default=0.25)
     ap.add_argument("--short-frac", type=float, default=0.03)
     ap.add_argument("--eval-every", type=int, default=250)
@@ -243,6 +248,9 @@ def main():
                       max_seq=args.max_seq, rope_theta=args.rope_theta)
     model = LLaDA(cfg)
     model.init_weights(args.seed)
+    if args.local_heads:
+        offsets = [[int(x) for x in layer.split(",") if x] for layer in args.local_heads.split(";")]
+        model.init_local_attention(offsets, args.emb_shared, seed=args.seed + 1)
     decay = [p for p in model.parameters() if p.ndim == 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
