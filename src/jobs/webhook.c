@@ -6,7 +6,9 @@
 #include "jobs/webhook.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -106,11 +108,144 @@ static int wait_fd(int fd, short events, double deadline) {
     }
 }
 
-static int connect_to(const webhook_url *u, double deadline, um_err *err) {
-    struct addrinfo hints = {0}, *res = NULL;
+/* ---------------------------------------------------------------- target policy */
+
+/* One allowed network (CIDR). */
+struct webhook_net {
+    int           family;      /* AF_INET / AF_INET6 */
+    unsigned char addr[16];
+    int           bits;
+};
+
+/* 1 when the first bits of a and b agree. */
+static int prefix_eq(const unsigned char *a, const unsigned char *b, int bits) {
+    int bytes = bits / 8, rem = bits % 8;
+    if (memcmp(a, b, (size_t)bytes) != 0) return 0;
+    if (!rem) return 1;
+    unsigned char mask = (unsigned char)(0xff << (8 - rem));
+    return (a[bytes] & mask) == (b[bytes] & mask);
+}
+
+int webhook_allow_parse(const char *list, webhook_net **out, int *n, um_err *err) {
+    *out = NULL;
+    *n = 0;
+    if (!list || !list[0]) return 0;
+    char *copy = xstrdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        webhook_net net = {0};
+        char *slash = strchr(tok, '/');
+        if (slash) *slash = 0;
+        if (inet_pton(AF_INET, tok, net.addr) == 1) net.family = AF_INET, net.bits = 32;
+        else if (inet_pton(AF_INET6, tok, net.addr) == 1) net.family = AF_INET6, net.bits = 128;
+        else {
+            um_err_param(err, "webhook_allow", "--webhook-allow: '%s' is not an IPv4/IPv6 address or CIDR block", tok);
+            free(copy);
+            free(*out);
+            *out = NULL;
+            *n = 0;
+            return -1;
+        }
+        if (slash) {
+            char *end;
+            long b = strtol(slash + 1, &end, 10);
+            if (*end || b < 0 || b > net.bits) {
+                um_err_param(err, "webhook_allow", "--webhook-allow: bad prefix length in '%s/%s'", tok, slash + 1);
+                free(copy);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return -1;
+            }
+            net.bits = (int)b;
+        }
+        *out = xrealloc(*out, (size_t)(*n + 1) * sizeof **out);
+        (*out)[(*n)++] = net;
+    }
+    free(copy);
+    return 0;
+}
+
+/* 1 for IPv4 addresses that are not on the public internet: this host, private, shared (CGNAT),
+ * loopback, link-local (cloud metadata at 169.254.169.254), IETF, documentation, benchmarking,
+ * multicast, reserved, broadcast. */
+static int v4_internal(const unsigned char *a) {
+    static const struct {
+        unsigned char net[4];
+        int bits;
+    } k[] = {{{0, 0, 0, 0}, 8},     {{10, 0, 0, 0}, 8},      {{100, 64, 0, 0}, 10},  {{127, 0, 0, 0}, 8},
+             {{169, 254, 0, 0}, 16}, {{172, 16, 0, 0}, 12},   {{192, 0, 0, 0}, 24},   {{192, 0, 2, 0}, 24},
+             {{192, 88, 99, 0}, 24}, {{192, 168, 0, 0}, 16},  {{198, 18, 0, 0}, 15},  {{198, 51, 100, 0}, 24},
+             {{203, 0, 113, 0}, 24}, {{224, 0, 0, 0}, 4},     {{240, 0, 0, 0}, 4}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (prefix_eq(a, k[i].net, k[i].bits)) return 1;
+    return 0;
+}
+
+/* 1 for IPv6 addresses that are not on the public internet, including the forms that embed an
+ * IPv4 address (mapped ::ffff:a.b.c.d, NAT64 64:ff9b::, 6to4 2002::) when that address is. */
+static int v6_internal(const unsigned char *a) {
+    static const unsigned char zero[16] = {0}, mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff},
+                               nat64[12] = {0, 0x64, 0xff, 0x9b}, six2four[2] = {0x20, 0x02};
+    if (memcmp(a, zero, 15) == 0 && (a[15] == 0 || a[15] == 1)) return 1; /* :: and ::1 */
+    if (memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0) return v4_internal(a + 12);
+    if (memcmp(a, zero, 12) == 0) return 1;                            /* IPv4-compatible (deprecated) */
+    if (prefix_eq(a, six2four, 16)) return v4_internal(a + 2);
+    if ((a[0] & 0xfe) == 0xfc) return 1;                               /* fc00::/7 unique local */
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return 1;               /* fe80::/10 link-local */
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return 1;               /* fec0::/10 site-local */
+    if (a[0] == 0xff) return 1;                                        /* multicast */
+    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8) return 1; /* documentation */
+    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0 && a[3] == 0) return 1;       /* Teredo */
+    if (a[0] == 0x01 && a[1] == 0 && memcmp(a + 2, zero, 6) == 0) return 1;     /* 100::/64 discard */
+    return 0;
+}
+
+/* 1 when sa may be a webhook target: a public address, or one in the allow-list. */
+static int target_allowed(const struct sockaddr *sa, const webhook_net *allow, int n_allow) {
+    const unsigned char *a;
+    int family = sa->sa_family, internal;
+    if (family == AF_INET) {
+        a = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+        internal = v4_internal(a);
+    } else if (family == AF_INET6) {
+        a = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        internal = v6_internal(a);
+    } else {
+        return 0;
+    }
+    for (int i = 0; i < n_allow; i++)
+        if (allow[i].family == family && prefix_eq(a, allow[i].addr, allow[i].bits)) return 1;
+    return !internal;
+}
+
+/* Resolves u->host: every address must be allowed (a name that resolves to any internal address
+ * is refused as a whole). *res is the resolution (caller frees with freeaddrinfo). */
+static int resolve_checked(const webhook_url *u, const webhook_net *allow, int n_allow, struct addrinfo **res,
+                           um_err *err) {
+    struct addrinfo hints = {0};
     hints.ai_socktype = SOCK_STREAM;
-    int gr = getaddrinfo(u->host, u->port, &hints, &res);
-    if (gr != 0) return um_err_set(err, UM_ERR_IO, "webhook: cannot resolve '%s': %s", u->host, gai_strerror(gr));
+    *res = NULL;
+    int gr = getaddrinfo(u->host, u->port, &hints, res);
+    if (gr != 0) return um_err_param(err, "webhook", "webhook: cannot resolve '%s': %s", u->host, gai_strerror(gr));
+    for (struct addrinfo *a = *res; a; a = a->ai_next)
+        if (!target_allowed(a->ai_addr, allow, n_allow)) {
+            char shown[64] = "?";
+            getnameinfo(a->ai_addr, a->ai_addrlen, shown, sizeof shown, NULL, 0, NI_NUMERICHOST);
+            freeaddrinfo(*res);
+            *res = NULL;
+            return um_err_param(err, "webhook",
+                                "webhook: '%s' resolves to %s, a private, loopback, link-local or otherwise internal "
+                                "address; webhooks go to public addresses only unless --webhook-allow lists it",
+                                u->host, shown);
+        }
+    return 0;
+}
+
+/* Connects to an allowed address of u (resolved now: a name's answer may have changed since the
+ * job was created). */
+static int connect_to(const webhook_url *u, const webhook_net *allow, int n_allow, double deadline, um_err *err) {
+    struct addrinfo *res = NULL;
+    if (resolve_checked(u, allow, n_allow, &res, err) != 0) return -1;
     int fd = -1;
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
@@ -147,11 +282,12 @@ static int send_all(int fd, const char *p, size_t n, double deadline) {
     return 0;
 }
 
-int webhook_post(const webhook_url *u, const char *extra_headers, const void *body, size_t len, double timeout_s,
+int webhook_post(const webhook_url *u, const webhook_net *allow, int n_allow, const char *extra_headers,
+                 const void *body, size_t len, double timeout_s,
                  int *http_status, um_err *err) {
     *http_status = 0;
     double deadline = time_now_s() + timeout_s;
-    int fd = connect_to(u, deadline, err);
+    int fd = connect_to(u, allow, n_allow, deadline, err);
     if (fd < 0) return -1;
     char head[2048];
     int hn = snprintf(head, sizeof head,
@@ -200,20 +336,33 @@ typedef struct delivery {
     void            *user;
 } delivery;
 
+#define WEBHOOK_MAX_WORKERS 64
+
 struct webhook_sender {
     char           *secret;          /* owned */
     int             max_attempts;
     double          base_delay_s, timeout_s;
-    pthread_t       thread;
+    webhook_net    *allow;           /* [n_allow] extra allowed networks (owned) */
+    int             n_allow;
+    pthread_t       threads[WEBHOOK_MAX_WORKERS];
+    int             n_threads;
     pthread_mutex_t lock;
     pthread_cond_t  cond;            /* CLOCK_MONOTONIC */
     /* --- lock { */
     delivery       *queue;           /* pending, any order */
+    delivery       *active;          /* in flight (one per target at most) */
     int             in_flight;
     int             stopping;
     double          drain_deadline;
     /* } lock --- */
 };
+
+/* 1 when a delivery to d's target (host:port) is in flight; lock held. */
+static int target_busy(const webhook_sender *w, const delivery *d) {
+    for (const delivery *a = w->active; a; a = a->next)
+        if (strcmp(a->url.host, d->url.host) == 0 && strcmp(a->url.port, d->url.port) == 0) return 1;
+    return 0;
+}
 
 static void delivery_free(delivery *d) {
     free(d->event);
@@ -222,6 +371,26 @@ static void delivery_free(delivery *d) {
     free(d);
 }
 
+/* One attempt of d (no lock held); 1 when the delivery is over (delivered or given up). */
+static int attempt(webhook_sender *w, delivery *d) {
+    char headers[512];
+    snprintf(headers, sizeof headers, "X-Unmask-Signature: sha256=%s\r\nX-Unmask-Event: %s\r\nX-Unmask-Delivery: %s\r\n",
+             d->sig, d->event, d->id);
+    int status = 0;
+    um_err err = {0};
+    d->attempts++;
+    int r = webhook_post(&d->url, w->allow, w->n_allow, headers, d->body, d->len, w->timeout_s, &status, &err);
+    int ok = r == 0 && status >= 200 && status < 300;
+    int give_up = ok || d->attempts >= w->max_attempts;
+    if (!ok)
+        log_warn("webhook %s to %s:%s%s attempt %d/%d failed: %s", d->id, d->url.host, d->url.port, d->url.path,
+                 d->attempts, w->max_attempts, r ? err.msg : "non-2xx status");
+    if (give_up && d->done) d->done(d->user, d->id, ok, d->attempts, status);
+    return give_up;
+}
+
+/* A worker: the due delivery whose target has nothing in flight, one attempt, reschedule. So a
+ * target that stalls holds one worker at most, and the others keep serving other targets. */
 static void *sender_main(void *arg) {
     webhook_sender *w = arg;
     pthread_mutex_lock(&w->lock); /* --- lock { */
@@ -230,7 +399,7 @@ static void *sender_main(void *arg) {
         if (w->stopping && (!w->queue || now >= w->drain_deadline)) break;
         delivery **best = NULL;
         for (delivery **pp = &w->queue; *pp; pp = &(*pp)->next)
-            if (!best || (*pp)->next_at < (*best)->next_at) best = pp;
+            if (!target_busy(w, *pp) && (!best || (*pp)->next_at < (*best)->next_at)) best = pp;
         if (!best || (*best)->next_at > now) {
             double until = best ? (*best)->next_at : now + 3600;
             if (w->stopping && until > w->drain_deadline) until = w->drain_deadline;
@@ -246,26 +415,21 @@ static void *sender_main(void *arg) {
         }
         delivery *d = *best;
         *best = d->next;
+        d->next = w->active;
+        w->active = d;
         w->in_flight++;
         pthread_mutex_unlock(&w->lock); /* } lock --- */
 
-        char headers[512];
-        snprintf(headers, sizeof headers, "X-Unmask-Signature: sha256=%s\r\nX-Unmask-Event: %s\r\nX-Unmask-Delivery: %s\r\n",
-                 d->sig, d->event, d->id);
-        int status = 0;
-        um_err err = {0};
-        d->attempts++;
-        int r = webhook_post(&d->url, headers, d->body, d->len, w->timeout_s, &status, &err);
-        int ok = r == 0 && status >= 200 && status < 300;
-        int give_up = ok || d->attempts >= w->max_attempts;
-        if (!ok)
-            log_warn("webhook %s to %s:%s%s attempt %d/%d failed: %s", d->id, d->url.host, d->url.port, d->url.path,
-                     d->attempts, w->max_attempts, r ? err.msg : "non-2xx status");
-        if (give_up && d->done) d->done(d->user, d->id, ok, d->attempts, status);
+        int over = attempt(w, d);
 
         pthread_mutex_lock(&w->lock); /* --- lock { */
+        for (delivery **pp = &w->active; *pp; pp = &(*pp)->next)
+            if (*pp == d) {
+                *pp = d->next;
+                break;
+            }
         w->in_flight--;
-        if (give_up || (w->stopping && time_now_s() >= w->drain_deadline)) {
+        if (over || (w->stopping && time_now_s() >= w->drain_deadline)) {
             delivery_free(d);
         } else {
             double delay = w->base_delay_s;
@@ -275,19 +439,19 @@ static void *sender_main(void *arg) {
             d->next = w->queue;
             w->queue = d;
         }
-    }
-    while (w->queue) { /* abandoned at shutdown */
-        delivery *d = w->queue;
-        w->queue = d->next;
-        log_warn("webhook %s abandoned at shutdown after %d attempts", d->id, d->attempts);
-        delivery_free(d);
+        pthread_cond_broadcast(&w->cond); /* its target is free again */
     }
     pthread_mutex_unlock(&w->lock); /* } lock --- */
     return NULL;
 }
 
-webhook_sender *webhook_sender_new(const webhook_config *cfg) {
+webhook_sender *webhook_sender_new(const webhook_config *cfg, um_err *err) {
     webhook_sender *w = xcalloc(1, sizeof *w);
+    if (webhook_allow_parse(cfg ? cfg->allow : NULL, &w->allow, &w->n_allow, err) != 0) {
+        free(w);
+        return NULL;
+    }
+    w->n_threads = cfg && cfg->workers > 0 ? (cfg->workers < WEBHOOK_MAX_WORKERS ? cfg->workers : WEBHOOK_MAX_WORKERS) : 4;
     w->secret = xstrdup(cfg && cfg->secret ? cfg->secret : "");
     w->max_attempts = cfg && cfg->max_attempts > 0 ? cfg->max_attempts : 5;
     w->base_delay_s = cfg && cfg->base_delay_s > 0 ? cfg->base_delay_s : 0.5;
@@ -303,7 +467,7 @@ webhook_sender *webhook_sender_new(const webhook_config *cfg) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    CHECK(pthread_create(&w->thread, NULL, sender_main, w) == 0);
+    for (int i = 0; i < w->n_threads; i++) CHECK(pthread_create(&w->threads[i], NULL, sender_main, w) == 0);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return w;
 }
@@ -315,11 +479,27 @@ void webhook_sender_free(webhook_sender *w, double drain_s) {
     w->drain_deadline = time_now_s() + drain_s;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
+    for (int i = 0; i < w->n_threads; i++) pthread_join(w->threads[i], NULL);
+    while (w->queue) { /* abandoned at shutdown */
+        delivery *d = w->queue;
+        w->queue = d->next;
+        log_warn("webhook %s abandoned at shutdown after %d attempts", d->id, d->attempts);
+        delivery_free(d);
+    }
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->cond);
+    free(w->allow);
     free(w->secret);
     free(w);
+}
+
+int webhook_check_target(const webhook_sender *w, const char *url, um_err *err) {
+    webhook_url u;
+    if (webhook_url_parse(url, &u, err) != 0) return -1;
+    struct addrinfo *res = NULL;
+    if (resolve_checked(&u, w->allow, w->n_allow, &res, err) != 0) return -1;
+    freeaddrinfo(res);
+    return 0;
 }
 
 int webhook_enqueue(webhook_sender *w, const char *url, const char *event, const char *delivery_id, const char *body,

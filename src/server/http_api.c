@@ -349,8 +349,16 @@ http_api *http_api_create(server *s, um_err *err) {
                          .max_attempts = cfg->job_attempts};
     a->jobs = job_store_new(&jo);
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,
-                         .base_delay_s = cfg->webhook_retry_base_s, .timeout_s = 5};
-    a->wh = webhook_sender_new(&wc);
+                         .base_delay_s = cfg->webhook_retry_base_s, .timeout_s = cfg->webhook_timeout_s,
+                         .allow = cfg->webhook_allow, .workers = cfg->webhook_workers};
+    a->wh = webhook_sender_new(&wc, err);
+    if (!a->wh) {
+        job_store_free(a->jobs);
+        auth_keys_free(&a->keys);
+        free(a->cors_origin);
+        free(a);
+        return NULL;
+    }
     a->secret_set = secret && secret[0];
     a->created = (long)time(NULL);
     gauges_register(a);

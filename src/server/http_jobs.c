@@ -188,6 +188,11 @@ typedef struct job_prep {
 static void job_prep_run(prep_job *j) {
     job_prep *p = (job_prep *)j;
     p->rc = api_gen_build(&p->g, p->m, &server_policy(p->api->srv)->lim, &p->seqs, &p->n, &p->e);
+    /* a new job's webhook target: resolved here (DNS can take a while), refused unless public or
+     * allowed (--webhook-allow); checked again before every delivery */
+    const char *wh = p->req ? json_string_value(json_object_get(p->req, "webhook")) : NULL;
+    um_err ue = {0};
+    if (p->rc == 0 && !p->start && wh && webhook_check_target(p->api->wh, wh, &ue) != 0) p->rc = oai_error_from_um(&p->e, &ue);
 }
 
 static void job_prep_free(job_prep *p) {
@@ -341,7 +346,10 @@ static void job_create_done(job_prep *p) {
         int bad = 0;
         if (!json_is_string(wh)) bad = oai_error_set(&e, 400, "invalid_type", "webhook", "webhook must be a string URL");
         else if (webhook_url_parse(json_string_value(wh), &u, &ue) != 0) bad = oai_error_from_um(&e, &ue);
-        else if (!a->secret_set) log_warn("job webhooks are signed with an empty key: set --webhook-secret or $UNMASK_WEBHOOK_SECRET");
+        else if (!a->secret_set)
+            bad = oai_error_set(&e, 400, "webhooks_disabled", "webhook",
+                                "webhooks are off on this server: it has no signing key (--webhook-secret or "
+                                "$UNMASK_WEBHOOK_SECRET), and unsigned webhooks could be forged");
         if (bad) {
             api_respond_error(c, &e);
             return;

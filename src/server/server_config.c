@@ -160,6 +160,13 @@ static const setting k_settings[] = {
     {"webhook-attempts", SET_INT, F(webhook_attempts), "5", 1, 100, "webhook delivery attempts", NULL, NULL, 0, NULL},
     {"webhook-retry-base", SET_NUM, F(webhook_retry_base_s), "0.5", 1e-9, INF,
      "seconds before the first webhook retry, doubling", NULL, NULL, 0, NULL},
+    {"webhook-timeout", SET_NUM, F(webhook_timeout_s), "5", 0.01, 600,
+     "seconds one webhook attempt may take (resolve, connect, send, answer)", NULL, NULL, 0, NULL},
+    {"webhook-allow", SET_STR, F(webhook_allow), "", 0, 0,
+     "networks webhooks may reach besides public addresses, e.g. 10.0.0.0/8,127.0.0.1 (private, loopback, "
+     "link-local and metadata addresses are refused otherwise)", NULL, NULL, 0, NULL},
+    {"webhook-workers", SET_INT, F(webhook_workers), "4", 1, 64,
+     "webhook delivery threads (one target holds one at most)", NULL, NULL, 0, NULL},
     {"served-model-name", SET_STR, F(served_model_name), "", 0, 0, "model id reported by /v1/models",
      "the model directory name", NULL, 0, NULL},
     {"max-gen-length", SET_INT, F(max_gen_length), "8192", 1, INF, "largest max_tokens / gen_length a request may ask",

@@ -55,6 +55,9 @@ typedef struct server_config {
     char  *webhook_secret;        /* HMAC key of job webhooks, or NULL ($UNMASK_WEBHOOK_SECRET) */
     int    webhook_attempts;      /* delivery attempts per webhook */
     double webhook_retry_base_s;  /* first retry delay, doubling */
+    double webhook_timeout_s;     /* one attempt: resolve + connect + send + answer */
+    char  *webhook_allow;         /* networks webhooks may reach besides public addresses, or NULL */
+    int    webhook_workers;       /* delivery threads */
     char  *served_model_name;     /* /v1/models id, or NULL: the model directory's name */
     int    max_gen_length;        /* largest max_tokens / gen_length of a request */
     int    max_prompt_tokens;     /* largest prompt, tokens; 0 = the model's context */

@@ -29,7 +29,8 @@ const received = [];
 
 before(async () => {
   const slow = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
-  srv = await startServer(['--max-batch', '4', '--job-attempts', '3', '--webhook-retry-base', '0.05'], {
+  srv = await startServer(['--max-batch', '4', '--job-attempts', '3', '--webhook-retry-base', '0.05',
+    '--webhook-secret', 'faults-secret', '--webhook-allow', '127.0.0.1'], {
     model: slow,
     env: { UNMASK_FAULT_FORWARD_FAIL: `seed=${ALWAYS};seed=${TWICE},times=2;seed=${MIDWAY},after=2` },
   });

@@ -131,6 +131,13 @@ describe('per-caller isolation', () => {
     assert.equal(j4.status, 202, 'finished jobs free the quota');
   });
 
+  test('without a signing key webhooks are off: a job asking for one is refused', async () => {
+    const r = await post(srv, '/v1/jobs', KEY_C, { prompt: 'x', max_tokens: 2, webhook: 'http://93.184.216.34/hook' });
+    assert.equal(r.status, 400);
+    assert.equal(r.json.error.code, 'webhooks_disabled');
+    assert.match(r.json.error.message, /--webhook-secret/);
+  });
+
   test('a session token is bound to its key: another key resuming it is told the session is unknown', async () => {
     await quiet();
     const a = ws(srv, KEY_A);

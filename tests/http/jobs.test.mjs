@@ -17,7 +17,9 @@ let failFirst = 0;
 before(async () => {
   // a slower checkpoint (about 0.1 s per step) so that a running job can be cancelled mid-way
   const model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
-  srv = await startServer(['--webhook-secret', SECRET, '--webhook-retry-base', '0.05', '--max-batch', '4'], { model });
+  // the receiver listens on loopback: webhooks reach internal addresses only when allowed
+  srv = await startServer(['--webhook-secret', SECRET, '--webhook-retry-base', '0.05', '--max-batch', '4',
+    '--webhook-allow', '127.0.0.1/32'], { model });
   hook = http.createServer((req, res) => {
     let body = '';
     req.on('data', (d) => (body += d));
@@ -195,6 +197,14 @@ test('job input errors: stream, bad webhook URL, unknown job', async () => {
   const w = await post(`${srv.url}/v1/jobs`, job({ webhook: 'ftp://x/y' }));
   assert.equal(w.status, 400);
   assert.equal(w.json().error.param, 'webhook');
+  // SSRF: internal targets outside --webhook-allow are refused, in any spelling
+  for (const target of ['http://169.254.169.254/latest/meta-data/', 'http://127.0.0.2:8080/', 'http://2130706434/',
+    'http://[::ffff:10.0.0.1]/', 'http://10.0.0.1/']) {
+    const r = await post(`${srv.url}/v1/jobs`, job({ webhook: target }));
+    assert.equal(r.status, 400, `${target}: ${r.text}`);
+    assert.equal(r.json().error.param, 'webhook');
+    assert.match(r.json().error.message, /internal address|--webhook-allow/);
+  }
   const v = await post(`${srv.url}/v1/jobs`, job({ diffusion_steps: 0 }));
   assert.equal(v.status, 400);
   assert.equal(v.json().error.param, 'diffusion_steps');

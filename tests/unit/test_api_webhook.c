@@ -145,8 +145,11 @@ static void test_delivery(void) {
     l.fail_first = 2;
     pthread_t th;
     listener_start(&l, &th);
-    webhook_config cfg = {.secret = "s3cret", .max_attempts = 4, .base_delay_s = 0.02, .timeout_s = 2};
-    webhook_sender *w = webhook_sender_new(&cfg);
+    webhook_config cfg = {.secret = "s3cret", .max_attempts = 4, .base_delay_s = 0.02, .timeout_s = 2,
+                          .allow = "127.0.0.1/32"};
+    um_err cerr = {0};
+    webhook_sender *w = webhook_sender_new(&cfg, &cerr);
+    TEST_CHECK(w != NULL, "sender: %s", cerr.msg);
     done_rec d = {.lock = PTHREAD_MUTEX_INITIALIZER};
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", l.port);
@@ -186,9 +189,84 @@ static void test_delivery(void) {
     pthread_join(th, NULL);
 }
 
+/* The SSRF guard: internal addresses in every spelling are refused unless allow-listed. */
+static void test_targets(void) {
+    um_err err = {0};
+    webhook_config cfg = {.secret = "k", .timeout_s = 1};
+    webhook_sender *w = webhook_sender_new(&cfg, &err);
+    static const char *const refused[] = {
+        "http://127.0.0.1/", "http://127.1.2.3:8080/x", "http://localhost/", "http://0.0.0.0/", "http://10.1.2.3/",
+        "http://172.16.0.1/", "http://172.31.255.255/", "http://192.168.1.1/", "http://169.254.169.254/latest/meta-data/",
+        "http://100.64.0.1/", "http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/",
+        "http://[::1]/", "http://[::]/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:169.254.169.254]/",
+        "http://[64:ff9b::a9fe:a9fe]/", "http://[2002:7f00:1::]/", "http://[fd00:ec2::254]/", "http://[fe80::1]/",
+        "http://[ff02::1]/", "http://224.0.0.1/", "http://255.255.255.255/",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memset(&err, 0, sizeof err);
+        TEST_CHECK(webhook_check_target(w, refused[i], &err) == -1 && strcmp(err.param, "webhook") == 0,
+                   "%s refused (%s)", refused[i], err.msg);
+    }
+    static const char *const public_ok[] = {"http://93.184.216.34/", "http://8.8.8.8:8080/hook", "http://[2606:4700::1]/"};
+    for (size_t i = 0; i < sizeof public_ok / sizeof public_ok[0]; i++)
+        TEST_CHECK(webhook_check_target(w, public_ok[i], &err) == 0, "%s allowed: %s", public_ok[i], err.msg);
+    webhook_sender_free(w, 0);
+    /* an allow-list opens exactly its networks */
+    cfg.allow = "127.0.0.1, 10.0.0.0/8,fd00::/8";
+    w = webhook_sender_new(&cfg, &err);
+    TEST_CHECK(w && webhook_check_target(w, "http://127.0.0.1:9/", &err) == 0, "127.0.0.1 allowed: %s", err.msg);
+    TEST_CHECK(webhook_check_target(w, "http://10.200.0.1/", &err) == 0, "10/8 allowed");
+    TEST_CHECK(webhook_check_target(w, "http://[fd00:ec2::254]/", &err) == 0, "fd00::/8 allowed");
+    TEST_CHECK(webhook_check_target(w, "http://127.0.0.2/", &err) == -1, "127.0.0.2 still refused");
+    TEST_CHECK(webhook_check_target(w, "http://169.254.169.254/", &err) == -1, "metadata still refused");
+    webhook_sender_free(w, 0);
+    cfg.allow = "10.0.0.0/33";
+    TEST_CHECK(webhook_sender_new(&cfg, &err) == NULL && strstr(err.msg, "prefix"), "bad CIDR: %s", err.msg);
+    cfg.allow = "not-an-address";
+    TEST_CHECK(webhook_sender_new(&cfg, &err) == NULL && strstr(err.msg, "--webhook-allow"), "bad entry: %s", err.msg);
+}
+
+/* A target that never answers holds one worker; another target's deliveries go through meanwhile. */
+static void test_stalled_target(void) {
+    /* a listener that accepts and never answers */
+    int stall = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    TEST_CHECK(bind(stall, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(stall, 64) == 0 &&
+                   getsockname(stall, (struct sockaddr *)&sa, &sl) == 0,
+               "stalling listener");
+    listener l = {0};
+    pthread_t th;
+    listener_start(&l, &th);
+    um_err err = {0};
+    webhook_config cfg = {.secret = "s", .max_attempts = 1, .timeout_s = 3, .allow = "127.0.0.1", .workers = 2};
+    webhook_sender *w = webhook_sender_new(&cfg, &err);
+    done_rec d = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    char slow[64], fast[64];
+    snprintf(slow, sizeof slow, "http://127.0.0.1:%d/stall", ntohs(sa.sin_port));
+    snprintf(fast, sizeof fast, "http://127.0.0.1:%d/hook", l.port);
+    for (int i = 0; i < 10; i++) { /* ten deliveries to the stalled target... */
+        char id[16];
+        snprintf(id, sizeof id, "slow%d", i);
+        webhook_enqueue(w, slow, "e", id, "{}", 2, NULL, NULL, &err);
+    }
+    double t0 = time_now_s();
+    TEST_CHECK(webhook_enqueue(w, fast, "e", "fast", "{}", 2, on_done, &d, &err) == 0, "enqueue fast");
+    TEST_CHECK(wait_calls(&d, 1, 10), "the healthy target was served");
+    TEST_CHECK(d.ok == 1 && time_now_s() - t0 < 2.0, "...without waiting behind the stalled one (%.2f s)",
+               time_now_s() - t0);
+    webhook_sender_free(w, 0);
+    close(stall);
+    shutdown(l.fd, SHUT_RDWR);
+    close(l.fd);
+    pthread_join(th, NULL);
+}
+
 int main(void) {
     test_sign();
     test_url();
+    test_targets();
     test_delivery();
+    test_stalled_target();
     return test_report();
 }
