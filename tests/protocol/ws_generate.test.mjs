@@ -43,7 +43,8 @@ describe('ws generate', () => {
     checkGeneration(assert, c.msgs, 'a');
     checkSeqContiguous(assert, c.msgs);
     const steps = c.of('a').filter((m) => m.type === 'step');
-    assert.ok(steps.length >= 2, 'several step events');
+    // (how many frames arrive depends on load: a busy machine may merge all 16 steps into one)
+    assert.ok(steps.length >= 1, 'step events');
     // every step frame carries drafts for exactly the block's still-masked positions
     const committed = new Set();
     for (const m of steps) {

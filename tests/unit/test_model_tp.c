@@ -6,7 +6,9 @@
  * model_forward and model_forward_dev); a batch the leader refuses (bad token id) is never sent to
  * the followers and the group keeps working; model_tp_free stops and joins the followers; a tp that
  * does not divide the heads and multi-node on the CPU are refused with clear errors; the memory
- * sizing (model_weight_bytes) matches the checkpoint's own tensor sizes, per rank.
+ * sizing (model_weight_bytes) matches the checkpoint's own tensor sizes, per rank. On the fp32 kernel path
+ * (the reference): the bf16 paths round activations, so a partial-sum order change can flip a rounding
+ * and the 1e-5 bound would test bf16, not the sharding.
  */
 #include <math.h>
 #include <stdio.h>
@@ -131,6 +133,7 @@ static void run_group(int tp, float *const *ref, float *out) {
 int main(void) {
     make_model_opts o = test_model_opts_tp();
     um_err err = {0};
+    TEST_CHECK(backend_cpu_kernels_select(BACKEND_CPU_KERNELS_FP32, &err) == 0, "select fp32: %s", err.msg);
     if (test_model_make("test_model_tp_model", &o, &g_m, &err) != 0) {
         TEST_CHECK(0, "model: %s", err.msg);
         return test_report();
