@@ -32,11 +32,16 @@ typedef struct job {
     char       *error;             /* owned or NULL */
     char        webhook_status[16];
     int         webhook_attempts;
-    /* event log: ring of max_events */
+    /* event log: the events first_kept_id .. next_event_id - 1 at ring[id % ring_cap]; the ring
+     * grows by doubling up to max_events */
     int64_t     next_event_id;     /* id of the next event (starts at 1) */
     int64_t     first_kept_id;     /* oldest id still in the ring */
-    char      **ring;              /* [max_events] compact JSON, owned */
+    char      **ring;              /* [ring_cap] compact JSON, owned */
+    int         ring_cap;
+    size_t      bytes;             /* what this job holds (request, result, events), for max_bytes */
 } job;
+
+#define JOB_OVERHEAD 512           /* bytes charged per job besides its JSON */
 
 #define JOB_HASH 4096
 
@@ -47,6 +52,7 @@ struct job_store {
     job  *buckets[JOB_HASH];
     job  *oldest, *newest;
     int   n, n_active;
+    size_t bytes;                  /* sum of every job's bytes */
     /* } lock --- */
 };
 
@@ -79,18 +85,20 @@ job_store *job_store_new(const job_store_opts *o) {
     js->o.max_active = o && o->max_active > 0 ? o->max_active : 1000;
     js->o.max_events = o && o->max_events > 0 ? o->max_events : 4096;
     js->o.max_attempts = o && o->max_attempts > 0 ? o->max_attempts : 3;
+    js->o.max_bytes = o && o->max_bytes > 0 ? o->max_bytes : (256u << 20);
     pthread_mutex_init(&js->lock, NULL);
     return js;
 }
 
 static void job_free(job_store *js, job *j) {
+    js->bytes -= j->bytes;
     free(j->owner);
     free(j->idem_key);
     json_decref(j->request);
     free(j->webhook);
     json_decref(j->result);
     free(j->error);
-    for (int i = 0; i < js->o.max_events; i++) free(j->ring[i]);
+    for (int i = 0; i < j->ring_cap; i++) free(j->ring[i]);
     free(j->ring);
     free(j);
 }
@@ -126,15 +134,56 @@ static void unlink_job(job_store *js, job *j) {
     js->n--;
 }
 
-/* Append an event under the lock; returns its id. */
+static void charge(job_store *js, job *j, long delta) {
+    j->bytes = (size_t)((long)j->bytes + delta);
+    js->bytes = (size_t)((long)js->bytes + delta);
+}
+
+/* Evicts finished jobs, oldest first and never keep, until need more bytes fit in max_bytes;
+ * lock held. 1 when they fit. */
+static int make_room(job_store *js, size_t need, const job *keep) {
+    for (job *j = js->oldest; j && js->bytes + need > js->o.max_bytes;) {
+        job *nx = j->next;
+        if (j != keep && job_status_terminal(j->status)) {
+            unlink_job(js, j);
+            job_free(js, j);
+        }
+        j = nx;
+    }
+    return js->bytes + need <= js->o.max_bytes;
+}
+
+/* Drops j's oldest kept event; lock held. */
+static void drop_oldest_event(job_store *js, job *j) {
+    int slot = (int)(j->first_kept_id % j->ring_cap);
+    charge(js, j, -(long)strlen(j->ring[slot]));
+    free(j->ring[slot]);
+    j->ring[slot] = NULL;
+    j->first_kept_id++;
+}
+
+/* Append an event under the lock; returns its id. The log keeps max_events events at most, and
+ * loses its oldest ones when the store's max_bytes would be exceeded otherwise. */
 static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     char *s = json_dumps(ev, UM_JSON_COMPACT);
     CHECK(s != NULL);
+    size_t len = strlen(s);
+    int64_t kept = j->next_event_id - j->first_kept_id;
+    if (kept >= js->o.max_events) drop_oldest_event(js, j), kept--;
+    if (kept >= j->ring_cap) { /* grow, laying the kept events out for the new capacity */
+        int cap = j->ring_cap ? 2 * j->ring_cap : 16;
+        if (cap > js->o.max_events) cap = js->o.max_events;
+        char **ring = xcalloc((size_t)cap, sizeof *ring);
+        for (int64_t id = j->first_kept_id; id < j->next_event_id; id++) ring[id % cap] = j->ring[id % j->ring_cap];
+        free(j->ring);
+        j->ring = ring;
+        j->ring_cap = cap;
+    }
+    if (!make_room(js, len, j))
+        while (j->first_kept_id < j->next_event_id && js->bytes + len > js->o.max_bytes) drop_oldest_event(js, j);
     int64_t id = j->next_event_id++;
-    int slot = (int)(id % js->o.max_events);
-    free(j->ring[slot]);
-    j->ring[slot] = s;
-    if (id - j->first_kept_id >= js->o.max_events) j->first_kept_id = id - js->o.max_events + 1;
+    j->ring[id % j->ring_cap] = s;
+    charge(js, j, (long)len);
     return id;
 }
 
@@ -188,6 +237,17 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
         pthread_mutex_unlock(&js->lock);
         return um_err_set(err, UM_ERR_RESOURCE, "too many unfinished jobs (%d); retry later", js->o.max_active);
     }
+    char *req_text = json_dumps(request, UM_JSON_COMPACT);
+    size_t req_bytes = (req_text ? strlen(req_text) : 0) + JOB_OVERHEAD;
+    free(req_text);
+    if (!make_room(js, req_bytes, NULL)) {
+        size_t have = js->bytes;
+        pthread_mutex_unlock(&js->lock);
+        return um_err_set(err, UM_ERR_RESOURCE,
+                          "the job store is full (%zu MB of unfinished jobs' requests and events; --jobs-max-bytes); "
+                          "retry later",
+                          have >> 20);
+    }
     /* evict the oldest finished jobs beyond max_jobs */
     for (job *j = js->oldest; j && js->n >= js->o.max_jobs;) {
         job *nx = j->next;
@@ -210,7 +270,7 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     j->created_at = unix_now();
     j->next_event_id = 1;
     j->first_kept_id = 1;
-    j->ring = xcalloc((size_t)js->o.max_events, sizeof *j->ring);
+    charge(js, j, (long)req_bytes);
     snprintf(j->webhook_status, sizeof j->webhook_status, "%s", webhook ? "pending" : "");
     unsigned h = hash_id(j->id);
     j->hnext = js->buckets[h];
@@ -341,6 +401,11 @@ void job_store_succeed(job_store *js, const char *id, const json_t *result) {
     if (j && !job_status_terminal(j->status)) {
         json_decref(j->result);
         j->result = json_deep_copy(result);
+        char *t = json_dumps(result, UM_JSON_COMPACT);
+        size_t len = t ? strlen(t) : 0;
+        free(t);
+        make_room(js, len, j); /* the result is kept even when nothing else can go */
+        charge(js, j, (long)len);
         j->committed = (long)j->gen_length;
         set_terminal(js, j, JOB_SUCCEEDED);
     }
@@ -374,6 +439,22 @@ int job_store_attempt_failed(job_store *js, const char *id, const char *message)
     }
     pthread_mutex_unlock(&js->lock);
     return retry;
+}
+
+int job_store_fail_unfinished(job_store *js, const char *message, char (**ids_out)[40]) {
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    char(*ids)[40] = xmalloc((size_t)(js->n_active > 0 ? js->n_active : 1) * sizeof *ids);
+    int n = 0;
+    for (job *j = js->oldest; j; j = j->next) {
+        if (job_status_terminal(j->status)) continue;
+        free(j->error);
+        j->error = xstrdup(message);
+        set_terminal(js, j, JOB_FAILED);
+        memcpy(ids[n++], j->id, sizeof ids[0]);
+    }
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    *ids_out = ids;
+    return n;
 }
 
 int job_store_cancel(job_store *js, const char *id, const char *owner) {
@@ -445,7 +526,7 @@ int job_store_events_since(job_store *js, const char *id, int64_t after_id, int 
     for (int i = 0; i < n; i++) {
         int64_t eid = from + i;
         ev[i].id = eid;
-        ev[i].json = xstrdup(j->ring[eid % js->o.max_events]);
+        ev[i].json = xstrdup(j->ring[eid % j->ring_cap]);
     }
     *terminal = job_status_terminal(j->status) && from + n >= to;
     pthread_mutex_unlock(&js->lock); /* } lock --- */
@@ -456,6 +537,13 @@ int job_store_events_since(job_store *js, const char *id, int64_t after_id, int 
 void job_events_free(job_event_copy *ev, int n) {
     for (int i = 0; i < n; i++) free(ev[i].json);
     free(ev);
+}
+
+size_t job_store_bytes(job_store *js) {
+    pthread_mutex_lock(&js->lock);
+    size_t b = js->bytes;
+    pthread_mutex_unlock(&js->lock);
+    return b;
 }
 
 void job_store_counts(job_store *js, int *queued, int *running, int *total) {

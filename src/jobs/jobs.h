@@ -36,10 +36,16 @@ typedef struct job_store_opts {
     int    max_active;      /* queued + running jobs; beyond: job_store_create fails (-> 503); default 1000 */
     int    max_events;      /* event log window per job; default 4096 */
     int    max_attempts;    /* engine attempts per job; default 3 */
+    size_t max_bytes;       /* requests + results + event logs of every job; default 256 MB. A job
+                               that does not fit once finished ones are evicted is refused (-> 503);
+                               a log that outgrows it loses its oldest events */
 } job_store_opts;
 
 job_store *job_store_new(const job_store_opts *o);
 void       job_store_free(job_store *js);
+
+/* Bytes the store holds (requests, results, events; for tests and /stats). */
+size_t job_store_bytes(job_store *js);
 
 /* Create a job for request (a JSON object, copied) owned by owner (the API key or "" under open
  * access; jobs are visible to their owner only). idem_key (may be NULL): an earlier job of the same
@@ -79,6 +85,9 @@ void job_store_cancelled(job_store *js, const char *id);
 /* Engine failure: returns 1 when the job was put back to queued for another attempt (a "retry"
  * event is logged), 0 when it is now failed (terminal, error recorded). */
 int  job_store_attempt_failed(job_store *js, const char *id, const char *message);
+/* Shutdown: every job not yet terminal becomes failed with `message` (its queued/running work
+ * will never run here). Returns how many; *ids_out (malloc'd, free() it) lists their ids. */
+int  job_store_fail_unfinished(job_store *js, const char *message, char (**ids_out)[40]);
 /* Request cancellation: a queued job becomes cancelled at once (returns 1); a running job is marked
  * (returns 2: the caller cancels the engine work, then calls job_store_cancelled); terminal or
  * unknown: 0. */

@@ -346,7 +346,7 @@ http_api *http_api_create(server *s, um_err *err) {
     served_name_set(a, cfg);
     const char *secret = cfg->webhook_secret ? cfg->webhook_secret : getenv("UNMASK_WEBHOOK_SECRET");
     job_store_opts jo = {.max_jobs = cfg->max_jobs, .max_active = 1000, .max_events = 4096,
-                         .max_attempts = cfg->job_attempts};
+                         .max_attempts = cfg->job_attempts, .max_bytes = cfg->jobs_max_bytes};
     a->jobs = job_store_new(&jo);
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,
                          .base_delay_s = cfg->webhook_retry_base_s, .timeout_s = cfg->webhook_timeout_s,
@@ -378,7 +378,8 @@ http_api *http_api_create(server *s, um_err *err) {
 void http_api_free(http_api *a) {
     if (!a) return;
     metrics_gauge_unregister_all(server_metrics(a->srv));
-    webhook_sender_free(a->wh, 2.0);
+    jobs_shutdown(a);
+    webhook_sender_free(a->wh, 2.0); /* the last webhooks: delivered within 2 s or dropped */
     job_store_free(a->jobs);
     auth_keys_free(&a->keys);
     free(a->cors_origin);

@@ -105,6 +105,7 @@ void jobs_run_finished(http_api *a, gen_stream *gs);
 void jobs_pump(http_api *a);
 /* Graceful shutdown: end job event streams (clients resume with Last-Event-ID). */
 void jobs_drain_begin(http_api *a);
+void jobs_shutdown(http_api *a);   /* after the server stopped: unfinished jobs fail (webhooks sent) */
 void http_jobs_register(http_api *a);
 
 /* ---------------------------------------------------------------- common (http_api.c) */

@@ -107,10 +107,8 @@ static void job_q_push(http_api *a, const char *id) {
     snprintf(a->job_q[a->job_q_n++], 40, "%s", id);
 }
 
-/* A job reached a terminal state: notify streams, send its webhook. */
-static void job_terminal(http_api *a, const char *id, const char *owner) {
-    callers_give(server_callers(a->srv), owner, CALLER_JOBS, 1); /* taken when it was created */
-    subs_notify(a, id);
+/* Queue the webhook of a job that just became terminal (when it has one). */
+static void job_webhook_send(http_api *a, const char *id, const char *owner) {
     char *url = job_store_webhook(a->jobs, id);
     if (!url) return;
     json_t *obj = job_store_get_json(a->jobs, id, owner);
@@ -127,6 +125,13 @@ static void job_terminal(http_api *a, const char *id, const char *owner) {
         json_decref(obj);
     }
     free(url);
+}
+
+/* A job reached a terminal state: notify streams, send its webhook. */
+static void job_terminal(http_api *a, const char *id, const char *owner) {
+    callers_give(server_callers(a->srv), owner, CALLER_JOBS, 1); /* taken when it was created */
+    subs_notify(a, id);
+    job_webhook_send(a, id, owner);
 }
 
 static void job_on_finished(http_api *a, gen_stream *gs) {
@@ -534,6 +539,22 @@ void jobs_drain_begin(http_api *a) {
         http_stream_end(sub->c);
         sub_remove(sub);
     }
+}
+
+/* The server stopped (its engines are gone, the event streams closed): jobs that never finished
+ * fail now, so their webhooks still say so (delivered within the sender's drain), instead of
+ * vanishing with the process. */
+void jobs_shutdown(http_api *a) {
+    char(*ids)[40] = NULL;
+    int n = job_store_fail_unfinished(a->jobs, "the server shut down before the job finished; submit it again", &ids);
+    if (n > 0) log_warn("shutdown: %d unfinished job%s failed", n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        char *owner = job_store_owner(a->jobs, ids[i]);
+        job_webhook_send(a, ids[i], owner);
+        free(owner);
+    }
+    free(ids);
+    a->job_q_n = 0;
 }
 
 static const http_route k_job_routes[] = {

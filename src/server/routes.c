@@ -25,8 +25,10 @@ static int h_stats(http_conn *c, const http_req *rq) {
     json_object_set_new(o, "ready", json_boolean(server_ready(s)));
     server_conn_stats cs;
     server_get_conn_stats(s, &cs);
-    json_object_set_new(o, "connections", json_pack("{s:i,s:i,s:i}", "websocket", cs.ws_connections, "sessions",
-                                                    cs.sessions, "sessions_detached", cs.sessions_detached));
+    json_object_set_new(o, "connections",
+                        json_pack("{s:i,s:i,s:i,s:I}", "websocket", cs.ws_connections, "sessions", cs.sessions,
+                                  "sessions_detached", cs.sessions_detached, "session_bytes",
+                                  (json_int_t)cs.session_bytes));
     server_event_stats es;
     server_get_event_stats(s, &es);
     json_object_set_new(o, "events", json_pack("{s:I,s:f,s:f,s:f,s:f}", "written", (json_int_t)es.count, "mean_us",

@@ -19,6 +19,7 @@
 #ifndef UM_SERVER_H
 #define UM_SERVER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -89,6 +90,7 @@ typedef struct server_conn_stats {
     int ws_connections;
     int sessions;
     int sessions_detached;
+    size_t session_bytes;   /* every session's buffered events (--sessions-max-bytes) */
 } server_conn_stats;
 void server_get_conn_stats(const server *s, server_conn_stats *out);
 

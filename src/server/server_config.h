@@ -37,6 +37,7 @@ typedef struct server_config {
     int    prep_workers;          /* threads that tokenize / template requests off the service thread */
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
     size_t session_max_bytes;     /* per-session buffered events (unsent + sent-unacked), bytes */
+    size_t sessions_max_bytes;    /* ... of every session together, bytes */
     int    session_max_events;    /* ... and count */
     int    max_sessions;          /* sessions alive at once (connected + retained) */
     int    max_session_generations; /* running/queued generations per session */
@@ -62,6 +63,7 @@ typedef struct server_config {
     int    max_gen_length;        /* largest max_tokens / gen_length of a request */
     int    max_prompt_tokens;     /* largest prompt, tokens; 0 = the model's context */
     int    max_jobs;              /* async jobs kept */
+    size_t jobs_max_bytes;        /* their requests, results and event logs together, bytes */
     int    job_attempts;          /* engine attempts per job */
     double shutdown_grace_s;      /* SIGTERM: seconds to finish running work */
     /* per caller (an API key, or a client address without keys): server/callers.h; 0 = no limit */

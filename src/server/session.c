@@ -50,6 +50,7 @@ static ws_frame *frame_new(json_t *obj, uint64_t t_event_ns) {
  * released without losing events). */
 static void acct_add(ws_session *s, const ws_frame *f) {
     s->bytes += f->cost;
+    s->w->bytes += f->cost;
     s->n_frames++;
     if (!f->buf) {
         s->bytes_unsent += f->cost;
@@ -59,6 +60,7 @@ static void acct_add(ws_session *s, const ws_frame *f) {
 
 static void acct_sub(ws_session *s, const ws_frame *f) {
     s->bytes -= f->cost;
+    s->w->bytes -= f->cost;
     s->n_frames--;
     if (!f->buf) {
         s->bytes_unsent -= f->cost;
@@ -113,16 +115,24 @@ static void session_overflow(ws_session *s);
 /* Release acknowledged frames; over budget, release sent-but-unacknowledged ones oldest first
  * (replay below them becomes impossible). Frames waiting to be re-sent after a resume stay until
  * re-sent (they were within budget before); only never-written frames beyond the budget overflow. */
+/* Budgets: the session's own (--session-max-bytes / --session-max-events) and every session's
+ * together (--sessions-max-bytes). Over either, the session releases its oldest written,
+ * unacknowledged frames first (a later resume reports the gap); events it could not even write
+ * are never dropped silently: over its own budget, or over its fair share of a full global
+ * budget, the session overflows (its generations stop, the client is told). */
 static void trim(ws_session *s) {
     const server_config *cfg = server_cfg(s->w->srv);
+    ws_state *w = s->w;
     while (s->head && s->head != s->cursor && s->head->seq <= s->acked) pop_head(s);
-    while ((s->bytes > cfg->session_max_bytes || s->n_frames > cfg->session_max_events) && s->head &&
-           s->head != s->cursor) {
+    while ((s->bytes > cfg->session_max_bytes || s->n_frames > cfg->session_max_events ||
+            w->bytes > cfg->sessions_max_bytes) &&
+           s->head && s->head != s->cursor) {
         s->floor = s->head->seq;
         pop_head(s);
     }
-    if (!s->overflowed &&
-        (s->bytes_unsent > cfg->session_max_bytes || s->n_unsent > cfg->session_max_events))
+    size_t share = cfg->sessions_max_bytes / (size_t)(w->n_sessions > 0 ? w->n_sessions : 1);
+    if (!s->overflowed && (s->bytes_unsent > cfg->session_max_bytes || s->n_unsent > cfg->session_max_events ||
+                           (w->bytes > cfg->sessions_max_bytes && s->bytes_unsent > share)))
         session_overflow(s);
 }
 

@@ -126,6 +126,7 @@ struct ws_state {
     int         n_sessions, n_detached;
     ws_conn    *conns;
     int         n_conns;
+    size_t      bytes;             /* every session's buffered frames (the --sessions-max-bytes budget) */
     int         shutting_down;     /* no timers, no new sessions */
     /* tokens of sessions discarded after an overflow (ring), so a resume can say why */
     char        tomb[64][API_TOKEN_HEX + 1];

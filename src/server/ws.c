@@ -50,6 +50,7 @@ void ws_get_conn_stats(const ws_state *w, server_conn_stats *out) {
     out->ws_connections = w->n_conns;
     out->sessions = w->n_sessions;
     out->sessions_detached = w->n_detached;
+    out->session_bytes = w->bytes;
 }
 
 int ws_flushed(const ws_state *w) {

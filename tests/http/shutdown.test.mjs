@@ -1,9 +1,11 @@
 // shutdown.test.mjs — graceful shutdown: on SIGTERM the server stops admitting work (503 +
 // Retry-After on the APIs, /health 503 "draining"), finishes the streams that are running and
-// queued, then exits 0; a second signal would stop at once.
+// queued, then exits 0; a second signal would stop at once. With too little grace, jobs that did not
+// finish end failed and their webhooks are sent before the process exits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, makeModel, parseSSE, post } from './server.mjs';
+import http from 'node:http';
+import { startServer, makeModel, parseSSE, post, until } from './server.mjs';
 
 test('SIGTERM drains: running work completes, new work gets 503, exit code 0', async () => {
   const model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
@@ -53,5 +55,57 @@ test('SIGTERM drains: running work completes, new work gets 503, exit code 0', a
     assert.match(srv.logs(), /drained/);
   } finally {
     await srv.stop();
+  }
+});
+
+test('a shutdown with too little grace fails unfinished jobs, and their webhooks say so', async () => {
+  const model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
+  const received = [];
+  let gotAll;
+  const allIn = new Promise((r) => (gotAll = r));
+  const hook = http.createServer((req, res) => {
+    let b = '';
+    req.on('data', (d) => (b += d));
+    req.on('end', () => {
+      received.push({ event: req.headers['x-unmask-event'], body: JSON.parse(b) });
+      res.end('ok');
+      if (received.length === 3) gotAll();
+    });
+  });
+  await new Promise((r) => hook.listen(0, '127.0.0.1', r));
+  const srv = await startServer(['--max-batch', '1', '--shutdown-grace', '0.2', '--webhook-secret', 'shutdown-secret',
+    '--webhook-allow', '127.0.0.1'], { model });
+  try {
+    const webhook = `http://127.0.0.1:${hook.address().port}/done`;
+    const ids = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await post(`${srv.url}/v1/jobs`, { prompt: 'Tell me a story', max_tokens: 64, block_length: 8, steps: 64,
+        stop_at_eos: false, seed: i, webhook });
+      assert.equal(r.status, 202, r.text);
+      ids.push(r.json().id);
+    }
+    await until('a job running', async () => (await (await fetch(`${srv.url}/v1/jobs/${ids[0]}`)).json()).status === 'running');
+    srv.proc.kill('SIGTERM');
+    const ex = await srv.exit;
+    assert.equal(ex.code, 0, `exit ${JSON.stringify(ex)}\n${srv.logs()}`);
+    // every job's terminal webhook was delivered before the process ended (it has exited already)
+    let timer;
+    await Promise.race([allIn, new Promise((_, rej) => (timer = setTimeout(() => rej(new Error(
+      `${received.length} of 3 webhooks arrived: ${JSON.stringify(received.map((x) => x.event))}`)), 5000)))]);
+    clearTimeout(timer);
+    const byId = new Map(received.map((x) => [x.body.id, x]));
+    assert.deepEqual([...byId.keys()].sort(), [...ids].sort(), 'one terminal webhook per job');
+    for (const x of received) {
+      assert.ok(['job.failed', 'job.succeeded'].includes(x.event), x.event);
+      if (x.event === 'job.failed') {
+        assert.equal(x.body.status, 'failed');
+        assert.match(x.body.error.message ?? x.body.error, /shut down/);
+      }
+    }
+    assert.ok(received.some((x) => x.event === 'job.failed'), 'the queued jobs failed');
+    assert.match(srv.logs(), /unfinished jobs? failed/);
+  } finally {
+    await srv.stop();
+    hook.close();
   }
 });

@@ -170,3 +170,48 @@ describe('WebSocket generate: preparation off the service thread', () => {
     await b.close();
   });
 });
+
+describe('WebSocket memory: every session together is bounded (--sessions-max-bytes)', () => {
+  let srv;
+  const BUDGET = 1 << 20;
+  before(async () => {
+    srv = await startServer({ model: tinyModel('ws-limits'), extra: ['--sessions-max-bytes', String(BUDGET), '--ping-interval', '600'], name: 'budget' });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('clients that stop reading cannot make the server hold more than the budget; everyone is still served', async () => {
+    // chatty generations: drafts of a 600-wide block on every step (tens of KB per frame). Unsent
+    // step frames merge, so what piles up is written-but-unacknowledged history: without the
+    // budget each session keeps up to --session-max-bytes (8 MB) of it, 24 MB for three.
+    const readers = [];
+    for (let i = 0; i < 3; i++) {
+      const c = new Client(srv.wsUrl);
+      await c.session();
+      c.send({ type: 'generate', id: `g${i}`, prompt_ids: [1, 2], gen_length: 600, block_length: 600, steps: 200, stream: { drafts: true } });
+      await c.wait((m) => m.type === 'step' && m.id === `g${i}`);
+      c.ws._socket.pause(); // stop reading
+      readers.push(c);
+    }
+    let max = 0;
+    for (;;) {
+      const st = await srv.stats();
+      max = Math.max(max, st.connections.session_bytes);
+      if (st.scheduler.active === 0 && st.scheduler.queued === 0) break;
+      const h = await srv.get('/health'); // the server keeps serving meanwhile
+      assert.equal(h.status, 200);
+    }
+    assert.ok(max > BUDGET / 2, `the generations filled the budget (peak ${max})`);
+    assert.ok(max <= BUDGET + 256 * 1024, `session bytes peaked at ${max} (budget ${BUDGET})`);
+    // the readers come back: every generation completes (the oldest sent history was released)
+    for (const c of readers) c.ws._socket.resume();
+    for (let i = 0; i < 3; i++) {
+      const done = await readers[i].done(`g${i}`);
+      assert.ok(['stop', 'length'].includes(done.finish_reason), `g${i}: ${done.finish_reason}`);
+    }
+    const st = await srv.stats();
+    assert.ok(st.connections.session_bytes <= BUDGET, `within the budget: ${st.connections.session_bytes}`);
+    for (const c of readers) await c.close();
+  });
+});

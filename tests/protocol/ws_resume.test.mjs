@@ -75,8 +75,11 @@ describe('session resume', () => {
     const s = await a.session();
     // counted before the generation starts: it may finish before a later read (a race on a fast machine)
     const finishedBefore = (await srv.stats()).scheduler.finished;
-    a.send({ type: 'generate', id: 'h', prompt_ids: [9, 9], gen_length: 32, block_length: 8, steps: 32 });
+    // long enough that its done cannot arrive in the same read as its first step (then nothing
+    // would be left to replay)
+    a.send({ type: 'generate', id: 'h', prompt_ids: [9, 9], gen_length: 512, block_length: 32, steps: 512 });
     await a.wait((m) => m.type === 'step' && m.id === 'h');
+    assert.ok(!a.msgs.some((m) => m.type === 'done'), 'disconnected before the generation finished');
     a.ws.terminate();
     await a.closedP;
     const last = a.msgs.at(-1).seq;
@@ -244,8 +247,10 @@ describe('session buffer limits', () => {
   test('sent events beyond the budget are released oldest first; a resume from before them reports a gap', async () => {
     const a = new Client(srv.wsUrl);
     const s = await a.session();
-    a.send({ type: 'generate', id: 'big', prompt_ids: [1, 2], gen_length: 128, block_length: 8, steps: 128 });
-    await a.done('big'); // ~140 events written and never acked: only the newest 64 stay
+    // one block per token: 128 block events that cannot be merged away (step frames merge while
+    // unsent, so how many of those there are depends on load)
+    a.send({ type: 'generate', id: 'big', prompt_ids: [1, 2], gen_length: 128, block_length: 1, steps: 128 });
+    await a.done('big'); // 130+ events written and never acked: only the newest 64 stay
     const last = a.msgs.at(-1).seq;
     a.ws.terminate();
     await a.closedP;

@@ -1,6 +1,7 @@
 /*
  * test_api_jobs.c — the async job store: idempotency keys, owner isolation, lifecycle, retries of
- * failed engine work up to the limit, cancellation, the resumable event log and its window.
+ * failed engine work up to the limit, cancellation, the resumable event log and its window, and
+ * the byte budget (finished jobs evicted first, full stores refuse, logs shed old events).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,52 @@ static json_t *step_ev(int steps, int committed) {
     return json_pack("{s:s, s:{s:i, s:i}}", "type", "step", "progress", "steps", steps, "committed", committed);
 }
 
+/* max_bytes: what the store holds stays within it whatever is thrown at it. */
+static void test_byte_budget(void) {
+    job_store_opts o = {.max_jobs = 1000, .max_active = 1000, .max_events = 4096, .max_attempts = 1, .max_bytes = 64 << 10};
+    job_store *js = job_store_new(&o);
+    um_err err = {0};
+    char big[8000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    json_t *req = json_pack("{s:s}", "prompt", big);
+    char ids[64][40];
+    int existed, made = 0;
+    for (; made < 64; made++)
+        if (job_store_create(js, "k", NULL, req, NULL, ids[made], &existed, &err) != 0) break;
+    TEST_CHECK(made >= 6 && made < 10 && err.code == UM_ERR_RESOURCE && strstr(err.msg, "--jobs-max-bytes"),
+               "a full store refuses new jobs (%d made): %s", made, err.msg);
+    TEST_CHECK(job_store_bytes(js) <= o.max_bytes, "within the budget: %zu", job_store_bytes(js));
+    /* finish two: a new job fits again, the oldest finished one evicted for it */
+    json_t *res = json_pack("{s:s}", "text", "done");
+    job_store_start(js, ids[0], 4);
+    job_store_succeed(js, ids[0], res);
+    job_store_start(js, ids[1], 4);
+    job_store_succeed(js, ids[1], res);
+    char nid[40];
+    TEST_CHECK(job_store_create(js, "k", NULL, req, NULL, nid, &existed, &err) == 0, "room after eviction: %s", err.msg);
+    TEST_CHECK(!job_store_exists(js, ids[0], "k"), "the oldest finished job went");
+    TEST_CHECK(job_store_bytes(js) <= o.max_bytes, "within the budget: %zu", job_store_bytes(js));
+    /* a running job's log under pressure sheds its oldest events, and the store stays in budget */
+    job_store_start(js, nid, 4);
+    json_t *ev = json_pack("{s:s, s:s}", "type", "step", "pad", big);
+    for (int i = 0; i < 40; i++) job_store_append(js, nid, ev);
+    TEST_CHECK(job_store_bytes(js) <= o.max_bytes + 16000, "bounded: %zu", job_store_bytes(js));
+    job_event_copy *evs = NULL;
+    int terminal = 0;
+    TEST_CHECK(job_store_events_since(js, nid, 0, 10, &evs, &terminal, &err) == -1, "the oldest events are gone");
+    /* ids: 1 queued, 2 running, 3..42 steps; at least the newest is kept */
+    int n = job_store_events_since(js, nid, 41, 10, &evs, &terminal, &err);
+    TEST_CHECK(n == 1 && evs[0].id == 42, "the newest event is kept (%d): %s", n, err.msg);
+    job_events_free(evs, n > 0 ? n : 0);
+    json_decref(ev);
+    json_decref(res);
+    json_decref(req);
+    job_store_free(js);
+}
+
 int main(void) {
+    test_byte_budget();
     job_store_opts o = {.max_jobs = 4, .max_active = 3, .max_events = 8, .max_attempts = 2};
     job_store *js = job_store_new(&o);
     um_err err = {0};
