@@ -15,10 +15,16 @@
  * file writes a byte, so every response is covered; that is why static files go through this
  * writer too instead of lws_serve_http_file.
  *
+ * Closing. A connection that ends after an answer closes gracefully: the answer is flushed, our
+ * sending side is shut down, and what the client still sends is read and dropped until it closes
+ * too (at most HTTP_LINGER_S) — closing with unread input would reset the connection and can
+ * destroy the answer in flight.
+ *
  * Not here: route handlers (routes.c and other route modules), static path checks (static.c),
  * WebSocket (ws.c). Threads: lws service thread only.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -28,18 +34,23 @@
 #include "server/server_internal.h"
 #include "util/json_util.h"
 #include "util/log.h"
+#include "util/timeutil.h"
 
 #define HTTP_CHUNK          (16u << 10)   /* bytes per body lws_write */
 #define HTTP_STREAM_MAX     (16u << 20)   /* queued stream bytes before http_stream_write fails */
 #define HTTP_PATH_MAX       2048
 #define HTTP_MAX_ROUTE_SETS 64
 #define HTTP_PEER_WATCH_US  (250 * 1000)  /* while reading is stopped: how often to look for a hang-up */
+#define HTTP_LINGER_POLL_US (20 * 1000)   /* lingering close: how often to drop what the client still sends */
+#define HTTP_LINGER_S       2.0           /* ... and for how long at most before closing anyway */
 
 struct http_conn {
     struct lws *wsi;
     server     *srv;
     int         rx_paused;      /* lws_rx_flow_control(wsi, 0) is in force (see rx_update) */
     int         closing;        /* the last response is written: close once lws flushed it */
+    int         lingering;      /* our side is shut down; dropping input until the client closes */
+    double      linger_until;   /* monotonic seconds: close anyway then */
     int         pipelined;      /* lws re-delivered this transaction: the client sent more bytes */
     /* current transaction */
     int         in_txn;
@@ -247,7 +258,7 @@ static int peer_gone(struct lws *wsi) {
  * lws's writable request for buffered input (a POLLOUT it could not clear while reading is off).
  * While reading is off a timer looks for the hang-up that a read would have shown. */
 static void rx_update(http_conn *c) {
-    if (!c->wsi) return;
+    if (!c->wsi || c->lingering) return;
     int pause = (c->deferred && !c->responded) ||
                 (c->streaming && c->hdr_sent && c->out_off == c->out_len && !c->stream_ended);
     if (pause == c->rx_paused) return;
@@ -276,16 +287,52 @@ static void drain_unread(struct lws *wsi) {
         if (recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) break;
 }
 
+/* One look at a lingering connection: drop what arrived; -1 (close now) once the client closed
+ * its side, the socket failed, or the linger time is over; else 0 and look again soon. */
+static int linger_poll(http_conn *c) {
+    int fd = (int)lws_get_socket_fd(c->wsi);
+    char buf[4096];
+    for (int i = 0; fd >= 0 && i < 256; i++) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+        if (n < 0) break;
+    }
+    if (fd < 0 || time_now_s() >= c->linger_until) return -1;
+    lws_set_timer_usecs(c->wsi, HTTP_LINGER_POLL_US);
+    return 0;
+}
+
+/* Lingering close, as web servers do it: closing a socket that still has unread input (a client
+ * that kept sending after an answer that ends the connection: the rest of a refused body,
+ * pipelined requests) makes the kernel send a reset, and a reset can destroy the answer still in
+ * flight. So: shut our sending side down (the client reads the whole answer, then the end), drop
+ * whatever it still sends, and close when it closes or after HTTP_LINGER_S. lws does not read the
+ * connection meanwhile (reading stays off); a timer drives linger_poll. */
+static int linger_begin(http_conn *c) {
+    int fd = (int)lws_get_socket_fd(c->wsi);
+    if (fd < 0 || shutdown(fd, SHUT_WR) != 0) {
+        drain_unread(c->wsi);
+        return -1;
+    }
+    c->lingering = 1;
+    c->linger_until = time_now_s() + HTTP_LINGER_S;
+    if (!c->rx_paused) {
+        c->rx_paused = 1;
+        lws_rx_flow_control(c->wsi, 0);
+    }
+    return linger_poll(c);
+}
+
 /* The response is written and the connection closes: once lws has sent what it buffered of it
- * (a partial write), drop the unread input and close (-1); until then wait for WRITEABLE. */
+ * (a partial write), linger (above) and close; until then wait for WRITEABLE. */
 static int close_when_flushed(http_conn *c) {
     c->closing = 1;
+    if (c->lingering) return 0;
     if (lws_partial_buffered(c->wsi)) {
         lws_callback_on_writable(c->wsi);
         return 0;
     }
-    drain_unread(c->wsi);
-    return -1;
+    return linger_begin(c);
 }
 
 /* The response is completely written: next transaction (keep-alive) or close. */
@@ -807,6 +854,7 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return -1;
     case LWS_CALLBACK_HTTP:
         if (!c) return -1;
+        if (c->lingering) return 0; /* the connection is closing: its input is dropped */
         if (c->in_txn && c->dispatched) /* lws re-delivers the current request: pipelined bytes */
             return on_pipelined(c);
         c->wsi = wsi;
@@ -814,15 +862,18 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return on_http(c, in, len) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_BODY:
         if (!c) return -1;
+        if (c->lingering) return 0;
         return on_body(c, in, len) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
         if (!c) return -1;
+        if (c->lingering) return 0;
         return on_body_complete(c) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
-        if (!c) return 0;
+        if (!c || c->lingering) return 0;
         return on_writeable(c);
     case LWS_CALLBACK_TIMER: /* reading is stopped: look for a hang-up the reads would have seen */
         if (!c || !c->wsi || !c->rx_paused) return 0;
+        if (c->lingering) return linger_poll(c);
         if (peer_gone(wsi)) return -1;
         lws_set_timer_usecs(wsi, HTTP_PEER_WATCH_US);
         return 0;

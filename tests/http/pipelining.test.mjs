@@ -314,4 +314,36 @@ describe('HTTP pipelining and request framing', () => {
     const st = await untilStats((s) => s.scheduler.active === 0 && s.scheduler.queued === 0, 'the generation to end');
     assert.equal(st.scheduler.cancelled, st0.scheduler.cancelled + 1, 'cancelled, not run to the end');
   });
+  test('a client that keeps sending after an answer that closes the connection still reads all of it', async () => {
+    // a body over --max-message-bytes is refused (413, connection closed) at its head; the client
+    // goes on sending the body. Closing with that input unread would reset the connection and
+    // destroy the answer in flight: the server half-closes and drops the rest instead.
+    for (let round = 0; round < 5; round++) {
+      const sock = net.connect(srv.port, '127.0.0.1');
+      await new Promise((r) => sock.on('connect', r));
+      let recv = Buffer.alloc(0);
+      let error = null;
+      sock.on('data', (d) => { recv = Buffer.concat([recv, d]); });
+      const ended = new Promise((r) => { sock.on('end', () => r('end')); sock.on('close', () => r('close')); });
+      sock.on('error', (e) => { error = e; });
+      const size = 4 << 20;
+      sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${size}\r\n\r\n`);
+      const chunk = Buffer.alloc(16384, 0x20);
+      let sent = 0;
+      let open = true;
+      ended.then(() => { open = false; });
+      while (open && sent < size) { // keep writing until the server's end arrives
+        if (!sock.write(chunk)) await new Promise((r) => { sock.once('drain', r); ended.then(r); });
+        sent += chunk.length;
+      }
+      assert.equal(await ended, 'end', 'the server ended the connection with a FIN, not a reset');
+      assert.equal(error, null, `no socket error (${error && error.code})`);
+      const { out } = parseResponses(recv, ['POST']);
+      assert.equal(out.length, 1, `one whole answer (${recv.length} bytes received)`);
+      assert.equal(out[0].status, 413);
+      assert.equal(JSON.parse(out[0].body).error.code, 'body_too_large');
+      sock.destroy();
+    }
+    await alive();
+  });
 });
