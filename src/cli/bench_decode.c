@@ -76,33 +76,46 @@ static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int b
     return rc;
 }
 
-int bench_decode(int argc, char **argv) {
-    const char *model_dir = NULL, *batch_s = "1,8", *decoders_s = "low_confidence,random,threshold,factor";
-    const char *caches_s = "none", *cpu_kernels = NULL;
-    int gen = 128, block = 32, steps = 0, prompt_len = 32, threads = 0, decode_flag = 0, reps = 1;
-    int cache_refresh = 0, prefix_look = 0, after_look = 0, warmup = 0, max_blocks = 0;
-    double threshold = 0.9, factor = 1.0, temperature = 0.0;
+/* Flags of `bench --decode`, and the lists parsed from them. */
+typedef struct bd_opts {
+    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels;
+    int    gen, block, steps, prompt_len, threads, decode_flag, reps;
+    int    cache_refresh, prefix_look, after_look, warmup, max_blocks;
+    double threshold, factor, temperature;
+    int   *batches;                            /* [n_batches], owned */
+    int    n_batches;
+    enum decode_decoder decs[DECODER_COUNT_];  /* [n_decs] */
+    int    n_decs;
+    enum decode_cache caches[DECODE_CACHE_COUNT_]; /* [n_caches] */
+    int    n_caches, none_at;                  /* none_at: index of `none` in caches, -1 = not listed */
+} bd_opts;
+
+/* Parses argv into o (defaults first). -1 to go on, else the exit code (0 after --help, 2 on error). */
+static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
+    *o = (bd_opts){.batch_s = "1,8", .decoders_s = "low_confidence,random,threshold,factor", .caches_s = "none",
+                   .gen = 128, .block = 32, .prompt_len = 32, .reps = 1, .threshold = 0.9, .factor = 1.0,
+                   .none_at = -1};
     arg_spec specs[] = {
-        {"decode", ARG_FLAG, &decode_flag, "(selects this benchmark)"},
-        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
-        {"batch", ARG_STR, &batch_s, "comma-separated batch sizes [1,8]"},
-        {"gen", ARG_INT, &gen, "gen_length [128]"},
-        {"block", ARG_INT, &block, "block_length [32]"},
-        {"steps", ARG_INT, &steps, "fixed-step decoders: total steps, 0 = gen [0]"},
-        {"prompt", ARG_INT, &prompt_len, "random prompt length in tokens [32]"},
-        {"decoders", ARG_STR, &decoders_s, "comma-separated decoders [low_confidence,random,threshold,factor]"},
-        {"threshold", ARG_FLOAT, &threshold, "threshold decoder tau [0.9]"},
-        {"factor", ARG_FLOAT, &factor, "factor decoder f [1.0]"},
-        {"temperature", ARG_FLOAT, &temperature, "sampling temperature [0]"},
-        {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
-        {"reps", ARG_INT, &reps, "runs per row, the fastest is reported (noisy machines) [1]"},
-        {"cache", ARG_STR, &caches_s, "comma-separated KV cache modes: none, prefix, dual, vicinity [none]"},
-        {"cache-refresh", ARG_INT, &cache_refresh, "refresh the cache every N steps inside a block too [0]"},
-        {"prefix-look", ARG_INT, &prefix_look, "vicinity: positions before the block [0]"},
-        {"after-look", ARG_INT, &after_look, "vicinity: positions after the block [0]"},
-        {"warmup-steps", ARG_INT, &warmup, "cache-free steps at the start of each sequence [0]"},
-        {"max-blocks", ARG_INT, &max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
-        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"decode", ARG_FLAG, &o->decode_flag, "(selects this benchmark)"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"batch", ARG_STR, &o->batch_s, "comma-separated batch sizes [1,8]"},
+        {"gen", ARG_INT, &o->gen, "gen_length [128]"},
+        {"block", ARG_INT, &o->block, "block_length [32]"},
+        {"steps", ARG_INT, &o->steps, "fixed-step decoders: total steps, 0 = gen [0]"},
+        {"prompt", ARG_INT, &o->prompt_len, "random prompt length in tokens [32]"},
+        {"decoders", ARG_STR, &o->decoders_s, "comma-separated decoders [low_confidence,random,threshold,factor]"},
+        {"threshold", ARG_FLOAT, &o->threshold, "threshold decoder tau [0.9]"},
+        {"factor", ARG_FLOAT, &o->factor, "factor decoder f [1.0]"},
+        {"temperature", ARG_FLOAT, &o->temperature, "sampling temperature [0]"},
+        {"threads", ARG_INT, &o->threads, "CPU threads (0 = all cores) [0]"},
+        {"reps", ARG_INT, &o->reps, "runs per row, the fastest is reported (noisy machines) [1]"},
+        {"cache", ARG_STR, &o->caches_s, "comma-separated KV cache modes: none, prefix, dual, vicinity [none]"},
+        {"cache-refresh", ARG_INT, &o->cache_refresh, "refresh the cache every N steps inside a block too [0]"},
+        {"prefix-look", ARG_INT, &o->prefix_look, "vicinity: positions before the block [0]"},
+        {"after-look", ARG_INT, &o->after_look, "vicinity: positions after the block [0]"},
+        {"warmup-steps", ARG_INT, &o->warmup, "cache-free steps at the start of each sequence [0]"},
+        {"max-blocks", ARG_INT, &o->max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
+        {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -112,152 +125,193 @@ int bench_decode(int argc, char **argv) {
                        "tokens per step and ms per step for each decoder, batch size and KV cache mode.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
-    if (!model_dir) {
+    return -1;
+}
+
+/* --decoders a,b,c -> o->decs. 0, or 2 with the message printed. */
+static int bd_parse_decoders(bd_opts *o) {
+    char *list = xstrdup(o->decoders_s), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_decs >= DECODER_COUNT_ || decode_decoder_parse(t, &o->decs[o->n_decs]) != 0) {
+            fprintf(stderr, "error: --decoders: unknown or repeated decoder '%s' (low_confidence, random, "
+                            "threshold, factor)\n", t);
+            free(list);
+            return 2;
+        }
+        o->n_decs++;
+    }
+    free(list);
+    return 0;
+}
+
+/* --cache a,b,c -> o->caches (no repeats) and o->none_at. 0, or 2 with the message printed. */
+static int bd_parse_caches(bd_opts *o) {
+    char *list = xstrdup(o->caches_s), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int dup = 0, n = o->n_caches;
+        if (n < DECODE_CACHE_COUNT_ && decode_cache_parse(t, &o->caches[n]) == 0)
+            for (int i = 0; i < n; i++) dup |= o->caches[i] == o->caches[n];
+        if (n >= DECODE_CACHE_COUNT_ || decode_cache_parse(t, &o->caches[n]) != 0 || dup) {
+            fprintf(stderr, "error: --cache: unknown or repeated mode '%s' (none, prefix, dual, vicinity)\n", t);
+            free(list);
+            return 2;
+        }
+        if (o->caches[n] == DECODE_CACHE_NONE) o->none_at = n;
+        o->n_caches++;
+    }
+    free(list);
+    return 0;
+}
+
+/* Checks the flags and parses the lists (after --cpu-kernels is applied). 0, or 2 with the message
+ * printed. */
+static int bd_opts_validate(bd_opts *o) {
+    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0) return 2;
+    if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
     }
-    if (reps < 1 || threads < 0 || prompt_len < 1 || max_blocks < 0) {
+    if (o->reps < 1 || o->threads < 0 || o->prompt_len < 1 || o->max_blocks < 0) {
         fprintf(stderr, "error: --reps and --prompt must be >= 1, --threads and --max-blocks >= 0\n");
         return 2;
     }
-    int *batches = NULL;
-    int n_batches = args_parse_int_list("batch", batch_s, &batches);
-    if (n_batches < 0) return 2;
-    for (int i = 0; i < n_batches; i++)
-        if (batches[i] < 1 || batches[i] > 1024) {
-            fprintf(stderr, "error: --batch sizes must be between 1 and 1024, got %d\n", batches[i]);
-            free(batches);
+    o->n_batches = args_parse_int_list("batch", o->batch_s, &o->batches);
+    if (o->n_batches < 0) return 2;
+    for (int i = 0; i < o->n_batches; i++)
+        if (o->batches[i] < 1 || o->batches[i] > 1024) {
+            fprintf(stderr, "error: --batch sizes must be between 1 and 1024, got %d\n", o->batches[i]);
             return 2;
         }
-    enum decode_decoder decs[DECODER_COUNT_];
-    int n_decs = 0;
-    {
-        char *list = xstrdup(decoders_s), *save = NULL;
-        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            if (n_decs >= DECODER_COUNT_ || decode_decoder_parse(t, &decs[n_decs]) != 0) {
-                fprintf(stderr, "error: --decoders: unknown or repeated decoder '%s' (low_confidence, random, "
-                                "threshold, factor)\n", t);
-                free(list);
-                free(batches);
-                return 2;
-            }
-            n_decs++;
-        }
-        free(list);
+    if (bd_parse_decoders(o) != 0 || bd_parse_caches(o) != 0) return 2;
+    return 0;
+}
+
+/* The decode parameters every row shares (the decoder and cache mode are set per row). */
+static decode_params bd_base_params(const bd_opts *o) {
+    decode_params base = decode_params_default();
+    base.gen_length = o->gen, base.block_length = o->block, base.steps = o->steps;
+    base.threshold = o->threshold, base.factor = o->factor, base.temperature = o->temperature;
+    base.stop_at_eos = 0; /* a fixed amount of work per run */
+    base.cache_refresh = o->cache_refresh, base.prefix_look = o->prefix_look, base.after_look = o->after_look;
+    base.warmup_steps = o->warmup;
+    return base;
+}
+
+/* Validates every decoder x cache combination against the model. 0, or -1 with err. */
+static int bd_validate_params(const bd_opts *o, const decode_params *base, const model *m, um_err *err) {
+    for (int d = 0; d < o->n_decs * o->n_caches; d++) {
+        decode_params p = *base;
+        p.decoder = o->decs[d / o->n_caches];
+        p.cache = o->caches[d % o->n_caches];
+        if (decode_params_validate(&p, &m->cfg, o->prompt_len, err) != 0) return -1;
     }
-    enum decode_cache caches[DECODE_CACHE_COUNT_];
-    int n_caches = 0, none_at = -1;
-    {
-        char *list = xstrdup(caches_s), *save = NULL;
-        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            int dup = 0;
-            if (n_caches < DECODE_CACHE_COUNT_ && decode_cache_parse(t, &caches[n_caches]) == 0)
-                for (int i = 0; i < n_caches; i++) dup |= caches[i] == caches[n_caches];
-            if (n_caches >= DECODE_CACHE_COUNT_ || decode_cache_parse(t, &caches[n_caches]) != 0 || dup) {
-                fprintf(stderr, "error: --cache: unknown or repeated mode '%s' (none, prefix, dual, vicinity)\n", t);
-                free(list);
-                free(batches);
-                return 2;
+    return 0;
+}
+
+/* Prints the benchmark's header lines and the table's column names. */
+static void bd_print_header(const bd_opts *o, const model *m, backend *be) {
+    printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d), backend %s, %d threads\n", o->model_dir,
+           model_arch_name(m->cfg.arch), m->cfg.d_model, m->cfg.n_layers, m->cfg.n_embd_rows, backend_description(be),
+           backend_n_threads(be));
+    printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off%s\n",
+           o->prompt_len, o->gen, o->block, o->steps ? o->steps : o->gen, o->temperature,
+           o->max_blocks ? "; timed: the first blocks only" : "");
+    if (o->max_blocks) printf("(--max-blocks %d: each run stops after every sequence finished %d blocks)\n",
+                              o->max_blocks, o->max_blocks);
+    printf("KV cache: refresh every %d steps (0 = at block start), prefix_look %d, after_look %d, warmup %d steps\n\n",
+           o->cache_refresh, o->prefix_look, o->after_look, o->warmup);
+    printf("%-15s %-9s %5s %7s %9s %9s %9s %9s %10s %9s %8s\n", "decoder", "cache", "batch", "steps", "tokens", "wall s",
+           "tokens/s", "steps/s", "tok/step", "ms/step", "x none");
+}
+
+/* Runs one row group (decoder d, batch size `batch`): every cache mode, interleaved per rep, and
+ * prints a row each with the fastest rep. 0, or 1 with the message printed. */
+static int bd_run_group(model_ctx *ctx, const model *m, const bd_opts *o, const decode_params *base, int d, int batch,
+                        um_err *err) {
+    /* the cache modes of one row group run interleaved, each rep: a load change hits all */
+    bench_row best[DECODE_CACHE_COUNT_];
+    for (int k = 0; k < o->reps; k++) {
+        for (int c = 0; c < o->n_caches; c++) {
+            decode_params p = *base;
+            p.decoder = o->decs[d];
+            p.cache = o->caches[c];
+            bench_row row;
+            if (run_one(ctx, m, &p, batch, o->prompt_len, o->max_blocks, 1000, &row, err) != 0) {
+                fprintf(stderr, "error: %s\n", err->msg);
+                return 1;
+            } else if (k == 0 || row.wall_s < best[c].wall_s) {
+                best[c] = row;
             }
-            if (caches[n_caches] == DECODE_CACHE_NONE) none_at = n_caches;
-            n_caches++;
         }
-        free(list);
+    }
+    for (int c = 0; c < o->n_caches; c++) {
+        const bench_row *row = &best[c];
+        double tps = row->tokens / row->wall_s, sps = row->fwd_steps / row->wall_s;
+        double tok_per_step = row->seq_steps ? (double)row->tokens / (double)row->seq_steps : 0;
+        char ratio[16] = "-";
+        if (o->none_at >= 0)
+            snprintf(ratio, sizeof ratio, "%.2f", tps / (best[o->none_at].tokens / best[o->none_at].wall_s));
+        printf("%-15s %-9s %5d %7d %9ld %9.2f %9.1f %9.2f %10.2f %9.1f %8s\n", decode_decoder_name(o->decs[d]),
+               decode_cache_name(o->caches[c]), row->batch, row->fwd_steps, row->tokens, row->wall_s, tps, sps,
+               tok_per_step, 1e3 * row->wall_s / row->fwd_steps, ratio);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+int bench_decode(int argc, char **argv) {
+    bd_opts o;
+    int r = bd_opts_parse(&o, argc, argv);
+    if (r >= 0) return r;
+    if (bd_opts_validate(&o) != 0) {
+        free(o.batches);
+        return 2;
     }
     um_err err = {0};
     model m;
-    if (model_load(model_dir, &m, &err) != 0) {
+    if (model_load(o.model_dir, &m, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
-        free(batches);
+        free(o.batches);
         return 1;
     }
-    decode_params base = decode_params_default();
-    base.gen_length = gen, base.block_length = block, base.steps = steps;
-    base.threshold = threshold, base.factor = factor, base.temperature = temperature;
-    base.stop_at_eos = 0; /* a fixed amount of work per run */
-    base.cache_refresh = cache_refresh, base.prefix_look = prefix_look, base.after_look = after_look;
-    base.warmup_steps = warmup;
-    for (int d = 0; d < n_decs * n_caches; d++) {
-        decode_params p = base;
-        p.decoder = decs[d / n_caches];
-        p.cache = caches[d % n_caches];
-        if (decode_params_validate(&p, &m.cfg, prompt_len, &err) != 0) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            model_free(&m);
-            free(batches);
-            return 2;
-        }
+    decode_params base = bd_base_params(&o);
+    if (bd_validate_params(&o, &base, &m, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        model_free(&m);
+        free(o.batches);
+        return 2;
     }
-    backend *be = backend_cpu_init(threads);
+    backend *be = backend_cpu_init(o.threads);
     model_ctx ctx;
     if (model_ctx_init(&ctx, &m, be, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         backend_free(be);
         model_free(&m);
-        free(batches);
+        free(o.batches);
         return 1;
     }
-    printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d), backend %s, %d threads\n", model_dir,
-           model_arch_name(m.cfg.arch), m.cfg.d_model, m.cfg.n_layers, m.cfg.n_embd_rows, backend_description(be), backend_n_threads(be));
-    printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off%s\n",
-           prompt_len, gen, block, steps ? steps : gen, temperature, max_blocks ? "; timed: the first blocks only" : "");
-    if (max_blocks) printf("(--max-blocks %d: each run stops after every sequence finished %d blocks)\n", max_blocks,
-                           max_blocks);
-    printf("KV cache: refresh every %d steps (0 = at block start), prefix_look %d, after_look %d, warmup %d steps\n\n",
-           cache_refresh, prefix_look, after_look, warmup);
-    printf("%-15s %-9s %5s %7s %9s %9s %9s %9s %10s %9s %8s\n", "decoder", "cache", "batch", "steps", "tokens", "wall s",
-           "tokens/s", "steps/s", "tok/step", "ms/step", "x none");
+    bd_print_header(&o, &m, be);
     /* warm-up: one untimed batch-1 run of the first decoder (thread pools, page faults; a single
      * forward was not enough to reach steady state) */
     {
         bench_row w;
         decode_params p = base;
-        p.decoder = decs[0];
-        if (run_one(&ctx, &m, &p, 1, prompt_len, max_blocks, 99, &w, &err) != 0) fprintf(stderr, "warm-up: %s\n", err.msg);
+        p.decoder = o.decs[0];
+        if (run_one(&ctx, &m, &p, 1, o.prompt_len, o.max_blocks, 99, &w, &err) != 0)
+            fprintf(stderr, "warm-up: %s\n", err.msg);
     }
     int rc = 0;
-    for (int d = 0; d < n_decs && rc == 0; d++) {
-        for (int bi = 0; bi < n_batches && rc == 0; bi++) {
-            /* the cache modes of one row group run interleaved, each rep: a load change hits all */
-            bench_row best[DECODE_CACHE_COUNT_];
-            for (int k = 0; k < reps && rc == 0; k++) {
-                for (int c = 0; c < n_caches && rc == 0; c++) {
-                    decode_params p = base;
-                    p.decoder = decs[d];
-                    p.cache = caches[c];
-                    bench_row row;
-                    if (run_one(&ctx, &m, &p, batches[bi], prompt_len, max_blocks, 1000, &row, &err) != 0) {
-                        fprintf(stderr, "error: %s\n", err.msg);
-                        rc = 1;
-                    } else if (k == 0 || row.wall_s < best[c].wall_s) {
-                        best[c] = row;
-                    }
-                }
-            }
-            for (int c = 0; c < n_caches && rc == 0; c++) {
-                const bench_row *row = &best[c];
-                double tps = row->tokens / row->wall_s, sps = row->fwd_steps / row->wall_s;
-                double tok_per_step = row->seq_steps ? (double)row->tokens / (double)row->seq_steps : 0;
-                char ratio[16] = "-";
-                if (none_at >= 0)
-                    snprintf(ratio, sizeof ratio, "%.2f", tps / (best[none_at].tokens / best[none_at].wall_s));
-                printf("%-15s %-9s %5d %7d %9ld %9.2f %9.1f %9.2f %10.2f %9.1f %8s\n", decode_decoder_name(decs[d]),
-                       decode_cache_name(caches[c]), row->batch, row->fwd_steps, row->tokens, row->wall_s, tps, sps,
-                       tok_per_step, 1e3 * row->wall_s / row->fwd_steps, ratio);
-            }
-            fflush(stdout);
-        }
-    }
+    for (int d = 0; d < o.n_decs && rc == 0; d++)
+        for (int bi = 0; bi < o.n_batches && rc == 0; bi++) rc = bd_run_group(&ctx, &m, &o, &base, d, o.batches[bi], &err);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("\npeak RSS %.1f MiB. steps = batched forward passes; tok/step = tokens committed per sequence per step;\n"
            "x none = tokens/s over the `none` row of the same decoder and batch; fastest of %d run(s) per row.\n",
-           (double)ru.ru_maxrss / 1024.0, reps);
+           (double)ru.ru_maxrss / 1024.0, o.reps);
     model_ctx_free(&ctx);
     backend_free(be);
     model_free(&m);
     decode_thread_scratch_free();
-    free(batches);
+    free(o.batches);
     return rc;
 }

@@ -121,22 +121,32 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
     return rc;
 }
 
-int bench_device(int argc, char **argv) {
-    const char *device = "cuda:0", *model_dir = NULL, *batch_s = "1,8,32", *dec_s = "low_confidence";
-    int gen = 256, block = 32, prompt = 64, steps = 0, graph = 1, bw_mib = 2048;
-    double threshold = 0.9;
+/* Flags of `bench --device`, and the parsed --batch list. */
+typedef struct bdev_opts {
+    const char *device, *model_dir, *batch_s, *dec_s;
+    int    gen, block, prompt, steps, graph, bw_mib;
+    double threshold;
+    enum decode_decoder dec;
+    int   *batches;   /* [nb], owned */
+    int    nb, max_batch;
+} bdev_opts;
+
+/* Parses argv into o (defaults first). -1 to go on, else the exit code (0 after --help, 2 on error). */
+static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
+    *o = (bdev_opts){.device = "cuda:0", .batch_s = "1,8,32", .dec_s = "low_confidence", .gen = 256, .block = 32,
+                     .prompt = 64, .graph = 1, .bw_mib = 2048, .threshold = 0.9};
     arg_spec specs[] = {
-        {"device", ARG_STR, &device, "cuda or cuda:N [cuda:0]"},
-        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
-        {"batch", ARG_STR, &batch_s, "comma-separated batch sizes [1,8,32]"},
-        {"gen", ARG_INT, &gen, "generated (masked) positions per sequence [256]"},
-        {"block", ARG_INT, &block, "block length [32]"},
-        {"prompt", ARG_INT, &prompt, "random prompt tokens per sequence [64]"},
-        {"steps", ARG_INT, &steps, "fixed-step decoders: total steps (0 = gen: one token per step) [0]"},
-        {"decoder", ARG_STR, &dec_s, "low_confidence | random | threshold | factor [low_confidence]"},
-        {"threshold", ARG_FLOAT, &threshold, "threshold decoder tau [0.9]"},
-        {"graph", ARG_INT, &graph, "1: replay the step from a CUDA graph; 0: launch every op [1]"},
-        {"bw-mib", ARG_INT, &bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
+        {"device", ARG_STR, &o->device, "cuda or cuda:N [cuda:0]"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"batch", ARG_STR, &o->batch_s, "comma-separated batch sizes [1,8,32]"},
+        {"gen", ARG_INT, &o->gen, "generated (masked) positions per sequence [256]"},
+        {"block", ARG_INT, &o->block, "block length [32]"},
+        {"prompt", ARG_INT, &o->prompt, "random prompt tokens per sequence [64]"},
+        {"steps", ARG_INT, &o->steps, "fixed-step decoders: total steps (0 = gen: one token per step) [0]"},
+        {"decoder", ARG_STR, &o->dec_s, "low_confidence | random | threshold | factor [low_confidence]"},
+        {"threshold", ARG_FLOAT, &o->threshold, "threshold decoder tau [0.9]"},
+        {"graph", ARG_INT, &o->graph, "1: replay the step from a CUDA graph; 0: launch every op [1]"},
+        {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -145,111 +155,146 @@ int bench_device(int argc, char **argv) {
                        "decoder), one table row per batch size, with the HBM floor of a step.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (!model_dir) {
+    return -1;
+}
+
+/* Checks the flags and parses --decoder and --batch (--steps 0 becomes --gen). 0, or 2 with the
+ * message printed. */
+static int bdev_opts_validate(bdev_opts *o) {
+    if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
     }
-    enum decode_decoder dec;
-    if (decode_decoder_parse(dec_s, &dec) != 0 || dec > DECODER_FACTOR) {
+    if (decode_decoder_parse(o->dec_s, &o->dec) != 0 || o->dec > DECODER_FACTOR) {
         fprintf(stderr, "error: --decoder must be low_confidence, random, threshold or factor\n");
         return 2;
     }
-    if (gen < 1 || block < 1 || block > 1024 || prompt < 1 || steps < 0 || bw_mib < 1) {
+    if (o->gen < 1 || o->block < 1 || o->block > 1024 || o->prompt < 1 || o->steps < 0 || o->bw_mib < 1) {
         fprintf(stderr, "error: --gen, --prompt >= 1, --block 1..1024, --steps >= 0, --bw-mib >= 1\n");
         return 2;
     }
-    if (steps == 0) steps = gen;
-    int *batches = NULL;
-    int nb = args_parse_int_list("batch", batch_s, &batches);
-    if (nb < 0) return 2;
-    int max_batch = 0;
-    for (int i = 0; i < nb; i++) {
-        if (batches[i] < 1) {
-            fprintf(stderr, "error: --batch entries must be >= 1, got %d\n", batches[i]);
-            free(batches);
+    if (o->steps == 0) o->steps = o->gen;
+    o->nb = args_parse_int_list("batch", o->batch_s, &o->batches);
+    if (o->nb < 0) return 2;
+    for (int i = 0; i < o->nb; i++) {
+        if (o->batches[i] < 1) {
+            fprintf(stderr, "error: --batch entries must be >= 1, got %d\n", o->batches[i]);
             return 2;
         }
-        if (batches[i] > max_batch) max_batch = batches[i];
+        if (o->batches[i] > o->max_batch) o->max_batch = o->batches[i];
     }
+    return 0;
+}
 
-    um_err err = {0};
-    backend *be = backend_init_device(device, 1, &err);
+/* The device backend, when it can run the device-resident decode step; NULL with err otherwise. */
+static backend *bdev_backend_open(const char *device, um_err *err) {
+    backend *be = backend_init_device(device, 1, err);
     if (be && !backend_has(be, BACKEND_CAP_DEVICE_DECODE | BACKEND_CAP_GRAPHS | BACKEND_CAP_DEVICE_MEMORY)) {
-        um_err_set(&err, UM_ERR_UNSUPPORTED, "%s has no device-resident decode step", backend_name(be));
+        um_err_set(err, UM_ERR_UNSUPPORTED, "%s has no device-resident decode step", backend_name(be));
         backend_free(be);
         be = NULL;
     }
-    if (!be) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        free(batches);
-        return 1;
-    }
-    model m;
-    if (model_load(model_dir, &m, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        backend_free(be);
-        free(batches);
-        return 1;
-    }
-    const model_config *c = &m.cfg;
-    if (prompt + gen > c->max_seq) {
-        fprintf(stderr, "error: --prompt + --gen = %d exceeds the model's maximum sequence length %d\n", prompt + gen,
-                c->max_seq);
-        model_free(&m);
-        backend_free(be);
-        free(batches);
+    return be;
+}
+
+/* Activation bytes of the largest step (max_batch sequences of prompt + gen tokens), for the fit check. */
+static uint64_t bdev_act_bytes(const model_config *c, const bdev_opts *o) {
+    const uint64_t tok = (uint64_t)o->max_batch * (uint64_t)(o->prompt + o->gen);
+    const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim, kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
+    const uint64_t per_tok = 2u * (2u * (uint64_t)c->d_model + 2u * qd + 2u * kvd + 2u * (uint64_t)c->ffn_hidden);
+    const uint64_t out = (uint64_t)o->max_batch * (uint64_t)o->block;
+    return tok * per_tok + out * 2u * ((uint64_t)c->n_embd_rows + (uint64_t)c->d_model);
+}
+
+/* Prints the header lines (device, bandwidth, floor, run settings) and the table's column names. */
+static void bdev_print_header(const bdev_opts *o, backend *be, const model_config *c, uint64_t wbytes, double bw,
+                              double floor_ms) {
+    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", backend_name(be), backend_description(be),
+           o->model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30));
+    printf("device copy bandwidth %.0f GB/s (read + write) -> HBM floor %.3f ms/step (weights read once per step)\n",
+           bw * 1e-9, floor_ms);
+    printf("decoder %s, gen %d, block %d, prompt %d, steps %d, temperature 0, %s\n\n", decode_decoder_name(o->dec),
+           o->gen, o->block, o->prompt, o->steps, o->graph ? "CUDA graph" : "direct launches");
+    printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | TFLOP/s | HBM floor ms/step | floor/actual | GPU mem GiB |\n");
+    printf("|------:|-------:|------:|--------:|---------:|--------:|--------:|------------------:|-------------:|------------:|\n");
+}
+
+/* Prints one table row. */
+static void bdev_print_row(const device_row *row, const model_config *c, int block, double floor_ms) {
+    const double ms = row->steps ? row->wall_s * 1e3 / row->steps : 0.0;
+    const double tf = step_tflop(c, row->batch, row->canvas, block);
+    printf("| %5d | %6d | %5d | %7.3f | %8.1f | %7.1f | %7.1f | %17.3f | %11.1f%% | %11.2f |\n", row->batch,
+           row->canvas, row->steps, ms, row->wall_s > 0 ? (double)row->tokens / row->wall_s : 0.0,
+           row->wall_s > 0 ? row->steps / row->wall_s : 0.0, ms > 0 ? tf / (ms * 1e-3) : 0.0, floor_ms,
+           ms > 0 ? 100.0 * floor_ms / ms : 0.0, row->mem_gib);
+    fflush(stdout);
+}
+
+/* With the model loaded on be: the fit check, the bandwidth measurement and one row per batch size.
+ * 0, or the exit code with the message printed. */
+static int bdev_run(const bdev_opts *o, backend *be, const model *m, um_err *err) {
+    const model_config *c = &m->cfg;
+    if (o->prompt + o->gen > c->max_seq) {
+        fprintf(stderr, "error: --prompt + --gen = %d exceeds the model's maximum sequence length %d\n",
+                o->prompt + o->gen, c->max_seq);
         return 2;
     }
     const uint64_t wbytes = (uint64_t)model_config_n_params(c) * 2u;
-    const uint64_t tok = (uint64_t)max_batch * (uint64_t)(prompt + gen);
-    const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim, kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
-    const uint64_t per_tok = 2u * (2u * (uint64_t)c->d_model + 2u * qd + 2u * kvd + 2u * (uint64_t)c->ffn_hidden);
-    const uint64_t out = (uint64_t)max_batch * (uint64_t)block;
-    const uint64_t abytes = tok * per_tok + out * 2u * ((uint64_t)c->n_embd_rows + (uint64_t)c->d_model);
     int rc = 0;
     model_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
-    if (backend_check_fit(be, wbytes, abytes, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        rc = 1;
-        goto out;
+    if (backend_check_fit(be, wbytes, bdev_act_bytes(c, o), err) != 0) {
+        fprintf(stderr, "error: %s\n", err->msg);
+        return 1;
     }
     backend_set_upload_total(be, wbytes, "weights");
-    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
+    if (model_ctx_init(&ctx, m, be, err) != 0) {
+        fprintf(stderr, "error: %s\n", err->msg);
         rc = 1;
         goto out;
     }
-    const double bw = backend_mem_bandwidth(be, (size_t)bw_mib << 20, 10);
+    const double bw = backend_mem_bandwidth(be, (size_t)o->bw_mib << 20, 10);
     const double floor_ms = bw > 0 ? (double)wbytes / bw * 1e3 : 0.0;
-    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", backend_name(be), backend_description(be),
-           model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30));
-    printf("device copy bandwidth %.0f GB/s (read + write) -> HBM floor %.3f ms/step (weights read once per step)\n",
-           bw * 1e-9, floor_ms);
-    printf("decoder %s, gen %d, block %d, prompt %d, steps %d, temperature 0, %s\n\n", decode_decoder_name(dec), gen,
-           block, prompt, steps, graph ? "CUDA graph" : "direct launches");
-    printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | TFLOP/s | HBM floor ms/step | floor/actual | GPU mem GiB |\n");
-    printf("|------:|-------:|------:|--------:|---------:|--------:|--------:|------------------:|-------------:|------------:|\n");
-    for (int i = 0; i < nb && rc == 0; i++) {
+    bdev_print_header(o, be, c, wbytes, bw, floor_ms);
+    for (int i = 0; i < o->nb && rc == 0; i++) {
         device_row row;
-        if (run_batch(be, &ctx, &m, batches[i], prompt, gen, block, steps, dec, threshold, graph, 1000u + (uint64_t)i,
-                      &row, &err) != 0) {
-            fprintf(stderr, "error: batch %d: %s\n", batches[i], err.msg);
+        if (run_batch(be, &ctx, m, o->batches[i], o->prompt, o->gen, o->block, o->steps, o->dec, o->threshold, o->graph,
+                      1000u + (uint64_t)i, &row, err) != 0) {
+            fprintf(stderr, "error: batch %d: %s\n", o->batches[i], err->msg);
             rc = 1;
             break;
         }
-        const double ms = row.steps ? row.wall_s * 1e3 / row.steps : 0.0;
-        const double tf = step_tflop(c, row.batch, row.canvas, block);
-        printf("| %5d | %6d | %5d | %7.3f | %8.1f | %7.1f | %7.1f | %17.3f | %11.1f%% | %11.2f |\n", row.batch,
-               row.canvas, row.steps, ms, row.wall_s > 0 ? (double)row.tokens / row.wall_s : 0.0,
-               row.wall_s > 0 ? row.steps / row.wall_s : 0.0, ms > 0 ? tf / (ms * 1e-3) : 0.0, floor_ms,
-               ms > 0 ? 100.0 * floor_ms / ms : 0.0, row.mem_gib);
-        fflush(stdout);
+        bdev_print_row(&row, c, o->block, floor_ms);
     }
 out:
     if (ctx.weights || ctx.scratch) model_ctx_free(&ctx);
-    model_free(&m);
+    return rc;
+}
+
+int bench_device(int argc, char **argv) {
+    bdev_opts o;
+    int r = bdev_opts_parse(&o, argc, argv);
+    if (r >= 0) return r;
+    if (bdev_opts_validate(&o) != 0) {
+        free(o.batches);
+        return 2;
+    }
+    um_err err = {0};
+    backend *be = bdev_backend_open(o.device, &err);
+    if (!be) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        free(o.batches);
+        return 1;
+    }
+    model m;
+    int rc = 1;
+    if (model_load(o.model_dir, &m, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+    } else {
+        rc = bdev_run(&o, be, &m, &err);
+        model_free(&m);
+    }
     backend_free(be);
-    free(batches);
+    free(o.batches);
     return rc;
 }

@@ -142,22 +142,33 @@ static double jnum(json_t *o, const char *a, const char *b) {
     return json_number_value(v);
 }
 
-int bench_serve(int argc, char **argv) {
-    const char *model_dir = NULL, *clients_s = "1,8,32", *url = NULL;
-    int requests = 4, gen = 32, block = 8, steps = 0, max_batch = 8, threads = 0, drafts = 0, serve_flag = 0, eos = 0;
+/* Flags of `bench --serve`, the parsed --clients list and the paths the runs need. */
+typedef struct bs_opts {
+    const char *model_dir, *clients_s, *url;
+    int  requests, gen, block, steps, max_batch, threads, drafts, serve_flag, eos;
+    int *clients;   /* [n_rows], owned */
+    int  n_rows;
+    char script[PATH_MAX], self[PATH_MAX], web[PATH_MAX];
+} bs_opts;
+
+/* Parses argv into o (defaults first). -1 to go on, else the exit code (0 after --help, 2 on error). */
+static int bs_opts_parse(bs_opts *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->clients_s = "1,8,32";
+    o->requests = 4, o->gen = 32, o->block = 8, o->max_batch = 8;
     arg_spec specs[] = {
-        {"serve", ARG_FLAG, &serve_flag, "(mode selector)"},
-        {"model", ARG_STR, &model_dir, "checkpoint directory (required unless --url)"},
-        {"clients", ARG_STR, &clients_s, "comma-separated numbers of concurrent WebSocket clients [1,8,32]"},
-        {"requests", ARG_INT, &requests, "generations per client, one after another [4]"},
-        {"gen-length", ARG_INT, &gen, "gen_length per request [32]"},
-        {"block-length", ARG_INT, &block, "block_length [8]"},
-        {"steps", ARG_INT, &steps, "steps, 0 = gen-length [0]"},
-        {"drafts", ARG_FLAG, &drafts, "stream drafts (bigger step frames)"},
-        {"eos", ARG_FLAG, &eos, "allow early stop at EOS (default: EOS disabled, every request generates gen-length tokens)"},
-        {"max-batch", ARG_INT, &max_batch, "server --max-batch [8]"},
-        {"threads", ARG_INT, &threads, "server --threads, 0 = all cores [0]"},
-        {"url", ARG_STR, &url, "measure a running server at ws://HOST:PORT/ws instead of starting one"},
+        {"serve", ARG_FLAG, &o->serve_flag, "(mode selector)"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory (required unless --url)"},
+        {"clients", ARG_STR, &o->clients_s, "comma-separated numbers of concurrent WebSocket clients [1,8,32]"},
+        {"requests", ARG_INT, &o->requests, "generations per client, one after another [4]"},
+        {"gen-length", ARG_INT, &o->gen, "gen_length per request [32]"},
+        {"block-length", ARG_INT, &o->block, "block_length [8]"},
+        {"steps", ARG_INT, &o->steps, "steps, 0 = gen-length [0]"},
+        {"drafts", ARG_FLAG, &o->drafts, "stream drafts (bigger step frames)"},
+        {"eos", ARG_FLAG, &o->eos, "allow early stop at EOS (default: EOS disabled, every request generates gen-length tokens)"},
+        {"max-batch", ARG_INT, &o->max_batch, "server --max-batch [8]"},
+        {"threads", ARG_INT, &o->threads, "server --threads, 0 = all cores [0]"},
+        {"url", ARG_STR, &o->url, "measure a running server at ws://HOST:PORT/ws instead of starting one"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -166,132 +177,168 @@ int bench_serve(int argc, char **argv) {
                        "per-event overhead for N concurrent clients (needs node + npm ws from tests/node_modules).",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (!model_dir && !url) {
+    return -1;
+}
+
+/* Checks the flags, parses --clients and finds this executable and the load script. 0, or the
+ * exit code with the message printed (2: bad flags, 1: a file is missing). */
+static int bs_opts_validate(bs_opts *o) {
+    if (!o->model_dir && !o->url) {
         fprintf(stderr, "error: --model DIR (or --url) is required\n");
         return 2;
     }
-    if (requests < 1 || gen < 1 || block < 1 || max_batch < 1) {
+    if (o->requests < 1 || o->gen < 1 || o->block < 1 || o->max_batch < 1) {
         fprintf(stderr, "error: --requests, --gen-length, --block-length and --max-batch must be >= 1\n");
         return 2;
     }
-    int *clients = NULL;
-    int n_rows = args_parse_int_list("clients", clients_s, &clients);
-    if (n_rows < 0) return 2;
-    for (int i = 0; i < n_rows; i++)
-        if (clients[i] < 1 || clients[i] > 10000) {
+    o->n_rows = args_parse_int_list("clients", o->clients_s, &o->clients);
+    if (o->n_rows < 0) return 2;
+    for (int i = 0; i < o->n_rows; i++)
+        if (o->clients[i] < 1 || o->clients[i] > 10000) {
             fprintf(stderr, "error: --clients values must be in [1, 10000]\n");
-            free(clients);
             return 2;
         }
-    char script[PATH_MAX], self[PATH_MAX], web[PATH_MAX];
-    path_join(script, sizeof script, UNMASK_SOURCE_DIR, "scripts/bench_serve.mjs");
-    path_join(web, sizeof web, UNMASK_SOURCE_DIR, "web");
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    path_join(o->script, sizeof o->script, UNMASK_SOURCE_DIR, "scripts/bench_serve.mjs");
+    path_join(o->web, sizeof o->web, UNMASK_SOURCE_DIR, "web");
+    ssize_t sl = readlink("/proc/self/exe", o->self, sizeof o->self - 1);
     if (sl <= 0) {
         fprintf(stderr, "error: cannot find this executable\n");
-        free(clients);
         return 1;
     }
-    self[sl] = 0;
-    if (!file_exists(script)) {
-        fprintf(stderr, "error: %s is missing\n", script);
-        free(clients);
+    o->self[sl] = 0;
+    if (!file_exists(o->script)) {
+        fprintf(stderr, "error: %s is missing\n", o->script);
         return 1;
     }
+    return 0;
+}
 
+/* Prints the benchmark's header lines and the table's column names. */
+static void bs_print_header(const bs_opts *o) {
     printf("serve benchmark: %s, %d request%s/client of gen_length %d (block %d, steps %s), drafts %s, EOS %s\n",
-           url ? url : model_dir, requests, requests == 1 ? "" : "s", gen, block, steps ? "fixed" : "= gen_length",
-           drafts ? "on" : "off", eos ? "allowed" : "disabled");
+           o->url ? o->url : o->model_dir, o->requests, o->requests == 1 ? "" : "s", o->gen, o->block,
+           o->steps ? "fixed" : "= gen_length", o->drafts ? "on" : "off", o->eos ? "allowed" : "disabled");
     printf("server: --max-batch %d --threads %d; latencies measured by the clients from sending `generate`\n\n",
-           max_batch, threads);
+           o->max_batch, o->threads);
     printf("%8s %6s %7s %8s %9s %8s %13s %13s %13s %9s %8s %8s\n", "clients", "reqs", "tokens", "wall s", "tokens/s",
            "req/s", "accepted p50", "1st step p50", "1st step p99", "ev p50 us", "ev p99", "batch");
     printf("%8s %6s %7s %8s %9s %8s %13s %13s %13s %9s %8s %8s\n", "", "", "", "", "", "", "ms", "ms", "ms", "", "us",
            "mean");
-    int rc = 0;
-    for (int row = 0; row < n_rows; row++) {
-        child srv = {0};
-        int port = 0;
-        char wsurl[256];
-        if (url) {
-            snprintf(wsurl, sizeof wsurl, "%s", url);
-            const char *colon = strrchr(url, ':');
-            port = colon ? atoi(colon + 1) : 0;
-        } else {
-            char mb[16], th[16];
-            snprintf(mb, sizeof mb, "%d", max_batch);
-            snprintf(th, sizeof th, "%d", threads);
-            const char *sargv[] = {self,        "serve", "--model", model_dir,   "--port", "0", "--host", "127.0.0.1",
-                                   "--web-root", web,    "--max-batch", mb,      "--threads", th, "--max-queue", "100000",
-                                   "--max-session-generations", "64", NULL};
-            if (spawn(sargv, &srv, 1) != 0) {
-                fprintf(stderr, "error: cannot start the server\n");
-                rc = 1;
-                break;
-            }
-            char *out = read_output(&srv, "/  (open", 30);
-            const char *p = strstr(out, "127.0.0.1:");
-            port = p ? atoi(p + 10) : 0;
-            free(out);
-            if (port <= 0) {
-                fprintf(stderr, "error: the server did not start (try `unmask serve --model %s`)\n", model_dir);
-                stop_child(&srv);
-                rc = 1;
-                break;
-            }
-            char *h = NULL;
-            for (int i = 0; i < 1200 && !(h = http_get_local(port, "/health")); i++) sleep_ms(50);
-            free(h);
-            snprintf(wsurl, sizeof wsurl, "ws://127.0.0.1:%d/ws", port);
-        }
-        char nc[16], nr[16], ng[16], nb[16], ns[16];
-        snprintf(nc, sizeof nc, "%d", clients[row]);
-        snprintf(nr, sizeof nr, "%d", requests);
-        snprintf(ng, sizeof ng, "%d", gen);
-        snprintf(nb, sizeof nb, "%d", block);
-        snprintf(ns, sizeof ns, "%d", steps);
-        const char *nargv[] = {"node", script, "--url", wsurl, "--clients", nc, "--requests", nr, "--gen-length", ng,
-                               "--block-length", nb, "--steps", ns, drafts ? "--drafts" : NULL, NULL, NULL};
-        int k = drafts ? 15 : 14;
-        if (eos) nargv[k++] = "--eos";
-        nargv[k] = NULL;
-        child node = {0};
-        json_t *res = NULL;
-        if (spawn(nargv, &node, 0) == 0) {
-            char *out = read_output(&node, NULL, 3600);
-            int st = 0;
-            waitpid(node.pid, &st, 0);
-            close(node.out_fd);
-            json_error_t je;
-            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) res = json_loads(out, 0, &je);
-            free(out);
-        }
-        char *stats_s = port > 0 ? http_get_local(port, "/stats") : NULL;
-        json_t *stats = stats_s ? json_loads(stats_s, 0, NULL) : NULL;
-        free(stats_s);
-        if (!url) stop_child(&srv);
-        if (!res) {
-            fprintf(stderr, "error: the load generator failed (node and npm ws from tests/node_modules are needed)\n");
-            json_decref(stats);
-            rc = 1;
-            break;
-        }
-        printf("%8d %6d %7d %8.2f %9.1f %8.2f %13.2f %13.2f %13.2f %9.0f %8.0f %8.2f\n", clients[row],
-               (int)jnum(res, "requests", NULL), (int)jnum(res, "tokens", NULL), jnum(res, "wall_s", NULL),
-               jnum(res, "tokens_per_s", NULL), jnum(res, "requests_per_s", NULL), jnum(res, "accepted_ms", "p50"),
-               jnum(res, "first_step_ms", "p50"), jnum(res, "first_step_ms", "p99"),
-               stats ? jnum(stats, "events", "p50_us") : 0, stats ? jnum(stats, "events", "p99_us") : 0,
-               stats ? jnum(stats, "scheduler", "mean_batch") : 0);
-        if (jnum(res, "failed", NULL) > 0) {
-            char *e = json_dumps(json_object_get(res, "errors"), JSON_COMPACT);
-            printf("         %d requests failed: %s\n", (int)jnum(res, "failed", NULL), e ? e : "?");
-            free(e);
-        }
-        fflush(stdout);
-        json_decref(res);
-        json_decref(stats);
+}
+
+/* Starts a fresh `unmask serve` and waits for its /health. 0 with *port and wsurl set, or 1 with the
+ * message printed (the child stopped). */
+static int bs_server_start(const bs_opts *o, child *srv, int *port, char *wsurl, size_t wsurl_size) {
+    char mb[16], th[16];
+    snprintf(mb, sizeof mb, "%d", o->max_batch);
+    snprintf(th, sizeof th, "%d", o->threads);
+    const char *sargv[] = {o->self,      "serve", "--model", o->model_dir, "--port", "0", "--host", "127.0.0.1",
+                           "--web-root", o->web,  "--max-batch", mb,       "--threads", th, "--max-queue", "100000",
+                           "--max-session-generations", "64", NULL};
+    if (spawn(sargv, srv, 1) != 0) {
+        fprintf(stderr, "error: cannot start the server\n");
+        return 1;
     }
-    free(clients);
+    char *out = read_output(srv, "/  (open", 30);
+    const char *p = strstr(out, "127.0.0.1:");
+    *port = p ? atoi(p + 10) : 0;
+    free(out);
+    if (*port <= 0) {
+        fprintf(stderr, "error: the server did not start (try `unmask serve --model %s`)\n", o->model_dir);
+        stop_child(srv);
+        return 1;
+    }
+    char *h = NULL;
+    for (int i = 0; i < 1200 && !(h = http_get_local(*port, "/health")); i++) sleep_ms(50);
+    free(h);
+    snprintf(wsurl, wsurl_size, "ws://127.0.0.1:%d/ws", *port);
+    return 0;
+}
+
+/* Runs the node load generator with n_clients clients against wsurl; its JSON result, or NULL when
+ * it failed. */
+static json_t *bs_run_load(const bs_opts *o, const char *wsurl, int n_clients) {
+    char nc[16], nr[16], ng[16], nb[16], ns[16];
+    snprintf(nc, sizeof nc, "%d", n_clients);
+    snprintf(nr, sizeof nr, "%d", o->requests);
+    snprintf(ng, sizeof ng, "%d", o->gen);
+    snprintf(nb, sizeof nb, "%d", o->block);
+    snprintf(ns, sizeof ns, "%d", o->steps);
+    const char *nargv[] = {"node", o->script, "--url", wsurl, "--clients", nc, "--requests", nr, "--gen-length", ng,
+                           "--block-length", nb, "--steps", ns, o->drafts ? "--drafts" : NULL, NULL, NULL};
+    int k = o->drafts ? 15 : 14;
+    if (o->eos) nargv[k++] = "--eos";
+    nargv[k] = NULL;
+    child node = {0};
+    json_t *res = NULL;
+    if (spawn(nargv, &node, 0) == 0) {
+        char *out = read_output(&node, NULL, 3600);
+        int st = 0;
+        waitpid(node.pid, &st, 0);
+        close(node.out_fd);
+        json_error_t je;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) res = json_loads(out, 0, &je);
+        free(out);
+    }
+    return res;
+}
+
+/* Prints one table row from the load generator's result and the server's /stats (NULL = none). */
+static void bs_print_row(int n_clients, json_t *res, json_t *stats) {
+    printf("%8d %6d %7d %8.2f %9.1f %8.2f %13.2f %13.2f %13.2f %9.0f %8.0f %8.2f\n", n_clients,
+           (int)jnum(res, "requests", NULL), (int)jnum(res, "tokens", NULL), jnum(res, "wall_s", NULL),
+           jnum(res, "tokens_per_s", NULL), jnum(res, "requests_per_s", NULL), jnum(res, "accepted_ms", "p50"),
+           jnum(res, "first_step_ms", "p50"), jnum(res, "first_step_ms", "p99"),
+           stats ? jnum(stats, "events", "p50_us") : 0, stats ? jnum(stats, "events", "p99_us") : 0,
+           stats ? jnum(stats, "scheduler", "mean_batch") : 0);
+    if (jnum(res, "failed", NULL) > 0) {
+        char *e = json_dumps(json_object_get(res, "errors"), JSON_COMPACT);
+        printf("         %d requests failed: %s\n", (int)jnum(res, "failed", NULL), e ? e : "?");
+        free(e);
+    }
+    fflush(stdout);
+}
+
+/* One table row: a fresh server (unless --url), the load, its /stats. 0, or 1 with the message printed. */
+static int bs_run_row(const bs_opts *o, int n_clients) {
+    child srv = {0};
+    int port = 0;
+    char wsurl[256];
+    if (o->url) {
+        snprintf(wsurl, sizeof wsurl, "%s", o->url);
+        const char *colon = strrchr(o->url, ':');
+        port = colon ? atoi(colon + 1) : 0;
+    } else if (bs_server_start(o, &srv, &port, wsurl, sizeof wsurl) != 0) {
+        return 1;
+    }
+    json_t *res = bs_run_load(o, wsurl, n_clients);
+    char *stats_s = port > 0 ? http_get_local(port, "/stats") : NULL;
+    json_t *stats = stats_s ? json_loads(stats_s, 0, NULL) : NULL;
+    free(stats_s);
+    if (!o->url) stop_child(&srv);
+    if (!res) {
+        fprintf(stderr, "error: the load generator failed (node and npm ws from tests/node_modules are needed)\n");
+        json_decref(stats);
+        return 1;
+    }
+    bs_print_row(n_clients, res, stats);
+    json_decref(res);
+    json_decref(stats);
+    return 0;
+}
+
+int bench_serve(int argc, char **argv) {
+    bs_opts o;
+    int r = bs_opts_parse(&o, argc, argv);
+    if (r >= 0) return r;
+    if ((r = bs_opts_validate(&o)) != 0) {
+        free(o.clients);
+        return r;
+    }
+    bs_print_header(&o);
+    int rc = 0;
+    for (int row = 0; row < o.n_rows && rc == 0; row++) rc = bs_run_row(&o, o.clients[row]);
+    free(o.clients);
     if (rc == 0)
         printf("\ntokens/s: generated tokens of all clients / wall time. ev p50/p99: server-side overhead per event\n"
                "(engine produced it -> frame written), from GET /stats. batch: mean sequences per decode step.\n");

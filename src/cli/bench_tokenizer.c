@@ -72,6 +72,79 @@ static char *generate_text(size_t target, size_t *len) {
     return buf;
 }
 
+/* Best times (ms of thread CPU time) of the timed phases. */
+typedef struct bt_times {
+    double enc, enc_cold, dec, stream;
+} bt_times;
+
+/* Encodes text reps times: the ids (*ids, *n) of the last pass, t->enc_cold (first pass) and t->enc (best).
+ * 0, or -1 with err. */
+static int bt_time_encode(tokenizer *tok, const char *text, size_t len, int reps, int32_t **ids, size_t *n,
+                          bt_times *t, um_err *err) {
+    t->enc = 1e30;
+    for (int it = 0; it < reps; it++) {
+        free(*ids);
+        *ids = NULL;
+        uint64_t t0 = cpu_now_ns();
+        if (tokenizer_encode(tok, text, len, 1, ids, n, err) != 0) return -1;
+        double ms = cpu_ms_since(t0);
+        if (it == 0) t->enc_cold = ms;
+        if (ms < t->enc) t->enc = ms;
+    }
+    return 0;
+}
+
+/* Decodes ids reps times (t->dec: best), then streams them reps times (t->stream: best; checked
+ * against the decoded length). Returns the decoded length in bytes. */
+static size_t bt_time_decode(tokenizer *tok, const int32_t *ids, size_t n, int reps, bt_times *t) {
+    size_t out_len = 0;
+    t->dec = t->stream = 1e30;
+    for (int it = 0; it < reps; it++) {
+        char *out;
+        uint64_t t0 = cpu_now_ns();
+        tokenizer_decode(tok, ids, n, 0, &out, &out_len);
+        double ms = cpu_ms_since(t0);
+        free(out);
+        if (ms < t->dec) t->dec = ms;
+    }
+    for (int it = 0; it < reps; it++) {
+        tok_stream s;
+        tok_stream_init(&s, tok, 0);
+        size_t total = 0;
+        uint64_t t0 = cpu_now_ns();
+        for (size_t i = 0; i < n; i++) {
+            const char *p;
+            size_t l;
+            tok_stream_push(&s, ids[i], &p, &l);
+            total += l;
+        }
+        const char *p;
+        size_t l;
+        tok_stream_flush(&s, &p, &l);
+        double ms = cpu_ms_since(t0);
+        tok_stream_free(&s);
+        CHECK(total + l == out_len);
+        if (ms < t->stream) t->stream = ms;
+    }
+    return out_len;
+}
+
+/* Prints the table rows of the four phases and the summary line. */
+static void bt_print(const bt_times *t, size_t len, size_t n, size_t out_len) {
+    double mbytes = (double)len / 1e6, mtok = (double)n / 1e6;
+    printf("%-22s %10.1f %12.1f %14.2f %12.2f\n", "encode (first pass)", t->enc_cold, mbytes / (t->enc_cold * 1e-3),
+           mtok / (t->enc_cold * 1e-3), (double)len / (double)(n ? n : 1));
+    printf("%-22s %10.1f %12.1f %14.2f %12.2f\n", "encode (warm cache)", t->enc, mbytes / (t->enc * 1e-3),
+           mtok / (t->enc * 1e-3), (double)len / (double)(n ? n : 1));
+    printf("%-22s %10.1f %12.1f %14.2f\n", "decode", t->dec, (double)out_len / 1e6 / (t->dec * 1e-3),
+           mtok / (t->dec * 1e-3));
+    printf("%-22s %10.1f %12.1f %14.2f\n", "decode (streaming)", t->stream, (double)out_len / 1e6 / (t->stream * 1e-3),
+           mtok / (t->stream * 1e-3));
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("\n%zu tokens; peak RSS %.0f MiB\n", n, (double)ru.ru_maxrss / 1024.0);
+}
+
 int bench_tokenizer(int argc, char **argv) {
     const char *dir = NULL, *file = NULL;
     int reps = 3, mb = 4;
@@ -117,64 +190,19 @@ int bench_tokenizer(int argc, char **argv) {
            tokenizer_n_vocab(tok), file ? file : "generated English-like", (double)len / 1e6, load_ms, reps);
     printf("%-22s %10s %12s %14s %12s\n", "phase", "ms", "MB/s", "Mtokens/s", "bytes/token");
 
-    double best_enc = 1e30, best_enc_cold = 0, best_dec = 1e30, best_stream = 1e30;
+    bt_times t = {0};
     int32_t *ids = NULL;
     size_t n = 0;
-    for (int it = 0; it < reps; it++) {
-        free(ids);
-        t0 = cpu_now_ns();
-        if (tokenizer_encode(tok, text, len, 1, &ids, &n, &err) != 0) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            free(text);
-            tokenizer_free(tok);
-            return 1;
-        }
-        double ms = cpu_ms_since(t0);
-        if (it == 0) best_enc_cold = ms;
-        if (ms < best_enc) best_enc = ms;
+    int rc = 0;
+    if (bt_time_encode(tok, text, len, reps, &ids, &n, &t, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        rc = 1;
+    } else {
+        size_t out_len = bt_time_decode(tok, ids, n, reps, &t);
+        bt_print(&t, len, n, out_len);
     }
-    size_t out_len = 0;
-    for (int it = 0; it < reps; it++) {
-        char *out;
-        t0 = cpu_now_ns();
-        tokenizer_decode(tok, ids, n, 0, &out, &out_len);
-        double ms = cpu_ms_since(t0);
-        free(out);
-        if (ms < best_dec) best_dec = ms;
-    }
-    for (int it = 0; it < reps; it++) {
-        tok_stream s;
-        tok_stream_init(&s, tok, 0);
-        size_t total = 0;
-        t0 = cpu_now_ns();
-        for (size_t i = 0; i < n; i++) {
-            const char *p;
-            size_t l;
-            tok_stream_push(&s, ids[i], &p, &l);
-            total += l;
-        }
-        const char *p;
-        size_t l;
-        tok_stream_flush(&s, &p, &l);
-        double ms = cpu_ms_since(t0);
-        tok_stream_free(&s);
-        CHECK(total + l == out_len);
-        if (ms < best_stream) best_stream = ms;
-    }
-    double mbytes = (double)len / 1e6, mtok = (double)n / 1e6;
-    printf("%-22s %10.1f %12.1f %14.2f %12.2f\n", "encode (first pass)", best_enc_cold, mbytes / (best_enc_cold * 1e-3),
-           mtok / (best_enc_cold * 1e-3), (double)len / (double)(n ? n : 1));
-    printf("%-22s %10.1f %12.1f %14.2f %12.2f\n", "encode (warm cache)", best_enc, mbytes / (best_enc * 1e-3),
-           mtok / (best_enc * 1e-3), (double)len / (double)(n ? n : 1));
-    printf("%-22s %10.1f %12.1f %14.2f\n", "decode", best_dec, (double)out_len / 1e6 / (best_dec * 1e-3),
-           mtok / (best_dec * 1e-3));
-    printf("%-22s %10.1f %12.1f %14.2f\n", "decode (streaming)", best_stream,
-           (double)out_len / 1e6 / (best_stream * 1e-3), mtok / (best_stream * 1e-3));
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("\n%zu tokens; peak RSS %.0f MiB\n", n, (double)ru.ru_maxrss / 1024.0);
     free(ids);
     free(text);
     tokenizer_free(tok);
-    return 0;
+    return rc;
 }

@@ -49,19 +49,27 @@ static double forward_gflop(const model_config *c, int seq, int batch, int out_r
     return (mm + att) * 1e-9;
 }
 
-static int bench_forward(int argc, char **argv) {
-    const char *model_dir = NULL, *seq_s = "64,256,1024", *cpu_kernels = NULL;
-    int threads = 0, reps = 3, batch = 1, warmup = 1, out_rows = 0, tp = 1;
+/* Flags of the forward benchmark, and the parsed --seq list. */
+typedef struct bf_opts {
+    const char *model_dir, *seq_s, *cpu_kernels;
+    int  threads, reps, batch, warmup, out_rows, tp;
+    int *seqs;    /* [n_seqs], owned */
+    int  n_seqs;
+} bf_opts;
+
+/* Parses argv into o (defaults first). -1 to go on, else the exit code (0 after --help, 2 on error). */
+static int bf_opts_parse(bf_opts *o, int argc, char **argv) {
+    *o = (bf_opts){.seq_s = "64,256,1024", .reps = 3, .batch = 1, .warmup = 1, .tp = 1};
     arg_spec specs[] = {
-        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
-        {"seq", ARG_STR, &seq_s, "comma-separated sequence lengths [64,256,1024]"},
-        {"batch", ARG_INT, &batch, "sequences packed per forward [1]"},
-        {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
-        {"reps", ARG_INT, &reps, "timed forwards per row [3]"},
-        {"warmup", ARG_INT, &warmup, "untimed forwards before timing [1]"},
-        {"out-rows", ARG_INT, &out_rows, "logit rows per sequence (0 = all; the decode loop uses a block) [0]"},
-        {"tp", ARG_INT, &tp, "tensor-parallel ranks: CPU threads of one process, --threads split over them [1]"},
-        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"seq", ARG_STR, &o->seq_s, "comma-separated sequence lengths [64,256,1024]"},
+        {"batch", ARG_INT, &o->batch, "sequences packed per forward [1]"},
+        {"threads", ARG_INT, &o->threads, "CPU threads (0 = all cores) [0]"},
+        {"reps", ARG_INT, &o->reps, "timed forwards per row [3]"},
+        {"warmup", ARG_INT, &o->warmup, "untimed forwards before timing [1]"},
+        {"out-rows", ARG_INT, &o->out_rows, "logit rows per sequence (0 = all; the decode loop uses a block) [0]"},
+        {"tp", ARG_INT, &o->tp, "tensor-parallel ranks: CPU threads of one process, --threads split over them [1]"},
+        {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -70,101 +78,125 @@ static int bench_forward(int argc, char **argv) {
                        "Forward benchmark: LLaDA forward passes on the CPU backend, one table row per --seq.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
-    if (!model_dir) {
+    return -1;
+}
+
+/* Applies --cpu-kernels, checks the flags and parses --seq. 0, or 2 with the message printed. */
+static int bf_opts_validate(bf_opts *o) {
+    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0) return 2;
+    if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
     }
-    if (threads < 0 || reps < 1 || batch < 1 || warmup < 0 || out_rows < 0) {
+    if (o->threads < 0 || o->reps < 1 || o->batch < 1 || o->warmup < 0 || o->out_rows < 0) {
         fprintf(stderr, "error: --threads/--warmup/--out-rows must be >= 0, --reps and --batch >= 1\n");
         return 2;
     }
-    int *seqs = NULL;
-    int n_seqs = args_parse_int_list("seq", seq_s, &seqs);
-    if (n_seqs < 0) return 2;
-    for (int i = 0; i < n_seqs; i++)
-        if (seqs[i] < 1) {
-            fprintf(stderr, "error: --seq entries must be >= 1, got %d\n", seqs[i]);
-            free(seqs);
+    o->n_seqs = args_parse_int_list("seq", o->seq_s, &o->seqs);
+    if (o->n_seqs < 0) return 2;
+    for (int i = 0; i < o->n_seqs; i++)
+        if (o->seqs[i] < 1) {
+            fprintf(stderr, "error: --seq entries must be >= 1, got %d\n", o->seqs[i]);
             return 2;
         }
+    return 0;
+}
 
-    um_err err = {0};
-    model m;
-    if (model_load(model_dir, &m, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        free(seqs);
-        return 1;
-    }
-    const model_config *c = &m.cfg;
-    for (int i = 0; i < n_seqs; i++)
-        if (seqs[i] > c->max_seq) {
-            fprintf(stderr, "error: --seq %d exceeds the model's maximum sequence length %d\n", seqs[i], c->max_seq);
-            model_free(&m);
-            free(seqs);
-            return 2;
-        }
-    cli_model_ctx mc;
-    if (cli_model_ctx_open(&mc, &m, "cpu", tp, threads, 0, 0, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        model_free(&m);
-        free(seqs);
-        return cli_model_ctx_exit_code(&err);
-    }
-    backend *be = mc.ctx->be;
-    const st_tensor *q0 = m.llada.layers[0].q_proj;
+/* Prints the header lines (model, backend, settings) and the table's column names. */
+static void bf_print_header(const bf_opts *o, const model *m, backend *be) {
+    const model_config *c = &m->cfg;
+    const st_tensor *q0 = m->llada.layers[0].q_proj;
     printf("unmask bench (forward): %s — %.1fM params, %s weights, d_model %d, %d layers, %d/%d heads, ffn %d, "
            "vocab rows %d\n",
-           model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name, c->d_model, c->n_layers, c->n_heads,
+           o->model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name, c->d_model, c->n_layers, c->n_heads,
            c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
     printf("backend %s, %d threads%s, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
            "load average %.2f\n\n",
-           backend_description(be), backend_n_threads(be), tp > 1 ? " per rank x tp" : "", warmup, reps, peak_rss_mib(),
-           load_avg_1m());
-    if (tp > 1) printf("tensor parallel: %d ranks (CPU threads, comm_local)\n\n", tp);
+           backend_description(be), backend_n_threads(be), o->tp > 1 ? " per rank x tp" : "", o->warmup, o->reps,
+           peak_rss_mib(), load_avg_1m());
+    if (o->tp > 1) printf("tensor parallel: %d ranks (CPU threads, comm_local)\n\n", o->tp);
     printf("%7s %6s %9s %12s %12s %10s %9s %14s\n", "seq", "batch", "out rows", "ms/forward", "min ms", "tokens/s",
            "GFLOP/s", "peak RSS MiB");
+}
 
+/* Times warmup + reps forwards of batch random sequences of length L and prints the row. 0, or 1
+ * with the message printed. */
+static int bf_run_row(const bf_opts *o, model_ctx *ctx, const model_config *c, int L, um_err *err) {
+    int batch = o->batch, n = L * batch, per = o->out_rows && o->out_rows < L ? o->out_rows : L, n_out = per * batch;
+    int32_t *tok = xmalloc((size_t)n * sizeof *tok), *start = xmalloc((size_t)(batch + 1) * sizeof *start);
+    int32_t *rows = xmalloc((size_t)n_out * sizeof *rows);
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)(rng_u64(7, (uint64_t)L, (uint64_t)i) % (uint64_t)c->vocab_size);
+    for (int b = 0; b <= batch; b++) start[b] = b * L;
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < per; j++) rows[b * per + j] = b * L + (L - per) + j;   /* last rows: a block */
+    float *logits = xmalloc((size_t)n_out * (size_t)c->n_embd_rows * sizeof *logits);
+    fwd_batch fb = {.n_seqs = batch, .seq_start = start, .tokens = tok, .n_out = n_out,
+                    .out_rows = per < L ? rows : NULL};
+    double total = 0, best = 1e30;
     int rc = 0;
-    for (int si = 0; si < n_seqs && rc == 0; si++) {
-        int L = seqs[si], n = L * batch, per = out_rows && out_rows < L ? out_rows : L, n_out = per * batch;
-        int32_t *tok = xmalloc((size_t)n * sizeof *tok), *start = xmalloc((size_t)(batch + 1) * sizeof *start);
-        int32_t *rows = xmalloc((size_t)n_out * sizeof *rows);
-        for (int i = 0; i < n; i++) tok[i] = (int32_t)(rng_u64(7, (uint64_t)L, (uint64_t)i) % (uint64_t)c->vocab_size);
-        for (int b = 0; b <= batch; b++) start[b] = b * L;
-        for (int b = 0; b < batch; b++)
-            for (int j = 0; j < per; j++) rows[b * per + j] = b * L + (L - per) + j;   /* last rows: a block */
-        float *logits = xmalloc((size_t)n_out * (size_t)c->n_embd_rows * sizeof *logits);
-        fwd_batch fb = {.n_seqs = batch, .seq_start = start, .tokens = tok, .n_out = n_out,
-                        .out_rows = per < L ? rows : NULL};
-        double total = 0, best = 1e30;
-        for (int it = 0; it < warmup + reps && rc == 0; it++) {
-            uint64_t t0 = time_now_ns();
-            if (model_forward(mc.ctx, &fb, logits, &err) != 0) {
-                fprintf(stderr, "error: %s\n", err.msg);
-                rc = 1;
-                break;
-            }
-            double ms = time_ms_since(t0);
-            if (it >= warmup) {
-                total += ms;
-                if (ms < best) best = ms;
-            }
+    for (int it = 0; it < o->warmup + o->reps && rc == 0; it++) {
+        uint64_t t0 = time_now_ns();
+        if (model_forward(ctx, &fb, logits, err) != 0) {
+            fprintf(stderr, "error: %s\n", err->msg);
+            rc = 1;
+            break;
         }
-        if (rc == 0) {
-            double ms = total / reps;
-            printf("%7d %6d %9d %12.1f %12.1f %10.0f %9.1f %14.0f\n", L, batch, per, ms, best,
-                   (double)n / (ms * 1e-3), forward_gflop(c, L, batch, per) / (ms * 1e-3), peak_rss_mib());
-            fflush(stdout);
+        double ms = time_ms_since(t0);
+        if (it >= o->warmup) {
+            total += ms;
+            if (ms < best) best = ms;
         }
-        free(tok);
-        free(start);
-        free(rows);
-        free(logits);
     }
+    if (rc == 0) {
+        double ms = total / o->reps;
+        printf("%7d %6d %9d %12.1f %12.1f %10.0f %9.1f %14.0f\n", L, batch, per, ms, best, (double)n / (ms * 1e-3),
+               forward_gflop(c, L, batch, per) / (ms * 1e-3), peak_rss_mib());
+        fflush(stdout);
+    }
+    free(tok);
+    free(start);
+    free(rows);
+    free(logits);
+    return rc;
+}
+
+/* The forward benchmark (no mode flag). */
+static int bench_forward(int argc, char **argv) {
+    bf_opts o;
+    int r = bf_opts_parse(&o, argc, argv);
+    if (r >= 0) return r;
+    if (bf_opts_validate(&o) != 0) {
+        free(o.seqs);
+        return 2;
+    }
+    um_err err = {0};
+    model m;
+    if (model_load(o.model_dir, &m, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        free(o.seqs);
+        return 1;
+    }
+    const model_config *c = &m.cfg;
+    for (int i = 0; i < o.n_seqs; i++)
+        if (o.seqs[i] > c->max_seq) {
+            fprintf(stderr, "error: --seq %d exceeds the model's maximum sequence length %d\n", o.seqs[i], c->max_seq);
+            model_free(&m);
+            free(o.seqs);
+            return 2;
+        }
+    cli_model_ctx mc;
+    if (cli_model_ctx_open(&mc, &m, "cpu", o.tp, o.threads, 0, 0, &err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        model_free(&m);
+        free(o.seqs);
+        return cli_model_ctx_exit_code(&err);
+    }
+    bf_print_header(&o, &m, mc.ctx->be);
+    int rc = 0;
+    for (int si = 0; si < o.n_seqs && rc == 0; si++) rc = bf_run_row(&o, mc.ctx, c, o.seqs[si], &err);
     cli_model_ctx_close(&mc);
     model_free(&m);
-    free(seqs);
+    free(o.seqs);
     return rc;
 }
 

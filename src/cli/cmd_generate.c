@@ -233,60 +233,77 @@ static int build_suffix(const model *m, const char *text, const char *ids_s, int
 
 /* ---------------------------------------------------------------- command */
 
-int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *prompt = NULL, *messages = NULL, *ids_s = NULL, *decoder_s = NULL,
-               *layout_s = NULL, *seed_s = NULL, *cache_s = NULL, *suffix_s = NULL, *suffix_ids_s = NULL;
-    int raw = 0, json = 0, threads = 0, no_live = 0, quiet = 0, tp = 1;
-    const char *device = "cpu", *cpu_kernels = NULL;
-    const char *device_loop = "on";
-    int gen = INT_MIN, block = INT_MIN, steps = INT_MIN, top_k = INT_MIN, draft_every = INT_MIN;
-    int cache_refresh = INT_MIN, prefix_look = INT_MIN, after_look = INT_MIN, warmup = INT_MIN;
-    double threshold = NAN, factor = NAN, temperature = NAN, top_p = NAN, cfg = NAN;
-    double low_thr = NAN, c_alpha = NAN, c_gamma = NAN, c_decay = NAN;
-    int eos_inf = 0, conf_eos_inf = 0, no_stop = 0, drafts = 0;
+/* Every flag of `unmask generate`, as parsed (INT_MIN / NAN / NULL = not given). */
+typedef struct gen_opts {
+    const char *model_dir, *prompt, *messages, *ids_s, *decoder_s, *layout_s, *seed_s, *cache_s, *suffix_s,
+               *suffix_ids_s;
+    int         raw, json, threads, no_live, quiet, tp;
+    const char *device, *cpu_kernels, *device_loop;
+    int         gen, block, steps, top_k, draft_every;
+    int         cache_refresh, prefix_look, after_look, warmup;
+    double      threshold, factor, temperature, top_p, cfg;
+    double      low_thr, c_alpha, c_gamma, c_decay;
+    int         eos_inf, conf_eos_inf, no_stop, drafts;
+    uint64_t    seed; /* parsed --seed (when seed_s) */
+} gen_opts;
+
+/* Sets every option to its "not given" value (or the command's default). */
+static void gen_opts_init(gen_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->tp = 1;
+    o->device = "cpu";
+    o->device_loop = "on";
+    o->gen = o->block = o->steps = o->top_k = o->draft_every = INT_MIN;
+    o->cache_refresh = o->prefix_look = o->after_look = o->warmup = INT_MIN;
+    o->threshold = o->factor = o->temperature = o->top_p = o->cfg = NAN;
+    o->low_thr = o->c_alpha = o->c_gamma = o->c_decay = NAN;
+}
+
+/* Parses argv into o. -1 to go on, else the exit code (0 after --help, 2 on a parse error). */
+static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
     arg_spec specs[] = {
-        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
-        {"prompt", ARG_STR, &prompt, "prompt text (wrapped in the chat template when the model has one)"},
-        {"messages", ARG_STR, &messages, "JSON file: an array of {\"role\", \"content\"} messages"},
-        {"prompt-ids", ARG_STR, &ids_s, "prompt as comma-separated token ids, e.g. 1,2,3"},
-        {"raw", ARG_FLAG, &raw, "use --prompt as is, without the chat template"},
-        {"suffix", ARG_STR, &suffix_s, "infill: text after the generated hole (canvas = prompt ++ masks ++ suffix)"},
-        {"suffix-ids", ARG_STR, &suffix_ids_s, "infill: the suffix as comma-separated token ids"},
-        {"gen-length", ARG_INT, &gen, "generated positions (masks) [128]"},
-        {"block-length", ARG_INT, &block, "block length B [32]"},
-        {"steps", ARG_INT, &steps, "fixed-step decoders: total steps, 0 = gen-length [0]"},
-        {"decoder", ARG_STR, &decoder_s,
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"prompt", ARG_STR, &o->prompt, "prompt text (wrapped in the chat template when the model has one)"},
+        {"messages", ARG_STR, &o->messages, "JSON file: an array of {\"role\", \"content\"} messages"},
+        {"prompt-ids", ARG_STR, &o->ids_s, "prompt as comma-separated token ids, e.g. 1,2,3"},
+        {"raw", ARG_FLAG, &o->raw, "use --prompt as is, without the chat template"},
+        {"suffix", ARG_STR, &o->suffix_s, "infill: text after the generated hole (canvas = prompt ++ masks ++ suffix)"},
+        {"suffix-ids", ARG_STR, &o->suffix_ids_s, "infill: the suffix as comma-separated token ids"},
+        {"gen-length", ARG_INT, &o->gen, "generated positions (masks) [128]"},
+        {"block-length", ARG_INT, &o->block, "block length B [32]"},
+        {"steps", ARG_INT, &o->steps, "fixed-step decoders: total steps, 0 = gen-length [0]"},
+        {"decoder", ARG_STR, &o->decoder_s,
          "low_confidence | random | threshold | factor | hierarchy | credit [low_confidence]"},
-        {"threshold", ARG_FLOAT, &threshold, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
-        {"factor", ARG_FLOAT, &factor, "factor decoder: f > 0 [1.0]"},
-        {"low-threshold", ARG_FLOAT, &low_thr, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
-        {"credit-alpha", ARG_FLOAT, &c_alpha, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
-        {"credit-gamma", ARG_FLOAT, &c_gamma, "credit decoder: gamma (credit p^gamma) in [0,100] [0.2]"},
-        {"credit-decay", ARG_FLOAT, &c_decay, "credit decoder: beta (decay per step) in [0,1] [0.8]"},
-        {"temperature", ARG_FLOAT, &temperature, "sampling temperature, 0 = greedy [0]"},
-        {"top-k", ARG_INT, &top_k, "sample among the k best tokens, 0 = off [0]"},
-        {"top-p", ARG_FLOAT, &top_p, "nucleus mass in (0,1], 1 = off [1]"},
-        {"seed", ARG_STR, &seed_s, "random seed (unsigned 64-bit) [0]"},
-        {"cfg-scale", ARG_FLOAT, &cfg, "classifier-free guidance scale, 0 = off [0]"},
-        {"logits-eos-inf", ARG_FLAG, &eos_inf, "never sample EOS (logits[eos] = -inf)"},
-        {"confidence-eos-eot-inf", ARG_FLAG, &conf_eos_inf, "reference quirk: confidence without <|eot_id|>"},
-        {"block-layout", ARG_STR, &layout_s, "llada (blocks after the prompt) | aligned [llada]"},
-        {"no-stop-at-eos", ARG_FLAG, &no_stop, "decode every block even after EOS"},
-        {"drafts", ARG_FLAG, &drafts, "--json: step events carry drafts for masked positions"},
-        {"draft-every", ARG_INT, &draft_every, "drafts every N steps [1]"},
-        {"cache", ARG_STR, &cache_s, "KV cache across steps: none | prefix | dual | vicinity [none]"},
-        {"cache-refresh", ARG_INT, &cache_refresh, "also refresh the cache every N steps inside a block, 0 = only at block start [0]"},
-        {"prefix-look", ARG_INT, &prefix_look, "vicinity: positions before the block recomputed each step [0]"},
-        {"after-look", ARG_INT, &after_look, "vicinity: positions after the block recomputed each step [0]"},
-        {"warmup-steps", ARG_INT, &warmup, "with a cache: the first N steps run without it [0]"},
-        {"json", ARG_FLAG, &json, "print one JSON event per line"},
-        {"no-live", ARG_FLAG, &no_live, "no live view even on a terminal"},
-        {"quiet", ARG_FLAG, &quiet, "no summary line on stderr"},
-        {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
-        {"device", ARG_STR, &device, "cpu | cuda | cuda:N, with --tp a GPU list cuda:0,cuda:1 [cpu]"},
-        {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs, docs/parallel.md) [1]"},
-        {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
-        {"device-loop", ARG_STR, &device_loop,
+        {"threshold", ARG_FLOAT, &o->threshold, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
+        {"factor", ARG_FLOAT, &o->factor, "factor decoder: f > 0 [1.0]"},
+        {"low-threshold", ARG_FLOAT, &o->low_thr, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
+        {"credit-alpha", ARG_FLOAT, &o->c_alpha, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
+        {"credit-gamma", ARG_FLOAT, &o->c_gamma, "credit decoder: gamma (credit p^gamma) in [0,100] [0.2]"},
+        {"credit-decay", ARG_FLOAT, &o->c_decay, "credit decoder: beta (decay per step) in [0,1] [0.8]"},
+        {"temperature", ARG_FLOAT, &o->temperature, "sampling temperature, 0 = greedy [0]"},
+        {"top-k", ARG_INT, &o->top_k, "sample among the k best tokens, 0 = off [0]"},
+        {"top-p", ARG_FLOAT, &o->top_p, "nucleus mass in (0,1], 1 = off [1]"},
+        {"seed", ARG_STR, &o->seed_s, "random seed (unsigned 64-bit) [0]"},
+        {"cfg-scale", ARG_FLOAT, &o->cfg, "classifier-free guidance scale, 0 = off [0]"},
+        {"logits-eos-inf", ARG_FLAG, &o->eos_inf, "never sample EOS (logits[eos] = -inf)"},
+        {"confidence-eos-eot-inf", ARG_FLAG, &o->conf_eos_inf, "reference quirk: confidence without <|eot_id|>"},
+        {"block-layout", ARG_STR, &o->layout_s, "llada (blocks after the prompt) | aligned [llada]"},
+        {"no-stop-at-eos", ARG_FLAG, &o->no_stop, "decode every block even after EOS"},
+        {"drafts", ARG_FLAG, &o->drafts, "--json: step events carry drafts for masked positions"},
+        {"draft-every", ARG_INT, &o->draft_every, "drafts every N steps [1]"},
+        {"cache", ARG_STR, &o->cache_s, "KV cache across steps: none | prefix | dual | vicinity [none]"},
+        {"cache-refresh", ARG_INT, &o->cache_refresh, "also refresh the cache every N steps inside a block, 0 = only at block start [0]"},
+        {"prefix-look", ARG_INT, &o->prefix_look, "vicinity: positions before the block recomputed each step [0]"},
+        {"after-look", ARG_INT, &o->after_look, "vicinity: positions after the block recomputed each step [0]"},
+        {"warmup-steps", ARG_INT, &o->warmup, "with a cache: the first N steps run without it [0]"},
+        {"json", ARG_FLAG, &o->json, "print one JSON event per line"},
+        {"no-live", ARG_FLAG, &o->no_live, "no live view even on a terminal"},
+        {"quiet", ARG_FLAG, &o->quiet, "no summary line on stderr"},
+        {"threads", ARG_INT, &o->threads, "CPU threads (0 = all cores) [0]"},
+        {"device", ARG_STR, &o->device, "cpu | cuda | cuda:N, with --tp a GPU list cuda:0,cuda:1 [cpu]"},
+        {"tp", ARG_INT, &o->tp, "tensor-parallel ranks (CPU threads or GPUs, docs/parallel.md) [1]"},
+        {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"device-loop", ARG_STR, &o->device_loop,
          "CUDA: on = device-resident decode loop where supported, off = host loop [on]"},
         {NULL, 0, NULL, NULL},
     };
@@ -297,32 +314,124 @@ int cmd_generate(int argc, char **argv) {
                        "generation_config.json where present. See docs/decode.md.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
-    if (!model_dir) {
+    return -1;
+}
+
+/* Checks the flags that need no model (and applies --cpu-kernels). 0, or 2 with the message printed. */
+static int gen_opts_validate(gen_opts *o) {
+    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0) return 2;
+    if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
     }
-    if (strcmp(device_loop, "on") != 0 && strcmp(device_loop, "off") != 0) {
-        fprintf(stderr, "error: --device-loop must be on or off, got '%s'\n", device_loop);
+    if (strcmp(o->device_loop, "on") != 0 && strcmp(o->device_loop, "off") != 0) {
+        fprintf(stderr, "error: --device-loop must be on or off, got '%s'\n", o->device_loop);
         return 2;
     }
-    if (threads < 0) {
-        fprintf(stderr, "error: --threads must be >= 0, got %d\n", threads);
+    if (o->threads < 0) {
+        fprintf(stderr, "error: --threads must be >= 0, got %d\n", o->threads);
         return 2;
     }
-    uint64_t seed = 0;
-    if (seed_s) {
+    if (o->seed_s) {
         char *end;
-        seed = strtoull(seed_s, &end, 10);
-        if (!*seed_s || *end || seed_s[0] == '-') {
-            fprintf(stderr, "error: --seed expects an unsigned integer, got '%s'\n", seed_s);
+        o->seed = strtoull(o->seed_s, &end, 10);
+        if (!*o->seed_s || *end || o->seed_s[0] == '-') {
+            fprintf(stderr, "error: --seed expects an unsigned integer, got '%s'\n", o->seed_s);
             return 2;
         }
     }
+    return 0;
+}
+
+/* Overrides the model's decode defaults in *p with the flags given. 0, or 2 with the message printed. */
+static int gen_params_apply(const gen_opts *o, decode_params *p) {
+    if (o->gen != INT_MIN) p->gen_length = o->gen;
+    if (o->block != INT_MIN) p->block_length = o->block;
+    if (o->steps != INT_MIN) p->steps = o->steps;
+    if (o->top_k != INT_MIN) p->top_k = o->top_k;
+    if (o->draft_every != INT_MIN) p->draft_every = o->draft_every;
+    if (!isnan(o->threshold)) p->threshold = o->threshold;
+    if (!isnan(o->factor)) p->factor = o->factor;
+    if (!isnan(o->low_thr)) p->low_threshold = o->low_thr;
+    if (!isnan(o->c_alpha)) p->credit_alpha = o->c_alpha;
+    if (!isnan(o->c_gamma)) p->credit_gamma = o->c_gamma;
+    if (!isnan(o->c_decay)) p->credit_decay = o->c_decay;
+    if (!isnan(o->temperature)) p->temperature = o->temperature;
+    if (!isnan(o->top_p)) p->top_p = o->top_p;
+    if (!isnan(o->cfg)) p->cfg_scale = o->cfg;
+    if (o->seed_s) p->seed = o->seed;
+    if (o->eos_inf) p->logits_eos_inf = 1;
+    if (o->conf_eos_inf) p->confidence_eos_eot_inf = 1;
+    if (o->no_stop) p->stop_at_eos = 0;
+    if (o->drafts) p->stream_drafts = 1;
+    if (o->cache_refresh != INT_MIN) p->cache_refresh = o->cache_refresh;
+    if (o->prefix_look != INT_MIN) p->prefix_look = o->prefix_look;
+    if (o->after_look != INT_MIN) p->after_look = o->after_look;
+    if (o->warmup != INT_MIN) p->warmup_steps = o->warmup;
+    if (o->cache_s && decode_cache_parse(o->cache_s, &p->cache) != 0) {
+        fprintf(stderr, "error: --cache must be none, prefix, dual or vicinity, got '%s'\n", o->cache_s);
+        return 2;
+    }
+    if (o->decoder_s && decode_decoder_parse(o->decoder_s, &p->decoder) != 0) {
+        fprintf(stderr, "error: --decoder must be low_confidence, random, threshold, factor, hierarchy or credit, "
+                "got '%s'\n",
+                o->decoder_s);
+        return 2;
+    }
+    if (o->layout_s && decode_layout_parse(o->layout_s, &p->layout) != 0) {
+        fprintf(stderr, "error: --block-layout must be llada or aligned, got '%s'\n", o->layout_s);
+        return 2;
+    }
+    return 0;
+}
+
+/* Sets up the live view for G generated positions, sized to the terminal on stdout. */
+static void lv_open(live_view *lv, int n_prompt, int G, int has_tok) {
+    struct winsize ws;
+    lv->width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    lv->n_prompt = n_prompt;
+    lv->has_tok = has_tok;
+    lv->G = G;
+    lv->piece = xcalloc((size_t)lv->G, sizeof *lv->piece);
+    lv->special = xcalloc((size_t)lv->G, sizeof *lv->special);
+    lv->rows = 1;
+}
+
+/* Frees what lv_open allocated (a zeroed, never-opened view too). */
+static void lv_free(live_view *lv) {
+    if (lv->piece)
+        for (int i = 0; i < lv->G; i++) free(lv->piece[i]);
+    free(lv->piece);
+    free(lv->special);
+    strbuf_free(&lv->frame);
+}
+
+/* Decodes s to the end: the device-resident loop when asked for and eligible, else the host loop.
+ * 0, or -1 with err. */
+static int gen_run(model_ctx *ctx, decode_seq *s, int device_loop, const decode_sink *sink, um_err *err) {
+    if (!device_loop || !decode_device_eligible(ctx, s)) return decode_generate(ctx, s, sink, err);
+    decode_device *dd = decode_device_create(ctx, 1);
+    int gen_rc = 0;
+    while (!decode_seq_done(s))
+        if ((gen_rc = decode_device_step(dd, &s, 1, sink, err)) != 0) break;
+    decode_device_stats ds;
+    decode_device_get_stats(dd, &ds);
+    log_debug("device loop: %llu steps, %llu graph captures, %llu replays", (unsigned long long)ds.steps,
+              (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays);
+    decode_device_free(dd);
+    return gen_rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    gen_opts_init(&o);
+    int r = gen_opts_parse(&o, argc, argv);
+    if (r >= 0) return r;
+    if (gen_opts_validate(&o) != 0) return 2;
 
     um_err err = {0};
     model m;
-    if (model_load(model_dir, &m, &err) != 0) {
+    if (model_load(o.model_dir, &m, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
@@ -336,45 +445,10 @@ int cmd_generate(int argc, char **argv) {
     memset(&lv, 0, sizeof lv);
 
     decode_params p = decode_params_for_model(&m);
-    if (gen != INT_MIN) p.gen_length = gen;
-    if (block != INT_MIN) p.block_length = block;
-    if (steps != INT_MIN) p.steps = steps;
-    if (top_k != INT_MIN) p.top_k = top_k;
-    if (draft_every != INT_MIN) p.draft_every = draft_every;
-    if (!isnan(threshold)) p.threshold = threshold;
-    if (!isnan(factor)) p.factor = factor;
-    if (!isnan(low_thr)) p.low_threshold = low_thr;
-    if (!isnan(c_alpha)) p.credit_alpha = c_alpha;
-    if (!isnan(c_gamma)) p.credit_gamma = c_gamma;
-    if (!isnan(c_decay)) p.credit_decay = c_decay;
-    if (!isnan(temperature)) p.temperature = temperature;
-    if (!isnan(top_p)) p.top_p = top_p;
-    if (!isnan(cfg)) p.cfg_scale = cfg;
-    if (seed_s) p.seed = seed;
-    if (eos_inf) p.logits_eos_inf = 1;
-    if (conf_eos_inf) p.confidence_eos_eot_inf = 1;
-    if (no_stop) p.stop_at_eos = 0;
-    if (drafts) p.stream_drafts = 1;
-    if (cache_refresh != INT_MIN) p.cache_refresh = cache_refresh;
-    if (prefix_look != INT_MIN) p.prefix_look = prefix_look;
-    if (after_look != INT_MIN) p.after_look = after_look;
-    if (warmup != INT_MIN) p.warmup_steps = warmup;
-    if (cache_s && decode_cache_parse(cache_s, &p.cache) != 0) {
-        fprintf(stderr, "error: --cache must be none, prefix, dual or vicinity, got '%s'\n", cache_s);
+    if (gen_params_apply(&o, &p) != 0) goto done;
+    if ((rc = build_prompt(&m, o.prompt, o.messages, o.ids_s, o.raw, &ids, &n_ids)) != 0) goto done;
+    if ((o.suffix_s || o.suffix_ids_s) && (rc = build_suffix(&m, o.suffix_s, o.suffix_ids_s, &sfx, &n_sfx)) != 0)
         goto done;
-    }
-    if (decoder_s && decode_decoder_parse(decoder_s, &p.decoder) != 0) {
-        fprintf(stderr, "error: --decoder must be low_confidence, random, threshold, factor, hierarchy or credit, "
-                "got '%s'\n",
-                decoder_s);
-        goto done;
-    }
-    if (layout_s && decode_layout_parse(layout_s, &p.layout) != 0) {
-        fprintf(stderr, "error: --block-layout must be llada or aligned, got '%s'\n", layout_s);
-        goto done;
-    }
-    if ((rc = build_prompt(&m, prompt, messages, ids_s, raw, &ids, &n_ids)) != 0) goto done;
-    if ((suffix_s || suffix_ids_s) && (rc = build_suffix(&m, suffix_s, suffix_ids_s, &sfx, &n_sfx)) != 0) goto done;
     rc = 2;
     s = n_sfx ? decode_seq_create_infill(&m, &p, ids, n_ids, sfx, n_sfx, &err) : decode_seq_create(&m, &p, ids, n_ids, &err);
     if (!s) {
@@ -384,42 +458,20 @@ int cmd_generate(int argc, char **argv) {
     }
 
     rc = 1;
-    if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)decode_seq_forward_tokens(s),
+    if (cli_model_ctx_open(&mc, &m, o.device, o.tp, o.threads, (uint64_t)decode_seq_forward_tokens(s),
                            (uint64_t)decode_seq_kv_rows(s), &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = cli_model_ctx_exit_code(&err);
         goto done;
     }
     mc_open = 1;
-    model_ctx *ctx = mc.ctx;
-    gen_out out = {.json = json, .quiet = quiet};
-    if (!json && !no_live && isatty(STDOUT_FILENO)) {
-        struct winsize ws;
-        lv.width = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
-        lv.n_prompt = n_ids;
-        lv.has_tok = m.tok != NULL;
-        lv.G = p.gen_length;
-        lv.piece = xcalloc((size_t)lv.G, sizeof *lv.piece);
-        lv.special = xcalloc((size_t)lv.G, sizeof *lv.special);
-        lv.rows = 1;
+    gen_out out = {.json = o.json, .quiet = o.quiet};
+    if (!o.json && !o.no_live && isatty(STDOUT_FILENO)) {
+        lv_open(&lv, n_ids, p.gen_length, m.tok != NULL);
         out.lv = &lv;
     }
     decode_sink sink = {on_event, &out};
-    int gen_rc;
-    if (strcmp(device_loop, "on") == 0 && decode_device_eligible(ctx, s)) {
-        decode_device *dd = decode_device_create(ctx, 1);
-        gen_rc = 0;
-        while (!decode_seq_done(s))
-            if ((gen_rc = decode_device_step(dd, &s, 1, &sink, &err)) != 0) break;
-        decode_device_stats ds;
-        decode_device_get_stats(dd, &ds);
-        log_debug("device loop: %llu steps, %llu graph captures, %llu replays", (unsigned long long)ds.steps,
-                  (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays);
-        decode_device_free(dd);
-    } else {
-        gen_rc = decode_generate(ctx, s, &sink, &err);
-    }
-    if (gen_rc != 0) {
+    if (gen_run(mc.ctx, s, strcmp(o.device_loop, "on") == 0, &sink, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         decode_seq_finish(s, DECODE_FINISH_ERROR, err.msg, &sink);
     } else {
@@ -430,11 +482,7 @@ done:
     s = NULL;
     if (mc_open) cli_model_ctx_close(&mc);
     decode_thread_scratch_free();
-    if (lv.piece)
-        for (int i = 0; i < lv.G; i++) free(lv.piece[i]);
-    free(lv.piece);
-    free(lv.special);
-    strbuf_free(&lv.frame);
+    lv_free(&lv);
     decode_seq_free(s);
     free(ids);
     free(sfx);
