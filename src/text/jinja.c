@@ -2009,6 +2009,89 @@ static value binop(rctx *r, int op, value a, value b, int line) {
     return v_undef();
 }
 
+/* f(args): a function, a method, or the error for what cannot be called. */
+static value eval_call(rctx *r, const expr *e) {
+    value f = eval(r, e->a);
+    argv_t a;
+    if (r->failed || eval_args(r, e, &a) != 0) return v_undef();
+    if (f.t == V_FUNC) return call_func(r, f.u.fn, &a, e->line);
+    if (f.t == V_METHOD) return call_method(r, f.obj, f.u.s.p, &a, e->line);
+    if (f.t == V_UNDEF && e->a->kind == E_ATTR)
+        return rerr(r, e->line, UM_ERR_UNSUPPORTED, "unsupported method '%s' (or undefined attribute called)", e->a->name);
+    if (f.t == V_UNDEF && e->a->kind == E_NAME)
+        return rerr(r, e->line, UM_ERR_UNSUPPORTED, "unknown function '%s'", e->a->name);
+    return rerr(r, e->line, UM_ERR_INVALID_ARG, "%s is not callable", type_name(f.t));
+}
+
+/* x | filter(args) and x is [not] test(args). */
+static value eval_filter_or_test(rctx *r, const expr *e) {
+    value x = eval(r, e->a);
+    argv_t a;
+    if (r->failed || eval_args(r, e, &a) != 0) return v_undef();
+    if (e->kind == E_FILTER) return apply_filter(r, e->fid, e->name, x, &a, e->line);
+    int t = run_test(r, e->fid, x, &a, e->line);
+    return v_bool(e->negate ? !t : t);
+}
+
+/* -x and +x (numbers and booleans). */
+static value eval_unary(rctx *r, const expr *e) {
+    value x = eval(r, e->a);
+    if (r->failed) return v_undef();
+    if (x.t == V_INT) return v_int(e->kind == E_NEG ? -x.u.i : x.u.i);
+    if (x.t == V_FLOAT) return v_float(e->kind == E_NEG ? -x.u.f : x.u.f);
+    if (x.t == V_BOOL) return v_int(e->kind == E_NEG ? -x.u.b : x.u.b);
+    return rerr(r, e->line, UM_ERR_INVALID_ARG, "bad operand type for unary %c: %s", e->kind == E_NEG ? '-' : '+',
+                type_name(x.t));
+}
+
+/* A comparison chain a < b == c ... (each link evaluated once, stops at the first false one). */
+static value eval_cmp(rctx *r, const expr *e) {
+    value x = eval(r, e->args[0]);
+    int res = 1;
+    for (int i = 1; i < e->nargs && res && !r->failed; i++) {
+        value y = eval(r, e->args[i]);
+        if (r->failed) break;
+        int op = e->ops[i - 1], c, in;
+        switch (op) {
+        case CMP_EQ: res = values_eq(x, y); break;
+        case CMP_NE: res = !values_eq(x, y); break;
+        case CMP_IN:
+        case CMP_NOTIN:
+            if (contains(r, y, x, e->line, &in) != 0) break;
+            res = op == CMP_IN ? in : !in;
+            break;
+        default:
+            c = values_cmp(x, y);
+            if (c == 2) {
+                rerr(r, e->line, UM_ERR_INVALID_ARG, "cannot compare %s and %s", type_name(x.t), type_name(y.t));
+                break;
+            }
+            res = op == CMP_LT ? c < 0 : op == CMP_LE ? c <= 0 : op == CMP_GT ? c > 0 : c >= 0;
+        }
+        x = y;
+    }
+    return v_bool(res);
+}
+
+/* A list / tuple literal or a dict literal (string keys only). */
+static value eval_collection(rctx *r, const expr *e) {
+    if (e->kind != E_DICT) {
+        vlist *l = list_new(r->ar);
+        for (int i = 0; i < e->nargs; i++) list_push(r->ar, l, eval(r, e->args[i]));
+        return v_list(l);
+    }
+    vdict *d = dict_new(r->ar);
+    for (int i = 0; i + 1 < e->nargs; i += 2) {
+        value k = eval(r, e->args[i]);
+        if (k.t != V_STR) {
+            rerr(r, e->line, UM_ERR_UNSUPPORTED, "dict literal keys must be strings");
+            break;
+        }
+        dict_set(r->ar, d, k.u.s.p, k.u.s.n, eval(r, e->args[i + 1]));
+    }
+    return v_dict(d);
+}
+
 static value eval(rctx *r, const expr *e) {
     if (r->failed) return v_undef();
     if (++r->depth > EVAL_MAX_DEPTH) {
@@ -2028,45 +2111,11 @@ static value eval(rctx *r, const expr *e) {
         break;
     }
     case E_SLICE: v = eval_slice(r, e); break;
-    case E_CALL: {
-        value f = eval(r, e->a);
-        argv_t a;
-        if (r->failed || eval_args(r, e, &a) != 0) break;
-        if (f.t == V_FUNC) v = call_func(r, f.u.fn, &a, e->line);
-        else if (f.t == V_METHOD) v = call_method(r, f.obj, f.u.s.p, &a, e->line);
-        else if (f.t == V_UNDEF && e->a->kind == E_ATTR)
-            v = rerr(r, e->line, UM_ERR_UNSUPPORTED, "unsupported method '%s' (or undefined attribute called)", e->a->name);
-        else if (f.t == V_UNDEF && e->a->kind == E_NAME)
-            v = rerr(r, e->line, UM_ERR_UNSUPPORTED, "unknown function '%s'", e->a->name);
-        else v = rerr(r, e->line, UM_ERR_INVALID_ARG, "%s is not callable", type_name(f.t));
-        break;
-    }
-    case E_FILTER: {
-        value x = eval(r, e->a);
-        argv_t a;
-        if (r->failed || eval_args(r, e, &a) != 0) break;
-        v = apply_filter(r, e->fid, e->name, x, &a, e->line);
-        break;
-    }
-    case E_TEST: {
-        value x = eval(r, e->a);
-        argv_t a;
-        if (r->failed || eval_args(r, e, &a) != 0) break;
-        int t = run_test(r, e->fid, x, &a, e->line);
-        v = v_bool(e->negate ? !t : t);
-        break;
-    }
+    case E_CALL: v = eval_call(r, e); break;
+    case E_FILTER:
+    case E_TEST: v = eval_filter_or_test(r, e); break;
     case E_NEG:
-    case E_POS: {
-        value x = eval(r, e->a);
-        if (r->failed) break;
-        if (x.t == V_INT) v = v_int(e->kind == E_NEG ? -x.u.i : x.u.i);
-        else if (x.t == V_FLOAT) v = v_float(e->kind == E_NEG ? -x.u.f : x.u.f);
-        else if (x.t == V_BOOL) v = v_int(e->kind == E_NEG ? -x.u.b : x.u.b);
-        else v = rerr(r, e->line, UM_ERR_INVALID_ARG, "bad operand type for unary %c: %s", e->kind == E_NEG ? '-' : '+',
-                      type_name(x.t));
-        break;
-    }
+    case E_POS: v = eval_unary(r, e); break;
     case E_NOT: v = v_bool(!truthy(eval(r, e->a))); break;
     case E_AND: {
         value x = eval(r, e->a);
@@ -2083,55 +2132,11 @@ static value eval(rctx *r, const expr *e) {
         if (!r->failed) v = binop(r, e->op, x, y, e->line);
         break;
     }
-    case E_CMP: {
-        value x = eval(r, e->args[0]);
-        int res = 1;
-        for (int i = 1; i < e->nargs && res && !r->failed; i++) {
-            value y = eval(r, e->args[i]);
-            if (r->failed) break;
-            int op = e->ops[i - 1], c, in;
-            switch (op) {
-            case CMP_EQ: res = values_eq(x, y); break;
-            case CMP_NE: res = !values_eq(x, y); break;
-            case CMP_IN:
-            case CMP_NOTIN:
-                if (contains(r, y, x, e->line, &in) != 0) break;
-                res = op == CMP_IN ? in : !in;
-                break;
-            default:
-                c = values_cmp(x, y);
-                if (c == 2) {
-                    rerr(r, e->line, UM_ERR_INVALID_ARG, "cannot compare %s and %s", type_name(x.t), type_name(y.t));
-                    break;
-                }
-                res = op == CMP_LT ? c < 0 : op == CMP_LE ? c <= 0 : op == CMP_GT ? c > 0 : c >= 0;
-            }
-            x = y;
-        }
-        v = v_bool(res);
-        break;
-    }
+    case E_CMP: v = eval_cmp(r, e); break;
     case E_COND: v = truthy(eval(r, e->c)) ? eval(r, e->a) : (e->b ? eval(r, e->b) : v_undef()); break;
     case E_LIST:
-    case E_TUPLE: {
-        vlist *l = list_new(r->ar);
-        for (int i = 0; i < e->nargs; i++) list_push(r->ar, l, eval(r, e->args[i]));
-        v = v_list(l);
-        break;
-    }
-    case E_DICT: {
-        vdict *d = dict_new(r->ar);
-        for (int i = 0; i + 1 < e->nargs; i += 2) {
-            value k = eval(r, e->args[i]);
-            if (k.t != V_STR) {
-                rerr(r, e->line, UM_ERR_UNSUPPORTED, "dict literal keys must be strings");
-                break;
-            }
-            dict_set(r->ar, d, k.u.s.p, k.u.s.n, eval(r, e->args[i + 1]));
-        }
-        v = v_dict(d);
-        break;
-    }
+    case E_TUPLE:
+    case E_DICT: v = eval_collection(r, e); break;
     }
     r->depth--;
     return r->failed ? v_undef() : v;
@@ -2196,87 +2201,189 @@ static int test_by_name(rctx *r, value name, value v, value targ, int line) {
     return run_test(r, tid, v, &a, line);
 }
 
-static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t *a, int line) {
-    (void)fid;
-    if (!strcmp(f, "safe")) return v;
-    if (!strcmp(f, "trim")) {
-        if (v.t == V_UNDEF) return v_str("", 0);
-        value s = str_value(r, v);
-        return str_strip(r, s, arg(a, 0, "chars"), 1, 1);
+/* int filter: numbers and booleans truncated, strings parsed (else the default= argument or 0). */
+static value filter_int(value v, const argv_t *a) {
+    if (v.t == V_INT) return v;
+    if (v.t == V_FLOAT) return v_int((int64_t)v.u.f);
+    if (v.t == V_BOOL) return v_int(v.u.b);
+    if (v.t == V_STR) {
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "%.*s", (int)(v.u.s.n < 63 ? v.u.s.n : 63), v.u.s.p);
+        char *end;
+        long long x = strtoll(tmp, &end, 10);
+        return *end == 0 && end != tmp ? v_int(x) : arg(a, 0, "default").t == V_INT ? arg(a, 0, "default") : v_int(0);
     }
-    if (!strcmp(f, "length") || !strcmp(f, "count")) {
+    return v_int(0);
+}
+
+/* float filter: numbers converted, strings parsed (else 0.0). */
+static value filter_float(value v) {
+    if (is_num(v)) return v_float(num_f(v));
+    if (v.t == V_STR) {
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "%.*s", (int)(v.u.s.n < 63 ? v.u.s.n : 63), v.u.s.p);
+        char *end;
+        double x = strtod(tmp, &end);
+        return *end == 0 && end != tmp ? v_float(x) : v_float(0);
+    }
+    return v_float(0);
+}
+
+/* tojson filter (indent= as the first argument). */
+static value filter_tojson(rctx *r, value v, const argv_t *a, int line) {
+    value ind = arg(a, 0, "indent");
+    strbuf b = {0};
+    if (to_json(r, &b, v, ind.t == V_INT ? (int)ind.u.i : -1, 0, line) != 0) {
+        strbuf_free(&b);
+        return v_undef();
+    }
+    value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+    strbuf_free(&b);
+    return s;
+}
+
+/* The filters on single values (not sequences): 1 with *out set when f is one of them, else 0. */
+static int filter_scalar(rctx *r, const char *f, value v, const argv_t *a, int line, value *out) {
+    if (!strcmp(f, "safe")) {
+        *out = v;
+    } else if (!strcmp(f, "trim")) {
+        *out = v.t == V_UNDEF ? v_str("", 0) : str_strip(r, str_value(r, v), arg(a, 0, "chars"), 1, 1);
+    } else if (!strcmp(f, "length") || !strcmp(f, "count")) {
         switch (v.t) {
-        case V_UNDEF: return v_int(0);
-        case V_STR: return v_int((int64_t)utf8_count(v.u.s.p, v.u.s.n));
-        case V_LIST: return v_int((int64_t)v.u.l->n);
-        case V_DICT: return v_int((int64_t)v.u.d->n);
-        default: return rerr(r, line, UM_ERR_INVALID_ARG, "object of type %s has no length", type_name(v.t));
+        case V_UNDEF: *out = v_int(0); break;
+        case V_STR: *out = v_int((int64_t)utf8_count(v.u.s.p, v.u.s.n)); break;
+        case V_LIST: *out = v_int((int64_t)v.u.l->n); break;
+        case V_DICT: *out = v_int((int64_t)v.u.d->n); break;
+        default: *out = rerr(r, line, UM_ERR_INVALID_ARG, "object of type %s has no length", type_name(v.t));
         }
-    }
-    if (!strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize")) {
-        value s = str_value(r, v);
-        return str_map_case(r, s, f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 't' ? 2 : 3);
-    }
-    if (!strcmp(f, "default") || !strcmp(f, "d")) {
+    } else if (!strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize")) {
+        *out = str_map_case(r, str_value(r, v), f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 't' ? 2 : 3);
+    } else if (!strcmp(f, "default") || !strcmp(f, "d")) {
         int boolean = truthy(arg(a, 1, "boolean"));
+        *out = v;
         if (v.t == V_UNDEF || (boolean && !truthy(v))) {
             value d = arg(a, 0, "default_value");
-            return d.t == V_UNDEF && a->npos == 0 ? v_str("", 0) : d;
+            *out = d.t == V_UNDEF && a->npos == 0 ? v_str("", 0) : d;
         }
-        return v;
+    } else if (!strcmp(f, "tojson")) {
+        *out = filter_tojson(r, v, a, line);
+    } else if (!strcmp(f, "string")) {
+        *out = str_value(r, v);
+    } else if (!strcmp(f, "int")) {
+        *out = filter_int(v, a);
+    } else if (!strcmp(f, "float")) {
+        *out = filter_float(v);
+    } else if (!strcmp(f, "abs")) {
+        if (v.t == V_INT) *out = v_int(v.u.i < 0 ? -v.u.i : v.u.i);
+        else if (v.t == V_FLOAT) *out = v_float(fabs(v.u.f));
+        else *out = rerr(r, line, UM_ERR_INVALID_ARG, "abs of a %s", type_name(v.t));
+    } else if (!strcmp(f, "replace")) {
+        value s = str_value(r, v), x = arg(a, 0, NULL), y = arg(a, 1, NULL), c = arg(a, 2, "count");
+        if (x.t != V_STR || y.t != V_STR) *out = rerr(r, line, UM_ERR_INVALID_ARG, "replace needs two strings");
+        else *out = str_replace(r, s, x, y, c.t == V_INT ? c.u.i : -1);
+    } else if (!strcmp(f, "items")) {
+        argv_t none = {0};
+        if (v.t == V_UNDEF) *out = v_list(list_new(r->ar));
+        else if (v.t != V_DICT) *out = rerr(r, line, UM_ERR_INVALID_ARG, "items of a %s", type_name(v.t));
+        else *out = call_method(r, &v, "items", &none, line);
+    } else {
+        return 0;
     }
-    if (!strcmp(f, "tojson")) {
-        value ind = arg(a, 0, "indent");
+    return 1;
+}
+
+/* reverse filter: a string's characters (in holds them) or a list, reversed. */
+static value filter_reverse(rctx *r, value v, const vlist *in) {
+    if (v.t == V_STR) {
         strbuf b = {0};
-        if (to_json(r, &b, v, ind.t == V_INT ? (int)ind.u.i : -1, 0, line) != 0) {
-            strbuf_free(&b);
-            return v_undef();
-        }
+        for (size_t i = in->n; i-- > 0;) strbuf_put(&b, in->v[i].u.s.p, in->v[i].u.s.n);
         value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
         strbuf_free(&b);
         return s;
     }
-    if (!strcmp(f, "string")) return str_value(r, v);
-    if (!strcmp(f, "int")) {
-        if (v.t == V_INT) return v;
-        if (v.t == V_FLOAT) return v_int((int64_t)v.u.f);
-        if (v.t == V_BOOL) return v_int(v.u.b);
-        if (v.t == V_STR) {
-            char tmp[64];
-            snprintf(tmp, sizeof tmp, "%.*s", (int)(v.u.s.n < 63 ? v.u.s.n : 63), v.u.s.p);
-            char *end;
-            long long x = strtoll(tmp, &end, 10);
-            return *end == 0 && end != tmp ? v_int(x) : arg(a, 0, "default").t == V_INT ? arg(a, 0, "default") : v_int(0);
+    vlist *o = list_new(r->ar);
+    for (size_t i = in->n; i-- > 0;) list_push(r->ar, o, in->v[i]);
+    return v_list(o);
+}
+
+/* join filter: the items (or their attribute=) as strings, separated by the first argument. */
+static value filter_join(rctx *r, const vlist *in, const argv_t *a, int line) {
+    value sep = arg(a, 0, "d"), attr = arg(a, 1, "attribute");
+    strbuf b = {0};
+    for (size_t i = 0; i < in->n; i++) {
+        if (i && sep.t == V_STR) strbuf_put(&b, sep.u.s.p, sep.u.s.n);
+        value x = in->v[i];
+        if (attr.t == V_STR) x = get_attr(r, x, attr.u.s.p, attr.u.s.n, line);
+        to_str(&b, x, 0);
+    }
+    value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
+    strbuf_free(&b);
+    return s;
+}
+
+/* sum, min and max filters (f names which). */
+static value filter_reduce(rctx *r, const char *f, const vlist *in, int line) {
+    if (f[1] == 'u') {
+        value acc = v_int(0);
+        for (size_t i = 0; i < in->n && !r->failed; i++) acc = binop(r, OP_ADD, acc, in->v[i], line);
+        return acc;
+    }
+    if (!in->n) return v_undef();
+    value best = in->v[0];
+    for (size_t i = 1; i < in->n; i++) {
+        int c = values_cmp(in->v[i], best);
+        if (c == 2) return rerr(r, line, UM_ERR_INVALID_ARG, "cannot compare values in %s", f);
+        if ((f[1] == 'i' && c < 0) || (f[1] == 'a' && c > 0)) best = in->v[i];
+    }
+    return best;
+}
+
+/* map filter: each item's attribute= (with default=), or each item through the named filter. */
+static value filter_map(rctx *r, const vlist *in, const argv_t *a, int line) {
+    value attr = arg(a, -1, "attribute"), fname = arg(a, 0, NULL), dflt = arg(a, -1, "default");
+    vlist *o = list_new(r->ar);
+    for (size_t i = 0; i < in->n && !r->failed; i++) {
+        value x;
+        if (attr.t == V_STR) {
+            x = get_attr(r, in->v[i], attr.u.s.p, attr.u.s.n, line);
+            if (x.t == V_UNDEF && dflt.t != V_UNDEF) x = dflt;
+        } else if (fname.t == V_STR) {
+            int sub = table_find(FILTERS, fname.u.s.p, fname.u.s.n);
+            if (sub < 0 || table_find(FILTERS_UNSUPPORTED, fname.u.s.p, fname.u.s.n) >= 0)
+                return rerr(r, line, UM_ERR_UNSUPPORTED, "unsupported filter '%.*s' in map", (int)fname.u.s.n,
+                            fname.u.s.p);
+            argv_t rest = *a;
+            rest.npos = a->npos > 1 ? a->npos - 1 : 0;
+            for (int k = 0; k < rest.npos; k++) rest.pos[k] = a->pos[k + 1];
+            x = apply_filter(r, sub, FILTERS[sub], in->v[i], &rest, line);
+        } else {
+            return rerr(r, line, UM_ERR_INVALID_ARG, "map needs a filter name or attribute=");
         }
-        return v_int(0);
+        list_push(r->ar, o, x);
     }
-    if (!strcmp(f, "float")) {
-        if (is_num(v)) return v_float(num_f(v));
-        if (v.t == V_STR) {
-            char tmp[64];
-            snprintf(tmp, sizeof tmp, "%.*s", (int)(v.u.s.n < 63 ? v.u.s.n : 63), v.u.s.p);
-            char *end;
-            double x = strtod(tmp, &end);
-            return *end == 0 && end != tmp ? v_float(x) : v_float(0);
-        }
-        return v_float(0);
+    return v_list(o);
+}
+
+/* select, reject, selectattr and rejectattr filters (f names which): the items whose value (or
+ * attribute) passes the named test, or is truthy when none is named. */
+static value filter_select(rctx *r, const char *f, const vlist *in, const argv_t *a, int line) {
+    int by_attr = f[6] == 'a', keep_match = f[0] == 's';
+    value attr = by_attr ? arg(a, 0, NULL) : v_undef();
+    value tname = arg(a, by_attr ? 1 : 0, NULL), targ = arg(a, by_attr ? 2 : 1, NULL);
+    if (by_attr && attr.t != V_STR) return rerr(r, line, UM_ERR_INVALID_ARG, "%s needs an attribute name", f);
+    vlist *o = list_new(r->ar);
+    for (size_t i = 0; i < in->n && !r->failed; i++) {
+        value x = by_attr ? get_attr(r, in->v[i], attr.u.s.p, attr.u.s.n, line) : in->v[i];
+        int ok = tname.t == V_UNDEF ? truthy(x) : test_by_name(r, tname, x, targ, line);
+        if (ok == keep_match) list_push(r->ar, o, in->v[i]);
     }
-    if (!strcmp(f, "abs")) {
-        if (v.t == V_INT) return v_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        if (v.t == V_FLOAT) return v_float(fabs(v.u.f));
-        return rerr(r, line, UM_ERR_INVALID_ARG, "abs of a %s", type_name(v.t));
-    }
-    if (!strcmp(f, "replace")) {
-        value s = str_value(r, v), x = arg(a, 0, NULL), y = arg(a, 1, NULL), c = arg(a, 2, "count");
-        if (x.t != V_STR || y.t != V_STR) return rerr(r, line, UM_ERR_INVALID_ARG, "replace needs two strings");
-        return str_replace(r, s, x, y, c.t == V_INT ? c.u.i : -1);
-    }
-    if (!strcmp(f, "items")) {
-        if (v.t == V_UNDEF) return v_list(list_new(r->ar));
-        if (v.t != V_DICT) return rerr(r, line, UM_ERR_INVALID_ARG, "items of a %s", type_name(v.t));
-        argv_t none = {0};
-        return call_method(r, &v, "items", &none, line);
-    }
+    return v_list(o);
+}
+
+static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t *a, int line) {
+    (void)fid;
+    value out;
+    if (filter_scalar(r, f, v, a, line, &out)) return out;
     /* the rest work on sequences */
     value l = iterable_list(r, v, line);
     if (r->failed) return v_undef();
@@ -2284,31 +2391,8 @@ static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t
     if (!strcmp(f, "list")) return l;
     if (!strcmp(f, "first")) return in->n ? in->v[0] : v_undef();
     if (!strcmp(f, "last")) return in->n ? in->v[in->n - 1] : v_undef();
-    if (!strcmp(f, "reverse")) {
-        if (v.t == V_STR) {
-            strbuf b = {0};
-            for (size_t i = in->n; i-- > 0;) strbuf_put(&b, in->v[i].u.s.p, in->v[i].u.s.n);
-            value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
-            strbuf_free(&b);
-            return s;
-        }
-        vlist *o = list_new(r->ar);
-        for (size_t i = in->n; i-- > 0;) list_push(r->ar, o, in->v[i]);
-        return v_list(o);
-    }
-    if (!strcmp(f, "join")) {
-        value sep = arg(a, 0, "d"), attr = arg(a, 1, "attribute");
-        strbuf b = {0};
-        for (size_t i = 0; i < in->n; i++) {
-            if (i && sep.t == V_STR) strbuf_put(&b, sep.u.s.p, sep.u.s.n);
-            value x = in->v[i];
-            if (attr.t == V_STR) x = get_attr(r, x, attr.u.s.p, attr.u.s.n, line);
-            to_str(&b, x, 0);
-        }
-        value s = v_str(ar_strndup(r->ar, strbuf_str(&b), b.n), b.n);
-        strbuf_free(&b);
-        return s;
-    }
+    if (!strcmp(f, "reverse")) return filter_reverse(r, v, in);
+    if (!strcmp(f, "join")) return filter_join(r, in, a, line);
     if (!strcmp(f, "unique")) {
         vlist *o = list_new(r->ar);
         for (size_t i = 0; i < in->n; i++) {
@@ -2318,58 +2402,10 @@ static value apply_filter(rctx *r, int fid, const char *f, value v, const argv_t
         }
         return v_list(o);
     }
-    if (!strcmp(f, "sum") || !strcmp(f, "min") || !strcmp(f, "max")) {
-        if (f[1] == 'u') {
-            value acc = v_int(0);
-            for (size_t i = 0; i < in->n && !r->failed; i++) acc = binop(r, OP_ADD, acc, in->v[i], line);
-            return acc;
-        }
-        if (!in->n) return v_undef();
-        value best = in->v[0];
-        for (size_t i = 1; i < in->n; i++) {
-            int c = values_cmp(in->v[i], best);
-            if (c == 2) return rerr(r, line, UM_ERR_INVALID_ARG, "cannot compare values in %s", f);
-            if ((f[1] == 'i' && c < 0) || (f[1] == 'a' && c > 0)) best = in->v[i];
-        }
-        return best;
-    }
-    if (!strcmp(f, "map")) {
-        value attr = arg(a, -1, "attribute"), fname = arg(a, 0, NULL), dflt = arg(a, -1, "default");
-        vlist *o = list_new(r->ar);
-        for (size_t i = 0; i < in->n && !r->failed; i++) {
-            value x;
-            if (attr.t == V_STR) {
-                x = get_attr(r, in->v[i], attr.u.s.p, attr.u.s.n, line);
-                if (x.t == V_UNDEF && dflt.t != V_UNDEF) x = dflt;
-            } else if (fname.t == V_STR) {
-                int sub = table_find(FILTERS, fname.u.s.p, fname.u.s.n);
-                if (sub < 0 || table_find(FILTERS_UNSUPPORTED, fname.u.s.p, fname.u.s.n) >= 0)
-                    return rerr(r, line, UM_ERR_UNSUPPORTED, "unsupported filter '%.*s' in map", (int)fname.u.s.n,
-                                fname.u.s.p);
-                argv_t rest = *a;
-                rest.npos = a->npos > 1 ? a->npos - 1 : 0;
-                for (int k = 0; k < rest.npos; k++) rest.pos[k] = a->pos[k + 1];
-                x = apply_filter(r, sub, FILTERS[sub], in->v[i], &rest, line);
-            } else {
-                return rerr(r, line, UM_ERR_INVALID_ARG, "map needs a filter name or attribute=");
-            }
-            list_push(r->ar, o, x);
-        }
-        return v_list(o);
-    }
-    if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr") || !strcmp(f, "select") || !strcmp(f, "reject")) {
-        int by_attr = f[6] == 'a', keep_match = f[0] == 's';
-        value attr = by_attr ? arg(a, 0, NULL) : v_undef();
-        value tname = arg(a, by_attr ? 1 : 0, NULL), targ = arg(a, by_attr ? 2 : 1, NULL);
-        if (by_attr && attr.t != V_STR) return rerr(r, line, UM_ERR_INVALID_ARG, "%s needs an attribute name", f);
-        vlist *o = list_new(r->ar);
-        for (size_t i = 0; i < in->n && !r->failed; i++) {
-            value x = by_attr ? get_attr(r, in->v[i], attr.u.s.p, attr.u.s.n, line) : in->v[i];
-            int ok = tname.t == V_UNDEF ? truthy(x) : test_by_name(r, tname, x, targ, line);
-            if (ok == keep_match) list_push(r->ar, o, in->v[i]);
-        }
-        return v_list(o);
-    }
+    if (!strcmp(f, "sum") || !strcmp(f, "min") || !strcmp(f, "max")) return filter_reduce(r, f, in, line);
+    if (!strcmp(f, "map")) return filter_map(r, in, a, line);
+    if (!strcmp(f, "selectattr") || !strcmp(f, "rejectattr") || !strcmp(f, "select") || !strcmp(f, "reject"))
+        return filter_select(r, f, in, a, line);
     return rerr(r, line, UM_ERR_UNSUPPORTED, "unsupported filter '%s'", f);
 }
 
