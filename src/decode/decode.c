@@ -900,65 +900,104 @@ void decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl) {
     s->kv_age++;
 }
 
-int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
-    const model *m = ctx->m;
-    int V = m->cfg.n_embd_rows;
-    int n_act = 0, n_fseq = 0, n_tok = 0, n_out = 0, any_kv = 0;
-    decode_step_plan *plan = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *plan);
+/* One decode_step's layout over the sequences not done: their plans, sampled rows and logits rows. */
+typedef struct step_layout {
+    decode_step_plan *plan;     /* [n] (entries of done sequences unset) */
+    int              *rows;     /* [n] rows sampled per sequence (0 when done) */
+    int              *out_base; /* [n] first logits row of each sequence */
+    int               n_act;    /* sequences not done */
+    int               n_fseq;   /* forward sequences (2 per CFG sequence) */
+    int               n_tok;    /* canvas tokens of the forward */
+    int               n_out;    /* logits rows of the forward */
+    int               any_kv;   /* some plan uses KV slots */
+} step_layout;
+
+/* Plans each sequence not done (KV slots on ctx) and counts the forward's sequences and tokens. */
+static void step_layout_plan(step_layout *ly, model_ctx *ctx, decode_seq **seqs, int n) {
+    memset(ly, 0, sizeof *ly);
+    ly->plan = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *ly->plan);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
-        CHECK(s->m == m);
-        plan[i] = decode_seq_plan(s, ctx);
-        any_kv |= plan[i].kv;
-        n_act++;
+        CHECK(s->m == ctx->m);
+        ly->plan[i] = decode_seq_plan(s, ctx);
+        ly->any_kv |= ly->plan[i].kv;
+        ly->n_act++;
         int f = s->p.cfg_scale > 0 ? 2 : 1;
-        n_fseq += f;
-        n_tok += f * (plan[i].wr - plan[i].wl);
+        ly->n_fseq += f;
+        ly->n_tok += f * (ly->plan[i].wr - ly->plan[i].wl);
     }
-    if (n_act == 0) {
-        free(plan);
-        return 0;
-    }
-    int32_t *seq_start = xmalloc((size_t)(n_fseq + 1) * sizeof *seq_start);
-    int32_t *tokens = xmalloc((size_t)n_tok * sizeof *tokens);
-    int32_t *pos = xmalloc((size_t)n_tok * sizeof *pos);
-    int32_t *kv = any_kv ? xcalloc((size_t)n_fseq, sizeof *kv) : NULL;
-    int *rows = xmalloc((size_t)n * sizeof *rows);
-    int *out_base = xmalloc((size_t)n * sizeof *out_base);   /* first logits row of each sequence */
-    /* rows per sequence and output row count */
+}
+
+/* Begins each sequence's block where due and lays out its rows in the logits. */
+static void step_layout_rows(step_layout *ly, decode_seq **seqs, int n) {
+    ly->rows = xmalloc((size_t)n * sizeof *ly->rows);
+    ly->out_base = xmalloc((size_t)n * sizeof *ly->out_base);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
-        rows[i] = 0;
+        ly->rows[i] = 0;
         if (s->done) continue;
         seq_block_begin(s);
-        rows[i] = seq_rows(s);
-        out_base[i] = n_out;
-        n_out += rows[i] * (s->p.cfg_scale > 0 ? 2 : 1);
+        ly->rows[i] = seq_rows(s);
+        ly->out_base[i] = ly->n_out;
+        ly->n_out += ly->rows[i] * (s->p.cfg_scale > 0 ? 2 : 1);
     }
-    int32_t *out_rows = xmalloc((size_t)(n_out > 0 ? n_out : 1) * sizeof *out_rows);
+}
+
+/* Frees what the layout allocated. */
+static void step_layout_free(step_layout *ly) {
+    free(ly->plan);
+    free(ly->rows);
+    free(ly->out_base);
+}
+
+/* The forward's input arrays (owned), sized by a step_layout. */
+typedef struct step_bufs {
+    int32_t *seq_start;   /* [n_fseq + 1] */
+    int32_t *tokens;      /* [n_tok] */
+    int32_t *pos;         /* [n_tok] */
+    int32_t *kv;          /* [n_fseq] KV slots, NULL when no plan uses them */
+    int32_t *out_rows;    /* [n_out] (at least 1) */
+} step_bufs;
+
+/* Fills b with each sequence's window: the canvas, then for CFG the unconditional one (prompt and
+ * infill suffix masked out), and the token index of every logits row. */
+static void step_bufs_fill(step_bufs *b, decode_seq **seqs, int n, const step_layout *ly) {
     int fs = 0, tk = 0;
-    seq_start[0] = 0;
+    b->seq_start[0] = 0;
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
-        const int wl = plan[i].wl, w = plan[i].wr - plan[i].wl, cfg = s->p.cfg_scale > 0;
+        const int wl = ly->plan[i].wl, w = ly->plan[i].wr - ly->plan[i].wl, cfg = s->p.cfg_scale > 0;
+        const int rows = ly->rows[i];
         for (int c = 0; c <= cfg; c++) {   /* the canvas, then CFG's unconditional one */
             const int base = tk;
-            memcpy(tokens + tk, s->x + wl, (size_t)w * sizeof *tokens);
+            memcpy(b->tokens + tk, s->x + wl, (size_t)w * sizeof *b->tokens);
             if (c) {   /* prompt and infill suffix masked out */
-                for (int p = wl; p < s->n_prompt && p < wl + w; p++) tokens[tk + p - wl] = s->mask_id;
+                for (int p = wl; p < s->n_prompt && p < wl + w; p++) b->tokens[tk + p - wl] = s->mask_id;
                 for (int p = s->L - s->n_suffix; p < wl + w; p++)
-                    if (p >= wl) tokens[tk + p - wl] = s->mask_id;
+                    if (p >= wl) b->tokens[tk + p - wl] = s->mask_id;
             }
-            for (int p = 0; p < w; p++) pos[tk + p] = wl + p;
-            if (kv) kv[fs] = plan[i].slot[c];
+            for (int p = 0; p < w; p++) b->pos[tk + p] = wl + p;
+            if (b->kv) b->kv[fs] = ly->plan[i].slot[c];
             tk += w;
-            seq_start[++fs] = tk;
-            for (int r = 0; r < rows[i]; r++) out_rows[out_base[i] + c * rows[i] + r] = base + s->row_pos[r] - wl;
+            b->seq_start[++fs] = tk;
+            for (int r = 0; r < rows; r++) b->out_rows[ly->out_base[i] + c * rows + r] = base + s->row_pos[r] - wl;
         }
     }
-    size_t need = (size_t)n_out * (size_t)V;
+}
+
+/* Runs the batched forward of the layout into t_logits (grown as needed); *t0: when the forward
+ * started. 0, or -1 + err. */
+static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_layout *ly, uint64_t *t0, um_err *err) {
+    step_bufs b;
+    b.seq_start = xmalloc((size_t)(ly->n_fseq + 1) * sizeof *b.seq_start);
+    b.tokens = xmalloc((size_t)ly->n_tok * sizeof *b.tokens);
+    b.pos = xmalloc((size_t)ly->n_tok * sizeof *b.pos);
+    b.kv = ly->any_kv ? xcalloc((size_t)ly->n_fseq, sizeof *b.kv) : NULL;
+    b.out_rows = xmalloc((size_t)(ly->n_out > 0 ? ly->n_out : 1) * sizeof *b.out_rows);
+    step_bufs_fill(&b, seqs, n, ly);
+    size_t need = (size_t)ly->n_out * (size_t)ctx->m->cfg.n_embd_rows;
     if (need > t_logits_cap) {
         free(t_logits);
         t_logits = xmalloc(need * sizeof *t_logits);
@@ -966,75 +1005,92 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     }
     fwd_batch fb;
     memset(&fb, 0, sizeof fb);
-    fb.n_seqs = n_fseq;
-    fb.seq_start = seq_start;
-    fb.tokens = tokens;
-    fb.n_out = n_out;
-    fb.out_rows = out_rows;
-    fb.pos = pos;
-    fb.kv = kv;
-    uint64_t t0 = time_now_ns();
-    int rc = n_out > 0 ? model_forward(ctx, &fb, t_logits, err) : 0;
-    free(seq_start);
-    free(tokens);
-    free(pos);
-    free(kv);
-    free(out_rows);
-    if (rc != 0) {
-        free(rows);
-        free(out_base);
-        free(plan);
-        return -1;
-    }
-    for (int i = 0; i < n && n_out > 0; i++)   /* the cache is as the forward left it */
-        if (!seqs[i]->done) decode_seq_plan_ran(seqs[i], &plan[i]);
-    free(plan);
-    for (int i = 0; i < n; i++)
-        if (!seqs[i]->done && !seqs[i]->t_first_step) seqs[i]->t_first_step = t0;
+    fb.n_seqs = ly->n_fseq;
+    fb.seq_start = b.seq_start;
+    fb.tokens = b.tokens;
+    fb.n_out = ly->n_out;
+    fb.out_rows = b.out_rows;
+    fb.pos = b.pos;
+    fb.kv = b.kv;
+    *t0 = time_now_ns();
+    int rc = ly->n_out > 0 ? model_forward(ctx, &fb, t_logits, err) : 0;
+    free(b.seq_start);
+    free(b.tokens);
+    free(b.pos);
+    free(b.kv);
+    free(b.out_rows);
+    return rc;
+}
 
-    /* sampling: every row of every sequence, in parallel */
+/* The sampling settings of sequence s over a vocabulary of V logits. */
+static void seq_sample_cfg(const decode_seq *s, int V, sample_cfg *sc) {
+    sc->vocab = V;
+    sc->mask_id = s->mask_id;
+    sc->eos_id = s->eos_id;
+    sc->eot_id = s->eot_id >= 0 ? s->eot_id : -1;
+    sc->cfg_scale = s->p.cfg_scale;
+    sc->logits_eos_inf = s->p.logits_eos_inf;
+    sc->confidence_eos_eot_inf = s->p.confidence_eos_eot_inf;
+    sc->temperature = s->p.temperature;
+    sc->top_k = s->p.top_k;
+    sc->top_p = s->p.top_p;
+    sc->seed = s->p.seed;
+}
+
+/* Samples every row of every sequence not done from t_logits (x0, conf), rows in parallel. */
+static void step_sample(decode_seq **seqs, int n, const step_layout *ly, int V) {
     int n_jobs = 0;
-    for (int i = 0; i < n; i++) n_jobs += seqs[i]->done ? 0 : rows[i];
+    for (int i = 0; i < n; i++) n_jobs += seqs[i]->done ? 0 : ly->rows[i];
     row_job *jobs = xmalloc((size_t)(n_jobs > 0 ? n_jobs : 1) * sizeof *jobs);
     int j = 0;
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
-        for (int r = 0; r < rows[i]; r++, j++) {
+        for (int r = 0; r < ly->rows[i]; r++, j++) {
             jobs[j].s = s;
             jobs[j].r = r;
-            jobs[j].cond = t_logits + (size_t)(out_base[i] + r) * (size_t)V;
+            jobs[j].cond = t_logits + (size_t)(ly->out_base[i] + r) * (size_t)V;
             jobs[j].uncond =
-                s->p.cfg_scale > 0 ? t_logits + (size_t)(out_base[i] + rows[i] + r) * (size_t)V : NULL;
+                s->p.cfg_scale > 0 ? t_logits + (size_t)(ly->out_base[i] + ly->rows[i] + r) * (size_t)V : NULL;
         }
     }
 #pragma omp parallel for schedule(dynamic, 1) if (n_jobs > 1 && (size_t)n_jobs * (size_t)V > 65536)
     for (int q = 0; q < n_jobs; q++) {
         decode_seq *s = jobs[q].s;
         sample_cfg sc;
-        sc.vocab = V;
-        sc.mask_id = s->mask_id;
-        sc.eos_id = s->eos_id;
-        sc.eot_id = s->eot_id >= 0 ? s->eot_id : -1;
-        sc.cfg_scale = s->p.cfg_scale;
-        sc.logits_eos_inf = s->p.logits_eos_inf;
-        sc.confidence_eos_eot_inf = s->p.confidence_eos_eot_inf;
-        sc.temperature = s->p.temperature;
-        sc.top_k = s->p.top_k;
-        sc.top_p = s->p.top_p;
-        sc.seed = s->p.seed;
+        seq_sample_cfg(s, V, &sc);
         int r = jobs[q].r;
         sample_row(&sc, jobs[q].cond, jobs[q].uncond, s->step, s->row_pos[r], &s->x0[r], &s->conf[r]);
     }
     free(jobs);
+}
 
+int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
+    int V = ctx->m->cfg.n_embd_rows;
+    step_layout ly;
+    step_layout_plan(&ly, ctx, seqs, n);
+    if (ly.n_act == 0) {
+        step_layout_free(&ly);
+        return 0;
+    }
+    step_layout_rows(&ly, seqs, n);
+    uint64_t t0;
+    if (step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
+        step_layout_free(&ly);
+        return -1;
+    }
+    for (int i = 0; i < n && ly.n_out > 0; i++)   /* the cache is as the forward left it */
+        if (!seqs[i]->done) decode_seq_plan_ran(seqs[i], &ly.plan[i]);
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && !seqs[i]->t_first_step) seqs[i]->t_first_step = t0;
+
+    step_sample(seqs, n, &ly, V);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;
-        seq_after_forward(s, rows[i], t_logits + (size_t)out_base[i] * (size_t)V, sink);
+        seq_after_forward(s, ly.rows[i], t_logits + (size_t)ly.out_base[i] * (size_t)V, sink);
     }
-    free(rows);
-    free(out_base);
+    step_layout_free(&ly);
     return 0;
 }
 

@@ -92,17 +92,18 @@ _Static_assert(offsetof(umk_seq_state, step) == offsetof(umk_seq_state, step_in_
 
 static void *dmalloc(backend *be, size_t bytes) { return backend_buf_alloc(be, bytes ? bytes : 16); }
 
-device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_seqs, int block_len,
-                                device_step_ids ids, int ring, device_step_forward_fn fwd, void *fwd_user, um_err *err) {
+/* Checks the backend, the shape and every sequence for device_step_create. 0, or -1 + err. */
+static int device_step_check(backend *be, const device_step_seq *seqs, int n_seqs, int block_len, int ring,
+                             um_err *err) {
     if (!backend_has(be, BACKEND_CAP_DEVICE_DECODE)) {
         um_err_set(err, UM_ERR_INVALID_ARG, "device-resident decoding needs a backend with device decode support (got %s)",
                    backend_name(be));
-        return NULL;
+        return -1;
     }
     if (n_seqs < 1 || block_len < 1 || block_len > 1024 || ring < 2) {
         um_err_set(err, UM_ERR_INVALID_ARG, "device_step: bad shape (%d sequences, block %d, ring %d)", n_seqs,
                    block_len, ring);
-        return NULL;
+        return -1;
     }
     for (int s = 0; s < n_seqs; s++) {
         const device_step_seq *q = &seqs[s];
@@ -111,18 +112,16 @@ device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_
             q->decoder < 0 || q->decoder > (int)DECODER_FACTOR || (q->blk_steps && q->n_blocks < 1) || q->step < 0 ||
             q->step_in_block < 0 || q->block_m0 < 0 || (q->block_m0 > 0 && q->block_m0 > q->hi - q->lo)) {
             um_err_set(err, UM_ERR_INVALID_ARG, "device_step: sequence %d: bad canvas/block/decoder", s);
-            return NULL;
+            return -1;
         }
     }
-    device_step *cd = xcalloc(1, sizeof *cd);
-    cd->be = be;
-    cd->n_seqs = n_seqs;
-    cd->B = block_len;
-    cd->ids = (umk_vocab_ids){ids.vocab, ids.mask_id, ids.eos_id, ids.eot_id};
-    cd->fwd = fwd;
-    cd->fwd_user = fwd_user;
-    cd->ring = ring;
+    return 0;
+}
 
+/* The host side of the batch: sequence starts, the initial canvas, the LM-head rows of the first
+ * block, and the sequences resumed mid-block. */
+static void device_step_host_init(device_step *cd, const device_step_seq *seqs) {
+    const int n_seqs = cd->n_seqs, block_len = cd->B;
     cd->h_seq_start = xmalloc((size_t)(n_seqs + 1) * sizeof *cd->h_seq_start);
     cd->h_seq_start[0] = 0;
     for (int s = 0; s < n_seqs; s++) cd->h_seq_start[s + 1] = cd->h_seq_start[s] + seqs[s].len;
@@ -130,8 +129,14 @@ device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_
     cd->h_tokens = xmalloc((size_t)cd->n_tok * sizeof *cd->h_tokens);
     for (int s = 0; s < n_seqs; s++)
         memcpy(cd->h_tokens + cd->h_seq_start[s], seqs[s].tokens, (size_t)seqs[s].len * sizeof(int32_t));
-    const int n_rows = n_seqs * block_len;
-    cd->h_out_rows = xmalloc((size_t)n_rows * sizeof *cd->h_out_rows);
+    cd->h_out_rows = xmalloc((size_t)n_seqs * (size_t)block_len * sizeof *cd->h_out_rows);
+    for (int s = 0; s < n_seqs; s++) {
+        const device_step_seq *q = &seqs[s];
+        for (int j = 0; j < block_len; j++) {
+            int p = q->lo + j < q->len ? q->lo + j : q->len - 1;
+            cd->h_out_rows[s * block_len + j] = cd->h_seq_start[s] + p;
+        }
+    }
     for (int s = 0; s < n_seqs; s++) cd->n_resume += seqs[s].block_m0 > 0;
     cd->h_resume_seq = xmalloc((size_t)(cd->n_resume + 1) * sizeof *cd->h_resume_seq);
     cd->h_resume = xmalloc((size_t)(cd->n_resume + 1) * 3 * sizeof *cd->h_resume);
@@ -143,6 +148,40 @@ device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_
         cd->h_resume[3 * k + 2] = seqs[s].block_m0;
         k++;
     }
+}
+
+/* Sequence q's device state (row0: its first token in the batch) and sampling settings; tab_off:
+ * where its per-block step budgets start in the shared table, -1 = none. */
+static void seq_state_of(const device_step_seq *q, int row0, int block_len, int tab_off, umk_seq_state *st,
+                         umk_sample_cfg *cf) {
+    st->row0 = row0;
+    st->len = q->len;
+    st->gen_end = q->gen_end > 0 ? q->gen_end : q->len;
+    st->block_len = q->block_len > 0 ? q->block_len : block_len;
+    st->step = q->step;
+    st->lo = q->lo;
+    st->hi = q->hi;
+    st->block_steps = q->block_steps;
+    st->blk = 0;
+    st->blk_steps_off = tab_off;
+    st->decoder = q->decoder;
+    st->stop_at_eos = q->stop_at_eos;
+    st->threshold = q->threshold;
+    st->factor = q->factor;
+    st->seed = q->seed;
+    cf->temperature = q->temperature;
+    cf->top_p = q->top_p;
+    cf->top_k = q->top_k;
+    cf->seed = q->seed;
+    cf->logits_eos_inf = q->logits_eos_inf;
+    cf->confidence_eos_eot_inf = q->confidence_eos_eot_inf;
+}
+
+/* Allocates the device arrays and uploads the canvas, LM-head rows, sequence states, sampling
+ * settings and per-block step budgets (after device_step_host_init). */
+static void device_step_device_init(device_step *cd, const device_step_seq *seqs) {
+    backend *be = cd->be;
+    const int n_seqs = cd->n_seqs, block_len = cd->B, n_rows = n_seqs * block_len;
     umk_seq_state *st = xcalloc((size_t)n_seqs, sizeof *st);
     umk_sample_cfg *cf = xcalloc((size_t)n_seqs, sizeof *cf);
     int n_tab = 0;
@@ -151,36 +190,11 @@ device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_
     int tab_off = 0;
     for (int s = 0; s < n_seqs; s++) {
         const device_step_seq *q = &seqs[s];
-        for (int j = 0; j < block_len; j++) {
-            int p = q->lo + j < q->len ? q->lo + j : q->len - 1;
-            cd->h_out_rows[s * block_len + j] = cd->h_seq_start[s] + p;
-        }
-        st[s].row0 = cd->h_seq_start[s];
-        st[s].len = q->len;
-        st[s].gen_end = q->gen_end > 0 ? q->gen_end : q->len;
-        st[s].block_len = q->block_len > 0 ? q->block_len : block_len;
-        st[s].step = q->step;
-        st[s].lo = q->lo;
-        st[s].hi = q->hi;
-        st[s].block_steps = q->block_steps;
-        st[s].blk = 0;
-        st[s].blk_steps_off = -1;
+        seq_state_of(q, cd->h_seq_start[s], block_len, q->blk_steps ? tab_off : -1, &st[s], &cf[s]);
         if (q->blk_steps) {
             memcpy(tab + tab_off, q->blk_steps, (size_t)q->n_blocks * sizeof *tab);
-            st[s].blk_steps_off = tab_off;
             tab_off += q->n_blocks;
         }
-        st[s].decoder = q->decoder;
-        st[s].stop_at_eos = q->stop_at_eos;
-        st[s].threshold = q->threshold;
-        st[s].factor = q->factor;
-        st[s].seed = q->seed;
-        cf[s].temperature = q->temperature;
-        cf[s].top_p = q->top_p;
-        cf[s].top_k = q->top_k;
-        cf[s].seed = q->seed;
-        cf[s].logits_eos_inf = q->logits_eos_inf;
-        cf[s].confidence_eos_eot_inf = q->confidence_eos_eot_inf;
     }
     cd->d_tokens = dmalloc(be, (size_t)cd->n_tok * sizeof(int32_t));
     cd->d_out_rows = dmalloc(be, (size_t)n_rows * sizeof(int32_t));
@@ -204,6 +218,22 @@ device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_
     free(tab);
     free(st);
     free(cf);
+}
+
+device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_seqs, int block_len,
+                                device_step_ids ids, int ring, device_step_forward_fn fwd, void *fwd_user, um_err *err) {
+    if (device_step_check(be, seqs, n_seqs, block_len, ring, err) != 0) return NULL;
+    device_step *cd = xcalloc(1, sizeof *cd);
+    cd->be = be;
+    cd->n_seqs = n_seqs;
+    cd->B = block_len;
+    cd->ids = (umk_vocab_ids){ids.vocab, ids.mask_id, ids.eos_id, ids.eot_id};
+    cd->fwd = fwd;
+    cd->fwd_user = fwd_user;
+    cd->ring = ring;
+    device_step_host_init(cd, seqs);
+    device_step_device_init(cd, seqs);
+
     cd->h_ring = backend_host_alloc(be, (size_t)ring * (size_t)n_seqs * cd->ev_bytes);
     cd->ring_ev = xcalloc((size_t)ring, sizeof *cd->ring_ev);
     cd->ring_ev0 = xcalloc((size_t)ring, sizeof *cd->ring_ev0);
@@ -217,7 +247,7 @@ device_step *device_step_create(backend *be, const device_step_seq *seqs, int n_
     cd->batch.tokens = cd->h_tokens;
     cd->batch.pos = NULL;
     cd->batch.key_valid = NULL;
-    cd->batch.n_out = n_rows;
+    cd->batch.n_out = n_seqs * block_len;
     cd->batch.out_rows = cd->h_out_rows;
     return cd;
 }
