@@ -150,10 +150,9 @@ int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error
     return 0;
 }
 
-int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
-    decode_params *p = &g->params;
-    /* the decode fields we do not rename (stop_at_eos, block_layout, drafts, ...): decode's own
-     * parser; its messages use the same names as the request */
+/* The decode fields we do not rename (stop_at_eos, block_layout, drafts, ...) through decode's own
+ * parser; its messages use the same names as the request. *p is left as it was on error. */
+static int parse_decode_rest(decode_params *p, const json_t *obj, oai_error *e) {
     um_err ue = {0};
     decode_params saved = *p;
     json_t *rest = json_deep_copy(obj);
@@ -166,8 +165,13 @@ int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_e
         *p = saved;
         return oai_error_from_um(e, &ue);
     }
+    return 0;
+}
 
-    /* length */
+/* The generation length under any of its API names (the first one given wins; every one is
+ * checked); the server's cap when none is given. */
+static int parse_gen_length(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
+    decode_params *p = &g->params;
     static const char *const len_names[] = {"gen_length", "max_tokens", "max_completion_tokens", "max_new_tokens",
                                             "n_predict"};
     for (size_t i = 0; i < sizeof len_names / sizeof len_names[0]; i++) {
@@ -191,45 +195,44 @@ int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_e
         }
     }
     if (!g->gen_length_set && p->gen_length > lim->max_gen_length) p->gen_length = lim->max_gen_length;
+    return 0;
+}
 
-    /* steps */
-    static const char *const step_names[] = {"steps", "diffusion_steps"};
+/* A count in [1, max] under either of two names (the last one given wins): *dst and the name used
+ * (in name[name_size]). */
+static int parse_count_alias(const json_t *obj, const char *const names[2], int max, int *dst, char *name,
+                             size_t name_size, oai_error *e) {
     for (size_t i = 0; i < 2; i++) {
         long long v = 0;
-        int r = get_int_field(obj, step_names[i], &v, e);
+        int r = get_int_field(obj, names[i], &v, e);
         if (r < 0) return -1;
         if (r == 0) continue;
-        if (v < 1 || v > lim->max_steps)
-            return oai_error_set(e, 400, "invalid_value", step_names[i], "%s must be between 1 and %d, got %lld",
-                                 step_names[i], lim->max_steps, v);
-        p->steps = (int)v;
-        snprintf(g->steps_name, sizeof g->steps_name, "%s", step_names[i]);
+        if (v < 1 || v > max)
+            return oai_error_set(e, 400, "invalid_value", names[i], "%s must be between 1 and %d, got %lld", names[i],
+                                 max, v);
+        *dst = (int)v;
+        snprintf(name, name_size, "%s", names[i]);
     }
-    /* block length */
-    static const char *const block_names[] = {"block_length", "block_size"};
-    for (size_t i = 0; i < 2; i++) {
-        long long v = 0;
-        int r = get_int_field(obj, block_names[i], &v, e);
-        if (r < 0) return -1;
-        if (r == 0) continue;
-        if (v < 1 || v > lim->max_gen_length)
-            return oai_error_set(e, 400, "invalid_value", block_names[i], "%s must be between 1 and %d, got %lld",
-                                 block_names[i], lim->max_gen_length, v);
-        p->block_length = (int)v;
-        snprintf(g->block_name, sizeof g->block_name, "%s", block_names[i]);
-    }
-    /* decoder */
+    return 0;
+}
+
+/* decoder: one of decode's names, or SGLang's LowConfidence (= threshold). */
+static int parse_decoder(decode_params *p, const json_t *obj, oai_error *e) {
     const json_t *v = field(obj, "decoder");
-    if (v) {
-        if (!json_is_string(v))
-            return oai_error_set(e, 400, "invalid_type", "decoder", "decoder must be a string, got %s", json_type_name(v));
-        const char *name = json_string_value(v);
-        if (strcmp(name, "LowConfidence") == 0) name = "threshold"; /* SGLang's name */
-        if (decode_decoder_parse(name, &p->decoder) != 0)
-            return oai_error_set(e, 400, "invalid_value", "decoder",
-                                 "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, got '%.64s'",
-                                 json_string_value(v));
-    }
+    if (!v) return 0;
+    if (!json_is_string(v))
+        return oai_error_set(e, 400, "invalid_type", "decoder", "decoder must be a string, got %s", json_type_name(v));
+    const char *name = json_string_value(v);
+    if (strcmp(name, "LowConfidence") == 0) name = "threshold"; /* SGLang's name */
+    if (decode_decoder_parse(name, &p->decoder) != 0)
+        return oai_error_set(e, 400, "invalid_value", "decoder",
+                             "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, got '%.64s'",
+                             json_string_value(v));
+    return 0;
+}
+
+/* The decoder's and sampler's numbers: threshold, factor, temperature, top_p, cfg_scale, top_k, seed. */
+static int parse_sampling(decode_params *p, const json_t *obj, oai_error *e) {
     double d;
     int r;
     if ((r = get_num_field(obj, "threshold", &d, e)) < 0) return -1;
@@ -254,6 +257,21 @@ int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_e
     if ((r = get_int_field(obj, "seed", &iv, e)) < 0) return -1;
     if (r && iv < 0) return range_err(e, "seed", "a non-negative integer", (double)iv);
     if (r) p->seed = (uint64_t)iv;
+    return 0;
+}
+
+int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
+    decode_params *p = &g->params;
+    static const char *const step_names[] = {"steps", "diffusion_steps"};
+    static const char *const block_names[] = {"block_length", "block_size"};
+    if (parse_decode_rest(p, obj, e) != 0) return -1;
+    if (parse_gen_length(g, obj, lim, e) != 0) return -1;
+    if (parse_count_alias(obj, step_names, lim->max_steps, &p->steps, g->steps_name, sizeof g->steps_name, e) != 0)
+        return -1;
+    if (parse_count_alias(obj, block_names, lim->max_gen_length, &p->block_length, g->block_name, sizeof g->block_name,
+                          e) != 0)
+        return -1;
+    if (parse_decoder(p, obj, e) != 0 || parse_sampling(p, obj, e) != 0) return -1;
     return api_parse_stop(g, field(obj, "stop"), lim, e);
 }
 
