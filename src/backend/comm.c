@@ -301,6 +301,108 @@ static void missing_nodes(const int *peer, int nnodes, char *out, size_t cap) {
         if (peer[r] < 0) o += (size_t)snprintf(out + o, cap - o, "%s%d", o ? ", " : "", r);
 }
 
+/* The error for a rendezvous that ended before every node joined: cancelled (stopped: a stop was
+ * requested) or timed out, naming the missing nodes. Returns -1. */
+static int join_wait_error(const int *peer, int nnodes, int joined, int timeout_ms, int stopped, um_err *err) {
+    char missing[256];
+    missing_nodes(peer, nnodes, missing, sizeof missing);
+    if (stopped)   /* SIGINT / SIGTERM: give up now, the joined nodes are told by the caller */
+        return um_err_set(err, UM_ERR_CANCELLED,
+                          "bootstrap: %s while waiting for node%s %s to connect (%d of %d nodes joined)", stop_why(),
+                          nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
+    return um_err_set(err, UM_ERR_IO,
+                      "bootstrap: timed out after %d ms waiting for node%s %s to connect (%d of %d nodes joined)",
+                      timeout_ms, nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
+}
+
+/* A joining node's hello on fd: its nnodes, rank and fingerprint (*fp_out malloc'd, NULL when
+ * empty). 0, or -1 (warning logged) when the connection is not a node or its hello was cut short. */
+static int read_hello(int fd, uint64_t deadline, uint32_t *their_n, uint32_t *their_r, uint8_t **fp_out,
+                      uint32_t *fp_len_out) {
+    unsigned char h[16];
+    const char *why = NULL;
+    /* a silent connection must not eat the whole budget of the others: 5 s to say hello */
+    uint64_t hello_deadline = time_now_ns() + 5000ull * 1000000ull;
+    if (hello_deadline > deadline) hello_deadline = deadline;
+    if (io_full(fd, h, sizeof h, 0, hello_deadline, &why) < 0 || memcmp(h, k_magic, 8) != 0) {
+        log_warn("bootstrap: ignoring a connection that did not identify itself (%s)", why ? why : "bad magic");
+        return -1;
+    }
+    *their_n = get_u32(h + 8), *their_r = get_u32(h + 12);
+    unsigned char lb[4];
+    uint32_t fp_len = 0;
+    uint8_t *their_fp = NULL;
+    if (io_full(fd, lb, 4, 0, hello_deadline, &why) < 0 || (fp_len = get_u32(lb)) > FP_MAX_BYTES ||
+        (fp_len && io_full(fd, their_fp = xmalloc(fp_len), fp_len, 0, hello_deadline, &why) < 0)) {
+        log_warn("bootstrap: ignoring a connection whose hello was cut short (%s)", why ? why : "fingerprint too long");
+        free(their_fp);
+        return -1;
+    }
+    *fp_out = their_fp;
+    *fp_len_out = fp_len;
+    return 0;
+}
+
+/* Why node 0 refuses a hello (different setup fingerprint, nnodes, a rank out of range or taken):
+ * 1 with the reason in msg, or 0 when the node may join. */
+static int hello_refused(const comm_fingerprint *fp, int nnodes, const int *peer, uint32_t their_n, uint32_t their_r,
+                         const uint8_t *their_fp, uint32_t fp_len, char *msg, size_t cap) {
+    const int fp_check = fp && fp->data && (int)their_n == nnodes && their_r >= 1 && (int)their_r < nnodes;
+    if (fp_check && (fp_len != fp->len || memcmp(their_fp, fp->data, fp_len) != 0)) {
+        if (fp_len != fp->len)
+            snprintf(msg, cap, "node %u's setup fingerprint has %u bytes, node 0's %zu (different unmask versions?)",
+                     their_r, fp_len, fp->len);
+        else if (fp->describe)
+            fp->describe(fp->data, their_fp, fp_len, (int)their_r, msg, cap);
+        else
+            snprintf(msg, cap, "node %u's setup differs from node 0's", their_r);
+    } else if ((int)their_n != nnodes) {
+        snprintf(msg, cap, "nnodes mismatch: node %u says --nnodes %u, node 0 has --nnodes %d", their_r, their_n, nnodes);
+    } else if (their_r < 1 || (int)their_r >= nnodes) {
+        snprintf(msg, cap, "node rank %u out of range 1..%d", their_r, nnodes - 1);
+    } else if (peer[their_r] >= 0) {
+        snprintf(msg, cap, "two nodes claim --node-rank %u", their_r);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Accepts nodes on lfd until all nnodes joined (peer[r] = their connections). 0, or -1 + err
+ * (stopped, timed out, or a node refused: that node is told why and disconnected). */
+static int accept_nodes(int lfd, int nnodes, int timeout_ms, uint64_t deadline, const comm_fingerprint *fp, int *peer,
+                        um_err *err) {
+    int joined = 1;
+    while (joined < nnodes) {
+        struct pollfd pf[2] = {{lfd, POLLIN, 0}, {g_stop_pipe[0], POLLIN, 0}};
+        int ms = remaining_ms(deadline);
+        int pr = ms && !stop_why() ? poll(pf, 2, ms) : 0;
+        if (pr < 0 && errno == EINTR) continue;
+        const int stopped = stop_why() != NULL;
+        if (stopped || pr <= 0) return join_wait_error(peer, nnodes, joined, timeout_ms, stopped, err);
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        uint32_t their_n = 0, their_r = 0, fp_len = 0;
+        uint8_t *their_fp = NULL;
+        if (read_hello(fd, deadline, &their_n, &their_r, &their_fp, &fp_len) != 0) {
+            close(fd);
+            continue;
+        }
+        char msg[600];
+        int refused = hello_refused(fp, nnodes, peer, their_n, their_r, their_fp, fp_len, msg, sizeof msg);
+        free(their_fp);
+        if (!refused) {
+            peer[their_r] = fd;
+            joined++;
+            continue;
+        }
+        send_reply(fd, 1, msg, strlen(msg), deadline);
+        close(fd);
+        return um_err_set(err, UM_ERR_INVALID_ARG, "bootstrap: %s", msg);
+    }
+    return 0;
+}
+
 /* keep (or NULL): [nnodes] receives the open connection of every node r >= 1 on success (the
  * caller closes them); otherwise they are closed here */
 static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, int timeout_ms, const comm_fingerprint *fp,
@@ -309,79 +411,7 @@ static int bootstrap_serve(int lfd, int nnodes, const void *blob, size_t len, in
     const uint64_t deadline = time_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int *peer = xmalloc((size_t)nnodes * sizeof *peer);   /* peer[r] = fd of node r (r >= 1) */
     for (int r = 0; r < nnodes; r++) peer[r] = -1;
-    int joined = 1, rc = 0;
-    while (joined < nnodes) {
-        struct pollfd pf[2] = {{lfd, POLLIN, 0}, {g_stop_pipe[0], POLLIN, 0}};
-        int ms = remaining_ms(deadline);
-        int pr = ms && !stop_why() ? poll(pf, 2, ms) : 0;
-        if (pr < 0 && errno == EINTR) continue;
-        if (stop_why()) {   /* SIGINT / SIGTERM: give up now, the joined nodes are told below */
-            char missing[256];
-            missing_nodes(peer, nnodes, missing, sizeof missing);
-            rc = um_err_set(err, UM_ERR_CANCELLED, "bootstrap: %s while waiting for node%s %s to connect (%d of %d nodes joined)",
-                            stop_why(), nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
-            break;
-        }
-        if (pr <= 0) {
-            char missing[256];
-            missing_nodes(peer, nnodes, missing, sizeof missing);
-            rc = um_err_set(err, UM_ERR_IO,
-                            "bootstrap: timed out after %d ms waiting for node%s %s to connect (%d of %d nodes joined)",
-                            timeout_ms, nnodes - joined > 1 ? "s" : "", missing, joined, nnodes);
-            break;
-        }
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        unsigned char h[16];
-        const char *why = NULL;
-        /* a silent connection must not eat the whole budget of the others: 5 s to say hello */
-        uint64_t hello_deadline = time_now_ns() + 5000ull * 1000000ull;
-        if (hello_deadline > deadline) hello_deadline = deadline;
-        if (io_full(fd, h, sizeof h, 0, hello_deadline, &why) < 0 || memcmp(h, k_magic, 8) != 0) {
-            log_warn("bootstrap: ignoring a connection that did not identify itself (%s)", why ? why : "bad magic");
-            close(fd);
-            continue;
-        }
-        uint32_t their_n = get_u32(h + 8), their_r = get_u32(h + 12);
-        unsigned char lb[4];
-        uint32_t fp_len = 0;
-        uint8_t *their_fp = NULL;
-        if (io_full(fd, lb, 4, 0, hello_deadline, &why) < 0 || (fp_len = get_u32(lb)) > FP_MAX_BYTES ||
-            (fp_len && io_full(fd, their_fp = xmalloc(fp_len), fp_len, 0, hello_deadline, &why) < 0)) {
-            log_warn("bootstrap: ignoring a connection whose hello was cut short (%s)", why ? why : "fingerprint too long");
-            free(their_fp);
-            close(fd);
-            continue;
-        }
-        char msg[600];
-        const int fp_check = fp && fp->data && (int)their_n == nnodes && their_r >= 1 && (int)their_r < nnodes;
-        if (fp_check && (fp_len != fp->len || memcmp(their_fp, fp->data, fp_len) != 0)) {
-            if (fp_len != fp->len)
-                snprintf(msg, sizeof msg, "node %u's setup fingerprint has %u bytes, node 0's %zu (different unmask versions?)",
-                         their_r, fp_len, fp->len);
-            else if (fp->describe)
-                fp->describe(fp->data, their_fp, fp_len, (int)their_r, msg, sizeof msg);
-            else
-                snprintf(msg, sizeof msg, "node %u's setup differs from node 0's", their_r);
-        } else if ((int)their_n != nnodes) {
-            snprintf(msg, sizeof msg, "nnodes mismatch: node %u says --nnodes %u, node 0 has --nnodes %d", their_r, their_n,
-                     nnodes);
-        } else if (their_r < 1 || (int)their_r >= nnodes) {
-            snprintf(msg, sizeof msg, "node rank %u out of range 1..%d", their_r, nnodes - 1);
-        } else if (peer[their_r] >= 0) {
-            snprintf(msg, sizeof msg, "two nodes claim --node-rank %u", their_r);
-        } else {
-            free(their_fp);
-            peer[their_r] = fd;
-            joined++;
-            continue;
-        }
-        free(their_fp);
-        send_reply(fd, 1, msg, strlen(msg), deadline);
-        close(fd);
-        rc = um_err_set(err, UM_ERR_INVALID_ARG, "bootstrap: %s", msg);
-        break;
-    }
+    int rc = accept_nodes(lfd, nnodes, timeout_ms, deadline, fp, peer, err);
     if (rc == 0) {
         for (int r = 1; r < nnodes; r++) {
             if (send_reply(peer[r], 0, blob, len, deadline) < 0) {
