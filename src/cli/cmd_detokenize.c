@@ -11,59 +11,56 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/jsonl.h"
 #include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
 
+/* What a detokenize --jsonl line needs. */
+typedef struct detok_jsonl {
+    const tokenizer *tok;
+    const char      *path;
+    int              skip;   /* --skip-special */
+} detok_jsonl;
+
+/* One --jsonl line: a JSON array of this tokenizer's ids in, its text as a JSON string out. 0, or 1
+ * with the message printed. */
+static int detokenize_line(void *user, const json_t *j, size_t line_no) {
+    const detok_jsonl *d = user;
+    int rc = 0;
+    size_t n = json_array_size(j);
+    int32_t *ids = xmalloc((n + 1) * sizeof *ids);
+    if (!json_is_array(j)) rc = 1;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        json_t *v = json_array_get(j, i);
+        size_t bl;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 0x7FFFFFFF ||
+            !tokenizer_token_bytes(d->tok, (int)json_integer_value(v), &bl))
+            rc = 1;
+        else
+            ids[i] = (int32_t)json_integer_value(v);
+    }
+    if (rc) {
+        fprintf(stderr, "error: %s:%zu: expected a JSON array of token ids of this tokenizer\n", d->path, line_no);
+    } else {
+        char *text;
+        size_t tl;
+        tokenizer_decode(d->tok, ids, n, d->skip, &text, &tl);
+        json_t *s = json_stringn(text, tl);
+        char *out = json_dumps(s, JSON_ENCODE_ANY);
+        printf("%s\n", out);
+        free(out);
+        json_decref(s);
+        free(text);
+    }
+    free(ids);
+    return rc;
+}
+
 /* --jsonl: one JSON array of ids per line in, one JSON string per line out. */
 static int detokenize_jsonl(const tokenizer *tok, const char *path, int skip) {
-    char *buf;
-    size_t len;
-    um_err err = {0};
-    if (file_read_all(path, (size_t)1 << 30, &buf, &len, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        return 1;
-    }
-    size_t pos = 0, line_no = 0;
-    int rc = 0;
-    while (pos < len && rc == 0) {
-        char *nl = memchr(buf + pos, '\n', len - pos);
-        size_t end = nl ? (size_t)(nl - buf) : len;
-        line_no++;
-        json_error_t je;
-        json_t *j = json_loadb(buf + pos, end - pos, 0, &je);
-        pos = end + 1;
-        size_t n = json_array_size(j);
-        int32_t *ids = xmalloc((n + 1) * sizeof *ids);
-        if (!json_is_array(j)) rc = 1;
-        for (size_t i = 0; i < n && rc == 0; i++) {
-            json_t *v = json_array_get(j, i);
-            size_t bl;
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 0x7FFFFFFF ||
-                !tokenizer_token_bytes(tok, (int)json_integer_value(v), &bl))
-                rc = 1;
-            else
-                ids[i] = (int32_t)json_integer_value(v);
-        }
-        if (rc) {
-            fprintf(stderr, "error: %s:%zu: expected a JSON array of token ids of this tokenizer\n", path, line_no);
-        } else {
-            char *text;
-            size_t tl;
-            tokenizer_decode(tok, ids, n, skip, &text, &tl);
-            json_t *s = json_stringn(text, tl);
-            char *out = json_dumps(s, JSON_ENCODE_ANY);
-            printf("%s\n", out);
-            free(out);
-            json_decref(s);
-            free(text);
-        }
-        free(ids);
-        json_decref(j);
-    }
-    free(buf);
-    if (fflush(stdout) != 0) rc = 1;
-    return rc;
+    detok_jsonl d = {tok, path, skip};
+    return cli_jsonl_each(path, (size_t)1 << 30, 0, detokenize_line, &d);
 }
 
 int cmd_detokenize(int argc, char **argv) {

@@ -140,6 +140,18 @@ static void on_event(void *user, const decode_event *ev) {
 
 /* ---------------------------------------------------------------- prompt */
 
+/* --FLAG 1,2,3 -> token ids (*ids malloc'd, *n). 0, or 2 (usage error, printed). */
+static int parse_ids_flag(const char *flag, const char *ids_s, int32_t **ids, int *n) {
+    int *v = NULL;
+    int k = args_parse_int_list(flag, ids_s, &v);
+    if (k < 0) return 2;
+    *ids = xmalloc((size_t)k * sizeof **ids);
+    for (int i = 0; i < k; i++) (*ids)[i] = v[i];
+    *n = k;
+    free(v);
+    return 0;
+}
+
 static int build_prompt(const model *m, const char *prompt, const char *messages_file, const char *ids_s, int raw,
                         int32_t **ids, int *n) {
     int given = (prompt != NULL) + (messages_file != NULL) + (ids_s != NULL);
@@ -147,16 +159,7 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
         fprintf(stderr, "error: give exactly one of --prompt, --messages or --prompt-ids\n");
         return 2;
     }
-    if (ids_s) {
-        int *v = NULL;
-        int k = args_parse_int_list("prompt-ids", ids_s, &v);
-        if (k < 0) return 2;
-        *ids = xmalloc((size_t)k * sizeof **ids);
-        for (int i = 0; i < k; i++) (*ids)[i] = v[i];
-        *n = k;
-        free(v);
-        return 0;
-    }
+    if (ids_s) return parse_ids_flag("prompt-ids", ids_s, ids, n);
     if (!m->tok) {
         fprintf(stderr, "error: the model at %s has no tokenizer; pass token ids with --prompt-ids\n", m->dir);
         return 2;
@@ -207,16 +210,7 @@ static int build_suffix(const model *m, const char *text, const char *ids_s, int
         fprintf(stderr, "error: give only one of --suffix, --suffix-ids\n");
         return 2;
     }
-    if (ids_s) {
-        int *v = NULL;
-        int k = args_parse_int_list("suffix-ids", ids_s, &v);
-        if (k < 0) return 2;
-        *ids = xmalloc((size_t)k * sizeof **ids);
-        for (int i = 0; i < k; i++) (*ids)[i] = v[i];
-        *n = k;
-        free(v);
-        return 0;
-    }
+    if (ids_s) return parse_ids_flag("suffix-ids", ids_s, ids, n);
     if (!m->tok) {
         fprintf(stderr, "error: the model at %s has no tokenizer; pass token ids with --suffix-ids\n", m->dir);
         return 2;

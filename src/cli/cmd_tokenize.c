@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/jsonl.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -85,49 +86,43 @@ static void print_ids(const tokenizer *tok, const int32_t *ids, size_t n, int ve
     if (!verbose) printf("\n");
 }
 
-/* --jsonl: one JSON string per line in, one line of ids per line out (many texts, one load). */
-static int tokenize_jsonl(const tokenizer *tok, const char *path, int no_special, int lossy) {
-    char *buf;
-    size_t len;
-    um_err err = {0};
-    if (file_read_all(path, INPUT_MAX_BYTES, &buf, &len, &err) != 0) {
-        fprintf(stderr, "error: %s\n", err.msg);
+/* What a tokenize --jsonl line needs. */
+typedef struct tok_jsonl {
+    const tokenizer *tok;
+    const char      *path;
+    int              no_special, lossy;
+} tok_jsonl;
+
+/* One --jsonl line: a JSON string in, a line of ids out. 0, or 1 with the message printed. */
+static int tokenize_line(void *user, const json_t *j, size_t line_no) {
+    const tok_jsonl *t = user;
+    if (!json_is_string(j)) {
+        fprintf(stderr, "error: %s:%zu: expected a JSON string per line\n", t->path, line_no);
         return 1;
     }
-    size_t pos = 0, line_no = 0;
+    um_err err = {0};
+    const char *s = json_string_value(j);
+    size_t sl = json_string_length(j);
+    char *clean = NULL;
+    if (t->lossy) s = clean = utf8_sanitize(s, sl, &sl);
+    int32_t *ids;
+    size_t n;
     int rc = 0;
-    while (pos < len && rc == 0) {
-        char *nl = memchr(buf + pos, '\n', len - pos);
-        size_t end = nl ? (size_t)(nl - buf) : len;
-        line_no++;
-        json_error_t je;
-        json_t *j = json_loadb(buf + pos, end - pos, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-        pos = end + 1;
-        if (!json_is_string(j)) {
-            fprintf(stderr, "error: %s:%zu: expected a JSON string per line\n", path, line_no);
-            json_decref(j);
-            rc = 1;
-            break;
-        }
-        const char *s = json_string_value(j);
-        size_t sl = json_string_length(j);
-        char *clean = NULL;
-        if (lossy) s = clean = utf8_sanitize(s, sl, &sl);
-        int32_t *ids;
-        size_t n;
-        if (tokenizer_encode(tok, s, sl, !no_special, &ids, &n, &err) != 0) {
-            fprintf(stderr, "error: %s:%zu: %s\n", path, line_no, err.msg);
-            rc = 1;
-        } else {
-            print_ids(tok, ids, n, 0);
-            free(ids);
-        }
-        free(clean);
-        json_decref(j);
+    if (tokenizer_encode(t->tok, s, sl, !t->no_special, &ids, &n, &err) != 0) {
+        fprintf(stderr, "error: %s:%zu: %s\n", t->path, line_no, err.msg);
+        rc = 1;
+    } else {
+        print_ids(t->tok, ids, n, 0);
+        free(ids);
     }
-    free(buf);
-    if (fflush(stdout) != 0) rc = 1;
+    free(clean);
     return rc;
+}
+
+/* --jsonl: one JSON string per line in, one line of ids per line out (many texts, one load). */
+static int tokenize_jsonl(const tokenizer *tok, const char *path, int no_special, int lossy) {
+    tok_jsonl t = {tok, path, no_special, lossy};
+    return cli_jsonl_each(path, INPUT_MAX_BYTES, JSON_DECODE_ANY | JSON_ALLOW_NUL, tokenize_line, &t);
 }
 
 int cmd_tokenize(int argc, char **argv) {

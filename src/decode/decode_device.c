@@ -321,6 +321,15 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
                                 .out_rows = dd->l_out};
 }
 
+/* Counts a step enqueued at t0 (ring slot, batch and total steps); *cs: the device step's counters now. */
+static void dev_enqueued(decode_device *dd, uint64_t t0, device_step_stats *cs) {
+    dd->t_enq[dd->produced % DEVICE_RING] = t0;
+    dd->produced++;
+    dd->batch_steps++;
+    dd->st.steps++;
+    device_step_get_stats(dd->cd, cs);
+}
+
 /* One host-planned step of a KV-cached batch: plan, enqueue, wait, apply, record what the caches
  * hold now. */
 static int dev_planned_step(decode_device *dd, const decode_sink *sink, um_err *err) {
@@ -331,12 +340,8 @@ static int dev_planned_step(decode_device *dd, const decode_sink *sink, um_err *
         dev_drop(dd);
         return -1;
     }
-    dd->t_enq[dd->produced % DEVICE_RING] = t0;
-    dd->produced++;
-    dd->batch_steps++;
-    dd->st.steps++;
     device_step_stats cs;
-    device_step_get_stats(dd->cd, &cs);
+    dev_enqueued(dd, t0, &cs);
     dd->st.graph_replays += cs.graph_launches - dd->seen_launch.graph_launches;
     dd->st.graph_captures += cs.captures - dd->seen_launch.captures;
     if (cs.captures > dd->seen_launch.captures)
@@ -449,12 +454,8 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         dev_drop(dd);
         return -1;
     }
-    dd->t_enq[dd->produced % DEVICE_RING] = t0;
-    dd->produced++;
-    dd->batch_steps++;
-    dd->st.steps++;
     device_step_stats cs;
-    device_step_get_stats(dd->cd, &cs);
+    dev_enqueued(dd, t0, &cs);
     if (cs.graph_launches > dd->seen_launch.graph_launches) dd->st.graph_replays++;
     if (cs.stale_graphs > dd->seen_launch.stale_graphs) dd->st.graph_stale++;
     dd->seen_launch = cs;

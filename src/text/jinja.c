@@ -655,6 +655,14 @@ static int parse_call_args(parser *p, expr *e) {
     return 0;
 }
 
+/* node(args) after '(' has been consumed: the call expression, or NULL on a parse error. */
+static expr *parse_call_of(parser *p, expr *node) {
+    expr *c = enew(p, E_CALL);
+    c->a = node;
+    if (parse_call_args(p, c) != 0) return NULL;
+    return c;
+}
+
 static const char *const FILTERS[] = {
     "trim", "length", "count", "upper", "lower", "title", "capitalize", "default", "d", "tojson", "first", "last",
     "join", "replace", "string", "int", "float", "list", "reverse", "items", "safe", "abs", "selectattr",
@@ -717,10 +725,7 @@ static expr *parse_filter_expr(parser *p, expr *node) {
             }
             node = te;
         } else if (accept_op(p, "(")) {
-            expr *c = enew(p, E_CALL);
-            c->a = node;
-            if (parse_call_args(p, c) != 0) return NULL;
-            node = c;
+            if (!(node = parse_call_of(p, node))) return NULL;
         } else {
             return node;
         }
@@ -770,10 +775,7 @@ static expr *parse_postfix(parser *p, expr *node) {
             }
             node = e;
         } else if (accept_op(p, "(")) {
-            expr *c = enew(p, E_CALL);
-            c->a = node;
-            if (parse_call_args(p, c) != 0) return NULL;
-            node = c;
+            if (!(node = parse_call_of(p, node))) return NULL;
         } else {
             return node;
         }
