@@ -557,7 +557,8 @@ static int write_last_chunk(http_conn *c) {
     return txn_finish(c);
 }
 
-/* One WRITEABLE: headers, or one body chunk. Returns the callback's return value. */
+/* One WRITEABLE: headers (and the first body chunk of a one-shot response), or one body chunk.
+ * Returns the callback's return value. */
 static int on_writeable(http_conn *c) {
     if (c->closing) return close_when_flushed(c);
     if (!c->responded) return 0;
@@ -568,8 +569,13 @@ static int on_writeable(http_conn *c) {
         if (mw->after) mw->after(c, c->status, mw->user);
         if (!c->streaming && c->out_len == c->out_off) return txn_finish(c); /* empty body: done */
         rx_update(c);
-        lws_callback_on_writable(c->wsi);
-        return 0;
+        /* a one-shot body starts in the same callback when the head went out whole: between two
+         * callbacks lws may read the end of a client that half-closed after its request and
+         * close the connection, which would leave the client a head without its body */
+        if (c->streaming || lws_partial_buffered(c->wsi)) {
+            lws_callback_on_writable(c->wsi);
+            return 0;
+        }
     }
     size_t avail = c->out_len - c->out_off;
     if (avail == 0) {
