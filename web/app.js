@@ -13,11 +13,11 @@ const FALLBACK = { gen_length: 128, block_length: 32, steps: 0, decoder: 'low_co
 const STORE = 'unmask.settings.v1';
 const FILL = '<FILL>';
 const CODE_EXAMPLES = [
-  'import os\n\n\ndef list_python_files(root):\n    """Return the paths of all Python files under root."""\n',
-  'def fibonacci(n):\n    """Return the first n Fibonacci numbers."""\n',
-  'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n',
+  'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n',
+  'import os\n\n\ndef list_python_files(root):\n    """Return the paths of all Python files under root."""\n    paths = []\n',
+  'def fibonacci(n):\n    """Return the first n Fibonacci numbers."""\n    numbers = [0, 1]\n',
 ];
-const INFILL_EXAMPLE = 'def mean(values):\n    """Return the arithmetic mean of values."""\n    <FILL>\n    return total / len(values)\n';
+const INFILL_EXAMPLE = 'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n<FILL>\n\n    def pop(self):\n        return self.items.pop()\n';
 
 const state = {
   client: null,
