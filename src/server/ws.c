@@ -348,6 +348,99 @@ static void conn_unlink(ws_state *w, ws_conn *c) {
     w->n_conns--;
 }
 
+/* A connection is established: link it, give it a new session (or close it: capacity, quota). */
+static int on_established(ws_state *w, ws_conn *c, struct lws *wsi) {
+    c->wsi = wsi;
+    c->next = w->conns;
+    c->prev = NULL;
+    if (w->conns) w->conns->prev = c;
+    w->conns = c;
+    w->n_conns++;
+    const char *why = NULL;
+    ws_session *s = session_create(w, c->who, &why);
+    if (!s) {
+        char reason_txt[120];
+        int n = strcmp(why, "quota") == 0
+                    ? snprintf(reason_txt, sizeof reason_txt, "this API key (or address) has all its sessions (%s)",
+                               callers_res_flag(CALLER_SESSIONS))
+                    : snprintf(reason_txt, sizeof reason_txt, "too many sessions; try again later");
+        lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_CAPACITY, (unsigned char *)reason_txt, (size_t)n);
+        return -1;
+    }
+    session_attach(s, c);
+    session_push(s, ev_session_created(w, s));
+    return 0;
+}
+
+/* One fragment of a client message: accumulate (bounded by --max-message-bytes), handle it whole. */
+static int on_receive(ws_state *w, ws_conn *c, struct lws *wsi, const void *in, size_t len) {
+    if (!c->sess) return 0; /* taken over by a resume elsewhere: closing */
+    const server_config *cfg = server_cfg(w->srv);
+    if (!c->rx_in_msg) {
+        c->rx_in_msg = 1;
+        c->rx_len = 0;
+        c->rx_binary = lws_frame_is_binary(wsi);
+    }
+    if (c->rx_len + len > cfg->max_message_bytes) {
+        char msg[96];
+        int n = snprintf(msg, sizeof msg, "message larger than %zu bytes", cfg->max_message_bytes);
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)msg, (size_t)n);
+        return -1;
+    }
+    if (!c->rx_binary) { /* binary messages are only counted, then refused */
+        if (c->rx_len + len + 1 > c->rx_cap) {
+            size_t cap = c->rx_cap ? c->rx_cap : 4096;
+            while (cap < c->rx_len + len + 1) cap *= 2;
+            c->rx = xrealloc(c->rx, cap);
+            c->rx_cap = cap;
+        }
+        memcpy(c->rx + c->rx_len, in, len);
+        c->rx[c->rx_len + len] = 0;
+    }
+    c->rx_len += len;
+    if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
+        c->rx_in_msg = 0;
+        on_message(w, c, c->rx, c->rx_binary ? 0 : c->rx_len, c->rx_binary);
+        c->rx_len = 0;
+        if (c->rx_cap > (64u << 10)) { /* do not keep a large buffer around */
+            free(c->rx);
+            c->rx = NULL;
+            c->rx_cap = 0;
+        }
+    }
+    return 0;
+}
+
+/* Writable: the next session frame, or the close a takeover / shutdown asked for. */
+static int on_writeable(ws_conn *c, struct lws *wsi) {
+    if (c->kicked) {
+        static const char reason_txt[] = "session resumed on another connection";
+        lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_REPLACED, (unsigned char *)reason_txt,
+                         sizeof reason_txt - 1);
+        return -1;
+    }
+    if (c->sess && c->sess->cursor) return session_write_next(c->sess);
+    if (c->going_away) {
+        static const char reason_txt[] = "server shutting down";
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)reason_txt, sizeof reason_txt - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* The connection closed: a normal close (1000) ends the session, anything else detaches it. */
+static void on_closed(ws_state *w, ws_conn *c) {
+    conn_unlink(w, c);
+    if (c->sess && c->peer_close_code == 1000) {
+        session_destroy(c->sess); /* a normal close ends the session: its generations stop */
+    } else if (c->sess) {
+        session_detach(c->sess);  /* network drop, page unload, ...: resumable for a while */
+    }
+    free(c->rx);
+    c->rx = NULL;
+    c->rx_cap = c->rx_len = 0;
+}
+
 int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     ws_conn *c = user;
     server *srv = lws_context_user(lws_get_context(wsi));
@@ -359,93 +452,18 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         /* API keys (server/http_api.c installs the check); the caller's identity for quotas */
         return c && server_ws_auth(srv, wsi, c->who, sizeof c->who) ? 0 : 1;
-    case LWS_CALLBACK_ESTABLISHED: {
-        c->wsi = wsi;
-        c->next = w->conns;
-        c->prev = NULL;
-        if (w->conns) w->conns->prev = c;
-        w->conns = c;
-        w->n_conns++;
-        const char *why = NULL;
-        ws_session *s = session_create(w, c->who, &why);
-        if (!s) {
-            char reason_txt[120];
-            int n = strcmp(why, "quota") == 0
-                        ? snprintf(reason_txt, sizeof reason_txt, "this API key (or address) has all its sessions (%s)",
-                                   callers_res_flag(CALLER_SESSIONS))
-                        : snprintf(reason_txt, sizeof reason_txt, "too many sessions; try again later");
-            lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_CAPACITY, (unsigned char *)reason_txt, (size_t)n);
-            return -1;
-        }
-        session_attach(s, c);
-        session_push(s, ev_session_created(w, s));
-        return 0;
-    }
-    case LWS_CALLBACK_RECEIVE: {
-        if (!c->sess) return 0; /* taken over by a resume elsewhere: closing */
-        const server_config *cfg = server_cfg(srv);
-        if (!c->rx_in_msg) {
-            c->rx_in_msg = 1;
-            c->rx_len = 0;
-            c->rx_binary = lws_frame_is_binary(wsi);
-        }
-        if (c->rx_len + len > cfg->max_message_bytes) {
-            char msg[96];
-            int n = snprintf(msg, sizeof msg, "message larger than %zu bytes", cfg->max_message_bytes);
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)msg, (size_t)n);
-            return -1;
-        }
-        if (!c->rx_binary) { /* binary messages are only counted, then refused */
-            if (c->rx_len + len + 1 > c->rx_cap) {
-                size_t cap = c->rx_cap ? c->rx_cap : 4096;
-                while (cap < c->rx_len + len + 1) cap *= 2;
-                c->rx = xrealloc(c->rx, cap);
-                c->rx_cap = cap;
-            }
-            memcpy(c->rx + c->rx_len, in, len);
-            c->rx[c->rx_len + len] = 0;
-        }
-        c->rx_len += len;
-        if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
-            c->rx_in_msg = 0;
-            on_message(w, c, c->rx, c->rx_binary ? 0 : c->rx_len, c->rx_binary);
-            c->rx_len = 0;
-            if (c->rx_cap > (64u << 10)) { /* do not keep a large buffer around */
-                free(c->rx);
-                c->rx = NULL;
-                c->rx_cap = 0;
-            }
-        }
-        return 0;
-    }
+    case LWS_CALLBACK_ESTABLISHED:
+        return on_established(w, c, wsi);
+    case LWS_CALLBACK_RECEIVE:
+        return on_receive(w, c, wsi, in, len);
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        if (c->kicked) {
-            static const char reason_txt[] = "session resumed on another connection";
-            lws_close_reason(wsi, (enum lws_close_status)WS_CLOSE_REPLACED, (unsigned char *)reason_txt,
-                             sizeof reason_txt - 1);
-            return -1;
-        }
-        if (c->sess && c->sess->cursor) return session_write_next(c->sess);
-        if (c->going_away) {
-            static const char reason_txt[] = "server shutting down";
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)reason_txt, sizeof reason_txt - 1);
-            return -1;
-        }
-        return 0;
+        return on_writeable(c, wsi);
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
         /* payload: 2-byte status code (+ reason). 1000 = the client is done with the session */
         if (len >= 2) c->peer_close_code = ((const unsigned char *)in)[0] << 8 | ((const unsigned char *)in)[1];
         return 0;
     case LWS_CALLBACK_CLOSED:
-        conn_unlink(w, c);
-        if (c->sess && c->peer_close_code == 1000) {
-            session_destroy(c->sess); /* a normal close ends the session: its generations stop */
-        } else if (c->sess) {
-            session_detach(c->sess);  /* network drop, page unload, ...: resumable for a while */
-        }
-        free(c->rx);
-        c->rx = NULL;
-        c->rx_cap = c->rx_len = 0;
+        on_closed(w, c);
         return 0;
     default:
         return 0;
