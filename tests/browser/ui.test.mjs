@@ -119,7 +119,9 @@ describe('browser UI', () => {
     await page.fill('#prompt', 'a long one');
     await page.keyboard.press('Enter');
     const msg = page.locator('.msg.bot').last();
-    await msg.locator('.tok.done').first().waitFor();
+    // click as soon as the canvas exists (its masks): the 512 steps are surely still running then,
+    // even when a loaded machine delays the page
+    await msg.locator('.tok').first().waitFor();
     await msg.locator('.cancel').click();
     await page.waitForSelector('.msg.bot:last-of-type[data-state="cancelled"]', { timeout: 60000 });
     assert.match(await msg.locator('.meta').textContent(), /cancelled/);
