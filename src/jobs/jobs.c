@@ -12,6 +12,7 @@
 #include <openssl/rand.h>
 
 #include "util/json_util.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 typedef struct job {
@@ -73,11 +74,7 @@ static double unix_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static unsigned hash_id(const char *s) {
-    unsigned h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % JOB_HASH;
-}
+static unsigned hash_id(const char *s) { return hash_str_fnv1a(s) % JOB_HASH; }
 
 job_store *job_store_new(const job_store_opts *o) {
     job_store *js = xcalloc(1, sizeof *js);

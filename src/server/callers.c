@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "server/ratelimit.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 typedef struct caller {
@@ -31,11 +32,7 @@ struct callers {
     double    rate;
 };
 
-static unsigned hash_str(const char *s) {
-    unsigned h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % CALLER_BUCKETS;
-}
+static unsigned hash_str(const char *s) { return hash_str_fnv1a(s) % CALLER_BUCKETS; }
 
 callers *callers_new(const server_config *cfg) {
     callers *cs = xcalloc(1, sizeof *cs);
