@@ -4,6 +4,7 @@
 #include "decode/event_json.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 static json_t *str_n(const char *s, size_t n) {
@@ -123,73 +124,112 @@ static int get_bool(const json_t *obj, const char *key, int *dst, um_err *err) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- decode parameters as JSON */
+
+/* How a decode parameter is written in JSON. */
+enum dp_type { DP_INT, DP_NUM, DP_BOOL, DP_SEED, DP_DECODER, DP_LAYOUT, DP_CACHE };
+
+/* One JSON field of decode_params. The table is the one list of them: decode_params_apply_json
+ * reads every row in order (an alias before its field, so the field's own name wins when a body
+ * has both), decode_params_to_json writes the rows marked out (the canonical names). Value ranges
+ * are decode_params_validate's, the same for every transport. */
+typedef struct dp_field {
+    const char  *name;
+    enum dp_type type;
+    size_t       off;   /* offsetof(decode_params, field) */
+    int          out;   /* written by decode_params_to_json */
+} dp_field;
+
+#define DPF(f) offsetof(decode_params, f)
+static const dp_field k_fields[] = {
+    {"max_tokens", DP_INT, DPF(gen_length), 0},        /* OpenAI's name */
+    {"max_new_tokens", DP_INT, DPF(gen_length), 0},    /* Hugging Face's name */
+    {"gen_length", DP_INT, DPF(gen_length), 1},
+    {"block_length", DP_INT, DPF(block_length), 1},
+    {"steps", DP_INT, DPF(steps), 1},
+    {"decoder", DP_DECODER, DPF(decoder), 1},
+    {"threshold", DP_NUM, DPF(threshold), 1},
+    {"factor", DP_NUM, DPF(factor), 1},
+    {"low_threshold", DP_NUM, DPF(low_threshold), 1},
+    {"credit_alpha", DP_NUM, DPF(credit_alpha), 1},
+    {"credit_gamma", DP_NUM, DPF(credit_gamma), 1},
+    {"credit_decay", DP_NUM, DPF(credit_decay), 1},
+    {"temperature", DP_NUM, DPF(temperature), 1},
+    {"top_k", DP_INT, DPF(top_k), 1},
+    {"top_p", DP_NUM, DPF(top_p), 1},
+    {"seed", DP_SEED, DPF(seed), 1},
+    {"cfg_scale", DP_NUM, DPF(cfg_scale), 1},
+    {"logits_eos_inf", DP_BOOL, DPF(logits_eos_inf), 1},
+    {"confidence_eos_eot_inf", DP_BOOL, DPF(confidence_eos_eot_inf), 1},
+    {"block_layout", DP_LAYOUT, DPF(layout), 1},
+    {"stop_at_eos", DP_BOOL, DPF(stop_at_eos), 1},
+    {"drafts", DP_BOOL, DPF(stream_drafts), 0},        /* the WebSocket protocol's short name */
+    {"stream_drafts", DP_BOOL, DPF(stream_drafts), 1},
+    {"draft_every", DP_INT, DPF(draft_every), 1},
+    {"cache", DP_CACHE, DPF(cache), 1},
+    {"cache_refresh", DP_INT, DPF(cache_refresh), 1},
+    {"prefix_look", DP_INT, DPF(prefix_look), 1},
+    {"after_look", DP_INT, DPF(after_look), 1},
+    {"warmup_steps", DP_INT, DPF(warmup_steps), 1},
+};
+#undef DPF
+
+/* Reads one field from obj into p (absent or null: unchanged). */
+static int field_apply(const dp_field *f, decode_params *p, const json_t *obj, um_err *err) {
+    void *dst = (char *)p + f->off;
+    const json_t *v = json_object_get(obj, f->name);
+    if (!v || json_is_null(v)) return 0;
+    switch (f->type) {
+    case DP_INT: return get_int(obj, f->name, dst, err);
+    case DP_NUM: return get_num(obj, f->name, dst, err);
+    case DP_BOOL: return get_bool(obj, f->name, dst, err);
+    case DP_SEED:
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return um_err_param(err, f->name, "seed must be a non-negative integer");
+        *(uint64_t *)dst = (uint64_t)json_integer_value(v);
+        return 0;
+    case DP_DECODER:
+        if (!json_is_string(v) || decode_decoder_parse(json_string_value(v), dst) != 0)
+            return um_err_param(err, f->name,
+                                "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit");
+        return 0;
+    case DP_LAYOUT:
+        if (!json_is_string(v) || decode_layout_parse(json_string_value(v), dst) != 0)
+            return um_err_param(err, f->name, "block_layout must be llada or aligned");
+        return 0;
+    case DP_CACHE:
+        if (!json_is_string(v) || decode_cache_parse(json_string_value(v), dst) != 0)
+            return um_err_param(err, f->name, "cache must be one of none, prefix, dual, vicinity");
+        return 0;
+    }
+    return 0;
+}
+
+/* One field of p as JSON. */
+static json_t *field_json(const dp_field *f, const decode_params *p) {
+    const void *src = (const char *)p + f->off;
+    switch (f->type) {
+    case DP_INT: return json_integer(*(const int *)src);
+    case DP_NUM: return json_real(*(const double *)src);
+    case DP_BOOL: return json_boolean(*(const int *)src);
+    case DP_SEED: return json_integer((json_int_t)*(const uint64_t *)src);
+    case DP_DECODER: return json_string(decode_decoder_name(*(const enum decode_decoder *)src));
+    case DP_LAYOUT: return json_string(decode_layout_name(*(const enum decode_layout *)src));
+    case DP_CACHE: return json_string(decode_cache_name(*(const enum decode_cache *)src));
+    }
+    return json_null();
+}
+
 int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err) {
     if (!json_is_object(obj)) return um_err_param(err, "params", "decode parameters must be a JSON object");
-    if (get_int(obj, "max_tokens", &p->gen_length, err) || get_int(obj, "max_new_tokens", &p->gen_length, err) ||
-        get_int(obj, "gen_length", &p->gen_length, err) || get_int(obj, "block_length", &p->block_length, err) ||
-        get_int(obj, "steps", &p->steps, err) || get_num(obj, "threshold", &p->threshold, err) ||
-        get_num(obj, "factor", &p->factor, err) || get_num(obj, "low_threshold", &p->low_threshold, err) ||
-        get_num(obj, "credit_alpha", &p->credit_alpha, err) || get_num(obj, "credit_gamma", &p->credit_gamma, err) ||
-        get_num(obj, "credit_decay", &p->credit_decay, err) || get_num(obj, "temperature", &p->temperature, err) ||
-        get_int(obj, "top_k", &p->top_k, err) || get_num(obj, "top_p", &p->top_p, err) ||
-        get_num(obj, "cfg_scale", &p->cfg_scale, err) || get_bool(obj, "logits_eos_inf", &p->logits_eos_inf, err) ||
-        get_bool(obj, "confidence_eos_eot_inf", &p->confidence_eos_eot_inf, err) ||
-        get_bool(obj, "stop_at_eos", &p->stop_at_eos, err) || get_bool(obj, "drafts", &p->stream_drafts, err) ||
-        get_bool(obj, "stream_drafts", &p->stream_drafts, err) || get_int(obj, "draft_every", &p->draft_every, err) ||
-        get_int(obj, "cache_refresh", &p->cache_refresh, err) || get_int(obj, "prefix_look", &p->prefix_look, err) ||
-        get_int(obj, "after_look", &p->after_look, err) || get_int(obj, "warmup_steps", &p->warmup_steps, err))
-        return -1;
-    const json_t *v = json_object_get(obj, "seed");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return um_err_param(err, "seed", "seed must be a non-negative integer");
-        p->seed = (uint64_t)json_integer_value(v);
-    }
-    v = json_object_get(obj, "decoder");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v) || decode_decoder_parse(json_string_value(v), &p->decoder) != 0)
-            return um_err_param(err, "decoder", "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit");
-    }
-    v = json_object_get(obj, "block_layout");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v) || decode_layout_parse(json_string_value(v), &p->layout) != 0)
-            return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
-    }
-    v = json_object_get(obj, "cache");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v) || decode_cache_parse(json_string_value(v), &p->cache) != 0)
-            return um_err_param(err, "cache", "cache must be one of none, prefix, dual, vicinity");
-    }
+    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++)
+        if (field_apply(&k_fields[i], p, obj, err) != 0) return -1;
     return 0;
 }
 
 json_t *decode_params_to_json(const decode_params *p) {
     json_t *o = json_object();
-    json_object_set_new(o, "gen_length", json_integer(p->gen_length));
-    json_object_set_new(o, "block_length", json_integer(p->block_length));
-    json_object_set_new(o, "steps", json_integer(p->steps));
-    json_object_set_new(o, "decoder", json_string(decode_decoder_name(p->decoder)));
-    json_object_set_new(o, "threshold", json_real(p->threshold));
-    json_object_set_new(o, "factor", json_real(p->factor));
-    json_object_set_new(o, "low_threshold", json_real(p->low_threshold));
-    json_object_set_new(o, "credit_alpha", json_real(p->credit_alpha));
-    json_object_set_new(o, "credit_gamma", json_real(p->credit_gamma));
-    json_object_set_new(o, "credit_decay", json_real(p->credit_decay));
-    json_object_set_new(o, "temperature", json_real(p->temperature));
-    json_object_set_new(o, "top_k", json_integer(p->top_k));
-    json_object_set_new(o, "top_p", json_real(p->top_p));
-    json_object_set_new(o, "seed", json_integer((json_int_t)p->seed));
-    json_object_set_new(o, "cfg_scale", json_real(p->cfg_scale));
-    json_object_set_new(o, "logits_eos_inf", json_boolean(p->logits_eos_inf));
-    json_object_set_new(o, "confidence_eos_eot_inf", json_boolean(p->confidence_eos_eot_inf));
-    json_object_set_new(o, "block_layout", json_string(decode_layout_name(p->layout)));
-    json_object_set_new(o, "stop_at_eos", json_boolean(p->stop_at_eos));
-    json_object_set_new(o, "stream_drafts", json_boolean(p->stream_drafts));
-    json_object_set_new(o, "draft_every", json_integer(p->draft_every));
-    json_object_set_new(o, "cache", json_string(decode_cache_name(p->cache)));
-    json_object_set_new(o, "cache_refresh", json_integer(p->cache_refresh));
-    json_object_set_new(o, "prefix_look", json_integer(p->prefix_look));
-    json_object_set_new(o, "after_look", json_integer(p->after_look));
-    json_object_set_new(o, "warmup_steps", json_integer(p->warmup_steps));
+    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++)
+        if (k_fields[i].out) json_object_set_new(o, k_fields[i].name, field_json(&k_fields[i], p));
     return o;
 }
