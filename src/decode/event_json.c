@@ -88,9 +88,8 @@ json_t *decode_event_to_json(const decode_event *ev) {
 
 /* ---------------------------------------------------------------- params */
 
-static int get_int(const json_t *obj, const char *key, int *dst, um_err *err) {
-    const json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) return 0;
+/* The value v of field key (present, not null) into *dst; a message naming key when it does not fit. */
+static int get_int(const json_t *v, const char *key, int *dst, um_err *err) {
     if (json_is_integer(v)) {
         json_int_t x = json_integer_value(v);
         if (x < -2147483647 || x > 2147483647)
@@ -108,17 +107,13 @@ static int get_int(const json_t *obj, const char *key, int *dst, um_err *err) {
     return um_err_param(err, key, "%s must be an integer", key);
 }
 
-static int get_num(const json_t *obj, const char *key, double *dst, um_err *err) {
-    const json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) return 0;
+static int get_num(const json_t *v, const char *key, double *dst, um_err *err) {
     if (!json_is_number(v)) return um_err_param(err, key, "%s must be a number", key);
     *dst = json_number_value(v);
     return 0;
 }
 
-static int get_bool(const json_t *obj, const char *key, int *dst, um_err *err) {
-    const json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) return 0;
+static int get_bool(const json_t *v, const char *key, int *dst, um_err *err) {
     if (!json_is_boolean(v)) return um_err_param(err, key, "%s must be true or false", key);
     *dst = json_is_true(v);
     return 0;
@@ -180,9 +175,9 @@ static int field_apply(const dp_field *f, decode_params *p, const json_t *obj, u
     const json_t *v = json_object_get(obj, f->name);
     if (!v || json_is_null(v)) return 0;
     switch (f->type) {
-    case DP_INT: return get_int(obj, f->name, dst, err);
-    case DP_NUM: return get_num(obj, f->name, dst, err);
-    case DP_BOOL: return get_bool(obj, f->name, dst, err);
+    case DP_INT: return get_int(v, f->name, dst, err);
+    case DP_NUM: return get_num(v, f->name, dst, err);
+    case DP_BOOL: return get_bool(v, f->name, dst, err);
     case DP_SEED:
         if (!json_is_integer(v) || json_integer_value(v) < 0)
             return um_err_param(err, f->name, "seed must be a non-negative integer");

@@ -131,6 +131,9 @@ static void unlink_job(job_store *js, job *j) {
     js->n--;
 }
 
+/* Bytes of j's compact JSON text (what the store charges for it), without building the text. */
+static size_t json_bytes(const json_t *v) { return v ? json_dumpb(v, NULL, 0, UM_JSON_COMPACT) : 0; }
+
 static void charge(job_store *js, job *j, long delta) {
     j->bytes = (size_t)((long)j->bytes + delta);
     js->bytes = (size_t)((long)js->bytes + delta);
@@ -234,9 +237,7 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
         pthread_mutex_unlock(&js->lock);
         return um_err_set(err, UM_ERR_RESOURCE, "too many unfinished jobs (%d); retry later", js->o.max_active);
     }
-    char *req_text = json_dumps(request, UM_JSON_COMPACT);
-    size_t req_bytes = (req_text ? strlen(req_text) : 0) + JOB_OVERHEAD;
-    free(req_text);
+    size_t req_bytes = json_bytes(request) + JOB_OVERHEAD;
     if (!make_room(js, req_bytes, NULL)) {
         size_t have = js->bytes;
         pthread_mutex_unlock(&js->lock);
@@ -398,9 +399,7 @@ void job_store_succeed(job_store *js, const char *id, const json_t *result) {
     if (j && !job_status_terminal(j->status)) {
         json_decref(j->result);
         j->result = json_deep_copy(result);
-        char *t = json_dumps(result, UM_JSON_COMPACT);
-        size_t len = t ? strlen(t) : 0;
-        free(t);
+        size_t len = json_bytes(result);
         make_room(js, len, j); /* the result is kept even when nothing else can go */
         charge(js, j, (long)len);
         j->committed = (long)j->gen_length;

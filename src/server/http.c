@@ -279,25 +279,23 @@ static int on_pipelined(http_conn *c) {
 }
 
 /* Reads and drops what the client sent that will never be read (bounded): unread bytes at close()
- * make the kernel answer with a reset, which can destroy the response still in flight. */
-static void drain_unread(struct lws *wsi) {
+ * make the kernel answer with a reset, which can destroy the response still in flight. 1 when
+ * the client has closed its side (or the socket failed), 0 when it may still send. */
+static int drain_unread(struct lws *wsi) {
     int fd = (int)lws_get_socket_fd(wsi);
     char buf[4096];
-    for (int i = 0; fd >= 0 && i < 256; i++)
-        if (recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) break;
+    for (int i = 0; fd >= 0 && i < 256; i++) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 1;
+        if (n < 0) return 0;
+    }
+    return fd < 0;
 }
 
 /* One look at a lingering connection: drop what arrived; -1 (close now) once the client closed
  * its side, the socket failed, or the linger time is over; else 0 and look again soon. */
 static int linger_poll(http_conn *c) {
-    int fd = (int)lws_get_socket_fd(c->wsi);
-    char buf[4096];
-    for (int i = 0; fd >= 0 && i < 256; i++) {
-        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
-        if (n < 0) break;
-    }
-    if (fd < 0 || time_now_s() >= c->linger_until) return -1;
+    if (drain_unread(c->wsi) || time_now_s() >= c->linger_until) return -1;
     lws_set_timer_usecs(c->wsi, HTTP_LINGER_POLL_US);
     return 0;
 }
@@ -311,7 +309,7 @@ static int linger_poll(http_conn *c) {
 static int linger_begin(http_conn *c) {
     int fd = (int)lws_get_socket_fd(c->wsi);
     if (fd < 0 || shutdown(fd, SHUT_WR) != 0) {
-        drain_unread(c->wsi);
+        (void)drain_unread(c->wsi);
         return -1;
     }
     c->lingering = 1;
