@@ -20,19 +20,13 @@ typedef struct key_map {
     const char *from, *to;
 } key_map;
 
+/* Names only config files use (SGLang's and dInfer's); every decode parameter name and alias of
+ * the request APIs is accepted too (decode_param_canonical). */
 static const key_map k_keys[] = {
-    {"algorithm", "decoder"},        {"dllm_algorithm", "decoder"}, {"decoder", "decoder"},
-    {"threshold", "threshold"},      {"factor", "factor"},          {"temperature", "temperature"},
-    {"top_k", "top_k"},              {"top_p", "top_p"},            {"seed", "seed"},
-    {"cfg_scale", "cfg_scale"},      {"steps", "steps"},            {"diffusion_steps", "steps"},
-    {"stop_at_eos", "stop_at_eos"},  {"draft_every", "draft_every"},
-    {"block_size", "block_length"},  {"block_length", "block_length"},
-    {"gen_length", "gen_length"},    {"max_new_tokens", "gen_length"}, {"max_tokens", "gen_length"},
-    {"low_threshold", "low_threshold"}, {"credit_alpha", "credit_alpha"}, {"credit_gamma", "credit_gamma"},
-    {"credit_decay", "credit_decay"},
-    {"cache", "cache"},              {"cache_type", "cache"},       {"cache_refresh", "cache_refresh"},
-    {"cache_update_freq", "cache_refresh"}, {"prefix_look", "prefix_look"}, {"after_look", "after_look"},
-    {"warmup_steps", "warmup_steps"},
+    {"algorithm", "decoder"},
+    {"dllm_algorithm", "decoder"},
+    {"cache_type", "cache"},
+    {"cache_update_freq", "cache_refresh"},
 };
 
 /* SGLang algorithm class names -> unmask decoder names. */
@@ -49,7 +43,7 @@ static const key_map k_algos[] = {
 static const char *map_key(const char *k) {
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++)
         if (strcmp(k, k_keys[i].from) == 0) return k_keys[i].to;
-    return NULL;
+    return decode_param_canonical(k);
 }
 
 /* Normalize one (key, value); line 0 = JSON input (no line numbers). */
@@ -63,7 +57,8 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
         return um_err_param(err, key,
                             "%s: unknown algorithm config key '%s' (known: algorithm, threshold, block_size, "
                             "steps, temperature, top_k, top_p, seed, cfg_scale, factor, gen_length, stop_at_eos, "
-                            "cache, cache_refresh, prefix_look, after_look, warmup_steps)",
+                            "cache, cache_refresh, prefix_look, after_look, warmup_steps, or any other decode "
+                            "parameter of the request APIs)",
                             where, key);
     }
     if (json_object_get(out, to)) {
@@ -239,7 +234,7 @@ decode_params api_policy_params(const api_policy *pol, const model *m) {
         um_err err = {0};
         /* values were type-checked when the file was loaded; a range problem shows up in the
          * request's validation, naming the field */
-        if (decode_params_apply_json(&p, pol->algo, &err) != 0) p = saved;
+        if (decode_params_apply_json(&p, pol->algo, NULL, &err) != 0) p = saved;
     }
     return p;
 }

@@ -16,6 +16,16 @@ int api_limit_gen_length(const api_limits *l, const char *field, long long v, um
     return um_err_param(err, field, "%s must be between 1 and %d, got %lld", field, l->max_gen_length, v);
 }
 
+int api_limit_params(const api_limits *l, decode_params *p, const decode_params_src *src, um_err *err) {
+    const char *len = decode_params_src_get(src, "gen_length");
+    if (len && api_limit_gen_length(l, len, p->gen_length, err) != 0) return -1;
+    if (!len && p->gen_length > l->max_gen_length) p->gen_length = l->max_gen_length;
+    const char *steps = decode_params_src_get(src, "steps");
+    if (steps && l->max_steps > 0 && (p->steps < 0 || p->steps > l->max_steps))
+        return um_err_param(err, steps, "%s must be between 0 (auto) and %d, got %d", steps, l->max_steps, p->steps);
+    return 0;
+}
+
 int api_limit_prompt_tokens(const api_limits *l, const char *param, int n_prompt, int n_suffix, um_err *err) {
     if (l->max_prompt_tokens <= 0 || n_prompt + n_suffix <= l->max_prompt_tokens) return 0;
     um_err_param(err, param, "the prompt has %d tokens%s, more than this server's limit of %d", n_prompt + n_suffix,

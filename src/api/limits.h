@@ -18,6 +18,7 @@
 #ifndef UM_API_LIMITS_H
 #define UM_API_LIMITS_H
 
+#include "decode/event_json.h"
 #include "util/err.h"
 
 #define API_CODE_CONTEXT_LENGTH "context_length_exceeded"
@@ -27,7 +28,7 @@ typedef struct api_limits {
     int max_gen_length;     /* largest gen_length / max_tokens a request may ask for */
     int max_prompt_tokens;  /* largest prompt (+ suffix), in tokens; 0 = the model's context only */
     int max_choices;        /* prompts x n per request (HTTP) */
-    int max_steps;          /* largest steps / diffusion_steps (HTTP) */
+    int max_steps;          /* largest steps / diffusion_steps */
     int max_stop;           /* stop strings per request (HTTP) */
     int max_seq;            /* largest prompt + gen_length (+ suffix), tokens (serve --max-seq);
                                0 = the model's context only (decode validation) */
@@ -38,6 +39,10 @@ api_limits api_limits_default(void);   /* 8192 / 0 / 16 / 1024 / 8 */
 /* field (the client's name for the length) = v must be 1 ... max_gen_length. -1 with err
  * (UM_ERR_INVALID_ARG, param = field) otherwise. */
 int api_limit_gen_length(const api_limits *l, const char *field, long long v, um_err *err);
+/* The limits on a request's decode parameters, named as the client spelled them (src): a given
+ * length within 1 ... max_gen_length (an unset one is lowered to max_gen_length), a given step
+ * count within 0 (auto) ... max_steps. -1 with err (UM_ERR_INVALID_ARG) otherwise. */
+int api_limit_params(const api_limits *l, decode_params *p, const decode_params_src *src, um_err *err);
 /* n_prompt (+ n_suffix) tokens must fit max_prompt_tokens. -1 with err (UM_ERR_RESOURCE,
  * param = param) otherwise; the transports send it as context_length_exceeded. */
 int api_limit_prompt_tokens(const api_limits *l, const char *param, int n_prompt, int n_suffix, um_err *err);

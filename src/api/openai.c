@@ -113,19 +113,6 @@ static int get_int_field(const json_t *obj, const char *k, long long *dst, oai_e
     return oai_error_set(e, 400, "invalid_type", k, "%s must be an integer, got %s", k, json_type_name(v));
 }
 
-static int get_num_field(const json_t *obj, const char *k, double *dst, oai_error *e) {
-    const json_t *v = field(obj, k);
-    if (!v) return 0;
-    if (!json_is_number(v))
-        return oai_error_set(e, 400, "invalid_type", k, "%s must be a number, got %s", k, json_type_name(v));
-    *dst = json_number_value(v);
-    return 1;
-}
-
-static int range_err(oai_error *e, const char *k, const char *range, double v) {
-    return oai_error_set(e, 400, "invalid_value", k, "%s must be %s, got %g", k, range, v);
-}
-
 int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e) {
     if (!v || json_is_null(v)) return 0;
     const json_t *one = json_is_string(v) ? v : NULL;
@@ -150,128 +137,30 @@ int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error
     return 0;
 }
 
-/* The decode fields we do not rename (stop_at_eos, block_layout, drafts, ...) through decode's own
- * parser; its messages use the same names as the request. *p is left as it was on error. */
-static int parse_decode_rest(decode_params *p, const json_t *obj, oai_error *e) {
-    um_err ue = {0};
-    decode_params saved = *p;
-    json_t *rest = json_deep_copy(obj);
-    static const char *const mine[] = {"gen_length", "max_tokens", "max_new_tokens", "steps", "decoder", "threshold",
-                                       "factor", "temperature", "top_k", "top_p", "seed", "cfg_scale", "block_length"};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) json_object_del(rest, mine[i]);
-    int rc = decode_params_apply_json(p, rest, &ue);
-    json_decref(rest);
-    if (rc) {
-        *p = saved;
-        return oai_error_from_um(e, &ue);
-    }
-    return 0;
-}
-
-/* The generation length under any of its API names (the first one given wins; every one is
- * checked); the server's cap when none is given. */
-static int parse_gen_length(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
-    decode_params *p = &g->params;
-    static const char *const len_names[] = {"gen_length", "max_tokens", "max_completion_tokens", "max_new_tokens",
-                                            "n_predict"};
-    for (size_t i = 0; i < sizeof len_names / sizeof len_names[0]; i++) {
-        long long v = 0;
-        int r = get_int_field(obj, len_names[i], &v, e);
-        if (r < 0) return -1;
-        if (r == 0) continue;
-        const char *k = len_names[i];
-        if (strcmp(k, "n_predict") == 0 && v < 0) continue;    /* llama.cpp: -1 = no limit -> server default */
-        if (strcmp(k, "n_predict") == 0 && v == 0 && g->kind == API_KIND_INFILL) {
-            g->warmup = 1;
-            continue;
-        }
-        um_err le = {0};
-        if (api_limit_gen_length(lim, k, v, &le) != 0)
-            return oai_error_set(e, 400, "invalid_value", k, "%s", le.msg);
-        if (!g->gen_length_set) {
-            p->gen_length = (int)v;
-            g->gen_length_set = 1;
-            snprintf(g->gen_length_name, sizeof g->gen_length_name, "%s", k);
-        }
-    }
-    if (!g->gen_length_set && p->gen_length > lim->max_gen_length) p->gen_length = lim->max_gen_length;
-    return 0;
-}
-
-/* A count in [1, max] under either of two names (the last one given wins): *dst and the name used
- * (in name[name_size]). */
-static int parse_count_alias(const json_t *obj, const char *const names[2], int max, int *dst, char *name,
-                             size_t name_size, oai_error *e) {
-    for (size_t i = 0; i < 2; i++) {
-        long long v = 0;
-        int r = get_int_field(obj, names[i], &v, e);
-        if (r < 0) return -1;
-        if (r == 0) continue;
-        if (v < 1 || v > max)
-            return oai_error_set(e, 400, "invalid_value", names[i], "%s must be between 1 and %d, got %lld", names[i],
-                                 max, v);
-        *dst = (int)v;
-        snprintf(name, name_size, "%s", names[i]);
-    }
-    return 0;
-}
-
-/* decoder: one of decode's names, or SGLang's LowConfidence (= threshold). */
-static int parse_decoder(decode_params *p, const json_t *obj, oai_error *e) {
-    const json_t *v = field(obj, "decoder");
-    if (!v) return 0;
-    if (!json_is_string(v))
-        return oai_error_set(e, 400, "invalid_type", "decoder", "decoder must be a string, got %s", json_type_name(v));
-    const char *name = json_string_value(v);
-    if (strcmp(name, "LowConfidence") == 0) name = "threshold"; /* SGLang's name */
-    if (decode_decoder_parse(name, &p->decoder) != 0)
-        return oai_error_set(e, 400, "invalid_value", "decoder",
-                             "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, got '%.64s'",
-                             json_string_value(v));
-    return 0;
-}
-
-/* The decoder's and sampler's numbers: threshold, factor, temperature, top_p, cfg_scale, top_k, seed. */
-static int parse_sampling(decode_params *p, const json_t *obj, oai_error *e) {
-    double d;
-    int r;
-    if ((r = get_num_field(obj, "threshold", &d, e)) < 0) return -1;
-    if (r && !(d > 0 && d <= 1)) return range_err(e, "threshold", "in (0, 1]", d);
-    if (r) p->threshold = d;
-    if ((r = get_num_field(obj, "factor", &d, e)) < 0) return -1;
-    if (r && !(d > 0 && isfinite(d))) return range_err(e, "factor", "a finite number > 0", d);
-    if (r) p->factor = d;
-    if ((r = get_num_field(obj, "temperature", &d, e)) < 0) return -1;
-    if (r && !(d >= 0 && d <= 2)) return range_err(e, "temperature", "between 0 and 2", d);
-    if (r) p->temperature = d;
-    if ((r = get_num_field(obj, "top_p", &d, e)) < 0) return -1;
-    if (r && !(d > 0 && d <= 1)) return range_err(e, "top_p", "in (0, 1]", d);
-    if (r) p->top_p = d;
-    if ((r = get_num_field(obj, "cfg_scale", &d, e)) < 0) return -1;
-    if (r && !(d >= 0 && d <= 100)) return range_err(e, "cfg_scale", "between 0 (off) and 100", d);
-    if (r) p->cfg_scale = d;
-    long long iv;
-    if ((r = get_int_field(obj, "top_k", &iv, e)) < 0) return -1;
-    if (r && (iv < -1 || iv > 1000000)) return range_err(e, "top_k", "between 0 (off) and the vocabulary size", (double)iv);
-    if (r) p->top_k = iv < 0 ? 0 : (int)iv; /* -1 = off (vLLM / SGLang convention) */
-    if ((r = get_int_field(obj, "seed", &iv, e)) < 0) return -1;
-    if (r && iv < 0) return range_err(e, "seed", "a non-negative integer", (double)iv);
-    if (r) p->seed = (uint64_t)iv;
-    return 0;
-}
+static void client_names(const api_gen *g, um_err *ue);
 
 int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
     decode_params *p = &g->params;
-    static const char *const step_names[] = {"steps", "diffusion_steps"};
-    static const char *const block_names[] = {"block_length", "block_size"};
-    if (parse_decode_rest(p, obj, e) != 0) return -1;
-    if (parse_gen_length(g, obj, lim, e) != 0) return -1;
-    if (parse_count_alias(obj, step_names, lim->max_steps, &p->steps, g->steps_name, sizeof g->steps_name, e) != 0)
-        return -1;
-    if (parse_count_alias(obj, block_names, lim->max_gen_length, &p->block_length, g->block_name, sizeof g->block_name,
-                          e) != 0)
-        return -1;
-    if (parse_decoder(p, obj, e) != 0 || parse_sampling(p, obj, e) != 0) return -1;
+    json_t *body = json_copy((json_t *)obj); /* shallow: to drop fields read here */
+    const json_t *np = field(body, "n_predict");
+    if (g->kind == API_KIND_INFILL && json_is_integer(np) && json_integer_value(np) == 0) {
+        g->warmup = 1;  /* llama.vim's context warm-up: answer at once, generate nothing */
+        json_object_del(body, "n_predict");
+    }
+    um_err ue = {0};
+    decode_params saved = *p;
+    int rc = decode_params_apply_json(p, body, &g->src, &ue);
+    json_decref(body);
+    if (rc == 0) rc = api_limit_params(lim, p, &g->src, &ue);
+    if (rc == 0) {
+        decode_params_settle(p, &g->src);
+        rc = decode_params_check(p, &ue);
+        client_names(g, &ue);
+    }
+    if (rc != 0) {
+        *p = saved;
+        return oai_error_from_um(e, &ue);
+    }
     return api_parse_stop(g, field(obj, "stop"), lim, e);
 }
 
@@ -470,41 +359,15 @@ void api_seqs_free(api_seq *s, int n) {
     free(s);
 }
 
-/* Replace whole-word occurrences of from by to in msg (the client's parameter names). */
-static void rename_word(char *msg, size_t cap, const char *from, const char *to) {
-    if (!to || !to[0] || strcmp(from, to) == 0) return;
-    char out[1024];
-    size_t o = 0, fl = strlen(from), tl = strlen(to);
-    for (const char *p = msg; *p && o + 1 < sizeof out;) {
-        int word = strncmp(p, from, fl) == 0 && (p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
-                   !(isalnum((unsigned char)p[fl]) || p[fl] == '_');
-        if (word && o + tl + 1 < sizeof out) {
-            memcpy(out + o, to, tl);
-            o += tl;
-            p += fl;
-        } else {
-            out[o++] = *p++;
-        }
-    }
-    out[o] = 0;
-    snprintf(msg, cap, "%s", out);
-}
-
+/* Decode errors in the client's parameter names: the names it used, and for a length it did not
+ * give, its API's usual name. */
 static void client_names(const api_gen *g, um_err *ue) {
-    const char *len_name = g->gen_length_name[0] ? g->gen_length_name
-                           : g->kind == API_KIND_INFILL ? "n_predict"
+    decode_params_src src = g->src;
+    const char *len_name = g->kind == API_KIND_INFILL     ? "n_predict"
                            : g->kind == API_KIND_GENERATE ? "max_new_tokens"
-                           : g->kind == API_KIND_CHAT || g->kind == API_KIND_COMPLETION || g->kind == API_KIND_FIM
-                               ? "max_tokens"
-                               : NULL;
-    struct {
-        const char *from, *to;
-    } map[] = {{"gen_length", len_name}, {"steps", g->steps_name}, {"block_length", g->block_name}};
-    for (size_t i = 0; i < 3; i++) {
-        if (!map[i].to || !map[i].to[0]) continue;
-        rename_word(ue->msg, sizeof ue->msg, map[i].from, map[i].to);
-        if (strcmp(ue->param, map[i].from) == 0) snprintf(ue->param, sizeof ue->param, "%s", map[i].to);
-    }
+                                                          : "max_tokens";
+    if (!decode_params_src_get(&src, "gen_length")) decode_params_src_set(&src, "gen_length", len_name);
+    decode_params_err_rename(ue, &src);
 }
 
 static int tokenize(const model *m, const char *text, int parse_special, const char *param, int32_t **ids, int *n,
@@ -585,9 +448,7 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
     if (g->suffix && tokenize(m, g->suffix, 0, suffix_param, &sfx, &n_sfx, e)) goto fail;
     decode_params p = g->params;
     if (g->diffusing) p.stream_drafts = 1;
-    /* a short generation with the default block length: one block of the whole length */
-    if (!g->block_name[0] && p.layout == DECODE_LAYOUT_LLADA && p.block_length > p.gen_length)
-        p.block_length = p.gen_length;
+    decode_params_settle(&p, &g->src);
     int k = 0;
     for (int i = 0; i < n_prompts; i++) {
         int32_t *ids = NULL;
@@ -929,6 +790,9 @@ const char *api_track_error(const api_track *t) { return t->error; }
 const json_t *api_track_usage(const api_track *t) { return t->usage; }
 const json_t *api_track_timings(const api_track *t) { return t->timings; }
 int api_track_done(const api_track *t) { return t->done; }
+int api_track_steps(const api_track *t) {
+    return t->usage ? (int)json_integer_value(json_object_get(t->usage, "steps")) : t->step;
+}
 
 json_t *api_track_output_ids(const api_track *t) {
     json_t *a = json_array();

@@ -34,6 +34,7 @@
 #include "api/api_error.h"
 #include "api/limits.h"
 #include "decode/decode.h"
+#include "decode/event_json.h"
 #include "model/model.h"
 
 enum api_kind {
@@ -69,10 +70,7 @@ typedef struct api_gen {
     char      **stop;             /* [n_stop] stop strings (owned) */
     int         n_stop;
     decode_params params;         /* defaults + request fields (validated against the model in build) */
-    int         gen_length_set;   /* the client gave a length */
-    char        gen_length_name[24];  /* the field name the client used for it ("max_tokens", ...) */
-    char        steps_name[24];       /* "steps" | "diffusion_steps" | "" */
-    char        block_name[24];       /* "block_length" | "block_size" | "" */
+    decode_params_src src;        /* the names the client used for the decode parameters it set */
     /* /infill */
     int         warmup;           /* n_predict == 0: answer at once, generate nothing */
     json_t     *response_fields;  /* array of "a/b" paths (owned) or NULL */
@@ -83,10 +81,11 @@ typedef struct api_gen {
 void api_gen_init(api_gen *g, enum api_kind kind, const decode_params *defaults);
 void api_gen_free(api_gen *g);
 
-/* Shared field parsers (used by sglang.c and infill.c too). They read the diffusion parameters
- * from obj under their API names: gen_length | max_tokens | max_completion_tokens | max_new_tokens |
- * n_predict, steps | diffusion_steps, block_length | block_size, decoder, threshold, factor,
- * temperature, top_p, top_k, seed, cfg_scale, stop. Range checks name the client's field. */
+/* Shared field parsers (used by sglang.c and infill.c too). api_parse_params reads the decode
+ * parameters from obj through the one parameter table (decode/event_json.h: every name and alias,
+ * e.g. max_tokens | max_completion_tokens | n_predict, diffusion_steps, block_size), applies the
+ * server's limits (api_limit_params), settles unset parameters and checks the model-free ranges
+ * (decode_params_check), then the stop strings. Errors name the client's field. */
 int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e);
 int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e);
 /* A text-or-ids prompt value (string, [int...]) into p; field names the parameter. */
@@ -167,6 +166,7 @@ const char *api_track_finish(const api_track *t);              /* "stop" | "leng
 const char *api_track_stop_word(const api_track *t);           /* the matched stop string or NULL */
 const char *api_track_error(const api_track *t);
 const json_t *api_track_usage(const api_track *t);             /* DONE's usage object or NULL */
+int           api_track_steps(const api_track *t);             /* denoising steps so far (all, once done) */
 const json_t *api_track_timings(const api_track *t);           /* DONE's timings or NULL */
 json_t     *api_track_output_ids(const api_track *t);          /* ids of the text (new array) */
 int         api_track_done(const api_track *t);

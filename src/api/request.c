@@ -110,18 +110,13 @@ int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, 
     return 0;
 }
 
-/* Top-level fields a generation request may carry (others are reported back as ignored). */
-static const char *const k_known_fields[] = {
-    "type", "event_id", "id", "prompt", "messages", "prompt_ids", "params", "stream",
-    /* decode parameters (decode/event_json.h) */
-    "gen_length", "max_tokens", "max_new_tokens", "block_length", "steps", "decoder", "threshold", "factor",
-    "low_threshold", "credit_alpha", "credit_gamma", "credit_decay",
-    "temperature", "top_k", "top_p", "seed", "cfg_scale", "logits_eos_inf", "confidence_eos_eot_inf",
-    "block_layout", "stop_at_eos", "stream_drafts", "drafts", "draft_every", "cache", "cache_refresh", "prefix_look",
-    "after_look", "warmup_steps", NULL,
-};
+/* Top-level fields a generation request may carry besides the decode parameters (others are
+ * reported back as ignored). */
+static const char *const k_known_fields[] = {"type", "event_id", "id", "prompt", "messages", "prompt_ids", "params",
+                                             "stream", NULL};
 
 static int known_field(const char *k) {
+    if (decode_param_canonical(k)) return 1;
     for (int i = 0; k_known_fields[i]; i++)
         if (strcmp(k_known_fields[i], k) == 0) return 1;
     return 0;
@@ -134,26 +129,19 @@ void api_gen_request_free(api_gen_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* Every length field the client gave (top level and inside "params") within 1 ... max_gen_length,
- * named as the client spelled it; *given = 1 when there was one. */
-static int check_gen_length(const api_limits *lim, const json_t *obj, const json_t *params, int *given, api_error *e) {
-    static const char *const names[] = {"gen_length", "max_tokens", "max_new_tokens"};
-    *given = 0;
-    for (int level = 0; level < 2; level++) {
-        const json_t *o = level ? params : obj;
-        if (!json_is_object(o)) continue;
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            const json_t *v = json_object_get(o, names[i]);
-            if (!json_is_number(v)) continue; /* absent / null (types were checked by decode) */
-            *given = 1;
-            char field[64];
-            snprintf(field, sizeof field, "%s%s", level ? "params." : "", names[i]);
-            um_err err = {0};
-            if (api_limit_gen_length(lim, field, (long long)json_number_value(v), &err) != 0)
-                return api_error_from(e, "invalid_request", &err);
-        }
+/* An error about a field inside "params": named "params.FIELD" (in the message too when it starts
+ * with the field's name). */
+static int params_error(api_error *e, um_err *err) {
+    size_t n = strlen(err->param);
+    if (n && strncmp(err->msg, err->param, n) == 0) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "params.%s", err->msg);
+        snprintf(err->msg, sizeof err->msg, "%s", msg);
     }
-    return 0;
+    char inner[sizeof err->param];
+    snprintf(inner, sizeof inner, "params.%.50s", err->param);
+    snprintf(err->param, sizeof err->param, "%s", inner);
+    return api_error_from(e, "invalid_request", err);
 }
 
 int api_gen_request_parse(const model *m, const json_t *obj, const api_policy *pol, api_gen_request *out,
@@ -163,21 +151,26 @@ int api_gen_request_parse(const model *m, const json_t *obj, const api_policy *p
     out->stream_every = 1;
     if (!json_is_object(obj)) return api_error_set(e, "invalid_request", "", "the request must be a JSON object");
     decode_params p = api_policy_params(pol, m); /* + --algorithm-config defaults */
+    decode_params_src src = {0}, inner = {0}; /* names at the top level, inside "params" */
     um_err err = {0};
-    if (decode_params_apply_json(&p, obj, &err) != 0) return api_error_from(e, "invalid_request", &err);
+    if (decode_params_apply_json(&p, obj, &src, &err) != 0) return api_error_from(e, "invalid_request", &err);
     const json_t *params = json_object_get(obj, "params");
     if (params && !json_is_null(params)) {
         if (!json_is_object(params)) return api_error_set(e, "invalid_request", "params", "\"params\" must be an object");
-        if (decode_params_apply_json(&p, params, &err) != 0) {
-            char inner[64];
-            snprintf(inner, sizeof inner, "params.%s", err.param);
-            snprintf(err.param, sizeof err.param, "%s", inner);
-            return api_error_from(e, "invalid_request", &err);
-        }
+        if (decode_params_apply_json(&p, params, &inner, &err) != 0) return params_error(e, &err);
+        for (int i = 0; i < DECODE_PARAMS_MAX; i++)
+            if (inner.name[i]) src.name[i] = inner.name[i];
     }
-    int len_given = 0;
-    if (check_gen_length(lim, obj, params, &len_given, e) != 0) return -1;
-    if (!len_given && p.gen_length > lim->max_gen_length) p.gen_length = lim->max_gen_length;
+    if (api_limit_params(lim, &p, &src, &err) != 0) {
+        int in_params = 0;
+        for (int i = 0; i < DECODE_PARAMS_MAX; i++) in_params |= inner.name[i] && !strcmp(inner.name[i], err.param);
+        return in_params ? params_error(e, &err) : api_error_from(e, "invalid_request", &err);
+    }
+    decode_params_settle(&p, &src);
+    if (decode_params_check(&p, &err) != 0) {
+        decode_params_err_rename(&err, &src);
+        return api_error_from(e, "invalid_request", &err);
+    }
     const json_t *stream = json_object_get(obj, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) { /* booleans: HTTP APIs' "stream" */
         if (!json_is_object(stream))
@@ -221,7 +214,10 @@ int api_gen_request_parse(const model *m, const json_t *obj, const api_policy *p
     }
     decode_seq *seq = decode_seq_create(m, &p, ids, n, &err);
     free(ids);
-    if (!seq) return api_error_from(e, api_is_context_error(&err) ? API_CODE_CONTEXT_LENGTH : "invalid_request", &err);
+    if (!seq) {
+        decode_params_err_rename(&err, &src);
+        return api_error_from(e, api_is_context_error(&err) ? API_CODE_CONTEXT_LENGTH : "invalid_request", &err);
+    }
     out->seq = seq;
     out->n_prompt = n;
     out->params = decode_params_to_json(&p);

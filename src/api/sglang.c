@@ -113,7 +113,7 @@ json_t *sglang_chunk(const char *rid, int index, int with_index, const api_track
     else snprintf(id, sizeof id, "%s", rid);
     json_t *meta = json_pack("{s:s, s:o, s:i, s:I, s:i, s:f, s:I}", "id", id, "finish_reason", fr, "prompt_tokens", n_prompt,
                              "completion_tokens", completion, "cached_tokens", 0, "e2e_latency", e2e_s, "diffusion_steps",
-                             u ? json_integer_value(json_object_get(u, "steps")) : (json_int_t)0);
+                             (json_int_t)api_track_steps(t));
     json_t *o = json_pack("{s:o, s:o, s:o}", "text", oai_json_string_lossy(text, len), "output_ids", ids, "meta_info", meta);
     if (with_index) json_object_set_new(o, "index", json_integer(index));
     return o;

@@ -9,8 +9,6 @@
  * Does not: batch several prompts (bench --decode does). Main thread.
  */
 #include <jansson.h>
-#include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +18,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/decode_flags.h"
 #include "cli/tp_cli.h"
 #include "decode/decode.h"
 #include "decode/decode_device.h"
@@ -227,18 +226,13 @@ static int build_suffix(const model *m, const char *text, const char *ids_s, int
 
 /* ---------------------------------------------------------------- command */
 
-/* Every flag of `unmask generate`, as parsed (INT_MIN / NAN / NULL = not given). */
+/* Every flag of `unmask generate`, as parsed (NULL / 0 = not given); the decode parameters' flags
+ * come from their table (cli/decode_flags.h). */
 typedef struct gen_opts {
-    const char *model_dir, *prompt, *messages, *ids_s, *decoder_s, *layout_s, *seed_s, *cache_s, *suffix_s,
-               *suffix_ids_s;
-    int         raw, json, threads, no_live, quiet, tp;
-    const char *device, *cpu_kernels, *device_loop;
-    int         gen, block, steps, top_k, draft_every;
-    int         cache_refresh, prefix_look, after_look, warmup;
-    double      threshold, factor, temperature, top_p, cfg;
-    double      low_thr, c_alpha, c_gamma, c_decay;
-    int         eos_inf, conf_eos_inf, no_stop, drafts;
-    uint64_t    seed; /* parsed --seed (when seed_s) */
+    const char  *model_dir, *prompt, *messages, *ids_s, *suffix_s, *suffix_ids_s;
+    int          raw, json, threads, no_live, quiet, tp;
+    const char  *device, *cpu_kernels, *device_loop;
+    decode_flags decode;
 } gen_opts;
 
 /* Sets every option to its "not given" value (or the command's default). */
@@ -247,15 +241,11 @@ static void gen_opts_init(gen_opts *o) {
     o->tp = 1;
     o->device = "cpu";
     o->device_loop = "on";
-    o->gen = o->block = o->steps = o->top_k = o->draft_every = INT_MIN;
-    o->cache_refresh = o->prefix_look = o->after_look = o->warmup = INT_MIN;
-    o->threshold = o->factor = o->temperature = o->top_p = o->cfg = NAN;
-    o->low_thr = o->c_alpha = o->c_gamma = o->c_decay = NAN;
 }
 
 /* Parses argv into o. -1 to go on, else the exit code (0 after --help, 2 on a parse error). */
 static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
-    arg_spec specs[] = {
+    const arg_spec head[] = {
         {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
         {"prompt", ARG_STR, &o->prompt, "prompt text (wrapped in the chat template when the model has one)"},
         {"messages", ARG_STR, &o->messages, "JSON file: an array of {\"role\", \"content\"} messages"},
@@ -263,33 +253,8 @@ static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
         {"raw", ARG_FLAG, &o->raw, "use --prompt as is, without the chat template"},
         {"suffix", ARG_STR, &o->suffix_s, "infill: text after the generated hole (canvas = prompt ++ masks ++ suffix)"},
         {"suffix-ids", ARG_STR, &o->suffix_ids_s, "infill: the suffix as comma-separated token ids"},
-        {"gen-length", ARG_INT, &o->gen, "generated positions (masks) [128]"},
-        {"block-length", ARG_INT, &o->block, "block length B [32]"},
-        {"steps", ARG_INT, &o->steps, "fixed-step decoders: total steps, 0 = gen-length [0]"},
-        {"decoder", ARG_STR, &o->decoder_s,
-         "low_confidence | random | threshold | factor | hierarchy | credit [low_confidence]"},
-        {"threshold", ARG_FLOAT, &o->threshold, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
-        {"factor", ARG_FLOAT, &o->factor, "factor decoder: f > 0 [1.0]"},
-        {"low-threshold", ARG_FLOAT, &o->low_thr, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
-        {"credit-alpha", ARG_FLOAT, &o->c_alpha, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
-        {"credit-gamma", ARG_FLOAT, &o->c_gamma, "credit decoder: gamma (credit p^gamma) in [0,100] [0.2]"},
-        {"credit-decay", ARG_FLOAT, &o->c_decay, "credit decoder: beta (decay per step) in [0,1] [0.8]"},
-        {"temperature", ARG_FLOAT, &o->temperature, "sampling temperature, 0 = greedy [0]"},
-        {"top-k", ARG_INT, &o->top_k, "sample among the k best tokens, 0 = off [0]"},
-        {"top-p", ARG_FLOAT, &o->top_p, "nucleus mass in (0,1], 1 = off [1]"},
-        {"seed", ARG_STR, &o->seed_s, "random seed (unsigned 64-bit) [0]"},
-        {"cfg-scale", ARG_FLOAT, &o->cfg, "classifier-free guidance scale, 0 = off [0]"},
-        {"logits-eos-inf", ARG_FLAG, &o->eos_inf, "never sample EOS (logits[eos] = -inf)"},
-        {"confidence-eos-eot-inf", ARG_FLAG, &o->conf_eos_inf, "reference quirk: confidence without <|eot_id|>"},
-        {"block-layout", ARG_STR, &o->layout_s, "llada (blocks after the prompt) | aligned [llada]"},
-        {"no-stop-at-eos", ARG_FLAG, &o->no_stop, "decode every block even after EOS"},
-        {"drafts", ARG_FLAG, &o->drafts, "--json: step events carry drafts for masked positions"},
-        {"draft-every", ARG_INT, &o->draft_every, "drafts every N steps [1]"},
-        {"cache", ARG_STR, &o->cache_s, "KV cache across steps: none | prefix | dual | vicinity [none]"},
-        {"cache-refresh", ARG_INT, &o->cache_refresh, "also refresh the cache every N steps inside a block, 0 = only at block start [0]"},
-        {"prefix-look", ARG_INT, &o->prefix_look, "vicinity: positions before the block recomputed each step [0]"},
-        {"after-look", ARG_INT, &o->after_look, "vicinity: positions after the block recomputed each step [0]"},
-        {"warmup-steps", ARG_INT, &o->warmup, "with a cache: the first N steps run without it [0]"},
+    };
+    const arg_spec tail[] = {
         {"json", ARG_FLAG, &o->json, "print one JSON event per line"},
         {"no-live", ARG_FLAG, &o->no_live, "no live view even on a terminal"},
         {"quiet", ARG_FLAG, &o->quiet, "no summary line on stderr"},
@@ -299,13 +264,19 @@ static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"device-loop", ARG_STR, &o->device_loop,
          "CUDA: on = device-resident decode loop where supported, off = host loop [on]"},
-        {NULL, 0, NULL, NULL},
     };
+    arg_spec specs[sizeof head / sizeof head[0] + DECODE_PARAMS_MAX + sizeof tail / sizeof tail[0] + 1];
+    int n = 0;
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) specs[n++] = head[i];
+    decode_flags_specs(&o->decode, specs, &n);
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) specs[n++] = tail[i];
+    specs[n] = (arg_spec){NULL, 0, NULL, NULL};
     int r = args_parse(argc, argv,
                        "usage: unmask generate --model DIR (--prompt TEXT | --messages FILE | --prompt-ids 1,2,3)\n"
                        "                       [decode options] [--json] [--threads N]\n\n"
                        "Generates with a diffusion LM (CPU, or CUDA with --device). Defaults come from the checkpoint's\n"
-                       "generation_config.json where present. See docs/decode.md.",
+                       "generation_config.json where present; the decode options are the request parameters of the\n"
+                       "server's APIs (--gen-length = gen_length), with the same ranges. See docs/decode.md.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     return -1;
@@ -326,56 +297,23 @@ static int gen_opts_validate(gen_opts *o) {
         fprintf(stderr, "error: --threads must be >= 0, got %d\n", o->threads);
         return 2;
     }
-    if (o->seed_s) {
-        char *end;
-        o->seed = strtoull(o->seed_s, &end, 10);
-        if (!*o->seed_s || *end || o->seed_s[0] == '-') {
-            fprintf(stderr, "error: --seed expects an unsigned integer, got '%s'\n", o->seed_s);
-            return 2;
-        }
-    }
     return 0;
 }
 
-/* Overrides the model's decode defaults in *p with the flags given. 0, or 2 with the message printed. */
+/* Overrides the model's decode defaults in *p with the flags given, read like a request's fields
+ * (decode_params_apply_json + settle). 0, or 2 with the message printed. */
 static int gen_params_apply(const gen_opts *o, decode_params *p) {
-    if (o->gen != INT_MIN) p->gen_length = o->gen;
-    if (o->block != INT_MIN) p->block_length = o->block;
-    if (o->steps != INT_MIN) p->steps = o->steps;
-    if (o->top_k != INT_MIN) p->top_k = o->top_k;
-    if (o->draft_every != INT_MIN) p->draft_every = o->draft_every;
-    if (!isnan(o->threshold)) p->threshold = o->threshold;
-    if (!isnan(o->factor)) p->factor = o->factor;
-    if (!isnan(o->low_thr)) p->low_threshold = o->low_thr;
-    if (!isnan(o->c_alpha)) p->credit_alpha = o->c_alpha;
-    if (!isnan(o->c_gamma)) p->credit_gamma = o->c_gamma;
-    if (!isnan(o->c_decay)) p->credit_decay = o->c_decay;
-    if (!isnan(o->temperature)) p->temperature = o->temperature;
-    if (!isnan(o->top_p)) p->top_p = o->top_p;
-    if (!isnan(o->cfg)) p->cfg_scale = o->cfg;
-    if (o->seed_s) p->seed = o->seed;
-    if (o->eos_inf) p->logits_eos_inf = 1;
-    if (o->conf_eos_inf) p->confidence_eos_eot_inf = 1;
-    if (o->no_stop) p->stop_at_eos = 0;
-    if (o->drafts) p->stream_drafts = 1;
-    if (o->cache_refresh != INT_MIN) p->cache_refresh = o->cache_refresh;
-    if (o->prefix_look != INT_MIN) p->prefix_look = o->prefix_look;
-    if (o->after_look != INT_MIN) p->after_look = o->after_look;
-    if (o->warmup != INT_MIN) p->warmup_steps = o->warmup;
-    if (o->cache_s && decode_cache_parse(o->cache_s, &p->cache) != 0) {
-        fprintf(stderr, "error: --cache must be none, prefix, dual or vicinity, got '%s'\n", o->cache_s);
+    json_t *j = decode_flags_to_json(&o->decode);
+    if (!j) return 2;
+    decode_params_src src = {0};
+    um_err err = {0};
+    int rc = decode_params_apply_json(p, j, &src, &err);
+    json_decref(j);
+    if (rc != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
         return 2;
     }
-    if (o->decoder_s && decode_decoder_parse(o->decoder_s, &p->decoder) != 0) {
-        fprintf(stderr, "error: --decoder must be low_confidence, random, threshold, factor, hierarchy or credit, "
-                "got '%s'\n",
-                o->decoder_s);
-        return 2;
-    }
-    if (o->layout_s && decode_layout_parse(o->layout_s, &p->layout) != 0) {
-        fprintf(stderr, "error: --block-layout must be llada or aligned, got '%s'\n", o->layout_s);
-        return 2;
-    }
+    decode_params_settle(p, &src);
     return 0;
 }
 

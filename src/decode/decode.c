@@ -203,33 +203,25 @@ static int decode_cache_validate(const decode_params *p, int ctx, um_err *err) {
     return 0;
 }
 
-int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
-    int ctx = cfg->max_seq;
-    if (n_prompt < 0) return um_err_param(err, "prompt", "prompt length must be >= 0, got %d", n_prompt);
-    if (n_prompt >= ctx)
-        return um_err_param(err, "prompt",
-                            "prompt has %d tokens but the model's context is %d tokens (at least 1 position "
-                            "must remain for generation)",
-                            n_prompt, ctx);
-    int gmax = ctx - n_prompt;
-    if (p->gen_length < 1 || p->gen_length > gmax)
+/* The sizes: gen_length, block_length, steps. Without cfg (the model-free check) only the lower
+ * bounds; with it the whole range for a prompt of n_prompt tokens (n_prompt < the context). */
+static int check_sizes(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
+    int ctx = cfg ? cfg->max_seq : 0, gmax = ctx - n_prompt;
+    if (!cfg && p->gen_length < 1) return um_err_param(err, "gen_length", "gen_length must be >= 1, got %d", p->gen_length);
+    if (cfg && (p->gen_length < 1 || p->gen_length > gmax))
         return um_err_param(err, "gen_length",
                             "gen_length must be between 1 and %d (context %d minus %d prompt tokens), got %d", gmax,
                             ctx, n_prompt, p->gen_length);
-    if ((int)p->layout < 0 || p->layout >= DECODE_LAYOUT_COUNT_)
-        return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
-    if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
-        return um_err_param(err, "decoder", "decoder must be low_confidence, random, threshold, factor, hierarchy or credit");
-    if (p->layout == DECODE_LAYOUT_LLADA) {
-        if (p->block_length < 1 || p->block_length > p->gen_length)
-            return um_err_param(err, "block_length", "block_length must be between 1 and %d (gen_length), got %d",
-                                p->gen_length, p->block_length);
-    } else if (p->block_length < 1 || p->block_length > ctx) {
-        return um_err_param(err, "block_length",
-                            "block_length must be between 1 and %d (the model's context), got %d", ctx,
-                            p->block_length);
-    }
-    if (decoder_get(p->decoder)->flags & DECODER_F_FIXED_STEPS) {
+    if (!cfg && p->block_length < 1)
+        return um_err_param(err, "block_length", "block_length must be >= 1, got %d", p->block_length);
+    if (cfg && p->layout == DECODE_LAYOUT_LLADA && (p->block_length < 1 || p->block_length > p->gen_length))
+        return um_err_param(err, "block_length", "block_length must be between 1 and %d (gen_length), got %d",
+                            p->gen_length, p->block_length);
+    if (cfg && p->layout == DECODE_LAYOUT_ALIGNED && (p->block_length < 1 || p->block_length > ctx))
+        return um_err_param(err, "block_length", "block_length must be between 1 and %d (the model's context), got %d",
+                            ctx, p->block_length);
+    int fixed = (int)p->decoder >= 0 && p->decoder < DECODER_COUNT_ && (decoder_get(p->decoder)->flags & DECODER_F_FIXED_STEPS);
+    if (cfg && fixed && (int)p->layout >= 0 && p->layout < DECODE_LAYOUT_COUNT_) {
         int nb = layout_blocks(p, n_prompt, NULL, NULL);
         if (p->steps != 0 && (p->steps < nb || p->steps > p->gen_length))
             return um_err_param(err, "steps",
@@ -237,9 +229,19 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
                                 "%d (gen_length), or 0 for auto; got %d",
                                 nb, p->gen_length, p->block_length, p->gen_length, p->steps);
     } else if (p->steps < 0) {
-        return um_err_param(err, "steps", "steps must be >= 0 (ignored by the %s decoder), got %d",
-                            decode_decoder_name(p->decoder), p->steps);
+        return um_err_param(err, "steps", "steps must be >= 0 (0 = auto), got %d", p->steps);
     }
+    return 0;
+}
+
+/* Every parameter's own range, in the parameter table's order (the first bad one is reported);
+ * cfg NULL: the model-free part. */
+static int check_ranges(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
+    if ((int)p->layout < 0 || p->layout >= DECODE_LAYOUT_COUNT_)
+        return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
+    if (check_sizes(p, cfg, n_prompt, err) != 0) return -1;
+    if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
+        return um_err_param(err, "decoder", "decoder must be low_confidence, random, threshold, factor, hierarchy or credit");
     if (!(p->threshold > 0.0 && p->threshold <= 1.0))
         return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
     if (!(p->factor > 0.0 && isfinite(p->factor)))
@@ -253,22 +255,38 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
         return um_err_param(err, "credit_gamma", "credit_gamma must be between 0 and 100, got %g", p->credit_gamma);
     if (!(p->credit_decay >= 0.0 && p->credit_decay <= 1.0))
         return um_err_param(err, "credit_decay", "credit_decay must be in [0, 1], got %g", p->credit_decay);
-    if (!(p->temperature >= 0.0 && p->temperature <= 100.0))
-        return um_err_param(err, "temperature", "temperature must be between 0 and 100, got %g", p->temperature);
-    if (p->top_k < 0 || p->top_k > cfg->n_embd_rows)
+    if (!(p->temperature >= 0.0 && p->temperature <= DECODE_MAX_TEMPERATURE))
+        return um_err_param(err, "temperature", "temperature must be between 0 and %g, got %g", DECODE_MAX_TEMPERATURE,
+                            p->temperature);
+    if (cfg && (p->top_k < 0 || p->top_k > cfg->n_embd_rows))
         return um_err_param(err, "top_k", "top_k must be between 0 (off) and %d (the vocabulary), got %d",
                             cfg->n_embd_rows, p->top_k);
+    if (p->top_k < 0) return um_err_param(err, "top_k", "top_k must be >= 0 (0 = off), got %d", p->top_k);
     if (!(p->top_p > 0.0 && p->top_p <= 1.0))
         return um_err_param(err, "top_p", "top_p must be in (0, 1], got %g", p->top_p);
     if (!(p->cfg_scale >= 0.0 && p->cfg_scale <= 100.0))
         return um_err_param(err, "cfg_scale", "cfg_scale must be between 0 (off) and 100, got %g", p->cfg_scale);
+    if (p->draft_every < 1)
+        return um_err_param(err, "draft_every", "draft_every must be >= 1, got %d", p->draft_every);
+    return 0;
+}
+
+int decode_params_check(const decode_params *p, um_err *err) { return check_ranges(p, NULL, 0, err); }
+
+int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
+    int ctx = cfg->max_seq;
+    if (n_prompt < 0) return um_err_param(err, "prompt", "prompt length must be >= 0, got %d", n_prompt);
+    if (n_prompt >= ctx)
+        return um_err_param(err, "prompt",
+                            "prompt has %d tokens but the model's context is %d tokens (at least 1 position "
+                            "must remain for generation)",
+                            n_prompt, ctx);
+    if (check_ranges(p, cfg, n_prompt, err) != 0) return -1;
     if (p->logits_eos_inf && cfg->eos_id < 0)
         return um_err_param(err, "logits_eos_inf", "logits_eos_inf needs an eos_token_id, and the model has none");
     if (p->confidence_eos_eot_inf && cfg->eot_id < 0)
         return um_err_param(err, "confidence_eos_eot_inf",
                             "confidence_eos_eot_inf needs an <|eot_id|> token, and the model has none");
-    if (p->draft_every < 1)
-        return um_err_param(err, "draft_every", "draft_every must be >= 1, got %d", p->draft_every);
     return decode_cache_validate(p, ctx, err);
 }
 

@@ -78,7 +78,7 @@ typedef struct decode_params {
     double   credit_alpha;           /* credit decoder alpha (logit boost), >= 0; default 0.7 */
     double   credit_gamma;           /* credit decoder gamma (credit = p^gamma), >= 0; default 0.2 */
     double   credit_decay;           /* credit decoder beta (per-step decay), in [0, 1]; default 0.8 */
-    double   temperature;            /* >= 0; 0 = greedy (argmax); default 0 */
+    double   temperature;            /* 0 ... DECODE_MAX_TEMPERATURE; 0 = greedy (argmax); default 0 */
     int      top_k;                  /* sample only among the k best tokens; 0 = off; default 0 */
     double   top_p;                  /* nucleus sampling mass, in (0, 1]; 1 = off; default 1 */
     uint64_t seed;                   /* rng key for temperature > 0 and the random decoder; default 0 */
@@ -119,6 +119,12 @@ decode_params decode_params_for_model(const model *m);
  * `unmask generate` and the reference comparisons keep `none`). */
 #define DECODE_CACHE_AUTO (-1)
 decode_params decode_params_for_serving(const model *m, int cache);
+/* The largest sampling temperature any transport accepts (OpenAI's range, 0 ... 2). */
+#define DECODE_MAX_TEMPERATURE 2.0
+/* The ranges that need no model or prompt (every parameter's own range, in the parameter
+ * table's order); the transports call it while parsing, decode_params_validate calls it first.
+ * Errors as decode_params_validate's. */
+int decode_params_check(const decode_params *p, um_err *err);
 /* Check p for a prompt of n_prompt tokens on a model with config cfg. On failure: -1 and err with
  * code UM_ERR_INVALID_ARG, err->param = the parameter name, and a message naming the parameter,
  * the allowed range and the value, e.g. "steps must be between 4 and 128 (gen_length), got 2". */

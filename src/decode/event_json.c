@@ -3,6 +3,7 @@
  */
 #include "decode/event_json.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -124,77 +125,107 @@ static int get_bool(const json_t *v, const char *key, int *dst, um_err *err) {
 /* How a decode parameter is written in JSON. */
 enum dp_type { DP_INT, DP_NUM, DP_BOOL, DP_SEED, DP_DECODER, DP_LAYOUT, DP_CACHE };
 
-/* One JSON field of decode_params. The table is the one list of them: decode_params_apply_json
- * reads every row in order (an alias before its field, so the field's own name wins when a body
- * has both), decode_params_to_json writes the rows marked out (the canonical names). Value ranges
- * are decode_params_validate's, the same for every transport. */
+/* One decode parameter: the one list of them. decode_params_apply_json reads the rows in order
+ * (so type errors are reported in this order), decode_params_to_json writes them, the CLI makes
+ * its flags from them (decode_param_at). Value ranges are decode_params_validate's, the same for
+ * every transport. */
 typedef struct dp_field {
-    const char  *name;
+    const char  *name;       /* canonical JSON name */
     enum dp_type type;
-    size_t       off;   /* offsetof(decode_params, field) */
-    int          out;   /* written by decode_params_to_json */
+    size_t       off;        /* offsetof(decode_params, field) */
+    const char  *flag;       /* CLI flag without "--" */
+    int          flag_value; /* DP_BOOL: the value the (valueless) flag sets */
+    const char  *help;       /* one line for --help, default in brackets */
 } dp_field;
 
 #define DPF(f) offsetof(decode_params, f)
 static const dp_field k_fields[] = {
-    {"max_tokens", DP_INT, DPF(gen_length), 0},        /* OpenAI's name */
-    {"max_new_tokens", DP_INT, DPF(gen_length), 0},    /* Hugging Face's name */
-    {"gen_length", DP_INT, DPF(gen_length), 1},
-    {"block_length", DP_INT, DPF(block_length), 1},
-    {"steps", DP_INT, DPF(steps), 1},
-    {"decoder", DP_DECODER, DPF(decoder), 1},
-    {"threshold", DP_NUM, DPF(threshold), 1},
-    {"factor", DP_NUM, DPF(factor), 1},
-    {"low_threshold", DP_NUM, DPF(low_threshold), 1},
-    {"credit_alpha", DP_NUM, DPF(credit_alpha), 1},
-    {"credit_gamma", DP_NUM, DPF(credit_gamma), 1},
-    {"credit_decay", DP_NUM, DPF(credit_decay), 1},
-    {"temperature", DP_NUM, DPF(temperature), 1},
-    {"top_k", DP_INT, DPF(top_k), 1},
-    {"top_p", DP_NUM, DPF(top_p), 1},
-    {"seed", DP_SEED, DPF(seed), 1},
-    {"cfg_scale", DP_NUM, DPF(cfg_scale), 1},
-    {"logits_eos_inf", DP_BOOL, DPF(logits_eos_inf), 1},
-    {"confidence_eos_eot_inf", DP_BOOL, DPF(confidence_eos_eot_inf), 1},
-    {"block_layout", DP_LAYOUT, DPF(layout), 1},
-    {"stop_at_eos", DP_BOOL, DPF(stop_at_eos), 1},
-    {"drafts", DP_BOOL, DPF(stream_drafts), 0},        /* the WebSocket protocol's short name */
-    {"stream_drafts", DP_BOOL, DPF(stream_drafts), 1},
-    {"draft_every", DP_INT, DPF(draft_every), 1},
-    {"cache", DP_CACHE, DPF(cache), 1},
-    {"cache_refresh", DP_INT, DPF(cache_refresh), 1},
-    {"prefix_look", DP_INT, DPF(prefix_look), 1},
-    {"after_look", DP_INT, DPF(after_look), 1},
-    {"warmup_steps", DP_INT, DPF(warmup_steps), 1},
+    {"gen_length", DP_INT, DPF(gen_length), "gen-length", 0, "generated positions (masks) [128]"},
+    {"block_length", DP_INT, DPF(block_length), "block-length", 0,
+     "block length B [32, at most the generation length]"},
+    {"steps", DP_INT, DPF(steps), "steps", 0, "fixed-step decoders: total steps, 0 = gen-length [0]"},
+    {"decoder", DP_DECODER, DPF(decoder), "decoder", 0,
+     "low_confidence | random | threshold | factor | hierarchy | credit [low_confidence]"},
+    {"threshold", DP_NUM, DPF(threshold), "threshold", 0, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
+    {"factor", DP_NUM, DPF(factor), "factor", 0, "factor decoder: f > 0 [1.0]"},
+    {"low_threshold", DP_NUM, DPF(low_threshold), "low-threshold", 0, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
+    {"credit_alpha", DP_NUM, DPF(credit_alpha), "credit-alpha", 0, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
+    {"credit_gamma", DP_NUM, DPF(credit_gamma), "credit-gamma", 0, "credit decoder: gamma (credit p^gamma) in [0,100] [0.2]"},
+    {"credit_decay", DP_NUM, DPF(credit_decay), "credit-decay", 0, "credit decoder: beta (decay per step) in [0,1] [0.8]"},
+    {"temperature", DP_NUM, DPF(temperature), "temperature", 0, "sampling temperature in [0,2], 0 = greedy [0]"},
+    {"top_k", DP_INT, DPF(top_k), "top-k", 0, "sample among the k best tokens, 0 or -1 = off [0]"},
+    {"top_p", DP_NUM, DPF(top_p), "top-p", 0, "nucleus mass in (0,1], 1 = off [1]"},
+    {"seed", DP_SEED, DPF(seed), "seed", 0, "random seed (non-negative 63-bit integer) [0]"},
+    {"cfg_scale", DP_NUM, DPF(cfg_scale), "cfg-scale", 0, "classifier-free guidance scale in [0,100], 0 = off [0]"},
+    {"logits_eos_inf", DP_BOOL, DPF(logits_eos_inf), "logits-eos-inf", 1, "never sample EOS (logits[eos] = -inf)"},
+    {"confidence_eos_eot_inf", DP_BOOL, DPF(confidence_eos_eot_inf), "confidence-eos-eot-inf", 1,
+     "reference quirk: confidence without <|eot_id|>"},
+    {"block_layout", DP_LAYOUT, DPF(layout), "block-layout", 0, "llada (blocks after the prompt) | aligned [llada]"},
+    {"stop_at_eos", DP_BOOL, DPF(stop_at_eos), "no-stop-at-eos", 0, "decode every block even after EOS"},
+    {"stream_drafts", DP_BOOL, DPF(stream_drafts), "drafts", 1, "step events carry drafts for masked positions"},
+    {"draft_every", DP_INT, DPF(draft_every), "draft-every", 0, "drafts every N steps [1]"},
+    {"cache", DP_CACHE, DPF(cache), "cache", 0, "KV cache across steps: none | prefix | dual | vicinity [none]"},
+    {"cache_refresh", DP_INT, DPF(cache_refresh), "cache-refresh", 0,
+     "also refresh the cache every N steps inside a block, 0 = only at block start [0]"},
+    {"prefix_look", DP_INT, DPF(prefix_look), "prefix-look", 0, "vicinity: positions before the block recomputed each step [0]"},
+    {"after_look", DP_INT, DPF(after_look), "after-look", 0, "vicinity: positions after the block recomputed each step [0]"},
+    {"warmup_steps", DP_INT, DPF(warmup_steps), "warmup-steps", 0, "with a cache: the first N steps run without it [0]"},
 };
 #undef DPF
+#define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
+_Static_assert(sizeof k_fields / sizeof k_fields[0] <= DECODE_PARAMS_MAX, "raise DECODE_PARAMS_MAX");
 
-/* Reads one field from obj into p (absent or null: unchanged). */
-static int field_apply(const dp_field *f, decode_params *p, const json_t *obj, um_err *err) {
+/* Other names the APIs accept for a parameter. An alias row is read before its parameter's own
+ * name, so the canonical name wins when a body has both. */
+enum { ALIAS_NEG_UNSET = 1 };   /* a negative value means "not given" (llama.cpp's n_predict -1) */
+static const struct {
+    const char *name, *canonical;
+    int         flags;
+} k_aliases[] = {
+    {"max_tokens", "gen_length", 0},             /* OpenAI */
+    {"max_completion_tokens", "gen_length", 0},  /* OpenAI, newer */
+    {"max_new_tokens", "gen_length", 0},         /* Hugging Face, SGLang */
+    {"n_predict", "gen_length", ALIAS_NEG_UNSET}, /* llama.cpp */
+    {"block_size", "block_length", 0},           /* SGLang, Fast-dLLM */
+    {"diffusion_steps", "steps", 0},             /* Inception / Mercury */
+    {"drafts", "stream_drafts", 0},              /* the WebSocket protocol's short name */
+};
+
+static int field_index(const char *name) {
+    for (int i = 0; i < N_FIELDS; i++)
+        if (strcmp(k_fields[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Reads the value v of field f, under the JSON name `name`, into p. */
+static int field_apply(const dp_field *f, const char *name, decode_params *p, const json_t *v, um_err *err) {
     void *dst = (char *)p + f->off;
-    const json_t *v = json_object_get(obj, f->name);
-    if (!v || json_is_null(v)) return 0;
     switch (f->type) {
-    case DP_INT: return get_int(v, f->name, dst, err);
-    case DP_NUM: return get_num(v, f->name, dst, err);
-    case DP_BOOL: return get_bool(v, f->name, dst, err);
+    case DP_INT: return get_int(v, name, dst, err);
+    case DP_NUM: return get_num(v, name, dst, err);
+    case DP_BOOL: return get_bool(v, name, dst, err);
     case DP_SEED:
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return um_err_param(err, f->name, "seed must be a non-negative integer");
+            return um_err_param(err, name, "%s must be a non-negative integer", name);
         *(uint64_t *)dst = (uint64_t)json_integer_value(v);
         return 0;
-    case DP_DECODER:
-        if (!json_is_string(v) || decode_decoder_parse(json_string_value(v), dst) != 0)
-            return um_err_param(err, f->name,
-                                "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit");
+    case DP_DECODER: {
+        const char *s = json_is_string(v) ? json_string_value(v) : "";
+        if (strcmp(s, "LowConfidence") == 0) s = "threshold"; /* SGLang's name for the threshold decoder */
+        if (decode_decoder_parse(s, dst) != 0)
+            return um_err_param(err, name,
+                                "%s must be one of low_confidence, random, threshold, factor, hierarchy, credit%s%.64s%s",
+                                name, json_is_string(v) ? ", got '" : "", json_is_string(v) ? s : "",
+                                json_is_string(v) ? "'" : "");
         return 0;
+    }
     case DP_LAYOUT:
         if (!json_is_string(v) || decode_layout_parse(json_string_value(v), dst) != 0)
-            return um_err_param(err, f->name, "block_layout must be llada or aligned");
+            return um_err_param(err, name, "%s must be llada or aligned", name);
         return 0;
     case DP_CACHE:
         if (!json_is_string(v) || decode_cache_parse(json_string_value(v), dst) != 0)
-            return um_err_param(err, f->name, "cache must be one of none, prefix, dual, vicinity");
+            return um_err_param(err, name, "%s must be one of none, prefix, dual, vicinity", name);
         return 0;
     }
     return 0;
@@ -215,16 +246,108 @@ static json_t *field_json(const dp_field *f, const decode_params *p) {
     return json_null();
 }
 
-int decode_params_apply_json(decode_params *p, const json_t *obj, um_err *err) {
+/* The value under name in obj when it counts as given (present, not null, alias rules). */
+static const json_t *given_value(const json_t *obj, const char *name, int alias_flags) {
+    const json_t *v = json_object_get(obj, name);
+    if (!v || json_is_null(v)) return NULL;
+    if ((alias_flags & ALIAS_NEG_UNSET) && json_is_number(v) && json_number_value(v) < 0) return NULL;
+    return v;
+}
+
+int decode_params_apply_json(decode_params *p, const json_t *obj, decode_params_src *src, um_err *err) {
     if (!json_is_object(obj)) return um_err_param(err, "params", "decode parameters must be a JSON object");
-    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++)
-        if (field_apply(&k_fields[i], p, obj, err) != 0) return -1;
+    for (int i = 0; i < N_FIELDS; i++) {
+        const dp_field *f = &k_fields[i];
+        for (size_t a = 0; a <= sizeof k_aliases / sizeof k_aliases[0]; a++) {
+            int is_alias = a < sizeof k_aliases / sizeof k_aliases[0];
+            if (is_alias && strcmp(k_aliases[a].canonical, f->name) != 0) continue;
+            const char *name = is_alias ? k_aliases[a].name : f->name;
+            const json_t *v = given_value(obj, name, is_alias ? k_aliases[a].flags : 0);
+            if (!v) continue;
+            if (field_apply(f, name, p, v, err) != 0) return -1;
+            if (src) src->name[i] = name;
+        }
+    }
+    if (p->top_k == -1) p->top_k = 0; /* -1 = off (the vLLM / SGLang convention) */
     return 0;
 }
 
 json_t *decode_params_to_json(const decode_params *p) {
     json_t *o = json_object();
-    for (size_t i = 0; i < sizeof k_fields / sizeof k_fields[0]; i++)
-        if (k_fields[i].out) json_object_set_new(o, k_fields[i].name, field_json(&k_fields[i], p));
+    for (int i = 0; i < N_FIELDS; i++) json_object_set_new(o, k_fields[i].name, field_json(&k_fields[i], p));
     return o;
+}
+
+const char *decode_param_canonical(const char *name) {
+    int i = field_index(name);
+    if (i >= 0) return k_fields[i].name;
+    for (size_t a = 0; a < sizeof k_aliases / sizeof k_aliases[0]; a++)
+        if (strcmp(k_aliases[a].name, name) == 0) return k_aliases[a].canonical;
+    return NULL;
+}
+
+int decode_param_count(void) { return N_FIELDS; }
+
+void decode_param_at(int i, decode_param_desc *d) {
+    const dp_field *f = &k_fields[i];
+    d->name = f->name;
+    d->type = f->type == DP_INT    ? DECODE_PARAM_INT
+              : f->type == DP_NUM  ? DECODE_PARAM_NUM
+              : f->type == DP_BOOL ? DECODE_PARAM_BOOL
+              : f->type == DP_SEED ? DECODE_PARAM_SEED
+                                   : DECODE_PARAM_NAME;
+    d->flag = f->flag;
+    d->flag_value = f->flag_value;
+    d->help = f->help;
+}
+
+/* ---------------------------------------------------------------- where parameters came from */
+
+const char *decode_params_src_get(const decode_params_src *src, const char *canonical) {
+    int i = field_index(canonical);
+    return src && i >= 0 ? src->name[i] : NULL;
+}
+
+void decode_params_src_set(decode_params_src *src, const char *canonical, const char *name) {
+    int i = field_index(canonical);
+    if (i >= 0) src->name[i] = name;
+}
+
+void decode_params_settle(decode_params *p, const decode_params_src *src) {
+    /* a short generation with the default block length: one block of the whole length */
+    if (!decode_params_src_get(src, "block_length") && p->layout == DECODE_LAYOUT_LLADA &&
+        p->block_length > p->gen_length)
+        p->block_length = p->gen_length;
+    /* a default step count meant for a longer generation */
+    if (!decode_params_src_get(src, "steps") && p->steps > p->gen_length) p->steps = 0;
+}
+
+/* Replaces whole-word occurrences of `from` in msg (at most cap bytes) with `to`. */
+static void rename_word(char *msg, size_t cap, const char *from, const char *to) {
+    char out[sizeof ((um_err *)0)->msg];
+    size_t o = 0, fl = strlen(from), tl = strlen(to);
+    const char *s = msg;
+    while (*s && o + 1 < sizeof out) {
+        int word = strncmp(s, from, fl) == 0 && (s == msg || !(isalnum((unsigned char)s[-1]) || s[-1] == '_')) &&
+                   !(isalnum((unsigned char)s[fl]) || s[fl] == '_');
+        if (word && o + tl + 1 < sizeof out) {
+            memcpy(out + o, to, tl);
+            o += tl;
+            s += fl;
+        } else {
+            out[o++] = *s++;
+        }
+    }
+    out[o] = 0;
+    snprintf(msg, cap, "%s", out);
+}
+
+void decode_params_err_rename(um_err *err, const decode_params_src *src) {
+    if (!src) return;
+    for (int i = 0; i < N_FIELDS; i++) {
+        const char *to = src->name[i], *from = k_fields[i].name;
+        if (!to || strcmp(to, from) == 0) continue;
+        rename_word(err->msg, sizeof err->msg, from, to);
+        if (strcmp(err->param, from) == 0) snprintf(err->param, sizeof err->param, "%s", to);
+    }
 }

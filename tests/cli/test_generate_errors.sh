@@ -36,7 +36,8 @@ expect 2 "steps must be between 4" $P --gen-length 64 --block-length 16 --steps 
 expect 2 "steps must be >= 0" $P --decoder threshold --steps -1
 expect 2 "threshold must be in (0, 1], got 0" $P --decoder threshold --threshold 0
 expect 2 "threshold must be in (0, 1], got 1.2" $P --decoder threshold --threshold 1.2
-expect 2 "temperature must be between 0 and 100, got -1" $P --temperature -1
+expect 2 "temperature must be between 0 and 2, got -1" $P --temperature -1
+expect 2 "temperature must be between 0 and 2, got 3" $P --temperature 3
 expect 2 "top_p must be in (0, 1], got 0" $P --top-p 0
 expect 2 "top_p must be in (0, 1], got 1.5" $P --top-p 1.5
 expect 2 "top_k must be between 0 (off) and" $P --top-k -2
@@ -47,9 +48,11 @@ expect 2 "prompt has 300 tokens but the model's context is 256 tokens" \
     --prompt-ids "$(seq -s, 1 300)"
 expect 2 "is the mask token" --prompt-ids "1,$(sed -n 's/.*"mask_token_id": *\([0-9]*\).*/\1/p' "$M/config.json"),3"
 expect 2 "outside the vocabulary" --prompt-ids 1,99999
-expect 2 "--decoder must be low_confidence, random, threshold, factor, hierarchy or credit, got 'greedy'" $P --decoder greedy
-expect 2 "--block-layout must be llada or aligned" $P --block-layout diagonal
-expect 2 "--seed expects an unsigned integer" $P --seed -3
+expect 2 "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, got 'greedy'" $P --decoder greedy
+expect 2 "block_layout must be llada or aligned" $P --block-layout diagonal
+expect 2 "--seed expects an integer between 0 and 9223372036854775807" $P --seed -3
+# the first invalid parameter is reported: an unset block length is not it (it follows gen_length)
+expect 2 "temperature must be between 0 and 2, got -1" $P --gen-length 8 --temperature -1
 expect 2 "give exactly one of --prompt, --messages or --prompt-ids" $P --prompt hello
 expect 2 "has no tokenizer" --prompt hello
 expect 2 "confidence_eos_eot_inf needs an <|eot_id|> token" $P --confidence-eos-eot-inf
@@ -59,6 +62,12 @@ expect 1 "config.json" --model "$TMP/does-not-exist" $P
 # good parameters still work (exit 0, one done event)
 out=$("$BIN" generate --model "$M" --threads 1 $P --gen-length 8 --block-length 4 --json 2>/dev/null | tail -1)
 if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS valid run"; else fail=$((fail + 1)); echo "FAIL valid run: $out"; fi
+
+# a short generation without --block-length: one block of the whole length (the default 32 is
+# lowered to the generation length, as every API does), not an error
+out=$("$BIN" generate --model "$M" --threads 1 $P --gen-length 16 --json 2>&1 | grep '"type":"block"')
+if [ "$(printf '%s\n' "$out" | grep -c '"start":0,"end":16')" -eq 1 ]; then pass=$((pass + 1)); echo "PASS short generation"
+else fail=$((fail + 1)); echo "FAIL short generation: $out"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

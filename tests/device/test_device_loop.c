@@ -174,7 +174,7 @@ static void test_join_leave_cancel(model_ctx *ctx, const int32_t *prompt, int n_
     }
 }
 
-/* EOS stop on the device: near-uniform sampling (T = 100) until a seed makes the host loop stop on
+/* EOS stop on the device: sampling at the highest temperature (T = 2) until a seed makes the host loop stop on
  * an EOS/EOT before the last block; the device loop must stop at the same step with the same
  * events (and the reference quirk flags on too). */
 static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
@@ -183,7 +183,7 @@ static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     p.gen_length = 32;
     p.block_length = 4;
     p.steps = 16;
-    p.temperature = 100.0;
+    p.temperature = DECODE_MAX_TEMPERATURE;
     p.confidence_eos_eot_inf = 1;
     int found = 0;
     for (uint64_t seed = 1; seed <= 400 && !found; seed++) {

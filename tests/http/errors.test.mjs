@@ -51,7 +51,7 @@ const endpoints = {
   '/v1/fim/completions': {
     ok: { prompt: 'a', suffix: 'b', max_tokens: 4 },
     wrongType: [{ prompt: 'a', suffix: ['b'] }, 'suffix'],
-    outOfRange: [{ prompt: 'a', diffusion_steps: 2000 }, 'diffusion_steps', /^diffusion_steps must be between 1 and 1024, got 2000$/],
+    outOfRange: [{ prompt: 'a', diffusion_steps: 2000 }, 'diffusion_steps', /^diffusion_steps must be between 0 \(auto\) and 1024, got 2000$/],
   },
   '/generate': {
     ok: { text: 'hi', sampling_params: { max_new_tokens: 4 } },

@@ -205,7 +205,7 @@ test('job input errors: stream, bad webhook URL, unknown job', async () => {
     assert.equal(r.json().error.param, 'webhook');
     assert.match(r.json().error.message, /internal address|--webhook-allow/);
   }
-  const v = await post(`${srv.url}/v1/jobs`, job({ diffusion_steps: 0 }));
+  const v = await post(`${srv.url}/v1/jobs`, job({ diffusion_steps: -1 }));
   assert.equal(v.status, 400);
   assert.equal(v.json().error.param, 'diffusion_steps');
   const u = await fetch(`${srv.url}/v1/jobs/job_000000000000000000000000`);

@@ -94,7 +94,7 @@ test('diffusion parameters as extra body fields, validated with the client name'
     (e) => {
       assert.equal(e.status, 400);
       assert.equal(e.error.param, 'diffusion_steps');
-      assert.equal(e.error.message, 'diffusion_steps must be between 1 and 1024, got 2000');
+      assert.equal(e.error.message, 'diffusion_steps must be between 0 (auto) and 1024, got 2000');
       assert.equal(e.error.type, 'invalid_request_error');
       return true;
     },

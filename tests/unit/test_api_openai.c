@@ -56,7 +56,7 @@ static void test_parse(void) {
     const char *ok_msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
     char b[512];
     snprintf(b, sizeof b, "{%s,\"diffusion_steps\":2000}", ok_msgs);
-    expect_err(openai_parse_chat, b, 400, "diffusion_steps", "diffusion_steps must be between 1 and 1024, got 2000");
+    expect_err(openai_parse_chat, b, 400, "diffusion_steps", "diffusion_steps must be between 0 (auto) and 1024, got 2000");
     snprintf(b, sizeof b, "{%s,\"max_tokens\":\"many\"}", ok_msgs);
     expect_err(openai_parse_chat, b, 400, "max_tokens", "must be an integer");
     snprintf(b, sizeof b, "{%s,\"max_tokens\":0}", ok_msgs);
@@ -108,7 +108,9 @@ static void test_parse(void) {
     TEST_CHECK(strcmp(json_string_value(json_object_get(json_array_get(g.messages, 0), "role")), "system") == 0 &&
                    strcmp(json_string_value(json_object_get(json_array_get(g.messages, 0), "content")), "ab") == 0,
                "developer -> system, parts joined");
-    TEST_CHECK(strcmp(g.steps_name, "diffusion_steps") == 0 && strcmp(g.gen_length_name, "max_tokens") == 0, "names kept");
+    TEST_CHECK(strcmp(decode_params_src_get(&g.src, "steps"), "diffusion_steps") == 0 &&
+                   strcmp(decode_params_src_get(&g.src, "gen_length"), "max_tokens") == 0,
+               "names kept");
     api_gen_free(&g);
     const char *inf = "{\"input_prefix\":\"def f(x):\\n\",\"input_suffix\":\"\\n    return y\\n\",\"prompt\":\"    y\","
                       "\"input_extra\":[{\"filename\":\"a.py\",\"text\":\"import os\"}],\"n_predict\":0,\"id_slot\":0,"

@@ -301,7 +301,9 @@ static void test_validation(const model *m) {
     p = d, p.threshold = NAN;
     expect_err(cfg, p, 10, "threshold", "(0, 1]");
     p = d, p.temperature = -0.1;
-    expect_err(cfg, p, 10, "temperature", "temperature must be between 0 and 100, got -0.1");
+    expect_err(cfg, p, 10, "temperature", "temperature must be between 0 and 2, got -0.1");
+    p = d, p.temperature = 2.5;
+    expect_err(cfg, p, 10, "temperature", "temperature must be between 0 and 2, got 2.5");
     p = d, p.top_p = 0;
     expect_err(cfg, p, 10, "top_p", "top_p must be in (0, 1], got 0");
     p = d, p.top_p = 1.01;
@@ -357,28 +359,28 @@ static void test_json_params(void) {
     json_t *o = json_pack("{s:i, s:s, s:f, s:b, s:I, s:s, s:n}", "gen_length", 64, "decoder", "threshold", "threshold",
                           0.75, "stream_drafts", 1, "seed", (json_int_t)123456789012LL, "block_layout", "aligned",
                           "top_p", NULL);
-    TEST_CHECK(decode_params_apply_json(&p, o, &err) == 0, "apply: %s", err.msg);
+    TEST_CHECK(decode_params_apply_json(&p, o, NULL, &err) == 0, "apply: %s", err.msg);
     TEST_CHECK(p.gen_length == 64 && p.decoder == DECODER_THRESHOLD && p.threshold == 0.75 && p.stream_drafts &&
                    p.seed == 123456789012ull && p.layout == DECODE_LAYOUT_ALIGNED && p.top_p == 1.0,
                "applied values");
     json_decref(o);
     o = json_pack("{s:s}", "decoder", "nope");
-    TEST_CHECK(decode_params_apply_json(&p, o, &err) == -1 && strcmp(err.param, "decoder") == 0, "bad decoder");
+    TEST_CHECK(decode_params_apply_json(&p, o, NULL, &err) == -1 && strcmp(err.param, "decoder") == 0, "bad decoder");
     json_decref(o);
     o = json_pack("{s:s}", "steps", "ten");
-    TEST_CHECK(decode_params_apply_json(&p, o, &err) == -1 && strcmp(err.param, "steps") == 0, "steps string");
+    TEST_CHECK(decode_params_apply_json(&p, o, NULL, &err) == -1 && strcmp(err.param, "steps") == 0, "steps string");
     json_decref(o);
     o = json_pack("{s:f}", "gen_length", 12.5);
-    TEST_CHECK(decode_params_apply_json(&p, o, &err) == -1 && strcmp(err.param, "gen_length") == 0, "fractional");
+    TEST_CHECK(decode_params_apply_json(&p, o, NULL, &err) == -1 && strcmp(err.param, "gen_length") == 0, "fractional");
     json_decref(o);
     o = json_pack("{s:s, s:f, s:f, s:f, s:f}", "decoder", "credit", "low_threshold", 0.25, "credit_alpha", 1.5,
                   "credit_gamma", 0.5, "credit_decay", 0.6);
-    TEST_CHECK(decode_params_apply_json(&p, o, &err) == 0 && p.decoder == DECODER_CREDIT && p.low_threshold == 0.25 &&
+    TEST_CHECK(decode_params_apply_json(&p, o, NULL, &err) == 0 && p.decoder == DECODER_CREDIT && p.low_threshold == 0.25 &&
                    p.credit_alpha == 1.5 && p.credit_gamma == 0.5 && p.credit_decay == 0.6,
                "hierarchy/credit fields: %s", err.msg);
     json_decref(o);
     o = json_pack("{s:s}", "credit_decay", "high");
-    TEST_CHECK(decode_params_apply_json(&p, o, &err) == -1 && strcmp(err.param, "credit_decay") == 0, "decay string");
+    TEST_CHECK(decode_params_apply_json(&p, o, NULL, &err) == -1 && strcmp(err.param, "credit_decay") == 0, "decay string");
     json_decref(o);
     enum decode_decoder dd;
     TEST_CHECK(decode_decoder_parse("hierarchy", &dd) == 0 && dd == DECODER_HIERARCHY &&
@@ -388,7 +390,7 @@ static void test_json_params(void) {
                "hierarchy/credit names");
     json_t *back = decode_params_to_json(&p);
     decode_params q = decode_params_default();
-    TEST_CHECK(decode_params_apply_json(&q, back, &err) == 0 && memcmp(&p, &q, sizeof p) == 0, "round trip");
+    TEST_CHECK(decode_params_apply_json(&q, back, NULL, &err) == 0 && memcmp(&p, &q, sizeof p) == 0, "round trip");
     json_decref(back);
 }
 
