@@ -13,6 +13,7 @@
 #include "backend/comm.h"
 #include "cli/cli.h"
 #include "cli/tp_cli.h"
+#include "model/model.h"
 #include "server/http_api.h"
 #include "server/server.h"
 #include "server/server_config.h"
@@ -106,9 +107,8 @@ int cmd_serve(int argc, char **argv) {
         return frc;
     }
     if (cfg.verbose) log_level_set(LOG_LEVEL_DEBUG);
-    if (!is_dir(cfg.model)) {
-        fprintf(stderr, "error: --model %s: no such checkpoint directory (make one with: unmask make-model --out %s)\n",
-                cfg.model, cfg.model);
+    if (model_dir_check(cfg.model, &err) != 0) { /* before listening: nothing is printed for a wrong path */
+        fprintf(stderr, "error: --model: %s\n", err.msg);
         server_config_free(&cfg);
         return 2;
     }

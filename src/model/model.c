@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "text/chat_template.h"
 #include "model/llada.h"
@@ -28,8 +29,40 @@ static int load_json_file(const char *dir, const char *name, int required, char 
     return file_read_all(path, CONFIG_MAX_BYTES, text, len, err);
 }
 
+int model_dir_check(const char *dir, um_err *err) {
+    static const char make[] = "a Hugging Face checkpoint directory (config.json + model.safetensors), or make a small "
+                               "test model with: unmask make-model --out";
+    struct stat st;
+    char path[4096];
+    if (stat(dir, &st) != 0)
+        return um_err_set(err, UM_ERR_IO, "model directory %s does not exist; pass %s %s", dir, make, dir);
+    if (!S_ISDIR(st.st_mode)) {
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (slash) *slash = 0;
+        else snprintf(parent, sizeof parent, ".");
+        return um_err_set(err, UM_ERR_IO, "%s is a file, not a model directory; pass the directory that holds it: %s",
+                          dir, parent[0] ? parent : "/");
+    }
+    path_join(path, sizeof path, dir, "config.json");
+    if (!file_exists(path))
+        return um_err_set(err, UM_ERR_IO, "%s is not a model directory: it has no config.json; pass %s NEW_DIR", dir,
+                          make);
+    char idx[4096];
+    path_join(path, sizeof path, dir, "model.safetensors");
+    path_join(idx, sizeof idx, dir, "model.safetensors.index.json");
+    if (!file_exists(path) && !file_exists(idx))
+        return um_err_set(err, UM_ERR_IO,
+                          "%s has config.json but no weights (model.safetensors or model.safetensors.index.json with "
+                          "its shards); copy them from the checkpoint's release",
+                          dir);
+    return 0;
+}
+
 int model_load(const char *dir, model *m, um_err *err) {
     memset(m, 0, sizeof *m);
+    if (model_dir_check(dir, err) != 0) return -1;
     m->dir = xstrdup(dir);
     char *text;
     size_t len;

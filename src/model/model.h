@@ -50,6 +50,12 @@ typedef struct model {
 } model;
 
 int  model_load(const char *dir, model *m, um_err *err);
+/* Checks that dir looks like a checkpoint directory before anything else is done with it (no
+ * reading beyond stat): it exists, is a directory, has config.json and model.safetensors or
+ * model.safetensors.index.json. On failure -1 with err (UM_ERR_IO) saying what is wrong and what
+ * to run or pass instead, e.g. for a path to config.json itself: its directory. model_load()
+ * calls it first; `serve` calls it before it starts listening. */
+int  model_dir_check(const char *dir, um_err *err);
 void model_free(model *m);
 
 /* ---------------------------------------------------------------- forward */

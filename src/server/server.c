@@ -13,6 +13,8 @@
  * session.c), the scheduler (sched/).
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/ssl.h>
@@ -44,6 +47,7 @@ struct server {
     struct lws_context  *ctx;
     struct lws_vhost    *vh;
     int                  port;
+    char                 url[300];      /* what to open in a browser: http(s)://host:port/ */
     pthread_t            service_thread;
     struct lws_protocols protocols[3];
 
@@ -247,6 +251,24 @@ static void hub_deliver(sched_event *ev) {
     if (final) sched_req_free(r);
 }
 
+static int host_is_any(const char *h) { return !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
+static int host_is_loopback(const char *h) {
+    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1");
+}
+
+/* On a terminal, once the model is ready: the URL to open, last and easy to spot. */
+static void print_ready_banner(const server *s) {
+    if (!isatty(STDOUT_FILENO)) return;
+    const int w = (int)strlen(s->url) + 24;
+    printf("\n  \x1b[1m+");
+    for (int i = 0; i < w; i++) putchar('-');
+    printf("+\n  |  unmask is ready:  \x1b[4m%s\x1b[24m    |\n  +", s->url);
+    for (int i = 0; i < w; i++) putchar('-');
+    printf("+\x1b[0m\n  open it in a browser; Ctrl+C stops the server%s\n\n",
+           host_is_loopback(s->cfg->host) ? " (other machines: --host 0.0.0.0)" : "");
+    fflush(stdout);
+}
+
 void server_on_wake(server *s) {
     int st = atomic_load(&s->ready);
     if (st != 0 && !s->ready_seen) {
@@ -254,6 +276,7 @@ void server_on_wake(server *s) {
         if (st == 1) {
             log_info("model ready: %s (%d engine%s, max batch %d)", s->cfg->model, s->n_engines,
                      s->n_engines == 1 ? "" : "s", s->cfg->max_batch);
+            print_ready_banner(s);
         } else {
             log_error("model load failed: %s", s->load_err.msg);
             s->stop = 1;
@@ -498,7 +521,6 @@ static void drain_tick(lws_sorted_usec_list_t *sul) {
     lws_sul_schedule(s->ctx, 0, &s->drain_sul, drain_tick, 100 * LWS_US_PER_MS);
 }
 
-static int host_is_any(const char *h) { return !strcmp(h, "0.0.0.0") || !strcmp(h, "::") || !strcmp(h, "*"); }
 
 /* --cache: auto or a mode name. */
 static int cache_setting(const char *v, int *out, um_err *err) {
@@ -550,6 +572,27 @@ server *server_create(const server_config *cfg, um_err *err) {
     routes_core_register(s);
     s->ws = ws_state_create(s);
     return s;
+}
+
+/* Why a listening socket on host:port cannot be opened: the errno of bind(), or 0 when it can. */
+static int bind_errno(const char *host, int is_v6, int port) {
+    int fd = socket(is_v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* as lws does: TIME_WAIT is no conflict */
+    int rc;
+    if (is_v6) {
+        struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+        if (!host_is_any(host)) inet_pton(AF_INET6, host, &a.sin6_addr);
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    } else {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        if (!host_is_any(host)) inet_pton(AF_INET, host, &a.sin_addr);
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    int e = rc == 0 ? 0 : errno;
+    close(fd);
+    return e;
 }
 
 /* The lws context and vhost (plain or TLS) on --host:--port, the preparation workers, the signal
@@ -606,14 +649,25 @@ static int server_listen(server *s, um_err *err) {
         info.ssl_cipher_list = TLS12_CIPHERS;
         info.options |= LWS_SERVER_OPTION_STS;
     }
+    /* a failure here is reported by us, below: keep lws's own "ERROR on binding fd ..." lines out */
+    lws_set_log_level(cfg->verbose ? LLL_ERR | LLL_WARN | LLL_NOTICE : 0, lws_log_emit);
     s->vh = lws_create_vhost(s->ctx, &info);
+    lws_set_log_level(LLL_ERR | (cfg->verbose ? LLL_WARN | LLL_NOTICE : 0), lws_log_emit);
     if (!s->vh) {
-        if (cfg->tls_cert)
-            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d with TLS (port in use, or bad --tls-cert/--tls-key)",
+        int e = bind_errno(host, is_v6, cfg->port);
+        if (e == EADDRINUSE)
+            um_err_set(err, UM_ERR_IO,
+                       "cannot listen on %s:%d: the port is already in use (another server is listening there); "
+                       "choose another with --port N, or --port 0 for any free port",
                        cfg->host, cfg->port);
+        else if (e)
+            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(e));
+        else if (cfg->tls_cert)
+            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d with TLS: --tls-cert %s / --tls-key %s could not be "
+                       "loaded (unreadable, not PEM, or the key does not match the certificate)",
+                       cfg->host, cfg->port, cfg->tls_cert, cfg->tls_key);
         else
-            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d (port in use or address unavailable)", cfg->host,
-                       cfg->port);
+            um_err_set(err, UM_ERR_IO, "cannot listen on %s:%d", cfg->host, cfg->port);
         lws_context_destroy(s->ctx);
         s->ctx = NULL;
         return -1;
@@ -632,8 +686,9 @@ static int server_listen(server *s, um_err *err) {
     signal(SIGPIPE, SIG_IGN);
 
     const char *shown = host_is_any(host) ? "127.0.0.1" : host;
-    printf("unmask: listening on %s://%s%s%s:%d/  (open this URL in a browser; WebSocket at /ws)\n",
-           cfg->tls_cert ? "https" : "http", is_v6 ? "[" : "", shown, is_v6 ? "]" : "", s->port);
+    snprintf(s->url, sizeof s->url, "%s://%s%s%s:%d/", cfg->tls_cert ? "https" : "http", is_v6 ? "[" : "", shown,
+             is_v6 ? "]" : "", s->port);
+    printf("unmask: listening on %s  (open this URL in a browser; WebSocket at /ws)\n", s->url);
     fflush(stdout);
     return 0;
 }

@@ -45,6 +45,30 @@ test('bad flags and values exit 2 naming the problem', () => {
   assert.match(nomodel.stderr, /make-model/);
 });
 
+test('a wrong --model is refused before anything else, saying what to pass instead', () => {
+  const model = tinyModel('serve-cli');
+  const empty = path.join(TMP, 'serve-cli-empty-dir');
+  fs.mkdirSync(empty, { recursive: true });
+  const noWeights = path.join(TMP, 'serve-cli-no-weights');
+  fs.mkdirSync(noWeights, { recursive: true });
+  fs.copyFileSync(path.join(model, 'config.json'), path.join(noWeights, 'config.json'));
+  const cases = [
+    [path.join(model, 'config.json'), new RegExp(`is a file, not a model directory; pass the directory that holds it: ${model}$`, 'm')],
+    [empty, /has no config\.json; pass a Hugging Face checkpoint directory .*make-model --out NEW_DIR/],
+    [noWeights, /has config\.json but no weights \(model\.safetensors/],
+    [path.join(TMP, 'no-such-model'), /does not exist; .*make-model --out/],
+  ];
+  for (const [dir, re] of cases) {
+    for (const cmd of [['serve', '--port', '0'], ['generate', '--prompt', 'hi'], ['logits', '--tokens', '1', '--out', path.join(TMP, 'serve-cli-logits.npy')]]) {
+      const r = run([...cmd, '--model', dir]);
+      assert.notEqual(r.status, 0, `${cmd[0]} ${dir}`);
+      assert.match(r.stderr, re, `${cmd[0]} --model ${dir}: ${r.stderr}`);
+      assert.doesNotMatch(r.stdout, /listening/, `${cmd[0]} printed the URL before failing`);
+      assert.doesNotMatch(r.stderr, /advise|--out .*config\.json/);
+    }
+  }
+});
+
 test('config file: keys applied, wrong types refused, flags override', async () => {
   const model = tinyModel('serve-cli');
   const bad = path.join(TMP, 'serve-cli-bad.json');
@@ -120,7 +144,11 @@ test('a port already in use is a clear startup error', async () => {
   try {
     const r = run(['serve', '--model', tinyModel('serve-cli'), '--port', String(port)]);
     assert.equal(r.status, 1);
-    assert.match(r.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}`));
+    assert.match(r.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}: the port is already in use`));
+    assert.match(r.stderr, /--port/);
+    // one clear line: none of libwebsockets' own "ERROR on binding fd ..." noise before it
+    assert.doesNotMatch(r.stderr, /lws:|binding/);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
   } finally {
     blocker.close();
   }
