@@ -297,17 +297,14 @@ int job_store_exists(job_store *js, const char *id, const char *owner) {
 
 static json_t *time_or_null(double t) { return t > 0 ? json_integer((json_int_t)t) : json_null(); }
 
-json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
-    pthread_mutex_lock(&js->lock); /* --- lock { */
-    job *j = find(js, id);
-    if (!j || strcmp(j->owner, owner ? owner : "") != 0) {
-        pthread_mutex_unlock(&js->lock);
-        return NULL;
-    }
+/* The API object of j. Caller holds the lock. */
+static json_t *job_json(const job *j) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(j->id));
     json_object_set_new(o, "object", json_string("job"));
-    json_object_set_new(o, "status", json_string(job_status_name(j->status)));
+    /* a running job asked to stop says so until its engine work ends (at the next step) */
+    const char *status = j->status == JOB_RUNNING && j->cancel_requested ? "cancelling" : job_status_name(j->status);
+    json_object_set_new(o, "status", json_string(status));
     json_object_set_new(o, "created_at", time_or_null(j->created_at));
     json_object_set_new(o, "started_at", time_or_null(j->started_at));
     json_object_set_new(o, "completed_at", time_or_null(j->completed_at));
@@ -330,8 +327,44 @@ json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
     else
         json_object_set_new(o, "webhook", json_null());
     json_object_set_new(o, "request", json_deep_copy(j->request));
+    return o;
+}
+
+json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    job *j = find(js, id);
+    json_t *o = j && strcmp(j->owner, owner ? owner : "") == 0 ? job_json(j) : NULL;
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return o;
+}
+
+int job_store_list(job_store *js, const char *owner, int status, const char *after, int limit, json_t **out) {
+    json_t *data = json_array();
+    int has_more = 0, found_after = !after || !after[0];
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    for (job *j = js->newest; j; j = j->prev) {
+        if (strcmp(j->owner, owner ? owner : "") != 0) continue;
+        if (!found_after) {
+            found_after = strcmp(j->id, after) == 0;
+            continue;
+        }
+        if (status >= 0 && (int)j->status != status) continue;
+        if ((int)json_array_size(data) == limit) {
+            has_more = 1;
+            break;
+        }
+        json_array_append_new(data, job_json(j));
+    }
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    if (!found_after) {
+        json_decref(data);
+        return -1;
+    }
+    size_t n = json_array_size(data);
+    *out = json_pack("{s:s, s:o, s:b, s:o, s:o}", "object", "list", "data", data, "has_more", has_more, "first_id",
+                     n ? json_incref(json_object_get(json_array_get(data, 0), "id")) : json_null(), "last_id",
+                     n ? json_incref(json_object_get(json_array_get(data, n - 1), "id")) : json_null());
+    return 0;
 }
 
 char *job_store_owner(job_store *js, const char *id) {

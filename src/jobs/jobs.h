@@ -3,7 +3,8 @@
  * result, an event log for resumable SSE (ids 1, 2, 3, ... per job), engine-failure retries and
  * eviction of old finished jobs.
  *
- * Lifecycle: queued -> running -> succeeded | failed | cancelled. An engine failure while
+ * Lifecycle: queued -> running -> succeeded | failed | cancelled (a running job whose cancel was
+ * requested shows "cancelling" until its engine work stops). An engine failure while
  * attempts < max_attempts puts the job back to queued (a "retry" event is logged) and the runner
  * submits it again; after that it is failed. Events keep increasing ids across attempts, so a
  * client resuming with Last-Event-ID receives exactly what it missed. Each job keeps the last
@@ -62,10 +63,14 @@ int job_store_has_idem(job_store *js, const char *owner, const char *idem_key);
 int job_store_exists(job_store *js, const char *id, const char *owner);
 
 /* The job as its API object (new reference) or NULL when unknown / not owner's:
- *   {"id","object":"job","status","created_at","started_at","completed_at","attempts",
+ *   {"id","object":"job","status" (a status name, or "cancelling"),"created_at","started_at","completed_at","attempts",
  *    "progress":{"fraction","steps","committed","gen_length","events"},"result","error",
  *    "webhook":{"url","status","attempts"}|null,"request"} */
 json_t *job_store_get_json(job_store *js, const char *id, const char *owner);
+/* owner's jobs, newest first, as {"object":"list","data":[job, ...],"has_more","first_id",
+ * "last_id"} (*out, new reference): status >= 0 keeps only jobs in that state, after (a job id, or
+ * NULL / "") starts after that job, at most limit jobs. -1 when after is not one of owner's jobs. */
+int job_store_list(job_store *js, const char *owner, int status, const char *after, int limit, json_t **out);
 /* The owner the job was created by (malloc'd) or NULL. */
 char *job_store_owner(job_store *js, const char *id);
 /* The original request (new reference) or NULL. */

@@ -512,6 +512,40 @@ static int is_http11(http_conn *c) {
     return lws_hdr_copy(c->wsi, v, sizeof v, WSI_TOKEN_HTTP) > 0 && strcmp(v, "HTTP/1.1") == 0;
 }
 
+/* The reason phrase for status codes libwebsockets 4.1 leaves without one, or NULL. */
+static const char *reason_phrase(int code) {
+    switch (code) {
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
+    case 503: return "Service Unavailable";
+    case 507: return "Insufficient Storage";
+    default: return NULL;
+    }
+}
+
+/* lws writes "HTTP/1.1 202 \r\n" for codes outside its small table: put the phrase in the status
+ * line that starts the headers at start (p: their end, moved by the insertion). */
+static int status_line_fix(int code, unsigned char *start, unsigned char **p, unsigned char *end) {
+    unsigned char *eol = memmem(start, (size_t)(*p - start), "\r\n", 2);
+    const char *phrase = reason_phrase(code);
+    if (!eol || eol == start || eol[-1] != ' ' || !phrase) return 0;
+    size_t n = strlen(phrase);
+    if (*p + n >= end) return -1;
+    memmove(eol + n, eol, (size_t)(*p - eol));
+    memcpy(eol, phrase, n);
+    *p += n;
+    return 0;
+}
+
 /* Headers (one lws_write). A stream is chunked on HTTP/1.1 (the connection stays open after it),
  * close-delimited otherwise. */
 static int write_headers(http_conn *c) {
@@ -535,6 +569,7 @@ static int write_headers(http_conn *c) {
                  lws_add_http_header_by_token(c->wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5, &p, end))
             return -1;
     }
+    if (status_line_fix(c->status, start, &p, end) != 0) return -1;
     int n_hdrs = 0;
     while (c->hdrs && c->hdrs[n_hdrs]) n_hdrs++;
     if (add_header_lines(c, c->mw_hdrs, c->n_mw_hdrs, &p, end) || add_header_lines(c, c->hdrs, n_hdrs, &p, end))

@@ -149,7 +149,7 @@ static void job_on_finished(http_api *a, gen_stream *gs) {
         }
     } else {
         json_t *body = api_resp_body(gs->resp);
-        json_object_del(body, "id");
+        json_object_set_new(body, "id", json_string(id)); /* the completion is known by its job's id */
         job_store_succeed(a->jobs, id, body);
         json_decref(body);
     }
@@ -505,6 +505,34 @@ static int h_jobs_get(http_conn *c, const http_req *rq) {
     return 0;
 }
 
+/* GET /v1/jobs?status=&limit=&after=: the caller's jobs, newest first (OpenAI's list shape). */
+static int h_jobs_list(http_conn *c, const http_req *rq) {
+    http_api *a = rq->user;
+    char who[API_WHO_MAX], st[16] = "", lim[16] = "", after[40] = "";
+    api_caller_identity(a, c, who, sizeof who);
+    int status = -1;
+    if (http_query(c, "status", st, sizeof st) >= 0 && st[0]) {
+        for (int s = JOB_QUEUED; s <= JOB_CANCELLED; s++)
+            if (strcmp(st, job_status_name((enum job_status)s)) == 0) status = s;
+        if (status < 0)
+            return api_respond_error_fmt(c, 400, "invalid_value", "status",
+                                         "status must be one of queued, running, succeeded, failed, cancelled");
+    }
+    int limit = 20;
+    if (http_query(c, "limit", lim, sizeof lim) >= 0 && lim[0]) {
+        char *end;
+        long v = strtol(lim, &end, 10);
+        if (*end || v < 1 || v > 100)
+            return api_respond_error_fmt(c, 400, "invalid_value", "limit", "limit must be an integer between 1 and 100");
+        limit = (int)v;
+    }
+    if (http_query(c, "after", after, sizeof after) < 0) after[0] = 0;
+    json_t *list = NULL;
+    if (job_store_list(a->jobs, who, status, after, limit, &list) != 0)
+        return api_respond_error_fmt(c, 400, "invalid_value", "after", "after must be the id of one of your jobs");
+    return http_respond_json(c, 200, list, NULL);
+}
+
 static int h_jobs_delete(http_conn *c, const http_req *rq) {
     http_api *a = rq->user;
     char id[40], who[API_WHO_MAX];
@@ -559,6 +587,7 @@ void jobs_shutdown(http_api *a) {
 
 static const http_route k_job_routes[] = {
     {"POST", "/v1/jobs", 0, h_jobs_create, HTTP_ROUTE_API},
+    {"GET", "/v1/jobs", 0, h_jobs_list, HTTP_ROUTE_API},
     {"GET", "/v1/jobs/", 1, h_jobs_get, HTTP_ROUTE_API},
     {"DELETE", "/v1/jobs/", 1, h_jobs_delete, HTTP_ROUTE_API},
     {NULL, NULL, 0, NULL, 0},

@@ -122,6 +122,13 @@ describe('per-caller isolation', () => {
     }
     const mine = await fetch(`${srv.url}/v1/jobs/${j1.json.id}`, { headers: auth(KEY_A) });
     assert.equal(mine.status, 200);
+    // GET /v1/jobs lists the caller's own jobs only
+    const listA = await (await fetch(`${srv.url}/v1/jobs`, { headers: auth(KEY_A) })).json();
+    assert.deepEqual(listA.data.map((j) => j.id), [j2.json.id, j1.json.id]);
+    const listB = await (await fetch(`${srv.url}/v1/jobs`, { headers: auth(KEY_B) })).json();
+    assert.deepEqual(listB.data, []);
+    const afterB = await fetch(`${srv.url}/v1/jobs?after=${j1.json.id}`, { headers: auth(KEY_B) });
+    assert.equal(afterB.status, 400, 'another key cannot page from A\'s job');
     for (const j of [j1, j2]) await fetch(`${srv.url}/v1/jobs/${j.json.id}`, { method: 'DELETE', headers: auth(KEY_A) });
     await until('the cancelled jobs to end', async () => {
       const r = await Promise.all([j1, j2].map((j) => fetch(`${srv.url}/v1/jobs/${j.json.id}`, { headers: auth(KEY_A) }).then((x) => x.json())));

@@ -51,6 +51,7 @@ const waitStatus = (id, statuses) =>
 test('POST /v1/jobs -> 202, Location, polling to succeeded with the result', async () => {
   const r = await post(`${srv.url}/v1/jobs`, job());
   assert.equal(r.status, 202);
+  assert.equal(r.statusText, 'Accepted', 'the status line has its reason phrase');
   const j = r.json();
   assert.match(j.id, /^job_[0-9a-f]{24}$/);
   assert.equal(r.headers.get('location'), `/v1/jobs/${j.id}`);
@@ -60,6 +61,7 @@ test('POST /v1/jobs -> 202, Location, polling to succeeded with the result', asy
   assert.equal(done.progress.fraction, 1);
   assert.equal(done.attempts, 1);
   assert.equal(done.result.object, 'text_completion');
+  assert.equal(done.result.id, j.id, 'the result is known by its job id');
   assert.equal(typeof done.result.choices[0].text, 'string');
   assert.ok(done.completed_at >= done.created_at);
   // chat-shaped jobs too
@@ -150,6 +152,8 @@ test('DELETE cancels a running job; a finished one answers 409', async () => {
   });
   const d = await fetch(`${srv.url}/v1/jobs/${j.id}`, { method: 'DELETE' });
   assert.equal(d.status, 200);
+  // not the pre-cancel status: cancelling until the engine stops at the next step, or already cancelled
+  assert.ok(['cancelling', 'cancelled'].includes((await d.json()).status));
   const c = await waitStatus(j.id, ['cancelled', 'succeeded']);
   assert.equal(c.status, 'cancelled');
   assert.ok(c.progress.fraction < 1);
@@ -157,6 +161,43 @@ test('DELETE cancels a running job; a finished one answers 409', async () => {
   assert.equal(again.status, 409);
   assert.equal(again.headers.get('x-should-retry'), 'false');
   assert.equal((await again.json()).error.code, 'job_finished');
+});
+
+test('GET /v1/jobs: newest first, status filter, pagination with after/limit/has_more', async () => {
+  const ids = [];
+  for (let i = 0; i < 3; i++) ids.push((await post(`${srv.url}/v1/jobs`, job({ max_tokens: 4, seed: 100 + i }))).json().id);
+  for (const id of ids) await waitStatus(id, ['succeeded', 'failed']);
+  const list = async (q) => {
+    const r = await fetch(`${srv.url}/v1/jobs${q}`);
+    assert.equal(r.status, 200, q);
+    return r.json();
+  };
+  const all = await list('?limit=100');
+  assert.equal(all.object, 'list');
+  const pos = ids.map((id) => all.data.findIndex((j) => j.id === id));
+  assert.ok(pos.every((p) => p >= 0), 'every job listed');
+  assert.deepEqual([...pos].sort((a, b) => b - a), pos, 'newest first');
+  const created = all.data.map((j) => j.created_at);
+  assert.deepEqual([...created].sort((a, b) => b - a), created);
+  // pages of 2 walk the same list without gaps or repeats
+  const walked = [];
+  let after = '';
+  for (;;) {
+    const page = await list(`?limit=2${after ? `&after=${after}` : ''}`);
+    walked.push(...page.data.map((j) => j.id));
+    assert.ok(page.data.length <= 2);
+    if (!page.has_more) break;
+    assert.equal(page.last_id, page.data.at(-1).id);
+    after = page.last_id;
+  }
+  assert.deepEqual(walked, all.data.map((j) => j.id));
+  const ok = await list('?status=succeeded&limit=100');
+  assert.ok(ok.data.length >= 3 && ok.data.every((j) => j.status === 'succeeded'));
+  for (const q of ['?status=done', '?limit=0', '?limit=101', '?after=job_000000000000000000000000']) {
+    const r = await fetch(`${srv.url}/v1/jobs${q}`);
+    assert.equal(r.status, 400, q);
+    assert.equal((await r.json()).error.code, 'invalid_value');
+  }
 });
 
 const sign = (body) => 'sha256=' + crypto.createHmac('sha256', SECRET).update(body).digest('hex');

@@ -89,5 +89,5 @@ export async function post(url, body, headers = {}) {
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) };
+  return { status: res.status, statusText: res.statusText, headers: res.headers, text, json: () => JSON.parse(text) };
 }
