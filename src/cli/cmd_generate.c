@@ -247,7 +247,8 @@ static void gen_opts_init(gen_opts *o) {
 static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
     const arg_spec head[] = {
         {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
-        {"prompt", ARG_STR, &o->prompt, "prompt text (wrapped in the chat template when the model has one)"},
+        {"prompt", ARG_STR, &o->prompt,
+         "prompt text, wrapped in the chat template when the model has one (the APIs' prompt is raw; see --raw)"},
         {"messages", ARG_STR, &o->messages, "JSON file: an array of {\"role\", \"content\"} messages"},
         {"prompt-ids", ARG_STR, &o->ids_s, "prompt as comma-separated token ids, e.g. 1,2,3"},
         {"raw", ARG_FLAG, &o->raw, "use --prompt as is, without the chat template"},

@@ -42,7 +42,7 @@ int cmd_make_model(int argc, char **argv) {
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
         {NULL, 0, NULL, NULL},
     };
-    int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset tiny|small|8b] [options]\n\n"
+    int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset tiny|demo|small|8b] [options]\n\n"
                                    "Writes a checkpoint in exactly the LLaDA-8B-Instruct layout: seeded random\n"
                                    "weights, or trained ones with --weights (sizes given by the preset and the\n"
                                    "overrides must match them).",

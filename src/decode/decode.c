@@ -695,6 +695,7 @@ static void finish_block(decode_seq *s, const decode_sink *sink) {
     ev.block_start = lo - s->n_prompt;
     ev.block_end = hi - s->n_prompt;
     ev.masks_left = s->masks_left;
+    ev.block_steps = s->step_in_block;
     s->cur++;
     s->block_begun = 0;
     s->step_in_block = 0;

@@ -212,6 +212,7 @@ typedef struct decode_event {
     const char  *text;
     size_t       text_len;
     int          block_start, block_end;   /* BLOCK: generated-region indices [start, end) */
+    int          block_steps;              /* BLOCK: steps this block took (`step` counts all so far) */
     /* DONE */
     enum decode_finish finish;
     const char  *error;           /* DONE with DECODE_FINISH_ERROR: the message, else NULL */

@@ -21,6 +21,18 @@ static json_t *usage_json(const decode_usage *u) {
                      "committed", u->committed);
 }
 
+/* One committed or drafted token: {"pos","index","id","text","confidence","special"}. */
+static json_t *token_json(int pos, int index, int token, const char *piece, float confidence, int special) {
+    json_t *j = json_object();
+    json_object_set_new(j, "pos", json_integer(pos));
+    json_object_set_new(j, "index", json_integer(index));
+    json_object_set_new(j, "id", json_integer(token));
+    json_object_set_new(j, "text", str_n(piece, piece ? strlen(piece) : 0));
+    json_object_set_new(j, "confidence", real_or_null(confidence));
+    json_object_set_new(j, "special", json_boolean(special));
+    return j;
+}
+
 json_t *decode_event_to_json(const decode_event *ev) {
     json_t *o = json_object();
     switch (ev->type) {
@@ -32,28 +44,14 @@ json_t *decode_event_to_json(const decode_event *ev) {
         json_t *cs = json_array();
         for (int i = 0; i < ev->n_commits; i++) {
             const decode_commit *c = &ev->commits[i];
-            json_t *j = json_object();
-            json_object_set_new(j, "pos", json_integer(c->pos));
-            json_object_set_new(j, "index", json_integer(c->index));
-            json_object_set_new(j, "id", json_integer(c->token));
-            json_object_set_new(j, "text", str_n(c->piece, c->piece ? strlen(c->piece) : 0));
-            json_object_set_new(j, "confidence", real_or_null(c->confidence));
-            json_object_set_new(j, "special", json_boolean(c->special));
-            json_array_append_new(cs, j);
+            json_array_append_new(cs, token_json(c->pos, c->index, c->token, c->piece, c->confidence, c->special));
         }
         json_object_set_new(o, "commits", cs);
         if (ev->n_drafts > 0) {
             json_t *ds = json_array();
             for (int i = 0; i < ev->n_drafts; i++) {
                 const decode_draft *d = &ev->drafts[i];
-                json_t *j = json_object();
-                json_object_set_new(j, "pos", json_integer(d->pos));
-                json_object_set_new(j, "index", json_integer(d->index));
-                json_object_set_new(j, "id", json_integer(d->token));
-                json_object_set_new(j, "text", str_n(d->piece, d->piece ? strlen(d->piece) : 0));
-                json_object_set_new(j, "confidence", real_or_null(d->confidence));
-                json_object_set_new(j, "special", json_boolean(d->special));
-                json_array_append_new(ds, j);
+                json_array_append_new(ds, token_json(d->pos, d->index, d->token, d->piece, d->confidence, d->special));
             }
             json_object_set_new(o, "drafts", ds);
         }
@@ -70,6 +68,7 @@ json_t *decode_event_to_json(const decode_event *ev) {
         json_object_set_new(o, "end", json_integer(ev->block_end));
         json_object_set_new(o, "text", str_n(ev->text, ev->text_len));
         json_object_set_new(o, "steps", json_integer(ev->step));
+        json_object_set_new(o, "block_steps", json_integer(ev->block_steps));
         break;
     case DECODE_EVENT_DONE:
         json_object_set_new(o, "type", json_string("done"));

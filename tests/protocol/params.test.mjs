@@ -3,7 +3,7 @@
 // APIs' aliases), settle an unset block length to a short generation's length, apply the same
 // ranges with the same messages, and report the first invalid parameter. Also: the effective
 // settings are what the responses report (/infill generation_settings, SGLang streaming
-// meta_info.diffusion_steps from the first chunk).
+// meta_info.diffusion_steps from the first chunk, block events' block_steps).
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -103,7 +103,7 @@ describe('decode parameters: one path for every transport', () => {
 
   test("the APIs' aliases work on the WebSocket, and errors use the name the client sent", async () => {
     c.send({ type: 'generate', id: 'alias', prompt: 'a', max_completion_tokens: 8, block_size: 4, diffusion_steps: 4,
-      decoder: 'low_confidence', top_k: -1 });
+      decoder: 'low_confidence', top_k: -1, stop_at_eos: false });
     const acc = await c.wait((m) => m.id === 'alias' && (m.type === 'accepted' || m.type === 'error'), 'alias accepted');
     assert.equal(acc.type, 'accepted', JSON.stringify(acc));
     assert.equal(acc.params.gen_length, 8);
@@ -112,6 +112,10 @@ describe('decode parameters: one path for every transport', () => {
     assert.equal(acc.params.top_k, 0);
     assert.deepEqual(acc.ignored_fields ?? [], []);
     await c.done('alias');
+    // block events: steps is cumulative, block_steps this block's own
+    const blocks = c.of('alias').filter((m) => m.type === 'block');
+    assert.deepEqual(blocks.map((b) => b.block_steps), [2, 2]);
+    assert.deepEqual(blocks.map((b) => b.steps), [2, 4]);
     const e = await wsError({ max_tokens: 8, block_size: 4, diffusion_steps: 1 });
     assert.equal(e.param, 'diffusion_steps');
     assert.match(e.message, /^diffusion_steps must be between 2 \(one per block: max_tokens 8 \/ block_size 4\)/);
