@@ -7,10 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake pkg-config libjansson-dev libwebsockets-dev libssl-dev libopenblas-dev
+PKGS=(build-essential cmake pkg-config libjansson-dev libwebsockets-dev libssl-dev libopenblas-dev libsqlite3-dev
       python3 python3-numpy python3-torch nodejs chromium openssl ca-certificates curl prometheus)
 [ "${1:-}" = "--runtime-only" ] && PKGS=(build-essential cmake pkg-config libjansson-dev
-      libwebsockets-dev libssl-dev libopenblas-dev)
+      libwebsockets-dev libssl-dev libopenblas-dev libsqlite3-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -14,6 +14,7 @@ PKGS=(
   libjansson4 libjansson-dev
   libwebsockets17 libwebsockets-dev libuv1 libuv1-dev libcap2 libcap-dev
   libssl3 libssl-dev
+  libsqlite3-0 libsqlite3-dev
   libopenblas0 libopenblas0-pthread libopenblas-dev libopenblas-pthread-dev libgfortran5 libquadmath0
   pkgconf pkgconf-bin libpkgconf3
 )

@@ -11,12 +11,14 @@
 
 #include <openssl/rand.h>
 
+#include "jobs/job_db.h"
 #include "util/json_util.h"
 #include "util/hash.h"
 #include "util/log.h"
 
 typedef struct job {
     struct job *hnext;             /* hash chain */
+    int64_t     seq;               /* creation order (the durable store's ordering key) */
     struct job *prev, *next;       /* creation order (oldest first) */
     char        id[40];
     char       *owner;             /* owned */
@@ -53,6 +55,8 @@ struct job_store {
     job  *buckets[JOB_HASH];
     job  *oldest, *newest;
     int   n, n_active;
+    int64_t next_seq;
+    job_db *db;                    /* durable store (owned) or NULL (memory only) */
     size_t bytes;                  /* sum of every job's bytes */
     /* } lock --- */
 };
@@ -83,6 +87,8 @@ job_store *job_store_new(const job_store_opts *o) {
     js->o.max_events = o && o->max_events > 0 ? o->max_events : 4096;
     js->o.max_attempts = o && o->max_attempts > 0 ? o->max_attempts : 3;
     js->o.max_bytes = o && o->max_bytes > 0 ? o->max_bytes : (256u << 20);
+    js->db = o ? o->db : NULL;
+    js->next_seq = 1;
     pthread_mutex_init(&js->lock, NULL);
     return js;
 }
@@ -108,8 +114,36 @@ void job_store_free(job_store *js) {
         job_free(js, j);
         j = nx;
     }
+    job_db_close(js->db);
     pthread_mutex_destroy(&js->lock);
     free(js);
+}
+
+/* ---------------------------------------------------------------- the durable copy (job_db) */
+
+/* j's state (everything but its events) as the durable store's row document. */
+static char *job_doc(const job *j) {
+    json_t *o = json_pack("{s:s, s:s?, s:O, s:s?, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:O?, s:s?, s:s, s:i, "
+                          "s:I, s:I}",
+                          "owner", j->owner, "idem_key", j->idem_key, "request", j->request, "webhook", j->webhook,
+                          "status", (int)j->status, "attempts", j->attempts, "cancel_requested", j->cancel_requested,
+                          "created_at", j->created_at, "started_at", j->started_at, "completed_at", j->completed_at,
+                          "gen_length", j->gen_length, "steps", (json_int_t)j->steps, "committed",
+                          (json_int_t)j->committed, "result", j->result, "error", j->error, "webhook_status",
+                          j->webhook_status, "webhook_attempts", j->webhook_attempts, "next_event_id",
+                          (json_int_t)j->next_event_id, "first_kept_id", (json_int_t)j->first_kept_id);
+    CHECK(o != NULL);
+    char *doc = json_dumps(o, UM_JSON_COMPACT);
+    json_decref(o);
+    return doc;
+}
+
+/* Writes j's state through to the durable store; lock held. */
+static void persist(job_store *js, const job *j) {
+    if (!js->db) return;
+    char *doc = job_doc(j);
+    job_db_put_job(js->db, j->id, j->seq, doc);
+    free(doc);
 }
 
 /* Lookup under the lock. */
@@ -131,6 +165,13 @@ static void unlink_job(job_store *js, job *j) {
     js->n--;
 }
 
+/* Forgets a finished job, here and in the durable store; lock held. */
+static void evict(job_store *js, job *j) {
+    if (js->db) job_db_delete_job(js->db, j->id);
+    unlink_job(js, j);
+    job_free(js, j);
+}
+
 /* Bytes of j's compact JSON text (what the store charges for it), without building the text. */
 static size_t json_bytes(const json_t *v) { return v ? json_dumpb(v, NULL, 0, UM_JSON_COMPACT) : 0; }
 
@@ -144,10 +185,7 @@ static void charge(job_store *js, job *j, long delta) {
 static int make_room(job_store *js, size_t need, const job *keep) {
     for (job *j = js->oldest; j && js->bytes + need > js->o.max_bytes;) {
         job *nx = j->next;
-        if (j != keep && job_status_terminal(j->status)) {
-            unlink_job(js, j);
-            job_free(js, j);
-        }
+        if (j != keep && job_status_terminal(j->status)) evict(js, j);
         j = nx;
     }
     return js->bytes + need <= js->o.max_bytes;
@@ -168,6 +206,7 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     char *s = json_dumps(ev, UM_JSON_COMPACT);
     CHECK(s != NULL);
     size_t len = strlen(s);
+    const int64_t first_before = j->first_kept_id;
     int64_t kept = j->next_event_id - j->first_kept_id;
     if (kept >= js->o.max_events) drop_oldest_event(js, j), kept--;
     if (kept >= j->ring_cap) { /* grow, laying the kept events out for the new capacity */
@@ -184,6 +223,10 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     int64_t id = j->next_event_id++;
     j->ring[id % j->ring_cap] = s;
     charge(js, j, (long)len);
+    if (js->db) {
+        if (j->first_kept_id > first_before) job_db_drop_events_before(js->db, j->id, j->first_kept_id);
+        job_db_put_event(js->db, j->id, id, s);
+    }
     return id;
 }
 
@@ -199,7 +242,16 @@ static void set_terminal(job_store *js, job *j, enum job_status st) {
     if (!job_status_terminal(j->status)) js->n_active--;
     j->status = st;
     j->completed_at = unix_now();
+    persist(js, j);
     log_status(js, j);
+}
+
+/* One durable transaction around a mutation (no-ops without a durable store); lock held. */
+static void db_begin(job_store *js) {
+    if (js->db) job_db_begin(js->db);
+}
+static void db_end(job_store *js) {
+    if (js->db) job_db_end(js->db);
 }
 
 int job_store_has_idem(job_store *js, const char *owner, const char *idem_key) {
@@ -249,10 +301,7 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     /* evict the oldest finished jobs beyond max_jobs */
     for (job *j = js->oldest; j && js->n >= js->o.max_jobs;) {
         job *nx = j->next;
-        if (job_status_terminal(j->status)) {
-            unlink_job(js, j);
-            job_free(js, j);
-        }
+        if (job_status_terminal(j->status)) evict(js, j);
         j = nx;
     }
     job *j = xcalloc(1, sizeof *j);
@@ -279,9 +328,13 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     js->newest = j;
     js->n++;
     js->n_active++;
+    j->seq = js->next_seq++;
+    db_begin(js);
+    persist(js, j);
     json_t *ev = json_pack("{s:s, s:s}", "type", "status", "status", "queued");
     log_event(js, j, ev);
     json_decref(ev);
+    db_end(js); /* durable before the 202 */
     snprintf(id_out, 40, "%s", j->id);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return 0;
@@ -403,9 +456,12 @@ int job_store_start(job_store *js, const char *id, double gen_length) {
     if (!j->started_at) j->started_at = unix_now();
     j->gen_length = gen_length;
     j->steps = j->committed = 0;
+    db_begin(js);
+    persist(js, j); /* the attempt count survives a crash */
     json_t *ev = json_pack("{s:s, s:s, s:i}", "type", "status", "status", "running", "attempt", j->attempts);
     log_event(js, j, ev);
     json_decref(ev);
+    db_end(js);
     pthread_mutex_unlock(&js->lock);
     return 0;
 }
@@ -436,7 +492,9 @@ void job_store_succeed(job_store *js, const char *id, const json_t *result) {
         make_room(js, len, j); /* the result is kept even when nothing else can go */
         charge(js, j, (long)len);
         j->committed = (long)j->gen_length;
+        db_begin(js);
         set_terminal(js, j, JOB_SUCCEEDED);
+        db_end(js);
     }
     pthread_mutex_unlock(&js->lock);
 }
@@ -455,10 +513,13 @@ int job_store_attempt_failed(job_store *js, const char *id, const char *message)
     if (j && !job_status_terminal(j->status)) {
         if (j->attempts < js->o.max_attempts && !j->cancel_requested) {
             j->status = JOB_QUEUED;
+            db_begin(js);
+            persist(js, j);
             json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error",
                                    message ? message : "engine failure");
             log_event(js, j, ev);
             json_decref(ev);
+            db_end(js);
             retry = 1;
         } else {
             free(j->error);
@@ -496,6 +557,7 @@ int job_store_cancel(job_store *js, const char *id, const char *owner) {
             set_terminal(js, j, JOB_CANCELLED);
             r = 1;
         } else {
+            persist(js, j); /* a cancel asked for survives a restart: the job is not run again */
             r = 2;
         }
     }
@@ -517,6 +579,7 @@ void job_store_webhook_state(job_store *js, const char *id, const char *status, 
     if (j) {
         snprintf(j->webhook_status, sizeof j->webhook_status, "%s", status);
         j->webhook_attempts = attempts;
+        persist(js, j);
     }
     pthread_mutex_unlock(&js->lock);
 }
@@ -555,7 +618,8 @@ int job_store_events_since(job_store *js, const char *id, int64_t after_id, int 
     for (int i = 0; i < n; i++) {
         int64_t eid = from + i;
         ev[i].id = eid;
-        ev[i].json = xstrdup(j->ring[eid % j->ring_cap]);
+        const char *e = j->ring[eid % j->ring_cap];
+        ev[i].json = xstrdup(e ? e : "{\"type\":\"lost\"}"); /* a write the durable store failed */
     }
     *terminal = job_status_terminal(j->status) && from + n >= to;
     pthread_mutex_unlock(&js->lock); /* } lock --- */
@@ -585,5 +649,146 @@ void job_store_counts(job_store *js, int *queued, int *running, int *total) {
     if (queued) *queued = q;
     if (running) *running = r;
     if (total) *total = js->n;
+    pthread_mutex_unlock(&js->lock);
+}
+
+/* ---------------------------------------------------------------- loading it back */
+
+static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
+    job_store *js = user;
+    json_error_t je;
+    json_t *o = json_loads(doc, 0, &je);
+    const json_t *req = json_object_get(o, "request");
+    if (!o || !json_is_object(req) || strlen(id) >= sizeof ((job *)0)->id || find(js, id)) {
+        log_warn("job store: job %s has an unreadable row; skipped", id);
+        json_decref(o);
+        return;
+    }
+    job *j = xcalloc(1, sizeof *j);
+    snprintf(j->id, sizeof j->id, "%s", id);
+    j->seq = seq;
+    const char *s;
+    j->owner = xstrdup((s = json_string_value(json_object_get(o, "owner"))) ? s : "");
+    j->idem_key = (s = json_string_value(json_object_get(o, "idem_key"))) ? xstrdup(s) : NULL;
+    j->request = json_incref((json_t *)req);
+    j->webhook = (s = json_string_value(json_object_get(o, "webhook"))) ? xstrdup(s) : NULL;
+    int st = (int)json_integer_value(json_object_get(o, "status"));
+    j->status = st >= JOB_QUEUED && st <= JOB_CANCELLED ? (enum job_status)st : JOB_FAILED;
+    j->attempts = (int)json_integer_value(json_object_get(o, "attempts"));
+    j->cancel_requested = (int)json_integer_value(json_object_get(o, "cancel_requested"));
+    j->created_at = json_number_value(json_object_get(o, "created_at"));
+    j->started_at = json_number_value(json_object_get(o, "started_at"));
+    j->completed_at = json_number_value(json_object_get(o, "completed_at"));
+    j->gen_length = json_number_value(json_object_get(o, "gen_length"));
+    j->steps = (long)json_integer_value(json_object_get(o, "steps"));
+    j->committed = (long)json_integer_value(json_object_get(o, "committed"));
+    const json_t *res = json_object_get(o, "result");
+    j->result = json_is_object(res) ? json_incref((json_t *)res) : NULL;
+    j->error = (s = json_string_value(json_object_get(o, "error"))) ? xstrdup(s) : NULL;
+    snprintf(j->webhook_status, sizeof j->webhook_status, "%s",
+             (s = json_string_value(json_object_get(o, "webhook_status"))) ? s : "");
+    j->webhook_attempts = (int)json_integer_value(json_object_get(o, "webhook_attempts"));
+    j->next_event_id = json_integer_value(json_object_get(o, "next_event_id"));
+    j->first_kept_id = json_integer_value(json_object_get(o, "first_kept_id"));
+    if (j->first_kept_id < 1) j->first_kept_id = 1;
+    if (j->next_event_id < j->first_kept_id) j->next_event_id = j->first_kept_id;
+    json_decref(o);
+    charge(js, j, (long)(json_bytes(j->request) + JOB_OVERHEAD + json_bytes(j->result)));
+    unsigned h = hash_id(j->id);
+    j->hnext = js->buckets[h];
+    js->buckets[h] = j;
+    j->prev = js->newest; /* rows come in creation order */
+    if (js->newest) js->newest->next = j;
+    else js->oldest = j;
+    js->newest = j;
+    js->n++;
+    if (!job_status_terminal(j->status)) js->n_active++;
+    if (seq >= js->next_seq) js->next_seq = seq + 1;
+}
+
+static void load_event(void *user, const char *id, int64_t eid, const char *doc) {
+    job_store *js = user;
+    job *j = find(js, id);
+    if (!j || eid < j->first_kept_id) return;
+    if (eid >= j->next_event_id) j->next_event_id = eid + 1;   /* the row may lag its newest events */
+    while (j->next_event_id - j->first_kept_id > js->o.max_events) {
+        if (j->ring_cap && j->ring[j->first_kept_id % j->ring_cap]) drop_oldest_event(js, j);
+        else j->first_kept_id++;
+    }
+    int64_t need = j->next_event_id - j->first_kept_id;
+    if (need > j->ring_cap) {
+        int cap = j->ring_cap ? j->ring_cap : 16;
+        while (cap < need) cap *= 2;
+        if (cap > js->o.max_events) cap = js->o.max_events;
+        char **ring = xcalloc((size_t)cap, sizeof *ring);
+        for (int64_t k = j->first_kept_id; k < j->next_event_id && j->ring_cap; k++) ring[k % cap] = j->ring[k % j->ring_cap];
+        free(j->ring);
+        j->ring = ring;
+        j->ring_cap = cap;
+    }
+    char **slot = &j->ring[eid % j->ring_cap];
+    if (*slot) charge(js, j, -(long)strlen(*slot)), free(*slot);
+    *slot = xstrdup(doc);
+    charge(js, j, (long)strlen(doc));
+}
+
+int job_store_load(job_store *js, um_err *err) {
+    if (!js->db) return 0;
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    int rc = job_db_load(js->db, load_job, load_event, js, err);
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return rc;
+}
+
+int job_store_recover(job_store *js, const char *why, char (**queued_out)[40], char (**hooks_out)[40], int *n_hooks) {
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    char(*q)[40] = xmalloc((size_t)(js->n > 0 ? js->n : 1) * sizeof *q);
+    char(*h)[40] = xmalloc((size_t)(js->n > 0 ? js->n : 1) * sizeof *h);
+    int nq = 0, nh = 0;
+    db_begin(js);
+    for (job *j = js->oldest; j; j = j->next) {
+        if (j->status == JOB_RUNNING && j->cancel_requested) {
+            set_terminal(js, j, JOB_CANCELLED);
+        } else if (j->status == JOB_RUNNING && j->attempts >= js->o.max_attempts) {
+            free(j->error);
+            j->error = xstrdup(why);
+            set_terminal(js, j, JOB_FAILED);
+        } else if (j->status == JOB_RUNNING) {
+            j->status = JOB_QUEUED;
+            persist(js, j);
+            json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
+            log_event(js, j, ev);
+            json_decref(ev);
+        }
+        if (j->status == JOB_QUEUED) memcpy(q[nq++], j->id, sizeof q[0]);
+        if (job_status_terminal(j->status) && j->webhook && strcmp(j->webhook_status, "pending") == 0)
+            memcpy(h[nh++], j->id, sizeof h[0]);
+    }
+    db_end(js);
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    *queued_out = q;
+    *hooks_out = h;
+    *n_hooks = nh;
+    return nq;
+}
+
+int job_store_durable(job_store *js) { return js->db != NULL; }
+
+long job_store_write_errors(job_store *js) {
+    pthread_mutex_lock(&js->lock);
+    long n = job_db_write_errors(js->db);
+    pthread_mutex_unlock(&js->lock);
+    return n;
+}
+
+void job_store_batch_begin(job_store *js) {
+    pthread_mutex_lock(&js->lock);
+    db_begin(js);
+    pthread_mutex_unlock(&js->lock);
+}
+
+void job_store_batch_end(job_store *js) {
+    pthread_mutex_lock(&js->lock);
+    db_end(js);
     pthread_mutex_unlock(&js->lock);
 }

@@ -40,9 +40,26 @@ typedef struct job_store_opts {
     size_t max_bytes;       /* requests + results + event logs of every job; default 256 MB. A job
                                that does not fit once finished ones are evicted is refused (-> 503);
                                a log that outgrows it loses its oldest events */
+    struct job_db *db;      /* durable store (jobs/job_db.h), owned by the store; NULL = memory only */
 } job_store_opts;
 
 job_store *job_store_new(const job_store_opts *o);
+
+/* ---------------------------------------------------------------- durability
+ * With opts.db (an open job_db, owned by the store from then on) every change is written through
+ * to that SQLite file, and job_store_load() reads it back at start (jobs, results, event logs,
+ * webhook states, attempt counts, idempotency keys). */
+int  job_store_load(job_store *js, um_err *err);
+/* After a load: jobs a previous process left running go back to queued with a "retry" event
+ * (reason why) — or fail when their attempts are used up, or end cancelled when a cancel was
+ * asked for. Returns how many jobs are queued; *queued_out lists them oldest first, *hooks_out
+ * (*n_hooks) the finished jobs whose webhook was never delivered (send them again). Free both. */
+int  job_store_recover(job_store *js, const char *why, char (**queued_out)[40], char (**hooks_out)[40], int *n_hooks);
+int  job_store_durable(job_store *js);          /* 1 with a durable store */
+long job_store_write_errors(job_store *js);     /* durable writes that failed (0 = healthy) */
+/* One durable transaction around many changes (a decode step's events of every job); nests. */
+void job_store_batch_begin(job_store *js);
+void job_store_batch_end(job_store *js);
 void       job_store_free(job_store *js);
 
 /* Bytes the store holds (requests, results, events; for tests and /stats). */

@@ -11,11 +11,13 @@
 #include "server/http_api.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -23,6 +25,7 @@
 #include "api/algo_config.h"
 #include "api/sse.h"
 #include "decode/event_json.h"
+#include "jobs/job_db.h"
 #include "server/http_api_internal.h"
 #include "server/callers.h"
 #include "server/metrics.h"
@@ -332,6 +335,30 @@ static const http_route k_api_routes[] = {
     {NULL, NULL, 0, NULL, 0},
 };
 
+/* --store: NULL *db for memory, else the SQLite job store opened (its directory created). */
+static int job_store_open(const server_config *cfg, job_db **db, um_err *err) {
+    *db = NULL;
+    const char *st = cfg->store ? cfg->store : "sqlite";
+    if (strcmp(st, "memory") == 0) {
+        log_info("job store: memory (async jobs are lost when the server stops; --store sqlite keeps them)");
+        return 0;
+    }
+    char path[4096];
+    if (strcmp(st, "sqlite") == 0) {
+        const char *dir = cfg->data_dir ? cfg->data_dir : "unmask-data";
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+            return um_err_set(err, UM_ERR_IO, "--data-dir %s: cannot create it: %s", dir, strerror(errno));
+        snprintf(path, sizeof path, "%s/jobs.db", dir);
+    } else if (strncmp(st, "sqlite:", 7) == 0 && st[7]) {
+        snprintf(path, sizeof path, "%s", st + 7);
+    } else {
+        return um_err_param(err, "store", "--store must be sqlite, sqlite:PATH or memory, got '%s'", st);
+    }
+    if (job_db_open(path, db, err) != 0) return -1;
+    log_info("job store: %s (SQLite; jobs survive restarts)", path);
+    return 0;
+}
+
 http_api *http_api_create(server *s, um_err *err) {
     const server_config *cfg = server_cfg(s);
     http_api *a = xcalloc(1, sizeof *a);
@@ -347,7 +374,20 @@ http_api *http_api_create(server *s, um_err *err) {
     const char *secret = cfg->webhook_secret ? cfg->webhook_secret : getenv("UNMASK_WEBHOOK_SECRET");
     job_store_opts jo = {.max_jobs = cfg->max_jobs, .max_active = 1000, .max_events = 4096,
                          .max_attempts = cfg->job_attempts, .max_bytes = cfg->jobs_max_bytes};
+    if (job_store_open(cfg, &jo.db, err) != 0) {
+        auth_keys_free(&a->keys);
+        free(a->cors_origin);
+        free(a);
+        return NULL;
+    }
     a->jobs = job_store_new(&jo);
+    if (job_store_load(a->jobs, err) != 0) {
+        job_store_free(a->jobs);
+        auth_keys_free(&a->keys);
+        free(a->cors_origin);
+        free(a);
+        return NULL;
+    }
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,
                          .base_delay_s = cfg->webhook_retry_base_s, .timeout_s = cfg->webhook_timeout_s,
                          .allow = cfg->webhook_allow, .workers = cfg->webhook_workers};
@@ -360,6 +400,7 @@ http_api *http_api_create(server *s, um_err *err) {
         return NULL;
     }
     a->secret_set = secret && secret[0];
+    jobs_recover(a);
     a->created = (long)time(NULL);
     gauges_register(a);
     http_routes_add(s, k_api_routes, a);
@@ -370,6 +411,7 @@ http_api *http_api_create(server *s, um_err *err) {
     mw.user = a;
     http_set_middleware(s, &mw);
     server_set_drain(s, a->shutdown_grace, drain_begin, drain_idle, a);
+    server_set_on_ready(s, jobs_on_ready, a);
     server_set_ws_auth(s, ws_authorize, a);
     if (auth_keys_required(&a->keys)) log_info("HTTP APIs: %d API key%s required", a->keys.n, a->keys.n == 1 ? "" : "s");
     return a;

@@ -105,7 +105,10 @@ void jobs_run_finished(http_api *a, gen_stream *gs);
 void jobs_pump(http_api *a);
 /* Graceful shutdown: end job event streams (clients resume with Last-Event-ID). */
 void jobs_drain_begin(http_api *a);
-void jobs_shutdown(http_api *a);   /* after the server stopped: unfinished jobs fail (webhooks sent) */
+void jobs_shutdown(http_api *a);   /* after the server stopped: unfinished jobs fail (webhooks sent) unless the
+                                      store is durable (they wait there for the next start) */
+void jobs_recover(http_api *a);    /* at start, durable store: queue what a previous run left, resend webhooks */
+void jobs_on_ready(server *s, void *user);   /* the model is ready: start queued jobs */
 void http_jobs_register(http_api *a);
 
 /* ---------------------------------------------------------------- common (http_api.c) */

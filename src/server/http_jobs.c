@@ -573,6 +573,14 @@ void jobs_drain_begin(http_api *a) {
  * fail now, so their webhooks still say so (delivered within the sender's drain), instead of
  * vanishing with the process. */
 void jobs_shutdown(http_api *a) {
+    if (job_store_durable(a->jobs)) { /* queued and interrupted jobs wait in the store for the next start */
+        int q = 0, r = 0, total = 0;
+        job_store_counts(a->jobs, &q, &r, &total);
+        if (q + r > 0) log_info("shutdown: %d unfinished job%s kept in the store; they run when a server starts on it", q + r,
+                                q + r == 1 ? "" : "s");
+        a->job_q_n = 0;
+        return;
+    }
     char(*ids)[40] = NULL;
     int n = job_store_fail_unfinished(a->jobs, "the server shut down before the job finished; submit it again", &ids);
     if (n > 0) log_warn("shutdown: %d unfinished job%s failed", n, n == 1 ? "" : "s");
@@ -583,6 +591,34 @@ void jobs_shutdown(http_api *a) {
     }
     free(ids);
     a->job_q_n = 0;
+}
+
+void jobs_recover(http_api *a) {
+    if (!job_store_durable(a->jobs)) return;
+    char(*q)[40] = NULL, (*h)[40] = NULL;
+    int nh = 0;
+    int nq = job_store_recover(a->jobs, "the server stopped while the job ran", &q, &h, &nh);
+    for (int i = 0; i < nq; i++) {
+        char *owner = job_store_owner(a->jobs, q[i]);
+        callers_take(server_callers(a->srv), owner ? owner : "", CALLER_JOBS, 1, NULL, NULL); /* given back at the end */
+        free(owner);
+        job_q_push(a, q[i]);
+    }
+    for (int i = 0; i < nh; i++) {
+        char *owner = job_store_owner(a->jobs, h[i]);
+        job_webhook_send(a, h[i], owner);
+        free(owner);
+    }
+    if (nq || nh)
+        log_info("job store: %d job%s to run again, %d webhook%s to deliver again", nq, nq == 1 ? "" : "s", nh,
+                 nh == 1 ? "" : "s");
+    free(q);
+    free(h);
+}
+
+void jobs_on_ready(server *s, void *user) {
+    (void)s;
+    jobs_pump(user);
 }
 
 static const http_route k_job_routes[] = {

@@ -93,6 +93,8 @@ struct server {
     void          (*drain_begin)(server *s, void *user);
     int           (*drain_idle)(server *s, void *user);
     void           *drain_user;
+    void          (*on_ready)(server *s, void *user);   /* server_set_on_ready */
+    void           *on_ready_user;
     lws_retry_bo_t  retry;         /* WebSocket ping / hang-up policy of the vhost */
 
     /* instance state of the layers above (created by server_create, read-only while serving) */
@@ -123,6 +125,11 @@ void server_set_drain(server *s, double grace_s, void (*begin)(server *s, void *
     s->drain_begin = begin;
     s->drain_idle = idle;
     s->drain_user = user;
+}
+
+void server_set_on_ready(server *s, void (*ready)(server *s, void *user), void *user) {
+    s->on_ready = ready;
+    s->on_ready_user = user;
 }
 
 /* Also true between the signal and the loop noticing it, so no request slips in meanwhile. */
@@ -277,6 +284,7 @@ void server_on_wake(server *s) {
             log_info("model ready: %s (%d engine%s, max batch %d)", s->cfg->model, s->n_engines,
                      s->n_engines == 1 ? "" : "s", s->cfg->max_batch);
             print_ready_banner(s);
+            if (s->on_ready) s->on_ready(s, s->on_ready_user);
         } else {
             log_error("model load failed: %s", s->load_err.msg);
             s->stop = 1;

@@ -74,6 +74,9 @@ void server_prep(server *s, struct prep_job *j);
 void server_set_drain(server *s, double grace_s, void (*begin)(server *s, void *user),
                       int (*idle)(server *s, void *user), void *user);
 int  server_draining(const server *s);
+/* ready(s, user) runs once on the service thread when the model is loaded and the server serves
+ * (the HTTP APIs start the async jobs a previous run left queued). Main thread, before server_run. */
+void server_set_on_ready(server *s, void (*ready)(server *s, void *user), void *user);
 
 /* Server-side event latency (engine produced the event -> its frame handed to lws_write), kept as
  * a histogram; transports call this when they write an event's bytes. Service thread. */

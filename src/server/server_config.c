@@ -182,6 +182,11 @@ static const setting k_settings[] = {
      NULL},
     {"job-attempts", SET_INT, F(job_attempts), "3", 1, 100, "engine attempts per async job before it fails", NULL, NULL,
      0, NULL},
+    {"store", SET_STR, F(store), "sqlite", 0, 0,
+     "where async jobs live: sqlite (DATA_DIR/jobs.db) | sqlite:PATH (durable: survive restarts and crashes; one server "
+     "per file) | memory (lost at exit)", NULL, NULL, 0, NULL},
+    {"data-dir", SET_STR, F(data_dir), "unmask-data", 0, 0, "directory of the default durable files (created)", NULL, NULL,
+     0, NULL},
     {"shutdown-grace", SET_NUM, F(shutdown_grace_s), "30", 0, INF,
      "on SIGTERM: seconds to finish running work while refusing new requests with 503; 0 = stop at once", NULL, NULL, 0,
      NULL},

@@ -58,7 +58,7 @@ async function startServer() {
   const r = spawnSync(BIN, ['make-model', '--out', model, '--preset', 'tiny', '--quiet'], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`make-model: ${r.stderr}`);
   fs.writeFileSync(path.join(tmp, 'keys'), `${KEY}\n`);
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1',
+  const args = ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1',
     '--web-root', path.join(SRC, 'web'), '--api-keys', path.join(tmp, 'keys'), '--max-gen-length', '64',
     '--max-message-bytes', '65536', '--ping-interval', '600',
     // one key drives every storm: the per-caller quotas (tests/http/isolation) would refuse its

@@ -184,7 +184,7 @@ async function main() {
     return dir;
   })();
   fs.writeFileSync(path.join(tmp, 'keys'), `${KEY}\n`);
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1',
+  const args = ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1',
     '--web-root', arg('web-root', path.join(SRC, 'web')), '--api-keys', path.join(tmp, 'keys'), '--max-message-bytes', '65536',
     '--max-gen-length', '64'];
   let certs = null;

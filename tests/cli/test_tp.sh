@@ -22,7 +22,7 @@ check() { # name, expected rc (nonzero = any nonzero), needle, command...
 }
 "$BIN" make-model --out "$TMP/m" --preset tiny --quiet || { echo "make-model failed"; echo "0 passed, 1 failed"; exit 1; }
 M="$TMP/m"
-S=("$BIN" serve --model "$M" --host 127.0.0.1 --port 0)
+S=("$BIN" serve --store memory --model "$M" --host 127.0.0.1 --port 0)
 
 # serve: flags
 check serve-tp3 2 "--tp 3: tensor parallelism needs n_heads (4), n_kv_heads (4) and the MLP width (176)" "${S[@]}" --tp 3

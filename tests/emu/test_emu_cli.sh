@@ -121,7 +121,7 @@ fi
 SERVE_PID=
 stop_server() { if [ -n "$SERVE_PID" ]; then kill "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null; SERVE_PID=; fi; }
 trap 'stop_server; rm -rf "$TMP"' EXIT
-UNMASK_EMU_DEVICES=2 "$BIN" serve --model "$TMP/m" --port 0 --gpus 0,1 > "$TMP/serve.out" 2> "$TMP/serve.err" &
+UNMASK_EMU_DEVICES=2 "$BIN" serve --store memory --model "$TMP/m" --port 0 --gpus 0,1 > "$TMP/serve.out" 2> "$TMP/serve.err" &
 SERVE_PID=$!
 URL=
 for _ in $(seq 1 300); do   # polls the server's own output for its URL, then for "model ready"

@@ -117,7 +117,7 @@ test('serve settings: config file "cache", --algorithm-config cache keys, bad va
   } finally {
     await Promise.all([a.stop(), b.stop()]);
   }
-  const runServe = (args) => spawnSync(BIN, ['serve', '--model', model, '--port', '0', ...args],
+  const runServe = (args) => spawnSync(BIN, ['serve', '--store', 'memory', '--model', model, '--port', '0', ...args],
     { encoding: 'utf8', timeout: 30000 });
   let r = runServe(['--cache', 'quad']);
   assert.notEqual(r.status, 0);

@@ -37,10 +37,10 @@ test('--algorithm-config (YAML) sets the decoder defaults; requests still overri
 test('a bad algorithm config stops `unmask serve` with file:line and the key', () => {
   const cfg = path.join(TMP, 'http-algo-bad.yaml');
   fs.writeFileSync(cfg, 'threshold: 0.9\nthreshhold: 0.8\n');
-  const r = spawnSync(BIN, ['serve', '--model', makeModel(), '--port', '0', '--algorithm-config', cfg], { encoding: 'utf8', timeout: 20000 });
+  const r = spawnSync(BIN, ['serve', '--store', 'memory', '--model', makeModel(), '--port', '0', '--algorithm-config', cfg], { encoding: 'utf8', timeout: 20000 });
   assert.equal(r.status, 2);
   assert.match(r.stderr, /http-algo-bad\.yaml:2: unknown algorithm config key 'threshhold'/);
-  const bad = spawnSync(BIN, ['serve', '--model', makeModel(), '--port', '0', '--rate-limit', '-1'], { encoding: 'utf8', timeout: 20000 });
+  const bad = spawnSync(BIN, ['serve', '--store', 'memory', '--model', makeModel(), '--port', '0', '--rate-limit', '-1'], { encoding: 'utf8', timeout: 20000 });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /--rate-limit must be >= 0/);
 });

@@ -29,7 +29,7 @@ export { until };
 
 // Start `unmask serve` with extra flags; resolves once GET /health answers 200.
 export async function startServer(args = [], { model = makeModel(), env = {} } = {}) {
-  const proc = spawn(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...args], {
+  const proc = spawn(BIN, ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

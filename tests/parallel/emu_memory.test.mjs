@@ -23,7 +23,7 @@ const startEmu = (extra, env) =>
 
 // a server start expected to fail: exit code + stderr (bounded: it must not hang either)
 function serveFails(mem, extra) {
-  const r = spawnSync(EMU, ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
+  const r = spawnSync(EMU, ['serve', '--store', 'memory', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
     path.join(SRC, 'web'), '--device', 'cuda:0', ...extra], {
     encoding: 'utf8', timeout: 60000, env: { ...process.env, UNMASK_EMU_MEM_BYTES: String(mem), UNMASK_EMU_DEVICES: '1' },
   });

@@ -48,7 +48,7 @@ after(killAll);
 
 // `unmask-emu serve` (node 0 or a single node); resolves once GET /health says 200
 async function startServe(extra, env) {
-  const s = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
+  const s = spawnEmu(['serve', '--store', 'memory', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
     path.join(SRC, 'web'), '--threads', '1', ...extra], env);
   try {
     const { port } = await serverReady(s.proc, () => s.stdout, () => s.stderr, s.exited, { name: 'unmask-emu', readyMs: 60000 });
@@ -212,7 +212,7 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
     const addr = `127.0.0.1:${await freePort()}`;
     const gpus = tp === 2 ? '0' : '0,1', env = { UNMASK_EMU_DEVICES: String(tp / 2) };
     const dist = ['--tp', String(tp), '--nnodes', '2', '--dist-init-addr', addr, '--gpus', gpus];
-    const n1 = spawnEmu(['serve', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'], env);
+    const n1 = spawnEmu(['serve', '--store', 'memory', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'], env);
     let n0;
     try {
       n0 = await startServe([...dist, '--node-rank', '0'], env);
@@ -284,7 +284,7 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
   });
 
   test('setup failure in one process: a clear error, exit 1, no hang', () => {
-    const r = spawnSync(EMU, ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
+    const r = spawnSync(EMU, ['serve', '--store', 'memory', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root',
       path.join(SRC, 'web'), '--gpus', '0,1', '--tp', '2'], { encoding: 'utf8', timeout: 60000,
       env: { ...process.env, UNMASK_EMU_MEM_BYTES: String(400 * MiB), UNMASK_EMU_DEVICES: '2' } });
     assert.equal(r.status, 1, r.stderr);
@@ -296,9 +296,9 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
     const addr = `127.0.0.1:${await freePort()}`;
     const dist = ['--tp', '2', '--nnodes', '2', '--dist-init-addr', addr, '--gpus', '0'];
     const t0 = Date.now();
-    const n0 = spawnEmu(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
+    const n0 = spawnEmu(['serve', '--store', 'memory', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
       ...dist, '--node-rank', '0'], { UNMASK_EMU_DEVICES: '1' });
-    const n1 = spawnEmu(['serve', '--model', MODEL, ...dist, '--node-rank', '1'],
+    const n1 = spawnEmu(['serve', '--store', 'memory', '--model', MODEL, ...dist, '--node-rank', '1'],
       { UNMASK_EMU_DEVICES: '1', UNMASK_EMU_MEM_BYTES: String(400 * MiB) });
     try {
       const [r0, r1] = await Promise.all([n0.exited, n1.exited]);

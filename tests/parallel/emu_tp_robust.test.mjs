@@ -30,9 +30,9 @@ after(killAll);
 // every node here has one emulated GPU unless the case says otherwise
 const spawnNode = (args, env = {}) => spawnEmu(args, { UNMASK_EMU_DEVICES: '1', ...env });
 
-const node0Args = (dist, extra = []) => ['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
+const node0Args = (dist, extra = []) => ['serve', '--store', 'memory', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
   '--threads', '1', ...dist, '--node-rank', '0', ...extra];
-const node1Args = (dist, extra = [], model = MODEL) => ['serve', '--model', model, '--threads', '1', ...dist,
+const node1Args = (dist, extra = [], model = MODEL) => ['serve', '--store', 'memory', '--model', model, '--threads', '1', ...dist,
   '--node-rank', '1', ...extra];
 
 async function distArgs(tp = 2) {
@@ -160,7 +160,7 @@ describe('one failed NCCL init does not hang the group (emulated NCCL, UNMASK_FA
     test(`serve --gpus 0,1 --tp 2, rank ${bad}'s init fails: exit 1 at once with rank ${bad}'s message`, async () => {
       const t0 = Date.now();
       // the emulated NCCL would make the healthy rank wait 60 s for the missing one (its own timeout)
-      const s = spawnNode(['serve', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
+      const s = spawnNode(['serve', '--store', 'memory', '--model', MODEL, '--host', '127.0.0.1', '--port', '0', '--web-root', WEB,
         '--threads', '1', '--gpus', '0,1', '--tp', '2'], { UNMASK_EMU_DEVICES: '2', UNMASK_FAULT_NCCL_INIT_RANK: String(bad) });
       const r = await s.exitWithin(60000);
       const secs = (Date.now() - t0) / 1000;

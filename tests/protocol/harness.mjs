@@ -102,7 +102,7 @@ export async function serverReady(proc, out, err, exited, { name = 'srv', readyM
 // error thrown. stop(): SIGTERM, SIGKILL after stopGraceMs.
 export async function startServer({ model, extra = [], tls = null, name = 'srv', bin = BIN, env = {}, threads = 2,
   readyMs = 30000, stopGraceMs = 10000 } = {}) {
-  const args = ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
+  const args = ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--web-root', path.join(SRC, 'web'),
     '--threads', String(threads), ...extra];
   if (tls) args.push('--tls-cert', tls.cert, '--tls-key', tls.key);
   const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });

@@ -14,7 +14,7 @@ import { BIN, SRC, TMP, startServer, tinyModel } from './harness.mjs';
 const run = (args, opts = {}) => spawnSync(BIN, args, { encoding: 'utf8', timeout: 30000, ...opts });
 
 test('--help documents every option', () => {
-  const r = run(['serve', '--help']);
+  const r = run(['serve', '--store', 'memory', '--help']);
   assert.equal(r.status, 0);
   for (const opt of ['--model', '--host', '--port', '--web-root', '--threads', '--max-batch', '--max-queue',
     '--session-retention', '--tls-cert', '--tls-key', '--config', '--engines', '--max-message-bytes',
@@ -36,11 +36,11 @@ test('bad flags and values exit 2 naming the problem', () => {
     [['--frobnicate'], /unknown option/],
   ];
   for (const [flags, re] of cases) {
-    const r = run(['serve', '--model', model, '--port', '0', ...flags]);
+    const r = run(['serve', '--store', 'memory', '--model', model, '--port', '0', ...flags]);
     assert.notEqual(r.status, 0, `${flags.join(' ')} must fail`);
     assert.match(r.stderr, re, `${flags.join(' ')}: ${r.stderr}`);
   }
-  const nomodel = run(['serve', '--model', path.join(TMP, 'no-such-model'), '--port', '0']);
+  const nomodel = run(['serve', '--store', 'memory', '--model', path.join(TMP, 'no-such-model'), '--port', '0']);
   assert.equal(nomodel.status, 2);
   assert.match(nomodel.stderr, /make-model/);
 });
@@ -59,7 +59,7 @@ test('a wrong --model is refused before anything else, saying what to pass inste
     [path.join(TMP, 'no-such-model'), /does not exist; .*make-model --out/],
   ];
   for (const [dir, re] of cases) {
-    for (const cmd of [['serve', '--port', '0'], ['generate', '--prompt', 'hi'], ['logits', '--tokens', '1', '--out', path.join(TMP, 'serve-cli-logits.npy')]]) {
+    for (const cmd of [['serve', '--store', 'memory', '--port', '0'], ['generate', '--prompt', 'hi'], ['logits', '--tokens', '1', '--out', path.join(TMP, 'serve-cli-logits.npy')]]) {
       const r = run([...cmd, '--model', dir]);
       assert.notEqual(r.status, 0, `${cmd[0]} ${dir}`);
       assert.match(r.stderr, re, `${cmd[0]} --model ${dir}: ${r.stderr}`);
@@ -73,11 +73,11 @@ test('config file: keys applied, wrong types refused, flags override', async () 
   const model = tinyModel('serve-cli');
   const bad = path.join(TMP, 'serve-cli-bad.json');
   fs.writeFileSync(bad, JSON.stringify({ max_batch: 'eight' }));
-  const r = run(['serve', '--config', bad, '--model', model]);
+  const r = run(['serve', '--store', 'memory', '--config', bad, '--model', model]);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /max_batch/);
   fs.writeFileSync(bad, '{ not json');
-  assert.match(run(['serve', '--config', bad, '--model', model]).stderr, /serve-cli-bad\.json/);
+  assert.match(run(['serve', '--store', 'memory', '--config', bad, '--model', model]).stderr, /serve-cli-bad\.json/);
 
   const good = path.join(TMP, 'serve-cli-good.json');
   fs.writeFileSync(good, JSON.stringify({ max_batch: 3, max_queue: 7, model: '/nonexistent', port: 1 }));
@@ -92,7 +92,7 @@ test('config file: keys applied, wrong types refused, flags override', async () 
 });
 
 test('one settings table: --help, config keys, flags, ranges and /stats agree on every setting', async () => {
-  const help = run(['serve', '--help']).stdout;
+  const help = run(['serve', '--store', 'memory', '--help']).stdout;
   // every option line of --help: "--name META  help [default]"
   const opts = [...help.matchAll(/^ {2}--([a-z-]+)(?: (\S+))?\s.*?(?:\[([^\]]*)\])?$/gm)].map((m) => ({ name: m[1], meta: m[2], def: m[3] }));
   assert.ok(opts.length >= 40, `--help lists the settings (${opts.length})`);
@@ -124,16 +124,16 @@ test('one settings table: --help, config keys, flags, ranges and /stats agree on
   }
   assert.match(srv.stderr, /unknown key "frobnicate"/, 'an unknown config key is reported');
   // the table's ranges, for flags and config keys alike
-  let r = run(['serve', '--model', model, '--port', '0', '--prep-workers', '0']);
+  let r = run(['serve', '--store', 'memory', '--model', model, '--port', '0', '--prep-workers', '0']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--prep-workers must be in \[1, 64\], got 0/);
   fs.writeFileSync(cfg, JSON.stringify({ prep_workers: 65 }));
-  r = run(['serve', '--model', model, '--port', '0', '--config', cfg]);
+  r = run(['serve', '--store', 'memory', '--model', model, '--port', '0', '--config', cfg]);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--prep-workers must be in \[1, 64\], got 65/);
-  r = run(['serve', '--model', model, '--port', '0', '--device-loop', 'maybe']);
+  r = run(['serve', '--store', 'memory', '--model', model, '--port', '0', '--device-loop', 'maybe']);
   assert.match(r.stderr, /--device-loop must be on or off, got 'maybe'/);
-  r = run(['serve', '--model', model, '--port', '0', '--verbose=1']);
+  r = run(['serve', '--store', 'memory', '--model', model, '--port', '0', '--verbose=1']);
   assert.match(r.stderr, /--verbose takes no value/);
 });
 
@@ -142,7 +142,7 @@ test('a port already in use is a clear startup error', async () => {
   await new Promise((r) => blocker.listen(0, '127.0.0.1', r));
   const port = blocker.address().port;
   try {
-    const r = run(['serve', '--model', tinyModel('serve-cli'), '--port', String(port)]);
+    const r = run(['serve', '--store', 'memory', '--model', tinyModel('serve-cli'), '--port', String(port)]);
     assert.equal(r.status, 1);
     assert.match(r.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}: the port is already in use`));
     assert.match(r.stderr, /--port/);
@@ -175,7 +175,7 @@ test('/health answers 503 {"status":"loading"} until the model is loaded', async
   fs.mkdirSync(dir);
   for (const f of fs.readdirSync(src)) if (f !== 'config.json') fs.copyFileSync(path.join(src, f), path.join(dir, f));
   assert.equal(spawnSync('mkfifo', [path.join(dir, 'config.json')]).status, 0);
-  const proc = spawn(BIN, ['serve', '--model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(BIN, ['serve', '--store', 'memory', '--model', dir, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
   try {
     let out = '';

@@ -1,0 +1,175 @@
+/*
+ * job_db.c — the job store's SQLite file (job_db.h). Called under the job store's lock.
+ */
+#include "jobs/job_db.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "util/log.h"
+
+#define JOB_DB_SCHEMA 1
+
+enum { ST_PUT_JOB, ST_PUT_EVENT, ST_DROP_EVENTS, ST_DEL_JOB, ST_DEL_EVENTS, ST_COUNT_ };
+
+static const char *const k_sql[ST_COUNT_] = {
+    "INSERT OR REPLACE INTO jobs(id, seq, doc) VALUES (?1, ?2, ?3)",
+    "INSERT OR REPLACE INTO events(job, eid, doc) VALUES (?1, ?2, ?3)",
+    "DELETE FROM events WHERE job = ?1 AND eid < ?2",
+    "DELETE FROM jobs WHERE id = ?1",
+    "DELETE FROM events WHERE job = ?1",
+};
+
+struct job_db {
+    sqlite3      *db;
+    sqlite3_stmt *st[ST_COUNT_];
+    int           depth;         /* job_db_begin nesting */
+    long          write_errors;
+    char         *path;          /* owned, for messages */
+};
+
+static int exec(job_db *d, const char *sql, um_err *err) {
+    char *msg = NULL;
+    if (sqlite3_exec(d->db, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
+    int rc = sqlite3_extended_errcode(d->db);
+    if (err) {
+        if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+            um_err_set(err, UM_ERR_IO,
+                       "job store %s is in use by another unmask server; give each server its own --store "
+                       "sqlite:PATH",
+                       d->path);
+        else if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
+            um_err_set(err, UM_ERR_FORMAT,
+                       "job store %s is not a valid SQLite database (damaged, or another file): %s; move it "
+                       "away to start with an empty store (nothing is reset automatically)",
+                       d->path, msg ? msg : sqlite3_errmsg(d->db));
+        else
+            um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, msg ? msg : sqlite3_errmsg(d->db));
+    }
+    sqlite3_free(msg);
+    return -1;
+}
+
+/* Schema version and integrity of an opened file; creates the tables in a new one. */
+static int check_schema(job_db *d, um_err *err) {
+    if (exec(d, "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, doc TEXT NOT NULL);"
+                "CREATE TABLE IF NOT EXISTS events(job TEXT NOT NULL, eid INTEGER NOT NULL, doc TEXT NOT NULL, "
+                "PRIMARY KEY(job, eid)) WITHOUT ROWID;"
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('unmask_job_store', '1');",
+             err) != 0)
+        return -1;
+    sqlite3_stmt *q = NULL;
+    int ok = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = 'unmask_job_store'", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        ok = atoi((const char *)sqlite3_column_text(q, 0)) == JOB_DB_SCHEMA;
+    sqlite3_finalize(q);
+    if (!ok) return um_err_set(err, UM_ERR_FORMAT, "job store %s has another schema version than %d", d->path, JOB_DB_SCHEMA);
+    char *res = NULL;
+    if (sqlite3_prepare_v2(d->db, "PRAGMA quick_check", -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+        res = strdup((const char *)sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    int good = res && strcmp(res, "ok") == 0;
+    if (!good)
+        um_err_set(err, UM_ERR_FORMAT,
+                   "job store %s is damaged (integrity check: %s); move it away to start with an empty store "
+                   "(nothing is reset automatically)",
+                   d->path, res ? res : "failed");
+    free(res);
+    return good ? 0 : -1;
+}
+
+int job_db_open(const char *path, job_db **out, um_err *err) {
+    *out = NULL;
+    job_db *d = xcalloc(1, sizeof *d);
+    d->path = xstrdup(path);
+    if (sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        um_err_set(err, UM_ERR_IO, "cannot open the job store %s: %s", path, d->db ? sqlite3_errmsg(d->db) : "no memory");
+        job_db_close(d);
+        return -1;
+    }
+    /* exclusive: the lock is taken by the first write below and held while the server runs */
+    if (exec(d, "PRAGMA locking_mode=EXCLUSIVE", err) != 0 || exec(d, "PRAGMA journal_mode=WAL", err) != 0 ||
+        exec(d, "PRAGMA synchronous=NORMAL", err) != 0 || exec(d, "BEGIN EXCLUSIVE; COMMIT;", err) != 0 ||
+        check_schema(d, err) != 0) {
+        job_db_close(d);
+        return -1;
+    }
+    for (int i = 0; i < ST_COUNT_; i++)
+        if (sqlite3_prepare_v3(d->db, k_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i], NULL) != SQLITE_OK) {
+            um_err_set(err, UM_ERR_INTERNAL, "job store %s: %s", path, sqlite3_errmsg(d->db));
+            job_db_close(d);
+            return -1;
+        }
+    *out = d;
+    return 0;
+}
+
+void job_db_close(job_db *d) {
+    if (!d) return;
+    while (d->depth > 0) job_db_end(d);
+    for (int i = 0; i < ST_COUNT_; i++) sqlite3_finalize(d->st[i]);
+    if (d->db) sqlite3_close(d->db);
+    free(d->path);
+    free(d);
+}
+
+/* Runs prepared statement i with (text a, int64 b, text c) bound where given. */
+static void run(job_db *d, int i, const char *a, int64_t b, const char *c) {
+    sqlite3_stmt *s = d->st[i];
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    sqlite3_bind_text(s, 1, a, -1, SQLITE_STATIC);
+    if (sqlite3_bind_parameter_count(s) >= 2) sqlite3_bind_int64(s, 2, b);
+    if (c) sqlite3_bind_text(s, 3, c, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) != SQLITE_DONE) {
+        if (d->write_errors++ == 0) log_error("job store %s: write failed: %s", d->path, sqlite3_errmsg(d->db));
+    }
+    sqlite3_reset(s);
+}
+
+void job_db_put_job(job_db *d, const char *id, int64_t seq, const char *doc) { run(d, ST_PUT_JOB, id, seq, doc); }
+void job_db_put_event(job_db *d, const char *id, int64_t eid, const char *doc) { run(d, ST_PUT_EVENT, id, eid, doc); }
+void job_db_drop_events_before(job_db *d, const char *id, int64_t first) { run(d, ST_DROP_EVENTS, id, first, NULL); }
+
+void job_db_delete_job(job_db *d, const char *id) {
+    run(d, ST_DEL_JOB, id, 0, NULL);
+    run(d, ST_DEL_EVENTS, id, 0, NULL);
+}
+
+void job_db_begin(job_db *d) {
+    if (d->depth++ == 0 && exec(d, "BEGIN", NULL) != 0) d->write_errors++;
+}
+
+void job_db_end(job_db *d) {
+    if (d->depth > 0 && --d->depth == 0 && exec(d, "COMMIT", NULL) != 0) {
+        d->write_errors++;
+        log_error("job store %s: commit failed: %s", d->path, sqlite3_errmsg(d->db));
+    }
+}
+
+int job_db_load(job_db *d, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err) {
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(d->db, "SELECT id, seq, doc FROM jobs ORDER BY seq", -1, &q, NULL) != SQLITE_OK)
+        return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+        on_job(user, (const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1),
+               (const char *)sqlite3_column_text(q, 2));
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
+    if (sqlite3_prepare_v2(d->db, "SELECT job, eid, doc FROM events ORDER BY job, eid", -1, &q, NULL) != SQLITE_OK)
+        return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+        on_event(user, (const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1),
+                 (const char *)sqlite3_column_text(q, 2));
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
+    return 0;
+}
+
+long job_db_write_errors(job_db *d) { return d ? d->write_errors : 0; }

@@ -1,0 +1,127 @@
+// durable.test.mjs — async jobs in the SQLite store (--store sqlite:PATH) survive SIGKILL: 50 jobs
+// submitted, the server killed mid-run, restarted on the same file: every job reaches succeeded
+// exactly once as its webhook receiver sees it after deduplication by X-Unmask-Delivery, results
+// and event logs are intact, interrupted jobs were retried (a "retry" event, the attempt count kept),
+// Idempotency-Key replays the same job after the restart. Bad stores are clear startup errors:
+// a file another server holds, a file that is not a job store, an unknown --store.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import fs from 'node:fs';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { BIN, TMP, startServer, makeModel, parseSSE, post, until } from './server.mjs';
+
+const SECRET = 'durable-secret';
+const DIR = path.join(TMP, 'durable');
+const STORE = path.join(DIR, 'jobs.db');
+let hook;
+const deliveries = []; // {id: X-Unmask-Delivery, job, status}
+let model;
+const servers = [];
+
+before(async () => {
+  fs.rmSync(DIR, { recursive: true, force: true });
+  fs.mkdirSync(DIR, { recursive: true });
+  // about 0.1 s per step: the server is killed while jobs are still queued and running
+  model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
+  hook = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const o = JSON.parse(body);
+      deliveries.push({ id: req.headers['x-unmask-delivery'], job: o.id, status: o.status });
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise((r) => hook.listen(0, '127.0.0.1', r));
+});
+after(async () => {
+  for (const s of servers) await s.stop();
+  hook?.close();
+});
+
+const serve = async () => {
+  const s = await startServer(['--store', `sqlite:${STORE}`, '--webhook-secret', SECRET, '--webhook-allow', '127.0.0.1/32',
+    '--webhook-retry-base', '0.05', '--max-batch', '8'], { model });
+  servers.push(s);
+  return s;
+};
+
+test('50 jobs survive SIGKILL: each succeeds exactly once, results and logs intact', async () => {
+  const a = await serve();
+  const webhook = `http://127.0.0.1:${hook.address().port}/hook`;
+  const ids = [];
+  for (let i = 0; i < 50; i++) {
+    const r = await post(`${a.url}/v1/jobs`, { prompt: `job ${i}`, max_tokens: 8, block_length: 8, steps: 8, seed: i, webhook });
+    assert.equal(r.status, 202, r.text);
+    ids.push(r.json().id);
+  }
+  const idem = await post(`${a.url}/v1/jobs`, { prompt: 'keyed', max_tokens: 8, webhook }, { 'idempotency-key': 'k-1' });
+  assert.equal(idem.status, 202);
+  ids.push(idem.json().id);
+  // kill it mid-run: some jobs done, others queued or running
+  await until('10 jobs done', async () => new Set(deliveries.map((d) => d.job)).size >= 10, 120000);
+  await a.stop('SIGKILL');
+  const doneBefore = new Set(deliveries.map((d) => d.job)).size;
+  assert.ok(doneBefore < ids.length, `killed before the end (${doneBefore} done)`);
+
+  const b = await serve();
+  assert.match(b.logs(), /job store: \d+ jobs? to run again/);
+  await until('every job succeeded', async () => {
+    const l = await (await fetch(`${b.url}/v1/jobs?status=succeeded&limit=100`)).json();
+    return l.data.length === ids.length;
+  }, 240000);
+  await until('every webhook', async () => new Set(deliveries.map((d) => d.id)).size >= ids.length, 60000);
+  // after deduplication by delivery id: exactly one "succeeded" delivery per job, nothing else
+  const byId = new Map(deliveries.map((d) => [d.id, d]));
+  assert.equal(byId.size, ids.length, `distinct deliveries: ${[...byId.keys()].length}`);
+  for (const id of ids) {
+    const d = byId.get(`${id}.succeeded`);
+    assert.ok(d && d.job === id && d.status === 'succeeded', `webhook of ${id}`);
+  }
+  let retried = 0;
+  for (const id of ids) {
+    const j = await (await fetch(`${b.url}/v1/jobs/${id}`)).json();
+    assert.equal(j.status, 'succeeded');
+    assert.equal(j.result.id, id);
+    assert.equal(typeof j.result.choices[0].text, 'string');
+    assert.ok(j.attempts >= 1 && j.attempts <= 3, `${id} attempts ${j.attempts}`);
+    // the event log (SSE) is complete from id 1 and ends with the final status
+    const ev = parseSSE(await (await fetch(`${b.url}/v1/jobs/${id}/events`)).text());
+    const evIds = ev.map((e) => Number(e.id));
+    assert.deepEqual(evIds, evIds.map((_, i) => i + 1), `${id}: event ids 1..n without gaps`);
+    const types = ev.map((e) => JSON.parse(e.data).type);
+    assert.equal(JSON.parse(ev.at(-1).data).status, 'succeeded');
+    if (j.attempts > 1) {
+      retried++;
+      assert.ok(types.includes('retry'), `${id}: a retried job logs its retry`);
+    }
+  }
+  assert.ok(retried >= 1, 'the jobs running at the kill were run again');
+  // Idempotency-Key after the restart: the same job
+  const again = await post(`${b.url}/v1/jobs`, { prompt: 'keyed', max_tokens: 8, webhook }, { 'idempotency-key': 'k-1' });
+  assert.equal(again.status, 202);
+  assert.equal(again.json().id, idem.json().id);
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+});
+
+test('bad stores are clear startup errors, nothing is reset', async () => {
+  const run = (args) => spawnSync(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', ...args],
+    { encoding: 'utf8', timeout: 30000 });
+  // the file is held by the running server
+  const busy = run(['--store', `sqlite:${STORE}`]);
+  assert.equal(busy.status, 2, busy.stderr);
+  assert.match(busy.stderr, /job store .*jobs\.db is in use by another unmask server/);
+  // not a job store: refused, left as it was
+  const junk = path.join(DIR, 'junk.db');
+  fs.writeFileSync(junk, 'this is not a database, but it is somebody\'s file\n'.repeat(100));
+  const before = fs.readFileSync(junk);
+  const bad = run(['--store', `sqlite:${junk}`]);
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /is not a valid SQLite database .*nothing is reset automatically/);
+  assert.deepEqual(fs.readFileSync(junk), before);
+  const unknown = run(['--store', 'postgres://x']);
+  assert.equal(unknown.status, 2);
+  assert.match(unknown.stderr, /--store must be sqlite, sqlite:PATH or memory/);
+});
