@@ -47,10 +47,13 @@ export function renderInline(text, parent) {
         continue;
       }
     }
-    if ((ch === '*' || ch === '_') && text[i + 1] === ch) {
+    // `_` markers only at word boundaries: snake_case and __dunder__ names stay as they are
+    const openOk = ch !== '_' || i === 0 || !/\w/.test(text[i - 1]);
+    const closeOk = (end, len) => ch !== '_' || end + len >= text.length || !/\w/.test(text[end + len]);
+    if ((ch === '*' || ch === '_') && text[i + 1] === ch && openOk) {
       const marker = ch + ch;
       const end = text.indexOf(marker, i + 2);
-      if (end > i + 2 && text[i + 2] !== ' ') {
+      if (end > i + 2 && text[i + 2] !== ' ' && closeOk(end, 2)) {
         flush();
         const s = node('strong');
         renderInline(text.slice(i + 2, end), s);
@@ -59,10 +62,9 @@ export function renderInline(text, parent) {
         continue;
       }
     }
-    if (ch === '*' || ch === '_') {
+    if ((ch === '*' || ch === '_') && openOk && text[i + 1] !== ch) {
       const end = text.indexOf(ch, i + 1);
-      const wordy = ch === '_' && i > 0 && /\w/.test(text[i - 1]);   // snake_case stays as is
-      if (!wordy && end > i + 1 && text[i + 1] !== ' ' && text[end - 1] !== ' ') {
+      if (end > i + 1 && text[i + 1] !== ' ' && text[end - 1] !== ' ' && closeOk(end, 1)) {
         flush();
         const em = node('em');
         renderInline(text.slice(i + 1, end), em);
