@@ -387,10 +387,21 @@ function initConversations() {
 
 // ---------------------------------------------------------------- transcript
 
+// Keep the newest text in view (unless the reader scrolled up). Once per animation frame: reading
+// the layout on every step event of a long canvas would force a layout per event.
+let scrollPending = null;
 function scrollToEnd(force) {
-  const t = $('transcript');
-  const near = t.scrollHeight - t.scrollTop - t.clientHeight < 160;
-  if (force || near) t.scrollTop = t.scrollHeight;
+  if (scrollPending !== null) {
+    scrollPending = scrollPending || !!force;
+    return;
+  }
+  scrollPending = !!force;
+  requestAnimationFrame(() => {
+    const t = $('transcript');
+    const near = t.scrollHeight - t.scrollTop - t.clientHeight < 160;
+    if (scrollPending || near) t.scrollTop = t.scrollHeight;
+    scrollPending = null;
+  });
 }
 
 let heroEl = null;

@@ -72,11 +72,13 @@ export function renderTraceAt(root, trace, k) {
   return c;
 }
 
-// Per block: step frames received, denoising steps (the block event's count) and milliseconds
-// (from the previous block's end, or from `accepted` for the first one).
+// Per block: step frames received, denoising steps (the block events count steps cumulatively:
+// the difference to the previous block) and milliseconds (from the previous block's end, or from
+// `accepted` for the first one).
 export function blockTimeline(trace) {
   const rows = [];
   let start = 0;
+  let prevSteps = 0;
   let frames = 0;
   let firstFrame = null;
   let stepIndex = 0;
@@ -86,7 +88,8 @@ export function blockTimeline(trace) {
       if (firstFrame === null) firstFrame = stepIndex;
       stepIndex++;
     } else if (e.k === 'b') {
-      rows.push({ block: e.b, steps: e.st, frames, ms: Math.max(0, e.t - start), firstFrame: firstFrame ?? stepIndex });
+      rows.push({ block: e.b, steps: Math.max(0, e.st - prevSteps), frames, ms: Math.max(0, e.t - start), firstFrame: firstFrame ?? stepIndex });
+      prevSteps = e.st;
       start = e.t;
       frames = 0;
       firstFrame = null;
