@@ -320,6 +320,7 @@ function renderConvList() {
 }
 
 function selectConversation(id) {
+  if (window.innerWidth < 900) document.body.classList.add('convs-hidden');   // the list is a drawer there
   if (id !== state.store.currentId) {
     state.store.select(id);
     renderConversation();
