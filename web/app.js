@@ -206,9 +206,39 @@ function updateModelPill() {
   pill.dataset.state = st;
   pill.classList.toggle('ready', ready);
   pill.classList.toggle('offline', st === 'offline');
+  watchModelLoading(st === 'loading');
   if (st === 'offline') pill.title = 'disconnected from the server';
   else if (ready) pill.title = `${state.model.architecture || 'model'} · vocab ${state.model.vocab_size} · context ${state.model.max_seq}`;
   else pill.title = 'model loading…';
+}
+
+// Connected while the server's model is still loading: the protocol sends no event when it is
+// ready, so poll GET /health (200 once loaded) and then reconnect, which resumes the session and
+// brings the model's description (session.created) with it.
+let loadingPoll = null;
+function watchModelLoading(on) {
+  if (!on) {
+    clearTimeout(loadingPoll);
+    loadingPoll = null;
+    return;
+  }
+  if (loadingPoll) return;
+  const check = async () => {
+    let ok = false;
+    try {
+      ok = (await fetch('/health', { cache: 'no-store' })).ok;
+    } catch {
+      ok = false;
+    }
+    if (!loadingPoll) return;   // the state changed meanwhile
+    if (ok) {
+      loadingPoll = null;
+      state.client.dropConnection();
+    } else {
+      loadingPoll = setTimeout(check, 1000);
+    }
+  };
+  loadingPoll = setTimeout(check, 500);
 }
 
 function clearResumedNotice() {

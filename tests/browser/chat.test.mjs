@@ -343,7 +343,13 @@ describe('browser UI: conversations, Markdown, replay, connection state', () => 
     await page.screenshot({ path: path.join(shots, 'chat-offline.png') });
     srv = await startServer({ model, extra: ['--port', String(port)] });
     assert.equal(srv.port, port);
-    await page.waitForSelector('#model-pill.ready[data-state="ready"]', { timeout: 60000 });
+    try {
+      await page.waitForSelector('#model-pill.ready[data-state="ready"]', { timeout: 60000 });
+    } catch (e) {
+      const conn = await page.locator('#conn-text').textContent();
+      const pill = await page.locator('#model-pill').evaluate((p) => `${p.className} ${p.dataset.state} ${p.title}`);
+      throw new Error(`${e.message}\nconnection: ${conn}\nmodel pill: ${pill}\nserver log: ${srv.stderr.slice(-2000)}`);
+    }
     assert.equal(await page.locator('#conn').getAttribute('data-state'), 'open');
     // and it works: a new answer completes
     await page.fill('#prompt', 'after the restart');
