@@ -7,6 +7,7 @@
 // 'message' {msg} (every server event, in seq order), 'lost' {ids} (generations that could not be
 // resumed). Not here: rendering (canvas.js, app.js).
 
+const HANDSHAKE_TIMEOUT_MS = 6000;
 const RESUME_FAIL_CODES = new Set(['unknown_session', 'session_overflow', 'resume_not_allowed']);
 
 export class UnmaskClient extends EventTarget {
@@ -78,9 +79,18 @@ export class UnmaskClient extends EventTarget {
       return;
     }
     this.ws = ws;
-    ws.onopen = () => { this.everOpened = true; };
+    // a handshake that hangs (a server going down mid-accept, a stalled proxy) would stall the
+    // reconnect loop: give it up after a while, which closes the socket and schedules the next try
+    const handshake = setTimeout(() => {
+      if (ws.readyState === WebSocket.CONNECTING) ws.close();
+    }, HANDSHAKE_TIMEOUT_MS);
+    ws.onopen = () => {
+      clearTimeout(handshake);
+      this.everOpened = true;
+    };
     ws.onmessage = (ev) => this.#onMessage(ev.data);
     ws.onclose = (ev) => {
+      clearTimeout(handshake);
       if (this.ws !== ws) return;
       this.ws = null;
       this.resuming = false;
