@@ -108,7 +108,7 @@ export class GenCanvas {
     if (blk) {
       blk.classList.remove('active');
       blk.classList.add('final');
-      blk.title = `block ${ev.block} final after ${ev.steps} steps`;
+      blk.title = ev.block_steps != null ? `block ${ev.block} final: ${ev.block_steps} steps (${ev.steps} in all)` : `block ${ev.block} final after step ${ev.steps}`;
     }
   }
 

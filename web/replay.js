@@ -10,7 +10,7 @@ import { GenCanvas } from './canvas.js';
 // Compact trace, version 1:
 //   {v:1, n:gen_length, B:block_length, np:prompt_tokens, layout, ids:showIds, nb:n_blocks,
 //    ev:[ {k:'s', t, s:step, b:block, m?:merged, c:[[index,id,text,conf,special]], d?:[[...]]},
-//         {k:'b', t, b:block, st:steps} ... ],
+//         {k:'b', t, b:block, st:steps (cumulative), bs:block_steps (this block's)} ... ],
 //    done:{t, reason}}
 // t: milliseconds since `accepted` arrived. `d` is absent when the step carried no drafts
 // (the canvas then keeps the previous drafts, as the live view does).
@@ -42,7 +42,7 @@ export class TraceRecorder {
       if (m.n_blocks) tr.nb = m.n_blocks;
       tr.ev.push(e);
     } else if (m.type === 'block') {
-      tr.ev.push({ k: 'b', t, b: m.block, st: m.steps });
+      tr.ev.push({ k: 'b', t, b: m.block, st: m.steps, bs: m.block_steps });
       if (m.n_blocks) tr.nb = m.n_blocks;
     } else if (m.type === 'done') {
       tr.done = { t, reason: m.finish_reason };
@@ -65,7 +65,7 @@ export function renderTraceAt(root, trace, k) {
       c.applyStep({ step: e.s, block: e.b, commits: e.c.map(unpackTok), drafts: e.d ? e.d.map(unpackTok) : undefined });
       steps++;
     } else if (e.k === 'b') {
-      c.applyBlock({ block: e.b, steps: e.st });
+      c.applyBlock({ block: e.b, steps: e.st, block_steps: e.bs });
     }
   }
   for (const s of root.querySelectorAll('.fresh')) s.classList.remove('fresh');
@@ -88,7 +88,7 @@ export function blockTimeline(trace) {
       if (firstFrame === null) firstFrame = stepIndex;
       stepIndex++;
     } else if (e.k === 'b') {
-      rows.push({ block: e.b, steps: Math.max(0, e.st - prevSteps), frames, ms: Math.max(0, e.t - start), firstFrame: firstFrame ?? stepIndex });
+      rows.push({ block: e.b, steps: e.bs ?? Math.max(0, e.st - prevSteps), frames, ms: Math.max(0, e.t - start), firstFrame: firstFrame ?? stepIndex });
       prevSteps = e.st;
       start = e.t;
       frames = 0;

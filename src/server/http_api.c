@@ -30,6 +30,7 @@
 #include "server/callers.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
+#include "server/trace.h"
 #include "util/json_util.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -121,6 +122,27 @@ static int h_model_one(http_conn *c, const http_req *rq) {
         return api_respond_error_fmt(c, 404, "model_not_found", "model", msg);
     }
     return http_respond_json(c, 200, model_object(a), NULL);
+}
+
+/* GET /v1/generations/{trace id}/trace: a WebSocket generation's denoising trace (server/trace.h),
+ * for its caller, while its session is retained. */
+static int h_generation_trace(http_conn *c, const http_req *rq) {
+    http_api *a = rq->user;
+    const char *p = rq->path + strlen("/v1/generations/");
+    char id[TRACE_ID_MAX], who[API_WHO_MAX];
+    size_t n = strcspn(p, "/");
+    if (n == 0 || n >= sizeof id || strcmp(p + n, "/trace") != 0)
+        return api_respond_error_fmt(c, 404, "not_found", NULL, "no such endpoint");
+    memcpy(id, p, n);
+    id[n] = 0;
+    api_caller_identity(a, c, who, sizeof who);
+    json_t *o = ws_trace_get(server_ws(a->srv), id, who);
+    if (!o) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "no trace '%s' (unknown, gone with its session, or another caller's)", id);
+        return api_respond_error_fmt(c, 404, "trace_not_found", "id", msg);
+    }
+    return http_respond_json(c, 200, o, NULL);
 }
 
 static int h_metrics(http_conn *c, const http_req *rq) {
@@ -331,6 +353,7 @@ static int  ws_authorize(void *user, struct lws *wsi, char *who, size_t cap);
 static const http_route k_api_routes[] = {
     {"GET", "/v1/models", 0, h_models, HTTP_ROUTE_API},
     {"GET", "/v1/models/", 1, h_model_one, HTTP_ROUTE_API},
+    {"GET", "/v1/generations/", 1, h_generation_trace, HTTP_ROUTE_API},
     {"GET", "/metrics", 0, h_metrics, HTTP_ROUTE_API | HTTP_ROUTE_NO_AUTH},
     {NULL, NULL, 0, NULL, 0},
 };

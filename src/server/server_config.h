@@ -38,6 +38,7 @@ typedef struct server_config {
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
     size_t session_max_bytes;     /* per-session buffered events (unsent + sent-unacked), bytes */
     size_t sessions_max_bytes;    /* ... of every session together, bytes */
+    size_t traces_max_bytes;      /* WebSocket generations' traces (GET /v1/generations/{id}/trace), bytes */
     int    session_max_events;    /* ... and count */
     int    max_sessions;          /* sessions alive at once (connected + retained) */
     int    max_session_generations; /* running/queued generations per session */

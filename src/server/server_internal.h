@@ -74,5 +74,7 @@ int  ws_flushed(const struct ws_state *w);
  * 1001 (going away). Returns the number of connections; ws_n_conns() counts those still open. */
 int  ws_close_all(struct ws_state *w);
 int  ws_n_conns(const struct ws_state *w);
+/* The trace of a WebSocket generation (server/trace.h) as JSON, or NULL (unknown / not who's). */
+json_t *ws_trace_get(struct ws_state *w, const char *id, const char *who);
 
 #endif /* UM_SERVER_INTERNAL_H */

@@ -262,6 +262,7 @@ void session_destroy(ws_session *s) {
     }
     if (s->conn) s->conn->sess = NULL;
     else w->n_detached--;
+    trace_session_gone(w->traces, s->token);
     callers_give(server_callers(w->srv), s->who, CALLER_SESSIONS, 1);
     if (s->prev) s->prev->next = s->next;
     else w->sessions = s->next;
@@ -446,6 +447,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
     if (!s->overflowed) {
         json_t *obj = api_ev_generation(ev->obj, g->id);
         ev->obj = NULL;
+        trace_add(s->w->traces, g->trace_id, obj);
         if (ev->kind == SCHED_EV_STEP) {
             if (g->every > 1) {
                 if (g->held_step) {

@@ -30,6 +30,7 @@
 #include "server/prep.h"
 #include "server/callers.h"
 #include "server/server_internal.h"
+#include "server/trace.h"
 
 typedef struct ws_state   ws_state;
 typedef struct ws_session ws_session;
@@ -94,6 +95,7 @@ struct ws_gen {
     json_t     *held_step;         /* stream.every > 1: steps accumulated before queueing */
     int         held_n;
     int         counted;           /* holds one of the caller's --key-max-generations */
+    char        trace_id[TRACE_ID_MAX]; /* its trace (server/trace.h), "" before `accepted` */
 };
 
 struct ws_session {
@@ -127,6 +129,7 @@ struct ws_state {
     ws_conn    *conns;
     int         n_conns;
     size_t      bytes;             /* every session's buffered frames (the --sessions-max-bytes budget) */
+    trace_store *traces;           /* generations' traces (owned) */
     int         shutting_down;     /* no timers, no new sessions */
     /* tokens of sessions discarded after an overflow (ring), so a resume can say why */
     char        tomb[64][API_TOKEN_HEX + 1];

@@ -36,6 +36,7 @@ size_t ws_conn_size(void) { return sizeof(ws_conn); }
 ws_state *ws_state_create(server *srv) {
     ws_state *w = xcalloc(1, sizeof *w);
     w->srv = srv;
+    w->traces = trace_store_new(server_cfg(srv)->traces_max_bytes);
     return w;
 }
 
@@ -43,6 +44,7 @@ void ws_state_free(ws_state *w) {
     if (!w) return;
     w->shutting_down = 1;
     while (w->sessions) session_destroy(w->sessions);
+    trace_store_free(w->traces);
     free(w);
 }
 
@@ -68,6 +70,8 @@ int ws_close_all(ws_state *w) {
 }
 
 int ws_n_conns(const ws_state *w) { return w->n_conns; }
+
+json_t *ws_trace_get(ws_state *w, const char *id, const char *who) { return trace_get(w->traces, id, who); }
 
 /* ---------------------------------------------------------------- events */
 
@@ -166,7 +170,12 @@ static void prep_done(prep_job *j) {
         } else {
             /* events cannot be delivered before we return to the service loop: safe to attach now */
             session_gen_start(g, r, p->req.stream_every);
-            session_push(s, api_ev_accepted(g->id, p->event_id, qpos, p->req.n_prompt, p->req.params, p->req.ignored));
+            json_t *acc = api_ev_accepted(g->id, p->event_id, qpos, p->req.n_prompt, p->req.params, p->req.ignored);
+            if (server_cfg(srv)->traces_max_bytes > 0) {
+                trace_begin(s->w->traces, s->who, s->token, g->id, p->req.params, g->trace_id);
+                json_object_set_new(acc, "trace_id", json_string(g->trace_id));
+            }
+            session_push(s, acc);
             if (g->cancel_pending) server_cancel(srv, r); /* its `done` ("cancelled") follows */
         }
     }

@@ -7,9 +7,11 @@
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseSSE, post } from '../http/server.mjs';
-import { BIN, Client, checkGeneration, startServer, tinyModel } from './harness.mjs';
+import { BIN, Client, TMP, checkGeneration, startServer, tinyModel } from './harness.mjs';
 
 describe('decode parameters: one path for every transport', () => {
   let srv;
@@ -131,5 +133,59 @@ describe('decode parameters: one path for every transport', () => {
     const steps = chunks.map((ch) => ch.meta_info.diffusion_steps);
     assert.ok(steps[0] >= 1, `first chunk reports its steps: ${steps}`);
     for (let i = 1; i < steps.length; i++) assert.ok(steps[i] >= steps[i - 1], `non-decreasing: ${steps}`);
+  });
+});
+
+describe('GET /v1/generations/{id}/trace', () => {
+  let srv;
+  const KEY_A = 'sk-trace-a';
+  const KEY_B = 'sk-trace-b';
+  before(async () => {
+    const keys = path.join(TMP, 'params-trace-keys.txt');
+    fs.writeFileSync(keys, `${KEY_A}\n${KEY_B}\n`);
+    srv = await startServer({ model: tinyModel('params'), extra: ['--api-keys', keys, '--session-retention', '0'] });
+  });
+  after(async () => {
+    if (srv) await srv.stop();
+  });
+  const get = (p, key) => fetch(`${srv.base}${p}`, { headers: key ? { authorization: `Bearer ${key}` } : {} });
+
+  test('the trace of a WebSocket generation equals the events the client received, for its caller only', async () => {
+    const c = new Client(srv.wsUrl, { headers: { authorization: `Bearer ${KEY_A}` } });
+    await c.session();
+    c.send({ type: 'generate', id: 'tr', prompt: 'def f(x):', gen_length: 12, block_length: 4, steps: 12, stop_at_eos: false,
+      drafts: true });
+    const acc = await c.wait((m) => m.id === 'tr' && (m.type === 'accepted' || m.type === 'error'), 'accepted');
+    assert.equal(acc.type, 'accepted', JSON.stringify(acc));
+    assert.match(acc.trace_id, /^gen_[0-9a-f]{24}$/);
+    await c.done('tr');
+    const got = c.of('tr').filter((m) => ['step', 'block', 'done'].includes(m.type));
+    const url = `/v1/generations/${acc.trace_id}/trace`;
+    const res = await get(url, KEY_A);
+    assert.equal(res.status, 200);
+    const tr = await res.json();
+    assert.equal(tr.object, 'generation.trace');
+    assert.equal(tr.id, acc.trace_id);
+    assert.equal(tr.generation, 'tr');
+    assert.equal(tr.complete, true);
+    assert.deepEqual(tr.params, acc.params);
+    // every step once, in order, then the blocks and done: the client's events (frames a slow reader
+    // gets merged are one event on the wire; the trace keeps each step)
+    assert.deepEqual(tr.events.filter((e) => e.type === 'step').map((e) => e.step), [...Array(12).keys()]);
+    const strip = ({ seq, merged, ...rest }) => rest;
+    if (!got.some((m) => m.merged)) assert.deepEqual(tr.events.map(strip), got.map(strip));
+    assert.deepEqual(tr.events.filter((e) => e.type !== 'step').map(strip), got.filter((e) => e.type !== 'step').map(strip));
+    // another caller, no key, unknown ids, malformed paths: not found / unauthorized
+    assert.equal((await get(url, KEY_B)).status, 404);
+    assert.equal((await get(url)).status, 401);
+    for (const p of ['/v1/generations/gen_000000000000000000000000/trace', `/v1/generations/${acc.trace_id}`,
+      `${url}/x`]) assert.equal((await get(p, KEY_A)).status, 404, p);
+    // the trace goes with its session (retention 0: as soon as the connection is gone)
+    await c.close();
+    const t0 = Date.now();
+    while ((await get(url, KEY_A)).status !== 404) {
+      assert.ok(Date.now() - t0 < 30000, 'trace still there 30 s after its session ended');
+      await new Promise((r) => setTimeout(r, 50));
+    }
   });
 });
