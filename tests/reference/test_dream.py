@@ -2,7 +2,7 @@
 
 Forward: `unmask logits` (raw rows, before the decode layer's shift) vs the NumPy Qwen2 forward,
 max|ours - ref| / max|ref| <= 1e-4 on f32 weights: the preset (GQA 2:1, untied head), a tied head over
-3 shards with an index, MHA. The q/k/v biases must matter (the reference without them is far off).
+3 shards with an index, MHA, and 2 tensor-parallel ranks. The q/k/v biases must matter (the reference without them is far off).
 Decoders: `unmask generate --decoder origin|maskgit_plus|topk_margin|entropy --json` step by step
 (every step's commits, empty ones included) vs dream_generate for several steps / gen_length
 combinations at temperature 0 and alg_temp 0, with alg_temp > 0, temperature > 0 (seeded), top-k, and
@@ -67,6 +67,15 @@ if res:
     nob = DreamRef(preset, zero_bias=True).forward(tokens)
     err = rel_err(ours, nob)
     report(err > 1e-2, "forward q/k/v biases matter", f"rel diff without biases {err:.2e}")
+    # tensor parallel: each rank holds its heads' slice of the q/k/v biases
+    out = os.path.join(TMP, "tp2.npy")
+    r = subprocess.run([BIN, "logits", "--model", preset, "--tokens", ",".join(map(str, tokens)), "--out", out,
+                        "--tp", "2", "--threads", "1", "--cpu-kernels", "fp32"], capture_output=True, text=True)
+    if r.returncode != 0:
+        report(False, "forward --tp 2", r.stderr.strip())
+    else:
+        err = rel_err(np.load(out).astype(np.float64), ref.forward(tokens))
+        report(err <= 1e-4, "forward --tp 2 (bias slices)", f"max rel err {err:.2e}")
 tied = make("tied", ["--weight-tying", "--shards", "3", "--n-heads", "8", "--n-kv-heads", "8", "--seed", "7"])
 report(os.path.exists(os.path.join(tied, "model.safetensors.index.json")), "tied checkpoint is sharded with an index")
 check_forward("tied head, 3 shards, MHA", tied, 20, 2)
