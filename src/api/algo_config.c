@@ -38,6 +38,10 @@ static const key_map k_algos[] = {
     {"factor", "factor"},
     {"hierarchy", "hierarchy"},
     {"credit", "credit"},
+    {"origin", "origin"},              /* Dream's alg names */
+    {"maskgit_plus", "maskgit_plus"},
+    {"topk_margin", "topk_margin"},
+    {"entropy", "entropy"},
 };
 
 static const char *map_key(const char *k) {
@@ -76,7 +80,7 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
         if (!mapped) {
             int r = um_err_param(err, key,
                                  "%s: algorithm '%s' is not supported (use LowConfidence, low_confidence, random, "
-                                 "threshold, factor, hierarchy or credit)",
+                                 "threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin or entropy)",
                                  where, name);
             json_decref(value);
             return r;

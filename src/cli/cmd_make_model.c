@@ -20,7 +20,7 @@ int cmd_make_model(int argc, char **argv) {
     double theta = 0;
     arg_spec specs[] = {
         {"out", ARG_STR, &out, "output directory (created if missing) [required]"},
-        {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) [tiny]"},
+        {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) | dream-tiny | dream-7b (Dream layout) [tiny]"},
         {"dtype", ARG_STR, &dtype, "bf16 | f32 | f16 [bf16]"},
         {"seed", ARG_INT, &seed, "weight seed [1234]"},
         {"d-model", ARG_INT, &d_model, "override hidden size"},
@@ -42,8 +42,9 @@ int cmd_make_model(int argc, char **argv) {
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
         {NULL, 0, NULL, NULL},
     };
-    int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset tiny|demo|small|8b] [options]\n\n"
-                                   "Writes a checkpoint in exactly the LLaDA-8B-Instruct layout: seeded random\n"
+    int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset tiny|demo|small|8b|dream-tiny|dream-7b] [options]\n\n"
+                                   "Writes a checkpoint in the exact layout of a real release (LLaDA-8B-Instruct; Dream-7B\n"
+                                   "for the dream presets): seeded random\n"
                                    "weights, or trained ones with --weights (sizes given by the preset and the\n"
                                    "overrides must match them).",
                        specs);
@@ -66,7 +67,7 @@ int cmd_make_model(int argc, char **argv) {
     }
     make_model_opts o;
     if (make_model_preset(preset, &o) != 0) {
-        fprintf(stderr, "error: --preset must be tiny, demo, small or 8b, got '%s'\n", preset);
+        fprintf(stderr, "error: --preset must be tiny, demo, small, 8b, dream-tiny or dream-7b, got '%s'\n", preset);
         return 2;
     }
     if (strcmp(dtype, "bf16") == 0) o.dtype = DTYPE_BF16;

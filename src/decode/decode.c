@@ -52,6 +52,8 @@ decode_params decode_params_default(void) {
     p.prefix_look = 0;
     p.after_look = 0;
     p.warmup_steps = 0;
+    p.alg_temp = 0.0;
+    p.eps = 1e-3;
     return p;
 }
 
@@ -70,6 +72,9 @@ static decode_params params_for_model(const model *m, int *cache_set) {
         p.layout = DECODE_LAYOUT_ALIGNED;
         p.block_length = m->cfg.block_causal;
     }
+    /* Dream denoises the whole generation at once (no blocks): an unset block_length settles to
+     * gen_length (decode_params_settle) */
+    if (m->cfg.arch == MODEL_ARCH_DREAM) p.block_length = m->cfg.max_seq;
     if (!m->dir) return p;
     char path[4096];
     path_join(path, sizeof path, m->dir, "generation_config.json");
@@ -94,7 +99,11 @@ static decode_params params_for_model(const model *m, int *cache_set) {
     if (json_num(g, "prefix_look", &v)) p.prefix_look = (int)v;
     if (json_num(g, "after_look", &v)) p.after_look = (int)v;
     if (json_num(g, "warmup_steps", &v)) p.warmup_steps = (int)v;
-    const json_t *sv = json_object_get(g, "decoder");   /* unknown names: ignored, like bad values */
+    if (json_num(g, "alg_temp", &v)) p.alg_temp = v;
+    if (json_num(g, "eps", &v)) p.eps = v;
+    const json_t *sv = json_object_get(g, "alg");   /* Dream's name for its decoder */
+    if (json_is_string(sv)) decode_decoder_parse(json_string_value(sv), &p.decoder);
+    sv = json_object_get(g, "decoder");   /* unknown names: ignored, like bad values */
     if (json_is_string(sv)) decode_decoder_parse(json_string_value(sv), &p.decoder);
     sv = json_object_get(g, "cache");
     if (json_is_string(sv) && decode_cache_parse(json_string_value(sv), &p.cache) == 0) *cache_set = 1;
@@ -118,8 +127,10 @@ decode_params decode_params_for_serving(const model *m, int cache) {
     return p;
 }
 
-static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random", "threshold", "factor",
-                                                                "hierarchy", "credit"};
+static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random",       "threshold",
+                                                                "factor",         "hierarchy",    "credit",
+                                                                "origin",         "maskgit_plus", "topk_margin",
+                                                                "entropy"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
@@ -241,7 +252,9 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
         return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
     if (check_sizes(p, cfg, n_prompt, err) != 0) return -1;
     if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
-        return um_err_param(err, "decoder", "decoder must be low_confidence, random, threshold, factor, hierarchy or credit");
+        return um_err_param(err, "decoder",
+                            "decoder must be low_confidence, random, threshold, factor, hierarchy, credit, origin, "
+                            "maskgit_plus, topk_margin or entropy");
     if (!(p->threshold > 0.0 && p->threshold <= 1.0))
         return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
     if (!(p->factor > 0.0 && isfinite(p->factor)))
@@ -255,6 +268,10 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
         return um_err_param(err, "credit_gamma", "credit_gamma must be between 0 and 100, got %g", p->credit_gamma);
     if (!(p->credit_decay >= 0.0 && p->credit_decay <= 1.0))
         return um_err_param(err, "credit_decay", "credit_decay must be in [0, 1], got %g", p->credit_decay);
+    if (!(p->alg_temp >= 0.0 && p->alg_temp <= 100.0))
+        return um_err_param(err, "alg_temp", "alg_temp must be between 0 (off) and 100, got %g", p->alg_temp);
+    if (!(p->eps > 0.0 && p->eps < 1.0))
+        return um_err_param(err, "eps", "eps must be in (0, 1), got %g", p->eps);
     if (!(p->temperature >= 0.0 && p->temperature <= DECODE_MAX_TEMPERATURE))
         return um_err_param(err, "temperature", "temperature must be between 0 and %g, got %g", DECODE_MAX_TEMPERATURE,
                             p->temperature);
@@ -576,6 +593,8 @@ static decode_step_plan seq_plan(const decode_seq *s) {
         pl.wr = hi + s->p.after_look < s->L ? hi + s->p.after_look : s->L;
         break;
     }
+    /* shifted logits: position lo is scored by row lo - 1, which the window must hold */
+    if (s->m->cfg.logits_shifted && pl.wl > 0 && pl.wl >= lo) pl.wl = lo - 1;
     return pl;
 }
 
@@ -720,6 +739,14 @@ typedef struct row_job {
     float      *cond;     /* logits row */
     const float *uncond;  /* CFG row or NULL */
 } row_job;
+
+/* The canvas row whose output scores position pos: pos itself, or — shifted logits (Dream: output
+ * row i predicts token i+1) — row pos - 1 (position 0 keeps row 0, as the reference's shift
+ * cat(logits[:, :1], logits[:, :-1]) does). THE one place the shift happens: every decoder, cache
+ * window and batch reads logits through it. */
+static int seq_logit_row(const decode_seq *s, int pos) {
+    return s->m->cfg.logits_shifted && pos > 0 ? pos - 1 : pos;
+}
 
 /* Rows the sequence needs this step (fills row_pos / row_masked); returns the count. */
 static int seq_rows(decode_seq *s) {
@@ -871,7 +898,7 @@ static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, co
     seq_view(s, n_rows, logits, &v);
     int nw = s->dec->choose(s->dec_state, &v, s->w_pos, s->w_tok);
     CHECK(nw >= 0 && nw <= s->cap);
-    if (v.block_masks > 0) CHECK(nw >= 1);
+    if (v.block_masks > 0 && !(s->dec->flags & DECODER_F_MAY_SKIP)) CHECK(nw >= 1);
     for (int i = 0; i < nw; i++) {
         float cf = 0;
         for (int r = 0; r < n_rows; r++)
@@ -1001,7 +1028,8 @@ static void step_bufs_fill(step_bufs *b, decode_seq **seqs, int n, const step_la
             if (b->kv) b->kv[fs] = ly->plan[i].slot[c];
             tk += w;
             b->seq_start[++fs] = tk;
-            for (int r = 0; r < rows; r++) b->out_rows[ly->out_base[i] + c * rows + r] = base + s->row_pos[r] - wl;
+            for (int r = 0; r < rows; r++)
+                b->out_rows[ly->out_base[i] + c * rows + r] = base + seq_logit_row(s, s->row_pos[r]) - wl;
         }
     }
 }

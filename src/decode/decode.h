@@ -43,6 +43,13 @@ enum decode_decoder {
                                when set), plus every c > threshold, plus the global argmax */
     DECODER_CREDIT,         /* A6: threshold (A4) on logits + credit_alpha * log(1 + M), M a
                                per-block credit table [block_length x vocab] */
+    /* Dream's diffusion_generate algorithms (alg = ...): Dream's step schedule (timesteps
+     * linspace(1, eps, steps+1); step i commits int(n_masked * (1 - s/t)), the last step all that
+     * remain; a step may commit none), positions chosen by confidence (alg_temp > 0: sampled) */
+    DECODER_ORIGIN,         /* each masked position independently with probability 1 - s/t */
+    DECODER_MASKGIT_PLUS,   /* confidence = top-1 probability */
+    DECODER_TOPK_MARGIN,    /* confidence = top-1 minus top-2 probability */
+    DECODER_ENTROPY,        /* confidence = sum p log(p + 1e-10) (negative entropy) */
     DECODER_COUNT_
 };
 
@@ -103,6 +110,11 @@ typedef struct decode_params {
                                         0 .. context; default 0 */
     int      warmup_steps;           /* with a cache: the sequence's first N steps run without one
                                         (and keep none); >= 0; default 0 */
+    double   alg_temp;               /* Dream decoders: 0 = commit the most confident positions;
+                                        > 0: sample them from softmax(confidence / alg_temp);
+                                        0 .. 100; default 0 */
+    double   eps;                    /* Dream decoders: the schedule's last timestep, in (0, 1);
+                                        default 0.001 */
 } decode_params;
 
 decode_params decode_params_default(void);

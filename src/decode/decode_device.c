@@ -71,6 +71,9 @@ int decode_device_supported(const model_ctx *ctx) {
 
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     if (!decode_device_supported(ctx) || s == NULL) return 0;
+    /* the device step reads each position's logits from its own row: shifted-logit models (Dream)
+     * take the host loop, whose rows are shifted (decode.c seq_logit_row) */
+    if (ctx->m->cfg.logits_shifted) return 0;
     const decode_params *p = decode_seq_params(s);
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);

@@ -25,6 +25,8 @@ enum {
     DECODER_F_RESAMPLE    = 1u << 3, /* may rewrite view.x0_w / view.conf_w in choose (a decoder that
                                         samples from its own adjusted logits, e.g. credit A6); events
                                         then report the rewritten values */
+    DECODER_F_MAY_SKIP    = 1u << 4, /* a step may commit nothing (Dream's schedule); the step budget
+                                        still finishes the block (its last step commits every mask) */
 };
 
 typedef struct decoder_view {
@@ -58,7 +60,7 @@ typedef struct decoder_ops {
     /* called before the first step of each block (optional) */
     void (*block_begin)(void *state, const decoder_view *v);
     /* writes for this step: out_pos/out_tok have room for hi - lo entries; returns the count.
-     * Must return >= 1 while the block has masks (progress guarantee). */
+     * Must return >= 1 while the block has masks (progress guarantee), unless DECODER_F_MAY_SKIP. */
     int  (*choose)(void *state, const decoder_view *v, int32_t *out_pos, int32_t *out_tok);
     /* after the writes: 1 when the block is finished. NULL = when no MASK is left. masks_left =
      * masked positions left in the block. */
@@ -71,5 +73,12 @@ const decoder_ops *decoder_get(enum decode_decoder d);
 /* Quota of the fixed-step decoders for step i of a block with m masks and s steps (the
  * reference get_num_transfer_tokens): floor(m/s) + (i < m mod s). */
 int decoder_quota(int m, int s, int i);
+
+/* Dream's schedule: timesteps[i] of a float32 linspace(1, eps, steps + 1) as torch computes it
+ * (step = (eps - 1) / steps; the first half 1 + step*i, the second half eps - step*(steps - i)). */
+float decoder_dream_timestep(int steps, double eps, int i);
+/* Positions Dream commits at step i (0-based) of `steps` with n masked: int(float32(n) *
+ * (1 - s/t)) in float32 with t, s = timesteps[i], timesteps[i+1]; n at the last step. */
+int   decoder_dream_quota(int n, int steps, double eps, int i);
 
 #endif /* UM_DECODER_H */

@@ -1,6 +1,7 @@
 /*
  * decoders.c — the decoders behind decoder.h: low_confidence and random (A1, fixed steps with the
- * reference quota), threshold (A2/A4), factor (A3), hierarchy (A5) and credit (A6). Pure functions of the view and their small
+ * reference quota), threshold (A2/A4), factor (A3), hierarchy (A5), credit (A6) and Dream's
+ * origin / maskgit_plus / topk_margin / entropy (its diffusion_generate schedule and confidences). Pure functions of the view and their small
  * per-sequence state; they never touch the canvas themselves. Not here: sampling / confidence
  * (decode.c), block iteration. Engine thread.
  */
@@ -16,6 +17,9 @@
 
 /* rng stream used by the random decoder's scores (disjoint from the Gumbel streams = step). */
 #define RANDOM_SCORE_STREAM_BIT (1ull << 62)
+/* Dream decoders: origin's per-position transfer draws, and the Gumbel noise of alg_temp > 0. */
+#define ORIGIN_STREAM_BIT  (1ull << 61)
+#define ALG_TEMP_STREAM_BIT (1ull << 60)
 
 int decoder_quota(int m, int s, int i) {
     if (s <= 0) return m;
@@ -252,6 +256,148 @@ static void credit_free(void *state) {
     free(st->l);
 }
 
+/* ---------------------------------------------------------------- Dream (origin, maskgit_plus, topk_margin, entropy) */
+
+float decoder_dream_timestep(int steps, double eps, int i) {
+    CHECK(steps >= 1 && i >= 0 && i <= steps);
+    const float start = 1.0f, end = (float)eps;
+    const float step = (end - start) / (float)steps;
+    volatile float prod;   /* no fused multiply-add: torch rounds the product, then adds */
+    if (i < (steps + 1) / 2) {
+        prod = step * (float)i;
+        return start + prod;
+    }
+    prod = step * (float)(steps - i);
+    return end - prod;
+}
+
+int decoder_dream_quota(int n, int steps, double eps, int i) {
+    if (i >= steps - 1) return n;
+    const float t = decoder_dream_timestep(steps, eps, i), s = decoder_dream_timestep(steps, eps, i + 1);
+    volatile float r = 1.0f - s / t;
+    volatile float f = (float)n * r;
+    int k = (int)f;
+    return k < 0 ? 0 : k > n ? n : k;
+}
+
+typedef struct dv {
+    double  v;
+    int32_t id;
+} dv;
+
+static int dv_cmp(const void *a, const void *b) {   /* descending value, then ascending id */
+    const dv *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Dream's sample_tokens confidence of one row: z = l / T (T > 0), top_p then top_k filtering (a
+ * filtered logit counts as -inf), probs = softmax(z) over the whole vocabulary; maskgit_plus:
+ * probs[x0], topk_margin: the best minus the second best probability, entropy: sum p log(p + 1e-10).
+ * z, sorted: [V] scratch. */
+static double dream_confidence(const decoder_view *v, const float *l, int32_t x0, double *z, dv *sorted) {
+    const decode_params *p = v->p;
+    const int V = v->vocab;
+    const double T = p->temperature;
+    for (int t = 0; t < V; t++) z[t] = T > 0 ? (double)l[t] / T : (double)l[t];
+    if (p->top_p < 1.0 || p->top_k > 0) {
+        for (int t = 0; t < V; t++) sorted[t].v = z[t], sorted[t].id = t;
+        qsort(sorted, (size_t)V, sizeof *sorted, dv_cmp);
+        if (p->top_p < 1.0) {   /* keep a token while the mass before it is <= top_p */
+            double mx = sorted[0].v, zs = 0, cum = 0;
+            for (int t = 0; t < V; t++) zs += exp(sorted[t].v - mx);
+            for (int t = 0; t < V; t++) {
+                if (t > 0 && cum > p->top_p) z[sorted[t].id] = -INFINITY, sorted[t].v = -INFINITY;
+                cum += exp(sorted[t].v == -INFINITY ? -INFINITY : sorted[t].v - mx) / zs;
+            }
+        }
+        if (p->top_k > 0 && p->top_k < V) {   /* keep every token >= the k-th best value */
+            const double kth = sorted[p->top_k - 1].v;
+            for (int t = 0; t < V; t++)
+                if (z[t] < kth) z[t] = -INFINITY;
+        }
+    }
+    double mx = -INFINITY;
+    for (int t = 0; t < V; t++)
+        if (z[t] > mx) mx = z[t];
+    double zs = 0;
+    for (int t = 0; t < V; t++) zs += z[t] == -INFINITY ? 0.0 : exp(z[t] - mx);
+    switch (p->decoder) {
+    case DECODER_MASKGIT_PLUS: return z[x0] == -INFINITY ? 0.0 : exp(z[x0] - mx) / zs;
+    case DECODER_TOPK_MARGIN: {
+        double p1 = -1, p2 = -1;
+        for (int t = 0; t < V; t++) {
+            double q = z[t] == -INFINITY ? 0.0 : exp(z[t] - mx) / zs;
+            if (q > p1) p2 = p1, p1 = q;
+            else if (q > p2) p2 = q;
+        }
+        return p1 - (p2 < 0 ? 0 : p2);
+    }
+    case DECODER_ENTROPY: {
+        double h = 0;
+        for (int t = 0; t < V; t++) {
+            double q = z[t] == -INFINITY ? 0.0 : exp(z[t] - mx) / zs;
+            h += q * log(q + 1e-10);
+        }
+        return h;
+    }
+    default: CHECK(!"not a Dream confidence decoder"); return 0;
+    }
+}
+
+static int dream_choose(void *state, const decoder_view *v, int32_t *out_pos, int32_t *out_tok) {
+    const fixed_state *st = state;
+    const decode_params *p = v->p;
+    const int i = v->step_in_block, S = st->s, last = i >= S - 1;
+    int n = 0;
+    for (int r = 0; r < v->n_rows; r++) n += v->row_masked[r];
+    if (p->decoder == DECODER_ORIGIN) {
+        /* every masked position independently with probability 1 - s/t (all at the last step) */
+        float pt = 1.0f;
+        if (!last) {
+            const float t = decoder_dream_timestep(S, p->eps, i), s = decoder_dream_timestep(S, p->eps, i + 1);
+            pt = 1.0f - s / t;
+        }
+        int k = 0;
+        for (int r = 0; r < v->n_rows; r++) {
+            if (!v->row_masked[r]) continue;
+            const float u = (float)rng_u01(v->seed, ORIGIN_STREAM_BIT | (uint64_t)v->step, (uint64_t)v->row_pos[r]);
+            if (last || u < pt) {
+                out_pos[k] = v->row_pos[r];
+                out_tok[k] = v->x0[r];
+                k++;
+            }
+        }
+        return k;
+    }
+    const int k = decoder_dream_quota(n, S, p->eps, i);
+    if (k <= 0 || n == 0) return 0;
+    CHECK(v->logits);
+    cand *cs = xmalloc((size_t)n * sizeof *cs);
+    double *z = xmalloc((size_t)v->vocab * sizeof *z);
+    dv *sorted = (p->top_p < 1.0 || p->top_k > 0) ? xmalloc((size_t)v->vocab * sizeof *sorted) : NULL;
+    int m = 0;
+    for (int r = 0; r < v->n_rows; r++) {
+        if (!v->row_masked[r]) continue;
+        double c = dream_confidence(v, v->logits + (size_t)r * (size_t)v->vocab, v->x0[r], z, sorted);
+        if (p->alg_temp > 0) {   /* sampling without replacement from softmax(c / alg_temp): Gumbel top-k */
+            double u = rng_u01(v->seed, ALG_TEMP_STREAM_BIT | (uint64_t)v->step, (uint64_t)v->row_pos[r]);
+            c = c / p->alg_temp - log(-log(u));
+        }
+        cs[m].c = c;
+        cs[m].pos = v->row_pos[r];
+        cs[m].row = r;
+        m++;
+    }
+    qsort(cs, (size_t)m, sizeof *cs, cand_cmp);
+    int r = emit_top(v, cs, k < m ? k : m, out_pos, out_tok);
+    free(sorted);
+    free(z);
+    free(cs);
+    return r;
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const decoder_ops k_decoders[DECODER_COUNT_] = {
@@ -264,6 +410,14 @@ static const decoder_ops k_decoders[DECODER_COUNT_] = {
     [DECODER_HIERARCHY] = {"hierarchy", 0, 0, NULL, hierarchy_choose, NULL, NULL},
     [DECODER_CREDIT] = {"credit", DECODER_F_LOGITS | DECODER_F_RESAMPLE, sizeof(credit_state), credit_block_begin,
                         credit_choose, NULL, credit_free},
+    [DECODER_ORIGIN] = {"origin", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP, sizeof(fixed_state), fixed_block_begin,
+                        dream_choose, NULL, NULL},
+    [DECODER_MASKGIT_PLUS] = {"maskgit_plus", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP | DECODER_F_LOGITS,
+                              sizeof(fixed_state), fixed_block_begin, dream_choose, NULL, NULL},
+    [DECODER_TOPK_MARGIN] = {"topk_margin", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP | DECODER_F_LOGITS,
+                             sizeof(fixed_state), fixed_block_begin, dream_choose, NULL, NULL},
+    [DECODER_ENTROPY] = {"entropy", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP | DECODER_F_LOGITS, sizeof(fixed_state),
+                         fixed_block_begin, dream_choose, NULL, NULL},
 };
 
 const decoder_ops *decoder_get(enum decode_decoder d) {

@@ -144,13 +144,17 @@ static const dp_field k_fields[] = {
      "block length B [32, at most the generation length]"},
     {"steps", DP_INT, DPF(steps), "steps", 0, "fixed-step decoders: total steps, 0 = gen-length [0]"},
     {"decoder", DP_DECODER, DPF(decoder), "decoder", 0,
-     "low_confidence | random | threshold | factor | hierarchy | credit [low_confidence]"},
+     "low_confidence | random | threshold | factor | hierarchy | credit | origin | maskgit_plus | topk_margin | "
+     "entropy [low_confidence; Dream checkpoints: their alg]"},
     {"threshold", DP_NUM, DPF(threshold), "threshold", 0, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
     {"factor", DP_NUM, DPF(factor), "factor", 0, "factor decoder: f > 0 [1.0]"},
     {"low_threshold", DP_NUM, DPF(low_threshold), "low-threshold", 0, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
     {"credit_alpha", DP_NUM, DPF(credit_alpha), "credit-alpha", 0, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
     {"credit_gamma", DP_NUM, DPF(credit_gamma), "credit-gamma", 0, "credit decoder: gamma (credit p^gamma) in [0,100] [0.2]"},
     {"credit_decay", DP_NUM, DPF(credit_decay), "credit-decay", 0, "credit decoder: beta (decay per step) in [0,1] [0.8]"},
+    {"alg_temp", DP_NUM, DPF(alg_temp), "alg-temp", 0,
+     "Dream decoders: sample positions from softmax(confidence / alg_temp), 0 = most confident; in [0,100] [0]"},
+    {"eps", DP_NUM, DPF(eps), "eps", 0, "Dream decoders: last timestep of linspace(1, eps, steps+1), in (0,1) [0.001]"},
     {"temperature", DP_NUM, DPF(temperature), "temperature", 0, "sampling temperature in [0,2], 0 = greedy [0]"},
     {"top_k", DP_INT, DPF(top_k), "top-k", 0, "sample among the k best tokens, 0 or -1 = off [0]"},
     {"top_p", DP_NUM, DPF(top_p), "top-p", 0, "nucleus mass in (0,1], 1 = off [1]"},
@@ -187,6 +191,7 @@ static const struct {
     {"n_predict", "gen_length", ALIAS_NEG_UNSET}, /* llama.cpp */
     {"block_size", "block_length", 0},           /* SGLang, Fast-dLLM */
     {"diffusion_steps", "steps", 0},             /* Inception / Mercury */
+    {"alg", "decoder", 0},                       /* Dream's diffusion_generate */
     {"drafts", "stream_drafts", 0},              /* the WebSocket protocol's short name */
 };
 
@@ -213,7 +218,8 @@ static int field_apply(const dp_field *f, const char *name, decode_params *p, co
         if (strcmp(s, "LowConfidence") == 0) s = "threshold"; /* SGLang's name for the threshold decoder */
         if (decode_decoder_parse(s, dst) != 0)
             return um_err_param(err, name,
-                                "%s must be one of low_confidence, random, threshold, factor, hierarchy, credit%s%.64s%s",
+                                "%s must be one of low_confidence, random, threshold, factor, hierarchy, credit, "
+                                "origin, maskgit_plus, topk_margin, entropy%s%.64s%s",
                                 name, json_is_string(v) ? ", got '" : "", json_is_string(v) ? s : "",
                                 json_is_string(v) ? "'" : "");
         return 0;

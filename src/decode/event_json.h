@@ -43,9 +43,10 @@ typedef struct decode_params_src {
 
 /* Apply the decode fields present in obj (others are ignored) to *p:
  *   gen_length (aliases max_tokens, max_completion_tokens, max_new_tokens, n_predict: negative =
- *   not given), block_length (block_size), steps (diffusion_steps), decoder ("low_confidence" |
- *   "random" | "threshold" | "factor" | "hierarchy" | "credit"; SGLang's "LowConfidence" =
- *   threshold), threshold, factor, low_threshold, credit_alpha, credit_gamma, credit_decay,
+ *   not given), block_length (block_size), steps (diffusion_steps), decoder (alg; "low_confidence" |
+ *   "random" | "threshold" | "factor" | "hierarchy" | "credit" | "origin" | "maskgit_plus" |
+ *   "topk_margin" | "entropy"; SGLang's "LowConfidence" = threshold), threshold, factor,
+ *   low_threshold, credit_alpha, credit_gamma, credit_decay, alg_temp, eps,
  *   temperature, top_k (-1 = off = 0), top_p, seed, cfg_scale, logits_eos_inf,
  *   confidence_eos_eot_inf, block_layout ("llada" | "aligned"), stop_at_eos, stream_drafts
  *   (drafts), draft_every, cache ("none" | "prefix" | "dual" | "vicinity"), cache_refresh,

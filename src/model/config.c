@@ -126,6 +126,53 @@ static int parse_llada(json_t *root, const char *label, model_config *c, um_err 
     return 0;
 }
 
+/* Dream (DreamModel, model_type "Dream"): the Qwen2 config keys. Every model-shaping key is
+ * required (a Qwen2 config always writes them); features Dream never enables are refused by name. */
+static int parse_dream(json_t *root, const char *label, model_config *c, um_err *err) {
+    const long long BIG = 1 << 24;
+    if (get_int(root, "hidden_size", 1, BIG, -1, label, &c->d_model, err) ||
+        get_int(root, "num_hidden_layers", 1, 4096, -1, label, &c->n_layers, err) ||
+        get_int(root, "num_attention_heads", 1, 65536, -1, label, &c->n_heads, err) ||
+        get_int(root, "num_key_value_heads", 1, 65536, c->n_heads, label, &c->n_kv_heads, err) ||
+        get_int(root, "intermediate_size", 1, BIG, -1, label, &c->ffn_hidden, err) ||
+        get_int(root, "vocab_size", 1, BIG, -1, label, &c->vocab_size, err) ||
+        get_int(root, "max_position_embeddings", 1, BIG, 131072, label, &c->max_seq, err) ||
+        get_float(root, "rope_theta", 1e-3, 1e12, 10000.0, label, &c->rope_theta, err) ||
+        get_float(root, "rms_norm_eps", 0.0, 1.0, 1e-6, label, &c->norm_eps, err))
+        return -1;
+    if (c->d_model % c->n_heads != 0)
+        return um_err_set(err, UM_ERR_FORMAT, "%s: hidden_size %d is not divisible by num_attention_heads %d", label,
+                          c->d_model, c->n_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return um_err_set(err, UM_ERR_FORMAT,
+                          "%s: num_attention_heads %d is not divisible by num_key_value_heads %d", label, c->n_heads,
+                          c->n_kv_heads);
+    c->head_dim = c->d_model / c->n_heads;
+    if (c->head_dim % 2 != 0)
+        return um_err_set(err, UM_ERR_FORMAT, "%s: head_dim %d (hidden_size / num_attention_heads) must be even for RoPE",
+                          label, c->head_dim);
+    c->n_embd_rows = c->vocab_size;   /* Qwen2: embedding and LM head have vocab_size rows */
+    c->rot_dim = c->head_dim;
+    c->weight_tying = get_bool(root, "tie_word_embeddings", 0);
+    c->logits_shifted = 1;
+    json_t *act = json_object_get(root, "hidden_act");
+    if (json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only 'silu')", label,
+                          json_string_value(act));
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs))
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: 'rope_scaling' is not supported (only null)", label);
+    static const char *unsupported_true[] = {"use_sliding_window", "use_mrope"};
+    for (size_t i = 0; i < sizeof unsupported_true / sizeof *unsupported_true; i++)
+        if (get_bool(root, unsupported_true[i], 0))
+            return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: '%s': true is not supported", label, unsupported_true[i]);
+    c->mask_id = get_token_id(root, "mask_token_id", -1);
+    c->eos_id = get_token_id(root, "eos_token_id", -1);
+    c->pad_id = get_token_id(root, "pad_token_id", c->eos_id);
+    c->bos_id = get_token_id(root, "bos_token_id", -1);
+    return 0;
+}
+
 int model_config_parse(const char *json, size_t len, const char *label, model_config *cfg,
                        um_err *err) {
     memset(cfg, 0, sizeof *cfg);
@@ -153,8 +200,9 @@ int model_config_parse(const char *json, size_t len, const char *label, model_co
         cfg->arch = MODEL_ARCH_LLADA_MOE;
     } else if (an && strcmp(an, "LLaDA2MoeModelLM") == 0) {
         cfg->arch = MODEL_ARCH_LLADA2;
-    } else if (an && strcmp(an, "DreamModel") == 0) {
+    } else if ((an && strcmp(an, "DreamModel") == 0) || (!an && strcmp(mts, "Dream") == 0)) {
         cfg->arch = MODEL_ARCH_DREAM;
+        if (!an) snprintf(cfg->arch_name, sizeof cfg->arch_name, "DreamModel");
     } else if (!an && strcmp(mts, "llada") == 0) {
         /* no architectures list: LLaDA-MoE shares model_type; tell them apart by key names */
         cfg->arch = json_object_get(root, "d_model") ? MODEL_ARCH_LLADA : MODEL_ARCH_LLADA_MOE;
@@ -165,12 +213,12 @@ int model_config_parse(const char *json, size_t len, const char *label, model_co
                         an ? an : "(none)", mts);
         goto out;
     }
-    if (cfg->arch != MODEL_ARCH_LLADA) {
+    if (cfg->arch != MODEL_ARCH_LLADA && cfg->arch != MODEL_ARCH_DREAM) {
         rc = um_err_set(err, UM_ERR_UNSUPPORTED, "%s: architecture %s is recognised but not implemented yet",
                         label, cfg->arch_name);
         goto out;
     }
-    rc = parse_llada(root, label, cfg, err);
+    rc = cfg->arch == MODEL_ARCH_DREAM ? parse_dream(root, label, cfg, err) : parse_llada(root, label, cfg, err);
     if (rc == 0) {
         int ids[] = {cfg->mask_id, cfg->eos_id, cfg->pad_id, cfg->bos_id};
         const char *names[] = {"mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id"};
@@ -208,6 +256,7 @@ int model_config_apply_generation(const char *json, size_t len, const char *labe
 long long model_config_n_params(const model_config *c) {
     long long d = c->d_model, kv = (long long)c->n_kv_heads * c->head_dim;
     long long per_layer = d * d * 2 + d * kv * 2 + 3 * d * (long long)c->ffn_hidden + 2 * d;
+    if (c->arch == MODEL_ARCH_DREAM) per_layer += d + 2 * kv;   /* q/k/v biases */
     long long emb = (long long)c->n_embd_rows * d;
     return emb * (c->weight_tying ? 1 : 2) + c->n_layers * per_layer + d;
 }

@@ -18,7 +18,7 @@ enum model_arch {
     MODEL_ARCH_LLADA,        /* LLaDA-8B / LLaDA-1.5 / MMaDA text: dense, bidirectional */
     MODEL_ARCH_LLADA_MOE,    /* LLaDA-MoE-7B-A1B (not implemented yet) */
     MODEL_ARCH_LLADA2,       /* LLaDA2.0/2.1 BailingMoeV2, block-causal (not implemented yet) */
-    MODEL_ARCH_DREAM,        /* Dream-7B, Qwen2 layout, shifted logits (not implemented yet) */
+    MODEL_ARCH_DREAM,        /* Dream-7B: Qwen2 layout (q/k/v biases, GQA), bidirectional, shifted logits */
 };
 
 typedef struct model_config {
@@ -37,7 +37,9 @@ typedef struct model_config {
     int    rot_dim;               /* dims of each head that RoPE rotates (head_dim for LLaDA) */
     float  norm_eps;
     int    weight_tying;          /* LM head = embedding */
-    int    logits_shifted;        /* Dream: logit i predicts token i+1 */
+    int    logits_shifted;        /* Dream: output row i predicts token i+1 (the decode layer
+                                     reads position p's logits from row p-1; model_forward returns
+                                     the raw rows) */
     int    block_causal;          /* LLaDA2: block size of the block-causal mask, else 0 */
     /* token ids (-1 when unknown) */
     int    mask_id;

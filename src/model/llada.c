@@ -1,6 +1,8 @@
 /*
- * llada.c — LLaDA dense (LLaDAModelLM, block_type "llama"): tensor names/shapes and the forward
- * pass written against backend ops (docs/model-spec.md).
+ * llada.c — the dense bidirectional transformers: LLaDA (LLaDAModelLM, block_type "llama") and
+ * Dream (DreamModel, the Qwen2 layout: q/k/v biases, GQA): tensor names/shapes and the forward pass
+ * written against backend ops (docs/model-spec.md). The forward returns raw output rows for both:
+ * Dream's logit shift (row i predicts token i+1) is the decode layer's (decode/decode.c).
  * Binding runs at load time (any thread); the forward runs on the engine thread owning the ctx.
  */
 #include "model/llada.h"
@@ -45,35 +47,69 @@ static const st_tensor *bind_one(const model *m, const char *name, int64_t d0, i
     return t;
 }
 
+/* Tensor names of one architecture: top-level names and per-layer printf patterns (%d = layer). */
+typedef struct dense_names {
+    const char *wte, *ln_f, *lm_head;
+    const char *attn_norm, *q, *k, *v, *attn_out, *ff_norm, *gate, *up, *down;
+    const char *q_bias, *k_bias, *v_bias;   /* NULL: no biases */
+} dense_names;
+
+static const dense_names k_llada_names = {
+    "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
+    "model.transformer.blocks.%d.attn_norm.weight", "model.transformer.blocks.%d.q_proj.weight",
+    "model.transformer.blocks.%d.k_proj.weight", "model.transformer.blocks.%d.v_proj.weight",
+    "model.transformer.blocks.%d.attn_out.weight", "model.transformer.blocks.%d.ff_norm.weight",
+    "model.transformer.blocks.%d.ff_proj.weight", "model.transformer.blocks.%d.up_proj.weight",
+    "model.transformer.blocks.%d.ff_out.weight", NULL, NULL, NULL,
+};
+
+/* Dream = Qwen2 (modeling_dream.py): q/k/v with bias, o_proj without. */
+static const dense_names k_dream_names = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+    "model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
+    "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
+    "model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.post_attention_layernorm.weight",
+    "model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight",
+    "model.layers.%d.mlp.down_proj.weight", "model.layers.%d.self_attn.q_proj.bias",
+    "model.layers.%d.self_attn.k_proj.bias", "model.layers.%d.self_attn.v_proj.bias",
+};
+
 int llada_tensors_bind(model *m, um_err *err) {
     const model_config *c = &m->cfg;
+    CHECK(c->arch == MODEL_ARCH_LLADA || c->arch == MODEL_ARCH_DREAM);
+    const dense_names *nm = c->arch == MODEL_ARCH_DREAM ? &k_dream_names : &k_llada_names;
     llada_tensors *w = &m->llada;
     int64_t d = c->d_model, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t V = c->n_embd_rows, F = c->ffn_hidden;
-    if (!(w->wte = bind_one(m, "model.transformer.wte.weight", V, d, err))) return -1;
-    if (!(w->ln_f = bind_one(m, "model.transformer.ln_f.weight", d, -1, err))) return -1;
+    if (!(w->wte = bind_one(m, nm->wte, V, d, err))) return -1;
+    if (!(w->ln_f = bind_one(m, nm->ln_f, d, -1, err))) return -1;
     if (c->weight_tying)
         w->lm_head = w->wte;
-    else if (!(w->lm_head = bind_one(m, "model.transformer.ff_out.weight", V, d, err)))
+    else if (!(w->lm_head = bind_one(m, nm->lm_head, V, d, err)))
         return -1;
     w->layers = xcalloc((size_t)c->n_layers, sizeof *w->layers);
     char name[256];
-#define BIND(field, suffix, a, b)                                                    \
-    do {                                                                             \
-        snprintf(name, sizeof name, "model.transformer.blocks.%d.%s.weight", l, suffix); \
-        if (!(L->field = bind_one(m, name, a, b, err))) return -1;                   \
+#define BIND(field, pattern, a, b)                                 \
+    do {                                                           \
+        snprintf(name, sizeof name, pattern, l);                   \
+        if (!(L->field = bind_one(m, name, a, b, err))) return -1; \
     } while (0)
     for (int l = 0; l < c->n_layers; l++) {
         llada_layer_tensors *L = &w->layers[l];
-        BIND(attn_norm, "attn_norm", d, -1);
-        BIND(q_proj, "q_proj", qd, d);
-        BIND(k_proj, "k_proj", kvd, d);
-        BIND(v_proj, "v_proj", kvd, d);
-        BIND(attn_out, "attn_out", d, qd);
-        BIND(ff_norm, "ff_norm", d, -1);
-        BIND(ff_proj, "ff_proj", F, d);
-        BIND(up_proj, "up_proj", F, d);
-        BIND(ff_out, "ff_out", d, F);
+        BIND(attn_norm, nm->attn_norm, d, -1);
+        BIND(q_proj, nm->q, qd, d);
+        BIND(k_proj, nm->k, kvd, d);
+        BIND(v_proj, nm->v, kvd, d);
+        BIND(attn_out, nm->attn_out, d, qd);
+        BIND(ff_norm, nm->ff_norm, d, -1);
+        BIND(ff_proj, nm->gate, F, d);
+        BIND(up_proj, nm->up, F, d);
+        BIND(ff_out, nm->down, d, F);
+        if (nm->q_bias) {
+            BIND(q_bias, nm->q_bias, qd, -1);
+            BIND(k_bias, nm->k_bias, kvd, -1);
+            BIND(v_bias, nm->v_bias, kvd, -1);
+        }
     }
 #undef BIND
     return 0;
@@ -90,6 +126,8 @@ void llada_tensors_free(model *m) {
 typedef struct llada_layer_w {
     bweight attn_norm;   /* [1, d] */
     bweight q, k, v;     /* [n_heads*hd, d], [n_kv*hd, d], [n_kv*hd, d] */
+    bweight qb, kb, vb;  /* biases [1, n_heads*hd], [1, n_kv*hd], [1, n_kv*hd] (Dream); data NULL
+                            when the model has none */
     bweight attn_out;    /* [d, n_heads*hd] */
     bweight ff_norm;     /* [1, d] */
     bweight gate, up;    /* [ffn, d] (ff_proj, up_proj) */
@@ -166,6 +204,12 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
                        um_err *err) {
     const int W = ctx->shard.world, r = ctx->shard.rank;
     if (split == SPLIT_NONE || W <= 1) return upload(ctx->be, t, out, err);
+    if (t->ndim == 1) {   /* a bias of row-split outputs: the same element range as the rows */
+        CHECK(split == SPLIT_ROWS);
+        const int64_t ln = t->shape[0] / W;
+        return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * ln) * dtype_size(t->type), 1, ln, ln, 0,
+                           out, err);
+    }
     CHECK(t->ndim == 2);
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const size_t es = dtype_size(t->type);
@@ -206,6 +250,10 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
             upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
             upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err))
             goto fail;
+        if (L->q_bias && (upload_part(ctx, w, L->q_bias, SPLIT_ROWS, &W->qb, err) ||
+                          upload_part(ctx, w, L->k_bias, SPLIT_ROWS, &W->kb, err) ||
+                          upload_part(ctx, w, L->v_bias, SPLIT_ROWS, &W->vb, err)))
+            goto fail;
     }
     return 0;
 fail:
@@ -240,7 +288,8 @@ void llada_ctx_free(model_ctx *ctx) {
             if (top[i]->data) backend_weight_free(be, top[i]);
         for (int l = 0; w->layers && l < ctx->m->cfg.n_layers; l++) {
             llada_layer_w *W = &w->layers[l];
-            bweight *all[] = {&W->attn_norm, &W->q, &W->k, &W->v, &W->attn_out, &W->ff_norm, &W->gate, &W->up, &W->down};
+            bweight *all[] = {&W->attn_norm, &W->q, &W->k,  &W->v,  &W->attn_out, &W->ff_norm,
+                              &W->gate,      &W->up, &W->down, &W->qb, &W->kb, &W->vb};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 if (all[i]->data) backend_weight_free(be, all[i]);
         }
@@ -395,9 +444,16 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_w *L = &w->layers[l];
         /* attention sublayer: x += attn_out(attention(rope(q, k), v)), q/k/v from RMSNorm(x) */
-        const blinear qkv = {.x = s->x, .n = n, .norm = &L->attn_norm, .eps = c->norm_eps, .epi = BLIN_STORE,
-                             .n_w = 3, .w = {&L->q, &L->k, &L->v}, .y = {s->q, s->k, s->v}, .tmp_h = s->h};
-        backend_linear(be, &qkv);
+        if (L->qb.data) {   /* with biases (Dream): the norm, then one product + bias each */
+            backend_rmsnorm(be, s->x, &L->attn_norm, n, c->d_model, c->norm_eps, s->h);
+            backend_matmul(be, s->h, &L->q, &L->qb, n, s->q);
+            backend_matmul(be, s->h, &L->k, &L->kb, n, s->k);
+            backend_matmul(be, s->h, &L->v, &L->vb, n, s->v);
+        } else {
+            const blinear qkv = {.x = s->x, .n = n, .norm = &L->attn_norm, .eps = c->norm_eps, .epi = BLIN_STORE,
+                                 .n_w = 3, .w = {&L->q, &L->k, &L->v}, .y = {s->q, s->k, s->v}, .tmp_h = s->h};
+            backend_linear(be, &qkv);
+        }
         backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
         backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
         if (cached) kv_store_layer(ctx, b, pos, s, l, KV * hd);

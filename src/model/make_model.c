@@ -37,6 +37,14 @@ int make_model_preset(const char *name, make_model_opts *o) {
     } else if (strcmp(name, "8b") == 0) { /* LLaDA-8B-Instruct shape */
         o->d_model = 4096, o->n_layers = 32, o->n_heads = 32, o->n_kv_heads = 32, o->ffn_hidden = 12288;
         o->vocab_size = 126464, o->max_seq = 4096;
+    } else if (strcmp(name, "dream-tiny") == 0) { /* Dream layout, GQA 2:1, for tests */
+        o->dream = 1, o->rope_theta = 1000000.0;
+        o->d_model = 64, o->n_layers = 2, o->n_heads = 4, o->n_kv_heads = 2, o->ffn_hidden = 176;
+        o->vocab_size = 512, o->max_seq = 1024;
+    } else if (strcmp(name, "dream-7b") == 0) { /* Dream-v0-Instruct-7B shape (GQA 7:1) */
+        o->dream = 1, o->rope_theta = 1000000.0;
+        o->d_model = 3584, o->n_layers = 28, o->n_heads = 28, o->n_kv_heads = 4, o->ffn_hidden = 18944;
+        o->vocab_size = 152064, o->max_seq = 131072;
     } else {
         return -1;
     }
@@ -111,6 +119,56 @@ static int write_config(const char *dir, const make_model_opts *o, int vocab, in
     return 0;
 }
 
+/* Dream-v0-Instruct-7B's config.json keys, sizes replaced; its generation_config.json as released. */
+static int write_config_dream(const char *dir, const make_model_opts *o, int n_rows, const tokenizer_special *sp,
+                              um_err *err) {
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", "DreamModel"));
+    json_object_set_new(c, "attention_dropout", json_real(0.0));
+    json_object_set_new(c, "auto_map", json_pack("{s:s,s:s}", "AutoConfig", "configuration_dream.DreamConfig",
+                                                 "AutoModel", "modeling_dream.DreamModel"));
+    json_object_set_new(c, "bos_token_id", json_integer(sp->eos));   /* Dream: bos = eos = <|endoftext|> */
+    json_object_set_new(c, "eos_token_id", json_integer(sp->eos));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "hidden_size", json_integer(o->d_model));
+    json_object_set_new(c, "initializer_range", json_real(0.02));
+    json_object_set_new(c, "intermediate_size", json_integer(o->ffn_hidden));
+    json_object_set_new(c, "mask_token_id", json_integer(sp->mask));
+    json_object_set_new(c, "max_position_embeddings", json_integer(o->max_seq));
+    json_object_set_new(c, "max_window_layers", json_integer(o->n_layers));
+    json_object_set_new(c, "model_type", json_string("Dream"));
+    json_object_set_new(c, "num_attention_heads", json_integer(o->n_heads));
+    json_object_set_new(c, "num_hidden_layers", json_integer(o->n_layers));
+    json_object_set_new(c, "num_key_value_heads", json_integer(o->n_kv_heads));
+    json_object_set_new(c, "pad_token_id", json_integer(sp->pad));
+    json_object_set_new(c, "rms_norm_eps", json_real(1e-06));
+    json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "rope_theta", json_real(o->rope_theta));
+    json_object_set_new(c, "sliding_window", json_null());
+    json_object_set_new(c, "tie_word_embeddings", o->weight_tying ? json_true() : json_false());
+    json_object_set_new(c, "torch_dtype", json_string("bfloat16"));
+    json_object_set_new(c, "transformers_version", json_string("4.46.2"));
+    json_object_set_new(c, "use_cache", json_true());
+    json_object_set_new(c, "use_mrope", json_false());
+    json_object_set_new(c, "use_sliding_window", json_false());
+    json_object_set_new(c, "vocab_size", json_integer(n_rows));
+    char path[4096];
+    path_join(path, sizeof path, dir, "config.json");
+    int rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(c);
+    if (rc != 0) return um_err_set(err, UM_ERR_IO, "%s: cannot write", path);
+    json_t *g = json_pack("{s:b,s:s,s:n,s:i,s:i,s:f,s:n,s:b,s:i,s:i,s:f,s:n,s:n,s:s}", "_from_model_config", 1,
+                          "alg", "origin", "alg_temp", "bos_token_id", sp->eos, "eos_token_id", sp->eos, "eps", 0.001,
+                          "mask_token_id", "output_history", 0, "pad_token_id", sp->pad, "steps", 512,
+                          "temperature", 0.0, "top_k", "top_p", "transformers_version", "4.46.2");
+    if (!g) return um_err_set(err, UM_ERR_INTERNAL, "generation_config.json: JSON construction failed");
+    path_join(path, sizeof path, dir, "generation_config.json");
+    rc = json_dump_file(g, path, JSON_INDENT(2));
+    json_decref(g);
+    if (rc != 0) return um_err_set(err, UM_ERR_IO, "%s: cannot write", path);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tensors */
 
 enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
@@ -123,7 +181,7 @@ typedef struct gen_tensor {
 } gen_tensor;
 
 static int list_tensors(const make_model_opts *o, int n_rows, gen_tensor **out) {
-    int n_max = 3 + 9 * o->n_layers, n = 0;
+    int n_max = 3 + 12 * o->n_layers, n = 0;
     gen_tensor *t = xcalloc((size_t)n_max, sizeof *t);
     int64_t d = o->d_model, hd = d / o->n_heads, kvd = hd * o->n_kv_heads, F = o->ffn_hidden;
 #define ADD(nm, r, c_, kind, s)                                              \
@@ -132,8 +190,35 @@ static int list_tensors(const make_model_opts *o, int n_rows, gen_tensor **out) 
         t[n].rows = r, t[n].cols = c_, t[n].init = kind, t[n].std = (float)(s); \
         n++;                                                                 \
     } while (0)
-    ADD("model.transformer.wte.weight", n_rows, d, INIT_NORMAL, 1.0);
     char nm[128];
+    if (o->dream) {   /* Qwen2 names (Dream-v0-Instruct-7B's index), q/k/v with biases */
+        ADD("model.embed_tokens.weight", n_rows, d, INIT_NORMAL, 1.0);
+        for (int l = 0; l < o->n_layers; l++) {
+#define QW(suffix, r, c_, kind, s)                                     \
+    do {                                                               \
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix);      \
+        ADD(nm, r, c_, kind, s);                                       \
+    } while (0)
+            QW("input_layernorm.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+            QW("self_attn.q_proj.weight", d, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+            QW("self_attn.q_proj.bias", d, 0, INIT_NORMAL, 0.5);
+            QW("self_attn.k_proj.weight", kvd, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+            QW("self_attn.k_proj.bias", kvd, 0, INIT_NORMAL, 0.5);
+            QW("self_attn.v_proj.weight", kvd, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+            QW("self_attn.v_proj.bias", kvd, 0, INIT_NORMAL, 0.5);
+            QW("self_attn.o_proj.weight", d, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+            QW("post_attention_layernorm.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+            QW("mlp.gate_proj.weight", F, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+            QW("mlp.up_proj.weight", F, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+            QW("mlp.down_proj.weight", d, F, INIT_NORMAL, 1.0 / sqrt((double)F));
+#undef QW
+        }
+        ADD("model.norm.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+        if (!o->weight_tying) ADD("lm_head.weight", n_rows, d, INIT_NORMAL, 1.0 / sqrt((double)d));
+        *out = t;
+        return n;
+    }
+    ADD("model.transformer.wte.weight", n_rows, d, INIT_NORMAL, 1.0);
     for (int l = 0; l < o->n_layers; l++) {
 #define LAYER(suffix, r, c_, kind, s)                                                \
     do {                                                                           \
@@ -246,6 +331,11 @@ static int tokenizer_copy(const char *src, const char *dir, tokenizer_special *s
 
 static int write_tokenizer(const char *dir, const make_model_opts *o, tokenizer_special *sp, um_err *err) {
     if (o->tokenizer_dir) return tokenizer_copy(o->tokenizer_dir, dir, sp, err);
+    if (o->dream) {
+        if (o->tokenizer_corpus)
+            return um_err_param(err, "tokenizer-corpus", "a Dream-layout model takes the built-in Qwen2 tokenizer only");
+        return tokenizer_write_builtin_qwen2(dir, sp, err);
+    }
     if (!o->tokenizer_corpus) return tokenizer_write_builtin(dir, sp, err);
     char *text;
     size_t len;
@@ -288,7 +378,9 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
         sp.pad = sp.eos;
     }
     int n_rows = (vocab + 63) / 64 * 64; /* like LLaDA: embedding rows padded past the vocabulary */
-    if (write_config(dir, o, n_rows, n_rows, &sp, err) != 0) return -1;
+    if (o->dream && o->vocab_size > n_rows) n_rows = o->vocab_size;   /* Qwen2: vocab_size rows (152064 for 7B) */
+    if ((o->dream ? write_config_dream(dir, o, n_rows, &sp, err) : write_config(dir, o, n_rows, n_rows, &sp, err)) != 0)
+        return -1;
 
     gen_tensor *gt;
     int n = list_tensors(o, n_rows, &gt);

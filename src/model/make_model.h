@@ -1,5 +1,5 @@
 /*
- * make_model.h — write a seeded random checkpoint in exactly the LLaDA-8B-Instruct layout
+ * make_model.h — write a seeded random checkpoint in exactly the LLaDA-8B-Instruct (or Dream-7B) layout
  * (config.json with the real keys, real tensor names, bf16/f32/f16, optional shards + index) plus
  * the built-in tokenizer files. Used by `unmask make-model`, tests and benchmarks. Main thread;
  * generation is parallelised with OpenMP and streamed to disk (an 8B-shaped model never sits in RAM).
@@ -16,6 +16,8 @@
 #include "util/err.h"
 
 typedef struct make_model_opts {
+    int        dream;           /* 1: the Dream-v0-Instruct-7B layout (Qwen2 config keys and tensor names,
+                                   q/k/v biases, the Qwen2 slow tokenizer with Dream's added tokens) */
     int        d_model, n_layers, n_heads, n_kv_heads, ffn_hidden;
     int        vocab_size;      /* used only when no built-in tokenizer is available */
     int        max_seq;
@@ -33,7 +35,8 @@ typedef struct make_model_opts {
     const char *weights;          /* F32 safetensors with every tensor's values (NULL: random) */
 } make_model_opts;
 
-/* Fill opts from a preset name ("tiny", "small" ~100M, "8b" LLaDA-8B shape). -1 if unknown. */
+/* Fill opts from a preset name ("tiny", "small" ~100M, "8b" LLaDA-8B shape; "dream-tiny", "dream-7b"
+ * Dream-v0-Instruct-7B shape: the Dream layout). -1 if unknown. */
 int make_model_preset(const char *name, make_model_opts *opts);
 int make_model_write(const char *dir, const make_model_opts *opts, um_err *err);
 

@@ -84,6 +84,7 @@ int model_load(const char *dir, model *m, um_err *err) {
     if (tokenizer_load_dir(dir, &m->tok, err) != 0) goto fail;
     if (m->tok && chat_template_load_dir(dir, m->tok, &m->chat, err) != 0) goto fail;
     if (m->tok && m->cfg.eot_id < 0) m->cfg.eot_id = tokenizer_token_id(m->tok, "<|eot_id|>");
+    if (m->tok && m->cfg.eot_id < 0) m->cfg.eot_id = tokenizer_token_id(m->tok, "<|im_end|>");   /* Qwen2 / Dream */
     return 0;
 fail:
     model_free(m);
@@ -122,7 +123,7 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
                               m->dir, W, c->n_heads, c->n_kv_heads, c->ffn_hidden, W);
         ctx->shard = *shard;
     }
-    CHECK(m->cfg.arch == MODEL_ARCH_LLADA);
+    CHECK(m->cfg.arch == MODEL_ARCH_LLADA || m->cfg.arch == MODEL_ARCH_DREAM);
     if (llada_ctx_init(ctx, err) != 0) return -1;
     model_kv_init(ctx);
     return 0;

@@ -20,12 +20,17 @@
 struct tokenizer;     /* text/tokenizer.h */
 struct chat_template; /* text/chat_template.h */
 
-/* Host views of the LLaDA tensors (pointers into the checkpoint mapping). */
+/* Host views of the dense-transformer tensors (pointers into the checkpoint mapping). LLaDA and
+ * Dream share this layout and forward (model/llada.c); they differ in tensor names, Dream's q/k/v
+ * biases and its shifted logits (handled by the decode layer). Comments give the LLaDA names. */
 typedef struct llada_layer_tensors {
     const st_tensor *attn_norm;   /* [d] */
     const st_tensor *q_proj;      /* [n_heads*hd, d] */
     const st_tensor *k_proj;      /* [n_kv*hd, d] */
     const st_tensor *v_proj;      /* [n_kv*hd, d] */
+    const st_tensor *q_bias;      /* [n_heads*hd] Dream; NULL for LLaDA (no biases) */
+    const st_tensor *k_bias;      /* [n_kv*hd] Dream, else NULL */
+    const st_tensor *v_bias;      /* [n_kv*hd] Dream, else NULL */
     const st_tensor *attn_out;    /* [d, n_heads*hd] */
     const st_tensor *ff_norm;     /* [d] */
     const st_tensor *ff_proj;     /* [ffn, d]  gate (SiLU) */
@@ -44,7 +49,7 @@ typedef struct model {
     char                 *dir;       /* owned */
     model_config          cfg;
     checkpoint            ck;
-    llada_tensors         llada;     /* cfg.arch == MODEL_ARCH_LLADA */
+    llada_tensors         llada;     /* cfg.arch == MODEL_ARCH_LLADA or MODEL_ARCH_DREAM */
     struct tokenizer     *tok;       /* NULL when the checkpoint ships no tokenizer files */
     struct chat_template *chat;      /* NULL when tokenizer_config.json has no chat_template */
 } model;

@@ -111,6 +111,7 @@ uint64_t model_weight_bytes(const model *m, int world) {
     /* llada_ctx_init uploads wte and lm_head separately even when they are tied */
     uint64_t n = 2u * (uint64_t)c->n_embd_rows * d + d;
     uint64_t per_layer = 2u * d + (qd + 2u * kvd) * d / W + d * qd / W + 3u * F * d / W;
+    if (c->arch == MODEL_ARCH_DREAM) per_layer += (qd + 2u * kvd) / W;   /* q/k/v biases */
     n += (uint64_t)c->n_layers * per_layer;
     return 2u * n;
 }

@@ -5,6 +5,8 @@
  * LLaDA-8B-Instruct chat template and special_tokens_map.json. The built-in one is trained on a small
  * embedded English + code corpus (deterministic); tokenizer_write_trained() trains on a caller's
  * corpus (`make-model --tokenizer-corpus`, the trained bundled model) and adds infilling markers.
+ * tokenizer_write_builtin_qwen2() writes the same corpus trained with the Qwen2 regex in the slow
+ * Qwen2 / Dream layout (vocab.json + merges.txt + added_tokens.json) for Dream-layout checkpoints.
  *
  * Not here: loading (tokenizer.c), weights/config.json (make_model.c). Threads: any (main at
  * make-model time).
@@ -223,4 +225,154 @@ int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int
     if (bpe_train(corpus, len, BAILING_REGEX, max_merges, min_count, &tr, err) != 0)
         return um_err_prefix(err, "tokenizer training");
     return write_tokenizer_files(dir, &tr, FIM_SPECIALS, N_FIM_SPECIALS, sp, err);
+}
+
+/* ---------------------------------------------------------------- Qwen2 / Dream layout */
+
+/* The Qwen2 pre-tokenizer regex (the slow Qwen2 / Dream tokenizer's). */
+static const char QWEN2_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+
+/* Verbatim from Dream-v0-Instruct-7B's tokenizer_config.json (Qwen2.5 ChatML with a default system
+ * prompt and tool calls). */
+static const char DREAM_CHAT_TEMPLATE[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n";
+
+/* Dream's added tokens in Dream's order (ids follow the BPE vocabulary), and whether each is special. */
+static const struct {
+    const char *content;
+    int         special;
+} DREAM_ADDED[] = {
+    {"<|endoftext|>", 1},     {"<|im_start|>", 1},   {"<|im_end|>", 1},      {"<|object_ref_start|>", 1},
+    {"<|object_ref_end|>", 1}, {"<|box_start|>", 1}, {"<|box_end|>", 1},     {"<|quad_start|>", 1},
+    {"<|quad_end|>", 1},      {"<|vision_start|>", 1}, {"<|vision_end|>", 1}, {"<|vision_pad|>", 1},
+    {"<|image_pad|>", 1},     {"<|video_pad|>", 1},  {"<tool_call>", 0},     {"</tool_call>", 0},
+    {"<|fim_prefix|>", 0},    {"<|fim_middle|>", 0}, {"<|fim_suffix|>", 0},  {"<|fim_pad|>", 0},
+    {"<|repo_name|>", 0},     {"<|file_sep|>", 0},   {"<|beginoftext|>", 1}, {"<|mask|>", 1},
+};
+#define N_DREAM_ADDED ((int)(sizeof DREAM_ADDED / sizeof DREAM_ADDED[0]))
+
+int tokenizer_write_builtin_qwen2(const char *dir, tokenizer_special *sp, um_err *err) {
+    bpe_trained tr;
+    if (bpe_train(CORPUS, sizeof CORPUS - 1, QWEN2_REGEX, BUILTIN_MERGES, 1, &tr, err) != 0)
+        return um_err_prefix(err, "built-in Qwen2 tokenizer");
+    const int base = tr.n_tokens;
+    json_t *vocab = json_object();
+    for (int i = 0; i < tr.n_tokens; i++) json_object_set_new(vocab, tr.token[i], json_integer(i));
+    size_t cap = 64, n = 0;
+    for (int i = 0; i < tr.n_merges; i++)
+        cap += strlen(tr.token[tr.merge[i][0]]) + strlen(tr.token[tr.merge[i][1]]) + 2;
+    char *merges = xmalloc(cap);
+    n += (size_t)snprintf(merges, cap, "#version: 0.2\n");
+    for (int i = 0; i < tr.n_merges; i++)
+        n += (size_t)snprintf(merges + n, cap - n, "%s %s\n", tr.token[tr.merge[i][0]], tr.token[tr.merge[i][1]]);
+    bpe_trained_free(&tr);
+    if (dump(vocab, dir, "vocab.json", err) != 0) {
+        free(merges);
+        return -1;
+    }
+    char path[4096];
+    path_join(path, sizeof path, dir, "merges.txt");
+    int rc = file_write_all(path, merges, n, err);
+    free(merges);
+    if (rc != 0) return -1;
+    json_t *added = json_object(), *dec = json_object();
+    for (int i = 0; i < N_DREAM_ADDED; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", base + i);
+        json_object_set_new(added, DREAM_ADDED[i].content, json_integer(base + i));
+        json_t *o = token_obj(DREAM_ADDED[i].content);
+        json_object_set_new(o, "special", json_boolean(DREAM_ADDED[i].special));
+        json_object_set_new(dec, key, o);
+    }
+    if (dump(added, dir, "added_tokens.json", err) != 0) {
+        json_decref(dec);
+        return -1;
+    }
+    /* tokenizer_config.json: the key set of Dream-v0-Instruct-7B's */
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "add_bos_token", json_false());
+    json_object_set_new(cfg, "add_prefix_space", json_false());
+    json_object_set_new(cfg, "added_tokens_decoder", dec);
+    json_object_set_new(cfg, "additional_special_tokens", json_pack("[s,s]", "<|beginoftext|>", "<|mask|>"));
+    json_object_set_new(cfg, "bos_token", json_string("<|beginoftext|>"));
+    json_object_set_new(cfg, "chat_template", json_string(DREAM_CHAT_TEMPLATE));
+    json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
+    json_object_set_new(cfg, "eos_token", json_string("<|endoftext|>"));
+    json_object_set_new(cfg, "errors", json_string("replace"));
+    json_object_set_new(cfg, "mask_token", json_string("<|mask|>"));
+    json_object_set_new(cfg, "model_max_length", json_integer(131072));
+    json_object_set_new(cfg, "pad_token", json_string("<|endoftext|>"));
+    json_object_set_new(cfg, "split_special_tokens", json_false());
+    json_object_set_new(cfg, "tokenizer_class", json_string("DreamTokenizer"));
+    json_object_set_new(cfg, "unk_token", json_null());
+    if (dump(cfg, dir, "tokenizer_config.json", err) != 0) return -1;
+    json_t *stm = json_object();
+    json_object_set_new(stm, "additional_special_tokens", json_pack("[s,s]", "<|beginoftext|>", "<|mask|>"));
+    json_object_set_new(stm, "bos_token", token_obj("<|beginoftext|>"));
+    json_object_set_new(stm, "eos_token", token_obj("<|endoftext|>"));
+    json_object_set_new(stm, "mask_token", token_obj("<|mask|>"));
+    json_object_set_new(stm, "pad_token", token_obj("<|endoftext|>"));
+    if (dump(stm, dir, "special_tokens_map.json", err) != 0) return -1;
+    sp->vocab_size = base + N_DREAM_ADDED;
+    sp->eos = base + 0;
+    sp->pad = base + 0;
+    sp->eot = base + 2;               /* <|im_end|> */
+    sp->bos = base + 22;              /* <|beginoftext|> */
+    sp->mask = base + 23;             /* <|mask|> */
+    return 0;
 }

@@ -117,5 +117,11 @@ int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err)
  * -1 + err (param "merges") for a merge count outside 1..1000000 or a failed training. */
 int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int max_merges, int min_count,
                             tokenizer_special *sp, um_err *err);
+/* The built-in corpus trained with the Qwen2 split regex, written in the Qwen2 / Dream slow-tokenizer
+ * layout: vocab.json, merges.txt, added_tokens.json (Dream's 24 added tokens, ids after the BPE
+ * vocabulary), tokenizer_config.json with Dream-v0-Instruct-7B's chat template, and
+ * special_tokens_map.json. eos = pad = <|endoftext|>, eot = <|im_end|>, bos = <|beginoftext|>,
+ * mask = <|mask|>. */
+int tokenizer_write_builtin_qwen2(const char *dir, tokenizer_special *sp, um_err *err);
 
 #endif /* UM_TOKENIZER_H */

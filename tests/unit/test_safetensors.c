@@ -184,6 +184,21 @@ static void test_config(void) {
     } else {
         TEST_CHECK(0, "fixture missing: %s", err.msg);
     }
+    const char *dream = UNMASK_SOURCE_DIR "/tests/fixtures/dream-7b-instruct/config.json";
+    if (file_read_all(dream, 1 << 20, &text, &len, &err) == 0) {
+        model_config c;
+        TEST_CHECK(model_config_parse(text, len, "config.json", &c, &err) == 0, "real Dream config: %s", err.msg);
+        TEST_CHECK(c.arch == MODEL_ARCH_DREAM && c.d_model == 3584 && c.n_layers == 28 && c.n_heads == 28 &&
+                       c.n_kv_heads == 4 && c.head_dim == 128 && c.ffn_hidden == 18944 && c.n_embd_rows == 152064 &&
+                       c.mask_id == 151666 && c.eos_id == 151643 && c.rope_theta == 1000000.0f &&
+                       c.norm_eps == 1e-6f && c.max_seq == 131072 && !c.weight_tying && c.logits_shifted,
+                   "real Dream-7B config fields");
+        /* with the q/k/v biases: the index's total_size / 2 */
+        TEST_CHECK(model_config_n_params(&c) == 7615616512LL, "Dream param count %lld", model_config_n_params(&c));
+        free(text);
+    } else {
+        TEST_CHECK(0, "fixture missing: %s", err.msg);
+    }
     static const struct { const char *json, *needle; } bad[] = {
         {"{\"architectures\":[\"LLaDAModelLM\"],\"d_model\":64,\"n_layers\":2,\"n_heads\":0,"
          "\"mlp_hidden_size\":8,\"vocab_size\":10}", "'n_heads' is 0"},
@@ -198,7 +213,8 @@ static void test_config(void) {
         {"{\"architectures\":[\"LLaDAModelLM\"],\"d_model\":64,\"n_layers\":2,\"n_heads\":4,"
          "\"mlp_hidden_size\":8,\"vocab_size\":100,\"mask_token_id\":126336}", "outside"},
         {"{\"architectures\":[\"GPT2LMHeadModel\"]}", "unknown architecture 'GPT2LMHeadModel'"},
-        {"{\"architectures\":[\"DreamModel\"]}", "not implemented yet"},
+        {"{\"architectures\":[\"DreamModel\"]}", "missing required key 'hidden_size'"},
+        {"{\"architectures\":[\"LLaDA2MoeModelLM\"]}", "not implemented yet"},
         {"[1,2]", "not a JSON object"},
         {"{\"d_model\": ", "invalid JSON"},
     };
