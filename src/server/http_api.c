@@ -435,6 +435,7 @@ http_api *http_api_create(server *s, um_err *err) {
     http_set_middleware(s, &mw);
     server_set_drain(s, a->shutdown_grace, drain_begin, drain_idle, a);
     server_set_on_ready(s, jobs_on_ready, a);
+    if (job_store_durable(a->jobs)) server_set_event_batch(s, jobs_batch_begin, jobs_batch_end, a);
     server_set_ws_auth(s, ws_authorize, a);
     if (auth_keys_required(&a->keys)) log_info("HTTP APIs: %d API key%s required", a->keys.n, a->keys.n == 1 ? "" : "s");
     return a;

@@ -109,6 +109,8 @@ void jobs_shutdown(http_api *a);   /* after the server stopped: unfinished jobs 
                                       store is durable (they wait there for the next start) */
 void jobs_recover(http_api *a);    /* at start, durable store: queue what a previous run left, resend webhooks */
 void jobs_on_ready(server *s, void *user);   /* the model is ready: start queued jobs */
+void jobs_batch_begin(void *user);           /* around a batch of engine events: one store commit */
+void jobs_batch_end(void *user);
 void http_jobs_register(http_api *a);
 
 /* ---------------------------------------------------------------- common (http_api.c) */

@@ -616,6 +616,9 @@ void jobs_recover(http_api *a) {
     free(h);
 }
 
+void jobs_batch_begin(void *user) { job_store_batch_begin(((http_api *)user)->jobs); }
+void jobs_batch_end(void *user) { job_store_batch_end(((http_api *)user)->jobs); }
+
 void jobs_on_ready(server *s, void *user) {
     (void)s;
     jobs_pump(user);

@@ -95,6 +95,9 @@ struct server {
     void           *drain_user;
     void          (*on_ready)(server *s, void *user);   /* server_set_on_ready */
     void           *on_ready_user;
+    void          (*batch_begin)(void *user);            /* server_set_event_batch */
+    void          (*batch_end)(void *user);
+    void           *batch_user;
     lws_retry_bo_t  retry;         /* WebSocket ping / hang-up policy of the vhost */
 
     /* instance state of the layers above (created by server_create, read-only while serving) */
@@ -125,6 +128,12 @@ void server_set_drain(server *s, double grace_s, void (*begin)(server *s, void *
     s->drain_begin = begin;
     s->drain_idle = idle;
     s->drain_user = user;
+}
+
+void server_set_event_batch(server *s, void (*begin)(void *user), void (*end)(void *user), void *user) {
+    s->batch_begin = begin;
+    s->batch_end = end;
+    s->batch_user = user;
 }
 
 void server_set_on_ready(server *s, void (*ready)(server *s, void *user), void *user) {
@@ -300,12 +309,15 @@ void server_on_wake(server *s) {
     pthread_cond_broadcast(&s->hub_cv);
     pthread_mutex_unlock(&s->hub_lock);
     /* } hub lock --- */
+    const int batch = ev && s->batch_begin;
+    if (batch) s->batch_begin(s->batch_user);
     while (ev) {
         sched_event *next = ev->next;
         ev->next = NULL;
         hub_deliver(ev);
         ev = next;
     }
+    if (batch) s->batch_end(s->batch_user);
     prep_pool_drain(s->prep); /* prepared requests: submitted (accepted) or refused now */
 }
 

@@ -77,6 +77,10 @@ int  server_draining(const server *s);
 /* ready(s, user) runs once on the service thread when the model is loaded and the server serves
  * (the HTTP APIs start the async jobs a previous run left queued). Main thread, before server_run. */
 void server_set_on_ready(server *s, void (*ready)(server *s, void *user), void *user);
+/* begin(user) / end(user) bracket each batch of engine events the service thread delivers (one
+ * wake-up: typically one decode step of every running sequence), so a layer can group its work
+ * per batch (the durable job store commits a step's events together). Main thread, before server_run. */
+void server_set_event_batch(server *s, void (*begin)(void *user), void (*end)(void *user), void *user);
 
 /* Server-side event latency (engine produced the event -> its frame handed to lws_write), kept as
  * a histogram; transports call this when they write an event's bytes. Service thread. */
