@@ -208,7 +208,7 @@ function updateModelPill() {
   pill.classList.toggle('offline', st === 'offline');
   watchModelLoading(st === 'loading');
   if (st === 'offline') pill.title = 'disconnected from the server';
-  else if (ready) pill.title = `${state.model.architecture || 'model'} · vocab ${state.model.vocab_size} · context ${state.model.max_seq}`;
+  else if (ready) pill.title = `${state.model.family || 'model'} (${state.model.architecture || '?'}) · vocab ${state.model.vocab_size} · context ${state.model.max_seq}`;
   else pill.title = 'model loading…';
 }
 

@@ -99,7 +99,8 @@ static json_t *model_object(const http_api *a) {
                           (json_int_t)a->created, "owned_by", "unmask");
     if (m) {
         const decode_params d = api_defaults(a, m);
-        json_object_set_new(o, "meta", json_pack("{s:i, s:i, s:i, s:b, s:[ssss], s:o}", "context_length",
+        json_object_set_new(o, "meta", json_pack("{s:s, s:i, s:i, s:i, s:b, s:[ssss], s:o}", "family",
+                                                 model_arch_name(m->cfg.arch), "context_length",
                                                  server_max_seq(s) > 0 ? server_max_seq(s) : m->cfg.max_seq, "vocab_size",
                                                  m->cfg.n_embd_rows, "block_causal", m->cfg.block_causal,
                                                  "infilling", m->cfg.block_causal == 0, "cache_modes", "none", "prefix",

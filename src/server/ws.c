@@ -89,6 +89,7 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
     json_object_set_new(mi, "name", json_string(name && name[1] ? name + 1 : cfg->model));
     if (m) {
         json_object_set_new(mi, "architecture", json_string(m->cfg.arch_name));
+        json_object_set_new(mi, "family", json_string(model_arch_name(m->cfg.arch)));
         json_object_set_new(mi, "vocab_size", json_integer(m->cfg.vocab_size));
         json_object_set_new(mi, "max_seq", json_integer(server_max_seq(srv) > 0 ? server_max_seq(srv) : m->cfg.max_seq));
         json_object_set_new(mi, "tokenizer", json_boolean(m->tok != NULL));

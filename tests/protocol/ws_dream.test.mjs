@@ -31,6 +31,9 @@ describe('ws Dream', () => {
   test('defaults from generation_config.json; a chat request with decoder entropy end to end', async () => {
     const c = new Client(srv.wsUrl);
     const s = await c.session();
+    assert.equal(s.model.family, 'dream', 'session.created names the family');
+    const models = JSON.parse((await srv.get('/v1/models')).body);
+    assert.equal(models.data[0].meta.family, 'dream', '/v1/models names the family');
     assert.equal(s.defaults.decoder, 'origin', 'Dream generation_config alg');
     assert.equal(s.defaults.eps, 0.001);
     assert.equal(s.defaults.alg_temp, 0);
