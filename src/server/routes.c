@@ -1,5 +1,5 @@
 /*
- * routes.c — the server's own HTTP routes (GET /health, GET /stats). Other route modules
+ * routes.c — the server's own HTTP routes (GET /health, GET /health/live, GET /stats). Other route modules
  * (server/http_api.c: OpenAI, SGLang, llama.cpp, jobs, metrics) add theirs to the same server.
  *
  * Not here: OpenAI / SGLang / infill / jobs routes (their own files). Threads: handlers on the lws
@@ -10,7 +10,16 @@
 #include "server/http.h"
 #include "server/server_internal.h"
 
-/* GET /health: 200 {"status":"ok"} once the model is loaded, 503 {"status":"loading"} before. */
+/* GET /health/live: 200 {"status":"live"} whenever the process serves HTTP (loading, draining too):
+ * for liveness probes, which restart a process that stopped answering. */
+static int h_live(http_conn *c, const http_req *rq) {
+    (void)rq;
+    static const char *const no_store[] = {"Cache-Control: no-store", NULL};
+    return http_respond_json(c, 200, json_pack("{s:s}", "status", "live"), no_store);
+}
+
+/* GET /health (readiness, for load balancers): 200 {"status":"ok"} once the model is loaded, 503
+ * {"status":"loading"} before (and {"status":"draining"} during a graceful shutdown: http_api.c). */
 static int h_health(http_conn *c, const http_req *rq) {
     static const char *const no_store[] = {"Cache-Control: no-store", NULL};
     if (server_ready(rq->srv)) return http_respond_json(c, 200, json_pack("{s:s}", "status", "ok"), no_store);
@@ -88,6 +97,7 @@ static int h_stats(http_conn *c, const http_req *rq) {
 }
 
 static const http_route k_core_routes[] = {
+    {"GET", "/health/live", 0, h_live},
     {"GET", "/health", 0, h_health},
     {"GET", "/stats", 0, h_stats, HTTP_ROUTE_API}, /* API keys apply when configured */
     {NULL, NULL, 0, NULL},

@@ -39,6 +39,10 @@ test('SIGTERM drains: running work completes, new work gets 503, exit code 0', a
     const health = await fetch(`${srv.url}/health`);
     assert.equal(health.status, 503);
     assert.equal((await health.json()).status, 'draining');
+    // liveness is not readiness: the process still answers (a probe must not restart it now)
+    const live = await fetch(`${srv.url}/health/live`);
+    assert.equal(live.status, 200);
+    assert.equal((await live.json()).status, 'live');
     assert.equal((await fetch(`${srv.url}/v1/models`)).status, 200);
     assert.equal(srv.exited(), null, 'still running while work remains');
     // every accepted stream completes normally

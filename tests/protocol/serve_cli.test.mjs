@@ -200,6 +200,7 @@ test('/health answers 503 {"status":"loading"} until the model is loaded', async
     assert.match(loading, /^HTTP\/1\.1 503/);
     assert.match(loading, /"status":"loading"/);
     assert.match(await get('/'), /^HTTP\/1\.1 200/, 'the UI is served while loading');
+    assert.match(await get('/health/live'), /^HTTP\/1\.1 200[^]*"status":"live"/, 'live (not ready) while loading');
     fs.writeFileSync(path.join(dir, 'config.json'), fs.readFileSync(path.join(src, 'config.json'))); // unblocks the loader
     let ok = '';
     for (let i = 0; i < 600 && !/^HTTP\/1\.1 200/.test(ok); i++) {
