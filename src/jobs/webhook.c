@@ -111,58 +111,8 @@ static int wait_fd(int fd, short events, double deadline) {
 /* ---------------------------------------------------------------- target policy */
 
 /* One allowed network (CIDR). */
-struct webhook_net {
-    int           family;      /* AF_INET / AF_INET6 */
-    unsigned char addr[16];
-    int           bits;
-};
-
-/* 1 when the first bits of a and b agree. */
-static int prefix_eq(const unsigned char *a, const unsigned char *b, int bits) {
-    int bytes = bits / 8, rem = bits % 8;
-    if (memcmp(a, b, (size_t)bytes) != 0) return 0;
-    if (!rem) return 1;
-    unsigned char mask = (unsigned char)(0xff << (8 - rem));
-    return (a[bytes] & mask) == (b[bytes] & mask);
-}
-
 int webhook_allow_parse(const char *list, webhook_net **out, int *n, um_err *err) {
-    *out = NULL;
-    *n = 0;
-    if (!list || !list[0]) return 0;
-    char *copy = xstrdup(list), *save = NULL;
-    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        webhook_net net = {0};
-        char *slash = strchr(tok, '/');
-        if (slash) *slash = 0;
-        if (inet_pton(AF_INET, tok, net.addr) == 1) net.family = AF_INET, net.bits = 32;
-        else if (inet_pton(AF_INET6, tok, net.addr) == 1) net.family = AF_INET6, net.bits = 128;
-        else {
-            um_err_param(err, "webhook_allow", "--webhook-allow: '%s' is not an IPv4/IPv6 address or CIDR block", tok);
-            free(copy);
-            free(*out);
-            *out = NULL;
-            *n = 0;
-            return -1;
-        }
-        if (slash) {
-            char *end;
-            long b = strtol(slash + 1, &end, 10);
-            if (*end || b < 0 || b > net.bits) {
-                um_err_param(err, "webhook_allow", "--webhook-allow: bad prefix length in '%s/%s'", tok, slash + 1);
-                free(copy);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return -1;
-            }
-            net.bits = (int)b;
-        }
-        *out = xrealloc(*out, (size_t)(*n + 1) * sizeof **out);
-        (*out)[(*n)++] = net;
-    }
-    free(copy);
-    return 0;
+    return net_cidr_list_parse(list, "webhook-allow", out, n, err);
 }
 
 /* 1 for IPv4 addresses that are not on the public internet: this host, private, shared (CGNAT),
@@ -177,7 +127,7 @@ static int v4_internal(const unsigned char *a) {
              {{192, 88, 99, 0}, 24}, {{192, 168, 0, 0}, 16},  {{198, 18, 0, 0}, 15},  {{198, 51, 100, 0}, 24},
              {{203, 0, 113, 0}, 24}, {{224, 0, 0, 0}, 4},     {{240, 0, 0, 0}, 4}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (prefix_eq(a, k[i].net, k[i].bits)) return 1;
+        if (net_prefix_eq(a, k[i].net, k[i].bits)) return 1;
     return 0;
 }
 
@@ -189,7 +139,7 @@ static int v6_internal(const unsigned char *a) {
     if (memcmp(a, zero, 15) == 0 && (a[15] == 0 || a[15] == 1)) return 1; /* :: and ::1 */
     if (memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0) return v4_internal(a + 12);
     if (memcmp(a, zero, 12) == 0) return 1;                            /* IPv4-compatible (deprecated) */
-    if (prefix_eq(a, six2four, 16)) return v4_internal(a + 2);
+    if (net_prefix_eq(a, six2four, 16)) return v4_internal(a + 2);
     if ((a[0] & 0xfe) == 0xfc) return 1;                               /* fc00::/7 unique local */
     if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return 1;               /* fe80::/10 link-local */
     if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return 1;               /* fec0::/10 site-local */
@@ -213,8 +163,7 @@ static int target_allowed(const struct sockaddr *sa, const webhook_net *allow, i
     } else {
         return 0;
     }
-    for (int i = 0; i < n_allow; i++)
-        if (allow[i].family == family && prefix_eq(a, allow[i].addr, allow[i].bits)) return 1;
+    if (net_cidr_list_contains(allow, n_allow, family, a)) return 1;
     return !internal;
 }
 

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "util/err.h"
+#include "util/netaddr.h"
 
 /* HMAC-SHA256(secret, body) as 64 lowercase hex chars + NUL. */
 void webhook_sign(const char *secret, const void *body, size_t len, char out_hex[65]);
@@ -41,7 +42,7 @@ int webhook_url_parse(const char *url, webhook_url *u, um_err *err);
 
 /* Networks a webhook may reach besides public addresses: "127.0.0.1/32,10.0.0.0/8,fd00::/8"
  * (a bare address = one host). *out malloc'd (caller frees); -1 with err on a bad entry. */
-typedef struct webhook_net webhook_net;
+typedef net_cidr webhook_net;   /* util/netaddr.h */
 int webhook_allow_parse(const char *list, webhook_net **out, int *n, um_err *err);
 
 /* One blocking POST attempt (timeout_s for resolve + connect + send + response) to an address of

@@ -33,6 +33,7 @@
 #include "server/trace.h"
 #include "util/json_util.h"
 #include "util/log.h"
+#include "util/netaddr.h"
 #include "util/timeutil.h"
 
 /* ================================================================ shared helpers */
@@ -168,6 +169,32 @@ static const char *key_identity(const char *key, char *buf, size_t cap) {
     return buf;
 }
 
+/* "ip:ADDR" of the client: the peer, or — when the peer is a trusted reverse proxy
+ * (--trusted-proxies) that sent X-Forwarded-For — the right-most address of that header that is
+ * not itself a trusted proxy (entries further left could be forged by the client). */
+static void client_address(const http_api *a, const char *peer, const char *xff, char *buf, size_t cap) {
+    const char *addr = peer;
+    char pick[128];
+    if (xff && net_cidr_list_contains_text(a->proxies, a->n_proxies, peer)) {
+        const char *end = xff + strlen(xff);
+        while (end > xff) {
+            const char *start = end;
+            while (start > xff && start[-1] != ',') start--;
+            const char *p = start, *q = end;
+            while (p < q && (*p == ' ' || *p == '\t')) p++;
+            while (q > p && (q[-1] == ' ' || q[-1] == '\t')) q--;
+            if (q > p && (size_t)(q - p) < sizeof pick) {
+                memcpy(pick, p, (size_t)(q - p));
+                pick[q - p] = 0;
+                addr = pick;
+                if (!net_cidr_list_contains_text(a->proxies, a->n_proxies, pick)) break;
+            }
+            end = start > xff ? start - 1 : xff;
+        }
+    }
+    snprintf(buf, cap, "ip:%s", addr);
+}
+
 const char *api_caller_identity(const http_api *a, http_conn *c, char *buf, size_t cap) {
     char h[512], tok[400];
     if (auth_keys_required(&a->keys)) {
@@ -175,9 +202,10 @@ const char *api_caller_identity(const http_api *a, http_conn *c, char *buf, size
             return key_identity(tok, buf, cap);
         if (http_header(c, "x-api-key", tok, sizeof tok) > 0) return key_identity(tok, buf, cap);
     }
-    char peer[128];
+    char peer[128], xff[512];
     http_peer(c, peer, sizeof peer);
-    snprintf(buf, cap, "ip:%s", peer);
+    int has_xff = a->n_proxies && http_header(c, "x-forwarded-for", xff, sizeof xff) > 0;
+    client_address(a, peer, has_xff ? xff : NULL, buf, cap);
     return buf;
 }
 
@@ -389,40 +417,22 @@ http_api *http_api_create(server *s, um_err *err) {
     a->srv = s;
     if (cfg->api_keys && auth_keys_load(&a->keys, cfg->api_keys, err) != 0) {
         um_err_prefix(err, "--api-keys");
-        free(a);
-        return NULL;
+        goto fail;
     }
+    if (net_cidr_list_parse(cfg->trusted_proxies, "trusted-proxies", &a->proxies, &a->n_proxies, err) != 0) goto fail;
     a->shutdown_grace = cfg->shutdown_grace_s;
     if (cfg->cors_origin && cfg->cors_origin[0]) a->cors_origin = xstrdup(cfg->cors_origin);
     served_name_set(a, cfg);
     const char *secret = cfg->webhook_secret ? cfg->webhook_secret : getenv("UNMASK_WEBHOOK_SECRET");
     job_store_opts jo = {.max_jobs = cfg->max_jobs, .max_active = 1000, .max_events = 4096,
                          .max_attempts = cfg->job_attempts, .max_bytes = cfg->jobs_max_bytes};
-    if (job_store_open(cfg, &jo.db, err) != 0) {
-        auth_keys_free(&a->keys);
-        free(a->cors_origin);
-        free(a);
-        return NULL;
-    }
+    if (job_store_open(cfg, &jo.db, err) != 0) goto fail;
     a->jobs = job_store_new(&jo);
-    if (job_store_load(a->jobs, err) != 0) {
-        job_store_free(a->jobs);
-        auth_keys_free(&a->keys);
-        free(a->cors_origin);
-        free(a);
-        return NULL;
-    }
+    if (job_store_load(a->jobs, err) != 0) goto fail;
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,
                          .base_delay_s = cfg->webhook_retry_base_s, .timeout_s = cfg->webhook_timeout_s,
                          .allow = cfg->webhook_allow, .workers = cfg->webhook_workers};
-    a->wh = webhook_sender_new(&wc, err);
-    if (!a->wh) {
-        job_store_free(a->jobs);
-        auth_keys_free(&a->keys);
-        free(a->cors_origin);
-        free(a);
-        return NULL;
-    }
+    if (!(a->wh = webhook_sender_new(&wc, err))) goto fail;
     a->secret_set = secret && secret[0];
     jobs_recover(a);
     a->created = (long)time(NULL);
@@ -440,6 +450,13 @@ http_api *http_api_create(server *s, um_err *err) {
     server_set_ws_auth(s, ws_authorize, a);
     if (auth_keys_required(&a->keys)) log_info("HTTP APIs: %d API key%s required", a->keys.n, a->keys.n == 1 ? "" : "s");
     return a;
+fail: /* before any route or hook points at a */
+    job_store_free(a->jobs);
+    free(a->proxies);
+    auth_keys_free(&a->keys);
+    free(a->cors_origin);
+    free(a);
+    return NULL;
 }
 
 void http_api_free(http_api *a) {
@@ -449,6 +466,7 @@ void http_api_free(http_api *a) {
     webhook_sender_free(a->wh, 2.0); /* the last webhooks: delivered within 2 s or dropped */
     job_store_free(a->jobs);
     auth_keys_free(&a->keys);
+    free(a->proxies);
     free(a->cors_origin);
     free(a->job_q);
     free(a);
@@ -459,9 +477,10 @@ void http_api_free(http_api *a) {
  * set headers — a subprotocol entry `unmask-key.<key>` (or `openai-insecure-api-key.<key>`). */
 static int ws_authorize(void *user, struct lws *wsi, char *who, size_t cap) {
     http_api *a = user;
-    char peer[128];
+    char peer[128], xff[512];
     lws_get_peer_simple(wsi, peer, sizeof peer);
-    snprintf(who, cap, "ip:%s", peer);
+    int has_xff = a->n_proxies && lws_hdr_copy(wsi, xff, sizeof xff, WSI_TOKEN_X_FORWARDED_FOR) > 0;
+    client_address(a, peer, has_xff ? xff : NULL, who, cap);
     if (!auth_keys_required(&a->keys)) return 1;
     char h[1024], tok[400];
     int malformed = 0, have = 0;

@@ -41,6 +41,8 @@ typedef struct gauge_ref {
 struct http_api {
     server         *srv;
     auth_keys       keys;
+    net_cidr       *proxies;       /* [n_proxies] --trusted-proxies (owned) */
+    int             n_proxies;
     char           *cors_origin;        /* owned or NULL */
     char            served_name[256];   /* /v1/models id */
     double          shutdown_grace;

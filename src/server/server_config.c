@@ -152,6 +152,9 @@ static const setting k_settings[] = {
      NULL, NULL, 0, NULL},
     {"rate-burst", SET_NUM, F(rate_burst), "0", 0, INF, "rate-limit burst (bucket size)", "2 x rate, at least 1", NULL, 0,
      NULL},
+    {"trusted-proxies", SET_STR, F(trusted_proxies), "", 0, 0,
+     "reverse proxies (addresses / CIDR blocks) whose X-Forwarded-For names the client: per-address quotas and "
+     "rate limits then see the client, not the proxy", NULL, NULL, 0, NULL},
     {"cors-origin", SET_STR, F(cors_origin), "", 0, 0, "allowed browser Origin for the HTTP APIs ('*' = any); none = no CORS",
      NULL, NULL, 0, NULL},
     {"algorithm-config", SET_STR, F(algorithm_config), "", 0, 0,

@@ -55,6 +55,7 @@ typedef struct server_config {
     char  *algorithm_config;      /* decoder defaults file (YAML or JSON), or NULL */
     char  *cache;                 /* requests' default KV cache: auto | none | prefix | dual | vicinity */
     char  *webhook_secret;        /* HMAC key of job webhooks, or NULL ($UNMASK_WEBHOOK_SECRET) */
+    char  *trusted_proxies;       /* CIDR list of reverse proxies whose X-Forwarded-For is believed */
     char  *store;                 /* async jobs' store: sqlite (= DATA_DIR/jobs.db) | sqlite:PATH | memory */
     char  *data_dir;              /* where the default durable files live */
     int    webhook_attempts;      /* delivery attempts per webhook */
