@@ -3,8 +3,10 @@
  */
 #include "jobs/job_db.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -26,9 +28,27 @@ struct job_db {
     sqlite3      *db;
     sqlite3_stmt *st[ST_COUNT_];
     int           depth;         /* job_db_begin nesting */
-    long          write_errors;
+    long          write_errors;  /* writes that failed since open */
+    int           failing;       /* the last transaction failed (cleared by the next good one) */
+    long          tx_errors;     /* write_errors when the open transaction began */
+    char          last_error[200];
     char         *path;          /* owned, for messages */
+    char         *fault_file;    /* testing hook: while this file exists, every write fails (owned) */
 };
+
+/* A failed write: counted, remembered, logged once per failing period. */
+static void write_failed(job_db *d, const char *what) {
+    if (!d->failing) log_error("job store %s: %s failed: %s", d->path, what, d->last_error);
+    d->write_errors++;
+    d->failing = 1;
+}
+
+/* The testing hook UNMASK_FAULT_STORE_FAIL=FILE: writes fail while FILE exists. */
+static int fault_now(job_db *d) {
+    if (!d->fault_file || access(d->fault_file, F_OK) != 0) return 0;
+    snprintf(d->last_error, sizeof d->last_error, "injected by UNMASK_FAULT_STORE_FAIL");
+    return 1;
+}
 
 static int exec(job_db *d, const char *sql, um_err *err) {
     char *msg = NULL;
@@ -99,6 +119,11 @@ int job_db_open(const char *path, job_db **out, um_err *err) {
         job_db_close(d);
         return -1;
     }
+    const char *fault = getenv("UNMASK_FAULT_STORE_FAIL");
+    if (fault && fault[0]) {
+        d->fault_file = xstrdup(fault);
+        log_warn("job store: UNMASK_FAULT_STORE_FAIL is set: writes fail while %s exists (testing only)", fault);
+    }
     for (int i = 0; i < ST_COUNT_; i++)
         if (sqlite3_prepare_v3(d->db, k_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i], NULL) != SQLITE_OK) {
             um_err_set(err, UM_ERR_INTERNAL, "job store %s: %s", path, sqlite3_errmsg(d->db));
@@ -115,19 +140,25 @@ void job_db_close(job_db *d) {
     for (int i = 0; i < ST_COUNT_; i++) sqlite3_finalize(d->st[i]);
     if (d->db) sqlite3_close(d->db);
     free(d->path);
+    free(d->fault_file);
     free(d);
 }
 
 /* Runs prepared statement i with (text a, int64 b, text c) bound where given. */
 static void run(job_db *d, int i, const char *a, int64_t b, const char *c) {
     sqlite3_stmt *s = d->st[i];
+    if (fault_now(d)) {
+        write_failed(d, "write");
+        return;
+    }
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
     sqlite3_bind_text(s, 1, a, -1, SQLITE_STATIC);
     if (sqlite3_bind_parameter_count(s) >= 2) sqlite3_bind_int64(s, 2, b);
     if (c) sqlite3_bind_text(s, 3, c, -1, SQLITE_STATIC);
     if (sqlite3_step(s) != SQLITE_DONE) {
-        if (d->write_errors++ == 0) log_error("job store %s: write failed: %s", d->path, sqlite3_errmsg(d->db));
+        snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
+        write_failed(d, "write");
     }
     sqlite3_reset(s);
 }
@@ -142,15 +173,27 @@ void job_db_delete_job(job_db *d, const char *id) {
 }
 
 void job_db_begin(job_db *d) {
-    if (d->depth++ == 0 && exec(d, "BEGIN", NULL) != 0) d->write_errors++;
+    if (d->depth++ > 0) return;
+    d->tx_errors = d->write_errors;
+    if (exec(d, "BEGIN", NULL) != 0) {
+        snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
+        write_failed(d, "begin");
+    }
 }
 
 void job_db_end(job_db *d) {
-    if (d->depth > 0 && --d->depth == 0 && exec(d, "COMMIT", NULL) != 0) {
-        d->write_errors++;
-        log_error("job store %s: commit failed: %s", d->path, sqlite3_errmsg(d->db));
+    if (d->depth == 0 || --d->depth > 0) return;
+    if (fault_now(d) || exec(d, "COMMIT", NULL) != 0) {
+        if (!fault_now(d)) snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
+        write_failed(d, "commit");
+        sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
+    } else if (d->write_errors == d->tx_errors && d->failing) {
+        d->failing = 0;
+        log_info("job store %s: writes work again", d->path);
     }
 }
+
+const char *job_db_failing(job_db *d) { return d && d->failing ? d->last_error : NULL; }
 
 int job_db_load(job_db *d, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err) {
     sqlite3_stmt *q = NULL;

@@ -45,7 +45,9 @@ typedef void (*job_db_job_fn)(void *user, const char *id, int64_t seq, const cha
 typedef void (*job_db_event_fn)(void *user, const char *id, int64_t eid, const char *doc);
 int job_db_load(job_db *db, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err);
 
-/* Writes that failed since open (0 = healthy). */
+/* Writes that failed since open. */
 long job_db_write_errors(job_db *db);
+/* While the last transaction failed (until one succeeds again): its error, else NULL. */
+const char *job_db_failing(job_db *db);
 
 #endif /* UM_JOB_DB_H */

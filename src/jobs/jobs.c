@@ -329,12 +329,22 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     js->n++;
     js->n_active++;
     j->seq = js->next_seq++;
+    const long failed_before = js->db ? job_db_write_errors(js->db) : 0;
     db_begin(js);
     persist(js, j);
     json_t *ev = json_pack("{s:s, s:s}", "type", "status", "status", "queued");
     log_event(js, j, ev);
     json_decref(ev);
     db_end(js); /* durable before the 202 */
+    if (js->db && job_db_write_errors(js->db) != failed_before) { /* not durable: not accepted */
+        const char *why = job_db_failing(js->db);
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", why ? why : "write failed");
+        js->n_active--;
+        evict(js, j);
+        pthread_mutex_unlock(&js->lock);
+        return um_err_set(err, UM_ERR_IO, "the job store cannot write (%s); the job was not accepted, retry later", msg);
+    }
     snprintf(id_out, 40, "%s", j->id);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return 0;
@@ -773,6 +783,14 @@ int job_store_recover(job_store *js, const char *why, char (**queued_out)[40], c
 }
 
 int job_store_durable(job_store *js) { return js->db != NULL; }
+
+int job_store_failing(job_store *js, char *buf, size_t cap) {
+    pthread_mutex_lock(&js->lock);
+    const char *why = job_db_failing(js->db);
+    if (why) snprintf(buf, cap, "%s", why);
+    pthread_mutex_unlock(&js->lock);
+    return why != NULL;
+}
 
 long job_store_write_errors(job_store *js) {
     pthread_mutex_lock(&js->lock);

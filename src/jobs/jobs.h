@@ -56,7 +56,9 @@ int  job_store_load(job_store *js, um_err *err);
  * (*n_hooks) the finished jobs whose webhook was never delivered (send them again). Free both. */
 int  job_store_recover(job_store *js, const char *why, char (**queued_out)[40], char (**hooks_out)[40], int *n_hooks);
 int  job_store_durable(job_store *js);          /* 1 with a durable store */
-long job_store_write_errors(job_store *js);     /* durable writes that failed (0 = healthy) */
+long job_store_write_errors(job_store *js);     /* durable writes that failed since start */
+/* 1 while the durable store's writes fail (until one succeeds again), the error in buf. */
+int  job_store_failing(job_store *js, char *buf, size_t cap);
 /* One durable transaction around many changes (a decode step's events of every job); nests. */
 void job_store_batch_begin(job_store *js);
 void job_store_batch_end(job_store *js);
@@ -69,7 +71,8 @@ size_t job_store_bytes(job_store *js);
  * access; jobs are visible to their owner only). idem_key (may be NULL): an earlier job of the same
  * owner with that key is returned instead (*existed = 1) when its request is equal; a different
  * request under the same key -> -1, UM_ERR_INVALID_ARG param "Idempotency-Key". Store full of
- * active jobs -> -1, UM_ERR_RESOURCE. webhook may be NULL. id_out receives the job id. */
+ * active jobs -> -1, UM_ERR_RESOURCE. The durable store could not write it -> -1, UM_ERR_IO (the
+ * job does not exist: a 202 is only given to a job that is on disk). webhook may be NULL. id_out receives the job id. */
 int job_store_create(job_store *js, const char *owner, const char *idem_key, const json_t *request,
                      const char *webhook, char id_out[40], int *existed, um_err *err);
 

@@ -287,6 +287,14 @@ static int mw_before(http_conn *c, const http_req *rq, const http_route *route) 
             http_respond_json(c, 503, json_pack("{s:s}", "status", "draining"), h);
             return 1;
         }
+        char why[200];
+        if (route && strcmp(route->path, "/health") == 0 && server_ready(rq->srv) &&
+            job_store_failing(a->jobs, why, sizeof why)) { /* not ready for new jobs: send them elsewhere */
+            static const char *const h[] = {"Retry-After: 5", "Cache-Control: no-store", NULL};
+            http_respond_json(c, 503, json_pack("{s:s, s:s}", "status", "degraded", "problem", "job store"), h);
+            log_debug("/health: job store failing: %s", why);
+            return 1;
+        }
         return 0;
     }
     oai_error e;
@@ -349,6 +357,11 @@ static double gauge_jobs(void *user) {
 
 static double gauge_streams(void *user) { return ((const gauge_ref *)user)->api->n_streams; }
 static double gauge_ready(void *user) { return server_ready(((const gauge_ref *)user)->api->srv) ? 1 : 0; }
+static double gauge_store(void *user) {
+    const gauge_ref *g = user;
+    char why[8];
+    return g->which == 0 ? (double)job_store_write_errors(g->api->jobs) : job_store_failing(g->api->jobs, why, sizeof why);
+}
 
 static void gauges_register(http_api *a) {
     metrics *m = server_metrics(a->srv);
@@ -359,6 +372,10 @@ static void gauges_register(http_api *a) {
     metrics_gauge_register(m, "jobs_running", "Async jobs running.", gauge_jobs, &a->gauges[1]);
     metrics_gauge_register(m, "http_streams_open", "Open HTTP generation responses.", gauge_streams, &a->gauges[0]);
     metrics_gauge_register(m, "model_ready", "1 once the model is loaded.", gauge_ready, &a->gauges[0]);
+    metrics_gauge_register(m, "job_store_write_errors", "Durable job store writes that failed since start.", gauge_store,
+                           &a->gauges[0]);
+    metrics_gauge_register(m, "job_store_failing", "1 while the durable job store cannot write (new jobs get 503).",
+                           gauge_store, &a->gauges[1]);
 }
 
 /* /v1/models id: --served-model-name, else the model directory's last component. */

@@ -379,6 +379,9 @@ static void job_create_done(job_prep *p) {
         if (ue.code == UM_ERR_RESOURCE) {
             oai_error_set(&e, 503, "too_many_jobs", NULL, "%s", ue.msg);
             e.retry_after_ms = 5000;
+        } else if (ue.code == UM_ERR_IO) {
+            oai_error_set(&e, 503, "store_unavailable", NULL, "%s", ue.msg);
+            e.retry_after_ms = 5000;
         } else {
             oai_error_set(&e, 422, "idempotency_key_reused", "Idempotency-Key", "%s", ue.msg);
         }

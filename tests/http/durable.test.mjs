@@ -2,7 +2,8 @@
 // submitted, the server killed mid-run, restarted on the same file: every job reaches succeeded
 // exactly once as its webhook receiver sees it after deduplication by X-Unmask-Delivery, results
 // and event logs are intact, interrupted jobs were retried (a "retry" event, the attempt count kept),
-// Idempotency-Key replays the same job after the restart. Bad stores are clear startup errors:
+// Idempotency-Key replays the same job after the restart. A store that cannot write refuses new
+// jobs (503, /health degraded) until it can again. Bad stores are clear startup errors:
 // a file another server holds, a file that is not a job store, an unknown --store.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -124,4 +125,36 @@ test('bad stores are clear startup errors, nothing is reset', async () => {
   const unknown = run(['--store', 'postgres://x']);
   assert.equal(unknown.status, 2);
   assert.match(unknown.stderr, /--store must be sqlite, sqlite:PATH or memory/);
+});
+
+test('a store that cannot write: new jobs 503 + Retry-After, /health degraded, running work finishes, then it recovers', async () => {
+  const flag = path.join(DIR, 'store-fails-while-this-exists');
+  fs.rmSync(flag, { force: true });
+  const s = await startServer(['--store', `sqlite:${path.join(DIR, 'faulty.db')}`], { model, env: { UNMASK_FAULT_STORE_FAIL: flag } });
+  servers.push(s);
+  const running = await post(`${s.url}/v1/jobs`, { prompt: 'before', max_tokens: 8, block_length: 8, steps: 8 });
+  assert.equal(running.status, 202);
+  fs.writeFileSync(flag, '');
+  const refused = await post(`${s.url}/v1/jobs`, { prompt: 'during', max_tokens: 8 });
+  assert.equal(refused.status, 503, refused.text);
+  assert.equal(refused.json().error.code, 'store_unavailable');
+  assert.match(refused.json().error.message, /cannot write .*not accepted, retry later/);
+  assert.equal(refused.headers.get('retry-after'), '5');
+  const health = await fetch(`${s.url}/health`);
+  assert.equal(health.status, 503);
+  assert.equal((await health.json()).status, 'degraded');
+  assert.equal((await fetch(`${s.url}/health/live`)).status, 200);
+  const metrics = await (await fetch(`${s.url}/metrics`)).text();
+  assert.match(metrics, /^unmask_job_store_failing 1$/m);
+  assert.match(metrics, /^unmask_job_store_write_errors [1-9]/m);
+  // the job accepted before still runs to the end
+  await until('the running job', async () => (await (await fetch(`${s.url}/v1/jobs/${running.json().id}`)).json()).status === 'succeeded', 120000);
+  const list = await (await fetch(`${s.url}/v1/jobs?limit=100`)).json();
+  assert.deepEqual(list.data.map((j) => j.id), [running.json().id], 'the refused job does not exist');
+  // writes work again: accepted, ready again
+  fs.rmSync(flag);
+  const after = await post(`${s.url}/v1/jobs`, { prompt: 'after', max_tokens: 8 });
+  assert.equal(after.status, 202, after.text);
+  assert.equal((await fetch(`${s.url}/health`)).status, 200);
+  assert.match(await (await fetch(`${s.url}/metrics`)).text(), /^unmask_job_store_failing 0$/m);
 });
