@@ -10,6 +10,7 @@
 // (canvas.js).
 
 import { UnmaskClient } from './client.js';
+import { initTheme } from './theme.js';
 import { GenCanvas, heroAnimation } from './canvas.js';
 import { renderMarkdown } from './markdown.js';
 import { ConversationStore } from './store.js';
@@ -76,16 +77,6 @@ function toast(text) {
 
 // ---------------------------------------------------------------- theme, debug
 
-function initTheme() {
-  const saved = localStorage.getItem('unmask.theme');
-  const prefersLight = window.matchMedia && window.matchMedia('(prefers-color-scheme: light)').matches;
-  document.documentElement.dataset.theme = saved || (prefersLight ? 'light' : 'dark');
-  $('theme-toggle').addEventListener('click', () => {
-    const next = document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark';
-    document.documentElement.dataset.theme = next;
-    localStorage.setItem('unmask.theme', next);
-  });
-}
 
 // Developer controls (network drop, event counters) only with Debug on; off by default, remembered.
 function initDebug() {

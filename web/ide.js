@@ -6,6 +6,8 @@
 // deltas. Tab inserts exactly the suggested text between prefix and suffix, Esc (or typing,
 // clicking) dismisses it. Not here: the chat UI (app.js).
 
+import { initTheme } from './theme.js';
+
 const $ = (id) => document.getElementById(id);
 const editor = $('editor');
 const layer = $('ghost-layer');
@@ -14,16 +16,6 @@ const status = $('ide-status');
 // the suggestion on screen: {prefix, suffix, at, text, ready, ctrl}
 let sug = null;
 
-function initTheme() {
-  const saved = localStorage.getItem('unmask.theme');
-  const prefersLight = window.matchMedia && window.matchMedia('(prefers-color-scheme: light)').matches;
-  document.documentElement.dataset.theme = saved || (prefersLight ? 'light' : 'dark');
-  $('theme-toggle').addEventListener('click', () => {
-    const next = document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark';
-    document.documentElement.dataset.theme = next;
-    localStorage.setItem('unmask.theme', next);
-  });
-}
 
 function setStatus(text) {
   status.textContent = text;
