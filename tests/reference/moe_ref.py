@@ -220,7 +220,7 @@ def llada2_generate(ref, prompt, gen_length, block_length, steps, threshold, mas
             log.append([(lo + i, int(x0[i])) for i in sel])
         if eos_id is not None and (x[P:hi] == eos_id).any():
             break
-    out = list(x[P:P + gen_length])
+    out = [int(t) for t in x[P:P + gen_length]]
     if eos_id in out:
         out = out[:out.index(eos_id) + 1]
     return out, log
