@@ -172,6 +172,20 @@ __global__ void k_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uin
     }
 }
 
+// block t: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] (fp32 sum, one rounding)
+__global__ void k_moe_combine(uint16_t *x, const uint16_t *__restrict__ y, int64_t d, int k,
+                              const int32_t *__restrict__ slot, const float *__restrict__ w) {
+    const int64_t t = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int32_t sl = slot[t * k + j];
+            if (sl >= 0) acc += w[t * k + j] * b2f(y[(int64_t)sl * d + i]);
+        }
+        x[t * d + i] = f2b(b2f(x[t * d + i]) + acc);
+    }
+}
+
 __global__ void k_add(uint16_t *x, const uint16_t *y, size_t n, bool vec) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -260,6 +274,12 @@ extern "C" cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_
 extern "C" cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s) {
     bool vec = (n & 7) == 0 && ((uintptr_t)gate & 15) == 0 && ((uintptr_t)up & 15) == 0 && ((uintptr_t)out & 15) == 0;
     if (n) UMK_LAUNCH(k_swiglu, grid_for(vec ? n / 8 : n, 256), 256, 0, s, gate, up, n, out, vec);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_moe_combine(uint16_t *x, const uint16_t *y, int d, int n, int k, const int32_t *slot,
+                                       const float *w, cudaStream_t s) {
+    if (n > 0 && k > 0) UMK_LAUNCH(k_moe_combine, n, 128, 0, s, x, y, (int64_t)d, k, slot, w);
     return cudaGetLastError();
 }
 

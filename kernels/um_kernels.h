@@ -38,6 +38,9 @@ cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int ro
                            cudaStream_t s);
 /* out[i] = silu(gate[i]) * up[i] (out may equal gate or up) */
 cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s);
+/* MoE combine: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] for t < n (fp32 sum, slot < 0 skipped) */
+cudaError_t umk_moe_combine(uint16_t *x, const uint16_t *y, int d, int n, int k, const int32_t *slot, const float *w,
+                            cudaStream_t s);
 /* x[i] += y[i] */
 cudaError_t umk_add(uint16_t *x, const uint16_t *y, size_t n, cudaStream_t s);
 /* out[i, :] = x[rows[i], :] (out must not overlap x) */

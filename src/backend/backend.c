@@ -131,6 +131,11 @@ void backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, in
     be->ops->get_rows(be, x, d, rows, n, out);
 }
 
+void backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
+                         const float *w) {
+    if (n > 0 && k > 0) be->ops->moe_combine(be, x, y, d, n, k, slot, w);
+}
+
 void backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                         void *const *dst) {
     be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst);

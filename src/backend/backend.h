@@ -207,6 +207,13 @@ void  backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, i
 void  backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                          void *const *dst);
 
+/* Mixture-of-experts combine: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] for t < n — each
+ * token's k weighted expert outputs (rows of y, d elements) summed in fp32, then added to its row
+ * of x once (rounded once to the activation dtype); a slot < 0 adds nothing. slot, w: host arrays
+ * of n*k entries. y must not overlap x. */
+void  backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
+                          const float *w);
+
 /* ---------------------------------------------------------------- graphs (BACKEND_CAP_GRAPHS) */
 
 /* Everything the backend enqueues between begin and end is captured into a graph (index arrays are

@@ -44,6 +44,8 @@ typedef struct backend_ops {
     void  (*get_rows)(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
     void  (*store_rows)(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                         void *const *dst);
+    void  (*moe_combine)(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
+                         const float *w);
     void  (*free)(backend *be);
     /* (optional, not a capability) fused linear layer; NULL: backend_linear runs the single ops
      * (backend_linear_unfused, which an implementation may also call for the cases it does not fuse) */

@@ -187,8 +187,9 @@ static int bd_opts_validate(bd_opts *o) {
 }
 
 /* The decode parameters every row shares (the decoder and cache mode are set per row). */
-static decode_params bd_base_params(const bd_opts *o) {
+static decode_params bd_base_params(const bd_opts *o, const model *m) {
     decode_params base = decode_params_default();
+    if (m->cfg.block_causal > 0) base.layout = DECODE_LAYOUT_ALIGNED;   /* LLaDA2: its aligned blocks */
     base.gen_length = o->gen, base.block_length = o->block, base.steps = o->steps;
     base.threshold = o->threshold, base.factor = o->factor, base.temperature = o->temperature;
     base.stop_at_eos = 0; /* a fixed amount of work per run */
@@ -274,7 +275,7 @@ int bench_decode(int argc, char **argv) {
         free(o.batches);
         return 1;
     }
-    decode_params base = bd_base_params(&o);
+    decode_params base = bd_base_params(&o, &m);
     if (bd_validate_params(&o, &base, &m, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         model_free(&m);

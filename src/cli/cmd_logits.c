@@ -20,7 +20,7 @@
 
 int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
-    int threads = 0, tp = 1;
+    int threads = 0, tp = 1, block_length = -1;
     const char *device = "cpu", *cpu_kernels = NULL;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
@@ -28,6 +28,9 @@ int cmd_logits(int argc, char **argv) {
         {"out", ARG_STR, &out, "output .npy file (float32 [rows, vocab]) [required]"},
         {"positions", ARG_STR, &positions_s, "comma-separated row indices whose logits to write [all]"},
         {"key-valid", ARG_STR, &valid_s, "comma-separated 0/1 per token; 0 = padding key [all 1]"},
+        {"block-length", ARG_INT, &block_length,
+         "block-causal attention with blocks of B positions aligned to 0 (0 = bidirectional) [the model's: LLaDA2 32, "
+         "others bidirectional]"},
         {"threads", ARG_INT, &threads, "CPU threads (0 = all cores) [0]"},
         {"device", ARG_STR, &device, "cpu | cuda | cuda:N; with --tp: cuda:0,cuda:1,... [cpu]"},
         {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs) [1]"},
@@ -36,13 +39,17 @@ int cmd_logits(int argc, char **argv) {
     };
     int r = args_parse(argc, argv,
                        "usage: unmask logits --model DIR --tokens 1,2,3 --out FILE.npy [--positions i,j]\n"
-                       "                     [--key-valid 1,1,0] [--threads N] [--device D] [--tp N]\n\n"
+                       "                     [--key-valid 1,1,0] [--block-length B] [--threads N] [--device D] [--tp N]\n\n"
                        "Runs one forward pass and writes float32 logits as a NumPy .npy file.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
     if (!model_dir || !tokens_s || !out) {
         fprintf(stderr, "error: --model, --tokens and --out are required (see --help)\n");
+        return 2;
+    }
+    if (block_length < -1) {
+        fprintf(stderr, "error: --block-length must be >= 0, got %d\n", block_length);
         return 2;
     }
     if (threads < 0) {
@@ -85,7 +92,7 @@ int cmd_logits(int argc, char **argv) {
         model_free(&m);
         goto done;
     }
-    int32_t seq_start[2] = {0, n};
+    int32_t seq_start[2] = {0, n}, blk[1] = {block_length};
     int n_out = positions ? n_pos : n;
     fwd_batch b = {
         .n_seqs = 1,
@@ -94,6 +101,7 @@ int cmd_logits(int argc, char **argv) {
         .key_valid = kv,
         .n_out = n_out,
         .out_rows = positions,
+        .block_len = block_length >= 0 ? blk : NULL,
     };
     int64_t shape[2] = {n_out, m.cfg.n_embd_rows};
     float *logits = xmalloc((size_t)n_out * (size_t)m.cfg.n_embd_rows * sizeof *logits);

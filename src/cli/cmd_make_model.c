@@ -18,9 +18,10 @@ int cmd_make_model(int argc, char **argv) {
     int shards = 1, tying = 0, no_tok = 0, quiet = 0, merges = 0, tok_only = 0;
     const char *tok_corpus = NULL, *tok_dir = NULL, *weights = NULL;
     double theta = 0;
+    int experts = 0, experts_per_tok = 0, expert_bias = -1, first_dense = -1;
     arg_spec specs[] = {
         {"out", ARG_STR, &out, "output directory (created if missing) [required]"},
-        {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) | dream-tiny | dream-7b (Dream layout) [tiny]"},
+        {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) | dream-tiny | dream-7b (Dream layout) | lladamoe-tiny | lladamoe-7b (LLaDA-MoE layout) | llada2-tiny | llada2-mini | llada2-flash (LLaDA2.0 layout) [tiny]"},
         {"dtype", ARG_STR, &dtype, "bf16 | f32 | f16 [bf16]"},
         {"seed", ARG_INT, &seed, "weight seed [1234]"},
         {"d-model", ARG_INT, &d_model, "override hidden size"},
@@ -31,6 +32,10 @@ int cmd_make_model(int argc, char **argv) {
         {"vocab", ARG_INT, &vocab, "vocabulary size when no tokenizer is written"},
         {"max-seq", ARG_INT, &max_seq, "override max_sequence_length"},
         {"rope-theta", ARG_FLOAT, &theta, "override rope_theta [500000]"},
+        {"experts", ARG_INT, &experts, "MoE presets: override experts per layer"},
+        {"experts-per-tok", ARG_INT, &experts_per_tok, "MoE presets: override experts per token"},
+        {"expert-bias", ARG_INT, &expert_bias, "MoE presets: 1 = write a router expert bias, 0 = none [preset]"},
+        {"first-dense", ARG_INT, &first_dense, "MoE presets: override leading dense layers"},
         {"shards", ARG_INT, &shards, "write N shards + model.safetensors.index.json [1]"},
         {"weight-tying", ARG_FLAG, &tying, "share the embedding as LM head"},
         {"no-tokenizer", ARG_FLAG, &no_tok, "do not write tokenizer files"},
@@ -42,9 +47,9 @@ int cmd_make_model(int argc, char **argv) {
         {"quiet", ARG_FLAG, &quiet, "no progress output"},
         {NULL, 0, NULL, NULL},
     };
-    int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset tiny|demo|small|8b|dream-tiny|dream-7b] [options]\n\n"
+    int r = args_parse(argc, argv, "usage: unmask make-model --out DIR [--preset NAME] [options]\n\n"
                                    "Writes a checkpoint in the exact layout of a real release (LLaDA-8B-Instruct; Dream-7B\n"
-                                   "for the dream presets): seeded random\n"
+                                   "for the dream presets; LLaDA-MoE-7B-A1B / LLaDA2.0 for the MoE presets): seeded random\n"
                                    "weights, or trained ones with --weights (sizes given by the preset and the\n"
                                    "overrides must match them).",
                        specs);
@@ -67,7 +72,8 @@ int cmd_make_model(int argc, char **argv) {
     }
     make_model_opts o;
     if (make_model_preset(preset, &o) != 0) {
-        fprintf(stderr, "error: --preset must be tiny, demo, small, 8b, dream-tiny or dream-7b, got '%s'\n", preset);
+        fprintf(stderr, "error: --preset must be tiny, demo, small, 8b, dream-tiny, dream-7b, lladamoe-tiny, lladamoe-7b, "
+                        "llada2-tiny, llada2-mini or llada2-flash, got '%s'\n", preset);
         return 2;
     }
     if (strcmp(dtype, "bf16") == 0) o.dtype = DTYPE_BF16;
@@ -85,6 +91,14 @@ int cmd_make_model(int argc, char **argv) {
     if (vocab) o.vocab_size = vocab;
     if (max_seq) o.max_seq = max_seq;
     if (theta) o.rope_theta = theta;
+    if ((experts || experts_per_tok || expert_bias >= 0 || first_dense >= 0) && !o.moe) {
+        fprintf(stderr, "error: --experts, --experts-per-tok, --expert-bias and --first-dense need a MoE preset\n");
+        return 2;
+    }
+    if (experts) o.n_experts = experts;
+    if (experts_per_tok) o.moe_top_k = experts_per_tok;
+    if (expert_bias >= 0) o.expert_bias = expert_bias != 0;
+    if (first_dense >= 0) o.first_dense = first_dense;
     o.seed = (uint64_t)seed;
     o.shards = shards;
     o.weight_tying = tying;

@@ -29,6 +29,7 @@ decode_params decode_params_default(void) {
     p.gen_length = 128;
     p.block_length = 32;
     p.steps = 0;
+    p.steps_per_block = 0;
     p.decoder = DECODER_LOW_CONFIDENCE;
     p.threshold = 0.9;
     p.factor = 1.0;
@@ -182,10 +183,34 @@ const char *decode_finish_name(enum decode_finish f) {
     return "unknown";
 }
 
-/* Block bounds of the generated region [n_prompt, n_prompt + G) for layout p. Returns the block
- * count; lo/hi (may be NULL) receive absolute bounds. */
-static int layout_blocks(const decode_params *p, int n_prompt, int32_t *lo, int32_t *hi) {
-    int B = p->block_length, G = p->gen_length, end = n_prompt + G;
+/* Block-diffusion rules (docs/decode.md "LLaDA2"): a block-causal model decoding aligned blocks. */
+static int params_bd(const decode_params *p, const model_config *cfg) {
+    return cfg && cfg->block_causal > 0 && p->layout == DECODE_LAYOUT_ALIGNED;
+}
+
+/* Where decoding ends: n_prompt + G, or — block-diffusion rules — the end of the block holding the
+ * last generated position (the reference pads the canvas with masks to whole blocks), at most ctx. */
+static int decode_end(const decode_params *p, const model_config *cfg, int n_prompt) {
+    int end = n_prompt + p->gen_length;
+    if (params_bd(p, cfg) && p->block_length > 0) {
+        long long e = ((long long)end + p->block_length - 1) / p->block_length * p->block_length;
+        end = e < cfg->max_seq ? (int)e : cfg->max_seq;
+    }
+    return end;
+}
+
+/* 1 when the decoder runs a step budget per block (fixed-step decoders; the threshold decoder under
+ * the block-diffusion rules, whose quota comes from it). */
+static int uses_steps(const decode_params *p, const model_config *cfg) {
+    if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_) return 0;
+    return (decoder_get(p->decoder)->flags & DECODER_F_FIXED_STEPS) ||
+           (p->decoder == DECODER_THRESHOLD && params_bd(p, cfg));
+}
+
+/* Block bounds of the decoded region [n_prompt, end) for layout p. Returns the block count; lo/hi
+ * (may be NULL) receive absolute bounds. */
+static int layout_blocks(const decode_params *p, int n_prompt, int end, int32_t *lo, int32_t *hi) {
+    int B = p->block_length;
     int first = p->layout == DECODE_LAYOUT_ALIGNED ? (n_prompt / B) * B : n_prompt;
     int nb = 0;
     for (int a = first; a < end; a += B, nb++) {
@@ -231,9 +256,9 @@ static int check_sizes(const decode_params *p, const model_config *cfg, int n_pr
     if (cfg && p->layout == DECODE_LAYOUT_ALIGNED && (p->block_length < 1 || p->block_length > ctx))
         return um_err_param(err, "block_length", "block_length must be between 1 and %d (the model's context), got %d",
                             ctx, p->block_length);
-    int fixed = (int)p->decoder >= 0 && p->decoder < DECODER_COUNT_ && (decoder_get(p->decoder)->flags & DECODER_F_FIXED_STEPS);
+    int fixed = uses_steps(p, cfg);
     if (cfg && fixed && (int)p->layout >= 0 && p->layout < DECODE_LAYOUT_COUNT_) {
-        int nb = layout_blocks(p, n_prompt, NULL, NULL);
+        int nb = layout_blocks(p, n_prompt, n_prompt + p->gen_length, NULL, NULL);
         if (p->steps != 0 && (p->steps < nb || p->steps > p->gen_length))
             return um_err_param(err, "steps",
                                 "steps must be between %d (one per block: gen_length %d / block_length %d) and "
@@ -242,6 +267,10 @@ static int check_sizes(const decode_params *p, const model_config *cfg, int n_pr
     } else if (p->steps < 0) {
         return um_err_param(err, "steps", "steps must be >= 0 (0 = auto), got %d", p->steps);
     }
+    if (p->steps_per_block < 0 || p->steps_per_block > 1000000)
+        return um_err_param(err, "steps_per_block",
+                            "steps_per_block must be between 0 (unset: steps decides) and 1000000, got %d",
+                            p->steps_per_block);
     return 0;
 }
 
@@ -293,6 +322,10 @@ int decode_params_check(const decode_params *p, um_err *err) { return check_rang
 int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
     int ctx = cfg->max_seq;
     if (n_prompt < 0) return um_err_param(err, "prompt", "prompt length must be >= 0, got %d", n_prompt);
+    if (cfg->block_causal > 0 && p->layout != DECODE_LAYOUT_ALIGNED)
+        return um_err_param(err, "block_layout",
+                            "block_layout must be aligned for this block-causal model (its attention blocks start at "
+                            "position 0)");
     if (n_prompt >= ctx)
         return um_err_param(err, "prompt",
                             "prompt has %d tokens but the model's context is %d tokens (at least 1 position "
@@ -335,6 +368,11 @@ struct decode_seq {
     void               *user;
 
     int       n_prompt, L, G;
+    int       bd;                         /* block-diffusion rules (block-causal model, aligned blocks):
+                                             quota from the block length, canvas padded to whole blocks,
+                                             forwards up to the active block's end, exact block KV */
+    int       gen_end;                    /* n_prompt + G: events, text and usage end here; positions in
+                                             [gen_end, L - n_suffix) are decoded but never reported */
     int       n_suffix;                   /* infill suffix tokens at the end of the canvas */
     int32_t  *x;                          /* [L] canvas = prompt ++ generated (G) ++ suffix, owned */
     int       n_blocks;
@@ -391,8 +429,17 @@ static int is_eos(const decode_seq *s, int tok) {
  * positions (largest remainder, ties to the earlier block), each in [1, masks]. With equal blocks
  * and S divisible by the block count this is exactly S / n_blocks per block, as the reference. */
 static void plan_steps(decode_seq *s) {
+    int nb = s->n_blocks, G = 0, sum = 0;
+    if (s->p.steps_per_block > 0) {   /* the same budget for every block (at most its masks, or — the
+                                         block-diffusion rules — at most gen_length, as the reference) */
+        for (int b = 0; b < nb; b++) {
+            int m = s->blk_hi[b] - s->blk_lo[b], cap = s->bd ? s->G : m;
+            s->blk_steps[b] = s->p.steps_per_block < cap ? s->p.steps_per_block : cap;
+        }
+        return;
+    }
+    for (int b = 0; b < nb; b++) G += s->blk_hi[b] - s->blk_lo[b];
     int S = s->p.steps > 0 ? s->p.steps : s->G;
-    int nb = s->n_blocks, G = s->G, sum = 0;
     long long *rem = xmalloc((size_t)nb * sizeof *rem);
     for (int b = 0; b < nb; b++) {
         long long m = s->blk_hi[b] - s->blk_lo[b];
@@ -487,20 +534,23 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
     s->n_prompt = n_prompt;
     s->G = p->gen_length;
     s->n_suffix = n_suffix;
-    s->L = n_prompt + p->gen_length + n_suffix;
+    s->bd = params_bd(p, cfg);
+    s->gen_end = n_prompt + p->gen_length;
+    const int dec_end = decode_end(p, cfg, n_prompt);
+    s->L = dec_end + n_suffix;
     s->mask_id = cfg->mask_id;
     s->eos_id = cfg->eos_id;
     s->eot_id = cfg->eot_id;
     s->x = xmalloc((size_t)s->L * sizeof *s->x);
     if (n_prompt) memcpy(s->x, prompt, (size_t)n_prompt * sizeof *s->x);
-    for (int i = n_prompt; i < n_prompt + s->G; i++) s->x[i] = cfg->mask_id;
-    if (n_suffix) memcpy(s->x + n_prompt + s->G, suffix, (size_t)n_suffix * sizeof *s->x);
-    s->n_blocks = layout_blocks(p, n_prompt, NULL, NULL);
+    for (int i = n_prompt; i < dec_end; i++) s->x[i] = cfg->mask_id;
+    if (n_suffix) memcpy(s->x + dec_end, suffix, (size_t)n_suffix * sizeof *s->x);
+    s->n_blocks = layout_blocks(p, n_prompt, dec_end, NULL, NULL);
     s->blk_lo = xmalloc((size_t)s->n_blocks * sizeof *s->blk_lo);
     s->blk_hi = xmalloc((size_t)s->n_blocks * sizeof *s->blk_hi);
     s->blk_steps = xcalloc((size_t)s->n_blocks, sizeof *s->blk_steps);
-    layout_blocks(p, n_prompt, s->blk_lo, s->blk_hi);
-    if (s->dec->flags & DECODER_F_FIXED_STEPS) plan_steps(s);
+    layout_blocks(p, n_prompt, dec_end, s->blk_lo, s->blk_hi);
+    if (uses_steps(p, cfg)) plan_steps(s);
     s->cap = 1;
     for (int b = 0; b < s->n_blocks; b++)
         if (s->blk_hi[b] - s->blk_lo[b] > s->cap) s->cap = s->blk_hi[b] - s->blk_lo[b];
@@ -575,7 +625,30 @@ const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
 }
 
 /* What the next step of s runs (docs/decode.md "KV caches"), before slots are opened. */
+/* Block-diffusion rules: rows the attention of block b sees end at its end; the rows of its aligned
+ * start (the first block's prompt tail attends to the block's masks too). */
+static int bd_block_start(const decode_seq *s, int b) { return s->blk_lo[b] / s->p.block_length * s->p.block_length; }
+
+/* The block-diffusion plan (docs/decode.md "LLaDA2"): without a cache the canvas up to the active
+ * block's end; with one (any mode: the exact block KV) a full refresh fills it first, then each step
+ * runs only the active block's rows — and the first step of a block also the previous block's, whose
+ * final tokens' keys/values are committed by that same forward. */
+static decode_step_plan seq_plan_bd(const decode_seq *s) {
+    const int hi = s->blk_hi[s->cur];
+    decode_step_plan pl = {0, hi, 0, 0, s->cur, {0, 0}};
+    if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
+    pl.kv = 1;
+    pl.slot[0] = s->kv_slot[0], pl.slot[1] = s->kv_slot[1];
+    if (s->kv_block < 0 || (s->p.cache_refresh > 0 && s->kv_age >= s->p.cache_refresh)) {
+        pl.refresh = 1, pl.wr = s->L;   /* the whole canvas: every slot row holds finite keys */
+        return pl;
+    }
+    pl.wl = bd_block_start(s, s->kv_block != s->cur && s->cur > 0 ? s->cur - 1 : s->cur);
+    return pl;
+}
+
 static decode_step_plan seq_plan(const decode_seq *s) {
+    if (s->bd) return seq_plan_bd(s);
     decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
@@ -677,6 +750,7 @@ static size_t piece_put(decode_seq *s, int tok, int pos, int *special) {
  * the first EOS/EOT), the BLOCK event, then DONE when the sequence is finished. */
 static void finish_block(decode_seq *s, const decode_sink *sink) {
     int b = s->cur, lo = s->blk_lo[b], hi = s->blk_hi[b];
+    if (hi > s->gen_end) hi = s->gen_end;   /* block-diffusion padding past the generation: not reported */
     int block_eos = 0;
     for (int p = lo; p < hi; p++)
         if (is_eos(s, s->x[p])) block_eos = 1;
@@ -776,6 +850,7 @@ static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_vie
     for (int p = v->lo; p < v->hi; p++) bm += s->x[p] == s->mask_id;
     v->block_masks = bm;
     v->block_steps = s->blk_steps[s->cur];
+    v->quota_len = s->bd ? s->p.block_length : 0;
     v->step_in_block = s->step_in_block;
     v->step = s->step;
     v->seed = s->p.seed;
@@ -820,31 +895,36 @@ static void seq_apply(decode_seq *s, const decode_record *r, const decoder_view 
     }
     const int lo = s->blk_lo[s->cur], hi = s->blk_hi[s->cur];
     strbuf_reset(&s->strs);
-    const int nc = r->n_commits;
-    for (int i = 0; i < nc; i++) {
+    int nc = 0;   /* reported commits: positions past gen_end (block-diffusion padding) are written only */
+    for (int i = 0; i < r->n_commits; i++) {
         int p = r->commit_pos[i], tok = r->commit_tok[i];
         CHECK(p >= lo && p < hi);
         int was_masked = s->x[p] == s->mask_id;
         s->x[p] = tok;
+        if (p >= s->gen_end) continue;
         if (was_masked && tok != s->mask_id) s->masks_left--;
         if (is_eos(s, tok) && (s->eos_pos < 0 || p < s->eos_pos)) s->eos_pos = p;
-        s->commits[i].pos = p;
-        s->commits[i].index = p - s->n_prompt;
-        s->commits[i].token = tok;
-        s->commits[i].confidence = r->commit_conf[i];
+        s->commits[nc].pos = p;
+        s->commits[nc].index = p - s->n_prompt;
+        s->commits[nc].token = tok;
+        s->commits[nc].confidence = r->commit_conf[i];
+        nc++;
     }
     s->step++;
     s->step_in_block++;
     for (int i = 0; i < nc; i++)
         s->piece_off[i] = piece_put(s, s->commits[i].token, s->commits[i].pos, &s->commits[i].special);
-    int block_left = 0;
-    for (int p = lo; p < hi; p++) block_left += s->x[p] == s->mask_id;
+    int block_left = 0, block_left_gen = 0;   /* in the block; in its generated part (events) */
+    for (int p = lo; p < hi; p++) {
+        block_left += s->x[p] == s->mask_id;
+        block_left_gen += s->x[p] == s->mask_id && p < s->gen_end;
+    }
     int nd = 0;
     if (s->p.stream_drafts && (s->step - 1) % s->p.draft_every == 0 && block_left > 0) {
         for (int q = 0; q < r->n_rows; q++) {
             int p = r->row_pos[q];
             CHECK(p >= lo && p < hi);
-            if (s->x[p] != s->mask_id) continue;
+            if (s->x[p] != s->mask_id || p >= s->gen_end) continue;
             s->drafts[nd].pos = p;
             s->drafts[nd].index = p - s->n_prompt;
             s->drafts[nd].token = r->row_tok[q];
@@ -866,7 +946,7 @@ static void seq_apply(decode_seq *s, const decode_record *r, const decoder_view 
     ev.n_drafts = nd;
     ev.drafts = s->drafts;
     ev.masks_left = s->masks_left;
-    ev.block_masks_left = block_left;
+    ev.block_masks_left = block_left_gen;
     emit(s, sink, &ev);
 
     int done = s->dec->block_done ? s->dec->block_done(s->dec_state, vb, block_left) : block_left == 0;
@@ -942,7 +1022,8 @@ decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx) {
 
 void decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl) {
     if (s->done || !pl->kv) return;   /* a finished sequence gave its cache back already */
-    if (pl->refresh) s->kv_block = pl->block, s->kv_age = 0;
+    if (pl->refresh || s->bd) s->kv_block = pl->block;   /* bd: every cached step keeps it exact */
+    if (pl->refresh) s->kv_age = 0;
     s->kv_age++;
 }
 
@@ -1004,6 +1085,8 @@ typedef struct step_bufs {
     int32_t *pos;         /* [n_tok] */
     int32_t *kv;          /* [n_fseq] KV slots, NULL when no plan uses them */
     int32_t *out_rows;    /* [n_out] (at least 1) */
+    int32_t *block_len;   /* [n_fseq] block-causal block size of each forward sequence, NULL when no
+                             sequence runs the block-diffusion rules */
 } step_bufs;
 
 /* Fills b with each sequence's window: the canvas, then for CFG the unconditional one (prompt and
@@ -1026,6 +1109,7 @@ static void step_bufs_fill(step_bufs *b, decode_seq **seqs, int n, const step_la
             }
             for (int p = 0; p < w; p++) b->pos[tk + p] = wl + p;
             if (b->kv) b->kv[fs] = ly->plan[i].slot[c];
+            if (b->block_len) b->block_len[fs] = s->bd ? s->p.block_length : 0;
             tk += w;
             b->seq_start[++fs] = tk;
             for (int r = 0; r < rows; r++)
@@ -1043,6 +1127,9 @@ static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
     b.pos = xmalloc((size_t)ly->n_tok * sizeof *b.pos);
     b.kv = ly->any_kv ? xcalloc((size_t)ly->n_fseq, sizeof *b.kv) : NULL;
     b.out_rows = xmalloc((size_t)(ly->n_out > 0 ? ly->n_out : 1) * sizeof *b.out_rows);
+    int any_bd = 0;
+    for (int i = 0; i < n; i++) any_bd |= !seqs[i]->done && seqs[i]->bd;
+    b.block_len = any_bd ? xcalloc((size_t)ly->n_fseq, sizeof *b.block_len) : NULL;
     step_bufs_fill(&b, seqs, n, ly);
     size_t need = (size_t)ly->n_out * (size_t)ctx->m->cfg.n_embd_rows;
     if (need > t_logits_cap) {
@@ -1059,6 +1146,7 @@ static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
     fb.out_rows = b.out_rows;
     fb.pos = b.pos;
     fb.kv = b.kv;
+    fb.block_len = b.block_len;
     *t0 = time_now_ns();
     int rc = ly->n_out > 0 ? model_forward(ctx, &fb, t_logits, err) : 0;
     free(b.seq_start);
@@ -1066,6 +1154,7 @@ static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
     free(b.pos);
     free(b.kv);
     free(b.out_rows);
+    free(b.block_len);
     return rc;
 }
 

@@ -77,6 +77,9 @@ typedef struct decode_params {
     int      steps;                  /* fixed-step decoders: forward passes in total, spread over the
                                         blocks; 0 = auto (one token per step = gen_length); default 0.
                                         Ignored by threshold/factor (they run until the block is full) */
+    int      steps_per_block;        /* fixed-step decoders: steps of every block, overriding steps;
+                                        0 = unset (steps decides); default 0. On block-causal
+                                        (LLaDA2) models also the threshold decoder's quota schedule */
     enum decode_decoder decoder;     /* default DECODER_LOW_CONFIDENCE */
     double   threshold;              /* threshold / credit decoder tau, hierarchy tau_high; in (0, 1];
                                         default 0.9 */

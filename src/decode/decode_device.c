@@ -74,6 +74,9 @@ int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     /* the device step reads each position's logits from its own row: shifted-logit models (Dream)
      * take the host loop, whose rows are shifted (decode.c seq_logit_row) */
     if (ctx->m->cfg.logits_shifted) return 0;
+    /* MoE forwards route on the host (not graph-capturable); block-causal models follow the
+     * block-diffusion rules (quota from the block length, padded canvas) on the host only */
+    if (ctx->m->cfg.n_experts > 0 || ctx->m->cfg.block_causal > 0) return 0;
     const decode_params *p = decode_seq_params(s);
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);

@@ -38,6 +38,11 @@ typedef struct decoder_view {
     int      block;            /* block index */
     int      block_masks;      /* masked positions in [lo, hi) */
     int      block_steps;      /* fixed-step decoders: steps budgeted to this block */
+    int      quota_len;        /* > 0 (block-causal models, LLaDA2 rule): step i's quota is
+                                  decoder_quota(quota_len = block_length, block_steps, i), not from
+                                  the block's masks; the threshold decoder then commits every
+                                  c > threshold when at least the quota clear it, else the quota's
+                                  most confident */
     int      step_in_block;    /* steps already taken in this block (0 on its first step) */
     int      step;             /* the sequence's step index (rng stream) */
     uint64_t seed;

@@ -82,7 +82,7 @@ typedef struct fixed_state {
 
 static void fixed_block_begin(void *state, const decoder_view *v) {
     fixed_state *st = state;
-    st->m0 = v->block_masks;
+    st->m0 = v->quota_len > 0 ? v->quota_len : v->block_masks;
     st->s = v->block_steps > 0 ? v->block_steps : 1;
 }
 
@@ -118,7 +118,18 @@ static int threshold_choose(void *state, const decoder_view *v, int32_t *out_pos
     (void)state;
     cand *cs = xmalloc((size_t)(v->n_rows > 0 ? v->n_rows : 1) * sizeof *cs);
     int n = sorted_masked(v, NULL, cs);
-    int k = n > 0 ? 1 : 0;   /* always the most confident one */
+    int k;
+    if (v->quota_len > 0) {   /* LLaDA2: all c > tau when at least the quota clear it, else the quota */
+        int q = decoder_quota(v->quota_len, v->block_steps > 0 ? v->block_steps : 1, v->step_in_block);
+        if (q < 1) q = 1;
+        int above = 0;
+        while (above < n && cs[above].c > v->p->threshold) above++;
+        k = above >= q ? above : (q < n ? q : n);
+        int r = emit_top(v, cs, k, out_pos, out_tok);
+        free(cs);
+        return r;
+    }
+    k = n > 0 ? 1 : 0;   /* always the most confident one */
     while (k < n && cs[k].c >= v->p->threshold) k++;
     int r = emit_top(v, cs, k, out_pos, out_tok);
     free(cs);

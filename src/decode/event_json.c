@@ -143,6 +143,8 @@ static const dp_field k_fields[] = {
     {"block_length", DP_INT, DPF(block_length), "block-length", 0,
      "block length B [32, at most the generation length]"},
     {"steps", DP_INT, DPF(steps), "steps", 0, "fixed-step decoders: total steps, 0 = gen-length [0]"},
+    {"steps_per_block", DP_INT, DPF(steps_per_block), "steps-per-block", 0,
+     "fixed-step decoders (LLaDA2: also threshold): steps of every block, overriding steps; 0 = unset [0]"},
     {"decoder", DP_DECODER, DPF(decoder), "decoder", 0,
      "low_confidence | random | threshold | factor | hierarchy | credit | origin | maskgit_plus | topk_margin | "
      "entropy [low_confidence; Dream checkpoints: their alg]"},

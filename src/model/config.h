@@ -16,9 +16,21 @@
 enum model_arch {
     MODEL_ARCH_UNKNOWN,
     MODEL_ARCH_LLADA,        /* LLaDA-8B / LLaDA-1.5 / MMaDA text: dense, bidirectional */
-    MODEL_ARCH_LLADA_MOE,    /* LLaDA-MoE-7B-A1B (not implemented yet) */
-    MODEL_ARCH_LLADA2,       /* LLaDA2.0/2.1 BailingMoeV2, block-causal (not implemented yet) */
+    MODEL_ARCH_LLADA_MOE,    /* LLaDA-MoE-7B-A1B: OLMoE-like MoE, per-head QK-norm, bidirectional */
+    MODEL_ARCH_LLADA2,       /* LLaDA2.0/2.1 BailingMoeV2: fused qkv, QK-norm, partial rotary, GQA,
+                                dense first layers, grouped sigmoid router, shared expert,
+                                block-causal attention */
     MODEL_ARCH_DREAM,        /* Dream-7B: Qwen2 layout (q/k/v biases, GQA), bidirectional, shifted logits */
+};
+
+/* How a MoE layer's router turns its logits into expert choices and weights (docs/model-spec.md). */
+enum model_router {
+    MODEL_ROUTER_NONE,          /* dense model */
+    MODEL_ROUTER_SOFTMAX,       /* LLaDA-MoE: softmax over all experts (+ expert bias when present),
+                                   top-k of those values, which are the weights (no renormalisation) */
+    MODEL_ROUTER_SIGMOID_GROUP, /* LLaDA2: top-k of sigmoid + expert bias within the topk_group best
+                                   groups; weights = the unbiased sigmoids renormalised (+1e-20) and
+                                   scaled by routed_scale */
 };
 
 typedef struct model_config {
@@ -40,7 +52,22 @@ typedef struct model_config {
     int    logits_shifted;        /* Dream: output row i predicts token i+1 (the decode layer
                                      reads position p's logits from row p-1; model_forward returns
                                      the raw rows) */
-    int    block_causal;          /* LLaDA2: block size of the block-causal mask, else 0 */
+    int    block_causal;          /* LLaDA2: default block size of the block-causal mask (a
+                                     forward may name another: fwd_batch.block_len), else 0 */
+    int    qk_norm;               /* 1: RMSNorm over head_dim of every q / k head, before RoPE */
+    int    fused_qkv;             /* 1: one [(n_heads + 2 n_kv) hd, d] query_key_value weight (LLaDA2) */
+    /* MoE (n_experts > 0). Layers [0, first_dense) are dense SwiGLU MLPs of ffn_hidden; the others
+     * are MoE layers: a router [n_experts, d], n_experts experts of moe_ffn, and a shared expert of
+     * shared_ffn when > 0 (added to the routed sum). */
+    int    n_experts;             /* routed experts per MoE layer; 0 = dense model */
+    int    moe_top_k;             /* experts per token (num_experts_per_tok) */
+    int    moe_ffn;               /* one expert's SwiGLU inner size */
+    int    shared_ffn;            /* shared expert's SwiGLU inner size; 0 = none */
+    int    first_dense;           /* leading dense layers (first_k_dense_replace / moe_layer_freq 0s) */
+    int    router;                /* enum model_router */
+    int    expert_bias;           /* 1: MoE layers have an expert-bias vector [n_experts] */
+    int    n_group, topk_group;   /* SIGMOID_GROUP: experts form n_group equal groups; keep topk_group */
+    float  routed_scale;          /* SIGMOID_GROUP: routed_scaling_factor */
     /* token ids (-1 when unknown) */
     int    mask_id;
     int    eos_id;

@@ -14,11 +14,12 @@
 
 #include "backend/comm.h"
 #include "model/model_kv.h"
+#include "model/moe.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------- tensor binding */
 
-static const st_tensor *bind_one(const model *m, const char *name, int64_t d0, int64_t d1, um_err *err) {
+const st_tensor *llada_bind_one(const model *m, const char *name, int64_t d0, int64_t d1, um_err *err) {
     const st_tensor *t = checkpoint_find(&m->ck, name);
     if (!t) {
         um_err_set(err, UM_ERR_FORMAT, "%s: missing tensor '%s'", m->dir, name);
@@ -52,6 +53,9 @@ typedef struct dense_names {
     const char *wte, *ln_f, *lm_head;
     const char *attn_norm, *q, *k, *v, *attn_out, *ff_norm, *gate, *up, *down;
     const char *q_bias, *k_bias, *v_bias;   /* NULL: no biases */
+    const char *qkv;                        /* fused query_key_value (then q, k, v are NULL) */
+    const char *q_norm, *k_norm;            /* per-head QK-norm weights (when cfg.qk_norm) */
+    const moe_names *moe;                   /* MoE layers' names, NULL for dense architectures */
 } dense_names;
 
 static const dense_names k_llada_names = {
@@ -72,39 +76,101 @@ static const dense_names k_dream_names = {
     "model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight",
     "model.layers.%d.mlp.down_proj.weight", "model.layers.%d.self_attn.q_proj.bias",
     "model.layers.%d.self_attn.k_proj.bias", "model.layers.%d.self_attn.v_proj.bias",
+    NULL, NULL, NULL, NULL,
 };
+
+/* LLaDA-MoE (modeling_lladamoe.py, OLMoE names): the expert bias is a buffer of the MoE block, the
+ * shared expert sits beside it in the decoder layer. */
+static const moe_names k_llada_moe_moe_names = {
+    "model.layers.%d.mlp.gate.weight", "model.layers.%d.mlp.expert_bias",
+    "model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
+    "model.layers.%d.mlp.experts.%d.down_proj.weight", "model.layers.%d.shared_expert.gate_proj.weight",
+    "model.layers.%d.shared_expert.up_proj.weight", "model.layers.%d.shared_expert.down_proj.weight",
+};
+
+static const dense_names k_llada_moe_names = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+    "model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
+    "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
+    "model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.post_attention_layernorm.weight",
+    "model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight",
+    "model.layers.%d.mlp.down_proj.weight", NULL, NULL, NULL, NULL,
+    "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight", &k_llada_moe_moe_names,
+};
+
+/* LLaDA2 (modeling_llada2_moe.py, BailingMoeV2 names): fused query_key_value, the expert bias is a
+ * buffer of the gate, shared experts inside the MoE block. */
+static const moe_names k_llada2_moe_names = {
+    "model.layers.%d.mlp.gate.weight", "model.layers.%d.mlp.gate.expert_bias",
+    "model.layers.%d.mlp.experts.%d.gate_proj.weight", "model.layers.%d.mlp.experts.%d.up_proj.weight",
+    "model.layers.%d.mlp.experts.%d.down_proj.weight", "model.layers.%d.mlp.shared_experts.gate_proj.weight",
+    "model.layers.%d.mlp.shared_experts.up_proj.weight", "model.layers.%d.mlp.shared_experts.down_proj.weight",
+};
+
+static const dense_names k_llada2_names = {
+    "model.word_embeddings.weight", "model.norm.weight", "lm_head.weight",
+    "model.layers.%d.input_layernorm.weight", NULL, NULL, NULL,
+    "model.layers.%d.attention.dense.weight", "model.layers.%d.post_attention_layernorm.weight",
+    "model.layers.%d.mlp.gate_proj.weight", "model.layers.%d.mlp.up_proj.weight",
+    "model.layers.%d.mlp.down_proj.weight", NULL, NULL, NULL,
+    "model.layers.%d.attention.query_key_value.weight", "model.layers.%d.attention.query_layernorm.weight",
+    "model.layers.%d.attention.key_layernorm.weight", &k_llada2_moe_names,
+};
+
+static const dense_names *names_of(enum model_arch a) {
+    switch (a) {
+    case MODEL_ARCH_DREAM: return &k_dream_names;
+    case MODEL_ARCH_LLADA_MOE: return &k_llada_moe_names;
+    case MODEL_ARCH_LLADA2: return &k_llada2_names;
+    default: return &k_llada_names;
+    }
+}
+
+/* 1 when layer l is a MoE layer */
+static int layer_is_moe(const model_config *c, int l) { return c->n_experts > 0 && l >= c->first_dense; }
 
 int llada_tensors_bind(model *m, um_err *err) {
     const model_config *c = &m->cfg;
-    CHECK(c->arch == MODEL_ARCH_LLADA || c->arch == MODEL_ARCH_DREAM);
-    const dense_names *nm = c->arch == MODEL_ARCH_DREAM ? &k_dream_names : &k_llada_names;
+    const dense_names *nm = names_of(c->arch);
     llada_tensors *w = &m->llada;
     int64_t d = c->d_model, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t V = c->n_embd_rows, F = c->ffn_hidden;
-    if (!(w->wte = bind_one(m, nm->wte, V, d, err))) return -1;
-    if (!(w->ln_f = bind_one(m, nm->ln_f, d, -1, err))) return -1;
+    if (!(w->wte = llada_bind_one(m, nm->wte, V, d, err))) return -1;
+    if (!(w->ln_f = llada_bind_one(m, nm->ln_f, d, -1, err))) return -1;
     if (c->weight_tying)
         w->lm_head = w->wte;
-    else if (!(w->lm_head = bind_one(m, nm->lm_head, V, d, err)))
+    else if (!(w->lm_head = llada_bind_one(m, nm->lm_head, V, d, err)))
         return -1;
     w->layers = xcalloc((size_t)c->n_layers, sizeof *w->layers);
     char name[256];
 #define BIND(field, pattern, a, b)                                 \
     do {                                                           \
         snprintf(name, sizeof name, pattern, l);                   \
-        if (!(L->field = bind_one(m, name, a, b, err))) return -1; \
+        if (!(L->field = llada_bind_one(m, name, a, b, err))) return -1; \
     } while (0)
     for (int l = 0; l < c->n_layers; l++) {
         llada_layer_tensors *L = &w->layers[l];
         BIND(attn_norm, nm->attn_norm, d, -1);
-        BIND(q_proj, nm->q, qd, d);
-        BIND(k_proj, nm->k, kvd, d);
-        BIND(v_proj, nm->v, kvd, d);
+        if (c->fused_qkv) {
+            BIND(qkv, nm->qkv, qd + 2 * kvd, d);
+        } else {
+            BIND(q_proj, nm->q, qd, d);
+            BIND(k_proj, nm->k, kvd, d);
+            BIND(v_proj, nm->v, kvd, d);
+        }
+        if (c->qk_norm) {
+            BIND(q_norm, nm->q_norm, c->head_dim, -1);
+            BIND(k_norm, nm->k_norm, c->head_dim, -1);
+        }
         BIND(attn_out, nm->attn_out, d, qd);
         BIND(ff_norm, nm->ff_norm, d, -1);
-        BIND(ff_proj, nm->gate, F, d);
-        BIND(up_proj, nm->up, F, d);
-        BIND(ff_out, nm->down, d, F);
+        if (layer_is_moe(c, l)) {
+            if (moe_tensors_bind(m, l, nm->moe, L, err) != 0) return -1;
+        } else {
+            BIND(ff_proj, nm->gate, F, d);
+            BIND(up_proj, nm->up, F, d);
+            BIND(ff_out, nm->down, d, F);
+        }
         if (nm->q_bias) {
             BIND(q_bias, nm->q_bias, qd, -1);
             BIND(k_bias, nm->k_bias, kvd, -1);
@@ -116,6 +182,7 @@ int llada_tensors_bind(model *m, um_err *err) {
 }
 
 void llada_tensors_free(model *m) {
+    for (int l = 0; m->llada.layers && l < m->cfg.n_layers; l++) moe_tensors_free(&m->llada.layers[l]);
     free(m->llada.layers);
     memset(&m->llada, 0, sizeof m->llada);
 }
@@ -128,10 +195,12 @@ typedef struct llada_layer_w {
     bweight q, k, v;     /* [n_heads*hd, d], [n_kv*hd, d], [n_kv*hd, d] */
     bweight qb, kb, vb;  /* biases [1, n_heads*hd], [1, n_kv*hd], [1, n_kv*hd] (Dream); data NULL
                             when the model has none */
+    bweight qn, kn;      /* [1, hd] per-head QK-norm weights; data NULL without QK-norm */
     bweight attn_out;    /* [d, n_heads*hd] */
     bweight ff_norm;     /* [1, d] */
-    bweight gate, up;    /* [ffn, d] (ff_proj, up_proj) */
+    bweight gate, up;    /* [ffn, d] (ff_proj, up_proj); data NULL in a MoE layer */
     bweight down;        /* [d, ffn] (ff_out) */
+    moe_layer_w *moe;    /* a MoE layer's router and experts, or NULL */
 } llada_layer_w;
 
 typedef struct llada_weights {
@@ -171,6 +240,10 @@ typedef struct llada_scratch {
     void   **kseq, **vseq; /* [cap_seq] this layer's slot K / V of each sequence, NULL = none */
     int      cap_kpos;
     int32_t *kpos;         /* [cap_kpos] key positions (block-causal masks) */
+    int32_t *qblk;         /* [cap_tok] block index of each query row (per-sequence block sizes) */
+    int      cap_kblk;
+    int32_t *kblk;         /* [cap_kblk] block index of each key */
+    moe_scratch *moe;      /* MoE sublayer workspace (moe.c), NULL until a MoE layer runs */
 } llada_scratch;
 
 /* Hand rows x cols elements of checkpoint tensor t at data (t's own, or a slice/copy of it) to the
@@ -242,14 +315,31 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_tensors *L = &t->layers[l];
         llada_layer_w *W = &w->layers[l];
-        if (upload(be, L->attn_norm, &W->attn_norm, err) || upload_part(ctx, w, L->q_proj, SPLIT_ROWS, &W->q, err) ||
-            upload_part(ctx, w, L->k_proj, SPLIT_ROWS, &W->k, err) ||
-            upload_part(ctx, w, L->v_proj, SPLIT_ROWS, &W->v, err) ||
-            upload_part(ctx, w, L->attn_out, SPLIT_COLS, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err) ||
-            upload_part(ctx, w, L->ff_proj, SPLIT_ROWS, &W->gate, err) ||
-            upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
-            upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err))
+        if (upload(be, L->attn_norm, &W->attn_norm, err) ||
+            upload_part(ctx, w, L->attn_out, SPLIT_COLS, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err))
             goto fail;
+        if (L->qkv) {   /* fused query_key_value: three row ranges of it (views), q | k | v */
+            const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+            const int64_t cols = L->qkv->shape[1];
+            const size_t rb = (size_t)cols * dtype_size(L->qkv->type);
+            const char *base = L->qkv->data;
+            if (upload_data(be, L->qkv, base, qd, cols, qd * cols, 0, &W->q, err) ||
+                upload_data(be, L->qkv, base + (size_t)qd * rb, kvd, cols, kvd * cols, 0, &W->k, err) ||
+                upload_data(be, L->qkv, base + (size_t)(qd + kvd) * rb, kvd, cols, kvd * cols, 0, &W->v, err))
+                goto fail;
+        } else if (upload_part(ctx, w, L->q_proj, SPLIT_ROWS, &W->q, err) ||
+                   upload_part(ctx, w, L->k_proj, SPLIT_ROWS, &W->k, err) ||
+                   upload_part(ctx, w, L->v_proj, SPLIT_ROWS, &W->v, err)) {
+            goto fail;
+        }
+        if (L->q_norm && (upload(be, L->q_norm, &W->qn, err) || upload(be, L->k_norm, &W->kn, err))) goto fail;
+        if (L->moe) {
+            if (!(W->moe = moe_layer_upload(be, c, L->moe, err))) goto fail;
+        } else if (upload_part(ctx, w, L->ff_proj, SPLIT_ROWS, &W->gate, err) ||
+                   upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
+                   upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err)) {
+            goto fail;
+        }
         if (L->q_bias && (upload_part(ctx, w, L->q_bias, SPLIT_ROWS, &W->qb, err) ||
                           upload_part(ctx, w, L->k_bias, SPLIT_ROWS, &W->kb, err) ||
                           upload_part(ctx, w, L->v_bias, SPLIT_ROWS, &W->vb, err)))
@@ -274,6 +364,12 @@ static void scratch_release(backend *be, llada_scratch *s) {
     free(s->kseq);
     free(s->vseq);
     free(s->kpos);
+    free(s->qblk);
+    free(s->kblk);
+    moe_scratch_free(be, s->moe);
+    s->moe = NULL;
+    s->qblk = s->kblk = NULL;
+    s->cap_kblk = 0;
     s->pos = s->rows = s->kstart = s->kpos = NULL;
     s->kseq = s->vseq = NULL;
     s->cap_tok = s->cap_out = s->cap_seq = s->cap_kpos = 0;
@@ -288,8 +384,9 @@ void llada_ctx_free(model_ctx *ctx) {
             if (top[i]->data) backend_weight_free(be, top[i]);
         for (int l = 0; w->layers && l < ctx->m->cfg.n_layers; l++) {
             llada_layer_w *W = &w->layers[l];
-            bweight *all[] = {&W->attn_norm, &W->q, &W->k,  &W->v,  &W->attn_out, &W->ff_norm,
-                              &W->gate,      &W->up, &W->down, &W->qb, &W->kb, &W->vb};
+            bweight *all[] = {&W->attn_norm, &W->q,  &W->k,    &W->v,  &W->attn_out, &W->ff_norm, &W->gate,
+                              &W->up,        &W->down, &W->qb, &W->kb, &W->vb,       &W->qn,      &W->kn};
+            moe_layer_free(be, &ctx->m->cfg, W->moe);
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 if (all[i]->data) backend_weight_free(be, all[i]);
         }
@@ -316,6 +413,7 @@ static int lm_chunk_rows(const model_config *c) {
 static void scratch_reserve(backend *be, const model_config *c, int world, llada_scratch *s, int n_tok, int n_out) {
     size_t d = (size_t)c->d_model, qd = (size_t)(c->n_heads / world) * (size_t)c->head_dim;
     size_t kvd = (size_t)(c->n_kv_heads / world) * (size_t)c->head_dim, F = (size_t)(c->ffn_hidden / world);
+    if (F == 0) F = 1;   /* a MoE model without dense layers */
     if (n_tok > s->cap_tok) {
         int cap = n_tok;
         void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up};
@@ -326,8 +424,10 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
         }
         free(s->pos);
         free(s->rows);
+        free(s->qblk);
         s->pos = xmalloc((size_t)cap * sizeof *s->pos);
         s->rows = xmalloc((size_t)cap * sizeof *s->rows);
+        s->qblk = xmalloc((size_t)cap * sizeof *s->qblk);
         s->cap_tok = cap;
     }
     if (n_out > s->cap_out) {
@@ -432,13 +532,37 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
         .q_pos = pos,
         .k_pos = pos,
         .key_valid = b->key_valid,
-        .block_causal = c->block_causal,
         .n_heads = H,
         .n_kv_heads = KV,
         .head_dim = hd,
         .scale = 1.0f / sqrtf((float)hd),
     };
+    /* block-causal attention: each sequence's block size (fwd_batch.block_len, else the model's);
+     * the attention compares block indices (pos / B, 0 for a bidirectional sequence) with B = 1 */
+    int any_blk = 0;
+    for (int q = 0; q < b->n_seqs; q++) any_blk |= (b->block_len ? b->block_len[q] : c->block_causal) > 0;
+    ap.block_causal = any_blk;
     const int cached = kv_attn_setup(ctx, b, pos, s, &ap);
+    if (any_blk) {
+        for (int q = 0; q < b->n_seqs; q++) {
+            const int B = b->block_len ? b->block_len[q] : c->block_causal;
+            for (int i = b->seq_start[q]; i < b->seq_start[q + 1]; i++) s->qblk[i] = B > 0 ? pos[i] / B : 0;
+        }
+        ap.q_pos = s->qblk;
+        ap.k_pos = s->qblk;
+        if (cached) {   /* keys numbered by kv_attn_setup, their positions in s->kpos */
+            const int nk = s->kstart[b->n_seqs];
+            if (nk > s->cap_kblk) {
+                s->cap_kblk = nk;
+                s->kblk = xrealloc(s->kblk, (size_t)nk * sizeof *s->kblk);
+            }
+            for (int q = 0; q < b->n_seqs; q++) {
+                const int B = b->block_len ? b->block_len[q] : c->block_causal;
+                for (int j = s->kstart[q]; j < s->kstart[q + 1]; j++) s->kblk[j] = B > 0 ? s->kpos[j] / B : 0;
+            }
+            ap.k_pos = s->kblk;
+        }
+    }
 
     backend_embed(be, &w->wte, b->tokens, n, s->x);
     for (int l = 0; l < c->n_layers; l++) {
@@ -454,11 +578,20 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
                                  .n_w = 3, .w = {&L->q, &L->k, &L->v}, .y = {s->q, s->k, s->v}, .tmp_h = s->h};
             backend_linear(be, &qkv);
         }
+        if (L->qn.data) {   /* per-head QK-norm, before RoPE: rows of hd elements */
+            backend_rmsnorm(be, s->q, &L->qn, n * H, hd, c->norm_eps, s->q);
+            backend_rmsnorm(be, s->k, &L->kn, n * KV, hd, c->norm_eps, s->k);
+        }
         backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
         backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
         if (cached) kv_store_layer(ctx, b, pos, s, l, KV * hd);
         backend_attention(be, &ap, s->q, s->k, s->v, s->att);
         residual_linear(ctx, s->att, &L->attn_out, n, s);
+        if (L->moe) {   /* MoE sublayer: x += routed experts + shared expert of h = RMSNorm(x) */
+            backend_rmsnorm(be, s->x, &L->ff_norm, n, c->d_model, c->norm_eps, s->h);
+            moe_forward(be, c, L->moe, s->h, n, s->x, &s->moe);
+            continue;
+        }
         /* SwiGLU MLP sublayer: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x) */
         const blinear mlp = {.x = s->x, .n = n, .norm = &L->ff_norm, .eps = c->norm_eps, .epi = BLIN_SWIGLU,
                              .n_w = 2, .w = {&L->gate, &L->up}, .y = {s->gate}, .tmp_h = s->h, .tmp_y = s->up};

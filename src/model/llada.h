@@ -8,6 +8,8 @@
 #include "model/model.h"
 
 int  llada_tensors_bind(model *m, um_err *err);      /* find + shape-check every tensor */
+/* Find tensor `name` with shape [d0] (d1 < 0) or [d0, d1] and a usable dtype; NULL + err naming it. */
+const st_tensor *llada_bind_one(const model *m, const char *name, int64_t d0, int64_t d1, um_err *err);
 void llada_tensors_free(model *m);
 int  llada_ctx_init(model_ctx *ctx, um_err *err);    /* upload weights to ctx->be */
 void llada_ctx_free(model_ctx *ctx);

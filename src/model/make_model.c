@@ -45,6 +45,28 @@ int make_model_preset(const char *name, make_model_opts *o) {
         o->dream = 1, o->rope_theta = 1000000.0;
         o->d_model = 3584, o->n_layers = 28, o->n_heads = 28, o->n_kv_heads = 4, o->ffn_hidden = 18944;
         o->vocab_size = 152064, o->max_seq = 131072;
+    } else if (strcmp(name, "lladamoe-tiny") == 0) { /* LLaDA-MoE layout for tests: 8 experts, top-2 */
+        o->moe = MAKE_MOE_LLADA_MOE, o->rope_theta = 50000.0, o->partial_rotary = 1.0;
+        o->d_model = 64, o->n_layers = 2, o->n_heads = 4, o->n_kv_heads = 4, o->ffn_hidden = 128;
+        o->n_experts = 8, o->moe_top_k = 2, o->moe_ffn = 32, o->vocab_size = 512, o->max_seq = 1024;
+    } else if (strcmp(name, "lladamoe-7b") == 0) { /* LLaDA-MoE-7B-A1B shape */
+        o->moe = MAKE_MOE_LLADA_MOE, o->rope_theta = 50000.0, o->partial_rotary = 1.0;
+        o->d_model = 2048, o->n_layers = 16, o->n_heads = 16, o->n_kv_heads = 16, o->ffn_hidden = 8192;
+        o->n_experts = 64, o->moe_top_k = 8, o->moe_ffn = 1024, o->vocab_size = 157184, o->max_seq = 8192;
+    } else if (strcmp(name, "llada2-tiny") == 0) { /* LLaDA2 layout for tests: dense layer 0, 2 groups of 4 */
+        o->moe = MAKE_MOE_LLADA2, o->rope_theta = 600000.0, o->partial_rotary = 0.5;
+        o->d_model = 64, o->n_layers = 3, o->n_heads = 4, o->n_kv_heads = 2, o->ffn_hidden = 160;
+        o->n_experts = 8, o->moe_top_k = 2, o->moe_ffn = 32, o->shared_ffn = 32, o->first_dense = 1;
+        o->n_group = 2, o->topk_group = 1, o->routed_scale = 2.5, o->expert_bias = 1;
+        o->vocab_size = 512, o->max_seq = 1024;
+    } else if (strcmp(name, "llada2-mini") == 0 || strcmp(name, "llada2-flash") == 0) {
+        const int flash = name[7] == 'f';
+        o->moe = MAKE_MOE_LLADA2, o->rope_theta = 600000.0, o->partial_rotary = 0.5;
+        o->d_model = flash ? 4096 : 2048, o->n_layers = flash ? 32 : 20, o->n_heads = flash ? 32 : 16;
+        o->n_kv_heads = 4, o->ffn_hidden = flash ? 9216 : 5120;
+        o->n_experts = 256, o->moe_top_k = 8, o->moe_ffn = flash ? 1024 : 512, o->first_dense = 1;
+        o->shared_ffn = o->moe_ffn, o->n_group = 8, o->topk_group = 4, o->routed_scale = 2.5, o->expert_bias = 1;
+        o->vocab_size = 157184, o->max_seq = 16384;
     } else {
         return -1;
     }
@@ -169,6 +191,97 @@ static int write_config_dream(const char *dir, const make_model_opts *o, int n_r
     return 0;
 }
 
+/* LLaDA-MoE (configuration_lladamoe.py keys) or LLaDA2 (the LLaDA2.0-mini release's config.json keys),
+ * sizes replaced. Token ids: LLaDA2's release names only pad_token_id (eos falls back to it, <|mask|>
+ * comes from the tokenizer); without a tokenizer mask_token_id is written too. */
+static int write_config_moe(const char *dir, const make_model_opts *o, int n_rows, const tokenizer_special *sp,
+                            int has_tok, um_err *err) {
+    json_t *c = json_object();
+    json_object_set_new(c, "attention_dropout", json_real(0.0));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "hidden_size", json_integer(o->d_model));
+    json_object_set_new(c, "initializer_range", json_real(0.02));
+    json_object_set_new(c, "max_position_embeddings", json_integer(o->max_seq));
+    json_object_set_new(c, "num_attention_heads", json_integer(o->n_heads));
+    json_object_set_new(c, "num_experts", json_integer(o->n_experts));
+    json_object_set_new(c, "num_experts_per_tok", json_integer(o->moe_top_k));
+    json_object_set_new(c, "num_hidden_layers", json_integer(o->n_layers));
+    json_object_set_new(c, "num_key_value_heads", json_integer(o->n_kv_heads));
+    json_object_set_new(c, "output_router_logits", json_false());
+    json_object_set_new(c, "pad_token_id", json_integer(sp->pad));
+    json_object_set_new(c, "partial_rotary_factor", json_real(o->partial_rotary));
+    json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "rope_theta", json_real(o->rope_theta));
+    json_object_set_new(c, "tie_word_embeddings", o->weight_tying ? json_true() : json_false());
+    json_object_set_new(c, "torch_dtype", json_string("bfloat16"));
+    json_object_set_new(c, "use_cache", json_false());
+    json_object_set_new(c, "vocab_size", json_integer(n_rows));
+    json_object_set_new(c, "moe_router_enable_expert_bias", o->expert_bias ? json_true() : json_false());
+    if (!has_tok) json_object_set_new(c, "mask_token_id", json_integer(sp->mask));
+    if (o->moe == MAKE_MOE_LLADA_MOE) {
+        json_object_set_new(c, "architectures", json_pack("[s]", "LLaDAMoEModelLM"));
+        json_object_set_new(c, "auto_map", json_pack("{s:s,s:s}", "AutoConfig", "configuration_lladamoe.LLaDAMoEConfig",
+                                                     "AutoModel", "modeling_lladamoe.LLaDAMoEModelLM"));
+        json_object_set_new(c, "model_type", json_string("llada"));
+        json_object_set_new(c, "attention_bias", json_false());
+        json_object_set_new(c, "bos_token_id", json_null());
+        json_object_set_new(c, "clip_qkv", json_null());
+        json_object_set_new(c, "dense_intermediate_size", json_integer(o->ffn_hidden));
+        json_object_set_new(c, "eos_token_id", json_integer(sp->eos));
+        json_object_set_new(c, "expert_intermediate_size", json_integer(o->moe_ffn));
+        json_t *freq = json_array();
+        for (int l = 0; l < o->n_layers; l++) json_array_append_new(freq, json_integer(l < o->first_dense ? 0 : 1));
+        json_object_set_new(c, "moe_layer_freq", freq);
+        json_object_set_new(c, "moe_router_score_function", json_string("softmax"));
+        json_object_set_new(c, "norm_topk_prob", json_false());
+        json_object_set_new(c, "qk_layernorm", json_true());
+        json_object_set_new(c, "rms_norm_eps", json_real(1e-05));
+        json_object_set_new(c, "routed_scaling_factor", json_integer(1));
+        json_object_set_new(c, "router_aux_loss_coef", json_real(0.01));
+        json_object_set_new(c, "router_num_group", json_null());
+        json_object_set_new(c, "router_topk_group", json_null());
+        json_object_set_new(c, "shared_expert_intermediate_size",
+                            o->shared_ffn > 0 ? json_integer(o->shared_ffn) : json_null());
+        json_object_set_new(c, "transformers_version", json_string("4.48.3"));
+    } else {
+        json_object_set_new(c, "architectures", json_pack("[s]", "LLaDA2MoeModelLM"));
+        json_object_set_new(c, "auto_map", json_pack("{s:s,s:s,s:s}", "AutoConfig", "configuration_llada2_moe.LLaDA2MoeConfig",
+                                                     "AutoModel", "modeling_llada2_moe.LLaDA2MoeModel",
+                                                     "AutoModelForCausalLM", "modeling_llada2_moe.LLaDA2MoeModelLM"));
+        json_object_set_new(c, "model_type", json_string("llada2_moe"));
+        json_object_set_new(c, "intermediate_size", json_integer(o->ffn_hidden));
+        json_object_set_new(c, "first_k_dense_replace", json_integer(o->first_dense));
+        json_object_set_new(c, "moe_intermediate_size", json_integer(o->moe_ffn));
+        json_object_set_new(c, "norm_topk_prob", json_true());
+        json_object_set_new(c, "norm_head", json_false());
+        json_object_set_new(c, "use_bias", json_false());
+        json_object_set_new(c, "use_rmsnorm", json_true());
+        json_object_set_new(c, "rms_norm_eps", json_real(1e-06));
+        json_object_set_new(c, "head_dim", json_integer(o->d_model / o->n_heads));
+        json_object_set_new(c, "num_shared_experts", o->shared_ffn > 0 ? json_integer(o->shared_ffn / o->moe_ffn) : json_null());
+        json_object_set_new(c, "use_qkv_bias", json_false());
+        json_object_set_new(c, "embedding_dropout", json_real(0.0));
+        json_object_set_new(c, "norm_softmax", json_false());
+        json_object_set_new(c, "output_dropout", json_real(0.0));
+        json_object_set_new(c, "rotary_dim", json_integer((int)(o->d_model / o->n_heads * o->partial_rotary)));
+        json_object_set_new(c, "using_split_qkv_in_self_attention", json_false());
+        json_object_set_new(c, "router_dtype", json_string("fp32"));
+        json_object_set_new(c, "routed_scaling_factor", json_real(o->routed_scale));
+        json_object_set_new(c, "n_group", json_integer(o->n_group));
+        json_object_set_new(c, "topk_group", json_integer(o->topk_group));
+        json_object_set_new(c, "score_function", json_string("sigmoid"));
+        json_object_set_new(c, "max_window_layers", json_integer(o->n_layers));
+        json_object_set_new(c, "use_sliding_window", json_false());
+        json_object_set_new(c, "transformers_version", json_string("4.52.3"));
+    }
+    char path[4096];
+    path_join(path, sizeof path, dir, "config.json");
+    int rc = json_dump_file(c, path, JSON_INDENT(4));
+    json_decref(c);
+    if (rc != 0) return um_err_set(err, UM_ERR_IO, "%s: cannot write", path);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tensors */
 
 enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT };
@@ -181,9 +294,10 @@ typedef struct gen_tensor {
 } gen_tensor;
 
 static int list_tensors(const make_model_opts *o, int n_rows, gen_tensor **out) {
-    int n_max = 3 + 12 * o->n_layers, n = 0;
+    int n_max = 3 + 16 * o->n_layers + 3 * o->n_layers * o->n_experts, n = 0;
     gen_tensor *t = xcalloc((size_t)n_max, sizeof *t);
     int64_t d = o->d_model, hd = d / o->n_heads, kvd = hd * o->n_kv_heads, F = o->ffn_hidden;
+    (void)hd;
 #define ADD(nm, r, c_, kind, s)                                              \
     do {                                                                     \
         snprintf(t[n].name, sizeof t[n].name, "%s", nm);                     \
@@ -191,6 +305,68 @@ static int list_tensors(const make_model_opts *o, int n_rows, gen_tensor **out) 
         n++;                                                                 \
     } while (0)
     char nm[128];
+    if (o->moe) {   /* LLaDA-MoE / LLaDA2 names (model/llada.c tables) */
+        const int l2 = o->moe == MAKE_MOE_LLADA2;
+        const double sd = 1.0 / sqrt((double)d), sf = 1.0 / sqrt((double)o->moe_ffn);
+        ADD(l2 ? "model.word_embeddings.weight" : "model.embed_tokens.weight", n_rows, d, INIT_NORMAL, 1.0);
+        for (int l = 0; l < o->n_layers; l++) {
+#define ML(suffix, r, c_, kind, s_)                                    \
+    do {                                                               \
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix);      \
+        ADD(nm, r, c_, kind, s_);                                      \
+    } while (0)
+            ML("input_layernorm.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+            if (l2) {
+                ML("attention.query_key_value.weight", d + 2 * kvd, d, INIT_NORMAL, sd);
+                ML("attention.query_layernorm.weight", hd, 0, INIT_NORM_WEIGHT, 0.1);
+                ML("attention.key_layernorm.weight", hd, 0, INIT_NORM_WEIGHT, 0.1);
+                ML("attention.dense.weight", d, d, INIT_NORMAL, sd);
+            } else {
+                ML("self_attn.q_proj.weight", d, d, INIT_NORMAL, sd);
+                ML("self_attn.k_proj.weight", kvd, d, INIT_NORMAL, sd);
+                ML("self_attn.v_proj.weight", kvd, d, INIT_NORMAL, sd);
+                ML("self_attn.q_norm.weight", hd, 0, INIT_NORM_WEIGHT, 0.1);
+                ML("self_attn.k_norm.weight", hd, 0, INIT_NORM_WEIGHT, 0.1);
+                ML("self_attn.o_proj.weight", d, d, INIT_NORMAL, sd);
+            }
+            ML("post_attention_layernorm.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+            if (l < o->first_dense) {
+                ML("mlp.gate_proj.weight", F, d, INIT_NORMAL, sd);
+                ML("mlp.up_proj.weight", F, d, INIT_NORMAL, sd);
+                ML("mlp.down_proj.weight", d, F, INIT_NORMAL, 1.0 / sqrt((double)F));
+                continue;
+            }
+            ML("mlp.gate.weight", o->n_experts, d, INIT_NORMAL, sd);
+            /* the bias is a fraction of the scores it shifts (sigmoid ~0.5, softmax ~1/E) */
+            if (o->expert_bias)
+                ML(l2 ? "mlp.gate.expert_bias" : "mlp.expert_bias", o->n_experts, 0, INIT_NORMAL,
+                   l2 ? 0.1 : 0.3 / o->n_experts);
+            for (int e = 0; e < o->n_experts; e++) {
+                char sfx[96];
+                snprintf(sfx, sizeof sfx, "mlp.experts.%d.gate_proj.weight", e);
+                ML(sfx, o->moe_ffn, d, INIT_NORMAL, sd);
+                snprintf(sfx, sizeof sfx, "mlp.experts.%d.up_proj.weight", e);
+                ML(sfx, o->moe_ffn, d, INIT_NORMAL, sd);
+                snprintf(sfx, sizeof sfx, "mlp.experts.%d.down_proj.weight", e);
+                ML(sfx, d, o->moe_ffn, INIT_NORMAL, sf);
+            }
+            if (o->shared_ffn > 0) {
+                const char *p = l2 ? "mlp.shared_experts" : "shared_expert";
+                char sfx[96];
+                snprintf(sfx, sizeof sfx, "%s.gate_proj.weight", p);
+                ML(sfx, o->shared_ffn, d, INIT_NORMAL, sd);
+                snprintf(sfx, sizeof sfx, "%s.up_proj.weight", p);
+                ML(sfx, o->shared_ffn, d, INIT_NORMAL, sd);
+                snprintf(sfx, sizeof sfx, "%s.down_proj.weight", p);
+                ML(sfx, d, o->shared_ffn, INIT_NORMAL, 1.0 / sqrt((double)o->shared_ffn));
+            }
+#undef ML
+        }
+        ADD("model.norm.weight", d, 0, INIT_NORM_WEIGHT, 0.1);
+        if (!o->weight_tying) ADD("lm_head.weight", n_rows, d, INIT_NORMAL, sd);
+        *out = t;
+        return n;
+    }
     if (o->dream) {   /* Qwen2 names (Dream-v0-Instruct-7B's index), q/k/v with biases */
         ADD("model.embed_tokens.weight", n_rows, d, INIT_NORMAL, 1.0);
         for (int l = 0; l < o->n_layers; l++) {
@@ -292,6 +468,22 @@ static int validate_opts(const make_model_opts *o, um_err *err) {
     if (o->n_heads % o->n_kv_heads)
         return um_err_param(err, "n-kv-heads", "n-heads %d is not divisible by n-kv-heads %d", o->n_heads,
                             o->n_kv_heads);
+    if (o->moe) {
+        if (o->n_experts < 1 || o->moe_top_k < 1 || o->moe_top_k > o->n_experts || o->moe_ffn < 1)
+            return um_err_param(err, "experts", "MoE sizes: experts %d, experts per token %d (1 .. experts), expert "
+                                "width %d must be positive", o->n_experts, o->moe_top_k, o->moe_ffn);
+        if (o->first_dense < 0 || o->first_dense > o->n_layers)
+            return um_err_param(err, "first-dense", "first-dense must be between 0 and %d, got %d", o->n_layers,
+                                o->first_dense);
+        if (o->moe == MAKE_MOE_LLADA2 &&
+            (o->n_group < 1 || o->n_experts % o->n_group || o->n_experts / o->n_group < 2 || o->topk_group < 1 ||
+             o->topk_group > o->n_group || o->moe_top_k > o->topk_group * (o->n_experts / o->n_group)))
+            return um_err_param(err, "experts", "LLaDA2 routing: %d experts in %d groups (at least 2 each), keeping %d "
+                                "groups, cannot choose %d experts", o->n_experts, o->n_group, o->topk_group,
+                                o->moe_top_k);
+        if (o->moe == MAKE_MOE_LLADA2 && o->shared_ffn % o->moe_ffn)
+            return um_err_param(err, "experts", "LLaDA2: the shared expert width must be a multiple of the expert width");
+    }
     if (o->shards < 1 || o->shards > 64) return um_err_param(err, "shards", "shards must be between 1 and 64");
     if (o->dtype != DTYPE_F32 && o->dtype != DTYPE_BF16 && o->dtype != DTYPE_F16)
         return um_err_param(err, "dtype", "dtype must be f32, bf16 or f16");
@@ -331,6 +523,11 @@ static int tokenizer_copy(const char *src, const char *dir, tokenizer_special *s
 
 static int write_tokenizer(const char *dir, const make_model_opts *o, tokenizer_special *sp, um_err *err) {
     if (o->tokenizer_dir) return tokenizer_copy(o->tokenizer_dir, dir, sp, err);
+    if (o->moe) {
+        if (o->tokenizer_corpus)
+            return um_err_param(err, "tokenizer-corpus", "a MoE-layout model takes the built-in Ling-style tokenizer only");
+        return tokenizer_write_builtin_ling(dir, sp, err);
+    }
     if (o->dream) {
         if (o->tokenizer_corpus)
             return um_err_param(err, "tokenizer-corpus", "a Dream-layout model takes the built-in Qwen2 tokenizer only");
@@ -378,9 +575,12 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
         sp.pad = sp.eos;
     }
     int n_rows = (vocab + 63) / 64 * 64; /* like LLaDA: embedding rows padded past the vocabulary */
-    if (o->dream && o->vocab_size > n_rows) n_rows = o->vocab_size;   /* Qwen2: vocab_size rows (152064 for 7B) */
-    if ((o->dream ? write_config_dream(dir, o, n_rows, &sp, err) : write_config(dir, o, n_rows, n_rows, &sp, err)) != 0)
+    if ((o->dream || o->moe) && o->vocab_size > n_rows) n_rows = o->vocab_size;   /* vocab_size rows (Qwen2, Ling) */
+    if (o->moe) {
+        if (write_config_moe(dir, o, n_rows, &sp, !o->no_tokenizer, err) != 0) return -1;
+    } else if ((o->dream ? write_config_dream(dir, o, n_rows, &sp, err) : write_config(dir, o, n_rows, n_rows, &sp, err)) != 0) {
         return -1;
+    }
 
     gen_tensor *gt;
     int n = list_tensors(o, n_rows, &gt);

@@ -18,7 +18,16 @@
 typedef struct make_model_opts {
     int        dream;           /* 1: the Dream-v0-Instruct-7B layout (Qwen2 config keys and tensor names,
                                    q/k/v biases, the Qwen2 slow tokenizer with Dream's added tokens) */
-    int        d_model, n_layers, n_heads, n_kv_heads, ffn_hidden;
+    int        moe;             /* 0: dense; MAKE_MOE_LLADA_MOE: the LLaDA-MoE-7B-A1B layout; MAKE_MOE_LLADA2:
+                                   the LLaDA2.0 layout (both with the built-in Ling-style tokenizer) */
+    int        d_model, n_layers, n_heads, n_kv_heads, ffn_hidden;   /* ffn_hidden: dense layers */
+    int        n_experts, moe_top_k, moe_ffn;   /* MoE: experts per layer, per token, expert width */
+    int        shared_ffn;      /* MoE: shared expert width, 0 = none (LLaDA2: a multiple of moe_ffn) */
+    int        first_dense;     /* MoE: leading dense layers */
+    int        n_group, topk_group;   /* LLaDA2 grouped routing */
+    double     routed_scale;    /* LLaDA2 routed_scaling_factor */
+    int        expert_bias;     /* MoE: write an expert-bias vector per MoE layer */
+    double     partial_rotary;  /* MoE: partial_rotary_factor (fraction of head_dim rotated) */
     int        vocab_size;      /* used only when no built-in tokenizer is available */
     int        max_seq;
     double     rope_theta;
@@ -35,8 +44,11 @@ typedef struct make_model_opts {
     const char *weights;          /* F32 safetensors with every tensor's values (NULL: random) */
 } make_model_opts;
 
+enum { MAKE_MOE_NONE, MAKE_MOE_LLADA_MOE, MAKE_MOE_LLADA2 };
+
 /* Fill opts from a preset name ("tiny", "small" ~100M, "8b" LLaDA-8B shape; "dream-tiny", "dream-7b"
- * Dream-v0-Instruct-7B shape: the Dream layout). -1 if unknown. */
+ * Dream-v0-Instruct-7B shape: the Dream layout; "lladamoe-tiny", "lladamoe-7b": the LLaDA-MoE layout;
+ * "llada2-tiny", "llada2-mini", "llada2-flash": the LLaDA2.0 layout). -1 if unknown. */
 int make_model_preset(const char *name, make_model_opts *opts);
 int make_model_write(const char *dir, const make_model_opts *opts, um_err *err);
 

@@ -83,8 +83,20 @@ int model_load(const char *dir, model *m, um_err *err) {
     if (llada_tensors_bind(m, err) != 0) goto fail;
     if (tokenizer_load_dir(dir, &m->tok, err) != 0) goto fail;
     if (m->tok && chat_template_load_dir(dir, m->tok, &m->chat, err) != 0) goto fail;
-    if (m->tok && m->cfg.eot_id < 0) m->cfg.eot_id = tokenizer_token_id(m->tok, "<|eot_id|>");
-    if (m->tok && m->cfg.eot_id < 0) m->cfg.eot_id = tokenizer_token_id(m->tok, "<|im_end|>");   /* Qwen2 / Dream */
+    if (m->cfg.n_experts > 0) {   /* MoE families: ids the config leaves out come from the tokenizer */
+        if (m->tok && m->cfg.mask_id < 0) m->cfg.mask_id = tokenizer_token_id(m->tok, "<|mask|>");
+        if (m->tok && m->cfg.eos_id < 0) m->cfg.eos_id = tokenizer_token_id(m->tok, "<|endoftext|>");
+        if (m->cfg.pad_id < 0) m->cfg.pad_id = m->cfg.eos_id;
+        if (m->cfg.mask_id < 0 || m->cfg.mask_id >= m->cfg.n_embd_rows) {
+            um_err_set(err, UM_ERR_FORMAT, "%s: no mask token: config.json has no mask_token_id and %s", dir,
+                       m->tok ? "the tokenizer has no <|mask|>" : "there is no tokenizer.json to read <|mask|> from");
+            goto fail;
+        }
+    }
+    if (m->tok && m->cfg.eot_id < 0 && m->cfg.n_experts == 0)   /* MoE families stop on eos only */
+        m->cfg.eot_id = tokenizer_token_id(m->tok, "<|eot_id|>");
+    if (m->tok && m->cfg.eot_id < 0 && m->cfg.n_experts == 0)
+        m->cfg.eot_id = tokenizer_token_id(m->tok, "<|im_end|>");   /* Qwen2 / Dream */
     return 0;
 fail:
     model_free(m);
@@ -116,6 +128,9 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
         if (shard->rank < 0 || shard->rank >= W || !shard->comm)
             return um_err_set(err, UM_ERR_INTERNAL, "shard rank %d of %d (comm %s)", shard->rank, W,
                               shard->comm ? "set" : "missing");
+        if (c->n_experts > 0)
+            return um_err_set(err, UM_ERR_UNSUPPORTED,
+                              "%s: tensor parallelism is not implemented for mixture-of-experts models yet", m->dir);
         if (c->n_heads % W || c->n_kv_heads % W || c->ffn_hidden % W)
             return um_err_set(err, UM_ERR_UNSUPPORTED,
                               "%s: tensor parallelism over %d ranks needs n_heads (%d), n_kv_heads (%d) and the MLP "
@@ -123,7 +138,6 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
                               m->dir, W, c->n_heads, c->n_kv_heads, c->ffn_hidden, W);
         ctx->shard = *shard;
     }
-    CHECK(m->cfg.arch == MODEL_ARCH_LLADA || m->cfg.arch == MODEL_ARCH_DREAM);
     if (llada_ctx_init(ctx, err) != 0) return -1;
     model_kv_init(ctx);
     return 0;
@@ -164,6 +178,15 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
                                     b->out_rows[i], n_tokens);
     } else if (b->n_out != n_tokens) {
         return um_err_set(err, UM_ERR_INTERNAL, "n_out must equal n_tokens when out_rows is NULL");
+    }
+    if (b->block_len) {
+        if (ctx->tp)
+            return um_err_set(err, UM_ERR_UNSUPPORTED, "per-request block-causal attention (block length) is not "
+                              "supported with tensor parallelism");
+        for (int s = 0; s < b->n_seqs; s++)
+            if (b->block_len[s] < 0 || b->block_len[s] > c->max_seq)
+                return um_err_param(err, "block_length", "block length %d is outside [0, %d]", b->block_len[s],
+                                    c->max_seq);
     }
     if (b->kv) {   /* slots are the decode loop's (a bad one is a bug, but reported, not aborted) */
         if (b->key_valid) return um_err_set(err, UM_ERR_INTERNAL, "key_valid cannot be combined with KV caches");

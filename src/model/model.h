@@ -20,22 +20,40 @@
 struct tokenizer;     /* text/tokenizer.h */
 struct chat_template; /* text/chat_template.h */
 
-/* Host views of the dense-transformer tensors (pointers into the checkpoint mapping). LLaDA and
- * Dream share this layout and forward (model/llada.c); they differ in tensor names, Dream's q/k/v
- * biases and its shifted logits (handled by the decode layer). Comments give the LLaDA names. */
+/* One MoE layer's tensors (LLaDA-MoE, LLaDA2; model/moe.c). Expert arrays are owned. */
+typedef struct moe_layer_tensors {
+    const st_tensor  *router;       /* [n_experts, d] */
+    const st_tensor  *expert_bias;  /* [n_experts], or NULL */
+    const st_tensor **gate, **up;   /* [n_experts] pointers to [moe_ffn, d] */
+    const st_tensor **down;         /* [n_experts] pointers to [d, moe_ffn] */
+    const st_tensor  *sh_gate;      /* [shared_ffn, d] shared expert, or NULL (then sh_up/sh_down too) */
+    const st_tensor  *sh_up;        /* [shared_ffn, d] */
+    const st_tensor  *sh_down;      /* [d, shared_ffn] */
+} moe_layer_tensors;
+
+/* Host views of the transformer tensors (pointers into the checkpoint mapping). LLaDA, Dream,
+ * LLaDA-MoE and LLaDA2 share this layout and forward (model/llada.c, MoE sublayers model/moe.c);
+ * they differ in tensor names, Dream's q/k/v biases and shifted logits (handled by the decode
+ * layer), the MoE models' QK-norm, LLaDA2's fused qkv and the MoE layers. Comments give the LLaDA
+ * names. */
 typedef struct llada_layer_tensors {
     const st_tensor *attn_norm;   /* [d] */
-    const st_tensor *q_proj;      /* [n_heads*hd, d] */
+    const st_tensor *q_proj;      /* [n_heads*hd, d]; NULL with fused qkv */
     const st_tensor *k_proj;      /* [n_kv*hd, d] */
     const st_tensor *v_proj;      /* [n_kv*hd, d] */
     const st_tensor *q_bias;      /* [n_heads*hd] Dream; NULL for LLaDA (no biases) */
     const st_tensor *k_bias;      /* [n_kv*hd] Dream, else NULL */
     const st_tensor *v_bias;      /* [n_kv*hd] Dream, else NULL */
+    const st_tensor *qkv;         /* [(n_heads + 2 n_kv)*hd, d] LLaDA2 query_key_value (rows: q, k, v),
+                                     else NULL */
+    const st_tensor *q_norm;      /* [hd] per-head QK-norm (MoE models), else NULL */
+    const st_tensor *k_norm;      /* [hd] */
     const st_tensor *attn_out;    /* [d, n_heads*hd] */
     const st_tensor *ff_norm;     /* [d] */
-    const st_tensor *ff_proj;     /* [ffn, d]  gate (SiLU) */
+    const st_tensor *ff_proj;     /* [ffn, d]  gate (SiLU); NULL in a MoE layer */
     const st_tensor *up_proj;     /* [ffn, d]  up */
     const st_tensor *ff_out;      /* [d, ffn]  down */
+    moe_layer_tensors *moe;       /* a MoE layer's router and experts (owned), or NULL (dense) */
 } llada_layer_tensors;
 
 typedef struct llada_tensors {
@@ -49,7 +67,7 @@ typedef struct model {
     char                 *dir;       /* owned */
     model_config          cfg;
     checkpoint            ck;
-    llada_tensors         llada;     /* cfg.arch == MODEL_ARCH_LLADA or MODEL_ARCH_DREAM */
+    llada_tensors         llada;     /* every architecture (the names differ, model/llada.c) */
     struct tokenizer     *tok;       /* NULL when the checkpoint ships no tokenizer files */
     struct chat_template *chat;      /* NULL when tokenizer_config.json has no chat_template */
 } model;
@@ -81,6 +99,9 @@ typedef struct fwd_batch {
     int            n_out;       /* rows whose logits are wanted */
     const int32_t *out_rows;    /* [n_out] indices into tokens; NULL = all rows (n_out = n_tokens) */
     const int32_t *kv;          /* [n_seqs] KV slot of each sequence, 0 = none; NULL = no caches */
+    const int32_t *block_len;   /* [n_seqs] block-causal attention per sequence: B > 0 = query i sees
+                                   key j iff pos_j / B <= pos_i / B (blocks aligned to position 0),
+                                   0 = bidirectional; NULL = the model's default (cfg.block_causal) */
 } fwd_batch;
 
 struct comm; /* backend/comm.h */

@@ -90,6 +90,9 @@ struct model_tp {
 
 int model_tp_check_config(const model_config *c, const char *label, int tp, um_err *err) {
     if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
+    if (tp > 1 && c->n_experts > 0)
+        return um_err_set(err, UM_ERR_UNSUPPORTED,
+                          "%s: tensor parallelism is not implemented for mixture-of-experts models yet", label);
     if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp) {
         um_err_param(err, "tp",
                      "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of %s "
@@ -109,6 +112,8 @@ uint64_t model_weight_bytes(const model *m, int world) {
     const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim, kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
     const uint64_t F = (uint64_t)c->ffn_hidden;
     /* llada_ctx_init uploads wte and lm_head separately even when they are tied */
+    if (c->n_experts > 0)   /* MoE: never sharded */
+        return 2u * ((uint64_t)model_config_n_params(c) + (c->weight_tying ? (uint64_t)c->n_embd_rows * d : 0));
     uint64_t n = 2u * (uint64_t)c->n_embd_rows * d + d;
     uint64_t per_layer = 2u * d + (qd + 2u * kvd) * d / W + d * qd / W + 3u * F * d / W;
     if (c->arch == MODEL_ARCH_DREAM) per_layer += (qd + 2u * kvd) / W;   /* q/k/v biases */
@@ -122,7 +127,10 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
     const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim / W;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim / W, F = (uint64_t)c->ffn_hidden / W;
     /* x, h [d]; q, att [qd]; k, v [kvd]; gate, up [F] per token (llada.c scratch_reserve) */
-    const uint64_t per_tok = 2u * d + 2u * qd + 2u * kvd + 2u * F;
+    uint64_t per_tok = 2u * d + 2u * qd + 2u * kvd + 2u * F;
+    if (c->n_experts > 0)   /* moe.c scratch: router logits, routed rows in / out, expert and shared widths */
+        per_tok += (uint64_t)c->n_experts + (uint64_t)c->moe_top_k * (2u * d + 2u * (uint64_t)c->moe_ffn) +
+                   2u * (uint64_t)c->shared_ffn + d;
     /* LM head: rows of xo [d] + logits [V] per output row, at most one 16M-element chunk's worth
      * of rows (llada.c lm_chunk_rows) or every token */
     uint64_t chunk = (16u << 20) / (uint64_t)c->n_embd_rows;

@@ -102,6 +102,95 @@ static const char CORPUS[] =
     "cheaper to run; a larger model usually gives better answers. Researchers measure quality with "
     "benchmarks for question answering, mathematics, coding and translation.\n";
 
+/* The Ling-2.0 family's role-tag chat template (LLaDA-MoE, LLaDA2) as docs/model-spec.md describes it,
+ * with the default "detailed thinking off" system line; the same text as
+ * tests/tokenizer/templates/ling2_chat_template.jinja without its comment. */
+static const char LING_CHAT_TEMPLATE[] =
+    "{%- set thinking_option = 'off' -%}\n"
+    "{{- '<role>SYSTEM</role>' }}\n"
+    "{%- if messages[0].role == 'system' %}\n"
+    "    {{- messages[0].content + '\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- if tools %}\n"
+    "    {{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call>\\n\" }}\n"
+    "{%- endif %}\n"
+    "{{- 'detailed thinking ' + thinking_option + '<|role_end|>' }}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if message.role == 'user' %}\n"
+    "        {{- '<role>HUMAN</role>' + message.content + '<|role_end|>' }}\n"
+    "    {%- elif message.role == 'system' and not loop.first %}\n"
+    "        {{- '<role>SYSTEM</role>' + message.content + '<|role_end|>' }}\n"
+    "    {%- elif message.role == 'assistant' %}\n"
+    "        {{- '<role>ASSISTANT</role>' }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- if message.tool_calls %}\n"
+    "            {%- for tool_call in message.tool_calls %}\n"
+    "                {%- if tool_call.function is defined %}\n"
+    "                    {%- set tool_call = tool_call.function %}\n"
+    "                {%- endif %}\n"
+    "                {{- '\\n<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}\n"
+    "                {{- tool_call.arguments | tojson }}\n"
+    "                {{- '}\\n</tool_call>' }}\n"
+    "            {%- endfor %}\n"
+    "        {%- endif %}\n"
+    "        {{- '<|role_end|>' }}\n"
+    "    {%- elif message.role == 'tool' %}\n"
+    "        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}\n"
+    "            {{- '<role>OBSERVATION</role>' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}\n"
+    "            {{- '<|role_end|>' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<role>ASSISTANT</role>' }}\n"
+    "{%- endif %}";
+
+/* The Ling-2.0 added tokens as the LLaDA MoE checkpoints number them (<|endoftext|> right after
+ * <|startoftext|>, <|mask|> three later), then the role tags; ids follow the BPE vocabulary. */
+static const char *const LING_SPECIALS[] = {
+    "<|startoftext|>", "<|endoftext|>", "[CLS]", "[gMASK]", "<|mask|>", "<|role_end|>", "<role>", "</role>",
+};
+
+/* What differs between the tokenizer families written by write_tokenizer_files. */
+typedef struct tok_flavor {
+    const char *const *specials;
+    int                n_specials;
+    const char        *chat_template;
+    const char        *mask_token, *eot_token;   /* names in specials */
+    const char *const *additional;               /* additional_special_tokens */
+    int                n_additional;
+} tok_flavor;
+
+static const char *const LLADA_ADDITIONAL[] = {"<role>", "</role>", "<|arithmetic_start|>", "<|arithmetic_end|>",
+                                               "<|number_start|>", "<|number_end|>"};
+static const char *const LING_ADDITIONAL[] = {"<role>", "</role>", "<|role_end|>"};
+static const tok_flavor k_llada_flavor = {SPECIALS, N_SPECIALS, LLADA_CHAT_TEMPLATE, "<|mdm_mask|>", "<|eot_id|>",
+                                          LLADA_ADDITIONAL, 6};
+static const tok_flavor k_ling_flavor = {LING_SPECIALS, (int)(sizeof LING_SPECIALS / sizeof LING_SPECIALS[0]),
+                                         LING_CHAT_TEMPLATE, "<|mask|>", "<|role_end|>", LING_ADDITIONAL, 3};
+
+static json_t *additional_list(const tok_flavor *fl) {
+    json_t *a = json_array();
+    for (int i = 0; i < fl->n_additional; i++) json_array_append_new(a, json_string(fl->additional[i]));
+    return a;
+}
+
+static int special_index(const tok_flavor *fl, const char *name) {
+    for (int i = 0; i < fl->n_specials; i++)
+        if (strcmp(fl->specials[i], name) == 0) return i;
+    return -1;
+}
+
 static json_t *added_entry(int id, const char *content) {
     return json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", id, "content", content, "single_word", 0, "lstrip", 0,
                      "rstrip", 0, "normalized", 0, "special", 1);
@@ -126,8 +215,10 @@ static json_t *token_obj(const char *content) {
 
 /* Write tr with LLaDA's special tokens (then n_extra more) as tokenizer.json, tokenizer_config.json
  * and special_tokens_map.json into dir. Frees tr. */
-static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const char *const *extra, int n_extra,
-                                 tokenizer_special *sp, um_err *err) {
+static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const tok_flavor *fl, const char *const *extra,
+                                 int n_extra, tokenizer_special *sp, um_err *err) {
+    const char *const *SPECIALS_ = fl->specials;
+    const int N_SPECIALS_ = fl->n_specials;
     bpe_trained tr = *tr_in;
     memset(tr_in, 0, sizeof *tr_in);
     int base = tr.n_tokens;
@@ -137,8 +228,8 @@ static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const char
     for (int i = 0; i < tr.n_tokens; i++) json_object_set_new(vocab, tr.token[i], json_integer(i));
     for (int i = 0; i < tr.n_merges; i++)
         json_array_append_new(merges, json_pack("[s,s]", tr.token[tr.merge[i][0]], tr.token[tr.merge[i][1]]));
-    for (int i = 0; i < N_SPECIALS; i++) json_array_append_new(added, added_entry(base + i, SPECIALS[i]));
-    for (int i = 0; i < n_extra; i++) json_array_append_new(added, added_entry(base + N_SPECIALS + i, extra[i]));
+    for (int i = 0; i < N_SPECIALS_; i++) json_array_append_new(added, added_entry(base + i, SPECIALS_[i]));
+    for (int i = 0; i < n_extra; i++) json_array_append_new(added, added_entry(base + N_SPECIALS_ + i, extra[i]));
     json_t *bytelevel = json_pack("{s:s,s:b,s:b,s:b}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0,
                                   "use_regex", 0);
     json_t *pre = json_pack("{s:s,s:[{s:s,s:{s:s},s:s,s:b},O]}", "type", "Sequence", "pretokenizers", "type", "Split",
@@ -155,16 +246,16 @@ static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const char
 
     /* tokenizer_config.json (key set of LLaDA-8B-Instruct's, plus mask_token) */
     json_t *dec = json_object();
-    for (int i = 0; i < N_SPECIALS; i++) {
+    for (int i = 0; i < N_SPECIALS_; i++) {
         char key[16];
         snprintf(key, sizeof key, "%d", base + i);
-        json_t *o = token_obj(SPECIALS[i]);
+        json_t *o = token_obj(SPECIALS_[i]);
         json_object_set_new(o, "special", json_true());
         json_object_set_new(dec, key, o);
     }
     for (int i = 0; i < n_extra; i++) {
         char key[16];
-        snprintf(key, sizeof key, "%d", base + N_SPECIALS + i);
+        snprintf(key, sizeof key, "%d", base + N_SPECIALS_ + i);
         json_t *o = token_obj(extra[i]);
         json_object_set_new(o, "special", json_true());
         json_object_set_new(dec, key, o);
@@ -173,17 +264,15 @@ static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const char
     json_object_set_new(cfg, "add_bos_token", json_false());
     json_object_set_new(cfg, "add_eos_token", json_false());
     json_object_set_new(cfg, "added_tokens_decoder", dec);
-    json_object_set_new(cfg, "additional_special_tokens",
-                        json_pack("[s,s,s,s,s,s]", "<role>", "</role>", "<|arithmetic_start|>", "<|arithmetic_end|>",
-                                  "<|number_start|>", "<|number_end|>"));
+    json_object_set_new(cfg, "additional_special_tokens", additional_list(fl));
     json_object_set_new(cfg, "bos_token", json_string("<|startoftext|>"));
-    json_object_set_new(cfg, "chat_template", json_string(LLADA_CHAT_TEMPLATE));
+    json_object_set_new(cfg, "chat_template", json_string(fl->chat_template));
     json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
     json_object_set_new(cfg, "cls_token", json_string("[CLS]"));
     json_object_set_new(cfg, "eos_token", json_string("<|endoftext|>"));
     json_object_set_new(cfg, "fast_tokenizer", json_true());
     json_object_set_new(cfg, "gmask_token", json_string("[gMASK]"));
-    json_object_set_new(cfg, "mask_token", json_string("<|mdm_mask|>"));
+    json_object_set_new(cfg, "mask_token", json_string(fl->mask_token));
     json_object_set_new(cfg, "model_input_names", json_pack("[s,s]", "input_ids", "attention_mask"));
     json_object_set_new(cfg, "model_max_length", json_integer(1000000000000000000LL));
     json_object_set_new(cfg, "pad_token", json_string("<|endoftext|>"));
@@ -191,22 +280,20 @@ static int write_tokenizer_files(const char *dir, bpe_trained *tr_in, const char
     if (dump(cfg, dir, "tokenizer_config.json", err) != 0) return -1;
 
     json_t *stm = json_object();
-    json_object_set_new(stm, "additional_special_tokens",
-                        json_pack("[s,s,s,s,s,s]", "<role>", "</role>", "<|arithmetic_start|>", "<|arithmetic_end|>",
-                                  "<|number_start|>", "<|number_end|>"));
+    json_object_set_new(stm, "additional_special_tokens", additional_list(fl));
     json_object_set_new(stm, "bos_token", token_obj("<|startoftext|>"));
     json_object_set_new(stm, "cls_token", token_obj("[CLS]"));
     json_object_set_new(stm, "eos_token", token_obj("<|endoftext|>"));
-    json_object_set_new(stm, "mask_token", token_obj("<|mdm_mask|>"));
+    json_object_set_new(stm, "mask_token", token_obj(fl->mask_token));
     json_object_set_new(stm, "pad_token", token_obj("<|endoftext|>"));
     if (dump(stm, dir, "special_tokens_map.json", err) != 0) return -1;
 
-    sp->vocab_size = base + N_SPECIALS + n_extra;
+    sp->vocab_size = base + N_SPECIALS_ + n_extra;
     sp->bos = base + 0;
     sp->eos = base + 1;
     sp->pad = base + 1;
-    sp->mask = base + 4;
-    sp->eot = base + 13;
+    sp->mask = base + special_index(fl, fl->mask_token);
+    sp->eot = base + special_index(fl, fl->eot_token);
     return 0;
 }
 
@@ -214,7 +301,7 @@ int tokenizer_write_builtin(const char *dir, tokenizer_special *sp, um_err *err)
     bpe_trained tr;
     if (bpe_train(CORPUS, sizeof CORPUS - 1, BAILING_REGEX, BUILTIN_MERGES, 1, &tr, err) != 0)
         return um_err_prefix(err, "built-in tokenizer");
-    return write_tokenizer_files(dir, &tr, NULL, 0, sp, err);
+    return write_tokenizer_files(dir, &tr, &k_llada_flavor, NULL, 0, sp, err);
 }
 
 int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int max_merges, int min_count,
@@ -224,7 +311,14 @@ int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int
     bpe_trained tr;
     if (bpe_train(corpus, len, BAILING_REGEX, max_merges, min_count, &tr, err) != 0)
         return um_err_prefix(err, "tokenizer training");
-    return write_tokenizer_files(dir, &tr, FIM_SPECIALS, N_FIM_SPECIALS, sp, err);
+    return write_tokenizer_files(dir, &tr, &k_llada_flavor, FIM_SPECIALS, N_FIM_SPECIALS, sp, err);
+}
+
+int tokenizer_write_builtin_ling(const char *dir, tokenizer_special *sp, um_err *err) {
+    bpe_trained tr;
+    if (bpe_train(CORPUS, sizeof CORPUS - 1, BAILING_REGEX, BUILTIN_MERGES, 1, &tr, err) != 0)
+        return um_err_prefix(err, "built-in Ling tokenizer");
+    return write_tokenizer_files(dir, &tr, &k_ling_flavor, NULL, 0, sp, err);
 }
 
 /* ---------------------------------------------------------------- Qwen2 / Dream layout */

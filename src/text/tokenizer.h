@@ -123,5 +123,10 @@ int tokenizer_write_trained(const char *dir, const char *corpus, size_t len, int
  * special_tokens_map.json. eos = pad = <|endoftext|>, eot = <|im_end|>, bos = <|beginoftext|>,
  * mask = <|mask|>. */
 int tokenizer_write_builtin_qwen2(const char *dir, tokenizer_special *sp, um_err *err);
+/* The built-in corpus and Bailing regex as tokenizer_write_builtin(), with the Ling-2.0 family's
+ * added tokens (<|startoftext|>, <|endoftext|>, [CLS], [gMASK], <|mask|>, <|role_end|>, <role>,
+ * </role>) and its role-tag chat template: the tokenizer of the LLaDA-MoE / LLaDA2 layouts.
+ * eos = pad = <|endoftext|>, mask = <|mask|>, eot = <|role_end|>, bos = <|startoftext|>. */
+int tokenizer_write_builtin_ling(const char *dir, tokenizer_special *sp, um_err *err);
 
 #endif /* UM_TOKENIZER_H */

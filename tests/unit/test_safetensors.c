@@ -214,7 +214,11 @@ static void test_config(void) {
          "\"mlp_hidden_size\":8,\"vocab_size\":100,\"mask_token_id\":126336}", "outside"},
         {"{\"architectures\":[\"GPT2LMHeadModel\"]}", "unknown architecture 'GPT2LMHeadModel'"},
         {"{\"architectures\":[\"DreamModel\"]}", "missing required key 'hidden_size'"},
-        {"{\"architectures\":[\"LLaDA2MoeModelLM\"]}", "not implemented yet"},
+        {"{\"architectures\":[\"LLaDA2MoeModelLM\"]}", "missing required key 'hidden_size'"},
+        {"{\"architectures\":[\"LLaDAMoEModelLM\"],\"hidden_size\":64,\"num_hidden_layers\":2,"
+         "\"num_attention_heads\":4,\"num_experts\":8,\"num_experts_per_tok\":2,\"expert_intermediate_size\":32,"
+         "\"vocab_size\":100,\"rope_theta\":50000,\"partial_rotary_factor\":-1,"
+         "\"shared_expert_intermediate_size\":null}", "partial_rotary_factor' is -1"},
         {"[1,2]", "not a JSON object"},
         {"{\"d_model\": ", "invalid JSON"},
     };
@@ -225,11 +229,12 @@ static void test_config(void) {
         TEST_CHECK(rc == -1 && strstr(err.msg, bad[i].needle) && strstr(err.msg, "cfg.json"),
                    "case %zu: got '%s', want '%s'", i, err.msg, bad[i].needle);
     }
-    /* LLaDA-MoE: model_type llada without architectures and without d_model -> MoE, recognised */
+    /* LLaDA-MoE: model_type llada without architectures and without d_model -> MoE */
     model_config c;
     const char *moe = "{\"model_type\":\"llada\",\"hidden_size\":2048}";
     model_config_parse(moe, strlen(moe), "moe.json", &c, &err);
-    TEST_CHECK(strstr(err.msg, "LLaDAMoEModelLM") != NULL, "moe dispatch: %s", err.msg);
+    TEST_CHECK(c.arch == MODEL_ARCH_LLADA_MOE && strstr(err.msg, "num_hidden_layers") != NULL, "moe dispatch: %s",
+               err.msg);
 }
 
 static void test_index(void) {

@@ -361,6 +361,37 @@ static void cpu_get_rows(backend *be, const void *x, int d, const int32_t *rows,
     }
 }
 
+typedef struct combine_run {
+    float         *x;
+    const float   *y;
+    int            d, k;
+    const int32_t *slot;
+    const float   *w;
+} combine_run;
+
+static void combine_range(void *arg, int64_t lo, int64_t hi) {
+    const combine_run *r = arg;
+    for (int64_t t = lo; t < hi; t++) {
+        float *xr = r->x + (size_t)t * (size_t)r->d;
+        for (int j = 0; j < r->k; j++) {
+            const int32_t sl = r->slot[t * r->k + j];
+            if (sl < 0) continue;
+            const float wj = r->w[t * r->k + j], *yr = r->y + (size_t)sl * (size_t)r->d;
+#pragma omp simd
+            for (int i = 0; i < r->d; i++) xr[i] += wj * yr[i];
+        }
+    }
+}
+
+/* f32 activations: accumulating the k terms into the f32 row is the fp32 sum the op asks for */
+static void cpu_moe_combine(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
+                            const float *w) {
+    cpu_impl *ci = cpu_impl_of(be);
+    combine_run r = {.x = x, .y = y, .d = d, .k = k, .slot = slot, .w = w};
+    const int64_t work = (int64_t)d * k;
+    cpu_parallel_for(ci, n, (EW_GRAIN + work - 1) / work, (int64_t)n * work >= PAR_MIN_ELEMS, combine_range, &r);
+}
+
 static void cpu_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start,
                            const int32_t *pos, void *const *dst) {
     (void)be;
@@ -410,6 +441,7 @@ static const backend_ops k_cpu_ops = {
     .add = cpu_add,
     .get_rows = cpu_get_rows,
     .store_rows = cpu_store_rows,
+    .moe_combine = cpu_moe_combine,
     .free = cpu_free,
     .linear = cpu_linear,
 };

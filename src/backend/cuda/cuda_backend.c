@@ -536,6 +536,17 @@ static void cuda_get_rows(backend *be, const void *x, int d, const int32_t *rows
     cuda_stage_done(ci);
 }
 
+static void cuda_moe_combine(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
+                             const float *w) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    const size_t nk = (size_t)n * (size_t)k;
+    const int32_t *d_slot = cuda_stage(ci, slot, nk * sizeof *slot);
+    const float *d_w = cuda_stage(ci, w, nk * sizeof *w);
+    CUDA_CHECK(umk_moe_combine(x, y, d, n, k, d_slot, d_w, ci->stream));
+    cuda_stage_done(ci);
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 static void cuda_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start,
@@ -713,6 +724,7 @@ static const backend_ops k_cuda_ops = {
     .add = cuda_add,
     .get_rows = cuda_get_rows,
     .store_rows = cuda_store_rows,
+    .moe_combine = cuda_moe_combine,
     .free = cuda_free_backend,
     .mem_info = backend_cuda_mem_info,
     .check_fit = backend_cuda_check_fit,

@@ -1,0 +1,301 @@
+/*
+ * moe.c — the mixture-of-experts sublayer (moe.h): tensor binding, upload, routing and the grouped
+ * expert forward of LLaDA-MoE and LLaDA2, written against backend ops.
+ *
+ * Per MoE layer: router logits h·Wgᵀ on the backend, copied to the host; the routing (moe_route,
+ * docs/model-spec.md §2c) picks each token's k experts and weights; a counting sort groups the
+ * (token, expert) pairs by expert; one backend_get_rows gathers the routed rows; each expert with
+ * tokens runs one fused gate/up SwiGLU GEMM and one down GEMM over exactly its rows; the shared
+ * expert runs over all tokens; backend_moe_combine adds each token's weighted outputs to x.
+ * Does not: expert / tensor parallelism (refused by model_ctx_init_shard), device-side routing
+ * (the host round trip makes a MoE forward unsuitable for graph capture). Threads: binding and
+ * upload at load time (any thread); forward on the engine thread owning the ctx.
+ */
+#include "model/moe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/llada.h"
+#include "util/log.h"
+
+/* ---------------------------------------------------------------- binding */
+
+int moe_tensors_bind(model *m, int l, const moe_names *nm, llada_layer_tensors *L, um_err *err) {
+    const model_config *c = &m->cfg;
+    const int64_t d = c->d_model, E = c->n_experts, F = c->moe_ffn, SF = c->shared_ffn;
+    moe_layer_tensors *t = xcalloc(1, sizeof *t);
+    L->moe = t;
+    t->gate = xcalloc((size_t)E, sizeof *t->gate);
+    t->up = xcalloc((size_t)E, sizeof *t->up);
+    t->down = xcalloc((size_t)E, sizeof *t->down);
+    char name[256];
+    snprintf(name, sizeof name, nm->router, l);
+    if (!(t->router = llada_bind_one(m, name, E, d, err))) return -1;
+    snprintf(name, sizeof name, nm->expert_bias, l);
+    if (c->expert_bias) {
+        if (!(t->expert_bias = llada_bind_one(m, name, E, -1, err))) return -1;
+    } else if (checkpoint_find(&m->ck, name)) {
+        /* a bias the config does not enable is not applied by the official code: refuse rather
+         * than silently ignore trained values */
+        return um_err_set(err, UM_ERR_FORMAT,
+                          "%s: tensor '%s' exists but config.json does not set moe_router_enable_expert_bias", m->dir,
+                          name);
+    }
+    for (int e = 0; e < E; e++) {
+        snprintf(name, sizeof name, nm->gate, l, e);
+        if (!(t->gate[e] = llada_bind_one(m, name, F, d, err))) return -1;
+        snprintf(name, sizeof name, nm->up, l, e);
+        if (!(t->up[e] = llada_bind_one(m, name, F, d, err))) return -1;
+        snprintf(name, sizeof name, nm->down, l, e);
+        if (!(t->down[e] = llada_bind_one(m, name, d, F, err))) return -1;
+    }
+    if (SF > 0) {
+        snprintf(name, sizeof name, nm->sh_gate, l);
+        if (!(t->sh_gate = llada_bind_one(m, name, SF, d, err))) return -1;
+        snprintf(name, sizeof name, nm->sh_up, l);
+        if (!(t->sh_up = llada_bind_one(m, name, SF, d, err))) return -1;
+        snprintf(name, sizeof name, nm->sh_down, l);
+        if (!(t->sh_down = llada_bind_one(m, name, d, SF, err))) return -1;
+    }
+    return 0;
+}
+
+void moe_tensors_free(llada_layer_tensors *L) {
+    if (!L->moe) return;
+    free(L->moe->gate);
+    free(L->moe->up);
+    free(L->moe->down);
+    free(L->moe);
+    L->moe = NULL;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+struct moe_layer_w {
+    bweight  router;                     /* [E, d] */
+    float   *bias;                       /* [E] host f32 expert bias, or NULL */
+    bweight *gate, *up, *down;           /* [E] experts: [F, d], [F, d], [d, F] */
+    bweight  sh_gate, sh_up, sh_down;    /* shared expert; data NULL when none */
+};
+
+static int upload_t(backend *be, const st_tensor *t, bweight *w, um_err *err) {
+    memset(w, 0, sizeof *w);
+    const bweight_src src = {.name = t->name, .data = t->data, .type = t->type,
+                             .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->ndim == 2 ? t->shape[1] : t->shape[0]};
+    return backend_weight_upload(be, &src, w, err);
+}
+
+moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, um_err *err) {
+    const int E = c->n_experts;
+    moe_layer_w *w = xcalloc(1, sizeof *w);
+    w->gate = xcalloc((size_t)E, sizeof *w->gate);
+    w->up = xcalloc((size_t)E, sizeof *w->up);
+    w->down = xcalloc((size_t)E, sizeof *w->down);
+    if (upload_t(be, t->router, &w->router, err)) goto fail;
+    if (t->expert_bias) {
+        w->bias = xmalloc((size_t)E * sizeof *w->bias);
+        dtype_to_f32(t->expert_bias->type, t->expert_bias->data, w->bias, (size_t)E);
+    }
+    for (int e = 0; e < E; e++)
+        if (upload_t(be, t->gate[e], &w->gate[e], err) || upload_t(be, t->up[e], &w->up[e], err) ||
+            upload_t(be, t->down[e], &w->down[e], err))
+            goto fail;
+    if (t->sh_gate && (upload_t(be, t->sh_gate, &w->sh_gate, err) || upload_t(be, t->sh_up, &w->sh_up, err) ||
+                       upload_t(be, t->sh_down, &w->sh_down, err)))
+        goto fail;
+    return w;
+fail:
+    moe_layer_free(be, c, w);
+    return NULL;
+}
+
+void moe_layer_free(backend *be, const model_config *c, moe_layer_w *w) {
+    if (!w) return;
+    bweight *one[] = {&w->router, &w->sh_gate, &w->sh_up, &w->sh_down};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (one[i]->data) backend_weight_free(be, one[i]);
+    for (int e = 0; e < c->n_experts; e++) {
+        bweight *ex[] = {&w->gate[e], &w->up[e], &w->down[e]};
+        for (int i = 0; i < 3; i++)
+            if (ex[i]->data) backend_weight_free(be, ex[i]);
+    }
+    free(w->gate);
+    free(w->up);
+    free(w->down);
+    free(w->bias);
+    free(w);
+}
+
+/* ---------------------------------------------------------------- routing */
+
+/* The k largest of v[0..n) not excluded (v = -INFINITY counts as excluded only if fewer remain),
+ * best first, ties to the lower index: idx[0..k). O(n k), k is small. */
+static void top_k(const double *v, int n, int k, int32_t *idx) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int used = 0;
+            for (int q = 0; q < j && !used; q++) used = idx[q] == i;
+            if (!used && (best < 0 || v[i] > v[best])) best = i;
+        }
+        idx[j] = best;
+    }
+}
+
+void moe_route(const model_config *c, const float *logits, const float *bias, int32_t *idx, float *weights) {
+    const int E = c->n_experts, K = c->moe_top_k;
+    double *p = xmalloc((size_t)E * sizeof *p);
+    if (c->router == MODEL_ROUTER_SOFTMAX) {
+        /* softmax over all experts, + bias; the (biased) top-k values are the weights */
+        double mx = logits[0], sum = 0;
+        for (int e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+        for (int e = 0; e < E; e++) sum += (p[e] = exp((double)logits[e] - mx));
+        for (int e = 0; e < E; e++) p[e] = p[e] / sum + (bias ? bias[e] : 0.0);
+        top_k(p, E, K, idx);
+        for (int j = 0; j < K; j++) weights[j] = (float)p[idx[j]];
+    } else {
+        CHECK(c->router == MODEL_ROUTER_SIGMOID_GROUP);
+        /* selection on sigmoid + bias within the topk_group best groups (a group scores the sum of
+         * its two best biased values); weights = the unbiased sigmoids, renormalised, scaled */
+        const int G = c->n_group, per = E / G;
+        double *sg = xmalloc((size_t)E * sizeof *sg), *gs = xmalloc((size_t)G * sizeof *gs);
+        for (int e = 0; e < E; e++) {
+            p[e] = 1.0 / (1.0 + exp(-(double)logits[e]));
+            sg[e] = p[e] + (bias ? bias[e] : 0.0);
+        }
+        int32_t two[2], *gk = xmalloc((size_t)c->topk_group * sizeof *gk);
+        for (int g = 0; g < G; g++) {
+            top_k(sg + g * per, per, 2, two);
+            gs[g] = sg[g * per + two[0]] + sg[g * per + two[1]];
+        }
+        top_k(gs, G, c->topk_group, gk);
+        for (int g = 0; g < G; g++) {
+            int keep = 0;
+            for (int q = 0; q < c->topk_group; q++) keep |= gk[q] == g;
+            if (!keep)
+                for (int e = g * per; e < (g + 1) * per; e++) sg[e] = -INFINITY;
+        }
+        top_k(sg, E, K, idx);
+        double sum = 0;
+        for (int j = 0; j < K; j++) sum += p[idx[j]];
+        for (int j = 0; j < K; j++)
+            weights[j] = (float)((K > 1 ? p[idx[j]] / (sum + 1e-20) : p[idx[j]]) * (double)c->routed_scale);
+        free(sg);
+        free(gs);
+        free(gk);
+    }
+    free(p);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+struct moe_scratch {
+    int      cap_tok;      /* tokens the token-sized buffers hold */
+    void    *lg;           /* [cap_tok, E] router logits (backend) */
+    float   *lg_h;         /* [cap_tok, E] host copy */
+    int32_t *idx;          /* [cap_tok, K] chosen experts (host) */
+    float   *w;            /* [cap_tok, K] their weights (host) */
+    int32_t *slot;         /* [cap_tok, K] row of each (token, choice) in the expert-sorted buffers */
+    int32_t *tok;          /* [cap_tok * K] token of each sorted row */
+    int32_t *count;        /* [E + 1] rows per expert, then offsets */
+    void    *xs;           /* [cap_tok * K, d] routed input rows, grouped by expert */
+    void    *g, *u;        /* [cap_tok * K, F] gate (-> SwiGLU output) / up */
+    void    *ys;           /* [cap_tok * K, d] expert outputs */
+    void    *sg, *su;      /* [cap_tok, SF] shared expert gate / up (NULL without one) */
+    void    *tmp;          /* [cap_tok, d] shared expert down product before the add */
+};
+
+static void scratch_grow(backend *be, const model_config *c, moe_scratch *s, int n) {
+    if (n <= s->cap_tok) return;
+    void **bufs[] = {&s->lg, &s->xs, &s->g, &s->u, &s->ys, &s->sg, &s->su, &s->tmp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (*bufs[i]) backend_act_free(be, *bufs[i]), *bufs[i] = NULL;
+    const size_t N = (size_t)n, K = (size_t)c->moe_top_k, d = (size_t)c->d_model, F = (size_t)c->moe_ffn;
+    const size_t E = (size_t)c->n_experts, SF = (size_t)c->shared_ffn;
+    s->lg = backend_act_alloc(be, N * E);
+    s->xs = backend_act_alloc(be, N * K * d);
+    s->g = backend_act_alloc(be, N * K * F);
+    s->u = backend_act_alloc(be, N * K * F);
+    s->ys = backend_act_alloc(be, N * K * d);
+    if (SF) {
+        s->sg = backend_act_alloc(be, N * SF);
+        s->su = backend_act_alloc(be, N * SF);
+        s->tmp = backend_act_alloc(be, N * d);
+    }
+    s->lg_h = xrealloc(s->lg_h, N * E * sizeof *s->lg_h);
+    s->idx = xrealloc(s->idx, N * K * sizeof *s->idx);
+    s->w = xrealloc(s->w, N * K * sizeof *s->w);
+    s->slot = xrealloc(s->slot, N * K * sizeof *s->slot);
+    s->tok = xrealloc(s->tok, N * K * sizeof *s->tok);
+    s->count = xrealloc(s->count, (E + 1) * sizeof *s->count);
+    s->cap_tok = n;
+}
+
+void moe_scratch_free(backend *be, moe_scratch *s) {
+    if (!s) return;
+    void *bufs[] = {s->lg, s->xs, s->g, s->u, s->ys, s->sg, s->su, s->tmp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) backend_act_free(be, bufs[i]);
+    free(s->lg_h);
+    free(s->idx);
+    free(s->w);
+    free(s->slot);
+    free(s->tok);
+    free(s->count);
+    free(s);
+}
+
+void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *x,
+                 moe_scratch **sp) {
+    if (n <= 0) return;
+    if (!*sp) *sp = xcalloc(1, sizeof **sp);
+    moe_scratch *s = *sp;
+    scratch_grow(be, c, s, n);
+    const int E = c->n_experts, K = c->moe_top_k, d = c->d_model, F = c->moe_ffn;
+    const size_t es = dtype_size(backend_act_dtype(be));
+
+    /* route on the host */
+    backend_matmul(be, h, &w->router, NULL, n, s->lg);
+    backend_act_to_host(be, s->lg, (size_t)n * (size_t)E, s->lg_h);
+    for (int t = 0; t < n; t++)
+        moe_route(c, s->lg_h + (size_t)t * E, w->bias, s->idx + (size_t)t * K, s->w + (size_t)t * K);
+
+    /* group the (token, choice) pairs by expert: counting sort, token order inside an expert */
+    memset(s->count, 0, (size_t)(E + 1) * sizeof *s->count);
+    for (int i = 0; i < n * K; i++) s->count[s->idx[i] + 1]++;
+    for (int e = 0; e < E; e++) s->count[e + 1] += s->count[e];   /* count[e] = first row of expert e */
+    for (int i = 0; i < n * K; i++) {
+        const int r = s->count[s->idx[i]]++;
+        s->slot[i] = r;
+        s->tok[r] = i / K;
+    }
+    for (int e = E; e > 0; e--) s->count[e] = s->count[e - 1];   /* back to offsets */
+    s->count[0] = 0;
+
+    /* one gather, then per expert one SwiGLU GEMM pair over its rows */
+    backend_get_rows(be, h, d, s->tok, n * K, s->xs);
+    for (int e = 0; e < E; e++) {
+        const int r0 = s->count[e], cnt = s->count[e + 1] - r0;
+        if (cnt == 0) continue;
+        char *xs = (char *)s->xs + (size_t)r0 * (size_t)d * es, *ys = (char *)s->ys + (size_t)r0 * (size_t)d * es;
+        char *g = (char *)s->g + (size_t)r0 * (size_t)F * es, *u = (char *)s->u + (size_t)r0 * (size_t)F * es;
+        const blinear op = {.x = xs, .n = cnt, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&w->gate[e], &w->up[e]},
+                            .y = {g}, .tmp_y = u};
+        backend_linear(be, &op);
+        backend_matmul(be, g, &w->down[e], NULL, cnt, ys);
+    }
+
+    /* shared expert over every token, then the weighted routed outputs */
+    if (w->sh_gate.data) {
+        const blinear sh = {.x = h, .n = n, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&w->sh_gate, &w->sh_up},
+                            .y = {s->sg}, .tmp_y = s->su};
+        backend_linear(be, &sh);
+        const blinear dn = {.x = s->sg, .n = n, .epi = BLIN_ADD, .n_w = 1, .w = {&w->sh_down}, .y = {x},
+                            .tmp_y = s->tmp};
+        backend_linear(be, &dn);
+    }
+    backend_moe_combine(be, x, s->ys, d, n, K, s->slot, s->w);
+}
