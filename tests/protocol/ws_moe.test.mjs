@@ -1,0 +1,82 @@
+// ws_moe.test.mjs — the MoE family served over the WebSocket protocol: an LLaDA2 checkpoint
+// (make-model --preset llada2-tiny: block-causal, aligned blocks, the exact block KV cache the
+// server uses by default) reports its family and aligned layout, its served commits with the cache
+// equal `unmask generate --json` without one on the same prompt ids, block events sit on absolute
+// 32-aligned boundaries; an LLaDA-MoE checkpoint (lladamoe-tiny) generates end to end and batched
+// requests equal each alone.
+
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { BIN, Client, TMP, checkGeneration, makeModelOnce, startServer } from './harness.mjs';
+
+const commitsOf = (msgs) => msgs.filter((m) => m.type === 'step').flatMap((m) => m.commits.map((x) => [x.pos, x.id]));
+
+describe('ws LLaDA2 (block diffusion)', () => {
+  let srv, model;
+  before(async () => {
+    model = makeModelOnce(path.join(TMP, 'model-ws-llada2'), ['--preset', 'llada2-tiny']);
+    srv = await startServer({ model, extra: ['--max-batch', '4'] });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('family, aligned blocks, served commits with the block KV cache == the CLI without cache', async () => {
+    const c = new Client(srv.wsUrl);
+    const s = await c.session();
+    assert.equal(s.model.family, 'llada2');
+    assert.equal(s.defaults.block_layout, 'aligned');
+    const ids = [101, 202, 303, 404, 505, 606, 707];
+    c.send({ type: 'generate', id: 'g', prompt_ids: ids, gen_length: 40, decoder: 'threshold', threshold: 0.5,
+      steps_per_block: 4, stop_at_eos: false });
+    const acc = await c.wait((m) => m.id === 'g' && (m.type === 'accepted' || m.type === 'error'), 'accepted');
+    assert.equal(acc.type, 'accepted', JSON.stringify(acc));
+    assert.notEqual(acc.params.cache, 'none', 'the server decodes with a cache by default');
+    await c.done('g');
+    checkGeneration(assert, c.msgs, 'g');
+    // blocks of 32 aligned to absolute position 0: generated-region boundaries are 32k - prompt
+    for (const b of c.of('g').filter((m) => m.type === 'block')) {
+      assert.equal((b.start + ids.length) % 32 === 0 || b.start === 0, true, `block start ${b.start}`);
+    }
+    const r = spawnSync(BIN, ['generate', '--model', model, '--prompt-ids', ids.join(','), '--json', '--gen-length', '40',
+      '--decoder', 'threshold', '--threshold', '0.5', '--steps-per-block', '4', '--no-stop-at-eos', '--cache', 'none',
+      '--threads', '2'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const cli = r.stdout.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+    assert.deepEqual(commitsOf(c.of('g')), commitsOf(cli), 'exact block KV through the server == no cache');
+    await c.close();
+  });
+});
+
+describe('ws LLaDA-MoE', () => {
+  let srv, model;
+  before(async () => {
+    model = makeModelOnce(path.join(TMP, 'model-ws-lladamoe'), ['--preset', 'lladamoe-tiny']);
+    srv = await startServer({ model, extra: ['--max-batch', '4'] });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('generates end to end; batched == alone', async () => {
+    const c = new Client(srv.wsUrl);
+    const s = await c.session();
+    assert.equal(s.model.family, 'llada-moe');
+    const reqs = [[7, 8, 9], [40, 41, 42, 43], [3]].map((p, i) => ({ prompt_ids: p, gen_length: 16, block_length: 8,
+      steps: 8, cache: 'none', stop_at_eos: false, seed: i }));
+    for (const [i, r] of reqs.entries()) {
+      c.send({ type: 'generate', id: `a${i}`, ...r });
+      await c.done(`a${i}`);
+    }
+    for (const [i, r] of reqs.entries()) c.send({ type: 'generate', id: `b${i}`, ...r });
+    for (let i = 0; i < reqs.length; i++) {
+      const d = await c.done(`b${i}`);
+      checkGeneration(assert, c.msgs, `b${i}`);
+      assert.equal(d.usage.committed, 16);
+      assert.deepEqual(commitsOf(c.of(`b${i}`)), commitsOf(c.of(`a${i}`)), `request ${i}: same commits batched`);
+    }
+    await c.close();
+  });
+});
