@@ -184,7 +184,9 @@ describe('fairness', () => {
     await srv.stop();
   });
   const as = (key) => new Client(srv.wsUrl, { headers: { authorization: `Bearer ${key}` } });
-  const req = { prompt_ids: [1, 2], gen_length: 16, block_length: 16, steps: 16 };
+  // long enough that A's burst is still queued when B's request arrives (a few round trips later),
+  // also on a loaded machine
+  const req = { prompt_ids: [1, 2], gen_length: 128, block_length: 128, steps: 128 };
 
   test('caller B is admitted right after A’s current turn, not after A’s whole burst', async () => {
     const a = as('sk-caller-a');
@@ -195,6 +197,8 @@ describe('fairness', () => {
     for (const id of aIds) a.send({ type: 'generate', id, ...req });
     await Promise.all(aIds.map((id) => a.wait((m) => m.type === 'accepted' && m.id === id)));
     b.send({ type: 'generate', id: 'b1', ...req });
+    const b1acc = await b.wait((m) => m.type === 'accepted' && m.id === 'b1');
+    assert.ok(b1acc.queue_position > 0, 'A\'s burst is still waiting when B arrives (the premise)');
     const b1 = await b.done('b1');
     const dones = await Promise.all(aIds.map((id) => a.done(id)));
     const a4 = dones[3];
