@@ -66,10 +66,12 @@ export class GenCanvas {
       }
       this.state[i] = 2;
       this.drafted.delete(i);
-      s.className = c.special ? 'tok done special fresh' : 'tok done fresh';
+      // a revised commit (token-editing decoders) rewrites a token written earlier in the block
+      s.className = (c.special ? 'tok done special fresh' : 'tok done fresh') + (c.revised ? ' revised' : '');
       s.textContent = this.#label(c);
       s.style.opacity = '';
-      s.title = `#${c.id} · confidence ${(c.confidence ?? 0).toFixed(2)} · step ${ev.step}`;
+      s.title = `#${c.id} · confidence ${(c.confidence ?? 0).toFixed(2)} · step ${ev.step}` +
+        (c.revised ? ` · revised (was #${c.previous})` : '');
     }
     if (Array.isArray(ev.drafts)) {
       const now = new Set();

@@ -42,6 +42,8 @@ static const key_map k_algos[] = {
     {"maskgit_plus", "maskgit_plus"},
     {"topk_margin", "topk_margin"},
     {"entropy", "entropy"},
+    {"JointThreshold", "joint_threshold"}, /* SGLang's LLaDA2.1 token editing */
+    {"joint_threshold", "joint_threshold"},
 };
 
 static const char *map_key(const char *k) {
@@ -80,7 +82,8 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
         if (!mapped) {
             int r = um_err_param(err, key,
                                  "%s: algorithm '%s' is not supported (use LowConfidence, low_confidence, random, "
-                                 "threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin or entropy)",
+                                 "threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin, entropy, "
+                                 "JointThreshold or joint_threshold)",
                                  where, name);
             json_decref(value);
             return r;

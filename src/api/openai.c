@@ -550,7 +550,11 @@ struct api_track {
     char            *error;
     json_t          *usage, *timings;
     int              step, block, n_blocks, masks_left, committed;
+    int              editing;      /* the decoder rewrites written positions: text only from finished blocks */
+    int              final_upto;   /* editing: generated positions [0, final_upto) are final (block events) */
 };
+
+void api_track_set_editing(api_track *t) { t->editing = 1; }
 
 api_track *api_track_new(int G, const model *m, char *const *stop, int n_stop) {
     api_track *t = xcalloc(1, sizeof *t);
@@ -605,7 +609,7 @@ static void set_piece(api_track *t, int i, const json_t *c, uint8_t st) {
 
 /* Consume the committed contiguous prefix into text. */
 static void advance_prefix(api_track *t) {
-    while (t->prefix < t->G && t->state[t->prefix] == 1) {
+    while (t->prefix < t->G && t->state[t->prefix] == 1 && (!t->editing || t->prefix < t->final_upto)) {
         int i = t->prefix++;
         if (t->text_stopped) continue;
         int id = t->ids[i];
@@ -687,6 +691,10 @@ int api_track_event(api_track *t, const json_t *ev) {
         }
         advance_prefix(t);
         flags |= TRACK_FRAME;
+    } else if (strcmp(type, "block") == 0) { /* its positions are final now (editing decoders wait for this) */
+        int end = (int)json_integer_value(json_object_get(ev, "end"));
+        if (end > t->final_upto) t->final_upto = end < t->G ? end : t->G;
+        advance_prefix(t);
     } else if (strcmp(type, "done") == 0) {
         const char *fr = json_string_value(json_object_get(ev, "finish_reason"));
         const json_t *tx = json_object_get(ev, "text");
@@ -863,6 +871,7 @@ api_resp *api_resp_new(const api_gen *g, const api_seq *seqs, int n, const model
     for (int i = 0; i < n; i++) {
         int G = seqs[i].seq ? decode_seq_params(seqs[i].seq)->gen_length : g->params.gen_length;
         r->c[i].t = api_track_new(G, m, r->stop, r->n_stop);
+        if (decode_decoder_edits(g->params.decoder)) api_track_set_editing(r->c[i].t);
         r->c[i].index = seqs[i].index;
         r->c[i].prompt = seqs[i].prompt;
         r->c[i].n_prompt = seqs[i].n_prompt + seqs[i].n_suffix;

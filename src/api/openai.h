@@ -153,6 +153,9 @@ void api_resp_usage(const api_resp *r, long *prompt_tokens, long *completion_tok
 typedef struct api_track api_track;
 api_track *api_track_new(int gen_length, const model *m, char *const *stop, int n_stop);
 void       api_track_free(api_track *t);
+/* The request's decoder rewrites positions it wrote (decode_decoder_edits): committed text is only
+ * taken from finished blocks, so the append-only stream never sends text that changes later. */
+void       api_track_set_editing(api_track *t);
 enum { TRACK_TEXT = 1, TRACK_FRAME = 2, TRACK_DONE = 4, TRACK_STOP = 8 };
 /* Apply one event; returns TRACK_* flags: TEXT new safe text, FRAME the canvas changed (step),
  * DONE finished (this or an earlier stop hit), STOP a stop string was found just now. */

@@ -55,6 +55,8 @@ decode_params decode_params_default(void) {
     p.warmup_steps = 0;
     p.alg_temp = 0.0;
     p.eps = 1e-3;
+    p.edit_threshold = 0.0;
+    p.max_post_steps = 16;
     return p;
 }
 
@@ -131,7 +133,7 @@ decode_params decode_params_for_serving(const model *m, int cache) {
 static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random",       "threshold",
                                                                 "factor",         "hierarchy",    "credit",
                                                                 "origin",         "maskgit_plus", "topk_margin",
-                                                                "entropy"};
+                                                                "entropy",        "joint_threshold"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
@@ -141,6 +143,8 @@ static int name_index(const char *const *names, int n, const char *name) {
         if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
+
+int decode_decoder_edits(enum decode_decoder d) { return d == DECODER_JOINT_THRESHOLD; }
 
 const char *decode_decoder_name(enum decode_decoder d) {
     return (int)d >= 0 && d < DECODER_COUNT_ ? k_decoder_names[d] : "unknown";
@@ -283,7 +287,7 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
     if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
         return um_err_param(err, "decoder",
                             "decoder must be low_confidence, random, threshold, factor, hierarchy, credit, origin, "
-                            "maskgit_plus, topk_margin or entropy");
+                            "maskgit_plus, topk_margin, entropy or joint_threshold");
     if (!(p->threshold > 0.0 && p->threshold <= 1.0))
         return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
     if (!(p->factor > 0.0 && isfinite(p->factor)))
@@ -297,6 +301,10 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
         return um_err_param(err, "credit_gamma", "credit_gamma must be between 0 and 100, got %g", p->credit_gamma);
     if (!(p->credit_decay >= 0.0 && p->credit_decay <= 1.0))
         return um_err_param(err, "credit_decay", "credit_decay must be in [0, 1], got %g", p->credit_decay);
+    if (!(p->edit_threshold >= 0.0 && p->edit_threshold <= 1.0))
+        return um_err_param(err, "edit_threshold", "edit_threshold must be in [0, 1], got %g", p->edit_threshold);
+    if (p->max_post_steps < 0 || p->max_post_steps > 1000)
+        return um_err_param(err, "max_post_steps", "max_post_steps must be between 0 and 1000, got %d", p->max_post_steps);
     if (!(p->alg_temp >= 0.0 && p->alg_temp <= 100.0))
         return um_err_param(err, "alg_temp", "alg_temp must be between 0 (off) and 100, got %g", p->alg_temp);
     if (!(p->eps > 0.0 && p->eps < 1.0))
@@ -895,20 +903,29 @@ static void seq_apply(decode_seq *s, const decode_record *r, const decoder_view 
     }
     const int lo = s->blk_lo[s->cur], hi = s->blk_hi[s->cur];
     strbuf_reset(&s->strs);
+    int revised_eos = 0;
     int nc = 0;   /* reported commits: positions past gen_end (block-diffusion padding) are written only */
     for (int i = 0; i < r->n_commits; i++) {
         int p = r->commit_pos[i], tok = r->commit_tok[i];
         CHECK(p >= lo && p < hi);
-        int was_masked = s->x[p] == s->mask_id;
+        int was_masked = s->x[p] == s->mask_id, prev = s->x[p];
         s->x[p] = tok;
         if (p >= s->gen_end) continue;
         if (was_masked && tok != s->mask_id) s->masks_left--;
+        if (!was_masked && p == s->eos_pos) revised_eos = 1;   /* the first EOS may have been edited away */
         if (is_eos(s, tok) && (s->eos_pos < 0 || p < s->eos_pos)) s->eos_pos = p;
         s->commits[nc].pos = p;
         s->commits[nc].index = p - s->n_prompt;
         s->commits[nc].token = tok;
         s->commits[nc].confidence = r->commit_conf[i];
+        s->commits[nc].revised = !was_masked;
+        s->commits[nc].previous = was_masked ? -1 : prev;
         nc++;
+    }
+    if (revised_eos) { /* recompute the first EOS of the generated region */
+        s->eos_pos = -1;
+        for (int p = s->n_prompt; p < s->gen_end && s->eos_pos < 0; p++)
+            if (s->x[p] != s->mask_id && is_eos(s, s->x[p])) s->eos_pos = p;
     }
     s->step++;
     s->step_in_block++;

@@ -50,6 +50,12 @@ enum decode_decoder {
     DECODER_MASKGIT_PLUS,   /* confidence = top-1 probability */
     DECODER_TOPK_MARGIN,    /* confidence = top-1 minus top-2 probability */
     DECODER_ENTROPY,        /* confidence = sum p log(p + 1e-10) (negative entropy) */
+    DECODER_JOINT_THRESHOLD, /* LLaDA2.1 token editing (SGLang JointThreshold): masked positions with
+                               confidence > threshold (at least the most confident one) are written
+                               (mask-to-token), and already written positions of the block whose
+                               argmax differs with confidence > edit_threshold are rewritten
+                               (token-to-token); once no mask is left up to max_post_steps edit-only
+                               steps follow; the block ends when a step writes nothing */
     DECODER_COUNT_
 };
 
@@ -118,6 +124,10 @@ typedef struct decode_params {
                                         0 .. 100; default 0 */
     double   eps;                    /* Dream decoders: the schedule's last timestep, in (0, 1);
                                         default 0.001 */
+    double   edit_threshold;         /* joint_threshold: confidence a rewrite of a written position
+                                        needs (tau_edit), in [0, 1]; default 0 */
+    int      max_post_steps;         /* joint_threshold: edit-only steps after a block's last mask,
+                                        0 .. 1000; default 16 */
 } decode_params;
 
 decode_params decode_params_default(void);
@@ -146,6 +156,9 @@ int decode_params_check(const decode_params *p, um_err *err);
 int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err);
 
 const char *decode_decoder_name(enum decode_decoder d);          /* "low_confidence", ... */
+/* 1 for decoders that may rewrite positions they already wrote (joint_threshold): their step
+ * events carry revised commits, and text is final only per finished block. */
+int         decode_decoder_edits(enum decode_decoder d);
 int         decode_decoder_parse(const char *name, enum decode_decoder *out); /* 0 / -1 */
 const char *decode_layout_name(enum decode_layout l);            /* "llada" | "aligned" */
 int         decode_layout_parse(const char *name, enum decode_layout *out);   /* 0 / -1 */
@@ -180,6 +193,9 @@ typedef struct decode_commit {
     const char *piece;       /* the token's text as valid UTF-8: raw token bytes with incomplete
                                 UTF-8 replaced by U+FFFD; "" when the model has no tokenizer or the
                                 position lies after an EOS/EOT already committed */
+    int         revised;     /* 1: the position was already written in this block and is rewritten
+                                (editing decoders, decode_decoder_edits) */
+    int32_t     previous;    /* revised: the token it replaces */
 } decode_commit;
 
 /* The model's current guess for a still-masked position of the active block. */

@@ -411,6 +411,54 @@ static int dream_choose(void *state, const decoder_view *v, int32_t *out_pos, in
 
 /* ---------------------------------------------------------------- table */
 
+/* ---------------------------------------------------------------- joint_threshold (A9, LLaDA2.1) */
+
+typedef struct joint_state {
+    int post;       /* edit-only steps taken since the block's last mask was written */
+    int finished;   /* the block ended: a step wrote nothing, or max_post_steps edit-only steps ran */
+} joint_state;
+
+static void joint_block_begin(void *state, const decoder_view *v) {
+    (void)v;
+    memset(state, 0, sizeof(joint_state));
+}
+
+/* Rows are every position of the block (DECODER_F_ALL_ROWS), ascending: mask-to-token for masked
+ * rows with c > threshold (else the most confident masked row), token-to-token for written rows
+ * whose x0 differs from the canvas with c > edit_threshold. Writes come out in position order. */
+static int joint_choose(void *state, const decoder_view *v, int32_t *out_pos, int32_t *out_tok) {
+    joint_state *st = state;
+    if (st->finished) return 0;
+    if (v->block_masks == 0 && ++st->post > v->p->max_post_steps) {
+        st->finished = 1;
+        return 0;
+    }
+    int best = -1, any_m2t = 0;
+    for (int r = 0; r < v->n_rows; r++) {
+        if (!v->row_masked[r]) continue;
+        if (v->conf[r] > v->p->threshold) any_m2t = 1;
+        if (best < 0 || v->conf[r] > v->conf[best]) best = r;   /* first maximum: lowest position */
+    }
+    int n = 0;
+    for (int r = 0; r < v->n_rows; r++) {
+        int pos = v->row_pos[r];
+        int m2t = v->row_masked[r] && (any_m2t ? v->conf[r] > v->p->threshold : r == best);
+        int t2t = !v->row_masked[r] && v->x[pos] != v->x0[r] && v->conf[r] > v->p->edit_threshold;
+        if (!m2t && !t2t) continue;
+        out_pos[n] = pos;
+        out_tok[n] = v->x0[r];
+        n++;
+    }
+    if (n == 0) st->finished = 1;
+    return n;
+}
+
+static int joint_block_done(void *state, const decoder_view *v, int masks_left) {
+    (void)v;
+    (void)masks_left;
+    return ((const joint_state *)state)->finished;
+}
+
 static const decoder_ops k_decoders[DECODER_COUNT_] = {
     [DECODER_LOW_CONFIDENCE] = {"low_confidence", DECODER_F_FIXED_STEPS, sizeof(fixed_state), fixed_block_begin,
                                 low_conf_choose, NULL, NULL},
@@ -427,6 +475,8 @@ static const decoder_ops k_decoders[DECODER_COUNT_] = {
                               sizeof(fixed_state), fixed_block_begin, dream_choose, NULL, NULL},
     [DECODER_TOPK_MARGIN] = {"topk_margin", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP | DECODER_F_LOGITS,
                              sizeof(fixed_state), fixed_block_begin, dream_choose, NULL, NULL},
+    [DECODER_JOINT_THRESHOLD] = {"joint_threshold", DECODER_F_ALL_ROWS | DECODER_F_MAY_SKIP, sizeof(joint_state),
+                                 joint_block_begin, joint_choose, joint_block_done, NULL},
     [DECODER_ENTROPY] = {"entropy", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP | DECODER_F_LOGITS, sizeof(fixed_state),
                          fixed_block_begin, dream_choose, NULL, NULL},
 };

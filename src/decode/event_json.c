@@ -44,7 +44,12 @@ json_t *decode_event_to_json(const decode_event *ev) {
         json_t *cs = json_array();
         for (int i = 0; i < ev->n_commits; i++) {
             const decode_commit *c = &ev->commits[i];
-            json_array_append_new(cs, token_json(c->pos, c->index, c->token, c->piece, c->confidence, c->special));
+            json_t *j = token_json(c->pos, c->index, c->token, c->piece, c->confidence, c->special);
+            if (c->revised) { /* an editing decoder rewrote a position written before */
+                json_object_set_new(j, "revised", json_true());
+                json_object_set_new(j, "previous", json_integer(c->previous));
+            }
+            json_array_append_new(cs, j);
         }
         json_object_set_new(o, "commits", cs);
         if (ev->n_drafts > 0) {
@@ -157,6 +162,10 @@ static const dp_field k_fields[] = {
     {"alg_temp", DP_NUM, DPF(alg_temp), "alg-temp", 0,
      "Dream decoders: sample positions from softmax(confidence / alg_temp), 0 = most confident; in [0,100] [0]"},
     {"eps", DP_NUM, DPF(eps), "eps", 0, "Dream decoders: last timestep of linspace(1, eps, steps+1), in (0,1) [0.001]"},
+    {"edit_threshold", DP_NUM, DPF(edit_threshold), "edit-threshold", 0,
+     "joint_threshold: confidence a rewrite of a written position needs, in [0,1] [0]"},
+    {"max_post_steps", DP_INT, DPF(max_post_steps), "max-post-steps", 0,
+     "joint_threshold: edit-only steps after a block's last mask, 0..1000 [16]"},
     {"temperature", DP_NUM, DPF(temperature), "temperature", 0, "sampling temperature in [0,2], 0 = greedy [0]"},
     {"top_k", DP_INT, DPF(top_k), "top-k", 0, "sample among the k best tokens, 0 or -1 = off [0]"},
     {"top_p", DP_NUM, DPF(top_p), "top-p", 0, "nucleus mass in (0,1], 1 = off [1]"},
@@ -218,10 +227,11 @@ static int field_apply(const dp_field *f, const char *name, decode_params *p, co
     case DP_DECODER: {
         const char *s = json_is_string(v) ? json_string_value(v) : "";
         if (strcmp(s, "LowConfidence") == 0) s = "threshold"; /* SGLang's name for the threshold decoder */
+        if (strcmp(s, "JointThreshold") == 0) s = "joint_threshold"; /* SGLang's (LLaDA2.1 token editing) */
         if (decode_decoder_parse(s, dst) != 0)
             return um_err_param(err, name,
                                 "%s must be one of low_confidence, random, threshold, factor, hierarchy, credit, "
-                                "origin, maskgit_plus, topk_margin, entropy%s%.64s%s",
+                                "origin, maskgit_plus, topk_margin, entropy, joint_threshold%s%.64s%s",
                                 name, json_is_string(v) ? ", got '" : "", json_is_string(v) ? s : "",
                                 json_is_string(v) ? "'" : "");
         return 0;

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { parseSSE, post } from '../http/server.mjs';
 import { BIN, Client, TMP, checkGeneration, makeModelOnce, startServer } from './harness.mjs';
 
 const commitsOf = (msgs) => msgs.filter((m) => m.type === 'step').flatMap((m) => m.commits.map((x) => [x.pos, x.id]));
@@ -47,6 +48,43 @@ describe('ws LLaDA2 (block diffusion)', () => {
     const cli = r.stdout.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
     assert.deepEqual(commitsOf(c.of('g')), commitsOf(cli), 'exact block KV through the server == no cache');
     await c.close();
+  });
+});
+
+describe('token editing (joint_threshold) over the WebSocket and HTTP', () => {
+  let srv, model;
+  before(async () => {
+    model = makeModelOnce(path.join(TMP, 'model-ws-llada2'), ['--preset', 'llada2-tiny']);
+    srv = await startServer({ model });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('revised commits are marked; the final text is the blocks\' text; the OpenAI stream stays append-only', async () => {
+    const c = new Client(srv.wsUrl);
+    await c.session();
+    const req = { prompt: 'def f(x):', gen_length: 40, decoder: 'joint_threshold', threshold: 0.5, edit_threshold: 0,
+      max_post_steps: 4, stop_at_eos: false };
+    c.send({ type: 'generate', id: 'jt', ...req });
+    const acc = await c.wait((m) => m.id === 'jt' && (m.type === 'accepted' || m.type === 'error'), 'accepted');
+    assert.equal(acc.type, 'accepted', JSON.stringify(acc));
+    assert.equal(acc.params.decoder, 'joint_threshold');
+    await c.done('jt');
+    checkGeneration(assert, c.msgs, 'jt'); // block texts concatenate to done.text
+    const revised = c.of('jt').filter((m) => m.type === 'step').flatMap((m) => m.commits).filter((x) => x.revised);
+    assert.ok(revised.length > 0, 'a random model with edit_threshold 0 edits');
+    for (const r of revised) assert.equal(typeof r.previous, 'number');
+    await c.close();
+    // the same request streamed over /v1/completions: the deltas concatenate to the final text,
+    // which is the non-streamed answer's (text is only sent from finished blocks)
+    const body = { prompt: 'def f(x):', max_tokens: 40, decoder: 'JointThreshold', threshold: 0.5, edit_threshold: 0,
+      max_post_steps: 4, stop_at_eos: false };
+    const plain = await post(`${srv.base}/v1/completions`, body);
+    assert.equal(plain.status, 200, plain.text);
+    const streamed = await post(`${srv.base}/v1/completions`, { ...body, stream: true });
+    const deltas = parseSSE(streamed.text).map((x) => x.data).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
+    assert.equal(deltas.map((d) => d.choices[0].text).join(''), plain.json().choices[0].text);
   });
 });
 

@@ -224,3 +224,56 @@ def llada2_generate(ref, prompt, gen_length, block_length, steps, threshold, mas
     if eos_id in out:
         out = out[:out.index(eos_id) + 1]
     return out, log
+
+
+def llada2_generate_joint(ref, prompt, gen_length, block_length, threshold, edit_threshold, max_post, mask_id, eos_id):
+    """SGLang's JointThreshold (LLaDA2.1 token editing, docs/decode.md) at temperature 0 on the official
+    LLaDA2 block loop: every forward of a block is a step; masked positions with p > threshold are
+    written (else the most confident masked one); positions written earlier in the block (not the
+    prompt's) whose argmax differs with p > edit_threshold are rewritten; once no mask is left each
+    step counts as a post step, and after max_post of them (or a step that writes nothing) the
+    block ends. Returns (output tokens, per-forward writes [(pos, id), ...] — [] for a forward that
+    wrote nothing)."""
+    P = len(prompt)
+    nb = (P + gen_length + block_length - 1) // block_length
+    x = np.full(nb * block_length, mask_id, dtype=np.int64)
+    x[:P] = prompt
+    log = []
+    for b in range(P // block_length, nb):
+        lo, hi = b * block_length, (b + 1) * block_length
+        prompt_mask = x[lo:hi] != mask_id
+        post = 0
+        while True:
+            logits = ref.forward(x[:hi], block=block_length)[lo:hi]
+            z = logits - logits.max(axis=-1, keepdims=True)
+            pr = np.exp(z)
+            pr = pr / pr.sum(axis=-1, keepdims=True)
+            pr[:, mask_id] = 0.0          # unmask rule: the mask token is never sampled
+            x0 = np.argmax(pr, axis=-1)
+            p = pr[np.arange(hi - lo), x0]
+            masked = x[lo:hi] == mask_id
+            m2t = np.zeros(hi - lo, dtype=bool)
+            if masked.any():
+                m2t = masked & (p > threshold)
+                if not m2t.any():
+                    m2t[int(np.argmax(np.where(masked, p, -np.inf)))] = True
+            else:
+                post += 1
+                if post > max_post:
+                    log.append([])
+                    break
+            t2t = ~masked & ~prompt_mask & (x[lo:hi] != x0) & (p > edit_threshold)
+            w = m2t | t2t
+            if not w.any():
+                log.append([])
+                break
+            sel = [int(i) for i in np.nonzero(w)[0]]
+            for i in sel:
+                x[lo + i] = x0[i]
+            log.append([(lo + i, int(x0[i])) for i in sel])
+        if eos_id is not None and (x[P:hi] == eos_id).any():
+            break
+    out = [int(t) for t in x[P:P + gen_length]]
+    if eos_id in out:
+        out = out[:out.index(eos_id) + 1]
+    return out, log

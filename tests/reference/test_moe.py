@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cli_run import BIN, Reporter, generate, step_commits, tmp_dir  # noqa: E402
-from moe_ref import MoERef, llada2_generate  # noqa: E402
+from moe_ref import MoERef, llada2_generate, llada2_generate_joint  # noqa: E402
 
 TMP = tmp_dir("test_moe")
 report = Reporter()
@@ -209,5 +209,35 @@ for dec, tau in (("low_confidence", None), ("threshold", 0.012)):
     a = step_commits(run_gen(l2, prompts[12], 24, 8, 4, dec, tau))
     b = step_commits(run_gen(l2, prompts[12], 24, 8, 4, dec, tau, ["--cache", "dual"]))
     report(a == b, f"exact block KV (--cache dual) == no cache, {dec}", f"{len(a)} steps")
+
+# JointThreshold (LLaDA2.1 token editing): mask-to-token over tau, token-to-token over tau_edit,
+# max_post edit-only steps; every forward compared, the ones that write nothing included
+for P, G, B, tau, tau_e, post in ((5, 20, 8, 0.012, 0.0, 3), (12, 24, 8, 0.011, 0.02, 16), (21, 13, 4, 0.5, 0.0, 0)):
+    ev = generate(l2, prompts[P], ["--gen-length", G, "--block-length", B, "--decoder", "joint_threshold", "--threshold", tau,
+                                   "--edit-threshold", tau_e, "--max-post-steps", post])
+    want_out, want_log = llada2_generate_joint(ref, np.array(prompts[P]), G, B, tau, tau_e, post, MASK, EOS)
+    want_rep = [sorted((p_, t) for p_, t in st if p_ < P + G) for st in want_log]
+    got_log = step_commits(ev)
+    got_out = gen_tokens(ev, P)
+    if EOS in got_out:
+        got_out = got_out[:got_out.index(EOS) + 1]
+    revised = sum(1 for e in ev if e["type"] == "step" for c in e["commits"] if c.get("revised"))
+    revised_ok = all(c.get("previous") is not None for e in ev if e["type"] == "step" for c in e["commits"] if c.get("revised"))
+    done = [e for e in ev if e["type"] == "done"][0]
+    detail = f"{len(got_log)} steps (reference {len(want_rep)}), {revised} revised commits"
+    for i, (a, b) in enumerate(zip(got_log, want_rep)):
+        if a != b:
+            detail += f"; first difference at step {i}: ours {a}, reference {b}"
+            break
+    report(got_log == want_rep and got_out == want_out and done["usage"]["steps"] == len(want_rep) and revised_ok and
+           (tau_e > 0 or post == 0 or revised > 0),
+           f"joint_threshold P={P} G={G} B={B} tau={tau} tau_edit={tau_e} max_post={post}", detail)
+
+# token editing with the exact block KV cache: edits stay inside the active block, whose rows every
+# step recomputes, so the cache changes nothing
+jt = ["--gen-length", 24, "--block-length", 8, "--decoder", "joint_threshold", "--threshold", 0.011, "--max-post-steps", 4]
+a = step_commits(generate(l2, prompts[12], jt))
+b = step_commits(generate(l2, prompts[12], jt + ["--cache", "dual"]))
+report(a == b, "joint_threshold: exact block KV (--cache dual) == no cache", f"{len(a)} steps")
 
 sys.exit(report.finish())

@@ -175,9 +175,18 @@ static void test_algo_config(void) {
     const char *bad2 = "algorithm:\n  threshold: 0.9\n";
     TEST_CHECK(algo_config_parse(bad2, strlen(bad2), "c.yaml", &o, &err) == -1 && strstr(err.msg, "c.yaml:1"),
                "nesting refused: %s", err.msg);
-    const char *bad3 = "algorithm: JointThreshold\n";
-    TEST_CHECK(algo_config_parse(bad3, strlen(bad3), "c.yaml", &o, &err) == -1 && strstr(err.msg, "JointThreshold"),
+    const char *bad3 = "algorithm: HierarchyBlock\n";
+    TEST_CHECK(algo_config_parse(bad3, strlen(bad3), "c.yaml", &o, &err) == -1 && strstr(err.msg, "HierarchyBlock"),
                "unsupported algorithm: %s", err.msg);
+    /* SGLang's LLaDA2.1 config: JointThreshold with its keys */
+    const char *jt = "algorithm: JointThreshold\nthreshold: 0.5\nedit_threshold: 0.1\nmax_post_steps: 8\nblock_size: 32\n";
+    TEST_CHECK(algo_config_parse(jt, strlen(jt), "c.yaml", &o, &err) == 0 &&
+                   strcmp(json_string_value(json_object_get(o, "decoder")), "joint_threshold") == 0 &&
+                   json_real_value(json_object_get(o, "edit_threshold")) == 0.1 &&
+                   json_integer_value(json_object_get(o, "max_post_steps")) == 8,
+               "JointThreshold config: %s", err.msg);
+    json_decref(o);
+    o = NULL;
     const char *bad4 = "threshold: high\n";
     TEST_CHECK(algo_config_parse(bad4, strlen(bad4), "c.yaml", &o, &err) == -1 && strstr(err.msg, "number"),
                "string for number: %s", err.msg);
