@@ -18,7 +18,7 @@ int cmd_make_model(int argc, char **argv) {
     int shards = 1, tying = 0, no_tok = 0, quiet = 0, merges = 0, tok_only = 0;
     const char *tok_corpus = NULL, *tok_dir = NULL, *weights = NULL;
     double theta = 0;
-    int experts = 0, experts_per_tok = 0, expert_bias = -1, first_dense = -1;
+    int experts = 0, experts_per_tok = 0, expert_bias = -1, first_dense = -1, moe_ffn = 0;
     arg_spec specs[] = {
         {"out", ARG_STR, &out, "output directory (created if missing) [required]"},
         {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) | dream-tiny | dream-7b (Dream layout) | lladamoe-tiny | lladamoe-7b (LLaDA-MoE layout) | llada2-tiny | llada2-mini | llada2-flash (LLaDA2.0 layout) [tiny]"},
@@ -36,6 +36,7 @@ int cmd_make_model(int argc, char **argv) {
         {"experts-per-tok", ARG_INT, &experts_per_tok, "MoE presets: override experts per token"},
         {"expert-bias", ARG_INT, &expert_bias, "MoE presets: 1 = write a router expert bias, 0 = none [preset]"},
         {"first-dense", ARG_INT, &first_dense, "MoE presets: override leading dense layers"},
+        {"moe-ffn", ARG_INT, &moe_ffn, "MoE presets: override each expert's (and the shared expert's) SwiGLU size"},
         {"shards", ARG_INT, &shards, "write N shards + model.safetensors.index.json [1]"},
         {"weight-tying", ARG_FLAG, &tying, "share the embedding as LM head"},
         {"no-tokenizer", ARG_FLAG, &no_tok, "do not write tokenizer files"},
@@ -91,14 +92,16 @@ int cmd_make_model(int argc, char **argv) {
     if (vocab) o.vocab_size = vocab;
     if (max_seq) o.max_seq = max_seq;
     if (theta) o.rope_theta = theta;
-    if ((experts || experts_per_tok || expert_bias >= 0 || first_dense >= 0) && !o.moe) {
-        fprintf(stderr, "error: --experts, --experts-per-tok, --expert-bias and --first-dense need a MoE preset\n");
+    if ((experts || experts_per_tok || expert_bias >= 0 || first_dense >= 0 || moe_ffn) && !o.moe) {
+        fprintf(stderr, "error: --experts, --experts-per-tok, --expert-bias, --first-dense and --moe-ffn need a MoE "
+                        "preset\n");
         return 2;
     }
     if (experts) o.n_experts = experts;
     if (experts_per_tok) o.moe_top_k = experts_per_tok;
     if (expert_bias >= 0) o.expert_bias = expert_bias != 0;
     if (first_dense >= 0) o.first_dense = first_dense;
+    if (moe_ffn) o.moe_ffn = moe_ffn, o.shared_ffn = o.shared_ffn ? moe_ffn : 0;
     o.seed = (uint64_t)seed;
     o.shards = shards;
     o.weight_tying = tying;
