@@ -158,6 +158,16 @@ for preset in lladamoe-7b llada2-mini llada2-flash; do
     fi
 done
 
+# --moe-ffn sets every expert's SwiGLU size (and the shared expert's); dense presets refuse it
+if "$BIN" make-model --out "$TMP/moeffn" --preset llada2-tiny --quiet --moe-ffn 48 >"$TMP/stdout" 2>"$TMP/stderr" &&
+    python3 -c "import json,sys; c=json.load(open('$TMP/moeffn/config.json')); sys.exit(0 if c['moe_intermediate_size'] == 48 else 1)"; then
+    ok "--moe-ffn 48 written as moe_intermediate_size" L "$TMP/moeffn"
+else
+    failed=$((failed + 1))
+    echo "FAIL --moe-ffn: $(head -c 300 "$TMP/stderr")"
+fi
+expect "--moe-ffn on a dense preset" "need a MoE preset" -- "$BIN" make-model --out "$TMP/denseffn" --preset tiny --moe-ffn 48
+
 expect "--tp with a MoE model" "tensor parallelism is not implemented for mixture-of-experts" -- \
     "$BIN" logits --model "$L2" --tokens 1,2 --out "$TMP/o.npy" --tp 2
 expect "block_layout llada on a block-causal model" "block_layout must be aligned" -- \
