@@ -200,6 +200,20 @@ static void drop_oldest_event(job_store *js, job *j) {
     j->first_kept_id++;
 }
 
+/* Room for need (<= max_events) events in j's ring, which grows by doubling; the events it holds,
+ * ids [first_kept_id, next_event_id), are laid out for the new capacity. Lock held. */
+static void ring_reserve(job_store *js, job *j, int64_t need) {
+    if (need <= j->ring_cap) return;
+    int cap = j->ring_cap ? j->ring_cap : 16;
+    while (cap < need) cap *= 2;
+    if (cap > js->o.max_events) cap = js->o.max_events;
+    char **ring = xcalloc((size_t)cap, sizeof *ring);
+    for (int64_t id = j->first_kept_id; id < j->next_event_id && j->ring_cap; id++) ring[id % cap] = j->ring[id % j->ring_cap];
+    free(j->ring);
+    j->ring = ring;
+    j->ring_cap = cap;
+}
+
 /* Append an event under the lock; returns its id. The log keeps max_events events at most, and
  * loses its oldest ones when the store's max_bytes would be exceeded otherwise. */
 static int64_t log_event(job_store *js, job *j, const json_t *ev) {
@@ -209,15 +223,7 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     const int64_t first_before = j->first_kept_id;
     int64_t kept = j->next_event_id - j->first_kept_id;
     if (kept >= js->o.max_events) drop_oldest_event(js, j), kept--;
-    if (kept >= j->ring_cap) { /* grow, laying the kept events out for the new capacity */
-        int cap = j->ring_cap ? 2 * j->ring_cap : 16;
-        if (cap > js->o.max_events) cap = js->o.max_events;
-        char **ring = xcalloc((size_t)cap, sizeof *ring);
-        for (int64_t id = j->first_kept_id; id < j->next_event_id; id++) ring[id % cap] = j->ring[id % j->ring_cap];
-        free(j->ring);
-        j->ring = ring;
-        j->ring_cap = cap;
-    }
+    ring_reserve(js, j, kept + 1);
     if (!make_room(js, len, j))
         while (j->first_kept_id < j->next_event_id && js->bytes + len > js->o.max_bytes) drop_oldest_event(js, j);
     int64_t id = j->next_event_id++;
@@ -720,22 +726,18 @@ static void load_event(void *user, const char *id, int64_t eid, const char *doc)
     job_store *js = user;
     job *j = find(js, id);
     if (!j || eid < j->first_kept_id) return;
-    if (eid >= j->next_event_id) j->next_event_id = eid + 1;   /* the row may lag its newest events */
-    while (j->next_event_id - j->first_kept_id > js->o.max_events) {
-        if (j->ring_cap && j->ring[j->first_kept_id % j->ring_cap]) drop_oldest_event(js, j);
-        else j->first_kept_id++;
+    /* keep the window [first_kept_id, eid] within max_events (events come in ascending eid) */
+    while (eid + 1 - j->first_kept_id > js->o.max_events) {
+        if (j->first_kept_id < j->next_event_id && j->ring_cap && j->ring[j->first_kept_id % j->ring_cap])
+            drop_oldest_event(js, j);
+        else
+            j->first_kept_id++;
     }
-    int64_t need = j->next_event_id - j->first_kept_id;
-    if (need > j->ring_cap) {
-        int cap = j->ring_cap ? j->ring_cap : 16;
-        while (cap < need) cap *= 2;
-        if (cap > js->o.max_events) cap = js->o.max_events;
-        char **ring = xcalloc((size_t)cap, sizeof *ring);
-        for (int64_t k = j->first_kept_id; k < j->next_event_id && j->ring_cap; k++) ring[k % cap] = j->ring[k % j->ring_cap];
-        free(j->ring);
-        j->ring = ring;
-        j->ring_cap = cap;
-    }
+    if (j->next_event_id < j->first_kept_id) j->next_event_id = j->first_kept_id;
+    /* reserve before moving next_event_id: only the events already in the ring are laid out anew
+     * (the row may lag its newest events, so eid can lie past the ring's capacity) */
+    ring_reserve(js, j, eid + 1 - j->first_kept_id);
+    if (eid >= j->next_event_id) j->next_event_id = eid + 1;
     char **slot = &j->ring[eid % j->ring_cap];
     if (*slot) charge(js, j, -(long)strlen(*slot)), free(*slot);
     *slot = xstrdup(doc);

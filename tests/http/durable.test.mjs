@@ -107,6 +107,28 @@ test('50 jobs survive SIGKILL: each succeeds exactly once, results and logs inta
   assert.equal(again.headers.get('idempotent-replayed'), 'true');
 });
 
+test('a long event log written after its job row comes back intact after SIGKILL', async () => {
+  const s1 = await startServer(['--store', `sqlite:${path.join(DIR, 'long.db')}`], { model });
+  servers.push(s1);
+  const id = (await post(`${s1.url}/v1/jobs`, { prompt: 'long', max_tokens: 64, block_length: 64, steps: 64 })).json().id;
+  // the job row was last written when the attempt started; 30+ step events follow it (past the
+  // event ring's first capacity of 16, which reloading must grow without aliasing)
+  await until('30 steps', async () => (await (await fetch(`${s1.url}/v1/jobs/${id}`)).json()).progress.steps >= 30, 120000);
+  await s1.stop('SIGKILL');
+  const s2 = await startServer(['--store', `sqlite:${path.join(DIR, 'long.db')}`], { model });
+  servers.push(s2);
+  await until('the retried job', async () => (await (await fetch(`${s2.url}/v1/jobs/${id}`)).json()).status === 'succeeded', 120000);
+  const ev = parseSSE(await (await fetch(`${s2.url}/v1/jobs/${id}/events`)).text());
+  const ids = ev.map((e) => Number(e.id));
+  assert.deepEqual(ids, ids.map((_, i) => i + 1), 'event ids 1..n without gaps');
+  const data = ev.map((e) => JSON.parse(e.data));
+  assert.ok(!data.some((d) => d.type === 'lost'), 'no event lost');
+  const steps = data.filter((d) => d.type === 'step').map((d) => d.step);
+  assert.ok(steps.length >= 30 + 64, `the first attempt's steps and the retry's: ${steps.length}`);
+  assert.deepEqual(steps.slice(0, 30), [...Array(30).keys()], 'the first attempt\'s steps, in order');
+  assert.ok(data.some((d) => d.type === 'retry'));
+});
+
 test('bad stores are clear startup errors, nothing is reset', async () => {
   const run = (args) => spawnSync(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', ...args],
     { encoding: 'utf8', timeout: 30000 });
