@@ -9,12 +9,14 @@
 
 #include <openssl/rand.h>
 
+#include "util/hash.h"
 #include "util/json_util.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 
 typedef struct trace {
     struct trace *next, *prev;     /* oldest first */
+    struct trace *hnext;           /* hash chain (trace_store.buckets) */
     char          id[TRACE_ID_MAX];
     char         *owner, *session, *gen_id;   /* owned */
     char         *params;          /* compact JSON (owned) */
@@ -23,7 +25,10 @@ typedef struct trace {
     size_t        bytes;
 } trace;
 
+#define TRACE_HASH 1024
+
 struct trace_store {
+    trace  *buckets[TRACE_HASH];   /* by id: every event looks its trace up */
     trace  *oldest, *newest;
     size_t  bytes, max_bytes;
 };
@@ -34,7 +39,12 @@ trace_store *trace_store_new(size_t max_bytes) {
     return t;
 }
 
+static unsigned bucket_of(const char *id) { return hash_str_fnv1a(id) % TRACE_HASH; }
+
 static void unlink_free(trace_store *t, trace *x) {
+    trace **pp = &t->buckets[bucket_of(x->id)];
+    while (*pp != x) pp = &(*pp)->hnext;
+    *pp = x->hnext;
     if (x->prev) x->prev->next = x->next;
     else t->oldest = x->next;
     if (x->next) x->next->prev = x->prev;
@@ -55,7 +65,7 @@ void trace_store_free(trace_store *t) {
 }
 
 static trace *find(trace_store *t, const char *id) {
-    for (trace *x = t->newest; x; x = x->prev)
+    for (trace *x = t->buckets[bucket_of(id)]; x; x = x->hnext)
         if (strcmp(x->id, id) == 0) return x;
     return NULL;
 }
@@ -77,6 +87,9 @@ void trace_begin(trace_store *t, const char *owner, const char *session, const c
     x->session = xstrdup(session);
     x->gen_id = xstrdup(gen_id);
     x->params = params ? json_dumps(params, UM_JSON_COMPACT) : xstrdup("{}");
+    unsigned h = bucket_of(x->id);
+    x->hnext = t->buckets[h];
+    t->buckets[h] = x;
     x->prev = t->newest;
     if (t->newest) t->newest->next = x;
     else t->oldest = x;
