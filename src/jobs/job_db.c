@@ -36,8 +36,10 @@ struct job_db {
     char         *fault_file;    /* testing hook: while this file exists, every write fails (owned) */
 };
 
-/* A failed write: counted, remembered, logged once per failing period. */
-static void write_failed(job_db *d, const char *what) {
+/* A failed write: counted, remembered, logged once per failing period. sqlite_error: take the
+ * message from SQLite (else last_error was set by the caller). */
+static void write_failed(job_db *d, const char *what, int sqlite_error) {
+    if (sqlite_error) snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
     if (!d->failing) log_error("job store %s: %s failed: %s", d->path, what, d->last_error);
     d->write_errors++;
     d->failing = 1;
@@ -148,7 +150,7 @@ void job_db_close(job_db *d) {
 static void run(job_db *d, int i, const char *a, int64_t b, const char *c) {
     sqlite3_stmt *s = d->st[i];
     if (fault_now(d)) {
-        write_failed(d, "write");
+        write_failed(d, "write", 0);
         return;
     }
     sqlite3_reset(s);
@@ -157,8 +159,7 @@ static void run(job_db *d, int i, const char *a, int64_t b, const char *c) {
     if (sqlite3_bind_parameter_count(s) >= 2) sqlite3_bind_int64(s, 2, b);
     if (c) sqlite3_bind_text(s, 3, c, -1, SQLITE_STATIC);
     if (sqlite3_step(s) != SQLITE_DONE) {
-        snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
-        write_failed(d, "write");
+        write_failed(d, "write", 1);
     }
     sqlite3_reset(s);
 }
@@ -176,16 +177,15 @@ void job_db_begin(job_db *d) {
     if (d->depth++ > 0) return;
     d->tx_errors = d->write_errors;
     if (exec(d, "BEGIN", NULL) != 0) {
-        snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
-        write_failed(d, "begin");
+        write_failed(d, "begin", 1);
     }
 }
 
 void job_db_end(job_db *d) {
     if (d->depth == 0 || --d->depth > 0) return;
-    if (fault_now(d) || exec(d, "COMMIT", NULL) != 0) {
-        if (!fault_now(d)) snprintf(d->last_error, sizeof d->last_error, "%s", sqlite3_errmsg(d->db));
-        write_failed(d, "commit");
+    int injected = fault_now(d);
+    if (injected || exec(d, "COMMIT", NULL) != 0) {
+        write_failed(d, "commit", !injected);
         sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
     } else if (d->write_errors == d->tx_errors && d->failing) {
         d->failing = 0;
