@@ -186,14 +186,41 @@ class MoERef:
         return x @ head.T
 
 
+def _canvas(prompt, gen_length, block_length, mask_id):
+    """The prompt followed by masks up to the end of the last aligned block; the block count."""
+    P = len(prompt)
+    nb = (P + gen_length + block_length - 1) // block_length
+    x = np.full(nb * block_length, mask_id, dtype=np.int64)
+    x[:P] = prompt
+    return x, nb
+
+
+def _greedy(ref, x, lo, hi, block_length, mask_id):
+    """Temperature 0 on the active block [lo, hi): x0 (argmax, never the mask token) and its
+    softmax probability, from a block-causal forward of the canvas up to hi."""
+    logits = ref.forward(x[:hi], block=block_length)[lo:hi]
+    z = logits - logits.max(axis=-1, keepdims=True)
+    pr = np.exp(z)
+    pr = pr / pr.sum(axis=-1, keepdims=True)
+    pr[:, mask_id] = 0.0          # unmask rule: the mask token is never sampled
+    x0 = np.argmax(pr, axis=-1)
+    return x0, pr[np.arange(hi - lo), x0]
+
+
+def _output(x, P, gen_length, eos_id):
+    """The generated tokens, cut after the first EOS."""
+    out = [int(t) for t in x[P:P + gen_length]]
+    if eos_id in out:
+        out = out[:out.index(eos_id) + 1]
+    return out
+
+
 def llada2_generate(ref, prompt, gen_length, block_length, steps, threshold, mask_id, eos_id):
     """The official LLaDA2 generate at temperature 0 (docs/decode.md). Returns (tokens of the output,
     list of per-step commits [(pos, id), ...] in order)."""
     steps = min(steps, gen_length)
     P = len(prompt)
-    nb = (P + gen_length + block_length - 1) // block_length
-    x = np.full(nb * block_length, mask_id, dtype=np.int64)
-    x[:P] = prompt
+    x, nb = _canvas(prompt, gen_length, block_length, mask_id)
     quota = [block_length // steps + (1 if s < block_length % steps else 0) for s in range(steps)]
     log = []
     for b in range(P // block_length, nb):
@@ -202,13 +229,8 @@ def llada2_generate(ref, prompt, gen_length, block_length, steps, threshold, mas
             masked = x[lo:hi] == mask_id
             if not masked.any():
                 break
-            logits = ref.forward(x[:hi], block=block_length)[lo:hi]
-            z = logits - logits.max(axis=-1, keepdims=True)
-            pr = np.exp(z)
-            pr = pr / pr.sum(axis=-1, keepdims=True)
-            pr[:, mask_id] = 0.0          # unmask rule: the mask token is never sampled
-            x0 = np.argmax(pr, axis=-1)
-            conf = np.where(masked, pr[np.arange(hi - lo), x0], -np.inf)
+            x0, p = _greedy(ref, x, lo, hi, block_length, mask_id)
+            conf = np.where(masked, p, -np.inf)
             high = conf > threshold
             if high.sum() >= quota[s]:
                 sel = np.nonzero(high)[0]
@@ -220,10 +242,7 @@ def llada2_generate(ref, prompt, gen_length, block_length, steps, threshold, mas
             log.append([(lo + i, int(x0[i])) for i in sel])
         if eos_id is not None and (x[P:hi] == eos_id).any():
             break
-    out = [int(t) for t in x[P:P + gen_length]]
-    if eos_id in out:
-        out = out[:out.index(eos_id) + 1]
-    return out, log
+    return _output(x, P, gen_length, eos_id), log
 
 
 def llada2_generate_joint(ref, prompt, gen_length, block_length, threshold, edit_threshold, max_post, mask_id, eos_id):
@@ -235,22 +254,14 @@ def llada2_generate_joint(ref, prompt, gen_length, block_length, threshold, edit
     block ends. Returns (output tokens, per-forward writes [(pos, id), ...] — [] for a forward that
     wrote nothing)."""
     P = len(prompt)
-    nb = (P + gen_length + block_length - 1) // block_length
-    x = np.full(nb * block_length, mask_id, dtype=np.int64)
-    x[:P] = prompt
+    x, nb = _canvas(prompt, gen_length, block_length, mask_id)
     log = []
     for b in range(P // block_length, nb):
         lo, hi = b * block_length, (b + 1) * block_length
         prompt_mask = x[lo:hi] != mask_id
         post = 0
         while True:
-            logits = ref.forward(x[:hi], block=block_length)[lo:hi]
-            z = logits - logits.max(axis=-1, keepdims=True)
-            pr = np.exp(z)
-            pr = pr / pr.sum(axis=-1, keepdims=True)
-            pr[:, mask_id] = 0.0          # unmask rule: the mask token is never sampled
-            x0 = np.argmax(pr, axis=-1)
-            p = pr[np.arange(hi - lo), x0]
+            x0, p = _greedy(ref, x, lo, hi, block_length, mask_id)
             masked = x[lo:hi] == mask_id
             m2t = np.zeros(hi - lo, dtype=bool)
             if masked.any():
@@ -273,7 +284,4 @@ def llada2_generate_joint(ref, prompt, gen_length, block_length, threshold, edit
             log.append([(lo + i, int(x0[i])) for i in sel])
         if eos_id is not None and (x[P:hi] == eos_id).any():
             break
-    out = [int(t) for t in x[P:P + gen_length]]
-    if eos_id in out:
-        out = out[:out.index(eos_id) + 1]
-    return out, log
+    return _output(x, P, gen_length, eos_id), log
