@@ -7,68 +7,13 @@
 set -u
 BIN="${UNMASK_BIN:?UNMASK_BIN not set}"
 TMP="${UNMASK_TEST_TMP:-/tmp}/test_dream_config"
-PY=/usr/bin/python3
-rm -rf "$TMP"
-mkdir -p "$TMP"
-passed=0
-failed=0
-
-# expect NAME PATTERN... -- CMD... : exit != 0, rc < 128, one stderr line matching every PATTERN.
-expect() {
-    local name="$1"
-    shift
-    local pats=()
-    while [ "$1" != "--" ]; do pats+=("$1"); shift; done
-    shift
-    "$@" >"$TMP/stdout" 2>"$TMP/stderr"
-    local rc=$? ok=1 why=""
-    local lines
-    lines=$(wc -l <"$TMP/stderr")
-    if [ $rc -eq 0 ]; then ok=0; why="exit 0"; fi
-    if [ $rc -ge 128 ]; then ok=0; why="crashed (rc $rc)"; fi
-    if [ "$lines" -ne 1 ]; then ok=0; why="$why; $lines stderr lines"; fi
-    for p in "${pats[@]}"; do
-        if ! grep -Eq -- "$p" "$TMP/stderr"; then ok=0; why="$why; no match for /$p/"; fi
-    done
-    if [ $ok -eq 1 ]; then
-        passed=$((passed + 1))
-        echo "PASS $name: $(head -c 200 "$TMP/stderr")"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: $why; stderr: $(head -c 400 "$TMP/stderr")"
-    fi
-}
-
-ok() {
-    local name="$1"
-    shift
-    if "$@" >"$TMP/stdout" 2>"$TMP/stderr"; then
-        passed=$((passed + 1))
-        echo "PASS $name"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: exit $?; stderr: $(head -c 400 "$TMP/stderr")"
-    fi
-}
+source "$(dirname "$0")/lib.sh"
 
 BASE="$TMP/base"
 "$BIN" make-model --out "$BASE" --preset dream-tiny --quiet --dtype f32 || { echo "FAIL make-model"; echo "0 passed, 1 failed"; exit 1; }
 ok "intact dream-tiny loads" "$BIN" logits --model "$BASE" --tokens 1,2,3 --out "$TMP/o.npy"
 
-# variant NAME 'python statements over c (config dict)' -> a copy of BASE with the edited config
-variant() {
-    local d="$TMP/$1"
-    rm -rf "$d"
-    cp -r "$BASE" "$d"
-    "$PY" - "$d/config.json" "$2" <<'EOF'
-import json, sys
-path, code = sys.argv[1], sys.argv[2]
-c = json.load(open(path))
-exec(code)
-json.dump(c, open(path, "w"))
-EOF
-    echo "$d"
-}
+variant() { config_variant "$1" "$2" "$BASE"; }   # variant NAME 'python over c' -> an edited copy of BASE
 
 d=$(variant model_type_only 'del c["architectures"]')
 ok "model_type Dream without architectures loads" "$BIN" logits --model "$d" --tokens 1,2,3 --out "$TMP/o.npy"
@@ -101,17 +46,7 @@ ok "tie_word_embeddings true ignores lm_head.weight" "$BIN" logits --model "$d" 
 d="$TMP/nobias"
 rm -rf "$d"
 cp -r "$BASE" "$d"
-"$PY" - "$d/model.safetensors" <<'EOF'
-import json, sys
-path = sys.argv[1]
-raw = open(path, "rb").read()
-n = int.from_bytes(raw[:8], "little")
-h = json.loads(raw[8:8 + n])
-h["model.layers.1.self_attn.k_proj.bixs"] = h.pop("model.layers.1.self_attn.k_proj.bias")
-hb = json.dumps(h).encode()
-hb += b" " * (n - len(hb))
-open(path, "wb").write(len(hb).to_bytes(8, "little") + hb + raw[8 + n:])
-EOF
+edit_header "$d/model.safetensors" 'h["model.layers.1.self_attn.k_proj.bixs"] = h.pop("model.layers.1.self_attn.k_proj.bias")'
 expect "missing k_proj bias" "missing tensor 'model.layers.1.self_attn.k_proj.bias'" -- \
     "$BIN" logits --model "$d" --tokens 1,2 --out "$TMP/o.npy"
 
@@ -122,5 +57,4 @@ expect "eps out of range" "eps must be in \(0, 1\)" -- \
 expect "unknown decoder names the Dream ones" "entropy" -- \
     "$BIN" generate --model "$BASE" --prompt-ids 1,2,3 --decoder nope --gen-length 8
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -8,49 +8,7 @@
 set -u
 BIN="${UNMASK_BIN:?UNMASK_BIN not set}"
 TMP="${UNMASK_TEST_TMP:-/tmp}/test_moe_config"
-PY=/usr/bin/python3
-rm -rf "$TMP"
-mkdir -p "$TMP"
-passed=0
-failed=0
-
-# expect NAME PATTERN... -- CMD... : exit != 0, rc < 128, one stderr line matching every PATTERN.
-expect() {
-    local name="$1"
-    shift
-    local pats=()
-    while [ "$1" != "--" ]; do pats+=("$1"); shift; done
-    shift
-    "$@" >"$TMP/stdout" 2>"$TMP/stderr"
-    local rc=$? ok=1 why=""
-    local lines
-    lines=$(wc -l <"$TMP/stderr")
-    if [ $rc -eq 0 ]; then ok=0; why="exit 0"; fi
-    if [ $rc -ge 128 ]; then ok=0; why="crashed (rc $rc)"; fi
-    if [ "$lines" -ne 1 ]; then ok=0; why="$why; $lines stderr lines"; fi
-    for p in "${pats[@]}"; do
-        if ! grep -Eq -- "$p" "$TMP/stderr"; then ok=0; why="$why; no match for /$p/"; fi
-    done
-    if [ $ok -eq 1 ]; then
-        passed=$((passed + 1))
-        echo "PASS $name: $(head -c 200 "$TMP/stderr")"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: $why; stderr: $(head -c 400 "$TMP/stderr")"
-    fi
-}
-
-ok() {
-    local name="$1"
-    shift
-    if "$@" >"$TMP/stdout" 2>"$TMP/stderr"; then
-        passed=$((passed + 1))
-        echo "PASS $name"
-    else
-        failed=$((failed + 1))
-        echo "FAIL $name: exit $?; stderr: $(head -c 400 "$TMP/stderr")"
-    fi
-}
+source "$(dirname "$0")/lib.sh"
 
 LM="$TMP/lm"
 L2="$TMP/l2"
@@ -59,20 +17,7 @@ L2="$TMP/l2"
 ok "intact lladamoe-tiny loads" "$BIN" logits --model "$LM" --tokens 1,2,3 --out "$TMP/o.npy"
 ok "intact llada2-tiny loads" "$BIN" logits --model "$L2" --tokens 1,2,3 --out "$TMP/o.npy"
 
-# variant NAME 'python statements over c (config dict)' BASE -> a copy of BASE with the edited config
-variant() {
-    local d="$TMP/$1"
-    rm -rf "$d"
-    cp -r "$3" "$d"
-    "$PY" - "$d/config.json" "$2" <<'EOF'
-import json, sys
-path, code = sys.argv[1], sys.argv[2]
-c = json.load(open(path))
-exec(code)
-json.dump(c, open(path, "w"))
-EOF
-    echo "$d"
-}
+variant() { config_variant "$@"; }   # variant NAME 'python over c' SRC -> an edited copy of SRC
 
 L() { "$BIN" logits --model "$1" --tokens 1,2 --out "$TMP/o.npy"; }
 
@@ -134,17 +79,7 @@ expect "expert bias present but not enabled" "exists but config.json does not se
 d="$TMP/noexpert"
 rm -rf "$d"
 cp -r "$L2" "$d"
-"$PY" - "$d/model.safetensors" <<'EOF'
-import json, sys
-path = sys.argv[1]
-raw = open(path, "rb").read()
-n = int.from_bytes(raw[:8], "little")
-h = json.loads(raw[8:8 + n])
-h["model.layers.2.mlp.experts.7.up_proj.weighx"] = h.pop("model.layers.2.mlp.experts.7.up_proj.weight")
-hb = json.dumps(h).encode()
-hb += b" " * (n - len(hb))
-open(path, "wb").write(len(hb).to_bytes(8, "little") + hb + raw[8 + n:])
-EOF
+edit_header "$d/model.safetensors" 'h["model.layers.2.mlp.experts.7.up_proj.weighx"] = h.pop("model.layers.2.mlp.experts.7.up_proj.weight")'
 expect "missing expert tensor" "missing tensor 'model.layers.2.mlp.experts.7.up_proj.weight'" -- L "$d"
 
 # the shape presets' configs, shrunk (two layers, 16 experts, small width) so they are quick to write
@@ -177,5 +112,4 @@ expect "steps_per_block out of range" "steps_per_block must be between 0" -- \
 expect "logits --block-length negative" "block-length must be >= 0" -- \
     "$BIN" logits --model "$L2" --tokens 1,2 --out "$TMP/o.npy" --block-length -2
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
