@@ -12,11 +12,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { chromium } from 'playwright-core';
+import { openPage } from './browser.mjs';
 import { TMP, startServer, tinyModel } from '../protocol/harness.mjs';
 
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 // The canvas after the first k step events of generation id (and the block events before the next
 // step), rebuilt from the raw protocol events with the protocol's rules: commits are final, a step
@@ -65,15 +63,8 @@ describe('browser UI: conversations, Markdown, replay, connection state', () => 
   before(async () => {
     srv = await startServer({ model });
     fs.mkdirSync(shots, { recursive: true });
-    const profile = fs.mkdtempSync(path.join(TMP, 'chromium-profile-'));
-    ctx = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium', args: ARGS, headless: true,
-      viewport: { width: 1360, height: 860 }, colorScheme: 'dark',
-    });
+    ({ ctx, page } = await openPage(problems));
     await ctx.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: srv.base });
-    page = ctx.pages()[0] || (await ctx.newPage());
-    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-    page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
     page.on('websocket', (ws) => {
       ws.on('framesent', (f) => {
         const m = JSON.parse(f.payload);

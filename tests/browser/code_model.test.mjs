@@ -8,11 +8,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { chromium } from 'playwright-core';
+import { openPage } from './browser.mjs';
 import { SRC, TMP, startServer } from '../protocol/harness.mjs';
 
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const PY_WORDS = /\b(return|self|if|else|for|in|not|None|is|def|import|with|and|or|True|False)\b/g;
 
 describe('browser UI on the bundled code model', () => {
@@ -25,14 +23,7 @@ describe('browser UI on the bundled code model', () => {
   before(async () => {
     srv = await startServer({ model: path.join(SRC, 'models', 'unmask-code-13m'), name: 'code-model' });
     fs.mkdirSync(shots, { recursive: true });
-    const profile = fs.mkdtempSync(path.join(TMP, 'chromium-profile-'));
-    ctx = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium', args: ARGS, headless: true,
-      viewport: { width: 1360, height: 860 }, colorScheme: 'dark',
-    });
-    page = ctx.pages()[0] || (await ctx.newPage());
-    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-    page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
+    ({ ctx, page } = await openPage(problems));
     await page.goto(`${srv.base}/`);
     await page.waitForSelector('#conn[data-state="open"]');
     await page.waitForSelector('#model-pill.ready');

@@ -10,11 +10,9 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { chromium } from 'playwright-core';
+import { openPage } from './browser.mjs';
 import { SRC, TMP, startServer } from '../protocol/harness.mjs';
 
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const PREFIX = 'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        ';
 const SUFFIX = '\n\n    def pop(self):\n        return self.items.pop()\n';
 
@@ -42,14 +40,7 @@ describe('IDE demo page', () => {
   before(async () => {
     srv = await startServer({ model: path.join(SRC, 'models', 'unmask-code-13m'), name: 'ide' });
     fs.mkdirSync(shots, { recursive: true });
-    const profile = fs.mkdtempSync(path.join(TMP, 'chromium-profile-'));
-    ctx = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium', args: ARGS, headless: true,
-      viewport: { width: 1280, height: 800 }, colorScheme: 'dark',
-    });
-    page = ctx.pages()[0] || (await ctx.newPage());
-    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-    page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
+    ({ ctx, page } = await openPage(problems, { viewport: { width: 1280, height: 800 } }));
   });
 
   after(async () => {

@@ -8,11 +8,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { chromium } from 'playwright-core';
+import { openPage } from './browser.mjs';
 import { TMP, startServer, tinyModel } from '../protocol/harness.mjs';
 
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 describe('browser UI', () => {
   let srv;
@@ -24,14 +22,7 @@ describe('browser UI', () => {
   before(async () => {
     srv = await startServer({ model: tinyModel('browser') });
     fs.mkdirSync(shots, { recursive: true });
-    const profile = fs.mkdtempSync(path.join(TMP, 'chromium-profile-'));
-    ctx = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium', args: ARGS, headless: true,
-      viewport: { width: 1360, height: 860 }, colorScheme: 'dark',
-    });
-    page = ctx.pages()[0] || (await ctx.newPage());
-    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-    page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
+    ({ ctx, page } = await openPage(problems));
     await page.goto(`${srv.base}/`);
     await page.waitForSelector('#conn[data-state="open"]');
     await page.waitForSelector('#model-pill.ready');
