@@ -126,14 +126,21 @@ static int parse_llada(json_t *root, const char *label, model_config *c, um_err 
     return 0;
 }
 
+/* The transformer shape every Hugging Face-style config (Dream / Qwen2, LLaDA-MoE, LLaDA2) names
+ * alike, all required but num_key_value_heads (default: num_attention_heads). */
+static int get_hf_shape(json_t *root, const char *label, model_config *c, um_err *err) {
+    const long long BIG = 1 << 24;
+    return get_int(root, "hidden_size", 1, BIG, -1, label, &c->d_model, err) ||
+           get_int(root, "num_hidden_layers", 1, 4096, -1, label, &c->n_layers, err) ||
+           get_int(root, "num_attention_heads", 1, 65536, -1, label, &c->n_heads, err) ||
+           get_int(root, "num_key_value_heads", 1, 65536, c->n_heads, label, &c->n_kv_heads, err);
+}
+
 /* Dream (DreamModel, model_type "Dream"): the Qwen2 config keys. Every model-shaping key is
  * required (a Qwen2 config always writes them); features Dream never enables are refused by name. */
 static int parse_dream(json_t *root, const char *label, model_config *c, um_err *err) {
     const long long BIG = 1 << 24;
-    if (get_int(root, "hidden_size", 1, BIG, -1, label, &c->d_model, err) ||
-        get_int(root, "num_hidden_layers", 1, 4096, -1, label, &c->n_layers, err) ||
-        get_int(root, "num_attention_heads", 1, 65536, -1, label, &c->n_heads, err) ||
-        get_int(root, "num_key_value_heads", 1, 65536, c->n_heads, label, &c->n_kv_heads, err) ||
+    if (get_hf_shape(root, label, c, err) ||
         get_int(root, "intermediate_size", 1, BIG, -1, label, &c->ffn_hidden, err) ||
         get_int(root, "vocab_size", 1, BIG, -1, label, &c->vocab_size, err) ||
         get_int(root, "max_position_embeddings", 1, BIG, 131072, label, &c->max_seq, err) ||
@@ -258,10 +265,7 @@ static void moe_token_ids(json_t *root, model_config *c) {
  * routed_scaling_factor, router_num_group, router_topk_group, norm_topk_prob) are not read. */
 static int parse_llada_moe(json_t *root, const char *label, model_config *c, um_err *err) {
     const long long BIG = 1 << 24;
-    if (get_int(root, "hidden_size", 1, BIG, -1, label, &c->d_model, err) ||
-        get_int(root, "num_hidden_layers", 1, 4096, -1, label, &c->n_layers, err) ||
-        get_int(root, "num_attention_heads", 1, 65536, -1, label, &c->n_heads, err) ||
-        get_int(root, "num_key_value_heads", 1, 65536, c->n_heads, label, &c->n_kv_heads, err) ||
+    if (get_hf_shape(root, label, c, err) ||
         get_int(root, "num_experts", 1, 65536, -1, label, &c->n_experts, err) ||
         get_int(root, "num_experts_per_tok", 1, 65536, -1, label, &c->moe_top_k, err) ||
         get_int(root, "expert_intermediate_size", 1, BIG, -1, label, &c->moe_ffn, err) ||
@@ -337,10 +341,7 @@ static int parse_llada_moe(json_t *root, const char *label, model_config *c, um_
 /* LLaDA2.0 / 2.1 (LLaDA2MoeModelLM, the BailingMoeV2 keys of configuration_llada2_moe.py). */
 static int parse_llada2(json_t *root, const char *label, model_config *c, um_err *err) {
     const long long BIG = 1 << 24;
-    if (get_int(root, "hidden_size", 1, BIG, -1, label, &c->d_model, err) ||
-        get_int(root, "num_hidden_layers", 1, 4096, -1, label, &c->n_layers, err) ||
-        get_int(root, "num_attention_heads", 1, 65536, -1, label, &c->n_heads, err) ||
-        get_int(root, "num_key_value_heads", 1, 65536, c->n_heads, label, &c->n_kv_heads, err) ||
+    if (get_hf_shape(root, label, c, err) ||
         get_int(root, "intermediate_size", 1, BIG, -1, label, &c->ffn_hidden, err) ||
         get_int(root, "num_experts", 1, 65536, -1, label, &c->n_experts, err) ||
         get_int(root, "num_experts_per_tok", 1, 65536, -1, label, &c->moe_top_k, err) ||
