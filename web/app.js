@@ -380,6 +380,8 @@ function deleteConversation(id) {
 function initConversations() {
   heroEl = $('hero');
   state.store = new ConversationStore();
+  // a reload or a closed tab inside the save debounce must not lose the last change
+  window.addEventListener('pagehide', () => state.store.flush());
   $('new-chat').addEventListener('click', newConversation);
   const clear = $('clear-convs');
   let armed = null;
@@ -848,6 +850,7 @@ function endRun(run) {
     state.store.touch(conv);
     pump(conv);
   }
+  state.store.flush();   // a finished answer is written at once, not after the debounce
 }
 
 function finishRun(run, m) {

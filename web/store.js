@@ -1,8 +1,9 @@
 // store.js — the UI's conversations in localStorage: an ordered list of conversations, each an
 // ordered list of turns ({id, role: 'user' | 'assistant', mode, content, ...}), the current one,
 // and each finished answer's denoising trace in a compact form (see replay.js). Saving is
-// debounced; when the browser's quota is hit, the traces shrink (first without drafts, then
-// without traces at all) so the text history survives. Not here: rendering (app.js).
+// debounced, and flushed when an answer finishes and when the page goes away; when the browser's
+// quota is hit, the traces shrink (first without drafts, then without traces at all) so the text
+// history survives. Not here: rendering (app.js).
 
 export const CONVS_KEY = 'unmask.conversations.v1';
 export const CURRENT_KEY = 'unmask.currentConversation';
@@ -101,6 +102,11 @@ export class ConversationStore {
   save() {
     if (this.saveTimer) return;
     this.saveTimer = setTimeout(() => this.saveNow(), 150);
+  }
+
+  // Write a pending debounced save now (nothing when none is pending).
+  flush() {
+    if (this.saveTimer) this.saveNow();
   }
 
   saveNow() {
