@@ -48,6 +48,9 @@ typedef struct attn_run {
     int                hdp;           /* head_dim rounded up to 32 */
 } attn_run;
 
+/* head_dim bound of the bf16 path's pack tile (real models: 64..256) */
+#define ATTN_MAX_HEAD_DIM 512
+
 static int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
 /* In-place masked softmax of one score row of nk entries (mask already written as -inf). */
@@ -126,8 +129,13 @@ static void attn_task_fp32(void *arg, int64_t wi, int slot) {
 
 /* ---------------------------------------------------------------- bf16 path */
 
+/* 32-bit words over the uint16 bf16 buffers (two bf16 of a pair travel together). */
+typedef uint32_t attn_word __attribute__((may_alias));
+
 /* Pack one (sequence, kv head): K as a weight [nk, hd] (keys are outputs), Vᵀ as a weight
- * [hd, nk] (head dims are outputs), both in cpu_gemm.h's layout, zero-padded. */
+ * [hd, nk] (head dims are outputs), both in cpu_gemm.h's layout, zero-padded. Rows are cast to
+ * bf16 with the vectorised row cast, then moved as 32-bit pairs: K is a 16-key by hd/2-pair
+ * transpose per group, Vᵀ interleaves two keys' rows per 16 head dims. */
 static void attn_pack_task(void *arg, int64_t t, int slot) {
     (void)slot;
     const attn_run *r = arg;
@@ -139,14 +147,30 @@ static void attn_pack_task(void *arg, int64_t t, int slot) {
     const float *kb, *vb;
     item_kv(r, &it, &kb, &vb);
     uint16_t *kd = r->kpk + r->kofs[s] + kvh * nk16 * hdp, *vd = r->vpk + r->vofs[s] + kvh * hd16 * nk32;
-    if (nk16 != nk || hdp != hd) memset(kd, 0, (size_t)(nk16 * hdp) * sizeof *kd);   /* zero padding */
-    if (nk32 != nk || hd16 != hd) memset(vd, 0, (size_t)(hd16 * nk32) * sizeof *vd);
-    for (int64_t j = 0; j < nk; j++) {
-        const float *kr = kb + j * ldk + kvh * hd, *vr = vb + j * ldk + kvh * hd;
-        uint16_t *kg = kd + (j / 16) * (hdp / 2) * 32 + 2 * (j % 16);
-        for (int e = 0; e < hd; e++) kg[(e / 2) * 32 + (e & 1)] = cpu_f32_to_bf16(kr[e]);
-        uint16_t *vg = vd + (j / 2) * 32 + (j & 1);
-        for (int e = 0; e < hd; e++) vg[(e / 16) * (nk32 / 2) * 32 + 2 * (e % 16)] = cpu_f32_to_bf16(vr[e]);
+    _Alignas(64) uint16_t tile[16 * ATTN_MAX_HEAD_DIM];
+    /* K: 16 keys at a time; group g holds, per head-dim pair e2, the 16 keys' pairs in a row */
+    const int np = hdp / 2;
+    for (int64_t j0 = 0; j0 < nk; j0 += 16) {
+        const int n = nk - j0 < 16 ? (int)(nk - j0) : 16;
+        for (int jj = 0; jj < n; jj++) cpu_row_to_bf16(kb + (j0 + jj) * ldk + kvh * hd, hd, hdp, NULL, 1.0f, tile + jj * hdp);
+        if (n < 16) memset(tile + n * hdp, 0, (size_t)(16 - n) * (size_t)hdp * sizeof *tile);
+        const attn_word *src = (const attn_word *)tile;
+        attn_word *dst = (attn_word *)(kd + (j0 / 16) * np * 32);
+        for (int e2 = 0; e2 < np; e2++)
+            for (int jj = 0; jj < 16; jj++) dst[e2 * 16 + jj] = src[jj * np + e2];
+    }
+    /* Vᵀ: key pair jp, head-dim group g -> 16 words (key 2jp in the low half, 2jp+1 in the high) */
+    if (nk32 != nk) memset(vd, 0, (size_t)(hd16 * nk32) * sizeof *vd);   /* zero padding keys */
+    uint16_t *a = tile, *b = tile + hd16;
+    attn_word *vw = (attn_word *)vd;
+    for (int64_t j = 0; j < nk; j += 2) {
+        cpu_row_to_bf16(vb + j * ldk + kvh * hd, hd, hd16, NULL, 1.0f, a);
+        if (j + 1 < nk) cpu_row_to_bf16(vb + (j + 1) * ldk + kvh * hd, hd, hd16, NULL, 1.0f, b);
+        else memset(b, 0, (size_t)hd16 * sizeof *b);
+        for (int64_t g = 0; g < hd16 / 16; g++) {
+            attn_word *dst = vw + g * (nk32 / 2) * 16 + (j / 2) * 16;
+            for (int i = 0; i < 16; i++) dst[i] = (attn_word)a[g * 16 + i] | (attn_word)b[g * 16 + i] << 16;
+        }
     }
 }
 
@@ -222,6 +246,7 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
     CHECK(p->n_seqs > 0 && p->q_start && p->k_start);
     CHECK(!p->block_causal || (p->q_pos && p->k_pos));
     CHECK(!p->k_seq == !p->v_seq);
+    CHECK(hd <= ATTN_MAX_HEAD_DIM);
     const int bf16 = ci->gemm != NULL;
 
     int n_q = p->q_start[p->n_seqs];
