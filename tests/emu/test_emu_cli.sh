@@ -5,6 +5,7 @@
 #     padding; f32; f16 in 3 shards — the latter two through the device-side bf16 conversion):
 #     relative L2 error <= 2e-2 (bf16 activations vs f32) and the same argmax on every row that is not
 #     a near-tie (CPU top-2 gap > 2 x that row's largest |cuda - cpu|), with most rows decisive;
+#     the same for Dream, LLaDA-MoE and LLaDA2 (block-causal) presets, and a generate on each;
 #     cuda:1 of UNMASK_EMU_DEVICES=2 gives the same bytes as cuda:0;
 #   - generate --device cuda:0 exits 0 with a done event and no mask left, for the device-resident
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
@@ -64,6 +65,47 @@ for m in m m_f32 m_f16; do
         bad "logits $m cuda:0 vs cpu: $out"
     fi
 done
+
+# the other model families on the CUDA backend: Dream (Qwen2: q/k/v biases, GQA), LLaDA-MoE
+# (routed experts, QK-norm) and LLaDA2 (sigmoid group-limited routing, shared expert, partial rotary)
+# with block-causal attention (--block-length 4); the LLaDA2 control compares the CUDA block-causal
+# logits with the CPU's full attention, which must differ (block_length reaches the CUDA attention)
+for fam in dream-tiny lladamoe-tiny llada2-tiny; do
+    "$BIN" make-model --out "$TMP/$fam" --preset "$fam" --quiet || { bad "make-model --preset $fam failed"; continue; }
+    extra=(); [ "$fam" = llada2-tiny ] && extra=(--block-length 4)
+    for d in cpu cuda:0; do
+        if ! "$BIN" logits --model "$TMP/$fam" --tokens "$TOK" "${extra[@]}" --out "$TMP/l_${fam}_${d%%:*}.npy" \
+            --device "$d" > "$TMP/logits.log" 2>&1; then
+            bad "logits $fam --device $d failed: $(tail -3 "$TMP/logits.log")"
+        fi
+    done
+    if out=$("$PY" "$TMP/compare.py" "$TMP/l_${fam}_cpu.npy" "$TMP/l_${fam}_cuda.npy" 2>&1); then
+        ok
+        echo "logits $fam cuda:0 vs cpu: $out"
+    else
+        bad "logits $fam cuda:0 vs cpu: $out"
+    fi
+    if "$BIN" generate --model "$TMP/$fam" --prompt-ids 1,2,3,4,5 --gen-length 16 --block-length 8 --device cuda:0 \
+        --json > "$TMP/gen_$fam.jsonl" 2> "$TMP/gen_$fam.err" &&
+        "$PY" -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+done = [e for e in ev if e.get("type") == "done"]
+assert len(done) == 1 and done[0]["error"] is None, done
+assert any(e.get("type") == "step" and e["commits"] for e in ev), "no step committed anything"
+' "$TMP/gen_$fam.jsonl" 2>> "$TMP/gen_$fam.err"; then
+        ok
+    else
+        bad "generate $fam --device cuda:0: $(tail -5 "$TMP/gen_$fam.err")"
+    fi
+done
+"$BIN" logits --model "$TMP/llada2-tiny" --tokens "$TOK" --out "$TMP/l_llada2_full_cpu.npy" --device cpu > "$TMP/logits.log" 2>&1 ||
+    bad "logits llada2-tiny (full attention) failed: $(tail -3 "$TMP/logits.log")"
+if "$PY" "$TMP/compare.py" "$TMP/l_llada2_full_cpu.npy" "$TMP/l_llada2-tiny_cuda.npy" > /dev/null 2>&1; then
+    bad "llada2-tiny: CUDA logits with --block-length 4 match full attention (block-causal mask not applied on CUDA)"
+else
+    ok
+fi
 
 # a second emulated device computes the same logits bit for bit (device selection per thread, cuBLAS
 # handle of the right device)
