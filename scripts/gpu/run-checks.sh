@@ -10,7 +10,8 @@
 #   parity    tests/gpu/gpu_parity: every op, attention variant, the sampling / decoder kernels and a
 #             whole forward on CUDA vs the CPU backend on make-model bf16 checkpoints, temperature-0
 #             decodes (graph vs direct, teacher-forced vs CPU, free-running); then
-#             tests/device/test_device_loop (engine's device-resident loop == host loop, events)
+#             tests/device/test_device_loop (engine's device-resident loop == host loop, events);
+#             logits of the Dream / LLaDA-MoE / LLaDA2 presets vs the CPU (tests/gpu/compare_logits.py)
 #   sanitize  compute-sanitizer memcheck (and racecheck) on gpu_parity --quick
 #   bench     unmask bench --device cuda:0 on an 8B-shaped bf16 model (make-model --preset 8b, in
 #             /tmp, reused while the machine stays warm) at batch 1/8/32, gen 256, block 32:
@@ -90,6 +91,18 @@ do_parity() {
   stage "device-resident loop vs host loop through decode/decode_device.h (tests/device/test_device_loop.c)"
   UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu" >"$LOGS/device_loop.log" 2>&1 || rc=$((rc ? rc : 1))
   grep -E "FAIL|passed" "$LOGS/device_loop.log" | tail -5
+  stage "model families: logits --device cuda:0 vs cpu (Dream, LLaDA-MoE, LLaDA2 block-causal)"
+  local TOK=1,17,300,42,7,99,250,3,8,400,12,77,5,6,200,31 fam d extra
+  for fam in dream-tiny lladamoe-tiny llada2-tiny; do
+    "$BUILD/unmask" make-model --out "$UNMASK_TEST_TMP/$fam" --preset "$fam" --quiet || { rc=1; continue; }
+    extra=(); [ "$fam" = llada2-tiny ] && extra=(--block-length 4)
+    for d in cpu cuda:0; do
+      "$BUILD/unmask" logits --model "$UNMASK_TEST_TMP/$fam" --tokens "$TOK" "${extra[@]}" \
+        --out "$UNMASK_TEST_TMP/l_${fam}_${d%%:*}.npy" --device "$d" >>"$LOGS/families.log" 2>&1 || rc=1
+    done
+    echo -n "$fam: "
+    python3 "$ROOT/tests/gpu/compare_logits.py" "$UNMASK_TEST_TMP/l_${fam}_cpu.npy" "$UNMASK_TEST_TMP/l_${fam}_cuda.npy" || rc=1
+  done
   return $rc
 }
 
