@@ -506,7 +506,7 @@ __device__ void write_next(const umk_seq_state &S, int s, int B, const int32_t *
         jb.active = in && tokens[S.row0 + p] == mask_id;
         jobs[s * B + j] = jb;
         const int pc = p < S.len ? (p < 0 ? 0 : p) : S.len - 1;
-        out_rows[s * B + j] = S.row0 + pc;
+        out_rows[s * B + j] = S.row0 + (S.logit_shift && pc > 0 ? pc - 1 : pc);
     }
 }
 

@@ -824,9 +824,10 @@ typedef struct row_job {
 
 /* The canvas row whose output scores position pos: pos itself, or — shifted logits (Dream: output
  * row i predicts token i+1) — row pos - 1 (position 0 keeps row 0, as the reference's shift
- * cat(logits[:, :1], logits[:, :-1]) does). THE one place the shift happens: every decoder, cache
- * window and batch reads logits through it. */
-static int seq_logit_row(const decode_seq *s, int pos) {
+ * cat(logits[:, :1], logits[:, :-1]) does). THE one place the shift happens on the host: every
+ * decoder, cache window and batch reads logits through it (the device loop's planned steps too);
+ * the device-resident loop's own LM-head rows (umk_seq_state.logit_shift) follow the same rule. */
+int decode_seq_logit_row(const decode_seq *s, int pos) {
     return s->m->cfg.logits_shifted && pos > 0 ? pos - 1 : pos;
 }
 
@@ -1130,7 +1131,7 @@ static void step_bufs_fill(step_bufs *b, decode_seq **seqs, int n, const step_la
             tk += w;
             b->seq_start[++fs] = tk;
             for (int r = 0; r < rows; r++)
-                b->out_rows[ly->out_base[i] + c * rows + r] = base + seq_logit_row(s, s->row_pos[r]) - wl;
+                b->out_rows[ly->out_base[i] + c * rows + r] = base + decode_seq_logit_row(s, s->row_pos[r]) - wl;
         }
     }
 }

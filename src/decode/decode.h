@@ -281,6 +281,9 @@ const decode_params *decode_seq_params(const decode_seq *s);
 int  decode_seq_n_prompt(const decode_seq *s);
 /* The current canvas (prompt ++ generated region ++ infill suffix, MASK where not yet committed). */
 const int32_t *decode_seq_canvas(const decode_seq *s, int *len);
+/* The canvas row whose model output scores position pos: pos, or pos - 1 for pos > 0 on a
+ * shifted-logit model (Dream). Every reader of logits by position goes through this rule. */
+int decode_seq_logit_row(const decode_seq *s, int pos);
 /* Tokens this sequence adds to the next batched forward (canvas length, doubled with CFG): for a
  * scheduler's token budget. 0 when done. */
 int  decode_seq_forward_tokens(const decode_seq *s);

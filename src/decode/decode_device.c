@@ -71,9 +71,6 @@ int decode_device_supported(const model_ctx *ctx) {
 
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     if (!decode_device_supported(ctx) || s == NULL) return 0;
-    /* the device step reads each position's logits from its own row: shifted-logit models (Dream)
-     * take the host loop, whose rows are shifted (decode.c seq_logit_row) */
-    if (ctx->m->cfg.logits_shifted) return 0;
     /* MoE forwards route on the host (not graph-capturable); block-causal models follow the
      * block-diffusion rules (quota from the block length, padded canvas) on the host only */
     if (ctx->m->cfg.n_experts > 0 || ctx->m->cfg.block_causal > 0) return 0;
@@ -242,6 +239,7 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         q[i].threshold = p->threshold;
         q[i].factor = p->factor;
         q[i].stop_at_eos = p->stop_at_eos;
+        q[i].logit_shift = m->cfg.logits_shifted;
         q[i].temperature = p->temperature;
         q[i].top_p = p->top_p;
         q[i].top_k = p->top_k;
@@ -319,7 +317,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
         decode_seq_cursor_get(dd->slot[i], &c);
         const int lo = c.blk_lo[c.block];
         for (int j = 0; j < B; j++) {   /* offsets past the block: any row of the sequence (unused) */
-            int p = lo + j < pl->wr ? lo + j : pl->wr - 1;
+            int p = decode_seq_logit_row(dd->slot[i], lo + j < pl->wr ? lo + j : pl->wr - 1);
             dd->l_out[i * B + j] = r0 + (p < pl->wl ? 0 : p - pl->wl);
         }
     }

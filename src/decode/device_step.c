@@ -134,7 +134,7 @@ static void device_step_host_init(device_step *cd, const device_step_seq *seqs) 
         const device_step_seq *q = &seqs[s];
         for (int j = 0; j < block_len; j++) {
             int p = q->lo + j < q->len ? q->lo + j : q->len - 1;
-            cd->h_out_rows[s * block_len + j] = cd->h_seq_start[s] + p;
+            cd->h_out_rows[s * block_len + j] = cd->h_seq_start[s] + (q->logit_shift && p > 0 ? p - 1 : p);
         }
     }
     for (int s = 0; s < n_seqs; s++) cd->n_resume += seqs[s].block_m0 > 0;
@@ -166,6 +166,7 @@ static void seq_state_of(const device_step_seq *q, int row0, int block_len, int 
     st->blk_steps_off = tab_off;
     st->decoder = q->decoder;
     st->stop_at_eos = q->stop_at_eos;
+    st->logit_shift = q->logit_shift;
     st->threshold = q->threshold;
     st->factor = q->factor;
     st->seed = q->seed;

@@ -47,6 +47,7 @@ typedef struct device_step_seq {
     int            decoder;       /* enum decode_decoder (LOW_CONFIDENCE, RANDOM, THRESHOLD, FACTOR) */
     double         threshold, factor;
     int            stop_at_eos;
+    int            logit_shift;   /* 1: position p > 0 is scored by logits row p - 1 (Dream) */
     double         temperature, top_p;
     int            top_k;
     uint64_t       seed;

@@ -101,13 +101,15 @@ typedef struct device_fixture {
     int      n_prompt;
 } device_fixture;
 
-/* Writes the tiny preset to $UNMASK_TEST_TMP/<name>_model, loads it, opens the device and
- * tokenizes the shared prompt (at most 12 tokens). Exits 1 with the error on failure. */
-static inline void device_fixture_open(device_fixture *fx, const char *name) {
+/* Writes make-model preset `preset` to $UNMASK_TEST_TMP/<name>_model, loads it, opens the device
+ * and tokenizes the shared prompt (at most 12 tokens). Exits 1 with the error on failure. */
+static inline void device_fixture_open_preset(device_fixture *fx, const char *name, const char *preset) {
     const char *dev = getenv("UNMASK_TEST_DEVICE");
     char dir[256];
     snprintf(dir, sizeof dir, "%s_model", name);
-    make_model_opts o = test_model_opts();
+    make_model_opts o;
+    CHECK(make_model_preset(preset, &o) == 0);
+    o.quiet = 1;
     um_err err = {0};
     memset(fx, 0, sizeof *fx);
     if (test_model_make(dir, &o, &fx->m, &err) != 0) {
@@ -123,6 +125,11 @@ static inline void device_fixture_open(device_fixture *fx, const char *name) {
     const char *text = "Diffusion models denoise a canvas of masks, block by block.";
     CHECK(tokenizer_encode(fx->m.tok, text, strlen(text), 0, &fx->prompt, &n, &err) == 0 && n >= 8);
     fx->n_prompt = n > 12 ? 12 : (int)n;
+}
+
+/* The tiny (LLaDA) preset. */
+static inline void device_fixture_open(device_fixture *fx, const char *name) {
+    device_fixture_open_preset(fx, name, "tiny");
 }
 
 static inline void device_fixture_close(device_fixture *fx) {

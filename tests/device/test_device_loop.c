@@ -10,7 +10,8 @@
  * captured and replayed. KV caches: every mode alone (prefix, dual, vicinity with warmup, a refresh
  * interval; fixed steps and threshold, greedy and sampled) and mixed with cache-free sequences in
  * one joining batch, each stream equal to the host loop's, graphs replayed for the window steps, and
- * no cache slot left open afterwards.
+ * no cache slot left open afterwards. The identities run on the tiny LLaDA preset and again on
+ * dream-tiny (shifted logits).
  *
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
@@ -335,6 +336,21 @@ int main(void) {
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_eos_stop(&ctx, fx.prompt, fx.n_prompt);
+    test_caches(&ctx, fx.prompt, fx.n_prompt);
+    model_ctx_free(&ctx);
+    device_fixture_close(&fx);
+
+    /* Dream (shifted logits: position p is scored by row p - 1; q/k/v biases, GQA): the same
+     * device == host identities, so the device loop's LM-head rows follow the host's shift */
+    fprintf(stderr, "-- dream-tiny (shifted logits) --\n");
+    device_fixture_open_preset(&fx, "test_device_loop_dream", "dream-tiny");
+    if (model_ctx_init(&ctx, &fx.m, fx.be, &err) != 0) {
+        fprintf(stderr, "model_ctx_init (dream-tiny): %s\n", err.msg);
+        return 1;
+    }
+    CHECK(fx.m.cfg.logits_shifted);
+    test_alone(&ctx, fx.prompt, fx.n_prompt);
+    test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_caches(&ctx, fx.prompt, fx.n_prompt);
     model_ctx_free(&ctx);
     device_fixture_close(&fx);
