@@ -61,7 +61,7 @@ typedef struct umk_seq_state {
     int32_t decoder;       /* enum umk_decoder */
     int32_t stop_at_eos;   /* finish at the end of the block holding the first EOS/EOT */
     int32_t logit_shift;   /* 1: position p > 0 is scored by LM-head row p - 1 (shifted-logit models:
-                              Dream), as the host loop's seq_logit_row; 0: by row p */
+                              Dream), as decode_seq_logit_row; 0: by row p */
     double  threshold;     /* threshold decoder tau */
     double  factor;        /* factor decoder f */
     uint64_t seed;         /* random decoder scores */
