@@ -15,7 +15,9 @@
 #   sanitize  compute-sanitizer memcheck (and racecheck) on gpu_parity --quick
 #   bench     unmask bench --device cuda:0 on an 8B-shaped bf16 model (make-model --preset 8b, in
 #             /tmp, reused while the machine stays warm) at batch 1/8/32, gen 256, block 32:
-#             ms/step, tokens/s, HBM floor
+#             ms/step, tokens/s, HBM floor; then bench --decode --device cuda:0 (no cache / dual cache +
+#             threshold, prompt 256) beside the PyTorch peer tools/bench/torch_peer.py --device cuda
+#             (UNMASK_BENCH_PEER=0 skips that part)
 # Logs go to $OUT (the run tool brings them back) or build-gpu/logs/. Exit status != 0 if any stage failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -129,7 +131,27 @@ do_bench() {
   fi
   "$BUILD/unmask" bench --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --gen 256 --block 32 2>&1 |
     tee "$LOGS/bench.log"
-  return "${PIPESTATUS[0]}"
+  local rc=${PIPESTATUS[0]}
+  [ "${UNMASK_BENCH_PEER:-1}" = 1 ] || return $rc
+  # the same decodes side by side with the PyTorch peer (tools/bench/torch_peer.py: eager bf16, SDPA):
+  # the reference decode (no cache, one token per step) and Fast-dLLM's dual cache + threshold 0.9,
+  # prompt 256, gen 256, block 32, the first 2 blocks timed
+  stage "bench: unmask vs PyTorch peer, no-cache low_confidence and dual-cache threshold"
+  "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --prompt 256 --gen 256 \
+    --block 32 --max-blocks 2 --decoders low_confidence --cache none 2>&1 | tee "$LOGS/bench_decode_none.log" || rc=1
+  "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --prompt 256 --gen 256 \
+    --block 32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual 2>&1 |
+    tee "$LOGS/bench_decode_dual.log" || rc=1
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B" --decode --batch 1,8,32 --prompt 256 \
+      --gen 256 --block 32 --max-blocks 2 --reps 1 --cache none --decoder low_confidence 2>&1 | tee "$LOGS/peer_none.log"
+    python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B" --decode --batch 1,8,32 --prompt 256 \
+      --gen 256 --block 32 --max-blocks 2 --reps 1 --cache dual --decoder threshold --threshold 0.9 2>&1 |
+      tee "$LOGS/peer_dual.log"
+  else
+    echo "run-checks: no PyTorch with CUDA here: the peer rows are missing"
+  fi
+  return $rc
 }
 
 run() { "$@" || { echo "run-checks: stage $1 FAILED"; fail=1; }; }

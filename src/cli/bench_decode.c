@@ -1,10 +1,12 @@
 /*
- * bench_decode.c — `unmask bench --decode`: end-to-end decode throughput on the CPU backend. For
- * each decoder and batch size it decodes `batch` different random prompts together (one batched
- * forward per step, as the server's scheduler does) and prints tokens/s, steps/s, tokens per step
- * and ms per step; with --cache a,b,c the KV cache modes are run interleaved per rep and each row's
- * tokens/s is also given as a ratio to `none` of the same decoder and batch (when listed).
- * Does not: measure queueing, HTTP, or CUDA. Main thread (+ backend workers).
+ * bench_decode.c — `unmask bench --decode`: end-to-end decode throughput on the CPU backend, or
+ * with --device cuda:N on a GPU. For each decoder and batch size it decodes `batch` different
+ * random prompts together (one batched step at a time, as the server's engine does: on a GPU the
+ * device-resident loop advances the sequences it supports, KV cache modes included, and the host
+ * loop the rest) and prints tokens/s, steps/s, tokens per step and ms per step; with --cache a,b,c
+ * the KV cache modes are run interleaved per rep and each row's tokens/s is also given as a ratio
+ * to `none` of the same decoder and batch (when listed).
+ * Does not: measure queueing or HTTP. Main thread (+ backend workers).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "cli/bench.h"
 #include "cli/tp_cli.h"
 #include "decode/decode.h"
+#include "decode/decode_device.h"
 #include "model/model.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -29,9 +32,10 @@ typedef struct bench_row {
     double wall_s;
 } bench_row;
 
-/* max_blocks > 0: stop once every sequence finished that many blocks (the rest is not timed). */
-static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int batch, int prompt_len, int max_blocks,
-                   uint64_t seed, bench_row *row, um_err *err) {
+/* max_blocks > 0: stop once every sequence finished that many blocks (the rest is not timed).
+ * dd: the device-resident loop for the sequences it can run (NULL: host loop only). */
+static int run_one(model_ctx *ctx, decode_device *dd, const model *m, const decode_params *p, int batch,
+                   int prompt_len, int max_blocks, uint64_t seed, bench_row *row, um_err *err) {
     decode_seq **s = xcalloc((size_t)batch, sizeof *s);
     int32_t *prompt = xmalloc((size_t)prompt_len * sizeof *prompt);
     int rc = 0;
@@ -50,18 +54,31 @@ static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int b
     memset(row, 0, sizeof *row);
     row->batch = batch;
     uint64_t t0 = time_now_ns();
+    decode_seq **dev = xmalloc((size_t)batch * sizeof *dev), **host = xmalloc((size_t)batch * sizeof *host);
+    decode_device_stats ds0, ds1;
+    if (dd) decode_device_get_stats(dd, &ds0);
     while (rc == 0) {
-        decode_seq **act = xmalloc((size_t)batch * sizeof *act);
-        int n = 0;
+        int nd = 0, nh = 0;
         for (int b = 0; b < batch; b++)
-            if (!decode_seq_done(s[b]) && (max_blocks <= 0 || decode_seq_blocks_done(s[b]) < max_blocks)) act[n++] = s[b];
-        if (n > 0) {
-            rc = decode_step(ctx, act, n, NULL, err);
+            if (!decode_seq_done(s[b]) && (max_blocks <= 0 || decode_seq_blocks_done(s[b]) < max_blocks)) {
+                if (dd && decode_device_eligible(ctx, s[b])) dev[nd++] = s[b];
+                else host[nh++] = s[b];
+            }
+        if (nd == 0 && nh == 0) break;
+        if (nd > 0 || (dd && decode_device_holding(dd))) rc = decode_device_step(dd, dev, nd, NULL, err);
+        if (rc == 0 && nh > 0) {
+            rc = decode_step(ctx, host, nh, NULL, err);
             row->fwd_steps++;
         }
-        free(act);
-        if (n == 0) break;
     }
+    if (dd) {   /* the pipeline's last steps (sequences past --max-blocks), then release the batch */
+        decode_device_drain(dd, NULL);
+        decode_device_reset(dd);
+        decode_device_get_stats(dd, &ds1);
+        row->fwd_steps += (int)(ds1.steps - ds0.steps);   /* device steps enqueued (one behind the records) */
+    }
+    free(dev);
+    free(host);
     row->wall_s = (double)(time_now_ns() - t0) * 1e-9;
     for (int b = 0; b < batch; b++) {
         if (!s[b]) continue;
@@ -78,7 +95,7 @@ static int run_one(model_ctx *ctx, const model *m, const decode_params *p, int b
 
 /* Flags of `bench --decode`, and the lists parsed from them. */
 typedef struct bd_opts {
-    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels;
+    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *device, *device_loop;
     int    gen, block, steps, prompt_len, threads, decode_flag, reps;
     int    cache_refresh, prefix_look, after_look, warmup, max_blocks;
     double threshold, factor, temperature;
@@ -94,7 +111,7 @@ typedef struct bd_opts {
 static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
     *o = (bd_opts){.batch_s = "1,8", .decoders_s = "low_confidence,random,threshold,factor", .caches_s = "none",
                    .gen = 128, .block = 32, .prompt_len = 32, .reps = 1, .threshold = 0.9, .factor = 1.0,
-                   .none_at = -1};
+                   .none_at = -1, .device = "cpu", .device_loop = "on"};
     arg_spec specs[] = {
         {"decode", ARG_FLAG, &o->decode_flag, "(selects this benchmark)"},
         {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
@@ -116,11 +133,14 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
         {"warmup-steps", ARG_INT, &o->warmup, "cache-free steps at the start of each sequence [0]"},
         {"max-blocks", ARG_INT, &o->max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"device", ARG_STR, &o->device, "cpu | cuda | cuda:N [cpu]"},
+        {"device-loop", ARG_STR, &o->device_loop,
+         "CUDA: on = device-resident decode loop for the sequences it supports (as the server), off = host loop [on]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
                        "usage: unmask bench --decode --model DIR [--batch 1,8] [--gen 128] [--block 32] [--steps N]\n"
-                       "                    [--cache none,prefix,dual,vicinity]\n\n"
+                       "                    [--cache none,prefix,dual,vicinity] [--device cuda:N]\n\n"
                        "Decodes batches of random prompts (EOS early stop off) and prints tokens/s, steps/s,\n"
                        "tokens per step and ms per step for each decoder, batch size and KV cache mode.",
                        specs);
@@ -169,6 +189,10 @@ static int bd_opts_validate(bd_opts *o) {
     if (cli_cpu_kernels_apply(o->cpu_kernels) != 0) return 2;
     if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
+        return 2;
+    }
+    if (strcmp(o->device_loop, "on") != 0 && strcmp(o->device_loop, "off") != 0) {
+        fprintf(stderr, "error: --device-loop must be on or off, got '%s'\n", o->device_loop);
         return 2;
     }
     if (o->reps < 1 || o->threads < 0 || o->prompt_len < 1 || o->max_blocks < 0) {
@@ -227,8 +251,8 @@ static void bd_print_header(const bd_opts *o, const model *m, backend *be) {
 
 /* Runs one row group (decoder d, batch size `batch`): every cache mode, interleaved per rep, and
  * prints a row each with the fastest rep. 0, or 1 with the message printed. */
-static int bd_run_group(model_ctx *ctx, const model *m, const bd_opts *o, const decode_params *base, int d, int batch,
-                        um_err *err) {
+static int bd_run_group(model_ctx *ctx, decode_device *dd, const model *m, const bd_opts *o, const decode_params *base,
+                        int d, int batch, um_err *err) {
     /* the cache modes of one row group run interleaved, each rep: a load change hits all */
     bench_row best[DECODE_CACHE_COUNT_];
     for (int k = 0; k < o->reps; k++) {
@@ -237,7 +261,7 @@ static int bd_run_group(model_ctx *ctx, const model *m, const bd_opts *o, const 
             p.decoder = o->decs[d];
             p.cache = o->caches[c];
             bench_row row;
-            if (run_one(ctx, m, &p, batch, o->prompt_len, o->max_blocks, 1000, &row, err) != 0) {
+            if (run_one(ctx, dd, m, &p, batch, o->prompt_len, o->max_blocks, 1000, &row, err) != 0) {
                 fprintf(stderr, "error: %s\n", err->msg);
                 return 1;
             } else if (k == 0 || row.wall_s < best[c].wall_s) {
@@ -282,35 +306,46 @@ int bench_decode(int argc, char **argv) {
         free(o.batches);
         return 2;
     }
-    backend *be = backend_cpu_init(o.threads);
-    model_ctx ctx;
-    if (model_ctx_init(&ctx, &m, be, &err) != 0) {
+    int max_batch = 1;
+    for (int i = 0; i < o.n_batches; i++) max_batch = o.batches[i] > max_batch ? o.batches[i] : max_batch;
+    cli_model_ctx mc;
+    if (cli_model_ctx_open(&mc, &m, o.device, 1, o.threads, (uint64_t)max_batch * (uint64_t)(o.prompt_len + o.gen), 0,
+                           &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
-        backend_free(be);
         model_free(&m);
         free(o.batches);
-        return 1;
+        return cli_model_ctx_exit_code(&err);
     }
-    bd_print_header(&o, &m, be);
+    model_ctx *ctx = mc.ctx;
+    decode_device *dd = strcmp(o.device_loop, "on") == 0 && decode_device_supported(ctx) ? decode_device_create(ctx, 1)
+                                                                                         : NULL;
+    bd_print_header(&o, &m, ctx->be);
+    if (dd) printf("(device-resident decode loop for the sequences it supports, the host loop for the rest)\n");
     /* warm-up: one untimed batch-1 run of the first decoder (thread pools, page faults; a single
      * forward was not enough to reach steady state) */
     {
         bench_row w;
         decode_params p = base;
         p.decoder = o.decs[0];
-        if (run_one(&ctx, &m, &p, 1, o.prompt_len, o.max_blocks, 99, &w, &err) != 0)
+        if (run_one(ctx, dd, &m, &p, 1, o.prompt_len, o.max_blocks, 99, &w, &err) != 0)
             fprintf(stderr, "warm-up: %s\n", err.msg);
     }
     int rc = 0;
     for (int d = 0; d < o.n_decs && rc == 0; d++)
-        for (int bi = 0; bi < o.n_batches && rc == 0; bi++) rc = bd_run_group(&ctx, &m, &o, &base, d, o.batches[bi], &err);
+        for (int bi = 0; bi < o.n_batches && rc == 0; bi++) rc = bd_run_group(ctx, dd, &m, &o, &base, d, o.batches[bi], &err);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("\npeak RSS %.1f MiB. steps = batched forward passes; tok/step = tokens committed per sequence per step;\n"
            "x none = tokens/s over the `none` row of the same decoder and batch; fastest of %d run(s) per row.\n",
            (double)ru.ru_maxrss / 1024.0, o.reps);
-    model_ctx_free(&ctx);
-    backend_free(be);
+    if (dd) {
+        decode_device_stats ds;
+        decode_device_get_stats(dd, &ds);
+        printf("device loop: %llu steps, %llu graph captures, %llu replays\n", (unsigned long long)ds.steps,
+               (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays);
+        decode_device_free(dd);
+    }
+    cli_model_ctx_close(&mc);
     model_free(&m);
     decode_thread_scratch_free();
     free(o.batches);

@@ -201,6 +201,10 @@ static int bench_forward(int argc, char **argv) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "--decode") == 0) {   /* takes --device itself (CPU or one GPU) */
+        argv[1] = argv[0];
+        return bench_decode(argc - 1, argv + 1);
+    }
     for (int i = 1; i < argc; i++) {   /* --device other than cpu: the device decode-step bench (cli/bench_device.c) */
         const char *dev = strcmp(argv[i], "--device") == 0 && i + 1 < argc ? argv[i + 1]
                           : strncmp(argv[i], "--device=", 9) == 0   ? argv[i] + 9
@@ -225,7 +229,6 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2) {
         int (*mode)(int, char **) = NULL;
         if (strcmp(argv[1], "--tokenizer") == 0) mode = bench_tokenizer;
-        else if (strcmp(argv[1], "--decode") == 0) mode = bench_decode;
         else if (strcmp(argv[1], "--serve") == 0) mode = bench_serve;
         if (mode) {
             argv[1] = argv[0];   /* drop the mode flag: the mode sees "bench" + its own flags */

@@ -17,9 +17,17 @@ spin policies and run up to 2x slower than they can.
 
   forward:  --seq 1,32,256,1024 --batch 1,8     full forwards, logits for every row (as `unmask bench`)
   decode:   --decode --prompt 32 --gen 128 --block 32 --batch 1,8 [--max-blocks N]
-            low_confidence, one token per step, dual cache (each block: one full refresh forward
-            keeping K/V, then forwards of the block's rows attending over the cache), logits only for
-            the block's masked rows (as `unmask bench --decode --cache dual`)
+            [--cache dual|none] [--decoder low_confidence|threshold [--threshold 0.9]]
+            dual cache (default): each block one full refresh forward keeping K/V, then forwards of
+            the block's rows attending over the cache; none: the reference decode, a full forward of
+            the whole canvas every step. low_confidence commits the most confident masked position
+            per sequence per step (one token per step); threshold (Fast-dLLM) every masked position
+            whose probability is above the threshold, at least the most confident one. Logits for the
+            block's rows only. Each sequence decodes its own canvas (commits per sequence).
+  --device cuda: bf16 weights on the GPU (no autocast), attention through
+            F.scaled_dot_product_attention, timings with torch.cuda.synchronize, and the peak memory
+            (torch.cuda.max_memory_allocated) and tokens/s in each decode row — the GPU peer of
+            `unmask bench --device cuda:0` (scripts/gpu/run-checks.sh bench).
   check:    --check BIN   runs `BIN logits --cpu-kernels fp32` on 64 random tokens and prints the largest
             relative difference to this forward in fp32 (the peer computes the same function)
 Prints one line per row (min of --reps); --json prints the rows as JSON lines.
@@ -56,6 +64,10 @@ def parse_args():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--max-blocks", type=int, default=0)
+    ap.add_argument("--cache", choices=["dual", "none"], default="dual")
+    ap.add_argument("--decoder", choices=["low_confidence", "threshold"], default="low_confidence")
+    ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check", metavar="BIN", help="compare logits with `BIN logits --cpu-kernels fp32`")
     return ap.parse_args()
@@ -73,45 +85,47 @@ torch.set_num_threads(args.threads)
 
 # ---------------------------------------------------------------- checkpoint
 
-def read_safetensors(path):
-    """{name: torch.float32 tensor} of one .safetensors file (format: docs/model-spec.md §3)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
+def read_safetensors(path, device):
+    """{name: tensor} of one .safetensors file (format: docs/model-spec.md §3), memory-mapped and
+    converted one tensor at a time: float32 on the CPU, bfloat16 moved to the GPU for cuda."""
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    n = int.from_bytes(raw[:8].tobytes(), "little")
+    header = json.loads(raw[8:8 + n].tobytes())
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         b, e = info["data_offsets"]
-        buf = np.frombuffer(raw, dtype=np.uint8, count=e - b, offset=8 + n + b)
+        buf = np.array(raw[8 + n + b:8 + n + e])
         if info["dtype"] == "BF16":
-            a = (buf.view("<u2").astype(np.uint32) << 16).view(np.float32)
+            t = torch.from_numpy(buf.view("<i2")).view(torch.bfloat16)
         elif info["dtype"] == "F32":
-            a = buf.view("<f4")
+            t = torch.from_numpy(buf.view("<f4"))
         elif info["dtype"] == "F16":
-            a = buf.view("<f2").astype(np.float32)
+            t = torch.from_numpy(buf.view("<f2"))
         else:
             raise ValueError(f"{name}: dtype {info['dtype']}")
-        out[name] = torch.from_numpy(a.reshape(info["shape"]).copy())
+        t = t.reshape(info["shape"])
+        out[name] = t.to(device="cuda", dtype=torch.bfloat16) if device == "cuda" else t.float()
     return out
 
 
-def load(model_dir):
+def load(model_dir, device):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     w = {}
     for fn in sorted(os.listdir(model_dir)):
         if fn.endswith(".safetensors"):
-            w.update(read_safetensors(os.path.join(model_dir, fn)))
+            w.update(read_safetensors(os.path.join(model_dir, fn), device))
     return cfg, w
 
 
 # ---------------------------------------------------------------- the model
 
 class LLaDA:
-    def __init__(self, cfg, w):
+    def __init__(self, cfg, w, sdpa=False):
         p = "model.transformer."
+        self.sdpa = sdpa
         self.d = cfg["d_model"]
         self.H = cfg["n_heads"]
         self.KV = cfg.get("n_kv_heads") or self.H
@@ -135,7 +149,7 @@ class LLaDA:
     def rope(self, x, pos):
         # x [B, H, T, hd]; rotate-half over the whole head; angles in float64
         inv = 1.0 / (self.theta ** (torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd))
-        ang = pos.to(torch.float64)[:, None] * inv[None, :]
+        ang = pos.to(torch.float64)[:, None] * inv.to(pos.device)[None, :]
         ang = torch.cat([ang, ang], dim=-1)
         cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
         x1, x2 = x[..., : self.hd // 2], x[..., self.hd // 2:]
@@ -160,7 +174,10 @@ class LLaDA:
         if self.KV != self.H:
             k = k.repeat_interleave(self.H // self.KV, dim=1)
             v = v.repeat_interleave(self.H // self.KV, dim=1)
-        a = torch.softmax((q @ k.transpose(-1, -2)) / self.hd ** 0.5, dim=-1) @ v
+        if self.sdpa:
+            a = F.scaled_dot_product_attention(q, k, v)
+        else:
+            a = torch.softmax((q @ k.transpose(-1, -2)) / self.hd ** 0.5, dim=-1) @ v
         x = x + F.linear(a.transpose(1, 2).reshape(B, T, self.d), L["attn_out"])
         h = self.rms(x, L["ff_norm"])
         return x + F.linear(F.silu(F.linear(h, L["ff_proj"])) * F.linear(h, L["up_proj"]), L["ff_out"])
@@ -179,10 +196,15 @@ class LLaDA:
 
 def timed(fn, reps, dtype):
     best = float("inf")
+    cuda = args.device == "cuda"
     for r in range(reps + 1):   # the first run warms up
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16" and not cuda):
             fn()
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter() - t0
         if r:
             best = min(best, t)
@@ -191,36 +213,41 @@ def timed(fn, reps, dtype):
 
 def bench_forward(m, L, B, reps, dtype):
     g = torch.Generator().manual_seed(L)
-    ids = torch.randint(0, m.wte.shape[0], (B, L), generator=g)
-    pos = torch.arange(L)
+    ids = torch.randint(0, m.wte.shape[0], (B, L), generator=g).to(args.device)
+    pos = torch.arange(L, device=args.device)
     return timed(lambda: m.forward(ids, pos), reps, dtype)
 
 
 def decode(m, B, prompt, gen, block, max_blocks):
-    """The dual-cache low_confidence decode of `unmask bench --decode`: returns forward steps run."""
+    """The decode of `unmask bench --decode` (--cache, --decoder): returns (forward steps run,
+    tokens committed over all sequences)."""
     g = torch.Generator().manual_seed(7)
     canvas = torch.cat([torch.randint(0, m.wte.shape[0], (B, prompt), generator=g),
-                        torch.full((B, gen), m.mask_id)], dim=1)
+                        torch.full((B, gen), m.mask_id)], dim=1).to(args.device)
     n = canvas.shape[1]
-    pos = torch.arange(n)
+    pos = torch.arange(n, device=args.device)
     steps = 0
     n_blocks = gen // block if not max_blocks else min(gen // block, max_blocks)
     for b in range(n_blocks):
         lo, hi = prompt + b * block, prompt + (b + 1) * block
-        caches = [dict() for _ in m.layers]
-        for s in range(block):   # one token per step: block steps, the first one a refresh
-            masked = (canvas[0, lo:hi] == m.mask_id).nonzero().flatten()
-            if s == 0:
-                logits = m.forward(canvas, pos, out_rows=lo + masked, caches=caches)
+        rows = torch.arange(lo, hi, device=args.device)
+        caches = [dict() for _ in m.layers] if args.cache == "dual" else None
+        s = 0
+        while bool((canvas[:, lo:hi] == m.mask_id).any()):
+            if caches is None or s == 0:   # the whole canvas (and, with the cache, its refresh)
+                logits = m.forward(canvas, pos, out_rows=rows, caches=caches)
             else:
-                logits = m.forward(canvas[:, lo:hi], pos[lo:hi], out_rows=masked, caches=caches, lo=lo)
-            p = torch.softmax(logits.float(), dim=-1)
-            conf, tok = p.max(dim=-1)                       # [B, rows]
-            best = conf.argmax(dim=-1)                      # low_confidence: the most confident row
-            for i in range(B):
-                canvas[i, lo + masked[best[i]]] = tok[i, best[i]]
+                logits = m.forward(canvas[:, lo:hi], pos[lo:hi], caches=caches, lo=lo)
+            conf, tok = torch.softmax(logits.float(), dim=-1).max(dim=-1)     # [B, block]
+            masked = canvas[:, lo:hi] == m.mask_id
+            conf = conf.masked_fill(~masked, -1.0)
+            top = torch.zeros_like(masked).scatter_(1, conf.argmax(dim=-1, keepdim=True), True)
+            sel = top if args.decoder == "low_confidence" else (conf > args.threshold) | top
+            sel &= masked
+            canvas[:, lo:hi] = torch.where(sel, tok, canvas[:, lo:hi])
             steps += 1
-    return steps
+            s += 1
+    return steps, B * n_blocks * block
 
 
 def check(m, binary):
@@ -233,29 +260,41 @@ def check(m, binary):
                         "--out", out, "--cpu-kernels", "fp32", "--threads", str(args.threads)], check=True)
         ours = torch.from_numpy(np.load(out))
     with torch.inference_mode():
-        ref = m.forward(ids[None], torch.arange(64))[0]
+        ref = m.forward(ids[None].to(args.device), torch.arange(64, device=args.device))[0].float().cpu()
     d = float((ours - ref).abs().max() / ref.abs().max())
     print(f"check: max |unmask - peer| / max |peer| = {d:.3e} over {tuple(ref.shape)} logits")
     return 0 if d < 1e-4 else 1
 
 
 def main():
-    cfg, w = load(args.model)
-    m = LLaDA(cfg, w)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("torch_peer: --device cuda: this PyTorch sees no CUDA device", file=sys.stderr)
+        return 1
+    cfg, w = load(args.model, args.device)
+    m = LLaDA(cfg, w, sdpa=args.device == "cuda")
     if args.check:
         return check(m, args.check)
     dtypes = ["fp32", "bf16"] if args.dtype == "both" else [args.dtype]
+    if args.device == "cuda":
+        dtypes = ["bf16"]   # bf16 weights and activations on the GPU
     batches = [int(b) for b in args.batch.split(",")]
     rows = []
     if args.decode:
         for B in batches:
-            r = {"mode": "decode", "batch": B, "prompt": args.prompt, "gen": args.gen, "block": args.block}
+            r = {"mode": "decode", "batch": B, "prompt": args.prompt, "gen": args.gen, "block": args.block,
+                 "cache": args.cache, "decoder": args.decoder}
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             for dt in dtypes:
                 holder = {}
-                t = timed(lambda: holder.__setitem__("steps", decode(m, B, args.prompt, args.gen, args.block,
-                                                                    args.max_blocks)), args.reps, dt)
-                r[dt + "_ms_per_step"] = 1e3 * t / holder["steps"]
-                r["steps"] = holder["steps"]
+                t = timed(lambda: holder.__setitem__("run", decode(m, B, args.prompt, args.gen, args.block,
+                                                                  args.max_blocks)), args.reps, dt)
+                steps, tokens = holder["run"]
+                r[dt + "_ms_per_step"] = 1e3 * t / steps
+                r[dt + "_tokens_per_s"] = tokens / t
+                r["steps"] = steps
+            if args.device == "cuda":
+                r["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
             rows.append(r)
     else:
         for B in batches:
