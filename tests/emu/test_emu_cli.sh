@@ -35,9 +35,12 @@ COMPARE="${UNMASK_SOURCE_DIR:-$(dirname "$0")/../..}/tests/gpu/compare_logits.py
 # bf16 (GQA, key padding); f32 and sharded f16 checkpoints go through the device-side conversion
 "$BIN" make-model --out "$TMP/m_f32" --quiet --dtype f32 --seed 3 &&
 "$BIN" make-model --out "$TMP/m_f16" --quiet --dtype f16 --shards 3 --seed 4 || bad "make-model f32/f16 failed"
-for m in m m_f32 m_f16; do
+# logits_parity NAME [logits flags...]: logits of $TMP/NAME on cpu and cuda:0 (l_NAME_cpu/cuda.npy), compared
+logits_parity() {
+    local m=$1 d out
+    shift
     for d in cpu cuda:0; do
-        if ! "$BIN" logits --model "$TMP/$m" --tokens "$TOK" --key-valid "$VALID" --out "$TMP/l_${m}_${d%%:*}.npy" \
+        if ! "$BIN" logits --model "$TMP/$m" --tokens "$TOK" "$@" --out "$TMP/l_${m}_${d%%:*}.npy" \
             --device "$d" > "$TMP/logits.log" 2>&1; then
             bad "logits $m --device $d failed: $(tail -3 "$TMP/logits.log")"
         fi
@@ -48,7 +51,8 @@ for m in m m_f32 m_f16; do
     else
         bad "logits $m cuda:0 vs cpu: $out"
     fi
-done
+}
+for m in m m_f32 m_f16; do logits_parity "$m" --key-valid "$VALID"; done
 
 # the other model families on the CUDA backend: Dream (Qwen2: q/k/v biases, GQA), LLaDA-MoE
 # (routed experts, QK-norm) and LLaDA2 (sigmoid group-limited routing, shared expert, partial rotary)
@@ -57,18 +61,7 @@ done
 for fam in dream-tiny lladamoe-tiny llada2-tiny; do
     "$BIN" make-model --out "$TMP/$fam" --preset "$fam" --quiet || { bad "make-model --preset $fam failed"; continue; }
     extra=(); [ "$fam" = llada2-tiny ] && extra=(--block-length 4)
-    for d in cpu cuda:0; do
-        if ! "$BIN" logits --model "$TMP/$fam" --tokens "$TOK" "${extra[@]}" --out "$TMP/l_${fam}_${d%%:*}.npy" \
-            --device "$d" > "$TMP/logits.log" 2>&1; then
-            bad "logits $fam --device $d failed: $(tail -3 "$TMP/logits.log")"
-        fi
-    done
-    if out=$("$PY" "$COMPARE" "$TMP/l_${fam}_cpu.npy" "$TMP/l_${fam}_cuda.npy" 2>&1); then
-        ok
-        echo "logits $fam cuda:0 vs cpu: $out"
-    else
-        bad "logits $fam cuda:0 vs cpu: $out"
-    fi
+    logits_parity "$fam" "${extra[@]}"
     if "$BIN" generate --model "$TMP/$fam" --prompt-ids 1,2,3,4,5 --gen-length 16 --block-length 8 --device cuda:0 \
         --json > "$TMP/gen_$fam.jsonl" 2> "$TMP/gen_$fam.err" &&
         "$PY" -c '
