@@ -53,6 +53,7 @@ decode_params decode_params_default(void) {
     p.prefix_look = 0;
     p.after_look = 0;
     p.warmup_steps = 0;
+    p.prefill_chunk = 256;
     p.alg_temp = 0.0;
     p.eps = 1e-3;
     p.edit_threshold = 0.0;
@@ -240,6 +241,11 @@ static int decode_cache_validate(const decode_params *p, int ctx, um_err *err) {
                             p->after_look);
     if (p->warmup_steps < 0 || p->warmup_steps > 1000000)
         return um_err_param(err, "warmup_steps", "warmup_steps must be between 0 and 1000000, got %d", p->warmup_steps);
+    if (p->prefill_chunk < 0 || p->prefill_chunk > ctx)
+        return um_err_param(err, "prefill_chunk",
+                            "prefill_chunk must be between 0 (one forward) and %d (the model's maximum sequence "
+                            "length), got %d",
+                            ctx, p->prefill_chunk);
     return 0;
 }
 
@@ -638,17 +644,21 @@ const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
 static int bd_block_start(const decode_seq *s, int b) { return s->blk_lo[b] / s->p.block_length * s->p.block_length; }
 
 /* The block-diffusion plan (docs/decode.md "LLaDA2"): without a cache the canvas up to the active
- * block's end; with one (any mode: the exact block KV) a full refresh fills it first, then each step
- * runs only the active block's rows — and the first step of a block also the previous block's, whose
- * final tokens' keys/values are committed by that same forward. */
+ * block's end; with one (any mode: the exact block KV) a refresh fills it first — the prefix before
+ * the active block prefilled in chunks of whole blocks (decode_step runs them before the step's
+ * forward), then the block's rows —, then each step runs only the active block's rows, and the first
+ * step of a block also the previous block's, whose final tokens' keys/values are committed by that
+ * same forward. Rows after the active block are never run: block-causal attention never reads them
+ * (the forward only attends to keys up to the end of its rows' blocks). */
 static decode_step_plan seq_plan_bd(const decode_seq *s) {
     const int hi = s->blk_hi[s->cur];
-    decode_step_plan pl = {0, hi, 0, 0, s->cur, {0, 0}};
+    decode_step_plan pl = {0, hi, 0, 0, s->cur, {0, 0}, 0};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
     pl.slot[0] = s->kv_slot[0], pl.slot[1] = s->kv_slot[1];
     if (s->kv_block < 0 || (s->p.cache_refresh > 0 && s->kv_age >= s->p.cache_refresh)) {
-        pl.refresh = 1, pl.wr = s->L;   /* the whole canvas: every slot row holds finite keys */
+        pl.refresh = 1;
+        if (s->p.prefill_chunk > 0) pl.wl = pl.prefill = bd_block_start(s, s->cur);
         return pl;
     }
     pl.wl = bd_block_start(s, s->kv_block != s->cur && s->cur > 0 ? s->cur - 1 : s->cur);
@@ -657,7 +667,7 @@ static decode_step_plan seq_plan_bd(const decode_seq *s) {
 
 static decode_step_plan seq_plan(const decode_seq *s) {
     if (s->bd) return seq_plan_bd(s);
-    decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}};
+    decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}, 0};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
     pl.slot[0] = s->kv_slot[0], pl.slot[1] = s->kv_slot[1];
@@ -683,10 +693,21 @@ int decode_seq_kv_rows(const decode_seq *s) {
     return s->p.cache == DECODE_CACHE_NONE ? 0 : s->L * (s->p.cfg_scale > 0 ? 2 : 1);
 }
 
+/* Rows of one block-diffusion prefill forward of s: whole blocks, at least one. */
+static int bd_prefill_rows(const decode_seq *s) {
+    const int B = s->p.block_length;
+    return s->p.prefill_chunk > B ? s->p.prefill_chunk / B * B : B;
+}
+
 int decode_seq_forward_tokens(const decode_seq *s) {
     if (s->done) return 0;
     const decode_step_plan pl = seq_plan(s);
-    return (pl.wr - pl.wl) * (s->p.cfg_scale > 0 ? 2 : 1);
+    int rows = pl.wr - pl.wl;
+    if (pl.prefill > 0) {   /* the largest of the step's forwards */
+        const int c = bd_prefill_rows(s) < pl.prefill ? bd_prefill_rows(s) : pl.prefill;
+        if (c > rows) rows = c;
+    }
+    return rows * (s->p.cfg_scale > 0 ? 2 : 1);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -1175,6 +1196,57 @@ static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
     return rc;
 }
 
+/* Block-diffusion refreshes (decode_step_plan.prefill): rows [0, prefill) of each such sequence
+ * (and of its CFG canvas, prompt masked) go through forwards that only fill its KV slots, chunk by
+ * chunk — round r batches chunk r of every sequence that still has one. Exact: a chunk's rows
+ * attend to the keys of their own and earlier blocks only (block-causal), all in the slot by then,
+ * so no forward ever needs the whole prompt's attention or activations at once. 0, or -1 + err. */
+static int step_prefill(model_ctx *ctx, decode_seq **seqs, int n, const step_layout *ly, um_err *err) {
+    int n_fseq = 0, n_tok = 0;   /* the most one round can hold */
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && ly->plan[i].prefill > 0) {
+            const int f = seqs[i]->p.cfg_scale > 0 ? 2 : 1;
+            n_fseq += f;
+            n_tok += f * bd_prefill_rows(seqs[i]);
+        }
+    if (n_fseq == 0) return 0;
+    int32_t *seq_start = xmalloc((size_t)(n_fseq + 1) * sizeof *seq_start);
+    int32_t *tokens = xmalloc((size_t)n_tok * sizeof *tokens), *pos = xmalloc((size_t)n_tok * sizeof *pos);
+    int32_t *kv = xmalloc((size_t)n_fseq * sizeof *kv), *block_len = xmalloc((size_t)n_fseq * sizeof *block_len);
+    int32_t out_row = 0;   /* no logits: out_rows with n_out 0 */
+    int rc = 0;
+    for (int round = 0; rc == 0; round++) {
+        int fs = 0, tk = 0;
+        seq_start[0] = 0;
+        for (int i = 0; i < n; i++) {
+            const decode_seq *s = seqs[i];
+            if (s->done || ly->plan[i].prefill <= 0) continue;
+            const int C = bd_prefill_rows(s), r0 = round * C;
+            if (r0 >= ly->plan[i].prefill) continue;
+            const int r1 = r0 + C < ly->plan[i].prefill ? r0 + C : ly->plan[i].prefill;
+            for (int c = 0; c <= (s->p.cfg_scale > 0); c++) {   /* the canvas, then CFG's (prompt masked) */
+                for (int p = r0; p < r1; p++, tk++) {
+                    tokens[tk] = c && p < s->n_prompt ? s->mask_id : s->x[p];
+                    pos[tk] = p;
+                }
+                kv[fs] = ly->plan[i].slot[c];
+                block_len[fs] = s->p.block_length;
+                seq_start[++fs] = tk;
+            }
+        }
+        if (fs == 0) break;
+        const fwd_batch fb = {.n_seqs = fs, .seq_start = seq_start, .tokens = tokens, .pos = pos, .n_out = 0,
+                              .out_rows = &out_row, .kv = kv, .block_len = block_len};
+        rc = model_forward(ctx, &fb, NULL, err);
+    }
+    free(seq_start);
+    free(tokens);
+    free(pos);
+    free(kv);
+    free(block_len);
+    return rc;
+}
+
 /* The sampling settings of sequence s over a vocabulary of V logits. */
 static void seq_sample_cfg(const decode_seq *s, int V, sample_cfg *sc) {
     sc->vocab = V;
@@ -1228,10 +1300,13 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     }
     step_layout_rows(&ly, seqs, n);
     uint64_t t0;
-    if (step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
+    const uint64_t t_prefill = time_now_ns();   /* a prefill is part of the step's forward time */
+    if (step_prefill(ctx, seqs, n, &ly, err) != 0 || step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
         step_layout_free(&ly);
         return -1;
     }
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && ly.plan[i].prefill > 0) t0 = t_prefill;
     for (int i = 0; i < n && ly.n_out > 0; i++)   /* the cache is as the forward left it */
         if (!seqs[i]->done) decode_seq_plan_ran(seqs[i], &ly.plan[i]);
     for (int i = 0; i < n; i++)

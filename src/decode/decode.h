@@ -119,6 +119,11 @@ typedef struct decode_params {
                                         0 .. context; default 0 */
     int      warmup_steps;           /* with a cache: the sequence's first N steps run without one
                                         (and keep none); >= 0; default 0 */
+    int      prefill_chunk;          /* block-diffusion (block-causal) models with a cache: a refresh
+                                        prefills the prefix before the active block in forwards of
+                                        at most this many rows (whole blocks, at least one block);
+                                        0 = the whole prefix and the block in one forward;
+                                        0 .. context; default 256 */
     double   alg_temp;               /* Dream decoders: 0 = commit the most confident positions;
                                         > 0: sample them from softmax(confidence / alg_temp);
                                         0 .. 100; default 0 */
@@ -359,9 +364,13 @@ void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c);
 typedef struct decode_step_plan {
     int wl, wr;      /* canvas rows that go through the forward */
     int kv;          /* 1: with the slots (refresh: fills them; window: reads them) */
-    int refresh;     /* 1: the whole canvas, filling the cache */
+    int refresh;     /* 1: the whole canvas, filling the cache (block-diffusion rules: rows
+                        [prefill, wr), after the prefill below) */
     int block;       /* the active block when planned */
     int slot[2];     /* model_kv slots (conditional, CFG-unconditional), 0 = none */
+    int prefill;     /* block-diffusion refresh: rows [0, prefill) are first run through forwards
+                        of at most prefill_chunk rows that only fill the cache (decode_step does
+                        it; 0 = none) */
 } decode_step_plan;
 decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx);
 void             decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl);

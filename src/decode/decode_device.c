@@ -295,6 +295,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
     for (int i = 0; i < n; i++) {
         CHECK(dd->slot[i] && !decode_seq_done(dd->slot[i]));   /* a finished one makes the set change */
         dd->plan[i] = decode_seq_plan(dd->slot[i], dd->ctx);
+        CHECK(dd->plan[i].prefill == 0);   /* block-diffusion sequences take the host loop */
         rows += dd->plan[i].wr - dd->plan[i].wl;
     }
     if (rows > dd->l_cap) {

@@ -184,6 +184,8 @@ static const dp_field k_fields[] = {
     {"prefix_look", DP_INT, DPF(prefix_look), "prefix-look", 0, "vicinity: positions before the block recomputed each step [0]"},
     {"after_look", DP_INT, DPF(after_look), "after-look", 0, "vicinity: positions after the block recomputed each step [0]"},
     {"warmup_steps", DP_INT, DPF(warmup_steps), "warmup-steps", 0, "with a cache: the first N steps run without it [0]"},
+    {"prefill_chunk", DP_INT, DPF(prefill_chunk), "prefill-chunk", 0,
+     "block-diffusion models with a cache: rows per prompt-prefill forward (whole blocks), 0 = one forward [256]"},
 };
 #undef DPF
 #define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))

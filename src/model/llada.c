@@ -440,8 +440,21 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
     }
 }
 
+/* Keys of a sequence with a KV slot: the slot's rows [0, n) — with block-causal attention (block
+ * size B > 0) only up to the end of the last block its rows are in, as no row may see later keys:
+ * those slot rows may not be written yet (a chunked prefill, the blocks after the active one), and
+ * are neither read nor scored. */
+static int kv_key_rows(const model_ctx *ctx, const fwd_batch *b, const int32_t *pos, int q, int B) {
+    const int rows = model_kv_rows(ctx, b->kv[q]);
+    if (B <= 0) return rows;
+    int last = 0;
+    for (int i = b->seq_start[q]; i < b->seq_start[q + 1]; i++) last = pos[i] > last ? pos[i] : last;
+    const long long end = ((long long)last / B + 1) * B;
+    return end < rows ? (int)end : rows;
+}
+
 /* KV caches of batch b (fwd_batch.kv): key numbering and (block-causal) key positions in ap, where
- * a sequence with a slot has the slot's rows as keys. 0 when no sequence has a slot. */
+ * a sequence with a slot has the slot's rows as keys (kv_key_rows). 0 when no sequence has a slot. */
 static int kv_attn_setup(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, attn_params *ap) {
     int any = 0;
     for (int q = 0; b->kv && q < b->n_seqs; q++) any |= b->kv[q] != 0;
@@ -453,8 +466,11 @@ static int kv_attn_setup(model_ctx *ctx, const fwd_batch *b, const int32_t *pos,
         s->vseq = xrealloc(s->vseq, (size_t)s->cap_seq * sizeof *s->vseq);
     }
     s->kstart[0] = 0;
-    for (int q = 0; q < b->n_seqs; q++)
-        s->kstart[q + 1] = s->kstart[q] + (b->kv[q] ? model_kv_rows(ctx, b->kv[q]) : b->seq_start[q + 1] - b->seq_start[q]);
+    const model_config *c = &ctx->m->cfg;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const int B = !ap->block_causal ? 0 : b->block_len ? b->block_len[q] : c->block_causal;
+        s->kstart[q + 1] = s->kstart[q] + (b->kv[q] ? kv_key_rows(ctx, b, pos, q, B) : b->seq_start[q + 1] - b->seq_start[q]);
+    }
     ap->k_start = s->kstart;
     ap->k_seq = (const void *const *)s->kseq;
     ap->v_seq = (const void *const *)s->vseq;

@@ -171,7 +171,8 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
                 return um_err_param(err, "positions", "position %d at index %d is outside [0, %d)", b->pos[i],
                                     i, c->max_seq);
     if (b->out_rows) {
-        if (b->n_out <= 0) return um_err_param(err, "positions", "no output rows requested");
+        if (b->n_out < 0 || (b->n_out == 0 && !b->kv))   /* none: only a KV-cache fill (prefill) */
+            return um_err_param(err, "positions", "no output rows requested");
         for (int i = 0; i < b->n_out; i++)
             if (b->out_rows[i] < 0 || b->out_rows[i] >= n_tokens)
                 return um_err_param(err, "positions", "position %d is outside the %d-token input",
@@ -213,6 +214,7 @@ int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
 
 int model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err) {
     if (forward_validate(ctx, b, err) != 0) return -1;
+    if (b->n_out == 0) return um_err_set(err, UM_ERR_INTERNAL, "a KV-cache fill runs through model_forward");
     if (ctx->tp) model_tp_send_batch(ctx->tp, b);
     return llada_forward_dev(ctx, b, logits, err);
 }

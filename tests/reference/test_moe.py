@@ -8,7 +8,8 @@ group limit, expert bias, QK-norm, partial rotary, block-causal mask — and rou
 token. Generation: `unmask generate` on llada2-tiny vs llada2_generate (the official LLaDA2 generate):
 commits step by step and the output tokens, for low_confidence and threshold decoders, several
 steps-per-block / block sizes / prompt lengths (prompt tails inside the first block, the last block
-running past gen_length), and an EOS stop. Prints one line per check and "N passed, N failed".
+running past gen_length), and an EOS stop; the exact block KV cache with its chunked prompt prefill
+(several chunk sizes, refills) gives the same commits. Prints one line per check and "N passed, N failed".
 """
 import json
 import os
@@ -209,6 +210,19 @@ for dec, tau in (("low_confidence", None), ("threshold", 0.012)):
     a = step_commits(run_gen(l2, prompts[12], 24, 8, 4, dec, tau))
     b = step_commits(run_gen(l2, prompts[12], 24, 8, 4, dec, tau, ["--cache", "dual"]))
     report(a == b, f"exact block KV (--cache dual) == no cache, {dec}", f"{len(a)} steps")
+
+# chunked prompt prefill of the exact block KV cache: a 45-token prompt (the first decoded block
+# starts at 40) prefilled block by block, 16 rows (two blocks) at a time, in one forward
+# (--prefill-chunk 0) or a chunk larger than the prompt — and with refills inside the generation
+# (--cache-refresh 3) — all give the reference's commits
+p45 = [int(t) for t in np.random.default_rng(12).integers(0, 1300, size=45)]
+for dec, tau in (("low_confidence", None), ("threshold", 0.012)):
+    ev, _ = check_gen(f"llada2 generate P=45 G=24 B=8 steps/block=4 {dec}", l2, ref, p45, 24, 8, 4, dec, tau)
+    a = step_commits(ev)
+    for extra in (["--prefill-chunk", 8], ["--prefill-chunk", 20], ["--prefill-chunk", 0], ["--prefill-chunk", 1000],
+                  ["--prefill-chunk", 8, "--cache-refresh", 3]):
+        b = step_commits(run_gen(l2, p45, 24, 8, 4, dec, tau, ["--cache", "dual"] + extra))
+        report(a == b, f"chunked prefill {' '.join(map(str, extra))} == no cache, {dec}", f"{len(a)} steps")
 
 # JointThreshold (LLaDA2.1 token editing): mask-to-token over tau, token-to-token over tau_edit,
 # max_post edit-only steps; every forward compared, the ones that write nothing included
