@@ -58,6 +58,8 @@ decode_params decode_params_default(void) {
     p.eps = 1e-3;
     p.edit_threshold = 0.0;
     p.max_post_steps = 16;
+    p.sub_block_length = 8;
+    p.token_shift = 1;
     return p;
 }
 
@@ -134,7 +136,7 @@ decode_params decode_params_for_serving(const model *m, int cache) {
 static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random",       "threshold",
                                                                 "factor",         "hierarchy",    "credit",
                                                                 "origin",         "maskgit_plus", "topk_margin",
-                                                                "entropy",        "joint_threshold"};
+                                                                "entropy",        "joint_threshold", "hierarchy_block"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
@@ -293,7 +295,7 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
     if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
         return um_err_param(err, "decoder",
                             "decoder must be low_confidence, random, threshold, factor, hierarchy, credit, origin, "
-                            "maskgit_plus, topk_margin, entropy or joint_threshold");
+                            "maskgit_plus, topk_margin, entropy, joint_threshold or hierarchy_block");
     if (!(p->threshold > 0.0 && p->threshold <= 1.0))
         return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
     if (!(p->factor > 0.0 && isfinite(p->factor)))
@@ -311,6 +313,14 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
         return um_err_param(err, "edit_threshold", "edit_threshold must be in [0, 1], got %g", p->edit_threshold);
     if (p->max_post_steps < 0 || p->max_post_steps > 1000)
         return um_err_param(err, "max_post_steps", "max_post_steps must be between 0 and 1000, got %d", p->max_post_steps);
+    if (!cfg && p->sub_block_length < 1)
+        return um_err_param(err, "sub_block_length", "sub_block_length must be >= 1, got %d", p->sub_block_length);
+    if (cfg && (p->sub_block_length < 1 || p->sub_block_length > cfg->max_seq))
+        return um_err_param(err, "sub_block_length",
+                            "sub_block_length must be between 1 and %d (the model's maximum sequence length), got %d",
+                            cfg->max_seq, p->sub_block_length);
+    if (p->token_shift != 0 && p->token_shift != 1)
+        return um_err_param(err, "token_shift", "token_shift must be 0 or 1, got %d", p->token_shift);
     if (!(p->alg_temp >= 0.0 && p->alg_temp <= 100.0))
         return um_err_param(err, "alg_temp", "alg_temp must be between 0 (off) and 100, got %g", p->alg_temp);
     if (!(p->eps > 0.0 && p->eps < 1.0))
@@ -388,6 +398,9 @@ struct decode_seq {
     int       gen_end;                    /* n_prompt + G: events, text and usage end here; positions in
                                              [gen_end, L - n_suffix) are decoded but never reported */
     int       n_suffix;                   /* infill suffix tokens at the end of the canvas */
+    int       shift;                      /* shifted logits: position p is scored by row p - 1 (the
+                                             model's, Dream; or the decoder's token shift,
+                                             hierarchy_block): seq_logit_row */
     int32_t  *x;                          /* [L] canvas = prompt ++ generated (G) ++ suffix, owned */
     int       n_blocks;
     int32_t  *blk_lo, *blk_hi;            /* [n_blocks] absolute bounds of each block's masks */
@@ -549,6 +562,7 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
     s->G = p->gen_length;
     s->n_suffix = n_suffix;
     s->bd = params_bd(p, cfg);
+    s->shift = cfg->logits_shifted || (p->decoder == DECODER_HIERARCHY_BLOCK && p->token_shift);
     s->gen_end = n_prompt + p->gen_length;
     const int dec_end = decode_end(p, cfg, n_prompt);
     s->L = dec_end + n_suffix;
@@ -665,8 +679,8 @@ static decode_step_plan seq_plan_bd(const decode_seq *s) {
     return pl;
 }
 
-static decode_step_plan seq_plan(const decode_seq *s) {
-    if (s->bd) return seq_plan_bd(s);
+/* The bidirectional models' plan: the whole canvas, or the cache mode's window. */
+static decode_step_plan seq_plan_window(const decode_seq *s) {
     decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}, 0};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
@@ -684,8 +698,17 @@ static decode_step_plan seq_plan(const decode_seq *s) {
         pl.wr = hi + s->p.after_look < s->L ? hi + s->p.after_look : s->L;
         break;
     }
-    /* shifted logits: position lo is scored by row lo - 1, which the window must hold */
-    if (s->m->cfg.logits_shifted && pl.wl > 0 && pl.wl >= lo) pl.wl = lo - 1;
+    return pl;
+}
+
+static decode_step_plan seq_plan(const decode_seq *s) {
+    decode_step_plan pl = s->bd ? seq_plan_bd(s) : seq_plan_window(s);
+    /* shifted logits: position lo is scored by row lo - 1, which the window must hold. A
+     * block-diffusion prefill still ends on the block boundary (a chunk's rows attend to every key of
+     * their blocks), so that row is run twice — prefilled, then again in the window, with the same
+     * keys and the same result. */
+    const int lo = s->blk_lo[s->cur];
+    if (s->shift && pl.wl > 0 && pl.wl >= lo) pl.wl = lo - 1;
     return pl;
 }
 
@@ -843,12 +866,13 @@ typedef struct row_job {
     const float *uncond;  /* CFG row or NULL */
 } row_job;
 
-/* The canvas row whose output scores position pos: pos itself, or — shifted logits (Dream: output
- * row i predicts token i+1) — row pos - 1 (position 0 keeps row 0, as the reference's shift
- * cat(logits[:, :1], logits[:, :-1]) does). THE one place the shift happens: every decoder, cache
- * window and batch reads logits through it. */
+/* The canvas row whose output scores position pos: pos itself, or — shifted logits (s->shift: a
+ * model whose output row i predicts token i+1, Dream; or hierarchy_block's token shift, Fast-dLLM v2)
+ * — row pos - 1 (position 0 keeps row 0, as the references' shift cat(logits[:, :1], logits[:, :-1])
+ * does). THE one place the shift happens: every decoder, cache window and batch reads logits
+ * through it. */
 static int seq_logit_row(const decode_seq *s, int pos) {
-    return s->m->cfg.logits_shifted && pos > 0 ? pos - 1 : pos;
+    return s->shift && pos > 0 ? pos - 1 : pos;
 }
 
 /* Rows the sequence needs this step (fills row_pos / row_masked); returns the count. */
@@ -874,6 +898,8 @@ static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_vie
     v->eot_id = s->eot_id >= 0 ? s->eot_id : -1;
     v->lo = s->blk_lo[s->cur];
     v->hi = s->blk_hi[s->cur];
+    v->start = s->p.layout == DECODE_LAYOUT_ALIGNED ? v->lo / s->p.block_length * s->p.block_length : v->lo;
+    v->shift = s->shift;
     v->block = s->cur;
     int bm = 0;
     for (int p = v->lo; p < v->hi; p++) bm += s->x[p] == s->mask_id;
