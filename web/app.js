@@ -17,8 +17,8 @@ import { ConversationStore } from './store.js';
 import { Replay, TraceRecorder, traceSteps } from './replay.js';
 
 const $ = (id) => document.getElementById(id);
-const PARAMS = ['gen_length', 'block_length', 'steps', 'decoder', 'threshold', 'temperature', 'seed', 'cache', 'cache_refresh', 'prefix_look', 'after_look', 'drafts', 'draft_every', 'every'];
-const FALLBACK = { gen_length: 128, block_length: 32, steps: 0, decoder: 'low_confidence', threshold: 0.9, temperature: 0, seed: 0, cache: 'dual', cache_refresh: 0, prefix_look: 0, after_look: 0, drafts: true, draft_every: 1, every: 1 };
+const PARAMS = ['gen_length', 'block_length', 'steps', 'decoder', 'threshold', 'sub_block_length', 'temperature', 'seed', 'cache', 'cache_refresh', 'prefix_look', 'after_look', 'drafts', 'draft_every', 'every'];
+const FALLBACK = { gen_length: 128, block_length: 32, steps: 0, decoder: 'low_confidence', threshold: 0.9, sub_block_length: 8, temperature: 0, seed: 0, cache: 'dual', cache_refresh: 0, prefix_look: 0, after_look: 0, drafts: true, draft_every: 1, every: 1 };
 const STORE = 'unmask.settings.v1';
 const DEBUG_KEY = 'unmask.debug';
 const FILL = '<FILL>';
@@ -129,7 +129,8 @@ function syncOutputs() {
   $('o-threshold').textContent = Number($('p-threshold').value).toFixed(2);
   $('o-temperature').textContent = Number($('p-temperature').value).toFixed(2);
   const dec = $('p-decoder').value;
-  $('f-threshold').classList.toggle('dim', dec !== 'threshold');
+  $('f-threshold').classList.toggle('dim', !['threshold', 'joint_threshold', 'hierarchy_block'].includes(dec));
+  $('f-sub_block_length').classList.toggle('dim', dec !== 'hierarchy_block');
   const cache = $('p-cache').value;
   $('f-cache_refresh').classList.toggle('dim', cache === 'none');
   $('f-prefix_look').classList.toggle('dim', cache !== 'vicinity');
@@ -167,6 +168,7 @@ function requestParams() {
     steps: s.steps,
     decoder: s.decoder,
     threshold: s.threshold,
+    sub_block_length: s.sub_block_length,
     temperature: s.temperature,
     seed: s.seed,
     cache: s.cache,
@@ -281,6 +283,7 @@ function initClient() {
         steps: s.defaults.steps,
         decoder: s.defaults.decoder,
         threshold: s.defaults.threshold,
+        sub_block_length: s.defaults.sub_block_length ?? FALLBACK.sub_block_length,
         temperature: s.defaults.temperature,
         cache: s.defaults.cache ?? FALLBACK.cache,
         cache_refresh: s.defaults.cache_refresh ?? 0,

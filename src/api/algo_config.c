@@ -44,6 +44,8 @@ static const key_map k_algos[] = {
     {"entropy", "entropy"},
     {"JointThreshold", "joint_threshold"}, /* SGLang's LLaDA2.1 token editing */
     {"joint_threshold", "joint_threshold"},
+    {"HierarchyBlock", "hierarchy_block"}, /* SGLang's Fast-dLLM v2 sub-block decoding */
+    {"hierarchy_block", "hierarchy_block"},
 };
 
 static const char *map_key(const char *k) {
@@ -83,7 +85,7 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
             int r = um_err_param(err, key,
                                  "%s: algorithm '%s' is not supported (use LowConfidence, low_confidence, random, "
                                  "threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin, entropy, "
-                                 "JointThreshold or joint_threshold)",
+                                 "JointThreshold, joint_threshold, HierarchyBlock or hierarchy_block)",
                                  where, name);
             json_decref(value);
             return r;

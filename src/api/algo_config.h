@@ -10,12 +10,15 @@
  * Keys (SGLang names first, unmask names accepted too), normalized to the request field names of
  * decode/event_json.h:
  *   algorithm | dllm_algorithm | decoder  ->  decoder   ("LowConfidence" = threshold decoding, as in
- *                                              SGLang; also low_confidence|random|threshold|factor)
+ *                                              SGLang; "JointThreshold", "HierarchyBlock"; also every
+ *                                              unmask decoder name)
  *   threshold, factor, temperature, top_k, top_p, seed, cfg_scale, steps, stop_at_eos, draft_every
  *   block_size | block_length             ->  block_length
  *   gen_length | max_new_tokens | max_tokens  ->  gen_length
  *   cache | cache_type (none|prefix|dual|vicinity), cache_refresh | cache_update_freq, prefix_look,
  *   after_look, warmup_steps
+ *   sub_block_size | sub_block_length, token_shift, edit_threshold, max_post_steps, ... (every request
+ *   parameter name and alias)
  *
  * Not here: applying the result (decode_params_apply_json + decode_params_validate by the
  * caller). Pure functions, main thread at startup.

@@ -6,6 +6,8 @@
  */
 #include "backend/backend.h"
 
+#include <string.h>
+
 #include "backend/backend_decode.h"
 #include "backend/backend_impl.h"
 #include "util/log.h"
@@ -127,6 +129,10 @@ void backend_swiglu(backend *be, const void *gate, const void *up, size_t n, voi
     be->ops->swiglu(be, gate, up, n, out);
 }
 void backend_add(backend *be, void *x, const void *y, size_t n) { be->ops->add(be, x, y, n); }
+void backend_act_zero(backend *be, void *p, size_t n) {
+    if (be->ops->act_zero) be->ops->act_zero(be, p, n);
+    else memset(p, 0, n * dtype_size(backend_act_dtype(be)));
+}
 void backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out) {
     be->ops->get_rows(be, x, d, rows, n, out);
 }

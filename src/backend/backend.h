@@ -199,6 +199,8 @@ void  backend_linear(backend *be, const blinear *op);
 void  backend_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out);
 /* x[i] += y[i] */
 void  backend_add(backend *be, void *x, const void *y, size_t n);
+/* p[0 .. n) = 0 (activation elements) */
+void  backend_act_zero(backend *be, void *p, size_t n);
 /* out[i, :] = x[rows[i], :], rows of d elements */
 void  backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out);
 /* Scatter packed rows into per-sequence buffers (a KV cache write): for every sequence s with

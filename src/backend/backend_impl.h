@@ -50,6 +50,8 @@ typedef struct backend_ops {
     /* (optional, not a capability) fused linear layer; NULL: backend_linear runs the single ops
      * (backend_linear_unfused, which an implementation may also call for the cases it does not fuse) */
     void  (*linear)(backend *be, const blinear *op);
+    /* (optional, not a capability) n activation elements set to 0; NULL: memset (host memory) */
+    void  (*act_zero)(backend *be, void *p, size_t n);
 
     /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */
     /* (optional) free / total device memory in bytes */

@@ -97,7 +97,7 @@ static int run_one(model_ctx *ctx, decode_device *dd, const model *m, const deco
 typedef struct bd_opts {
     const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *device, *device_loop;
     int    gen, block, steps, prompt_len, threads, decode_flag, reps;
-    int    cache_refresh, prefix_look, after_look, warmup, max_blocks;
+    int    cache_refresh, prefix_look, after_look, warmup, max_blocks, prefill_chunk;
     double threshold, factor, temperature;
     int   *batches;                            /* [n_batches], owned */
     int    n_batches;
@@ -111,7 +111,7 @@ typedef struct bd_opts {
 static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
     *o = (bd_opts){.batch_s = "1,8", .decoders_s = "low_confidence,random,threshold,factor", .caches_s = "none",
                    .gen = 128, .block = 32, .prompt_len = 32, .reps = 1, .threshold = 0.9, .factor = 1.0,
-                   .none_at = -1, .device = "cpu", .device_loop = "on"};
+                   .none_at = -1, .prefill_chunk = -1, .device = "cpu", .device_loop = "on"};
     arg_spec specs[] = {
         {"decode", ARG_FLAG, &o->decode_flag, "(selects this benchmark)"},
         {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
@@ -131,6 +131,8 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
         {"prefix-look", ARG_INT, &o->prefix_look, "vicinity: positions before the block [0]"},
         {"after-look", ARG_INT, &o->after_look, "vicinity: positions after the block [0]"},
         {"warmup-steps", ARG_INT, &o->warmup, "cache-free steps at the start of each sequence [0]"},
+        {"prefill-chunk", ARG_INT, &o->prefill_chunk,
+         "block-causal models with a cache: rows per prompt-prefill forward, 0 = one forward [the default, 256]"},
         {"max-blocks", ARG_INT, &o->max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"device", ARG_STR, &o->device, "cpu | cuda | cuda:N [cpu]"},
@@ -219,6 +221,7 @@ static decode_params bd_base_params(const bd_opts *o, const model *m) {
     base.stop_at_eos = 0; /* a fixed amount of work per run */
     base.cache_refresh = o->cache_refresh, base.prefix_look = o->prefix_look, base.after_look = o->after_look;
     base.warmup_steps = o->warmup;
+    if (o->prefill_chunk >= 0) base.prefill_chunk = o->prefill_chunk;
     return base;
 }
 
@@ -243,8 +246,10 @@ static void bd_print_header(const bd_opts *o, const model *m, backend *be) {
            o->max_blocks ? "; timed: the first blocks only" : "");
     if (o->max_blocks) printf("(--max-blocks %d: each run stops after every sequence finished %d blocks)\n",
                               o->max_blocks, o->max_blocks);
-    printf("KV cache: refresh every %d steps (0 = at block start), prefix_look %d, after_look %d, warmup %d steps\n\n",
+    printf("KV cache: refresh every %d steps (0 = at block start), prefix_look %d, after_look %d, warmup %d steps",
            o->cache_refresh, o->prefix_look, o->after_look, o->warmup);
+    if (m->cfg.block_causal > 0) printf(", prefill chunk %d rows", o->prefill_chunk >= 0 ? o->prefill_chunk : decode_params_default().prefill_chunk);
+    printf("\n\n");
     printf("%-15s %-9s %5s %7s %9s %9s %9s %9s %10s %9s %8s\n", "decoder", "cache", "batch", "steps", "tokens", "wall s",
            "tokens/s", "steps/s", "tok/step", "ms/step", "x none");
 }

@@ -53,10 +53,13 @@ decode_params decode_params_default(void) {
     p.prefix_look = 0;
     p.after_look = 0;
     p.warmup_steps = 0;
+    p.prefill_chunk = 256;
     p.alg_temp = 0.0;
     p.eps = 1e-3;
     p.edit_threshold = 0.0;
     p.max_post_steps = 16;
+    p.sub_block_length = 8;
+    p.token_shift = 1;
     return p;
 }
 
@@ -133,7 +136,7 @@ decode_params decode_params_for_serving(const model *m, int cache) {
 static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random",       "threshold",
                                                                 "factor",         "hierarchy",    "credit",
                                                                 "origin",         "maskgit_plus", "topk_margin",
-                                                                "entropy",        "joint_threshold"};
+                                                                "entropy",        "joint_threshold", "hierarchy_block"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
@@ -240,6 +243,11 @@ static int decode_cache_validate(const decode_params *p, int ctx, um_err *err) {
                             p->after_look);
     if (p->warmup_steps < 0 || p->warmup_steps > 1000000)
         return um_err_param(err, "warmup_steps", "warmup_steps must be between 0 and 1000000, got %d", p->warmup_steps);
+    if (p->prefill_chunk < 0 || p->prefill_chunk > ctx)
+        return um_err_param(err, "prefill_chunk",
+                            "prefill_chunk must be between 0 (one forward) and %d (the model's maximum sequence "
+                            "length), got %d",
+                            ctx, p->prefill_chunk);
     return 0;
 }
 
@@ -287,7 +295,7 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
     if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
         return um_err_param(err, "decoder",
                             "decoder must be low_confidence, random, threshold, factor, hierarchy, credit, origin, "
-                            "maskgit_plus, topk_margin, entropy or joint_threshold");
+                            "maskgit_plus, topk_margin, entropy, joint_threshold or hierarchy_block");
     if (!(p->threshold > 0.0 && p->threshold <= 1.0))
         return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
     if (!(p->factor > 0.0 && isfinite(p->factor)))
@@ -305,6 +313,14 @@ static int check_ranges(const decode_params *p, const model_config *cfg, int n_p
         return um_err_param(err, "edit_threshold", "edit_threshold must be in [0, 1], got %g", p->edit_threshold);
     if (p->max_post_steps < 0 || p->max_post_steps > 1000)
         return um_err_param(err, "max_post_steps", "max_post_steps must be between 0 and 1000, got %d", p->max_post_steps);
+    if (!cfg && p->sub_block_length < 1)
+        return um_err_param(err, "sub_block_length", "sub_block_length must be >= 1, got %d", p->sub_block_length);
+    if (cfg && (p->sub_block_length < 1 || p->sub_block_length > cfg->max_seq))
+        return um_err_param(err, "sub_block_length",
+                            "sub_block_length must be between 1 and %d (the model's maximum sequence length), got %d",
+                            cfg->max_seq, p->sub_block_length);
+    if (p->token_shift != 0 && p->token_shift != 1)
+        return um_err_param(err, "token_shift", "token_shift must be 0 or 1, got %d", p->token_shift);
     if (!(p->alg_temp >= 0.0 && p->alg_temp <= 100.0))
         return um_err_param(err, "alg_temp", "alg_temp must be between 0 (off) and 100, got %g", p->alg_temp);
     if (!(p->eps > 0.0 && p->eps < 1.0))
@@ -382,6 +398,9 @@ struct decode_seq {
     int       gen_end;                    /* n_prompt + G: events, text and usage end here; positions in
                                              [gen_end, L - n_suffix) are decoded but never reported */
     int       n_suffix;                   /* infill suffix tokens at the end of the canvas */
+    int       shift;                      /* shifted logits: position p is scored by row p - 1 (the
+                                             model's, Dream; or the decoder's token shift,
+                                             hierarchy_block): decode_seq_logit_row */
     int32_t  *x;                          /* [L] canvas = prompt ++ generated (G) ++ suffix, owned */
     int       n_blocks;
     int32_t  *blk_lo, *blk_hi;            /* [n_blocks] absolute bounds of each block's masks */
@@ -543,6 +562,7 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
     s->G = p->gen_length;
     s->n_suffix = n_suffix;
     s->bd = params_bd(p, cfg);
+    s->shift = cfg->logits_shifted || (p->decoder == DECODER_HIERARCHY_BLOCK && p->token_shift);
     s->gen_end = n_prompt + p->gen_length;
     const int dec_end = decode_end(p, cfg, n_prompt);
     s->L = dec_end + n_suffix;
@@ -638,26 +658,30 @@ const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
 static int bd_block_start(const decode_seq *s, int b) { return s->blk_lo[b] / s->p.block_length * s->p.block_length; }
 
 /* The block-diffusion plan (docs/decode.md "LLaDA2"): without a cache the canvas up to the active
- * block's end; with one (any mode: the exact block KV) a full refresh fills it first, then each step
- * runs only the active block's rows — and the first step of a block also the previous block's, whose
- * final tokens' keys/values are committed by that same forward. */
+ * block's end; with one (any mode: the exact block KV) a refresh fills it first — the prefix before
+ * the active block prefilled in chunks of whole blocks (decode_step runs them before the step's
+ * forward), then the block's rows —, then each step runs only the active block's rows, and the first
+ * step of a block also the previous block's, whose final tokens' keys/values are committed by that
+ * same forward. Rows after the active block are never run: block-causal attention never reads them
+ * (the forward only attends to keys up to the end of its rows' blocks). */
 static decode_step_plan seq_plan_bd(const decode_seq *s) {
     const int hi = s->blk_hi[s->cur];
-    decode_step_plan pl = {0, hi, 0, 0, s->cur, {0, 0}};
+    decode_step_plan pl = {0, hi, 0, 0, s->cur, {0, 0}, 0};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
     pl.slot[0] = s->kv_slot[0], pl.slot[1] = s->kv_slot[1];
     if (s->kv_block < 0 || (s->p.cache_refresh > 0 && s->kv_age >= s->p.cache_refresh)) {
-        pl.refresh = 1, pl.wr = s->L;   /* the whole canvas: every slot row holds finite keys */
+        pl.refresh = 1;
+        if (s->p.prefill_chunk > 0) pl.wl = pl.prefill = bd_block_start(s, s->cur);
         return pl;
     }
     pl.wl = bd_block_start(s, s->kv_block != s->cur && s->cur > 0 ? s->cur - 1 : s->cur);
     return pl;
 }
 
-static decode_step_plan seq_plan(const decode_seq *s) {
-    if (s->bd) return seq_plan_bd(s);
-    decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}};
+/* The bidirectional models' plan: the whole canvas, or the cache mode's window. */
+static decode_step_plan seq_plan_window(const decode_seq *s) {
+    decode_step_plan pl = {0, s->L, 0, 0, s->cur, {0, 0}, 0};
     if (s->p.cache == DECODE_CACHE_NONE || s->step < s->p.warmup_steps) return pl;
     pl.kv = 1;
     pl.slot[0] = s->kv_slot[0], pl.slot[1] = s->kv_slot[1];
@@ -674,8 +698,17 @@ static decode_step_plan seq_plan(const decode_seq *s) {
         pl.wr = hi + s->p.after_look < s->L ? hi + s->p.after_look : s->L;
         break;
     }
-    /* shifted logits: position lo is scored by row lo - 1, which the window must hold */
-    if (s->m->cfg.logits_shifted && pl.wl > 0 && pl.wl >= lo) pl.wl = lo - 1;
+    return pl;
+}
+
+static decode_step_plan seq_plan(const decode_seq *s) {
+    decode_step_plan pl = s->bd ? seq_plan_bd(s) : seq_plan_window(s);
+    /* shifted logits: position lo is scored by row lo - 1, which the window must hold. A
+     * block-diffusion prefill still ends on the block boundary (a chunk's rows attend to every key of
+     * their blocks), so that row is run twice — prefilled, then again in the window, with the same
+     * keys and the same result. */
+    const int lo = s->blk_lo[s->cur];
+    if (s->shift && pl.wl > 0 && pl.wl >= lo) pl.wl = lo - 1;
     return pl;
 }
 
@@ -683,10 +716,21 @@ int decode_seq_kv_rows(const decode_seq *s) {
     return s->p.cache == DECODE_CACHE_NONE ? 0 : s->L * (s->p.cfg_scale > 0 ? 2 : 1);
 }
 
+/* Rows of one block-diffusion prefill forward of s: whole blocks, at least one. */
+static int bd_prefill_rows(const decode_seq *s) {
+    const int B = s->p.block_length;
+    return s->p.prefill_chunk > B ? s->p.prefill_chunk / B * B : B;
+}
+
 int decode_seq_forward_tokens(const decode_seq *s) {
     if (s->done) return 0;
     const decode_step_plan pl = seq_plan(s);
-    return (pl.wr - pl.wl) * (s->p.cfg_scale > 0 ? 2 : 1);
+    int rows = pl.wr - pl.wl;
+    if (pl.prefill > 0) {   /* the largest of the step's forwards */
+        const int c = bd_prefill_rows(s) < pl.prefill ? bd_prefill_rows(s) : pl.prefill;
+        if (c > rows) rows = c;
+    }
+    return rows * (s->p.cfg_scale > 0 ? 2 : 1);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -822,13 +866,18 @@ typedef struct row_job {
     const float *uncond;  /* CFG row or NULL */
 } row_job;
 
-/* The canvas row whose output scores position pos: pos itself, or — shifted logits (Dream: output
- * row i predicts token i+1) — row pos - 1 (position 0 keeps row 0, as the reference's shift
- * cat(logits[:, :1], logits[:, :-1]) does). THE one place the shift happens on the host: every
- * decoder, cache window and batch reads logits through it (the device loop's planned steps too);
- * the device-resident loop's own LM-head rows (umk_seq_state.logit_shift) follow the same rule. */
+/* The canvas row whose output scores position pos: pos itself, or — shifted logits (s->shift: a
+ * model whose output row i predicts token i+1, Dream; or hierarchy_block's token shift, Fast-dLLM v2)
+ * — row pos - 1 (position 0 keeps row 0, as the references' shift cat(logits[:, :1], logits[:, :-1])
+ * does). THE one place the shift happens on the host: every decoder, cache window and batch reads
+ * logits through it (the device loop's planned steps too); the device-resident loop's own LM-head
+ * rows (umk_seq_state.logit_shift, from decode_seq_logit_shift) follow the same rule. */
+int decode_seq_logit_shift(const decode_seq *s) {
+    return s->shift;
+}
+
 int decode_seq_logit_row(const decode_seq *s, int pos) {
-    return s->m->cfg.logits_shifted && pos > 0 ? pos - 1 : pos;
+    return s->shift && pos > 0 ? pos - 1 : pos;
 }
 
 /* Rows the sequence needs this step (fills row_pos / row_masked); returns the count. */
@@ -854,6 +903,8 @@ static void seq_view(decode_seq *s, int n_rows, const float *logits, decoder_vie
     v->eot_id = s->eot_id >= 0 ? s->eot_id : -1;
     v->lo = s->blk_lo[s->cur];
     v->hi = s->blk_hi[s->cur];
+    v->start = s->p.layout == DECODE_LAYOUT_ALIGNED ? v->lo / s->p.block_length * s->p.block_length : v->lo;
+    v->shift = s->shift;
     v->block = s->cur;
     int bm = 0;
     for (int p = v->lo; p < v->hi; p++) bm += s->x[p] == s->mask_id;
@@ -1176,6 +1227,57 @@ static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
     return rc;
 }
 
+/* Block-diffusion refreshes (decode_step_plan.prefill): rows [0, prefill) of each such sequence
+ * (and of its CFG canvas, prompt masked) go through forwards that only fill its KV slots, chunk by
+ * chunk — round r batches chunk r of every sequence that still has one. Exact: a chunk's rows
+ * attend to the keys of their own and earlier blocks only (block-causal), all in the slot by then,
+ * so no forward ever needs the whole prompt's attention or activations at once. 0, or -1 + err. */
+static int step_prefill(model_ctx *ctx, decode_seq **seqs, int n, const step_layout *ly, um_err *err) {
+    int n_fseq = 0, n_tok = 0;   /* the most one round can hold */
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && ly->plan[i].prefill > 0) {
+            const int f = seqs[i]->p.cfg_scale > 0 ? 2 : 1;
+            n_fseq += f;
+            n_tok += f * bd_prefill_rows(seqs[i]);
+        }
+    if (n_fseq == 0) return 0;
+    int32_t *seq_start = xmalloc((size_t)(n_fseq + 1) * sizeof *seq_start);
+    int32_t *tokens = xmalloc((size_t)n_tok * sizeof *tokens), *pos = xmalloc((size_t)n_tok * sizeof *pos);
+    int32_t *kv = xmalloc((size_t)n_fseq * sizeof *kv), *block_len = xmalloc((size_t)n_fseq * sizeof *block_len);
+    int32_t out_row = 0;   /* no logits: out_rows with n_out 0 */
+    int rc = 0;
+    for (int round = 0; rc == 0; round++) {
+        int fs = 0, tk = 0;
+        seq_start[0] = 0;
+        for (int i = 0; i < n; i++) {
+            const decode_seq *s = seqs[i];
+            if (s->done || ly->plan[i].prefill <= 0) continue;
+            const int C = bd_prefill_rows(s), r0 = round * C;
+            if (r0 >= ly->plan[i].prefill) continue;
+            const int r1 = r0 + C < ly->plan[i].prefill ? r0 + C : ly->plan[i].prefill;
+            for (int c = 0; c <= (s->p.cfg_scale > 0); c++) {   /* the canvas, then CFG's (prompt masked) */
+                for (int p = r0; p < r1; p++, tk++) {
+                    tokens[tk] = c && p < s->n_prompt ? s->mask_id : s->x[p];
+                    pos[tk] = p;
+                }
+                kv[fs] = ly->plan[i].slot[c];
+                block_len[fs] = s->p.block_length;
+                seq_start[++fs] = tk;
+            }
+        }
+        if (fs == 0) break;
+        const fwd_batch fb = {.n_seqs = fs, .seq_start = seq_start, .tokens = tokens, .pos = pos, .n_out = 0,
+                              .out_rows = &out_row, .kv = kv, .block_len = block_len};
+        rc = model_forward(ctx, &fb, NULL, err);
+    }
+    free(seq_start);
+    free(tokens);
+    free(pos);
+    free(kv);
+    free(block_len);
+    return rc;
+}
+
 /* The sampling settings of sequence s over a vocabulary of V logits. */
 static void seq_sample_cfg(const decode_seq *s, int V, sample_cfg *sc) {
     sc->vocab = V;
@@ -1229,10 +1331,13 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     }
     step_layout_rows(&ly, seqs, n);
     uint64_t t0;
-    if (step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
+    const uint64_t t_prefill = time_now_ns();   /* a prefill is part of the step's forward time */
+    if (step_prefill(ctx, seqs, n, &ly, err) != 0 || step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
         step_layout_free(&ly);
         return -1;
     }
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done && ly.plan[i].prefill > 0) t0 = t_prefill;
     for (int i = 0; i < n && ly.n_out > 0; i++)   /* the cache is as the forward left it */
         if (!seqs[i]->done) decode_seq_plan_ran(seqs[i], &ly.plan[i]);
     for (int i = 0; i < n; i++)

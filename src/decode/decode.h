@@ -56,6 +56,13 @@ enum decode_decoder {
                                argmax differs with confidence > edit_threshold are rewritten
                                (token-to-token); once no mask is left up to max_post_steps edit-only
                                steps follow; the block ends when a step writes nothing */
+    DECODER_HIERARCHY_BLOCK, /* Fast-dLLM v2 / SGLang HierarchyBlock: the block's sub-blocks of
+                               sub_block_length positions are decoded in order; each step commits the
+                               current sub-block's masked positions with confidence > threshold, else
+                               its most confident one; with token_shift position p is predicted from
+                               logits row p - 1, and a block whose first position is masked begins
+                               with a step that commits only it (the previous block's last row's
+                               token: the inherited token) */
     DECODER_COUNT_
 };
 
@@ -87,7 +94,8 @@ typedef struct decode_params {
                                         0 = unset (steps decides); default 0. On block-causal
                                         (LLaDA2) models also the threshold decoder's quota schedule */
     enum decode_decoder decoder;     /* default DECODER_LOW_CONFIDENCE */
-    double   threshold;              /* threshold / credit decoder tau, hierarchy tau_high; in (0, 1];
+    double   threshold;              /* threshold / credit / hierarchy_block decoder tau, hierarchy
+                                        tau_high; in (0, 1];
                                         default 0.9 */
     double   factor;                 /* factor decoder f, > 0; default 1.0 */
     double   low_threshold;          /* hierarchy decoder tau_low, in [0, 1]; 0 = off; default 0 */
@@ -119,6 +127,11 @@ typedef struct decode_params {
                                         0 .. context; default 0 */
     int      warmup_steps;           /* with a cache: the sequence's first N steps run without one
                                         (and keep none); >= 0; default 0 */
+    int      prefill_chunk;          /* block-diffusion (block-causal) models with a cache: a refresh
+                                        prefills the prefix before the active block in forwards of
+                                        at most this many rows (whole blocks, at least one block);
+                                        0 = the whole prefix and the block in one forward;
+                                        0 .. context; default 256 */
     double   alg_temp;               /* Dream decoders: 0 = commit the most confident positions;
                                         > 0: sample them from softmax(confidence / alg_temp);
                                         0 .. 100; default 0 */
@@ -128,6 +141,11 @@ typedef struct decode_params {
                                         needs (tau_edit), in [0, 1]; default 0 */
     int      max_post_steps;         /* joint_threshold: edit-only steps after a block's last mask,
                                         0 .. 1000; default 16 */
+    int      sub_block_length;       /* hierarchy_block: positions per sub-block, counted from the
+                                        block's start; 1 .. context; default 8 */
+    int      token_shift;            /* hierarchy_block: 1 = position p is predicted from logits row
+                                        p - 1 (and a masked first block position is inherited),
+                                        0 = from row p; default 1 */
 } decode_params;
 
 decode_params decode_params_default(void);
@@ -282,8 +300,12 @@ int  decode_seq_n_prompt(const decode_seq *s);
 /* The current canvas (prompt ++ generated region ++ infill suffix, MASK where not yet committed). */
 const int32_t *decode_seq_canvas(const decode_seq *s, int *len);
 /* The canvas row whose model output scores position pos: pos, or pos - 1 for pos > 0 on a
- * shifted-logit model (Dream). Every reader of logits by position goes through this rule. */
+ * shifted-logit model (Dream) or with hierarchy_block's token shift. Every reader of logits by
+ * position goes through this rule. */
 int decode_seq_logit_row(const decode_seq *s, int pos);
+/* 1 when the sequence's logits are shifted (decode_seq_logit_row reads row pos - 1): a shifted-logit
+ * model (Dream) or hierarchy_block's token shift. */
+int decode_seq_logit_shift(const decode_seq *s);
 /* Tokens this sequence adds to the next batched forward (canvas length, doubled with CFG): for a
  * scheduler's token budget. 0 when done. */
 int  decode_seq_forward_tokens(const decode_seq *s);
@@ -362,9 +384,14 @@ void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c);
 typedef struct decode_step_plan {
     int wl, wr;      /* canvas rows that go through the forward */
     int kv;          /* 1: with the slots (refresh: fills them; window: reads them) */
-    int refresh;     /* 1: the whole canvas, filling the cache */
+    int refresh;     /* 1: the whole canvas, filling the cache (block-diffusion rules: rows
+                        [prefill, wr), after the prefill below) */
     int block;       /* the active block when planned */
     int slot[2];     /* model_kv slots (conditional, CFG-unconditional), 0 = none */
+    int prefill;     /* block-diffusion refresh: rows [0, prefill) (whole blocks) are first run
+                        through forwards of at most prefill_chunk rows that only fill the cache
+                        (decode_step does it; 0 = none); wl is prefill, or prefill - 1 with
+                        shifted logits */
 } decode_step_plan;
 decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx);
 void             decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl);

@@ -239,7 +239,7 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         q[i].threshold = p->threshold;
         q[i].factor = p->factor;
         q[i].stop_at_eos = p->stop_at_eos;
-        q[i].logit_shift = m->cfg.logits_shifted;
+        q[i].logit_shift = decode_seq_logit_shift(s);
         q[i].temperature = p->temperature;
         q[i].top_p = p->top_p;
         q[i].top_k = p->top_k;
@@ -293,6 +293,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
     for (int i = 0; i < n; i++) {
         CHECK(dd->slot[i] && !decode_seq_done(dd->slot[i]));   /* a finished one makes the set change */
         dd->plan[i] = decode_seq_plan(dd->slot[i], dd->ctx);
+        CHECK(dd->plan[i].prefill == 0);   /* block-diffusion sequences take the host loop */
         rows += dd->plan[i].wr - dd->plan[i].wl;
     }
     if (rows > dd->l_cap) {

@@ -35,6 +35,10 @@ typedef struct decoder_view {
     int      mask_id;
     int      eos_id, eot_id;   /* -1 when unknown */
     int      lo, hi;           /* active block [lo, hi), absolute positions */
+    int      start;            /* where the block begins: its aligned start (aligned layout; the
+                                  first block's prompt tail lies in [start, lo)), else lo */
+    int      shift;            /* 1: position p's x0 / confidence come from logits row p - 1 (the
+                                  loop's shift, decode_seq_logit_row) */
     int      block;            /* block index */
     int      block_masks;      /* masked positions in [lo, hi) */
     int      block_steps;      /* fixed-step decoders: steps budgeted to this block */

@@ -1,6 +1,7 @@
 /*
  * decoders.c — the decoders behind decoder.h: low_confidence and random (A1, fixed steps with the
- * reference quota), threshold (A2/A4), factor (A3), hierarchy (A5), credit (A6) and Dream's
+ * reference quota), threshold (A2/A4), factor (A3), hierarchy (A5), credit (A6), joint_threshold
+ * (A9), hierarchy_block (A10) and Dream's
  * origin / maskgit_plus / topk_margin / entropy (its diffusion_generate schedule and confidences). Pure functions of the view and their small
  * per-sequence state; they never touch the canvas themselves. Not here: sampling / confidence
  * (decode.c), block iteration. Engine thread.
@@ -459,6 +460,45 @@ static int joint_block_done(void *state, const decoder_view *v, int masks_left) 
     return ((const joint_state *)state)->finished;
 }
 
+/* ---------------------------------------------------------------- hierarchy_block (A10) */
+
+/* Fast-dLLM v2's hierarchical block decoding (SGLang HierarchyBlock). The block's sub-blocks of
+ * sub_block_length positions, counted from its start, are decoded in order: the current one is the
+ * first that still holds a mask, and a step commits its masked positions with c > threshold
+ * (strictly), else its most confident one (first maximum). With the token shift (v->shift) a block
+ * whose first position is masked begins with a step that commits only that position, whatever its
+ * confidence: its x0 comes from the previous block's last row — the inherited token. */
+static int hblock_choose(void *state, const decoder_view *v, int32_t *out_pos, int32_t *out_tok) {
+    (void)state;
+    int first = -1;
+    for (int r = 0; r < v->n_rows && first < 0; r++)
+        if (v->row_masked[r]) first = r;
+    if (first < 0) return 0;
+    if (v->shift && v->step_in_block == 0 && v->lo == v->start && v->lo > 0 && v->row_pos[first] == v->lo) {
+        out_pos[0] = v->lo;
+        out_tok[0] = v->x0[first];
+        return 1;
+    }
+    const int sub = v->p->sub_block_length;
+    const int s0 = v->start + (v->row_pos[first] - v->start) / sub * sub, s1 = s0 + sub;
+    int n = 0, best = -1;
+    for (int r = first; r < v->n_rows && v->row_pos[r] < s1; r++) {
+        if (!v->row_masked[r]) continue;
+        if (best < 0 || v->conf[r] > v->conf[best]) best = r;
+        if (v->conf[r] > v->p->threshold) {
+            out_pos[n] = v->row_pos[r];
+            out_tok[n] = v->x0[r];
+            n++;
+        }
+    }
+    if (n == 0) {
+        out_pos[0] = v->row_pos[best];
+        out_tok[0] = v->x0[best];
+        n = 1;
+    }
+    return n;
+}
+
 static const decoder_ops k_decoders[DECODER_COUNT_] = {
     [DECODER_LOW_CONFIDENCE] = {"low_confidence", DECODER_F_FIXED_STEPS, sizeof(fixed_state), fixed_block_begin,
                                 low_conf_choose, NULL, NULL},
@@ -477,6 +517,7 @@ static const decoder_ops k_decoders[DECODER_COUNT_] = {
                              sizeof(fixed_state), fixed_block_begin, dream_choose, NULL, NULL},
     [DECODER_JOINT_THRESHOLD] = {"joint_threshold", DECODER_F_ALL_ROWS | DECODER_F_MAY_SKIP, sizeof(joint_state),
                                  joint_block_begin, joint_choose, joint_block_done, NULL},
+    [DECODER_HIERARCHY_BLOCK] = {"hierarchy_block", 0, 0, NULL, hblock_choose, NULL, NULL},
     [DECODER_ENTROPY] = {"entropy", DECODER_F_FIXED_STEPS | DECODER_F_MAY_SKIP | DECODER_F_LOGITS, sizeof(fixed_state),
                          fixed_block_begin, dream_choose, NULL, NULL},
 };

@@ -152,8 +152,9 @@ static const dp_field k_fields[] = {
      "fixed-step decoders (LLaDA2: also threshold): steps of every block, overriding steps; 0 = unset [0]"},
     {"decoder", DP_DECODER, DPF(decoder), "decoder", 0,
      "low_confidence | random | threshold | factor | hierarchy | credit | origin | maskgit_plus | topk_margin | "
-     "entropy [low_confidence; Dream checkpoints: their alg]"},
-    {"threshold", DP_NUM, DPF(threshold), "threshold", 0, "threshold/credit: tau, hierarchy: tau_high; in (0,1] [0.9]"},
+     "entropy | joint_threshold | hierarchy_block [low_confidence; Dream checkpoints: their alg]"},
+    {"threshold", DP_NUM, DPF(threshold), "threshold", 0,
+     "threshold/credit/hierarchy_block: tau, hierarchy: tau_high; in (0,1] [0.9]"},
     {"factor", DP_NUM, DPF(factor), "factor", 0, "factor decoder: f > 0 [1.0]"},
     {"low_threshold", DP_NUM, DPF(low_threshold), "low-threshold", 0, "hierarchy decoder: tau_low in [0,1], 0 = off [0]"},
     {"credit_alpha", DP_NUM, DPF(credit_alpha), "credit-alpha", 0, "credit decoder: alpha (logit boost) in [0,100] [0.7]"},
@@ -166,6 +167,10 @@ static const dp_field k_fields[] = {
      "joint_threshold: confidence a rewrite of a written position needs, in [0,1] [0]"},
     {"max_post_steps", DP_INT, DPF(max_post_steps), "max-post-steps", 0,
      "joint_threshold: edit-only steps after a block's last mask, 0..1000 [16]"},
+    {"sub_block_length", DP_INT, DPF(sub_block_length), "sub-block-length", 0,
+     "hierarchy_block: positions per sub-block, decoded in order [8]"},
+    {"token_shift", DP_INT, DPF(token_shift), "token-shift", 0,
+     "hierarchy_block: 1 = position p predicted from logits row p-1 (first block position inherited), 0 = row p [1]"},
     {"temperature", DP_NUM, DPF(temperature), "temperature", 0, "sampling temperature in [0,2], 0 = greedy [0]"},
     {"top_k", DP_INT, DPF(top_k), "top-k", 0, "sample among the k best tokens, 0 or -1 = off [0]"},
     {"top_p", DP_NUM, DPF(top_p), "top-p", 0, "nucleus mass in (0,1], 1 = off [1]"},
@@ -184,6 +189,8 @@ static const dp_field k_fields[] = {
     {"prefix_look", DP_INT, DPF(prefix_look), "prefix-look", 0, "vicinity: positions before the block recomputed each step [0]"},
     {"after_look", DP_INT, DPF(after_look), "after-look", 0, "vicinity: positions after the block recomputed each step [0]"},
     {"warmup_steps", DP_INT, DPF(warmup_steps), "warmup-steps", 0, "with a cache: the first N steps run without it [0]"},
+    {"prefill_chunk", DP_INT, DPF(prefill_chunk), "prefill-chunk", 0,
+     "block-diffusion models with a cache: rows per prompt-prefill forward (whole blocks), 0 = one forward [256]"},
 };
 #undef DPF
 #define N_FIELDS ((int)(sizeof k_fields / sizeof k_fields[0]))
@@ -201,6 +208,7 @@ static const struct {
     {"max_new_tokens", "gen_length", 0},         /* Hugging Face, SGLang */
     {"n_predict", "gen_length", ALIAS_NEG_UNSET}, /* llama.cpp */
     {"block_size", "block_length", 0},           /* SGLang, Fast-dLLM */
+    {"sub_block_size", "sub_block_length", 0},   /* SGLang HierarchyBlock */
     {"diffusion_steps", "steps", 0},             /* Inception / Mercury */
     {"alg", "decoder", 0},                       /* Dream's diffusion_generate */
     {"drafts", "stream_drafts", 0},              /* the WebSocket protocol's short name */
@@ -228,10 +236,11 @@ static int field_apply(const dp_field *f, const char *name, decode_params *p, co
         const char *s = json_is_string(v) ? json_string_value(v) : "";
         if (strcmp(s, "LowConfidence") == 0) s = "threshold"; /* SGLang's name for the threshold decoder */
         if (strcmp(s, "JointThreshold") == 0) s = "joint_threshold"; /* SGLang's (LLaDA2.1 token editing) */
+        if (strcmp(s, "HierarchyBlock") == 0) s = "hierarchy_block"; /* SGLang's (Fast-dLLM v2) */
         if (decode_decoder_parse(s, dst) != 0)
             return um_err_param(err, name,
                                 "%s must be one of low_confidence, random, threshold, factor, hierarchy, credit, "
-                                "origin, maskgit_plus, topk_margin, entropy, joint_threshold%s%.64s%s",
+                                "origin, maskgit_plus, topk_margin, entropy, joint_threshold, hierarchy_block%s%.64s%s",
                                 name, json_is_string(v) ? ", got '" : "", json_is_string(v) ? s : "",
                                 json_is_string(v) ? "'" : "");
         return 0;

@@ -214,9 +214,11 @@ typedef struct llada_weights {
 } llada_weights;
 
 /* Tensor parallel (ctx->shard, model.h): every rank holds whole heads of q/k/v and a slice of the
- * MLP width (column-parallel: rows of q_proj/k_proj/v_proj/ff_proj/up_proj), the matching input
- * columns of attn_out and ff_out (row-parallel), and full copies of the embedding, norms and LM
- * head. Each rank's attn_out / ff_out product is a partial sum: one all-reduce after each. */
+ * MLP width (column-parallel: rows of q_proj/k_proj/v_proj/ff_proj/up_proj, or of each part of a
+ * fused query_key_value), the matching input columns of attn_out and ff_out (row-parallel), and
+ * full copies of the embedding, norms and LM head. Each rank's attn_out / ff_out product is a
+ * partial sum: one all-reduce after each. A MoE layer is expert parallel instead (moe.c: a range
+ * of the experts and a slice of the shared expert per rank, one all-reduce). */
 enum shard_split { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS };
 
 /* Workspace, grown on demand and reused across forwards (the decode loop calls every step).
@@ -318,14 +320,18 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
         if (upload(be, L->attn_norm, &W->attn_norm, err) ||
             upload_part(ctx, w, L->attn_out, SPLIT_COLS, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err))
             goto fail;
-        if (L->qkv) {   /* fused query_key_value: three row ranges of it (views), q | k | v */
+        if (L->qkv) {   /* fused query_key_value: three row ranges of it (views), q | k | v — with tensor
+                           parallelism this rank's heads of each */
+            const int64_t TW = ctx->shard.world > 1 ? ctx->shard.world : 1, r = TW > 1 ? ctx->shard.rank : 0;
             const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+            const int64_t lq = qd / TW, lkv = kvd / TW;
             const int64_t cols = L->qkv->shape[1];
             const size_t rb = (size_t)cols * dtype_size(L->qkv->type);
             const char *base = L->qkv->data;
-            if (upload_data(be, L->qkv, base, qd, cols, qd * cols, 0, &W->q, err) ||
-                upload_data(be, L->qkv, base + (size_t)qd * rb, kvd, cols, kvd * cols, 0, &W->k, err) ||
-                upload_data(be, L->qkv, base + (size_t)(qd + kvd) * rb, kvd, cols, kvd * cols, 0, &W->v, err))
+            if (upload_data(be, L->qkv, base + (size_t)(r * lq) * rb, lq, cols, lq * cols, 0, &W->q, err) ||
+                upload_data(be, L->qkv, base + (size_t)(qd + r * lkv) * rb, lkv, cols, lkv * cols, 0, &W->k, err) ||
+                upload_data(be, L->qkv, base + (size_t)(qd + kvd + r * lkv) * rb, lkv, cols, lkv * cols, 0, &W->v,
+                            err))
                 goto fail;
         } else if (upload_part(ctx, w, L->q_proj, SPLIT_ROWS, &W->q, err) ||
                    upload_part(ctx, w, L->k_proj, SPLIT_ROWS, &W->k, err) ||
@@ -334,7 +340,7 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
         }
         if (L->q_norm && (upload(be, L->q_norm, &W->qn, err) || upload(be, L->k_norm, &W->kn, err))) goto fail;
         if (L->moe) {
-            if (!(W->moe = moe_layer_upload(be, c, L->moe, err))) goto fail;
+            if (!(W->moe = moe_layer_upload(be, c, L->moe, &ctx->shard, err))) goto fail;
         } else if (upload_part(ctx, w, L->ff_proj, SPLIT_ROWS, &W->gate, err) ||
                    upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
                    upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err)) {
@@ -440,8 +446,21 @@ static void scratch_reserve(backend *be, const model_config *c, int world, llada
     }
 }
 
+/* Keys of a sequence with a KV slot: the slot's rows [0, n) — with block-causal attention (block
+ * size B > 0) only up to the end of the last block its rows are in, as no row may see later keys:
+ * those slot rows may not be written yet (a chunked prefill, the blocks after the active one), and
+ * are neither read nor scored. */
+static int kv_key_rows(const model_ctx *ctx, const fwd_batch *b, const int32_t *pos, int q, int B) {
+    const int rows = model_kv_rows(ctx, b->kv[q]);
+    if (B <= 0) return rows;
+    int last = 0;
+    for (int i = b->seq_start[q]; i < b->seq_start[q + 1]; i++) last = pos[i] > last ? pos[i] : last;
+    const long long end = ((long long)last / B + 1) * B;
+    return end < rows ? (int)end : rows;
+}
+
 /* KV caches of batch b (fwd_batch.kv): key numbering and (block-causal) key positions in ap, where
- * a sequence with a slot has the slot's rows as keys. 0 when no sequence has a slot. */
+ * a sequence with a slot has the slot's rows as keys (kv_key_rows). 0 when no sequence has a slot. */
 static int kv_attn_setup(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, attn_params *ap) {
     int any = 0;
     for (int q = 0; b->kv && q < b->n_seqs; q++) any |= b->kv[q] != 0;
@@ -453,8 +472,11 @@ static int kv_attn_setup(model_ctx *ctx, const fwd_batch *b, const int32_t *pos,
         s->vseq = xrealloc(s->vseq, (size_t)s->cap_seq * sizeof *s->vseq);
     }
     s->kstart[0] = 0;
-    for (int q = 0; q < b->n_seqs; q++)
-        s->kstart[q + 1] = s->kstart[q] + (b->kv[q] ? model_kv_rows(ctx, b->kv[q]) : b->seq_start[q + 1] - b->seq_start[q]);
+    const model_config *c = &ctx->m->cfg;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const int B = !ap->block_causal ? 0 : b->block_len ? b->block_len[q] : c->block_causal;
+        s->kstart[q + 1] = s->kstart[q] + (b->kv[q] ? kv_key_rows(ctx, b, pos, q, B) : b->seq_start[q + 1] - b->seq_start[q]);
+    }
     ap->k_start = s->kstart;
     ap->k_seq = (const void *const *)s->kseq;
     ap->v_seq = (const void *const *)s->vseq;
@@ -589,7 +611,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
         residual_linear(ctx, s->att, &L->attn_out, n, s);
         if (L->moe) {   /* MoE sublayer: x += routed experts + shared expert of h = RMSNorm(x) */
             backend_rmsnorm(be, s->x, &L->ff_norm, n, c->d_model, c->norm_eps, s->h);
-            moe_forward(be, c, L->moe, s->h, n, s->x, &s->moe);
+            moe_forward(be, c, L->moe, s->h, n, s->x, ctx->shard.world > 1 ? ctx->shard.comm : NULL, &s->moe);
             continue;
         }
         /* SwiGLU MLP sublayer: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x) */

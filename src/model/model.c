@@ -128,14 +128,7 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
         if (shard->rank < 0 || shard->rank >= W || !shard->comm)
             return um_err_set(err, UM_ERR_INTERNAL, "shard rank %d of %d (comm %s)", shard->rank, W,
                               shard->comm ? "set" : "missing");
-        if (c->n_experts > 0)
-            return um_err_set(err, UM_ERR_UNSUPPORTED,
-                              "%s: tensor parallelism is not implemented for mixture-of-experts models yet", m->dir);
-        if (c->n_heads % W || c->n_kv_heads % W || c->ffn_hidden % W)
-            return um_err_set(err, UM_ERR_UNSUPPORTED,
-                              "%s: tensor parallelism over %d ranks needs n_heads (%d), n_kv_heads (%d) and the MLP "
-                              "width (%d) divisible by %d",
-                              m->dir, W, c->n_heads, c->n_kv_heads, c->ffn_hidden, W);
+        if (model_tp_check_config(c, m->dir, W, err) != 0) return -1;
         ctx->shard = *shard;
     }
     if (llada_ctx_init(ctx, err) != 0) return -1;
@@ -171,7 +164,8 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
                 return um_err_param(err, "positions", "position %d at index %d is outside [0, %d)", b->pos[i],
                                     i, c->max_seq);
     if (b->out_rows) {
-        if (b->n_out <= 0) return um_err_param(err, "positions", "no output rows requested");
+        if (b->n_out < 0 || (b->n_out == 0 && !b->kv))   /* none: only a KV-cache fill (prefill) */
+            return um_err_param(err, "positions", "no output rows requested");
         for (int i = 0; i < b->n_out; i++)
             if (b->out_rows[i] < 0 || b->out_rows[i] >= n_tokens)
                 return um_err_param(err, "positions", "position %d is outside the %d-token input",
@@ -180,9 +174,6 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
         return um_err_set(err, UM_ERR_INTERNAL, "n_out must equal n_tokens when out_rows is NULL");
     }
     if (b->block_len) {
-        if (ctx->tp)
-            return um_err_set(err, UM_ERR_UNSUPPORTED, "per-request block-causal attention (block length) is not "
-                              "supported with tensor parallelism");
         for (int s = 0; s < b->n_seqs; s++)
             if (b->block_len[s] < 0 || b->block_len[s] > c->max_seq)
                 return um_err_param(err, "block_length", "block length %d is outside [0, %d]", b->block_len[s],
@@ -213,6 +204,7 @@ int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err
 
 int model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err) {
     if (forward_validate(ctx, b, err) != 0) return -1;
+    if (b->n_out == 0) return um_err_set(err, UM_ERR_INTERNAL, "a KV-cache fill runs through model_forward");
     if (ctx->tp) model_tp_send_batch(ctx->tp, b);
     return llada_forward_dev(ctx, b, logits, err);
 }

@@ -96,7 +96,8 @@ typedef struct fwd_batch {
     const int32_t *pos;         /* [n_tokens] absolute positions, or NULL */
     const uint8_t *key_valid;   /* [n_tokens] 0 = padding (excluded as a key), or NULL (required
                                    with kv) */
-    int            n_out;       /* rows whose logits are wanted */
+    int            n_out;       /* rows whose logits are wanted; 0 (with out_rows and kv) = none:
+                                   the forward only fills the KV slots (a chunked prefill) */
     const int32_t *out_rows;    /* [n_out] indices into tokens; NULL = all rows (n_out = n_tokens) */
     const int32_t *kv;          /* [n_seqs] KV slot of each sequence, 0 = none; NULL = no caches */
     const int32_t *block_len;   /* [n_seqs] block-causal attention per sequence: B > 0 = query i sees

@@ -3,12 +3,14 @@
  *
  * Wire format of one leader -> followers message (two comm_broadcast calls from rank 0):
  *   header int32[8]: TP_MAGIC, kind (TP_MSG_FORWARD | TP_MSG_STOP), n_seqs, n_tokens, n_out,
- *                    flags (TP_HAS_POS | TP_HAS_VALID | TP_HAS_ROWS | TP_HAS_KV | TP_HAS_REL), payload
+ *                    flags (TP_HAS_POS | TP_HAS_VALID | TP_HAS_ROWS | TP_HAS_KV | TP_HAS_REL |
+ *                    TP_HAS_BLEN), payload
  *                    bytes, sequence no.
  *   payload: seq_start[n_seqs+1], tokens[n_tokens], pos[n_tokens]?, out_rows[n_out]?,
  *            {kv[n_seqs], kv_rows[n_seqs]}? (the batch's KV slots and their sizes: a follower opens
  *            a slot it does not hold yet), {n_rel, rel[n_rel]}? (slots the leader closed since the
- *            previous message: the followers close them before this forward),
+ *            previous message: the followers close them before this forward), block_len[n_seqs]?
+ *            (per-sequence block-causal attention, TP_HAS_BLEN),
  *            key_valid[n_tokens]? (bytes last, so the int32 arrays stay aligned)
  * A setup status round follows initialisation: every rank broadcasts {ok, message} in rank order,
  * so a failure on any rank fails every rank with the same message instead of leaving some inside
@@ -42,6 +44,7 @@
 #define TP_HAS_ROWS    4
 #define TP_HAS_KV      8
 #define TP_HAS_REL     16
+#define TP_HAS_BLEN    32
 
 typedef struct tp_rank {
     struct model_tp *g;
@@ -90,9 +93,15 @@ struct model_tp {
 
 int model_tp_check_config(const model_config *c, const char *label, int tp, um_err *err) {
     if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
-    if (tp > 1 && c->n_experts > 0)
-        return um_err_set(err, UM_ERR_UNSUPPORTED,
-                          "%s: tensor parallelism is not implemented for mixture-of-experts models yet", label);
+    if (c->n_experts > 0 && (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp || c->shared_ffn % tp)) {
+        /* MoE: experts are split in ranges (any count), the shared expert by its width */
+        um_err_param(err, "tp",
+                     "--tp %d: expert/tensor parallelism needs n_heads (%d), n_kv_heads (%d), the dense MLP width "
+                     "(%d) and the shared expert width (%d) of %s divisible by %d",
+                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->shared_ffn, label, tp);
+        if (err) err->code = UM_ERR_UNSUPPORTED;
+        return -1;
+    }
     if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp) {
         um_err_param(err, "tp",
                      "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of %s "
@@ -112,12 +121,17 @@ uint64_t model_weight_bytes(const model *m, int world) {
     const uint64_t qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim, kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
     const uint64_t F = (uint64_t)c->ffn_hidden;
     /* llada_ctx_init uploads wte and lm_head separately even when they are tied */
-    if (c->n_experts > 0)   /* MoE: never sharded */
-        return 2u * ((uint64_t)model_config_n_params(c) + (c->weight_tying ? (uint64_t)c->n_embd_rows * d : 0));
     uint64_t n = 2u * (uint64_t)c->n_embd_rows * d + d;
-    uint64_t per_layer = 2u * d + (qd + 2u * kvd) * d / W + d * qd / W + 3u * F * d / W;
+    uint64_t per_layer = 2u * d + (qd + 2u * kvd) * d / W + d * qd / W;
     if (c->arch == MODEL_ARCH_DREAM) per_layer += (qd + 2u * kvd) / W;   /* q/k/v biases */
+    if (c->qk_norm) per_layer += 2u * (uint64_t)c->head_dim;
     n += (uint64_t)c->n_layers * per_layer;
+    const uint64_t n_moe = c->n_experts > 0 ? (uint64_t)(c->n_layers - c->first_dense) : 0;
+    n += ((uint64_t)c->n_layers - n_moe) * 3u * F * d / W;   /* dense MLPs */
+    if (n_moe) {   /* router whole, the most experts one rank holds (moe.c ranges), the shared slice */
+        const uint64_t E = (uint64_t)c->n_experts, e_rank = (E + W - 1) / W;
+        n += n_moe * (E * d + e_rank * 3u * d * (uint64_t)c->moe_ffn + 3u * d * (uint64_t)c->shared_ffn / W);
+    }
     return 2u * n;
 }
 
@@ -499,6 +513,7 @@ static void follower_serve(tp_rank *t) {
             for (int i = 0; i < p[0]; i++) model_kv_close(&t->ctx, p[1 + i]);
             p += 1 + p[0];
         }
+        if (flags & TP_HAS_BLEN) b.block_len = p, p += n_seqs;
         if (flags & TP_HAS_VALID) b.key_valid = (const uint8_t *)p;
         CHECK(b.seq_start[n_seqs] == n_tok);
         llada_forward_shard(&t->ctx, &b);
@@ -729,9 +744,9 @@ void model_tp_send_batch(model_tp *g, const fwd_batch *b) {
     const int32_t *rel = NULL;
     const int n_rel = model_kv_take_released(model_tp_leader(g), &rel);
     const int flags = (b->pos ? TP_HAS_POS : 0) | (b->key_valid ? TP_HAS_VALID : 0) | (b->out_rows ? TP_HAS_ROWS : 0) |
-                      (b->kv ? TP_HAS_KV : 0) | (n_rel ? TP_HAS_REL : 0);
+                      (b->kv ? TP_HAS_KV : 0) | (n_rel ? TP_HAS_REL : 0) | (b->block_len ? TP_HAS_BLEN : 0);
     size_t ints = (size_t)(n_seqs + 1) + (size_t)n_tok + (b->pos ? (size_t)n_tok : 0) + (b->out_rows ? (size_t)n_out : 0) +
-                  (b->kv ? 2u * (size_t)n_seqs : 0) + (n_rel ? 1u + (size_t)n_rel : 0);
+                  (b->kv ? 2u * (size_t)n_seqs : 0) + (n_rel ? 1u + (size_t)n_rel : 0) + (b->block_len ? (size_t)n_seqs : 0);
     size_t bytes = ints * sizeof(int32_t) + (b->key_valid ? (size_t)n_tok : 0);
     CHECK(bytes < 0x7fffffffu);
     if (bytes > g->msg_cap) {
@@ -753,6 +768,7 @@ void model_tp_send_batch(model_tp *g, const fwd_batch *b) {
         *p++ = n_rel;
         memcpy(p, rel, (size_t)n_rel * sizeof *p), p += n_rel;
     }
+    if (b->block_len) memcpy(p, b->block_len, (size_t)n_seqs * sizeof *p), p += n_seqs;
     if (b->key_valid) memcpy(p, b->key_valid, (size_t)n_tok);
     int32_t h[8] = {TP_MAGIC, TP_MSG_FORWARD, n_seqs, n_tok, n_out, flags, (int32_t)bytes, ++g->seq};
     comm *c = g->r[0].c;

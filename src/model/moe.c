@@ -7,9 +7,13 @@
  * (token, expert) pairs by expert; one backend_get_rows gathers the routed rows; each expert with
  * tokens runs one fused gate/up SwiGLU GEMM and one down GEMM over exactly its rows; the shared
  * expert runs over all tokens; backend_moe_combine adds each token's weighted outputs to x.
- * Does not: expert / tensor parallelism (refused by model_ctx_init_shard), device-side routing
- * (the host round trip makes a MoE forward unsuitable for graph capture). Threads: binding and
- * upload at load time (any thread); forward on the engine thread owning the ctx.
+ * Expert + tensor parallel (a shard of W ranks): every rank routes every token the same way, holds
+ * and runs a contiguous range of the experts over all their tokens, and a 1/W slice of the shared
+ * expert's width; its routed and shared outputs form a partial sum, one all-reduce per layer adds
+ * them up (docs/parallel.md "Mixture of experts").
+ * Does not: device-side routing (the host round trip makes a MoE forward unsuitable for graph
+ * capture). Threads: binding and upload at load time (any thread); forward on the engine thread
+ * owning the ctx.
  */
 #include "model/moe.h"
 
@@ -18,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/comm.h"
 #include "model/llada.h"
 #include "util/log.h"
 
@@ -77,35 +82,72 @@ void moe_tensors_free(llada_layer_tensors *L) {
 struct moe_layer_w {
     bweight  router;                     /* [E, d] */
     float   *bias;                       /* [E] host f32 expert bias, or NULL */
-    bweight *gate, *up, *down;           /* [E] experts: [F, d], [F, d], [d, F] */
-    bweight  sh_gate, sh_up, sh_down;    /* shared expert; data NULL when none */
+    bweight *gate, *up, *down;           /* [E] experts: [F, d], [F, d], [d, F]; data NULL outside
+                                            this rank's range */
+    bweight  sh_gate, sh_up, sh_down;    /* shared expert (this rank's slice of its width: [SF/W, d],
+                                            [SF/W, d], [d, SF/W]); data NULL when none */
+    int      world;                      /* ranks sharing the layer (1 = unsharded) */
+    int      e0, e1;                     /* this rank's experts [e0, e1) */
+    void    *sh_down_part;               /* world > 1: host copy of sh_down's column slice (a backend
+                                            may keep a view of what it uploads), owned */
 };
 
-static int upload_t(backend *be, const st_tensor *t, bweight *w, um_err *err) {
+/* Upload rows x cols elements of t at data (t's own, or a slice / copy of it). */
+static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols, bweight *w,
+                       um_err *err) {
     memset(w, 0, sizeof *w);
-    const bweight_src src = {.name = t->name, .data = t->data, .type = t->type,
-                             .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->ndim == 2 ? t->shape[1] : t->shape[0]};
+    const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols};
     return backend_weight_upload(be, &src, w, err);
 }
 
-moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, um_err *err) {
+static int upload_t(backend *be, const st_tensor *t, bweight *w, um_err *err) {
+    return upload_data(be, t, t->data, t->ndim == 2 ? t->shape[0] : 1, t->ndim == 2 ? t->shape[1] : t->shape[0], w,
+                       err);
+}
+
+/* Rows [r*R/W, (r+1)*R/W) of a 2-d tensor: a view. */
+static int upload_rows(backend *be, const st_tensor *t, int r, int W, bweight *w, um_err *err) {
+    const int64_t lr = t->shape[0] / W, cols = t->shape[1];
+    return upload_data(be, t, (const char *)t->data + (size_t)(r * lr * cols) * dtype_size(t->type), lr, cols, w, err);
+}
+
+moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, const model_shard *shard,
+                              um_err *err) {
     const int E = c->n_experts;
+    const int W = shard && shard->world > 1 ? shard->world : 1, r = W > 1 ? shard->rank : 0;
     moe_layer_w *w = xcalloc(1, sizeof *w);
     w->gate = xcalloc((size_t)E, sizeof *w->gate);
     w->up = xcalloc((size_t)E, sizeof *w->up);
     w->down = xcalloc((size_t)E, sizeof *w->down);
+    w->world = W;
+    w->e0 = (int)((int64_t)E * r / W);
+    w->e1 = (int)((int64_t)E * (r + 1) / W);
     if (upload_t(be, t->router, &w->router, err)) goto fail;
     if (t->expert_bias) {
         w->bias = xmalloc((size_t)E * sizeof *w->bias);
         dtype_to_f32(t->expert_bias->type, t->expert_bias->data, w->bias, (size_t)E);
     }
-    for (int e = 0; e < E; e++)
+    for (int e = w->e0; e < w->e1; e++)
         if (upload_t(be, t->gate[e], &w->gate[e], err) || upload_t(be, t->up[e], &w->up[e], err) ||
             upload_t(be, t->down[e], &w->down[e], err))
             goto fail;
-    if (t->sh_gate && (upload_t(be, t->sh_gate, &w->sh_gate, err) || upload_t(be, t->sh_up, &w->sh_up, err) ||
-                       upload_t(be, t->sh_down, &w->sh_down, err)))
+    if (t->sh_gate && W == 1 &&
+        (upload_t(be, t->sh_gate, &w->sh_gate, err) || upload_t(be, t->sh_up, &w->sh_up, err) ||
+         upload_t(be, t->sh_down, &w->sh_down, err)))
         goto fail;
+    if (t->sh_gate && W > 1) {   /* rows of gate / up, the matching columns of down (copied) */
+        CHECK(t->sh_gate->shape[0] % W == 0);   /* model_ctx_init_shard checked shared_ffn */
+        const int64_t d = t->sh_down->shape[0], cols = t->sh_down->shape[1], lc = cols / W;
+        const size_t es = dtype_size(t->sh_down->type);
+        char *part = xmalloc((size_t)(d * lc) * es);
+        for (int64_t i = 0; i < d; i++)
+            memcpy(part + (size_t)(i * lc) * es, (const char *)t->sh_down->data + (size_t)(i * cols + r * lc) * es,
+                   (size_t)lc * es);
+        w->sh_down_part = part;
+        if (upload_rows(be, t->sh_gate, r, W, &w->sh_gate, err) || upload_rows(be, t->sh_up, r, W, &w->sh_up, err) ||
+            upload_data(be, t->sh_down, part, d, lc, &w->sh_down, err))
+            goto fail;
+    }
     return w;
 fail:
     moe_layer_free(be, c, w);
@@ -126,6 +168,7 @@ void moe_layer_free(backend *be, const model_config *c, moe_layer_w *w) {
     free(w->up);
     free(w->down);
     free(w->bias);
+    free(w->sh_down_part);
     free(w);
 }
 
@@ -199,13 +242,15 @@ struct moe_scratch {
     int32_t *idx;          /* [cap_tok, K] chosen experts (host) */
     float   *w;            /* [cap_tok, K] their weights (host) */
     int32_t *slot;         /* [cap_tok, K] row of each (token, choice) in the expert-sorted buffers */
+    int32_t *lslot;        /* [cap_tok, K] sharded layer: slot, or -1 for another rank's expert */
     int32_t *tok;          /* [cap_tok * K] token of each sorted row */
     int32_t *count;        /* [E + 1] rows per expert, then offsets */
     void    *xs;           /* [cap_tok * K, d] routed input rows, grouped by expert */
     void    *g, *u;        /* [cap_tok * K, F] gate (-> SwiGLU output) / up */
     void    *ys;           /* [cap_tok * K, d] expert outputs */
     void    *sg, *su;      /* [cap_tok, SF] shared expert gate / up (NULL without one) */
-    void    *tmp;          /* [cap_tok, d] shared expert down product before the add */
+    void    *tmp;          /* [cap_tok, d] shared expert down product before the add; a sharded
+                              layer's partial sum */
 };
 
 static void scratch_grow(backend *be, const model_config *c, moe_scratch *s, int n) {
@@ -223,12 +268,13 @@ static void scratch_grow(backend *be, const model_config *c, moe_scratch *s, int
     if (SF) {
         s->sg = backend_act_alloc(be, N * SF);
         s->su = backend_act_alloc(be, N * SF);
-        s->tmp = backend_act_alloc(be, N * d);
     }
+    s->tmp = backend_act_alloc(be, N * d);
     s->lg_h = xrealloc(s->lg_h, N * E * sizeof *s->lg_h);
     s->idx = xrealloc(s->idx, N * K * sizeof *s->idx);
     s->w = xrealloc(s->w, N * K * sizeof *s->w);
     s->slot = xrealloc(s->slot, N * K * sizeof *s->slot);
+    s->lslot = xrealloc(s->lslot, N * K * sizeof *s->lslot);
     s->tok = xrealloc(s->tok, N * K * sizeof *s->tok);
     s->count = xrealloc(s->count, (E + 1) * sizeof *s->count);
     s->cap_tok = n;
@@ -243,13 +289,14 @@ void moe_scratch_free(backend *be, moe_scratch *s) {
     free(s->idx);
     free(s->w);
     free(s->slot);
+    free(s->lslot);
     free(s->tok);
     free(s->count);
     free(s);
 }
 
 void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *x,
-                 moe_scratch **sp) {
+                 struct comm *cm, moe_scratch **sp) {
     if (n <= 0) return;
     if (!*sp) *sp = xcalloc(1, sizeof **sp);
     moe_scratch *s = *sp;
@@ -275,17 +322,37 @@ void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const
     for (int e = E; e > 0; e--) s->count[e] = s->count[e - 1];   /* back to offsets */
     s->count[0] = 0;
 
-    /* one gather, then per expert one SwiGLU GEMM pair over its rows */
-    backend_get_rows(be, h, d, s->tok, n * K, s->xs);
-    for (int e = 0; e < E; e++) {
-        const int r0 = s->count[e], cnt = s->count[e + 1] - r0;
+    /* one gather of this rank's rows (all of them unsharded; expert-sorted, so a contiguous range),
+     * then per expert one SwiGLU GEMM pair over its rows */
+    const int r0 = s->count[w->e0], r1 = s->count[w->e1];
+    if (r1 > r0) backend_get_rows(be, h, d, s->tok + r0, r1 - r0, (char *)s->xs + (size_t)r0 * (size_t)d * es);
+    for (int e = w->e0; e < w->e1; e++) {
+        const int q0 = s->count[e], cnt = s->count[e + 1] - q0;
         if (cnt == 0) continue;
-        char *xs = (char *)s->xs + (size_t)r0 * (size_t)d * es, *ys = (char *)s->ys + (size_t)r0 * (size_t)d * es;
-        char *g = (char *)s->g + (size_t)r0 * (size_t)F * es, *u = (char *)s->u + (size_t)r0 * (size_t)F * es;
+        char *xs = (char *)s->xs + (size_t)q0 * (size_t)d * es, *ys = (char *)s->ys + (size_t)q0 * (size_t)d * es;
+        char *g = (char *)s->g + (size_t)q0 * (size_t)F * es, *u = (char *)s->u + (size_t)q0 * (size_t)F * es;
         const blinear op = {.x = xs, .n = cnt, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&w->gate[e], &w->up[e]},
                             .y = {g}, .tmp_y = u};
         backend_linear(be, &op);
         backend_matmul(be, g, &w->down[e], NULL, cnt, ys);
+    }
+
+    if (w->world > 1) {   /* partial sum: this rank's shared-expert slice and experts; all-reduce; add */
+        CHECK(cm && comm_world(cm) == w->world);
+        const size_t nd = (size_t)n * (size_t)d;
+        if (w->sh_gate.data) {
+            const blinear sh = {.x = h, .n = n, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&w->sh_gate, &w->sh_up},
+                                .y = {s->sg}, .tmp_y = s->su};
+            backend_linear(be, &sh);
+            backend_matmul(be, s->sg, &w->sh_down, NULL, n, s->tmp);
+        } else {
+            backend_act_zero(be, s->tmp, nd);
+        }
+        for (int i = 0; i < n * K; i++) s->lslot[i] = s->idx[i] >= w->e0 && s->idx[i] < w->e1 ? s->slot[i] : -1;
+        backend_moe_combine(be, s->tmp, s->ys, d, n, K, s->lslot, s->w);
+        comm_all_reduce_act(cm, s->tmp, nd);
+        backend_add(be, x, s->tmp, nd);
+        return;
     }
 
     /* shared expert over every token, then the weighted routed outputs */

@@ -29,8 +29,13 @@ void moe_tensors_free(llada_layer_tensors *L);
 
 /* A MoE layer's weights on the backend (opaque; moe.c). */
 typedef struct moe_layer_w moe_layer_w;
-/* Upload layer tensors t (and keep a host f32 copy of the expert bias). NULL + err on failure. */
-moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, um_err *err);
+/* Upload layer tensors t (and keep a host f32 copy of the expert bias). shard (NULL or world 1:
+ * everything) = rank r of W (expert + tensor parallel, docs/parallel.md "Mixture of experts"): the
+ * router and bias whole, only the experts [E*r/W, E*(r+1)/W), and a 1/W slice of the shared
+ * expert's width (rows of its gate/up, the matching columns of its down; shared_ffn % W == 0).
+ * NULL + err on failure. */
+moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, const model_shard *shard,
+                              um_err *err);
 void         moe_layer_free(backend *be, const model_config *c, moe_layer_w *w);
 
 /* Workspace of the MoE sublayer (grown on demand, per ctx). */
@@ -39,9 +44,13 @@ void moe_scratch_free(backend *be, moe_scratch *s);
 
 /* x[n, d] += MoE(h) where h[n, d] = RMSNorm(x) (already computed by the caller): routing on the
  * host from the router logits, one gather of the routed rows, per expert one SwiGLU GEMM pair over
- * its tokens, the shared expert, and one weighted combine into x. *sp is created on first use. */
+ * its tokens, the shared expert, and one weighted combine into x. *sp is created on first use.
+ * A sharded layer (moe_layer_upload with world > 1; cm = the rank's comm) routes every token (the
+ * same on every rank), runs its own experts over all their tokens and its slice of the shared
+ * expert into a partial sum, all-reduces it over cm and adds it to x: every rank ends with the
+ * same x. */
 void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *x,
-                 moe_scratch **sp);
+                 struct comm *cm, moe_scratch **sp);
 
 /* The routing of one token (exposed for unit tests): logits[n_experts] -> idx[top_k] (best first)
  * and weights[top_k], per cfg.router (docs/model-spec.md §2c). bias may be NULL. */

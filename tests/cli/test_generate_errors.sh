@@ -48,7 +48,7 @@ expect 2 "prompt has 300 tokens but the model's context is 256 tokens" \
     --prompt-ids "$(seq -s, 1 300)"
 expect 2 "is the mask token" --prompt-ids "1,$(sed -n 's/.*"mask_token_id": *\([0-9]*\).*/\1/p' "$M/config.json"),3"
 expect 2 "outside the vocabulary" --prompt-ids 1,99999
-expect 2 "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin, entropy, joint_threshold, got 'greedy'" $P --decoder greedy
+expect 2 "decoder must be one of low_confidence, random, threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin, entropy, joint_threshold, hierarchy_block, got 'greedy'" $P --decoder greedy
 expect 2 "block_layout must be llada or aligned" $P --block-layout diagonal
 expect 2 "--seed expects an integer between 0 and 9223372036854775807" $P --seed -3
 # the first invalid parameter is reported: an unset block length is not it (it follows gen_length)

@@ -3,7 +3,7 @@
 # llada2-tiny) with a broken config.json or tensor set: each must make `unmask logits` exit != 0
 # without a crash and print exactly one stderr line naming the key or tensor; the intact checkpoints
 # (and LLaDA-MoE's config with model_type "llada" and no architectures list) must load. Also the
-# shape presets (shrunk), the --tp refusal, and LLaDA2 decode parameters (block_layout llada,
+# shape presets (shrunk), the --tp refusal of a width that does not divide, and LLaDA2 decode parameters (block_layout llada,
 # steps_per_block range, logits --block-length).
 set -u
 BIN="${UNMASK_BIN:?UNMASK_BIN not set}"
@@ -103,8 +103,8 @@ else
 fi
 expect "--moe-ffn on a dense preset" "need a MoE preset" -- "$BIN" make-model --out "$TMP/denseffn" --preset tiny --moe-ffn 48
 
-expect "--tp with a MoE model" "tensor parallelism is not implemented for mixture-of-experts" -- \
-    "$BIN" logits --model "$L2" --tokens 1,2 --out "$TMP/o.npy" --tp 2
+expect "--tp not dividing a MoE model's heads / shared expert" "--tp 3: expert/tensor parallelism needs n_heads .* and the shared expert width .* divisible by 3" -- \
+    "$BIN" logits --model "$L2" --tokens 1,2 --out "$TMP/o.npy" --tp 3
 expect "block_layout llada on a block-causal model" "block_layout must be aligned" -- \
     "$BIN" generate --model "$L2" --prompt-ids 1,2,3 --gen-length 8 --block-layout llada
 expect "steps_per_block out of range" "steps_per_block must be between 0" -- \

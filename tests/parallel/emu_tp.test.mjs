@@ -7,6 +7,8 @@
 //     `--tp 2`: relative L2 <= 2e-2 (bf16 activations, partial sums rounded to bf16 by the
 //     all-reduce) and the same argmax on every row that is not a near-tie (the reference's top-2 gap
 //     > 2x the row's largest |difference|, the rule of tests/emu/test_emu_cli.sh), most rows decisive;
+//   - the MoE families (lladamoe-tiny, llada2-tiny; expert parallel MoE layers): `logits --tp 2` vs
+//     `--device cuda:0` and vs the CPU's `--tp 2` by the same criterion;
 //   - `serve --gpus 0,1 --tp 2`: WebSocket + OpenAI clients, concurrent requests. The request
 //     decodes its single block in ONE step, so the answer must be exactly the argmax (lowest id on a
 //     tie) of `logits --tp 2` on prompt + masks — an independent run of the same TP forward;
@@ -28,7 +30,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { Client, SRC, TMP, checkGeneration, httpGet, readNpy, serverReady, tinyModel } from '../protocol/harness.mjs';
+import { Client, SRC, TMP, checkGeneration, httpGet, makeModelOnce, readNpy, serverReady, tinyModel } from '../protocol/harness.mjs';
 import { EMU, NO_EMU, SANITIZER, freePort, killAll, sanitizerReports, spawnEmu } from './emu_harness.mjs';
 
 const MODEL = tinyModel('emu-tp');
@@ -63,9 +65,9 @@ async function startServe(extra, env) {
 }
 
 let nLogits = 0;
-function logits(tokens, positions, device, tp, devices = 2) {
+function logits(tokens, positions, device, tp, devices = 2, model = MODEL) {
   const out = path.join(TMP, `emu-tp-logits-${process.pid}-${nLogits++}.npy`);
-  const args = ['logits', '--model', MODEL, '--tokens', tokens.join(','), '--out', out, '--threads', '2',
+  const args = ['logits', '--model', model, '--tokens', tokens.join(','), '--out', out, '--threads', '2',
     '--device', device, '--tp', String(tp)];
   if (positions) args.push('--positions', positions.join(','));
   const r = spawnSync(EMU, args, { encoding: 'utf8', timeout: 120000,
@@ -177,6 +179,21 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
     assert.deepEqual(logits(toks, null, 'cuda:0,cuda:1', 2).data, g2.data, 'tp 2 is deterministic');
     // TP really sums partial products (a rank dropping its share would be far off): not bit-equal to cuda:0
     assert.notDeepEqual(g2.data, g1.data);
+  });
+
+  test('MoE expert + tensor parallel: logits --tp 2 vs cuda:0 and vs the CPU --tp 2 (LLaDA-MoE, LLaDA2)', () => {
+    // lladamoe-tiny has no shared expert (the partial sum starts from backend_act_zero); llada2-tiny
+    // has one (split by width), a fused query_key_value and block-causal attention
+    for (const preset of ['lladamoe-tiny', 'llada2-tiny']) {
+      const model = makeModelOnce(path.join(TMP, `model-emu-tp-${preset}`), ['--preset', preset]);
+      const toks = [1, 17, 300, 42, 7, 99, 250, 3, 8, 400, 12, 77, 5, 6, 200, 31, 1000, 64, 512, 9];
+      const g1 = logits(toks, null, 'cuda:0', 1, 1, model);
+      const g2 = logits(toks, null, 'cuda:0,cuda:1', 2, 2, model);
+      const c2 = logits(toks, null, 'cpu', 2, 2, model);
+      compare(g2, g1, `${preset}: cuda tp 2 vs cuda:0`);
+      compare(g2, c2, `${preset}: cuda tp 2 vs cpu tp 2`);
+      assert.notDeepEqual(g2.data, g1.data, `${preset}: the ranks really sum partial products`);
+    }
   });
 
   let single = null;   // text of the single-process --gpus 0,1 --tp 2 answer

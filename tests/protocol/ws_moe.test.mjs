@@ -2,8 +2,9 @@
 // (make-model --preset llada2-tiny: block-causal, aligned blocks, the exact block KV cache the
 // server uses by default) reports its family and aligned layout, its served commits with the cache
 // equal `unmask generate --json` without one on the same prompt ids, block events sit on absolute
-// 32-aligned boundaries; an LLaDA-MoE checkpoint (lladamoe-tiny) generates end to end and batched
-// requests equal each alone.
+// 32-aligned boundaries; token editing and hierarchy_block (sub-blocks in order; served with the
+// cache == the CLI without) run over the WebSocket and HTTP; an LLaDA-MoE checkpoint (lladamoe-tiny)
+// generates end to end and batched requests equal each alone.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -85,6 +86,69 @@ describe('token editing (joint_threshold) over the WebSocket and HTTP', () => {
     const streamed = await post(`${srv.base}/v1/completions`, { ...body, stream: true });
     const deltas = parseSSE(streamed.text).map((x) => x.data).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
     assert.equal(deltas.map((d) => d.choices[0].text).join(''), plain.json().choices[0].text);
+  });
+});
+
+describe('hierarchy_block (Fast-dLLM v2 sub-blocks) over the WebSocket and HTTP', () => {
+  let srv, model;
+  before(async () => {
+    model = makeModelOnce(path.join(TMP, 'model-ws-llada2'), ['--preset', 'llada2-tiny']);
+    srv = await startServer({ model });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+
+  test('served with the block KV cache == the CLI without; each step commits inside one sub-block, in order', async () => {
+    const c = new Client(srv.wsUrl);
+    await c.session();
+    const ids = [11, 22, 33, 44, 55, 66, 77, 88, 99, 111];
+    const sub = 4;
+    c.send({ type: 'generate', id: 'hb', prompt_ids: ids, gen_length: 40, decoder: 'hierarchy_block', sub_block_length: sub,
+      threshold: 0.3, stop_at_eos: false });
+    const acc = await c.wait((m) => m.id === 'hb' && (m.type === 'accepted' || m.type === 'error'), 'accepted');
+    assert.equal(acc.type, 'accepted', JSON.stringify(acc));
+    assert.equal(acc.params.decoder, 'hierarchy_block');
+    assert.equal(acc.params.sub_block_length, sub);
+    assert.equal(acc.params.token_shift, 1);
+    assert.notEqual(acc.params.cache, 'none');
+    await c.done('hb');
+    checkGeneration(assert, c.msgs, 'hb');
+    // sub-blocks of 4 counted from the aligned (32) block start: every step writes into one of them,
+    // and inside a block they are visited in order (frames that merged several steps are skipped)
+    let last = -1, lastBlock = -1, checked = 0;
+    for (const m of c.of('hb').filter((x) => x.type === 'step' && x.commits.length && !(x.merged > 1))) {
+      checked++;
+      const subs = new Set(m.commits.map((x) => Math.floor((x.pos % 32) / sub)));
+      assert.equal(subs.size, 1, `step ${m.step} writes into one sub-block: ${JSON.stringify(m.commits.map((x) => x.pos))}`);
+      const k = [...subs][0];
+      if (m.block !== lastBlock) last = -1, lastBlock = m.block;
+      assert.ok(k >= last, `step ${m.step}: sub-block ${k} after ${last}`);
+      last = k;
+    }
+    assert.ok(checked > 0, 'some unmerged step frames');
+    const r = spawnSync(BIN, ['generate', '--model', model, '--prompt-ids', ids.join(','), '--json', '--gen-length', '40',
+      '--decoder', 'hierarchy_block', '--sub-block-length', String(sub), '--threshold', '0.3', '--no-stop-at-eos',
+      '--cache', 'none', '--threads', '2'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const cli = r.stdout.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+    assert.deepEqual(commitsOf(c.of('hb')), commitsOf(cli), 'served (exact block KV) == CLI (no cache)');
+    await c.close();
+  });
+
+  test('HTTP: SGLang names (HierarchyBlock, sub_block_size); streamed == plain; errors name the alias', async () => {
+    const body = { prompt: 'def f(x):', max_tokens: 40, decoder: 'HierarchyBlock', sub_block_size: 8, threshold: 0.5,
+      stop_at_eos: false };
+    const plain = await post(`${srv.base}/v1/completions`, body);
+    assert.equal(plain.status, 200, plain.text);
+    assert.equal(plain.json().usage.completion_tokens, 40);
+    const streamed = await post(`${srv.base}/v1/completions`, { ...body, stream: true });
+    const deltas = parseSSE(streamed.text).map((x) => x.data).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
+    assert.equal(deltas.map((d) => d.choices[0].text).join(''), plain.json().choices[0].text);
+    const bad = await post(`${srv.base}/v1/completions`, { ...body, sub_block_size: 0 });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json().error.param, 'sub_block_size');
+    assert.match(bad.json().error.message, /^sub_block_size must be/);
   });
 });
 

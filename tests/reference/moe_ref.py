@@ -28,6 +28,10 @@ probability at the masked positions of the current block (the forward covers the
 of that block, block-causal), commit every position with confidence > threshold when at least the
 quota clear it, else the quota most confident; after a block that holds EOS the generation stops;
 the output is the generated region cut at gen_length and after the first EOS.
+
+hierarchy_block_generate: Fast-dLLM v2's hierarchical block decoding (SGLang HierarchyBlock,
+docs/decode.md "hierarchy_block") on the same block loop: sub-blocks in order, threshold else top-1,
+the token shift and the inherited first token of a block.
 """
 import json
 import os
@@ -282,6 +286,52 @@ def llada2_generate_joint(ref, prompt, gen_length, block_length, threshold, edit
             for i in sel:
                 x[lo + i] = x0[i]
             log.append([(lo + i, int(x0[i])) for i in sel])
+        if eos_id is not None and (x[P:hi] == eos_id).any():
+            break
+    return _output(x, P, gen_length, eos_id), log
+
+
+def hierarchy_block_generate(ref, prompt, gen_length, block_length, sub_block, threshold, mask_id, eos_id,
+                             token_shift=1):
+    """Fast-dLLM v2's hierarchical block decoding (SGLang HierarchyBlock, docs/decode.md) at temperature
+    0 on the LLaDA2 block loop, from the algorithm's description: the sub-blocks [s, s + sub_block) of
+    each aligned block are decoded in order; while one holds a mask, a block-causal forward scores its
+    masked positions — with the token shift position p from logits row p - 1 — and the ones with
+    probability > threshold are written, else the single most probable. With the token shift a block
+    whose first position is masked first gets the inherited token: the argmax of the last row of the
+    previous block's final forward (for the first decoded block, the prompt's last row), written
+    before any forward of the block. Returns (output tokens, per-step writes [(pos, id), ...]; the
+    inheritance counts as a step of its own, as it takes that forward)."""
+    P = len(prompt)
+    x, nb = _canvas(prompt, gen_length, block_length, mask_id)
+    log = []
+    for b in range(P // block_length, nb):
+        lo, hi = b * block_length, (b + 1) * block_length
+        if token_shift and lo > 0 and x[lo] == mask_id:
+            x0, _ = _greedy(ref, x, lo - 1, lo, block_length, mask_id)   # the final forward's last row
+            x[lo] = x0[0]
+            log.append([(lo, int(x0[0]))])
+        for s0 in range(lo, hi, sub_block):
+            s1 = min(s0 + sub_block, hi)
+            while (x[s0:s1] == mask_id).any():
+                r0 = s0 - 1 if token_shift and s0 > 0 else s0     # rows scoring positions s0..s1-1
+                rows_x0, rows_p = _greedy(ref, x, r0, hi, block_length, mask_id)
+                if token_shift and s0 > 0:
+                    x0, p = rows_x0[:s1 - s0], rows_p[:s1 - s0]
+                elif token_shift:                                   # position 0 keeps its own row
+                    x0 = np.concatenate([rows_x0[:1], rows_x0[:s1 - s0 - 1]])
+                    p = np.concatenate([rows_p[:1], rows_p[:s1 - s0 - 1]])
+                else:
+                    x0, p = rows_x0[:s1 - s0], rows_p[:s1 - s0]
+                masked = x[s0:s1] == mask_id
+                conf = np.where(masked, p, -np.inf)
+                sel = conf > threshold
+                if not sel.any():
+                    sel[int(np.argmax(conf))] = True
+                idx = [int(i) for i in np.nonzero(sel & masked)[0]]
+                for i in idx:
+                    x[s0 + i] = x0[i]
+                log.append([(s0 + i, int(x0[i])) for i in idx])
         if eos_id is not None and (x[P:hi] == eos_id).any():
             break
     return _output(x, P, gen_length, eos_id), log

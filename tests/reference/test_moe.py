@@ -8,7 +8,8 @@ group limit, expert bias, QK-norm, partial rotary, block-causal mask — and rou
 token. Generation: `unmask generate` on llada2-tiny vs llada2_generate (the official LLaDA2 generate):
 commits step by step and the output tokens, for low_confidence and threshold decoders, several
 steps-per-block / block sizes / prompt lengths (prompt tails inside the first block, the last block
-running past gen_length), and an EOS stop. Prints one line per check and "N passed, N failed".
+running past gen_length), and an EOS stop; the exact block KV cache with its chunked prompt prefill
+(several chunk sizes, refills) gives the same commits. Prints one line per check and "N passed, N failed".
 """
 import json
 import os
@@ -19,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cli_run import BIN, Reporter, generate, step_commits, tmp_dir  # noqa: E402
-from moe_ref import MoERef, llada2_generate, llada2_generate_joint  # noqa: E402
+from moe_ref import MoERef, hierarchy_block_generate, llada2_generate, llada2_generate_joint  # noqa: E402
 
 TMP = tmp_dir("test_moe")
 report = Reporter()
@@ -210,6 +211,19 @@ for dec, tau in (("low_confidence", None), ("threshold", 0.012)):
     b = step_commits(run_gen(l2, prompts[12], 24, 8, 4, dec, tau, ["--cache", "dual"]))
     report(a == b, f"exact block KV (--cache dual) == no cache, {dec}", f"{len(a)} steps")
 
+# chunked prompt prefill of the exact block KV cache: a 45-token prompt (the first decoded block
+# starts at 40) prefilled block by block, 16 rows (two blocks) at a time, in one forward
+# (--prefill-chunk 0) or a chunk larger than the prompt — and with refills inside the generation
+# (--cache-refresh 3) — all give the reference's commits
+p45 = [int(t) for t in np.random.default_rng(12).integers(0, 1300, size=45)]
+for dec, tau in (("low_confidence", None), ("threshold", 0.012)):
+    ev, _ = check_gen(f"llada2 generate P=45 G=24 B=8 steps/block=4 {dec}", l2, ref, p45, 24, 8, 4, dec, tau)
+    a = step_commits(ev)
+    for extra in (["--prefill-chunk", 8], ["--prefill-chunk", 20], ["--prefill-chunk", 0], ["--prefill-chunk", 1000],
+                  ["--prefill-chunk", 8, "--cache-refresh", 3]):
+        b = step_commits(run_gen(l2, p45, 24, 8, 4, dec, tau, ["--cache", "dual"] + extra))
+        report(a == b, f"chunked prefill {' '.join(map(str, extra))} == no cache, {dec}", f"{len(a)} steps")
+
 # JointThreshold (LLaDA2.1 token editing): mask-to-token over tau, token-to-token over tau_edit,
 # max_post edit-only steps; every forward compared, the ones that write nothing included
 for P, G, B, tau, tau_e, post in ((5, 20, 8, 0.012, 0.0, 3), (12, 24, 8, 0.011, 0.02, 16), (21, 13, 4, 0.5, 0.0, 0)):
@@ -232,6 +246,45 @@ for P, G, B, tau, tau_e, post in ((5, 20, 8, 0.012, 0.0, 3), (12, 24, 8, 0.011, 
     report(got_log == want_rep and got_out == want_out and done["usage"]["steps"] == len(want_rep) and revised_ok and
            (tau_e > 0 or post == 0 or revised > 0),
            f"joint_threshold P={P} G={G} B={B} tau={tau} tau_edit={tau_e} max_post={post}", detail)
+
+# HierarchyBlock (Fast-dLLM v2 sub-blocks, token shift, inherited first token): every step's commits and
+# the output vs the reference — prompt tails inside the first block (no inheritance there), a prompt
+# ending on a block boundary (the first block inherits from the prompt's last row), sub-blocks that do
+# not divide the block, token_shift 0, an EOS stop; with the exact block KV cache and a chunked
+# prefill (the window then starts at the previous block's last row) the commits stay the same
+hb_cases = [  # (prompt, gen_length, B, sub-block, tau, token_shift, eos)
+    (prompts[5], 20, 8, 4, 0.012, 1, EOS),
+    (prompts[16], 17, 8, 3, 0.011, 1, EOS),     # P % B == 0: the first block inherits
+    (p45, 24, 8, 8, 0.0125, 1, EOS),
+    (prompts[21], 19, 16, 5, 0.9, 1, EOS),      # tau 0.9: one position per step (top-1)
+    (prompts[12], 20, 8, 4, 0.012, 0, EOS),
+    (prompts[5], 20, 8, 4, 0.012, 1, eos_tok),  # EOS stop (the token the first run produced)
+]
+for prompt, G, B, sub, tau, shift, eos in hb_cases:
+    mdir = l2 if eos == EOS else eos_dir
+    flags = ["--gen-length", G, "--block-length", B, "--decoder", "hierarchy_block", "--sub-block-length", sub,
+             "--threshold", tau, "--token-shift", shift]
+    ev = generate(mdir, prompt, flags)
+    r = ref if eos == EOS else MoERef(eos_dir)
+    want_out, want_log = hierarchy_block_generate(r, np.array(prompt), G, B, sub, tau, MASK, eos, token_shift=shift)
+    P = len(prompt)
+    want_rep = [[(p_, t) for p_, t in st if p_ < P + G] for st in want_log]
+    got_log = step_commits(ev)
+    got_out = gen_tokens(ev, P)
+    if eos in got_out:
+        got_out = got_out[:got_out.index(eos) + 1]
+    detail = f"{len(got_log)} steps (reference {len(want_rep)}), {len(got_out)} tokens"
+    for i, (a, b) in enumerate(zip(got_log, want_rep)):
+        if a != b:
+            detail += f"; first difference at step {i}: ours {a}, reference {b}"
+            break
+    name = f"hierarchy_block P={P} G={G} B={B} sub={sub} tau={tau} token_shift={shift}" + (" eos" if eos != EOS else "")
+    widest = max(len(st) for st in got_log)   # tau 0.9 on an untrained model: top-1 only, else several
+    report(got_log == want_rep and got_out == want_out and (widest == 1) == (tau == 0.9), name, detail)
+    if eos == EOS and shift:
+        for extra in (["--cache", "dual"], ["--cache", "dual", "--prefill-chunk", 8]):
+            b = step_commits(generate(mdir, prompt, flags + extra))
+            report(b == got_log, f"{name}: {' '.join(map(str, extra))} == no cache", f"{len(b)} steps")
 
 # token editing with the exact block KV cache: edits stay inside the active block, whose rows every
 # step recomputes, so the cache changes nothing

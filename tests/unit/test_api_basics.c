@@ -175,9 +175,18 @@ static void test_algo_config(void) {
     const char *bad2 = "algorithm:\n  threshold: 0.9\n";
     TEST_CHECK(algo_config_parse(bad2, strlen(bad2), "c.yaml", &o, &err) == -1 && strstr(err.msg, "c.yaml:1"),
                "nesting refused: %s", err.msg);
-    const char *bad3 = "algorithm: HierarchyBlock\n";
-    TEST_CHECK(algo_config_parse(bad3, strlen(bad3), "c.yaml", &o, &err) == -1 && strstr(err.msg, "HierarchyBlock"),
+    const char *bad3 = "algorithm: FastDiffuser\n";
+    TEST_CHECK(algo_config_parse(bad3, strlen(bad3), "c.yaml", &o, &err) == -1 && strstr(err.msg, "FastDiffuser"),
                "unsupported algorithm: %s", err.msg);
+    /* SGLang's Fast-dLLM v2 config: HierarchyBlock with its keys */
+    const char *hb = "algorithm: HierarchyBlock\nthreshold: 0.9\nsub_block_size: 8\ntoken_shift: 1\nblock_size: 32\n";
+    TEST_CHECK(algo_config_parse(hb, strlen(hb), "c.yaml", &o, &err) == 0 &&
+                   strcmp(json_string_value(json_object_get(o, "decoder")), "hierarchy_block") == 0 &&
+                   json_integer_value(json_object_get(o, "sub_block_length")) == 8 &&
+                   json_integer_value(json_object_get(o, "token_shift")) == 1,
+               "HierarchyBlock config: %s", err.msg);
+    json_decref(o);
+    o = NULL;
     /* SGLang's LLaDA2.1 config: JointThreshold with its keys */
     const char *jt = "algorithm: JointThreshold\nthreshold: 0.5\nedit_threshold: 0.1\nmax_post_steps: 8\nblock_size: 32\n";
     TEST_CHECK(algo_config_parse(jt, strlen(jt), "c.yaml", &o, &err) == 0 &&

@@ -340,7 +340,7 @@ static void test_validation(const model *m) {
     p = d, p.decoder = DECODER_CREDIT, p.credit_alpha = 0, p.credit_gamma = 0, p.credit_decay = 0;
     TEST_CHECK(decode_params_validate(&p, cfg, 10, &err) == 0, "credit edges valid: %s", err.msg);
     p = d, p.decoder = (enum decode_decoder)DECODER_COUNT_;
-    expect_err(cfg, p, 10, "decoder", "hierarchy, credit, origin, maskgit_plus, topk_margin, entropy or joint_threshold");
+    expect_err(cfg, p, 10, "decoder", "hierarchy, credit, origin, maskgit_plus, topk_margin, entropy, joint_threshold or hierarchy_block");
     /* aligned layout: block_length may exceed gen_length */
     p = d, p.layout = DECODE_LAYOUT_ALIGNED, p.block_length = 256;
     TEST_CHECK(decode_params_validate(&p, cfg, 10, &err) == 0, "aligned B > G: %s", err.msg);

@@ -2,8 +2,11 @@
  * test_moe.c — the MoE families on tiny random f32 checkpoints (make_model_write presets
  * lladamoe-tiny, llada2-tiny): the routers on hand-made logits (LLaDA-MoE's biased softmax weights;
  * LLaDA2's group limit choosing other experts than a plain top-k, renormalised and scaled weights),
- * and the decode loop's batched == alone on both models — LLaDA2 sequences with different prompt
- * lengths, block lengths, decoders and the exact block KV cache in one batch, one joining mid-way.
+ * the chunked prompt prefill of the exact block KV cache (LLaDA2: a prompt's blocks filled into a
+ * slot forward by forward, then the last block's logits == one block-causal forward over the whole
+ * prompt; slot rows not written yet are poisoned with NaN and must never be read), and the decode
+ * loop's batched == alone on both models — LLaDA2 sequences with different prompt lengths, block
+ * lengths, decoders and the exact block KV cache in one batch, one joining mid-way.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include "decode/decode.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "model/model_kv.h"
 #include "model/moe.h"
 #include "test.h"
 #include "test_model.h"
@@ -137,6 +141,55 @@ static void batched_vs_alone(const char *label, const model *m, model_ctx *ctx, 
     free(batch);
 }
 
+/* ---------------------------------------------------------------- chunked prefill */
+
+/* Rows [r0, r1) of toks through ctx with slot (positions r0.., block size B); logits of all of
+ * them into out, or none (out NULL: only the slot is filled). */
+static int fwd_rows(model_ctx *ctx, const int32_t *toks, int r0, int r1, int slot, int B, float *out, um_err *err) {
+    int32_t pos[64], rows[64], start[2] = {0, r1 - r0}, kv = slot, bl = B;
+    CHECK(r1 - r0 <= 64);
+    for (int i = r0; i < r1; i++) pos[i - r0] = i, rows[i - r0] = i - r0;
+    const fwd_batch b = {.n_seqs = 1, .seq_start = start, .tokens = toks + r0, .pos = pos, .n_out = out ? r1 - r0 : 0,
+                         .out_rows = rows, .kv = slot ? &kv : NULL, .block_len = &bl};
+    return model_forward(ctx, &b, out, err);
+}
+
+/* A T-token prompt's last block [a, T) with block size B: one forward over [0, T) without a cache,
+ * vs prefilling [0, a) into a NaN-poisoned T-row slot in chunks of `chunk` rows (each may only read
+ * the rows written before it and its own) and running [a, T) with it. */
+static void test_chunked_prefill(model_ctx *ctx, int T, int B, int chunk) {
+    const model_config *c = &ctx->m->cfg;
+    const int V = c->n_embd_rows, a = (T - 1) / B * B, n = T - a;
+    int32_t toks[64];
+    CHECK(T <= 64);
+    for (int i = 0; i < T; i++) toks[i] = (int32_t)((i * 53 + 7) % 500);
+    float *want = xmalloc((size_t)T * (size_t)V * sizeof *want), *got = xmalloc((size_t)n * (size_t)V * sizeof *got);
+    um_err err = {0};
+    int rc = fwd_rows(ctx, toks, 0, T, 0, B, want, &err);
+    const int slot = model_kv_open(ctx, T);
+    for (int l = 0; l < c->n_layers; l++) {   /* a row read before it is written poisons the logits */
+        void *k, *v;
+        model_kv_layer(ctx, slot, l, &k, &v);
+        const size_t e = (size_t)T * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+        for (size_t i = 0; i < e; i++) ((float *)k)[i] = ((float *)v)[i] = NAN;
+    }
+    for (int r0 = 0; rc == 0 && r0 < a; r0 += chunk) rc = fwd_rows(ctx, toks, r0, r0 + chunk < a ? r0 + chunk : a, slot, B, NULL, &err);
+    if (rc == 0) rc = fwd_rows(ctx, toks, a, T, slot, B, got, &err);
+    model_kv_close(ctx, slot);
+    TEST_CHECK(rc == 0, "chunked prefill T=%d B=%d chunk=%d: %s", T, B, chunk, err.msg);
+    double mx = 0, mref = 0;
+    for (int i = 0; rc == 0 && i < n; i++)
+        for (int j = 0; j < V; j++) {
+            const double d = fabs((double)got[(size_t)i * V + j] - want[(size_t)(a + i) * V + j]);
+            mx = isnan(d) || d > mx ? (isnan(d) ? INFINITY : d) : mx;
+            mref = fmax(mref, fabs(want[(size_t)(a + i) * V + j]));
+        }
+    TEST_CHECK(rc == 0 && mx <= 1e-5 * mref, "chunked prefill T=%d B=%d chunk=%d: last block's logits max rel err %.2e", T,
+               B, chunk, mx / mref);
+    free(want);
+    free(got);
+}
+
 static int open_model(const char *preset, const char *name, model *m, model_ctx *ctx, backend **be) {
     make_model_opts o;
     CHECK(make_model_preset(preset, &o) == 0);
@@ -184,6 +237,10 @@ int main(void) {
         fill_prompt(&q[3], 16, 3);   /* joins later; cached, threshold */
         q[3].p.gen_length = 16, q[3].p.block_length = 16, q[3].p.decoder = DECODER_THRESHOLD;
         q[3].p.threshold = 0.011, q[3].p.steps_per_block = 5, q[3].p.cache = DECODE_CACHE_PREFIX;
+        test_chunked_prefill(&ctx, 45, 8, 8);    /* block by block */
+        test_chunked_prefill(&ctx, 45, 8, 16);   /* two blocks per forward, the last chunk one */
+        test_chunked_prefill(&ctx, 37, 4, 12);
+        test_chunked_prefill(&ctx, 33, 32, 32);  /* the model's block size: one prefill forward */
         batched_vs_alone("llada2", &m, &ctx, q, 4);
         model_kv_stats k;
         model_kv_get_stats(&ctx, &k);

@@ -514,6 +514,12 @@ static void cuda_add(backend *be, void *x, const void *y, size_t n) {
     CUDA_CHECK(umk_add(x, y, n, ci->stream));
 }
 
+static void cuda_act_zero(backend *be, void *p, size_t n) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n * dtype_size(backend_act_dtype(be)), ci->stream));
+}
+
 static void cuda_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
@@ -725,6 +731,7 @@ static const backend_ops k_cuda_ops = {
     .get_rows = cuda_get_rows,
     .store_rows = cuda_store_rows,
     .moe_combine = cuda_moe_combine,
+    .act_zero = cuda_act_zero,
     .free = cuda_free_backend,
     .mem_info = backend_cuda_mem_info,
     .check_fit = backend_cuda_check_fit,
