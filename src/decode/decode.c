@@ -243,11 +243,11 @@ static int decode_cache_validate(const decode_params *p, int ctx, um_err *err) {
                             p->after_look);
     if (p->warmup_steps < 0 || p->warmup_steps > 1000000)
         return um_err_param(err, "warmup_steps", "warmup_steps must be between 0 and 1000000, got %d", p->warmup_steps);
-    if (p->prefill_chunk < 0 || p->prefill_chunk > ctx)
-        return um_err_param(err, "prefill_chunk",
-                            "prefill_chunk must be between 0 (one forward) and %d (the model's maximum sequence "
-                            "length), got %d",
-                            ctx, p->prefill_chunk);
+    /* a chunk longer than the prefix is one chunk: no bound from the model (the default, 256,
+     * must hold on every model, short-context ones included) */
+    if (p->prefill_chunk < 0 || p->prefill_chunk > 1000000)
+        return um_err_param(err, "prefill_chunk", "prefill_chunk must be between 0 (one forward) and 1000000, got %d",
+                            p->prefill_chunk);
     return 0;
 }
 

@@ -69,5 +69,14 @@ out=$("$BIN" generate --model "$M" --threads 1 $P --gen-length 16 --json 2>&1 | 
 if [ "$(printf '%s\n' "$out" | grep -c '"start":0,"end":16')" -eq 1 ]; then pass=$((pass + 1)); echo "PASS short generation"
 else fail=$((fail + 1)); echo "FAIL short generation: $out"; fi
 
+# a short-context model (max_seq 64, below the default prefill_chunk 256) generates with every
+# default: parameter defaults hold on every model
+S="$TMP/short"
+"$BIN" make-model --out "$S" --no-tokenizer --quiet --max-seq 64 || { echo "make-model (short) failed"; exit 1; }
+out=$("$BIN" generate --model "$S" --threads 1 $P --gen-length 16 --json 2>&1 | tail -1)
+if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS defaults on a 64-token model"
+else fail=$((fail + 1)); echo "FAIL defaults on a 64-token model: $out"; fi
+expect 2 "prefill_chunk must be between 0 (one forward) and 1000000, got -1" $P --prefill-chunk -1
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
