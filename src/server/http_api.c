@@ -353,7 +353,7 @@ static double gauge_jobs(void *user) {
     const gauge_ref *g = user;
     int q = 0, r = 0, t = 0;
     job_store_counts(g->api->jobs, &q, &r, &t);
-    return g->which == 0 ? q : r;
+    return g->which == 0 ? q : g->which == 1 ? r : t;
 }
 
 static double gauge_streams(void *user) { return ((const gauge_ref *)user)->api->n_streams; }
@@ -366,11 +366,13 @@ static double gauge_store(void *user) {
 
 static void gauges_register(http_api *a) {
     metrics *m = server_metrics(a->srv);
-    for (int i = 0; i < 2; i++) a->gauges[i] = (gauge_ref){a, i};
+    for (int i = 0; i < 3; i++) a->gauges[i] = (gauge_ref){a, i};
     metrics_gauge_register(m, "queue_depth", "Generation requests waiting for admission.", gauge_sched, &a->gauges[0]);
     metrics_gauge_register(m, "active_sequences", "Sequences being denoised now.", gauge_sched, &a->gauges[1]);
     metrics_gauge_register(m, "jobs_queued", "Async jobs waiting to run.", gauge_jobs, &a->gauges[0]);
     metrics_gauge_register(m, "jobs_running", "Async jobs running.", gauge_jobs, &a->gauges[1]);
+    metrics_gauge_register(m, "jobs_held", "Async jobs in this server's memory (--store redis: the jobs this replica took "
+                           "from the shared queue and has not evicted).", gauge_jobs, &a->gauges[2]);
     metrics_gauge_register(m, "http_streams_open", "Open HTTP generation responses.", gauge_streams, &a->gauges[0]);
     metrics_gauge_register(m, "model_ready", "1 once the model is loaded.", gauge_ready, &a->gauges[0]);
     metrics_gauge_register(m, "job_store_write_errors", "Durable job store writes that failed since start.", gauge_store,

@@ -63,7 +63,7 @@ struct http_api {
     job_feed       *feed;               /* shared store: the thread taking jobs from it (owned), else NULL */
     lws_sorted_usec_list_t subs_sul;    /* job event streams: polled for new events while any is open */
     int             subs_scheduled;
-    gauge_ref       gauges[2];          /* user pointers of the metrics gauges */
+    gauge_ref       gauges[3];          /* user pointers of the metrics gauges */
 };
 
 /* ---------------------------------------------------------------- generation streams (http_gen.c) */
