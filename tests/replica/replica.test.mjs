@@ -261,3 +261,17 @@ test('load: 1000 small jobs across two replicas complete with no loss and no dup
     (await redisCmd(redis.port, 'XPENDING', 'unmask:queue', 'unmask'))[0] === 0, 10000, 50);
   console.log(`1000 jobs in ${((Date.now() - t0) / 1000).toFixed(1)} s (A ran ${heldA}, B ${heldB})`);
 });
+
+test('Redis unreachable at start, or a bad URL: a clear error naming the URL, exit status not 0', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const { freePort } = await import('./infra.mjs');
+  const port = await freePort(); // nothing listens there
+  const down = spawnSync(process.env.UNMASK_BIN, ['serve', '--store', `redis://127.0.0.1:${port}/2`, '--model', tiny, '--port', '0'],
+    { encoding: 'utf8', timeout: 30000 });
+  assert.notEqual(down.status, 0);
+  assert.match(down.stderr, new RegExp(`cannot reach Redis at redis://127\\.0\\.0\\.1:${port}/2`));
+  const bad = spawnSync(process.env.UNMASK_BIN, ['serve', '--store', 'redis://127.0.0.1:notaport', '--model', tiny, '--port', '0'],
+    { encoding: 'utf8', timeout: 30000 });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--store redis:\/\/127\.0\.0\.1:notaport: the port must be 1\.\.65535/);
+});
