@@ -662,7 +662,8 @@ void jobs_on_ready(server *s, void *user) {
     http_api *a = user;
     if (job_store_shared(a->jobs) && !a->feed) { /* take jobs once the model can run them */
         const server_config *cfg = server_cfg(s);
-        a->feed = job_feed_start(a->jobs, cfg->job_capacity > 0 ? cfg->job_capacity : cfg->max_batch, feed_wake, a);
+        /* default: a full batch running and the next one ready to start as slots free */
+        a->feed = job_feed_start(a->jobs, cfg->job_capacity > 0 ? cfg->job_capacity : 2 * cfg->max_batch, feed_wake, a);
     }
     jobs_pump(a);
 }

@@ -195,7 +195,7 @@ static const setting k_settings[] = {
     {"job-retention", SET_NUM, F(job_retention_s), "86400", 1, INF,
      "--store redis: seconds a finished job (result, event log) and an Idempotency-Key are kept", NULL, NULL, 0, NULL},
     {"job-capacity", SET_INT, F(job_capacity), "0", 0, 100000,
-     "--store redis: unfinished jobs this replica takes from the shared queue at a time (0 = --max-batch)", NULL, NULL,
+     "--store redis: unfinished jobs this replica takes from the shared queue at a time (0 = 2 x --max-batch: a batch running, the next ready)", NULL, NULL,
      0, NULL},
     {"data-dir", SET_STR, F(data_dir), "unmask-data", 0, 0, "directory of the default durable files (created)", NULL, NULL,
      0, NULL},
