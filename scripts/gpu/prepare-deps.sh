@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prepare-deps.sh — run HERE (a Debian machine with apt and network), before borrowing a GPU machine:
 # downloads the build/runtime dependencies the device machine's image lacks (jansson, libwebsockets,
-# OpenBLAS, OpenSSL, libuv, libcap, pkg-config and their -dev packages) with `apt-get download` and
+# OpenBLAS, OpenSSL, SQLite, hiredis, libuv, libcap, pkg-config and their -dev packages) with `apt-get download` and
 # unpacks them with `dpkg -x` into the git-ignored .deps/ folder, which the device `run` tool carries
 # (carry: [".deps"]). Debian 12 libraries (glibc 2.36) run on the newer glibc of the device image.
 # scripts/gpu/run-checks.sh then configures CMake against .deps (PKG_CONFIG_SYSROOT_DIR etc.).
@@ -15,6 +15,7 @@ PKGS=(
   libwebsockets17 libwebsockets-dev libuv1 libuv1-dev libcap2 libcap-dev
   libssl3 libssl-dev
   libsqlite3-0 libsqlite3-dev
+  libhiredis0.14 libhiredis-dev
   libopenblas0 libopenblas0-pthread libopenblas-dev libopenblas-pthread-dev libgfortran5 libquadmath0
   pkgconf pkgconf-bin libpkgconf3
 )

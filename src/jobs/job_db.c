@@ -216,3 +216,50 @@ int job_db_load(job_db *d, job_db_job_fn on_job, job_db_event_fn on_event, void 
 }
 
 long job_db_write_errors(job_db *d) { return d ? d->write_errors : 0; }
+
+/* ---------------------------------------------------------------- as a job_backend */
+
+static job_db *ctx(job_backend *b) { return b->context; }
+static void be_free(job_backend *b) {
+    job_db_close(ctx(b));
+    free(b);
+}
+static void be_put_job(job_backend *b, const char *id, int64_t seq, const char *owner, const char *doc, int terminal) {
+    (void)owner, (void)terminal;
+    job_db_put_job(ctx(b), id, seq, doc);
+}
+static void be_put_event(job_backend *b, const char *id, int64_t eid, const char *doc) { job_db_put_event(ctx(b), id, eid, doc); }
+static void be_drop(job_backend *b, const char *id, int64_t first) { job_db_drop_events_before(ctx(b), id, first); }
+static void be_delete(job_backend *b, const char *id) { job_db_delete_job(ctx(b), id); }
+static void be_begin(job_backend *b) { job_db_begin(ctx(b)); }
+static void be_end(job_backend *b) { job_db_end(ctx(b)); }
+static long be_errors(job_backend *b) { return job_db_write_errors(ctx(b)); }
+static const char *be_failing(job_backend *b) { return job_db_failing(ctx(b)); }
+static int be_load(job_backend *b, job_backend_job_fn on_job, job_backend_event_fn on_event, void *user, um_err *err) {
+    return job_db_load(ctx(b), on_job, on_event, user, err);
+}
+
+static const struct job_backend_i k_sqlite_iface = {
+    .name = "sqlite",
+    .free = be_free,
+    .put_job = be_put_job,
+    .put_event = be_put_event,
+    .drop_events_before = be_drop,
+    .delete_job = be_delete,
+    .begin = be_begin,
+    .end = be_end,
+    .write_errors = be_errors,
+    .failing = be_failing,
+    .load = be_load,
+};
+
+int job_db_backend_open(const char *path, job_backend **out, um_err *err) {
+    job_db *d = NULL;
+    *out = NULL;
+    if (job_db_open(path, &d, err) != 0) return -1;
+    job_backend *b = xcalloc(1, sizeof *b);
+    b->iface = &k_sqlite_iface;
+    b->context = d;
+    *out = b;
+    return 0;
+}

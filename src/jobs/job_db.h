@@ -9,7 +9,8 @@
  * Durability: WAL with synchronous=NORMAL — every write survives the process dying (crash,
  * SIGKILL); an operating-system crash or power loss may lose the last moments of writes.
  *
- * Not here: what a job is (jobs.c owns the JSON of a job row), sharing jobs between servers.
+ * Not here: what a job is (jobs.c owns the JSON of a job row), sharing jobs between servers
+ * (jobs/job_redis.c). jobs.c reaches it through the job_backend seam (jobs/job_backend.h).
  * Threads: not thread-safe; jobs.c calls it under the store's lock.
  */
 #ifndef UM_JOB_DB_H
@@ -17,9 +18,13 @@
 
 #include <stdint.h>
 
+#include "jobs/job_backend.h"
 #include "util/err.h"
 
 typedef struct job_db job_db;
+
+/* job_db_open() as a job_backend (jobs/job_backend.h) that owns the file. */
+int  job_db_backend_open(const char *path, job_backend **out, um_err *err);
 
 /* Opens (creating when absent, with its directory's parent existing) the store at path, checks it
  * (schema, integrity) and takes it for this process. -1 with err naming path and the problem:
@@ -41,8 +46,8 @@ void job_db_end(job_db *db);
 
 /* Every job (by seq) and then every event (by job, eid), through the callbacks. -1 with err when
  * the file cannot be read. */
-typedef void (*job_db_job_fn)(void *user, const char *id, int64_t seq, const char *doc);
-typedef void (*job_db_event_fn)(void *user, const char *id, int64_t eid, const char *doc);
+typedef job_backend_job_fn   job_db_job_fn;
+typedef job_backend_event_fn job_db_event_fn;
 int job_db_load(job_db *db, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err);
 
 /* Writes that failed since open. */

@@ -1,5 +1,12 @@
 /*
- * jobs.c — the async job store (see jobs.h). Thread-safe: one mutex guards every job.
+ * jobs.c — the async job store (see jobs.h). Thread-safe: one mutex guards every job, and the
+ * job backend (jobs/job_backend.h: SQLite or Redis) is only called under it — except `take`, which
+ * the job feed thread calls without it (job_store_take).
+ *
+ * With a shared backend (Redis) this process holds in memory only the jobs it took from the queue
+ * (it runs them and is the only writer of their documents); jobs held elsewhere are read from the
+ * backend on every request (lookup()), and changes to them (a cancel, a webhook state) are written
+ * back read-modify-write.
  */
 #include "jobs/jobs.h"
 
@@ -11,7 +18,7 @@
 
 #include <openssl/rand.h>
 
-#include "jobs/job_db.h"
+#include "jobs/job_backend.h"
 #include "util/json_util.h"
 #include "util/hash.h"
 #include "util/log.h"
@@ -42,6 +49,8 @@ typedef struct job {
     char      **ring;              /* [ring_cap] compact JSON, owned */
     int         ring_cap;
     size_t      bytes;             /* what this job holds (request, result, events), for max_bytes */
+    char        qentry[40];        /* shared backend: the queue entry this server took it under ("" none) */
+    double      touched;           /* monotonic time of its last write-through (re-sent after an outage) */
 } job;
 
 #define JOB_OVERHEAD 512           /* bytes charged per job besides its JSON */
@@ -56,7 +65,11 @@ struct job_store {
     job  *oldest, *newest;
     int   n, n_active;
     int64_t next_seq;
-    job_db *db;                    /* durable store (owned) or NULL (memory only) */
+    job_backend *be;               /* durable store (owned) or NULL (memory only) */
+    int   shared;                  /* be is shared by several servers (it has a queue: be->iface->take) */
+    uint64_t synced_epoch;         /* be's connection epoch whose losses were written again */
+    double dirty_since;            /* monotonic time writes started failing (0 = they work) */
+    long  errors_seen;             /* be's write_errors at the last check */
     size_t bytes;                  /* sum of every job's bytes */
     /* } lock --- */
 };
@@ -87,7 +100,9 @@ job_store *job_store_new(const job_store_opts *o) {
     js->o.max_events = o && o->max_events > 0 ? o->max_events : 4096;
     js->o.max_attempts = o && o->max_attempts > 0 ? o->max_attempts : 3;
     js->o.max_bytes = o && o->max_bytes > 0 ? o->max_bytes : (256u << 20);
-    js->db = o ? o->db : NULL;
+    js->be = o ? o->backend : NULL;
+    js->shared = js->be && js->be->iface->take != NULL;
+    js->synced_epoch = js->be && js->be->iface->epoch ? js->be->iface->epoch(js->be) : 0;
     js->next_seq = 1;
     pthread_mutex_init(&js->lock, NULL);
     return js;
@@ -114,7 +129,7 @@ void job_store_free(job_store *js) {
         job_free(js, j);
         j = nx;
     }
-    job_db_close(js->db);
+    job_backend_free(js->be);
     pthread_mutex_destroy(&js->lock);
     free(js);
 }
@@ -139,11 +154,18 @@ static char *job_doc(const job *j) {
 }
 
 /* Writes j's state through to the durable store; lock held. */
-static void persist(job_store *js, const job *j) {
-    if (!js->db) return;
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void persist(job_store *js, job *j) {
+    if (!js->be) return;
     char *doc = job_doc(j);
-    job_db_put_job(js->db, j->id, j->seq, doc);
+    js->be->iface->put_job(js->be, j->id, j->seq, j->owner, doc, job_status_terminal(j->status));
     free(doc);
+    j->touched = mono_now();
 }
 
 /* Lookup under the lock. */
@@ -167,7 +189,7 @@ static void unlink_job(job_store *js, job *j) {
 
 /* Forgets a finished job, here and in the durable store; lock held. */
 static void evict(job_store *js, job *j) {
-    if (js->db) job_db_delete_job(js->db, j->id);
+    if (js->be && !js->shared) js->be->iface->delete_job(js->be, j->id); /* shared: kept there until retention ends */
     unlink_job(js, j);
     job_free(js, j);
 }
@@ -229,9 +251,10 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     int64_t id = j->next_event_id++;
     j->ring[id % j->ring_cap] = s;
     charge(js, j, (long)len);
-    if (js->db) {
-        if (j->first_kept_id > first_before) job_db_drop_events_before(js->db, j->id, j->first_kept_id);
-        job_db_put_event(js->db, j->id, id, s);
+    if (js->be) {
+        if (j->first_kept_id > first_before) js->be->iface->drop_events_before(js->be, j->id, j->first_kept_id);
+        js->be->iface->put_event(js->be, j->id, id, s);
+        j->touched = mono_now();
     }
     return id;
 }
@@ -244,29 +267,95 @@ static void log_status(job_store *js, job *j) {
     json_decref(ev);
 }
 
+/* Shared backend: a job this server took is done with once it is terminal and its webhook (if
+ * any) settled: the queue entry is acknowledged. Until then a server that takes over from a dead
+ * one finds it (and sends its webhook again). Lock held. */
+static void maybe_ack(job_store *js, job *j) {
+    if (!js->shared || !j->qentry[0] || !job_status_terminal(j->status)) return;
+    if (j->webhook && strcmp(j->webhook_status, "pending") == 0) return;
+    js->be->iface->ack(js->be, j->qentry);
+}
+
 static void set_terminal(job_store *js, job *j, enum job_status st) {
     if (!job_status_terminal(j->status)) js->n_active--;
     j->status = st;
     j->completed_at = unix_now();
     persist(js, j);
     log_status(js, j);
+    maybe_ack(js, j);
 }
 
-/* One durable transaction around a mutation (no-ops without a durable store); lock held. */
+static void resync_check(job_store *js);
+static job *job_parse(const char *id, int64_t seq, const char *doc);
+static void link_job(job_store *js, job *j);
+static void load_event(void *user, const char *id, int64_t eid, const char *doc);
+
+/* One durable transaction around a mutation (no-ops without a durable store); lock held. A write
+ * that failed marks the time; once the backend connects again (a new epoch) or writes work again,
+ * what changed since is written again (resync). */
 static void db_begin(job_store *js) {
-    if (js->db) job_db_begin(js->db);
+    if (js->be) js->be->iface->begin(js->be);
 }
 static void db_end(job_store *js) {
-    if (js->db) job_db_end(js->db);
+    if (!js->be) return;
+    js->be->iface->end(js->be);
+    long e = js->be->iface->write_errors(js->be);
+    if (e != js->errors_seen) {
+        if (!js->dirty_since) js->dirty_since = mono_now() - 1.0; /* the failed batch began before now */
+        js->errors_seen = e;
+    } else if (js->dirty_since || (js->be->iface->epoch && js->be->iface->epoch(js->be) != js->synced_epoch)) {
+        resync_check(js);
+    }
+}
+
+/* j held here, or — shared backend — a detached copy read from the store (*tmp; free it with
+ * drop_tmp); NULL when unknown. Lock held. */
+static job *lookup(job_store *js, const char *id, job **tmp) {
+    *tmp = NULL;
+    job *j = find(js, id);
+    if (j || !js->shared || !id) return j;
+    char *doc = NULL;
+    int64_t seq = 0;
+    if (js->be->iface->fetch(js->be, id, &doc, &seq) != 1) return NULL;
+    *tmp = job_parse(id, seq, doc);
+    free(doc);
+    return *tmp;
+}
+
+static void drop_tmp(job_store *js, job *tmp) {
+    if (tmp) job_free(js, tmp);
 }
 
 int job_store_has_idem(job_store *js, const char *owner, const char *idem_key) {
     int found = 0;
     pthread_mutex_lock(&js->lock); /* --- lock { */
+    if (js->shared) {
+        char existing[40];
+        found = js->be->iface->idem_lookup(js->be, owner ? owner : "", idem_key, existing) == 1;
+    }
     for (job *j = js->oldest; j && !found; j = j->next)
         found = j->idem_key && strcmp(j->idem_key, idem_key) == 0 && strcmp(j->owner, owner ? owner : "") == 0;
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return found;
+}
+
+/* The job created earlier under (owner, idem_key): 0 with id_out when its request equals request,
+ * -1 with err otherwise. Lock held. */
+static int idem_replay(const job *j, const char *idem_key, const json_t *request, char id_out[40], um_err *err) {
+    if (!json_equal(j->request, (json_t *)request))
+        return um_err_param(err, "Idempotency-Key",
+                            "Idempotency-Key '%.64s' was already used with a different request body", idem_key);
+    snprintf(id_out, 40, "%s", j->id);
+    return 0;
+}
+
+/* Forgets a job that was never accepted (its write-through failed, or another server holds its
+ * Idempotency-Key); lock held. */
+static void discard_new(job_store *js, job *j) {
+    js->n_active--;
+    if (js->be) js->be->iface->delete_job(js->be, j->id);
+    unlink_job(js, j);
+    job_free(js, j);
 }
 
 int job_store_create(job_store *js, const char *owner, const char *idem_key, const json_t *request,
@@ -277,17 +366,10 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     if (idem_key && idem_key[0]) {
         for (job *j = js->oldest; j; j = j->next) {
             if (j->idem_key && strcmp(j->idem_key, idem_key) == 0 && strcmp(j->owner, owner) == 0) {
-                int same = json_equal(j->request, (json_t *)request);
-                if (same) {
-                    snprintf(id_out, 40, "%s", j->id);
-                    *existed = 1;
-                }
+                int rc = idem_replay(j, idem_key, request, id_out, err);
+                *existed = rc == 0;
                 pthread_mutex_unlock(&js->lock);
-                if (!same)
-                    return um_err_param(err, "Idempotency-Key",
-                                        "Idempotency-Key '%.64s' was already used with a different request body",
-                                        idem_key);
-                return 0;
+                return rc;
             }
         }
     }
@@ -323,43 +405,55 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     j->created_at = unix_now();
     j->next_event_id = 1;
     j->first_kept_id = 1;
-    charge(js, j, (long)req_bytes);
     snprintf(j->webhook_status, sizeof j->webhook_status, "%s", webhook ? "pending" : "");
-    unsigned h = hash_id(j->id);
-    j->hnext = js->buckets[h];
-    js->buckets[h] = j;
-    j->prev = js->newest;
-    if (js->newest) js->newest->next = j;
-    else js->oldest = j;
-    js->newest = j;
-    js->n++;
-    js->n_active++;
     j->seq = js->next_seq++;
-    const long failed_before = js->db ? job_db_write_errors(js->db) : 0;
+    link_job(js, j);
+    const long failed_before = js->be ? js->be->iface->write_errors(js->be) : 0;
     db_begin(js);
     persist(js, j);
     json_t *ev = json_pack("{s:s, s:s}", "type", "status", "status", "queued");
     log_event(js, j, ev);
     json_decref(ev);
     db_end(js); /* durable before the 202 */
-    if (js->db && job_db_write_errors(js->db) != failed_before) { /* not durable: not accepted */
-        const char *why = job_db_failing(js->db);
+    if (js->shared && j->idem_key) { /* across servers: the first to claim the key wins */
+        char other[40] = "";
+        int r = js->be->iface->idem_claim(js->be, owner, idem_key, j->id, other);
+        if (r == 0) {
+            discard_new(js, j);
+            job *tmp = NULL, *o = lookup(js, other, &tmp);
+            int rc = o ? idem_replay(o, idem_key, request, id_out, err)
+                       : um_err_set(err, UM_ERR_IO, "the job of Idempotency-Key '%.64s' is not readable; retry later",
+                                    idem_key);
+            *existed = rc == 0;
+            drop_tmp(js, tmp);
+            pthread_mutex_unlock(&js->lock);
+            return rc;
+        }
+    }
+    if (js->shared && js->be->iface->write_errors(js->be) == failed_before) js->be->iface->enqueue(js->be, j->id);
+    if (js->be && js->be->iface->write_errors(js->be) != failed_before) { /* not durable: not accepted */
+        const char *why = js->be->iface->failing(js->be);
         char msg[300];
         snprintf(msg, sizeof msg, "%s", why ? why : "write failed");
-        js->n_active--;
-        evict(js, j);
+        discard_new(js, j);
         pthread_mutex_unlock(&js->lock);
         return um_err_set(err, UM_ERR_IO, "the job store cannot write (%s); the job was not accepted, retry later", msg);
     }
     snprintf(id_out, 40, "%s", j->id);
+    if (js->shared) { /* the server that takes it from the queue holds it; this one reads it from the store */
+        js->n_active--;
+        unlink_job(js, j);
+        job_free(js, j);
+    }
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return 0;
 }
 
 int job_store_exists(job_store *js, const char *id, const char *owner) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     int ok = j && strcmp(j->owner, owner ? owner : "") == 0;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
     return ok;
 }
@@ -401,17 +495,42 @@ static json_t *job_json(const job *j) {
 
 json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
     pthread_mutex_lock(&js->lock); /* --- lock { */
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     json_t *o = j && strcmp(j->owner, owner ? owner : "") == 0 ? job_json(j) : NULL;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return o;
+}
+
+/* Shared backend: owner's jobs from the store, newest first, as a detached chain (prev links);
+ * lock held. */
+static job *list_shared(job_store *js, const char *owner) {
+    char(*ids)[40] = NULL;
+    int n = js->be->iface->list(js->be, owner ? owner : "", &ids);
+    job *newest = NULL, *last = NULL;
+    for (int i = 0; i < n; i++) {
+        job *tmp, *j = lookup(js, ids[i], &tmp);
+        if (!j) continue;
+        if (!tmp) { /* held here: a detached copy of its current state */
+            char *doc = job_doc(j);
+            tmp = job_parse(j->id, j->seq, doc);
+            free(doc);
+            if (!tmp) continue;
+        }
+        if (last) last->prev = tmp;
+        else newest = tmp;
+        last = tmp;
+    }
+    free(ids);
+    return newest;
 }
 
 int job_store_list(job_store *js, const char *owner, int status, const char *after, int limit, json_t **out) {
     json_t *data = json_array();
     int has_more = 0, found_after = !after || !after[0];
     pthread_mutex_lock(&js->lock); /* --- lock { */
-    for (job *j = js->newest; j; j = j->prev) {
+    job *chain = js->shared ? list_shared(js, owner) : NULL;
+    for (job *j = js->shared ? chain : js->newest; j; j = j->prev) {
         if (strcmp(j->owner, owner ? owner : "") != 0) continue;
         if (!found_after) {
             found_after = strcmp(j->id, after) == 0;
@@ -423,6 +542,11 @@ int job_store_list(job_store *js, const char *owner, int status, const char *aft
             break;
         }
         json_array_append_new(data, job_json(j));
+    }
+    while (chain) {
+        job *p = chain->prev;
+        job_free(js, chain);
+        chain = p;
     }
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     if (!found_after) {
@@ -438,24 +562,27 @@ int job_store_list(job_store *js, const char *owner, int status, const char *aft
 
 char *job_store_owner(job_store *js, const char *id) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     char *o = j ? xstrdup(j->owner) : NULL;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
     return o;
 }
 
 json_t *job_store_request(job_store *js, const char *id) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     json_t *r = j ? json_deep_copy(j->request) : NULL;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
     return r;
 }
 
 enum job_status job_store_status(job_store *js, const char *id) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     enum job_status s = j ? j->status : JOB_FAILED;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
     return s;
 }
@@ -518,7 +645,11 @@ void job_store_succeed(job_store *js, const char *id, const json_t *result) {
 void job_store_cancelled(job_store *js, const char *id) {
     pthread_mutex_lock(&js->lock);
     job *j = find(js, id);
-    if (j && !job_status_terminal(j->status)) set_terminal(js, j, JOB_CANCELLED);
+    if (j && !job_status_terminal(j->status)) {
+        db_begin(js);
+        set_terminal(js, j, JOB_CANCELLED);
+        db_end(js);
+    }
     pthread_mutex_unlock(&js->lock);
 }
 
@@ -540,7 +671,9 @@ int job_store_attempt_failed(job_store *js, const char *id, const char *message)
         } else {
             free(j->error);
             j->error = xstrdup(message ? message : "engine failure");
+            db_begin(js);
             set_terminal(js, j, JOB_FAILED);
+            db_end(js);
         }
     }
     pthread_mutex_unlock(&js->lock);
@@ -565,18 +698,32 @@ int job_store_fail_unfinished(job_store *js, const char *message, char (**ids_ou
 
 int job_store_cancel(job_store *js, const char *id, const char *owner) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     int r = 0;
     if (j && strcmp(j->owner, owner ? owner : "") == 0 && !job_status_terminal(j->status)) {
         j->cancel_requested = 1;
-        if (j->status == JOB_QUEUED) {
+        db_begin(js);
+        if (tmp) { /* held by another server (or still in the queue): tell whoever runs it, write it back */
+            js->be->iface->cancel_signal(js->be, id);
+            if (j->status == JOB_QUEUED) {
+                j->status = JOB_CANCELLED;
+                j->completed_at = unix_now();
+                r = 1;
+            } else {
+                r = 2;
+            }
+            persist(js, j);
+            if (r == 1) log_status(js, j);
+        } else if (j->status == JOB_QUEUED) {
             set_terminal(js, j, JOB_CANCELLED);
             r = 1;
         } else {
             persist(js, j); /* a cancel asked for survives a restart: the job is not run again */
             r = 2;
         }
+        db_end(js);
     }
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
     return r;
 }
@@ -591,21 +738,44 @@ int job_store_cancel_requested(job_store *js, const char *id) {
 
 void job_store_webhook_state(job_store *js, const char *id, const char *status, int attempts) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     if (j) {
         snprintf(j->webhook_status, sizeof j->webhook_status, "%s", status);
         j->webhook_attempts = attempts;
+        db_begin(js);
         persist(js, j);
+        maybe_ack(js, j);
+        db_end(js);
     }
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
 }
 
 char *job_store_webhook(job_store *js, const char *id) {
     pthread_mutex_lock(&js->lock);
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     char *w = j && j->webhook ? xstrdup(j->webhook) : NULL;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock);
     return w;
+}
+
+/* Events from..from+max-1 of a job another server holds, read from the store: the ones present,
+ * up to the first gap (its document may lag its newest events; the terminal document and its
+ * last event are written in one transaction). Lock held. */
+static int remote_events(job_store *js, const job *j, int64_t from, int max, job_event_copy **out, int *terminal) {
+    if (max > 256) max = 256;
+    char **docs = xcalloc((size_t)max, sizeof *docs);
+    int n = 0;
+    if (js->be->iface->fetch_events(js->be, j->id, from, max, docs) == 0)
+        while (n < max && docs[n]) n++;
+    job_event_copy *ev = n ? xcalloc((size_t)n, sizeof *ev) : NULL;
+    for (int i = 0; i < n; i++) ev[i].id = from + i, ev[i].json = docs[i], docs[i] = NULL;
+    for (int i = 0; i < max; i++) free(docs[i]);
+    free(docs);
+    *terminal = job_status_terminal(j->status) && n < max;
+    *out = ev;
+    return n;
 }
 
 int job_store_events_since(job_store *js, const char *id, int64_t after_id, int max, job_event_copy **out,
@@ -613,14 +783,21 @@ int job_store_events_since(job_store *js, const char *id, int64_t after_id, int 
     *out = NULL;
     *terminal = 0;
     pthread_mutex_lock(&js->lock); /* --- lock { */
-    job *j = find(js, id);
+    job *tmp, *j = lookup(js, id, &tmp);
     if (!j) {
         pthread_mutex_unlock(&js->lock);
         return um_err_set(err, UM_ERR_INVALID_ARG, "no job '%s'", id);
     }
     if (after_id < 0) after_id = 0;
+    if (tmp && after_id + 1 >= j->first_kept_id) { /* held by another server: its log in the store */
+        int n = remote_events(js, j, after_id + 1, max, out, terminal);
+        drop_tmp(js, tmp);
+        pthread_mutex_unlock(&js->lock);
+        return n;
+    }
     if (after_id + 1 < j->first_kept_id) {
         int64_t first = j->first_kept_id;
+        drop_tmp(js, tmp);
         pthread_mutex_unlock(&js->lock);
         return um_err_param(err, "Last-Event-ID",
                             "events after %lld are no longer retained (the oldest kept is %lld); fetch the job "
@@ -638,6 +815,7 @@ int job_store_events_since(job_store *js, const char *id, int64_t after_id, int 
         ev[i].json = xstrdup(e ? e : "{\"type\":\"lost\"}"); /* a write the durable store failed */
     }
     *terminal = job_status_terminal(j->status) && from + n >= to;
+    drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     *out = ev;
     return n;
@@ -670,15 +848,15 @@ void job_store_counts(job_store *js, int *queued, int *running, int *total) {
 
 /* ---------------------------------------------------------------- loading it back */
 
-static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
-    job_store *js = user;
+/* A job from its durable document (detached: in no list, charged nothing), or NULL when the
+ * document is unreadable. */
+static job *job_parse(const char *id, int64_t seq, const char *doc) {
     json_error_t je;
     json_t *o = json_loads(doc, 0, &je);
     const json_t *req = json_object_get(o, "request");
-    if (!o || !json_is_object(req) || strlen(id) >= sizeof ((job *)0)->id || find(js, id)) {
-        log_warn("job store: job %s has an unreadable row; skipped", id);
+    if (!o || !json_is_object(req) || strlen(id) >= sizeof ((job *)0)->id) {
         json_decref(o);
-        return;
+        return NULL;
     }
     job *j = xcalloc(1, sizeof *j);
     snprintf(j->id, sizeof j->id, "%s", id);
@@ -709,17 +887,32 @@ static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
     if (j->first_kept_id < 1) j->first_kept_id = 1;
     if (j->next_event_id < j->first_kept_id) j->next_event_id = j->first_kept_id;
     json_decref(o);
+    return j;
+}
+
+/* Adds a parsed job to the store (newest); lock held. */
+static void link_job(job_store *js, job *j) {
     charge(js, j, (long)(json_bytes(j->request) + JOB_OVERHEAD + json_bytes(j->result)));
     unsigned h = hash_id(j->id);
     j->hnext = js->buckets[h];
     js->buckets[h] = j;
-    j->prev = js->newest; /* rows come in creation order */
+    j->prev = js->newest;
     if (js->newest) js->newest->next = j;
     else js->oldest = j;
     js->newest = j;
     js->n++;
     if (!job_status_terminal(j->status)) js->n_active++;
-    if (seq >= js->next_seq) js->next_seq = seq + 1;
+    if (j->seq >= js->next_seq) js->next_seq = j->seq + 1;
+}
+
+static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
+    job_store *js = user;
+    job *j = find(js, id) ? NULL : job_parse(id, seq, doc);
+    if (!j) {
+        log_warn("job store: job %s has an unreadable row; skipped", id);
+        return;
+    }
+    link_job(js, j); /* rows come in creation order */
 }
 
 static void load_event(void *user, const char *id, int64_t eid, const char *doc) {
@@ -745,9 +938,9 @@ static void load_event(void *user, const char *id, int64_t eid, const char *doc)
 }
 
 int job_store_load(job_store *js, um_err *err) {
-    if (!js->db) return 0;
+    if (!js->be || !js->be->iface->load) return 0;
     pthread_mutex_lock(&js->lock); /* --- lock { */
-    int rc = job_db_load(js->db, load_job, load_event, js, err);
+    int rc = js->be->iface->load(js->be, load_job, load_event, js, err);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return rc;
 }
@@ -784,11 +977,12 @@ int job_store_recover(job_store *js, const char *why, char (**queued_out)[40], c
     return nq;
 }
 
-int job_store_durable(job_store *js) { return js->db != NULL; }
+int job_store_durable(job_store *js) { return js->be != NULL; }
+int job_store_shared(job_store *js) { return js->shared; }
 
 int job_store_failing(job_store *js, char *buf, size_t cap) {
     pthread_mutex_lock(&js->lock);
-    const char *why = job_db_failing(js->db);
+    const char *why = js->be ? js->be->iface->failing(js->be) : NULL;
     if (why) snprintf(buf, cap, "%s", why);
     pthread_mutex_unlock(&js->lock);
     return why != NULL;
@@ -796,7 +990,7 @@ int job_store_failing(job_store *js, char *buf, size_t cap) {
 
 long job_store_write_errors(job_store *js) {
     pthread_mutex_lock(&js->lock);
-    long n = job_db_write_errors(js->db);
+    long n = js->be ? js->be->iface->write_errors(js->be) : 0;
     pthread_mutex_unlock(&js->lock);
     return n;
 }
@@ -811,4 +1005,166 @@ void job_store_batch_end(job_store *js) {
     pthread_mutex_lock(&js->lock);
     db_end(js);
     pthread_mutex_unlock(&js->lock);
+}
+
+/* ---------------------------------------------------------------- outages and shared stores */
+
+/* Writes again every job that changed since writes began failing (since > 0), and with all_active
+ * every unfinished job with its kept events (a store that came back may have lost them); lock
+ * held. */
+static void resync(job_store *js, double since, int all_active) {
+    int n = 0;
+    js->be->iface->begin(js->be);
+    for (job *j = js->oldest; j; j = j->next) {
+        if (!((since > 0 && j->touched >= since) || (all_active && !job_status_terminal(j->status)))) continue;
+        persist(js, j);
+        for (int64_t id = j->first_kept_id; id < j->next_event_id && j->ring_cap; id++)
+            if (j->ring[id % j->ring_cap]) js->be->iface->put_event(js->be, j->id, id, j->ring[id % j->ring_cap]);
+        maybe_ack(js, j);
+        n++;
+    }
+    js->be->iface->end(js->be);
+    js->errors_seen = js->be->iface->write_errors(js->be);
+    if (n) log_info("job store: %d job%s written again after the store came back", n, n == 1 ? "" : "s");
+}
+
+/* After a reconnection, or once writes work again: write what the store missed. Lock held. */
+static void resync_check(job_store *js) {
+    if (!js->be || js->be->iface->failing(js->be)) return;
+    uint64_t ep = js->be->iface->epoch ? js->be->iface->epoch(js->be) : 0;
+    int reconnected = ep != js->synced_epoch;
+    if (!reconnected && !js->dirty_since) return;
+    double since = js->dirty_since;
+    js->synced_epoch = ep;
+    js->dirty_since = 0;
+    resync(js, since, reconnected);
+}
+
+int job_store_tick(job_store *js, char (**cancel_ids)[40]) {
+    *cancel_ids = NULL;
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    if (js->be && js->be->iface->tick) js->be->iface->tick(js->be);
+    resync_check(js);
+    int n = 0;
+    if (js->shared && !js->be->iface->failing(js->be)) { /* cancels asked on other servers for jobs running here */
+        for (job *j = js->oldest; j; j = j->next) {
+            if (j->status != JOB_RUNNING || j->cancel_requested || !js->be->iface->cancel_signalled(js->be, j->id)) continue;
+            j->cancel_requested = 1;
+            persist(js, j);
+            *cancel_ids = xrealloc(*cancel_ids, (size_t)(n + 1) * sizeof **cancel_ids);
+            memcpy((*cancel_ids)[n++], j->id, 40);
+        }
+    }
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return n;
+}
+
+int job_store_held(job_store *js, const char *id) {
+    pthread_mutex_lock(&js->lock);
+    int r = find(js, id) != NULL;
+    pthread_mutex_unlock(&js->lock);
+    return r;
+}
+
+/* Reads a taken job's kept events into its ring (from first_kept_id until the first gap); lock held. */
+static void adopt_events(job_store *js, job *j) {
+    enum { CHUNK = 256 };
+    char *docs[CHUNK];
+    for (int64_t from = j->first_kept_id;; from += CHUNK) {
+        memset(docs, 0, sizeof docs);
+        if (js->be->iface->fetch_events(js->be, j->id, from, CHUNK, docs) != 0) return;
+        int i = 0;
+        for (; i < CHUNK && docs[i]; i++) {
+            load_event(js, j->id, from + i, docs[i]);
+            free(docs[i]);
+        }
+        for (int k = i; k < CHUNK; k++) free(docs[k]);
+        if (i < CHUNK) return;
+    }
+}
+
+int job_store_take(job_store *js, int max, int timeout_ms, const char *why, char (**ids_out)[40], char (**hooks_out)[40],
+                   int *n_hooks) {
+    *ids_out = NULL;
+    *hooks_out = NULL;
+    *n_hooks = 0;
+    if (!js->shared || max <= 0) return 0;
+    job_taken *t = xcalloc((size_t)max, sizeof *t);
+    int n = js->be->iface->take(js->be, max, timeout_ms, t); /* the feed thread's own connection: no lock */
+    if (n <= 0) {
+        free(t);
+        return n;
+    }
+    char(*q)[40] = xcalloc((size_t)n, sizeof *q), (*h)[40] = xcalloc((size_t)n, sizeof *h);
+    int nq = 0, nh = 0;
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    db_begin(js);
+    for (int i = 0; i < n; i++) {
+        job *j = find(js, t[i].id);
+        if (j) { /* ours already (delivered again): keep the newer entry */
+            snprintf(j->qentry, sizeof j->qentry, "%s", t[i].entry);
+            continue;
+        }
+        char *doc = NULL;
+        int64_t seq = 0;
+        int r = js->be->iface->fetch(js->be, t[i].id, &doc, &seq);
+        j = r == 1 ? job_parse(t[i].id, seq, doc) : NULL;
+        free(doc);
+        if (!j) {
+            if (r == 0) js->be->iface->ack(js->be, t[i].entry); /* expired or never written: nothing to run */
+            continue;
+        }
+        snprintf(j->qentry, sizeof j->qentry, "%s", t[i].entry);
+        link_job(js, j);
+        adopt_events(js, j);
+        if (!job_status_terminal(j->status) && js->be->iface->cancel_signalled(js->be, j->id)) j->cancel_requested = 1;
+        /* a job a server that died left running: retried, or failed when its attempts are used up */
+        if (j->cancel_requested && !job_status_terminal(j->status)) {
+            set_terminal(js, j, JOB_CANCELLED);
+        } else if (j->status == JOB_RUNNING && j->attempts >= js->o.max_attempts) {
+            free(j->error);
+            j->error = xstrdup(why);
+            set_terminal(js, j, JOB_FAILED);
+        } else if (j->status == JOB_RUNNING) {
+            j->status = JOB_QUEUED;
+            persist(js, j);
+            json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
+            log_event(js, j, ev);
+            json_decref(ev);
+        }
+        if (j->status == JOB_QUEUED) memcpy(q[nq++], j->id, 40);
+        else if (j->webhook && strcmp(j->webhook_status, "pending") == 0) memcpy(h[nh++], j->id, 40);
+        else maybe_ack(js, j);
+    }
+    db_end(js);
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    free(t);
+    *ids_out = q;
+    *hooks_out = h;
+    *n_hooks = nh;
+    return nq;
+}
+
+int job_store_release(job_store *js, const char *why) {
+    if (!js->shared) return 0;
+    int n = 0;
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    db_begin(js);
+    for (job *j = js->oldest; j; j = j->next) {
+        if (job_status_terminal(j->status) || !j->qentry[0]) continue;
+        if (j->status == JOB_RUNNING) { /* interrupted, not failed: the attempt is not counted */
+            j->status = JOB_QUEUED;
+            if (j->attempts > 0) j->attempts--;
+            json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
+            log_event(js, j, ev);
+            json_decref(ev);
+        }
+        persist(js, j);
+        js->be->iface->requeue(js->be, j->id, j->qentry);
+        j->qentry[0] = 0;
+        n++;
+    }
+    db_end(js);
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return n;
 }

@@ -40,15 +40,18 @@ typedef struct job_store_opts {
     size_t max_bytes;       /* requests + results + event logs of every job; default 256 MB. A job
                                that does not fit once finished ones are evicted is refused (-> 503);
                                a log that outgrows it loses its oldest events */
-    struct job_db *db;      /* durable store (jobs/job_db.h), owned by the store; NULL = memory only */
+    struct job_backend *backend; /* durable store (jobs/job_backend.h: SQLite or Redis), owned by the
+                               store from then on; NULL = memory only */
 } job_store_opts;
 
 job_store *job_store_new(const job_store_opts *o);
 
 /* ---------------------------------------------------------------- durability
- * With opts.db (an open job_db, owned by the store from then on) every change is written through
- * to that SQLite file, and job_store_load() reads it back at start (jobs, results, event logs,
- * webhook states, attempt counts, idempotency keys). */
+ * With opts.backend every change is written through to it. A backend of this server alone
+ * (SQLite) is read back at start by job_store_load() (jobs, results, event logs, webhook states,
+ * attempt counts, idempotency keys). A shared backend (Redis; job_store_shared) is not loaded:
+ * new jobs go to its queue, the job feed thread takes what this server can run (job_store_take),
+ * and a job held by another server is read from the backend whenever it is asked for. */
 int  job_store_load(job_store *js, um_err *err);
 /* After a load: jobs a previous process left running go back to queued with a "retry" event
  * (reason why) — or fail when their attempts are used up, or end cancelled when a cancel was
@@ -56,6 +59,23 @@ int  job_store_load(job_store *js, um_err *err);
  * (*n_hooks) the finished jobs whose webhook was never delivered (send them again). Free both. */
 int  job_store_recover(job_store *js, const char *why, char (**queued_out)[40], char (**hooks_out)[40], int *n_hooks);
 int  job_store_durable(job_store *js);          /* 1 with a durable store */
+int  job_store_shared(job_store *js);           /* 1 when the store is shared with other servers (Redis) */
+/* Shared store, the job feed thread: take up to max queued jobs (and jobs of servers that died,
+ * which are retried — reason why — or fail when their attempts are used up) from the queue,
+ * waiting up to timeout_ms, into this server's memory. Returns how many are queued to run here
+ * (*ids_out), -1 when the store is unreachable; *hooks_out (*n_hooks) lists finished jobs whose
+ * webhook is still to be delivered. Free both. */
+int  job_store_take(job_store *js, int max, int timeout_ms, const char *why, char (**ids_out)[40],
+                    char (**hooks_out)[40], int *n_hooks);
+/* About once a second (the feed thread): keep the backend's connection alive / reconnect it, and
+ * write again what it missed. Returns how many jobs running here were cancelled from another
+ * server (*cancel_ids, free it): stop their engine work. */
+int  job_store_tick(job_store *js, char (**cancel_ids)[40]);
+/* 1 when job id is held in this server's memory (with a shared store: it runs here). */
+int  job_store_held(job_store *js, const char *id);
+/* Shared store, shutdown: every unfinished job taken here goes back to the queue (a running one's
+ * interrupted attempt is not counted). Returns how many. */
+int  job_store_release(job_store *js, const char *why);
 long job_store_write_errors(job_store *js);     /* durable writes that failed since start */
 /* 1 while the durable store's writes fail (until one succeeds again), the error in buf. */
 int  job_store_failing(job_store *js, char *buf, size_t cap);

@@ -26,6 +26,7 @@
 #include "api/sse.h"
 #include "decode/event_json.h"
 #include "jobs/job_db.h"
+#include "jobs/job_redis.h"
 #include "server/http_api_internal.h"
 #include "server/callers.h"
 #include "server/metrics.h"
@@ -352,7 +353,7 @@ static double gauge_jobs(void *user) {
     const gauge_ref *g = user;
     int q = 0, r = 0, t = 0;
     job_store_counts(g->api->jobs, &q, &r, &t);
-    return g->which == 0 ? q : r;
+    return g->which == 0 ? q : g->which == 1 ? r : t;
 }
 
 static double gauge_streams(void *user) { return ((const gauge_ref *)user)->api->n_streams; }
@@ -365,11 +366,13 @@ static double gauge_store(void *user) {
 
 static void gauges_register(http_api *a) {
     metrics *m = server_metrics(a->srv);
-    for (int i = 0; i < 2; i++) a->gauges[i] = (gauge_ref){a, i};
+    for (int i = 0; i < 3; i++) a->gauges[i] = (gauge_ref){a, i};
     metrics_gauge_register(m, "queue_depth", "Generation requests waiting for admission.", gauge_sched, &a->gauges[0]);
     metrics_gauge_register(m, "active_sequences", "Sequences being denoised now.", gauge_sched, &a->gauges[1]);
     metrics_gauge_register(m, "jobs_queued", "Async jobs waiting to run.", gauge_jobs, &a->gauges[0]);
     metrics_gauge_register(m, "jobs_running", "Async jobs running.", gauge_jobs, &a->gauges[1]);
+    metrics_gauge_register(m, "jobs_held", "Async jobs in this server's memory (--store redis: the jobs this replica took "
+                           "from the shared queue and has not evicted).", gauge_jobs, &a->gauges[2]);
     metrics_gauge_register(m, "http_streams_open", "Open HTTP generation responses.", gauge_streams, &a->gauges[0]);
     metrics_gauge_register(m, "model_ready", "1 once the model is loaded.", gauge_ready, &a->gauges[0]);
     metrics_gauge_register(m, "job_store_write_errors", "Durable job store writes that failed since start.", gauge_store,
@@ -404,8 +407,9 @@ static const http_route k_api_routes[] = {
     {NULL, NULL, 0, NULL, 0},
 };
 
-/* --store: NULL *db for memory, else the SQLite job store opened (its directory created). */
-static int job_store_open(const server_config *cfg, job_db **db, um_err *err) {
+/* --store: NULL *db for memory, else the SQLite job store opened (its directory created) or the
+ * shared Redis store connected. */
+static int job_store_open(const server_config *cfg, job_backend **db, um_err *err) {
     *db = NULL;
     const char *st = cfg->store ? cfg->store : "sqlite";
     if (strcmp(st, "memory") == 0) {
@@ -420,10 +424,13 @@ static int job_store_open(const server_config *cfg, job_db **db, um_err *err) {
         snprintf(path, sizeof path, "%s/jobs.db", dir);
     } else if (strncmp(st, "sqlite:", 7) == 0 && st[7]) {
         snprintf(path, sizeof path, "%s", st + 7);
+    } else if (strncmp(st, "redis://", 8) == 0) {
+        return job_redis_open(st, cfg->job_retention_s, db, err);
     } else {
-        return um_err_param(err, "store", "--store must be sqlite, sqlite:PATH or memory, got '%s'", st);
+        return um_err_param(err, "store", "--store must be sqlite, sqlite:PATH, redis://HOST:PORT[/DB] or memory, got '%s'",
+                            st);
     }
-    if (job_db_open(path, db, err) != 0) return -1;
+    if (job_db_backend_open(path, db, err) != 0) return -1;
     log_info("job store: %s (SQLite; jobs survive restarts)", path);
     return 0;
 }
@@ -443,7 +450,7 @@ http_api *http_api_create(server *s, um_err *err) {
     const char *secret = cfg->webhook_secret ? cfg->webhook_secret : getenv("UNMASK_WEBHOOK_SECRET");
     job_store_opts jo = {.max_jobs = cfg->max_jobs, .max_active = 1000, .max_events = 4096,
                          .max_attempts = cfg->job_attempts, .max_bytes = cfg->jobs_max_bytes};
-    if (job_store_open(cfg, &jo.db, err) != 0) goto fail;
+    if (job_store_open(cfg, &jo.backend, err) != 0) goto fail;
     a->jobs = job_store_new(&jo);
     if (job_store_load(a->jobs, err) != 0) goto fail;
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,
@@ -463,6 +470,7 @@ http_api *http_api_create(server *s, um_err *err) {
     http_set_middleware(s, &mw);
     server_set_drain(s, a->shutdown_grace, drain_begin, drain_idle, a);
     server_set_on_ready(s, jobs_on_ready, a);
+    server_set_on_wake(s, jobs_on_wake, a);
     if (job_store_durable(a->jobs)) server_set_event_batch(s, jobs_batch_begin, jobs_batch_end, a);
     server_set_ws_auth(s, ws_authorize, a);
     if (auth_keys_required(&a->keys)) log_info("HTTP APIs: %d API key%s required", a->keys.n, a->keys.n == 1 ? "" : "s");
@@ -481,6 +489,7 @@ void http_api_free(http_api *a) {
     metrics_gauge_unregister_all(server_metrics(a->srv));
     jobs_shutdown(a);
     webhook_sender_free(a->wh, 2.0); /* the last webhooks: delivered within 2 s or dropped */
+    job_feed_free(a->feed);
     job_store_free(a->jobs);
     auth_keys_free(&a->keys);
     free(a->proxies);

@@ -25,6 +25,7 @@
 #include "server/callers.h"
 #include "server/http.h"
 #include "server/http_api.h"
+#include "server/job_feed.h"
 #include "server/server.h"
 
 typedef struct gen_stream gen_stream;
@@ -59,7 +60,10 @@ struct http_api {
     int             job_starting;       /* a queued job's attempt is being built (one at a time) */
     job_sub        *subs;               /* job event streams */
     gen_stream     *job_runs;           /* running jobs */
-    gauge_ref       gauges[2];          /* user pointers of the metrics gauges */
+    job_feed       *feed;               /* shared store: the thread taking jobs from it (owned), else NULL */
+    lws_sorted_usec_list_t subs_sul;    /* job event streams: polled for new events while any is open */
+    int             subs_scheduled;
+    gauge_ref       gauges[3];          /* user pointers of the metrics gauges */
 };
 
 /* ---------------------------------------------------------------- generation streams (http_gen.c) */
@@ -113,6 +117,7 @@ void jobs_recover(http_api *a);    /* at start, durable store: queue what a prev
 void jobs_on_ready(server *s, void *user);   /* the model is ready: start queued jobs */
 void jobs_batch_begin(void *user);           /* around a batch of engine events: one store commit */
 void jobs_batch_end(void *user);
+void jobs_on_wake(void *user);               /* service thread, every wake-up: what the job feed took */
 void http_jobs_register(http_api *a);
 
 /* ---------------------------------------------------------------- common (http_api.c) */

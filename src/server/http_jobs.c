@@ -23,6 +23,8 @@
 #include "util/log.h"
 
 #define JOB_PUMP_US (200 * 1000) /* retry submitting waiting jobs while the queue is full */
+#define SUBS_POLL_US (250 * 1000) /* open event streams look for new events (a job's steps, or the log
+                                     in a shared store of a job another replica runs) */
 
 static void job_prep_done(prep_job *j);
 
@@ -80,6 +82,27 @@ static int sub_flush(job_sub *s) {
     }
 }
 
+static void subs_poll_cb(lws_sorted_usec_list_t *sul) {
+    http_api *a = lws_container_of(sul, http_api, subs_sul);
+    a->subs_scheduled = 0;
+    for (job_sub *s = a->subs; s;) {
+        job_sub *next = s->next;
+        sub_flush(s);
+        s = next;
+    }
+    if (a->subs && server_lws_context(a->srv)) {
+        a->subs_scheduled = 1;
+        lws_sul_schedule(server_lws_context(a->srv), 0, &a->subs_sul, subs_poll_cb, SUBS_POLL_US);
+    }
+}
+
+static void subs_poll_later(http_api *a) {
+    if (a->subs && !a->subs_scheduled && server_lws_context(a->srv)) {
+        a->subs_scheduled = 1;
+        lws_sul_schedule(server_lws_context(a->srv), 0, &a->subs_sul, subs_poll_cb, SUBS_POLL_US);
+    }
+}
+
 static void subs_notify(http_api *a, const char *job_id) {
     job_sub *s = a->subs;
     while (s) {
@@ -129,7 +152,8 @@ static void job_webhook_send(http_api *a, const char *id, const char *owner) {
 
 /* A job reached a terminal state: notify streams, send its webhook. */
 static void job_terminal(http_api *a, const char *id, const char *owner) {
-    callers_give(server_callers(a->srv), owner, CALLER_JOBS, 1); /* taken when it was created */
+    if (!job_store_shared(a->jobs)) callers_give(server_callers(a->srv), owner, CALLER_JOBS, 1); /* taken when it was created */
+    job_feed_kick(a->feed); /* room for another job from the shared queue */
     subs_notify(a, id);
     job_webhook_send(a, id, owner);
 }
@@ -388,8 +412,10 @@ static void job_create_done(job_prep *p) {
         api_respond_error(c, &e);
         return;
     }
-    if (existed) {
-        if (taken) callers_give(cs, p->who, CALLER_JOBS, 1); /* a replay: no new job */
+    if (existed || job_store_shared(a->jobs)) {
+        /* a replay: no new job; a shared store: whichever replica runs it, the quota of unfinished
+         * jobs per key is not kept across replicas (documented) */
+        if (taken) callers_give(cs, p->who, CALLER_JOBS, 1);
     } else {
         job_q_push(a, id);
         jobs_pump(a);
@@ -504,7 +530,7 @@ static int h_jobs_get(http_conn *c, const http_req *rq) {
     a->subs = s;
     http_stream_begin(c, 200, "text/event-stream", k_sse_headers);
     http_stream_on_close(c, sub_on_close, s);
-    sub_flush(s);
+    if (!sub_flush(s)) subs_poll_later(a);
     return 0;
 }
 
@@ -561,6 +587,7 @@ static int h_jobs_delete(http_conn *c, const http_req *rq) {
 /* Drain starts: job event streams are long-lived; end them (clients reconnect with Last-Event-ID
  * to another instance or after the restart). */
 void jobs_drain_begin(http_api *a) {
+    job_feed_stop(a->feed); /* take no more jobs from a shared store */
     while (a->subs) {
         job_sub *sub = a->subs;
         out_chunk *ch = sse_frame_comment("server shutting down; reconnect with Last-Event-ID");
@@ -576,6 +603,13 @@ void jobs_drain_begin(http_api *a) {
  * fail now, so their webhooks still say so (delivered within the sender's drain), instead of
  * vanishing with the process. */
 void jobs_shutdown(http_api *a) {
+    if (job_store_shared(a->jobs)) { /* hand what this replica took back to the shared queue */
+        job_feed_stop(a->feed);
+        int n = job_store_release(a->jobs, "the server running the job shut down; another replica runs it");
+        if (n > 0) log_info("shutdown: %d unfinished job%s handed back to the shared queue", n, n == 1 ? "" : "s");
+        a->job_q_n = 0;
+        return;
+    }
     if (job_store_durable(a->jobs)) { /* queued and interrupted jobs wait in the store for the next start */
         int q = 0, r = 0, total = 0;
         job_store_counts(a->jobs, &q, &r, &total);
@@ -622,9 +656,33 @@ void jobs_recover(http_api *a) {
 void jobs_batch_begin(void *user) { job_store_batch_begin(((http_api *)user)->jobs); }
 void jobs_batch_end(void *user) { job_store_batch_end(((http_api *)user)->jobs); }
 
+static void feed_wake(void *user) { server_wake(((http_api *)user)->srv); }
+
 void jobs_on_ready(server *s, void *user) {
-    (void)s;
-    jobs_pump(user);
+    http_api *a = user;
+    if (job_store_shared(a->jobs) && !a->feed) { /* take jobs once the model can run them */
+        const server_config *cfg = server_cfg(s);
+        /* default: a full batch running and the next one ready to start as slots free */
+        a->feed = job_feed_start(a->jobs, cfg->job_capacity > 0 ? cfg->job_capacity : 2 * cfg->max_batch, feed_wake, a);
+    }
+    jobs_pump(a);
+}
+
+void jobs_on_wake(void *user) {
+    http_api *a = user;
+    job_feed_batch b;
+    if (!job_feed_drain(a->feed, &b)) return;
+    for (int i = 0; i < b.n_run; i++) job_q_push(a, b.run[i]);
+    for (int i = 0; i < b.n_hooks; i++) {
+        char *owner = job_store_owner(a->jobs, b.hooks[i]);
+        job_webhook_send(a, b.hooks[i], owner);
+        free(owner);
+    }
+    for (int i = 0; i < b.n_cancel; i++) /* asked on another replica: its sequences stop at the next step */
+        for (gen_stream *gs = a->job_runs; gs; gs = gs->next_run)
+            if (strcmp(gs->job_id, b.cancel[i]) == 0) gen_cancel_all(gs);
+    job_feed_batch_free(&b);
+    jobs_pump(a);
 }
 
 static const http_route k_job_routes[] = {

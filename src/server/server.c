@@ -95,6 +95,8 @@ struct server {
     void           *drain_user;
     void          (*on_ready)(server *s, void *user);   /* server_set_on_ready */
     void           *on_ready_user;
+    void          (*on_wake)(void *user);                /* server_set_on_wake */
+    void           *on_wake_user;
     void          (*batch_begin)(void *user);            /* server_set_event_batch */
     void          (*batch_end)(void *user);
     void           *batch_user;
@@ -139,6 +141,15 @@ void server_set_event_batch(server *s, void (*begin)(void *user), void (*end)(vo
 void server_set_on_ready(server *s, void (*ready)(server *s, void *user), void *user) {
     s->on_ready = ready;
     s->on_ready_user = user;
+}
+
+void server_set_on_wake(server *s, void (*wake)(void *user), void *user) {
+    s->on_wake = wake;
+    s->on_wake_user = user;
+}
+
+void server_wake(server *s) {
+    if (s->ctx) lws_cancel_service(s->ctx);
 }
 
 /* Also true between the signal and the loop noticing it, so no request slips in meanwhile. */
@@ -319,6 +330,7 @@ void server_on_wake(server *s) {
     }
     if (batch) s->batch_end(s->batch_user);
     prep_pool_drain(s->prep); /* prepared requests: submitted (accepted) or refused now */
+    if (s->on_wake) s->on_wake(s->on_wake_user);
 }
 
 /* ---------------------------------------------------------------- loader thread */

@@ -77,6 +77,11 @@ int  server_draining(const server *s);
 /* ready(s, user) runs once on the service thread when the model is loaded and the server serves
  * (the HTTP APIs start the async jobs a previous run left queued). Main thread, before server_run. */
 void server_set_on_ready(server *s, void (*ready)(server *s, void *user), void *user);
+/* wake(user) runs on the service thread after every wake-up (after engine events and prepared
+ * requests): a layer whose own threads hand it work calls server_wake() (any thread) and takes
+ * that work here. Main thread, before server_run. */
+void server_set_on_wake(server *s, void (*wake)(void *user), void *user);
+void server_wake(server *s);   /* any thread */
 /* begin(user) / end(user) bracket each batch of engine events the service thread delivers (one
  * wake-up: typically one decode step of every running sequence), so a layer can group its work
  * per batch (the durable job store commits a step's events together). Main thread, before server_run. */

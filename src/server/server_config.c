@@ -190,7 +190,13 @@ static const setting k_settings[] = {
      0, NULL},
     {"store", SET_STR, F(store), "sqlite", 0, 0,
      "where async jobs live: sqlite (DATA_DIR/jobs.db) | sqlite:PATH (durable: survive restarts and crashes; one server "
-     "per file) | memory (lost at exit)", NULL, NULL, 0, NULL},
+     "per file) | redis://HOST:PORT[/DB] (shared by every replica pointed at it: one queue, jobs readable on any) | "
+     "memory (lost at exit)", NULL, NULL, 0, NULL},
+    {"job-retention", SET_NUM, F(job_retention_s), "86400", 1, INF,
+     "--store redis: seconds a finished job (result, event log) and an Idempotency-Key are kept", NULL, NULL, 0, NULL},
+    {"job-capacity", SET_INT, F(job_capacity), "0", 0, 100000,
+     "--store redis: unfinished jobs this replica takes from the shared queue at a time (0 = 2 x --max-batch: a batch running, the next ready)", NULL, NULL,
+     0, NULL},
     {"data-dir", SET_STR, F(data_dir), "unmask-data", 0, 0, "directory of the default durable files (created)", NULL, NULL,
      0, NULL},
     {"shutdown-grace", SET_NUM, F(shutdown_grace_s), "30", 0, INF,

@@ -56,7 +56,10 @@ typedef struct server_config {
     char  *cache;                 /* requests' default KV cache: auto | none | prefix | dual | vicinity */
     char  *webhook_secret;        /* HMAC key of job webhooks, or NULL ($UNMASK_WEBHOOK_SECRET) */
     char  *trusted_proxies;       /* CIDR list of reverse proxies whose X-Forwarded-For is believed */
-    char  *store;                 /* async jobs' store: sqlite (= DATA_DIR/jobs.db) | sqlite:PATH | memory */
+    char  *store;                 /* async jobs' store: sqlite (= DATA_DIR/jobs.db) | sqlite:PATH |
+                                     redis://HOST:PORT[/DB] (shared by replicas) | memory */
+    double job_retention_s;       /* redis: seconds a finished job (result, events) is kept */
+    int    job_capacity;          /* redis: unfinished jobs this server takes at a time, 0 = --max-batch */
     char  *data_dir;              /* where the default durable files live */
     int    webhook_attempts;      /* delivery attempts per webhook */
     double webhook_retry_base_s;  /* first retry delay, doubling */

@@ -146,7 +146,7 @@ test('bad stores are clear startup errors, nothing is reset', async () => {
   assert.deepEqual(fs.readFileSync(junk), before);
   const unknown = run(['--store', 'postgres://x']);
   assert.equal(unknown.status, 2);
-  assert.match(unknown.stderr, /--store must be sqlite, sqlite:PATH or memory/);
+  assert.match(unknown.stderr, /--store must be sqlite, sqlite:PATH, redis:\/\/HOST:PORT\[\/DB\] or memory/);
 });
 
 test('a store that cannot write: new jobs 503 + Retry-After, /health degraded, running work finishes, then it recovers', async () => {
