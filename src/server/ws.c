@@ -5,6 +5,8 @@
  *
  * Every connection gets a fresh session (session.created is its first event); session.resume
  * moves the connection onto an earlier session and replays what the client missed.
+ * With --store redis:// a resume of a session this replica does not hold loads it from Redis and
+ * follows it (on_resume_remote, session.h: followed sessions; server/ws_store.h).
  * Close codes: 1009 message too big, 1007 invalid UTF-8 (lws), 1013 too many sessions,
  * 4001 session resumed on another connection, 4008 session buffer overflow.
  *
