@@ -627,6 +627,11 @@ static const struct job_backend_i k_redis_iface = {
     .epoch = be_epoch,
 };
 
+const char *job_redis_consumer(const job_backend *b) {
+    if (!b || b->iface != &k_redis_iface) return NULL;
+    return ((const job_redis *)b->context)->me;
+}
+
 int job_redis_open(const char *url, double retention_s, job_backend **out, um_err *err) {
     *out = NULL;
     job_redis *r = xcalloc(1, sizeof *r);

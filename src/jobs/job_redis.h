@@ -20,4 +20,8 @@ int job_redis_parse_url(const char *url, char *host, size_t cap, int *port, int 
  * retention_s: how long a finished job (result, event log) is kept. */
 int job_redis_open(const char *url, double retention_s, job_backend **out, um_err *err);
 
+/* This server's consumer name in a Redis store (its heartbeat is unmask:alive:<name>); NULL when b
+ * is not a Redis store. */
+const char *job_redis_consumer(const job_backend *b);
+
 #endif /* UM_JOB_REDIS_H */

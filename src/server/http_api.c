@@ -32,6 +32,7 @@
 #include "server/metrics.h"
 #include "server/server_internal.h"
 #include "server/trace.h"
+#include "server/ws_store.h"
 #include "util/json_util.h"
 #include "util/log.h"
 #include "util/netaddr.h"
@@ -451,6 +452,14 @@ http_api *http_api_create(server *s, um_err *err) {
     job_store_opts jo = {.max_jobs = cfg->max_jobs, .max_active = 1000, .max_events = 4096,
                          .max_attempts = cfg->job_attempts, .max_bytes = cfg->jobs_max_bytes};
     if (job_store_open(cfg, &jo.backend, err) != 0) goto fail;
+    if (job_redis_consumer(jo.backend)) { /* WebSocket session logs in the same Redis */
+        ws_store *wst = NULL;
+        if (ws_store_open(cfg->store, job_redis_consumer(jo.backend), cfg->session_retention_s, &wst, err) != 0) {
+            job_backend_free(jo.backend);
+            goto fail;
+        }
+        ws_state_set_store(server_ws(s), wst);
+    }
     a->jobs = job_store_new(&jo);
     if (job_store_load(a->jobs, err) != 0) goto fail;
     webhook_config wc = {.secret = secret ? secret : "", .max_attempts = cfg->webhook_attempts,

@@ -68,6 +68,9 @@ void ws_state_free(struct ws_state *w);
 /* Before lws_context_destroy: cancel every session timer and stop scheduling new ones. */
 void ws_state_shutdown(struct ws_state *w);
 void ws_get_conn_stats(const struct ws_state *w, server_conn_stats *out);
+/* --store redis://: the sessions' event logs go to st (owned by w from now on; server/ws_store.h). */
+struct ws_store;
+void ws_state_set_store(struct ws_state *w, struct ws_store *st);
 /* 1 when every connected session has written all its events (graceful shutdown waits for it). */
 int  ws_flushed(const struct ws_state *w);
 /* Shutdown: every WebSocket connection writes what its session still holds, then closes with

@@ -52,7 +52,7 @@ static void acct_add(ws_session *s, const ws_frame *f) {
     s->bytes += f->cost;
     s->w->bytes += f->cost;
     s->n_frames++;
-    if (!f->buf) {
+    if (!f->written_once) {
         s->bytes_unsent += f->cost;
         s->n_unsent++;
     }
@@ -62,7 +62,7 @@ static void acct_sub(ws_session *s, const ws_frame *f) {
     s->bytes -= f->cost;
     s->w->bytes -= f->cost;
     s->n_frames--;
-    if (!f->buf) {
+    if (!f->written_once) {
         s->bytes_unsent -= f->cost;
         s->n_unsent--;
     }
@@ -77,21 +77,27 @@ static void pop_head(ws_session *s) {
     frame_free(f);
 }
 
-/* Serialize f as {"type", "id"?, "seq", ...rest} with the next seq. */
-static void frame_serialize(ws_session *s, ws_frame *f) {
-    CHECK(f->obj && !f->buf);
-    acct_sub(s, f);
-    f->seq = s->next_seq++;
+/* obj as {"type", "id"?, "seq"?, ...rest} (seq 0: none), malloc'd text. */
+static char *event_text(json_t *obj, uint64_t seq) {
     json_t *w = json_object();
-    json_t *type = json_object_get(f->obj, "type");
+    json_t *type = json_object_get(obj, "type");
     if (type) json_object_set(w, "type", type);
-    json_t *id = json_object_get(f->obj, "id");
+    json_t *id = json_object_get(obj, "id");
     if (id) json_object_set(w, "id", id);
-    json_object_set_new(w, "seq", json_integer((json_int_t)f->seq));
-    json_object_update_missing(w, f->obj);
+    if (seq) json_object_set_new(w, "seq", json_integer((json_int_t)seq));
+    json_object_update_missing(w, obj);
     char *text = json_dumps(w, UM_JSON_COMPACT);
     CHECK(text);
     json_decref(w);
+    return text;
+}
+
+/* Serialize f with the next seq (a followed session's own frames: none). */
+static void frame_serialize(ws_session *s, ws_frame *f) {
+    CHECK(f->obj && !f->buf);
+    acct_sub(s, f);
+    f->seq = s->followed ? 0 : s->next_seq++;
+    char *text = event_text(f->obj, f->seq);
     json_decref(f->obj);
     f->obj = NULL;
     f->len = strlen(text);
@@ -137,6 +143,26 @@ static void trim(ws_session *s) {
 }
 
 static void append(ws_session *s, ws_frame *f) {
+    f->next = NULL;
+    if (s->tail) s->tail->next = f;
+    else s->head = f;
+    s->tail = f;
+    if (!s->cursor) s->cursor = f;
+    acct_add(s, f);
+    if (s->w->store && !s->followed && !f->buf) { /* its seq now, and into the store's log */
+        frame_serialize(s, f);
+        ws_store_append(s->w->store, s->token, s->who, (const char *)f->buf + LWS_PRE, f->len);
+    }
+}
+
+/* A frame already serialized (text with its seq) at the end. */
+static void append_raw(ws_session *s, const char *text, size_t len, uint64_t seq) {
+    ws_frame *f = xcalloc(1, sizeof *f);
+    f->seq = seq;
+    f->len = len;
+    f->buf = xmalloc(LWS_PRE + len);
+    memcpy(f->buf + LWS_PRE, text, len);
+    f->cost = len + FRAME_OVERHEAD;
     f->next = NULL;
     if (s->tail) s->tail->next = f;
     else s->head = f;
@@ -244,6 +270,9 @@ void session_destroy(ws_session *s) {
     ws_state *w = s->w;
     if (s->sul_armed) lws_sul_cancel(&s->sul);
     s->sul_armed = 0;
+    if (s->follow_armed) lws_sul_cancel(&s->sul_follow);
+    s->follow_armed = 0;
+    if (s->follow_open) json_decref(s->follow_open);
     while (s->gens) {
         ws_gen *g = s->gens;
         s->gens = g->next;
@@ -325,6 +354,13 @@ void session_detach(ws_session *s) {
     s->detached_ns = time_now_ns();
     s->w->n_detached++;
     const server_config *cfg = server_cfg(s->w->srv);
+    if (s->followed) { /* its log is in the store: a later resume loads it again */
+        if (s->follow_armed) lws_sul_cancel(&s->sul_follow);
+        s->follow_armed = 0;
+        schedule_destroy(s, 0);
+        return;
+    }
+    if (s->w->store) ws_store_touch(s->w->store, s->token);
     schedule_destroy(s, s->overflowed ? 0 : cfg->session_retention_s);
 }
 
@@ -347,7 +383,9 @@ int session_write_next(ws_session *s) {
     if (!f->buf) frame_serialize(s, f);
     if (lws_write(c->wsi, f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT) < (int)f->len) return -1;
     if (!f->written_once) {
+        acct_sub(s, f);
         f->written_once = 1;
+        acct_add(s, f);
         server_note_event_written(s->w->srv, f->t_event_ns);
     }
     s->cursor = f->next;
@@ -521,5 +559,150 @@ void ws_state_shutdown(ws_state *w) {
     for (ws_session *s = w->sessions; s; s = s->next) {
         if (s->sul_armed) lws_sul_cancel(&s->sul);
         s->sul_armed = 0;
+        if (s->follow_armed) lws_sul_cancel(&s->sul_follow);
+        s->follow_armed = 0;
     }
 }
+
+/* ---------------------------------------------------------------- followed sessions (Redis) */
+
+#define FOLLOW_POLL_US (250 * 1000)
+
+/* Take the store's log entries docs[0..n) (indexes follow_next..): queue those after `after` and
+ * after the highest seq already taken, track the generations' start (accepted) and end (done, or
+ * an error with their id). Returns how many were queued. */
+static int follow_take(ws_session *s, char **docs, int n, uint64_t after) {
+    int queued = 0;
+    for (int i = 0; i < n; i++) {
+        json_error_t je;
+        json_t *o = json_loads(docs[i], 0, &je);
+        if (!o) continue;
+        uint64_t seq = (uint64_t)json_integer_value(json_object_get(o, "seq"));
+        const char *type = json_string_value(json_object_get(o, "type"));
+        const char *id = json_string_value(json_object_get(o, "id"));
+        if (type && id) {
+            if (strcmp(type, "accepted") == 0) json_object_set_new(s->follow_open, id, json_true());
+            else if (strcmp(type, "done") == 0 || strcmp(type, "error") == 0) json_object_del(s->follow_open, id);
+        }
+        if (seq > s->follow_seq) {
+            s->follow_seq = seq;
+            if (seq > after) {
+                append_raw(s, docs[i], strlen(docs[i]), seq);
+                queued++;
+            }
+        }
+        json_decref(o);
+    }
+    s->follow_next += n;
+    if (s->follow_seq + 1 > s->next_seq) s->next_seq = s->follow_seq + 1;
+    return queued;
+}
+
+static void docs_free(char **docs, int n) {
+    for (int i = 0; i < n; i++) free(docs[i]);
+    free(docs);
+}
+
+ws_session *session_follow_load(ws_state *w, const char *token, const char *who, uint64_t last_seq, int *replayed,
+                                json_t **running, api_error *e) {
+    char owner_who[CALLER_WHO_MAX], owner[96];
+    char **docs;
+    int n;
+    *replayed = 0;
+    *running = NULL;
+    if (!w->store || strlen(token) != API_TOKEN_HEX) {
+        api_error_set(e, "unknown_session", "session", "no such session (expired, or the token is wrong)");
+        return NULL;
+    }
+    int rc = ws_store_load(w->store, token, 0, owner_who, sizeof owner_who, owner, sizeof owner, &docs, &n);
+    if (rc < 0) {
+        api_error_set(e, "store_unavailable", "session", "the session store (Redis) did not answer; try again");
+        return NULL;
+    }
+    if (rc == 0 || strcmp(owner_who, who) != 0) {
+        if (rc > 0) docs_free(docs, n);
+        api_error_set(e, "unknown_session", "session",
+                      "no such session (expired, or the token is wrong); start over with this connection's session");
+        return NULL;
+    }
+    const char *why = NULL;
+    ws_session *s = session_create(w, who, &why);
+    if (!s) {
+        docs_free(docs, n);
+        api_error_set(e, "capacity", "session", "too many sessions; try again later");
+        return NULL;
+    }
+    snprintf(s->token, sizeof s->token, "%s", token);
+    s->followed = 1;
+    snprintf(s->owner, sizeof s->owner, "%s", owner);
+    s->follow_open = json_object();
+    uint64_t after = last_seq;
+    *replayed = follow_take(s, docs, n, after);
+    docs_free(docs, n);
+    if (last_seq > s->follow_seq) s->follow_seq = last_seq; /* the owner had not stored them yet */
+    s->acked = last_seq;
+    *running = json_array();
+    const char *id;
+    json_t *v;
+    json_object_foreach(s->follow_open, id, v) json_array_append_new(*running, json_string(id));
+    log_info("session %.8s…: resumed from the store (owner %s), %d events replayed", token, owner, *replayed);
+    return s;
+}
+
+/* The owner died: every unfinished generation ends with an error replica_lost (into the log too,
+ * continuing the session's seq). */
+static void follow_lost(ws_session *s) {
+    const char *id;
+    json_t *v;
+    json_object_foreach(s->follow_open, id, v) {
+        api_error e;
+        api_error_set(&e, "replica_lost", "",
+                      "the replica running this generation (%s) stopped before it finished; its events up to here "
+                      "were replayed; generate again",
+                      s->owner);
+        json_t *obj = api_ev_error(&e, NULL, id);
+        uint64_t seq = ++s->follow_seq;
+        char *text = event_text(obj, seq);
+        json_decref(obj);
+        append_raw(s, text, strlen(text), seq);
+        ws_store_append(s->w->store, s->token, s->who, text, strlen(text));
+        free(text);
+        log_warn("session %.8s…: generation %s lost with replica %s", s->token, id, s->owner);
+    }
+    json_object_clear(s->follow_open);
+    s->next_seq = s->follow_seq + 1;
+    request_write(s);
+}
+
+static void follow_poll_cb(lws_sorted_usec_list_t *sul);
+
+static void follow_poll(ws_session *s) {
+    if (!s->conn || json_object_size(s->follow_open) == 0) return;
+    int alive = ws_store_alive(s->w->store, s->owner); /* before the log: what it stored before dying is read */
+    char **docs;
+    int n;
+    if (ws_store_load(s->w->store, s->token, s->follow_next, NULL, 0, NULL, 0, &docs, &n) > 0) {
+        if (follow_take(s, docs, n, s->follow_seq)) request_write(s);
+        docs_free(docs, n);
+    }
+    if (json_object_size(s->follow_open) == 0) return;
+    if (alive == 0) {
+        follow_lost(s);
+        return;
+    }
+    if (s->w->shutting_down) return;
+    lws_sul_schedule(server_lws_context(s->w->srv), 0, &s->sul_follow, follow_poll_cb, FOLLOW_POLL_US);
+    s->follow_armed = 1;
+}
+
+static void follow_poll_cb(lws_sorted_usec_list_t *sul) {
+    ws_session *s = lws_container_of(sul, ws_session, sul_follow);
+    s->follow_armed = 0;
+    follow_poll(s);
+}
+
+void session_follow_start(ws_session *s) {
+    CHECK(s->followed);
+    follow_poll(s);
+}
+

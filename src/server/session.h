@@ -17,6 +17,14 @@
  * error {code:"session_overflow"} is the last frame, and the socket closes with 4008; a detached
  * session is discarded and a later resume is told "session_overflow".
  *
+ * With --store redis:// (ws_state.store set) every frame of a session this replica owns gets its
+ * seq when it is queued (not when written; no step merging then) and is sent to the store's log
+ * (server/ws_store.h), so a resume on another replica can replay it. A session resumed here from
+ * the store while another replica owns it is *followed*: its frames are the owner's (with the
+ * owner's seqs), read from the store every 250 ms; frames this replica adds itself
+ * (session.resumed, pong, errors about messages) carry no seq, except the `replica_lost` errors
+ * written when the owner died (they continue the session's seq and go to the log too).
+ *
  * Not here: lws callbacks and message parsing (ws.c). Threads: lws service thread only.
  */
 #ifndef UM_SESSION_H
@@ -31,6 +39,7 @@
 #include "server/callers.h"
 #include "server/server_internal.h"
 #include "server/trace.h"
+#include "server/ws_store.h"
 
 typedef struct ws_state   ws_state;
 typedef struct ws_session ws_session;
@@ -120,6 +129,14 @@ struct ws_session {
     int         sul_armed;
     uint64_t    detached_ns;       /* when the connection went away (0 while attached) */
     int         overflowed;        /* close after the final error frame */
+    /* followed sessions (another replica owns it; see the top) */
+    int         followed;
+    char        owner[96];         /* the owner replica's consumer name */
+    long        follow_next;       /* next index of the store's log to read */
+    uint64_t    follow_seq;        /* highest seq taken from the log */
+    json_t     *follow_open;       /* object: generation id -> true, accepted and not finished (owned) */
+    lws_sorted_usec_list_t sul_follow; /* the 250 ms poll of the log */
+    int         follow_armed;
 };
 
 struct ws_state {
@@ -134,6 +151,7 @@ struct ws_state {
     /* tokens of sessions discarded after an overflow (ring), so a resume can say why */
     char        tomb[64][API_TOKEN_HEX + 1];
     int         tomb_next;
+    ws_store   *store;             /* --store redis://: session logs in Redis (owned; NULL otherwise) */
 };
 
 /* A new session of caller who; NULL when the server has no room (*why: "capacity") or the
@@ -160,6 +178,16 @@ void session_ack(ws_session *s, uint64_t seq);
  * when last_seq is ahead of what was sent. *gap = 1 when frames after last_seq were already
  * released (replay starts at floor + 1). */
 int  session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e);
+
+/* --store redis://: session token (of caller who) is not here; load it from the store as a
+ * followed session, its frames after last_seq queued (*replayed of them; *running: the ids of its
+ * unfinished generations, a new array). NULL and e filled ("unknown_session": not in the store or
+ * another caller's; "store_unavailable": Redis did not answer). The session is not attached. */
+ws_session *session_follow_load(ws_state *w, const char *token, const char *who, uint64_t last_seq, int *replayed,
+                                json_t **running, api_error *e);
+/* Start following (after attach): the replica_lost errors at once when the owner is dead, else
+ * the 250 ms poll while generations are unfinished. */
+void        session_follow_start(ws_session *s);
 
 /* Generations */
 ws_gen *session_gen_find(ws_session *s, const char *id);

@@ -5,6 +5,8 @@
  *
  * Every connection gets a fresh session (session.created is its first event); session.resume
  * moves the connection onto an earlier session and replays what the client missed.
+ * With --store redis:// a resume of a session this replica does not hold loads it from Redis and
+ * follows it (on_resume_remote, session.h: followed sessions; server/ws_store.h).
  * Close codes: 1009 message too big, 1007 invalid UTF-8 (lws), 1013 too many sessions,
  * 4001 session resumed on another connection, 4008 session buffer overflow.
  *
@@ -45,7 +47,13 @@ void ws_state_free(ws_state *w) {
     w->shutting_down = 1;
     while (w->sessions) session_destroy(w->sessions);
     trace_store_free(w->traces);
+    ws_store_free(w->store);
     free(w);
+}
+
+void ws_state_set_store(ws_state *w, ws_store *st) {
+    CHECK(!w->store);
+    w->store = st;
 }
 
 void ws_get_conn_stats(const ws_state *w, server_conn_stats *out) {
@@ -260,9 +268,43 @@ static void on_cancel(ws_session *s, const api_msg *m) {
     session_gen_cancel(g); /* its `done` (finish_reason "cancelled") follows */
 }
 
+/* session.resume of a session this replica does not hold, from the Redis store (session.h:
+ * followed sessions). */
+static void on_resume_remote(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
+    if (cur->n_gens > 0) {
+        push_error(cur, "resume_not_allowed", "session", m->event_id, NULL,
+                   "this connection already started generations in its own session; resume on a fresh connection");
+        return;
+    }
+    api_error e;
+    int n = 0;
+    json_t *running = NULL;
+    ws_session *s = session_follow_load(w, m->session, cur->who, m->seq, &n, &running, &e);
+    if (!s) {
+        session_push(cur, api_ev_error(&e, m->event_id, NULL));
+        return;
+    }
+    session_destroy(cur); /* the connection's fresh session (nothing of value in it) */
+    session_attach(s, c);
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("session.resumed"));
+    if (m->event_id[0]) json_object_set_new(o, "event_id", json_string(m->event_id));
+    json_object_set_new(o, "session", json_string(s->token));
+    json_object_set_new(o, "last_seq", json_integer((json_int_t)m->seq));
+    json_object_set_new(o, "replayed", json_integer(n));
+    json_object_set_new(o, "running", running);
+    json_object_set_new(o, "owner", json_string(s->owner));
+    session_push(s, o);
+    session_follow_start(s);
+}
+
 static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
     ws_session *old = session_find(w, m->session);
     if (old && strcmp(old->who, cur->who) != 0) old = NULL; /* another caller's session: as if unknown */
+    if (!old && w->store && !session_tombstoned(w, m->session)) {
+        on_resume_remote(w, c, cur, m);
+        return;
+    }
     if (!old) {
         if (session_tombstoned(w, m->session))
             push_error(cur, "session_overflow", "session", m->event_id, NULL,
@@ -335,6 +377,14 @@ static void on_message(ws_state *w, ws_conn *c, const unsigned char *data, size_
     api_error e;
     if (api_msg_parse((const char *)data, len, &m, &e) != 0) {
         session_push(s, api_ev_error(&e, m.event_id, NULL));
+        return;
+    }
+    if (s->followed && (m.type == API_MSG_GENERATE || m.type == API_MSG_CANCEL)) {
+        push_error(s, "session_followed", NULL, m.event_id, NULL,
+                   "this session's generations run on another replica (%s): this connection only follows them; "
+                   "start new generations on a new session",
+                   s->owner);
+        api_msg_free(&m);
         return;
     }
     switch (m.type) {

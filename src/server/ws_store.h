@@ -1,0 +1,54 @@
+/*
+ * ws_store.h — WebSocket sessions' event logs in Redis (--store redis://), so that a
+ * session.resume on any replica can replay what the client missed and follow the rest.
+ *
+ * Keys (prefix "unmask:"):
+ *   wslog:<token>   list  the session's events, serialized exactly as sent (with their seq), in
+ *                         seq order (RPUSH); index i holds seq i + 1
+ *   wsmeta:<token>  hash  who (the caller that may resume it), owner (the replica's consumer name:
+ *                         its heartbeat is unmask:alive:<owner>, jobs/job_redis.c)
+ * Both expire --session-retention seconds after the session's last event (refreshed on each batch
+ * and when the connection goes away).
+ *
+ * Threads and connections:
+ *   - the writer thread (this file) owns the write connection: ws_store_append/touch (lws service
+ *     thread) only queue under a mutex; the writer takes everything queued at each wake-up (all the
+ *     events of a decode step) and sends it as one pipeline, one round trip. It never blocks the
+ *     service thread. While Redis is unreachable it drops batches (counted, logged) and retries
+ *     the connection every second.
+ *   - the read connection belongs to the lws service thread (ws_store_load / ws_store_alive): a
+ *     resume on a replica that does not hold the session, and following it (every 250 ms), do a
+ *     command or two with 0.5 s timeouts — a bounded wait, as the job store's command connection.
+ *
+ * Not here: what a session is (session.c), the resume handshake (ws.c).
+ */
+#ifndef UM_WS_STORE_H
+#define UM_WS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+typedef struct ws_store ws_store;
+
+/* Connects both connections and starts the writer thread; -1 with err naming the URL.
+ * owner: this replica's consumer name (job_redis_consumer). retention_s: the keys' TTL. */
+int  ws_store_open(const char *url, const char *owner, double retention_s, ws_store **out, um_err *err);
+void ws_store_free(ws_store *st);
+const char *ws_store_owner(const ws_store *st);
+
+/* Service thread: queue one event of session token (who: its caller) for the log. */
+void ws_store_append(ws_store *st, const char *token, const char *who, const char *json, size_t len);
+/* Service thread: refresh the TTL of token's keys (its connection went away). */
+void ws_store_touch(ws_store *st, const char *token);
+
+/* Service thread. The session's caller and owner replica, and its events from list index `from`
+ * on (*docs malloc'd array of malloc'd strings, *n of them): 1 found, 0 unknown, -1 Redis error.
+ * who/owner may be NULL (only the events are read). */
+int  ws_store_load(ws_store *st, const char *token, long from, char *who, size_t who_cap, char *owner,
+                   size_t owner_cap, char ***docs, int *n);
+/* Service thread: 1 when replica owner's heartbeat key exists, 0 when it expired, -1 on error. */
+int  ws_store_alive(ws_store *st, const char *owner);
+
+#endif /* UM_WS_STORE_H */

@@ -1,0 +1,131 @@
+// ws_replica.test.mjs — WebSocket sessions shared through Redis (--store redis://): a session
+// started on replica A (a direct connection) with a running generation; the client drops; it
+// resumes on replica B, which does not hold the session: B replays every missed event exactly
+// once from the session's log in Redis (the same bytes A produced, in seq order), then follows the
+// live events until `done`. Second case: A is SIGKILLed mid-generation: the resume on B gets the
+// replay, then an `error` replica_lost for the unfinished generation once A's heartbeat expired.
+// Real redis-server, started and stopped here.
+import { test, before, after, beforeEach, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { TMP, startServer, makeModel } from '../http/server.mjs';
+import { Client, checkGeneration, checkSeqContiguous } from '../protocol/harness.mjs';
+import { startRedis, redisCmd } from './infra.mjs';
+
+const DIR = path.join(TMP, 'ws-replica');
+let redis;
+let slow;
+let running = [];
+
+before(async () => {
+  fs.rmSync(DIR, { recursive: true, force: true });
+  fs.mkdirSync(DIR, { recursive: true });
+  slow = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']); // about 0.1 s per step
+  redis = await startRedis(path.join(DIR, 'redis'));
+});
+after(async () => {
+  for (const s of running) await s.stop();
+  await redis?.stop();
+});
+beforeEach(async () => {
+  await redisCmd(redis.port, 'FLUSHALL');
+});
+afterEach(async () => {
+  for (const s of running) await s.stop();
+  running = [];
+});
+
+const replica = async () => {
+  const s = await startServer(['--store', redis.url, '--session-retention', '60'], { model: slow });
+  s.wsUrl = `ws://127.0.0.1:${s.port}/ws`;
+  running.push(s);
+  return s;
+};
+const GEN = { type: 'generate', id: 'g', prompt_ids: [3, 4, 5], gen_length: 64, block_length: 32, steps: 64 };
+// the session's log as stored in Redis (what its owner produced), parsed
+const storedLog = async (token) => (await redisCmd(redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((s) => JSON.parse(s));
+// on A: generate, take some steps as "processed" (up to seq L), see more on the wire, drop the TCP connection
+async function startAndDrop(a) {
+  const c = new Client(a.wsUrl);
+  const s = await c.session();
+  c.send(GEN);
+  const L = (await c.wait((m) => m.type === 'step' && m.id === 'g' && m.step >= 3, 'some steps')).seq;
+  await c.wait((m) => m.seq >= L + 2, 'events after L on the wire');
+  c.ws.terminate();
+  await c.closedP;
+  return { token: s.session, L, seen: c.msgs };
+}
+async function resumeOn(b, token, L) {
+  const c = new Client(b.wsUrl);
+  const fresh = await c.session();
+  assert.notEqual(fresh.session, token);
+  c.send({ type: 'session.resume', event_id: 'r1', session: token, last_seq: L });
+  const resumed = await c.wait((m) => m.event_id === 'r1', 'the reply to session.resume');
+  assert.equal(resumed.type, 'session.resumed', JSON.stringify(resumed));
+  return { c, resumed };
+}
+
+test('a session started on A resumes on B: missed events exactly once, in order, then live until done', async () => {
+  const a = await replica();
+  const b = await replica();
+  const { token, L, seen } = await startAndDrop(a);
+  const { c, resumed } = await resumeOn(b, token, L);
+  assert.equal(resumed.session, token);
+  assert.equal(resumed.last_seq, L);
+  assert.equal(resumed.event_id, 'r1');
+  assert.deepEqual(resumed.running, ['g'], 'the generation was still running on A at the resume');
+  await c.wait((m) => m.type === 'done' && m.id === 'g', 'done of g', 60000);
+  const got = c.msgs.slice(1); // after B's own session.created
+  const iMarker = got.indexOf(resumed);
+  const replayed = got.slice(0, iMarker);
+  const live = got.slice(iMarker + 1);
+  assert.equal(replayed.length, resumed.replayed);
+  assert.ok(live.some((m) => m.type === 'step' && m.id === 'g'), 'live steps followed from A after the resume');
+  assert.equal(live.at(-1).type, 'done', 'done is last');
+  const events = [...replayed, ...live];
+  checkSeqContiguous(assert, events, L + 1); // exactly once, in order: L+1, L+2, ... without gaps or duplicates
+  // what the client saw before the drop and after the resume is the whole session as A produced it
+  const before = seen.filter((m) => m.seq <= L);
+  const all = [...before, ...events];
+  checkSeqContiguous(assert, all);
+  const log = await storedLog(token);
+  assert.deepEqual(all, log, 'every event A produced, byte-for-byte the same JSON, once');
+  seen.filter((m) => m.seq > L).forEach((m) => assert.deepEqual(events[m.seq - L - 1], m, `seq ${m.seq} replayed as sent`));
+  checkGeneration(assert, all, 'g');
+  const committed = all.filter((m) => m.type === 'step' && m.id === 'g').flatMap((m) => m.commits.map((x) => x.index));
+  assert.equal(committed.length, 64, 'every position committed once');
+  assert.equal(new Set(committed).size, 64);
+  await c.close();
+});
+
+test('A SIGKILLed mid-generation: the resume on B replays, then error replica_lost', async () => {
+  const a = await replica();
+  const b = await replica();
+  const { token, L, seen } = await startAndDrop(a);
+  await a.stop('SIGKILL');
+  const { c, resumed } = await resumeOn(b, token, L);
+  assert.deepEqual(resumed.running, ['g'], 'the generation had not finished');
+  const lost = await c.wait((m) => m.type === 'error' && m.error?.code === 'replica_lost', 'error replica_lost', 20000);
+  assert.equal(lost.id, 'g');
+  const got = c.msgs.slice(1).filter((m) => m !== resumed);
+  checkSeqContiguous(assert, got, L + 1); // the replay and the error continue the session's seq
+  assert.equal(got.at(-1), lost, 'replica_lost ends the stream');
+  assert.ok(!got.some((m) => m.type === 'done'), 'no done for a generation that did not finish');
+  const log = await storedLog(token);
+  // everything A stored, then B's replica_lost (written to the log too)
+  assert.deepEqual([...seen.filter((m) => m.seq <= L), ...got], log);
+  seen.filter((m) => m.seq > L && m.seq <= log.length).forEach((m) =>
+    assert.deepEqual(got[m.seq - L - 1], m, `seq ${m.seq} replayed as sent`));
+  const committed = log.filter((m) => m.type === 'step').flatMap((m) => m.commits.map((x) => x.index));
+  assert.equal(new Set(committed).size, committed.length, 'no position committed twice');
+  assert.ok(committed.length < 64, 'the generation was interrupted');
+  // the client leaves; a later resume (loaded from Redis again) sees the generation ended: the
+  // error is in the log, no second one
+  await c.close();
+  const again = await resumeOn(b, token, lost.seq - 1);
+  assert.deepEqual(again.resumed.running, []);
+  assert.equal(again.resumed.replayed, 1);
+  assert.deepEqual(again.c.msgs[1], lost, 'the stored replica_lost replayed');
+  await again.c.close();
+});
