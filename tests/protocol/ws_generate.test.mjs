@@ -85,7 +85,9 @@ describe('ws generate', () => {
     const c = new Client(srv.wsUrl);
     await c.session();
     const ids = ['g1', 'g2', 'g3', 'g4'];
-    for (const id of ids) c.send({ type: 'generate', id, prompt_ids: [1, 2, 3], gen_length: 32, block_length: 8, steps: 32 });
+    // 128 steps each: g1 alone would still be running when the service thread reads g2's frame, even
+    // when a loaded machine deschedules it for tens of ms (32 steps of the tiny model take ~10 ms)
+    for (const id of ids) c.send({ type: 'generate', id, prompt_ids: [1, 2, 3], gen_length: 128, block_length: 32, steps: 128 });
     await Promise.all(ids.map((id) => c.done(id)));
     for (const id of ids) checkGeneration(assert, c.msgs, id);
     checkSeqContiguous(assert, c.msgs);
