@@ -397,6 +397,8 @@ static void served_name_set(http_api *a, const server_config *cfg) {
 }
 
 static void drain_begin(server *s, void *user);
+/* The session store's subscriber thread has notes for the service thread (server/ws_store.h). */
+static void ws_store_wake(void *user) { server_wake(user); }
 static int  drain_idle(server *s, void *user);
 static int  ws_authorize(void *user, struct lws *wsi, char *who, size_t cap);
 
@@ -454,7 +456,8 @@ http_api *http_api_create(server *s, um_err *err) {
     if (job_store_open(cfg, &jo.backend, err) != 0) goto fail;
     if (job_redis_consumer(jo.backend)) { /* WebSocket session logs in the same Redis */
         ws_store *wst = NULL;
-        if (ws_store_open(cfg->store, job_redis_consumer(jo.backend), cfg->session_retention_s, &wst, err) != 0) {
+        if (ws_store_open(cfg->store, job_redis_consumer(jo.backend), cfg->session_retention_s, ws_store_wake,
+                          s, &wst, err) != 0) {
             job_backend_free(jo.backend);
             goto fail;
         }

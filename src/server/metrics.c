@@ -46,6 +46,7 @@ struct metrics {
     /* --- lock { */
     counter_vec http, finished, webhooks;
     double      prompt_tokens, gen_tokens, steps;
+    double      ws_follow_pubsub; /* followed sessions' events that arrived through Redis pub/sub */
     histogram   step_lat, evt_overhead;
     gauge      *gauges;   /* [n_gauges], owned */
     int         n_gauges;
@@ -128,6 +129,7 @@ void metrics_reset(metrics *m) {
     pthread_mutex_lock(&m->lock);
     m->http.n = m->finished.n = m->webhooks.n = 0;
     m->prompt_tokens = m->gen_tokens = m->steps = 0;
+    m->ws_follow_pubsub = 0;
     hist_reset(&m->step_lat);
     hist_reset(&m->evt_overhead);
     pthread_mutex_unlock(&m->lock);
@@ -147,6 +149,12 @@ void metrics_tokens(metrics *m, long prompt_tokens, long generated_tokens) {
     pthread_mutex_lock(&m->lock);
     m->prompt_tokens += (double)prompt_tokens;
     m->gen_tokens += (double)generated_tokens;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_ws_follow_pubsub(metrics *m, long n) {
+    pthread_mutex_lock(&m->lock);
+    m->ws_follow_pubsub += (double)n;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -283,6 +291,9 @@ char *metrics_render(metrics *m, size_t *len) {
     render_counter(&b, "unmask_prompt_tokens_total", "Prompt tokens of finished sequences.", m->prompt_tokens);
     render_counter(&b, "unmask_generated_tokens_total", "Completion tokens of finished sequences.", m->gen_tokens);
     render_counter(&b, "unmask_decode_steps_total", "Denoising steps taken, summed over sequences.", m->steps);
+    render_counter(&b, "unmask_ws_follow_pubsub_events_total",
+                   "Events of WebSocket sessions followed from another replica that arrived through Redis pub/sub.",
+                   m->ws_follow_pubsub);
     render_hist(&b, &m->step_lat);
     render_hist(&b, &m->evt_overhead);
     pthread_mutex_unlock(&m->lock);

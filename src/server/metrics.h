@@ -12,6 +12,9 @@
  *                                               write) — the server's per-event overhead
  *   requests_finished_total{finish_reason}      counter
  *   webhook_deliveries_total{result}            counter
+ *   ws_follow_pubsub_events_total               counter: events of WebSocket sessions followed from
+ *                                               another replica (--store redis://) that arrived
+ *                                               through Redis pub/sub (not the fallback poll)
  *   plus gauges registered with metrics_gauge_register() (queue depth, active sequences, ...),
  *   read at render time through a callback so the owner keeps its own bookkeeping.
  *
@@ -35,6 +38,7 @@ void metrics_reset(metrics *m);
 void metrics_http_request(metrics *m, const char *route, const char *method, int status);
 void metrics_tokens(metrics *m, long prompt_tokens, long generated_tokens);
 void metrics_steps(metrics *m, long steps);
+void metrics_ws_follow_pubsub(metrics *m, long n);
 void metrics_finished(metrics *m, const char *finish_reason);
 void metrics_webhook(metrics *m, const char *result);            /* "delivered" | "retry" | "failed" */
 /* A sequence's final event (decode/event_json.h "done": usage, finish_reason): tokens, steps and

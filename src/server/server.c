@@ -330,6 +330,7 @@ void server_on_wake(server *s) {
     }
     if (batch) s->batch_end(s->batch_user);
     prep_pool_drain(s->prep); /* prepared requests: submitted (accepted) or refused now */
+    if (s->ws) ws_state_on_wake(s->ws); /* followed sessions' live events (Redis pub/sub) */
     if (s->on_wake) s->on_wake(s->on_wake_user);
 }
 

@@ -71,6 +71,9 @@ void ws_get_conn_stats(const struct ws_state *w, server_conn_stats *out);
 /* --store redis://: the sessions' event logs go to st (owned by w from now on; server/ws_store.h). */
 struct ws_store;
 void ws_state_set_store(struct ws_state *w, struct ws_store *st);
+/* Every wake-up (service thread): the live events the store's subscriber thread received for the
+ * sessions followed here (session.c). */
+void ws_state_on_wake(struct ws_state *w);
 /* 1 when every connected session has written all its events (graceful shutdown waits for it). */
 int  ws_flushed(const struct ws_state *w);
 /* Shutdown: every WebSocket connection writes what its session still holds, then closes with

@@ -3,7 +3,8 @@
  * generations and their event delivery.
  *
  * Not here: the lws callback, message parsing, resume handshake (ws.c).
- * Threads: lws service thread only (gen_deliver runs from the hub drain on that thread).
+ * Threads: lws service thread only (gen_deliver runs from the hub drain on that thread; followed
+ * sessions' live events come from the store's subscriber thread through ws_state_on_wake).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -265,6 +266,7 @@ ws_session *session_create(ws_state *w, const char *who, const char **why) {
 }
 
 static void gen_free(ws_gen *g);
+static void follow_unsub(ws_session *s);
 
 void session_destroy(ws_session *s) {
     ws_state *w = s->w;
@@ -272,6 +274,7 @@ void session_destroy(ws_session *s) {
     s->sul_armed = 0;
     if (s->follow_armed) lws_sul_cancel(&s->sul_follow);
     s->follow_armed = 0;
+    follow_unsub(s);
     if (s->follow_open) json_decref(s->follow_open);
     while (s->gens) {
         ws_gen *g = s->gens;
@@ -357,6 +360,7 @@ void session_detach(ws_session *s) {
     if (s->followed) { /* its log is in the store: a later resume loads it again */
         if (s->follow_armed) lws_sul_cancel(&s->sul_follow);
         s->follow_armed = 0;
+        follow_unsub(s);
         schedule_destroy(s, 0);
         return;
     }
@@ -566,7 +570,19 @@ void ws_state_shutdown(ws_state *w) {
 
 /* ---------------------------------------------------------------- followed sessions (Redis) */
 
-#define FOLLOW_POLL_US (250 * 1000)
+#define FOLLOW_POLL_US (2000 * 1000) /* fallback: the owner's heartbeat, events pub/sub lost */
+
+static void follow_sub(ws_session *s) {
+    if (s->follow_sub) return;
+    ws_store_follow(s->w->store, s->token);
+    s->follow_sub = 1;
+}
+
+static void follow_unsub(ws_session *s) {
+    if (!s->follow_sub) return;
+    ws_store_unfollow(s->w->store, s->token);
+    s->follow_sub = 0;
+}
 
 /* Take the store's log entries docs[0..n) (indexes follow_next..): queue those after `after` and
  * after the highest seq already taken, track the generations' start (accepted) and end (done, or
@@ -677,7 +693,10 @@ static void follow_lost(ws_session *s) {
 static void follow_poll_cb(lws_sorted_usec_list_t *sul);
 
 static void follow_poll(ws_session *s) {
-    if (!s->conn || json_object_size(s->follow_open) == 0) return;
+    if (!s->conn || json_object_size(s->follow_open) == 0) {
+        follow_unsub(s);
+        return;
+    }
     int alive = ws_store_alive(s->w->store, s->owner); /* before the log: what it stored before dying is read */
     char **docs;
     int n;
@@ -685,9 +704,13 @@ static void follow_poll(ws_session *s) {
         if (follow_take(s, docs, n, s->follow_seq)) request_write(s);
         docs_free(docs, n);
     }
-    if (json_object_size(s->follow_open) == 0) return;
+    if (json_object_size(s->follow_open) == 0) {
+        follow_unsub(s);
+        return;
+    }
     if (alive == 0) {
         follow_lost(s);
+        follow_unsub(s);
         return;
     }
     if (s->w->shutting_down) return;
@@ -703,6 +726,47 @@ static void follow_poll_cb(lws_sorted_usec_list_t *sul) {
 
 void session_follow_start(ws_session *s) {
     CHECK(s->followed);
+    /* subscribe first: the confirmation (a note) reads the log again for what the owner stored
+     * between the load and the subscription; the notes after it carry the rest */
+    if (s->conn && json_object_size(s->follow_open) > 0) follow_sub(s);
     follow_poll(s);
+}
+
+/* The log from follow_next on (what pub/sub did not bring). */
+static void follow_catch_up(ws_session *s) {
+    char **docs;
+    int n;
+    if (ws_store_load(s->w->store, s->token, s->follow_next, NULL, 0, NULL, 0, &docs, &n) > 0) {
+        if (follow_take(s, docs, n, s->follow_seq)) request_write(s);
+        docs_free(docs, n);
+    }
+}
+
+void ws_state_on_wake(ws_state *w) {
+    if (!w->store || w->shutting_down) return;
+    ws_note *notes = ws_store_take(w->store);
+    long relayed = 0;
+    for (ws_note *n = notes; n; n = n->next) {
+        ws_session *s = session_find(w, n->token);
+        if (!s || !s->followed || !s->conn || !s->follow_sub) continue;
+        if (!n->json) { /* subscribed: what was stored before it */
+            follow_catch_up(s);
+        } else {
+            json_error_t je;
+            json_t *o = json_loads(n->json, 0, &je);
+            uint64_t seq = o ? (uint64_t)json_integer_value(json_object_get(o, "seq")) : 0;
+            if (o) json_decref(o);
+            if (seq <= s->follow_seq) continue; /* replayed or read from the log already */
+            if (seq == s->follow_seq + 1) {
+                if (follow_take(s, &n->json, 1, s->follow_seq)) request_write(s);
+                relayed++;
+            } else {
+                follow_catch_up(s); /* a gap: notes were lost (the list has them) */
+            }
+        }
+        if (json_object_size(s->follow_open) == 0) follow_unsub(s);
+    }
+    ws_store_notes_free(notes);
+    if (relayed) metrics_ws_follow_pubsub(server_metrics(w->srv), relayed);
 }
 

@@ -21,7 +21,9 @@
  * seq when it is queued (not when written; no step merging then) and is sent to the store's log
  * (server/ws_store.h), so a resume on another replica can replay it. A session resumed here from
  * the store while another replica owns it is *followed*: its frames are the owner's (with the
- * owner's seqs), read from the store every 250 ms; frames this replica adds itself
+ * owner's seqs): the replay read from the store's log, then the live events relayed through Redis
+ * pub/sub (the store's subscriber thread, ws_state_on_wake), with a poll of the log every 2 s
+ * for the owner's heartbeat and whatever pub/sub lost; frames this replica adds itself
  * (session.resumed, pong, errors about messages) carry no seq, except the `replica_lost` errors
  * written when the owner died (they continue the session's seq and go to the log too).
  *
@@ -135,8 +137,9 @@ struct ws_session {
     long        follow_next;       /* next index of the store's log to read */
     uint64_t    follow_seq;        /* highest seq taken from the log */
     json_t     *follow_open;       /* object: generation id -> true, accepted and not finished (owned) */
-    lws_sorted_usec_list_t sul_follow; /* the 250 ms poll of the log */
+    lws_sorted_usec_list_t sul_follow; /* the 2 s fallback poll of the log */
     int         follow_armed;
+    int         follow_sub;        /* subscribed to its live events (ws_store_follow) */
 };
 
 struct ws_state {
@@ -186,7 +189,7 @@ int  session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e);
 ws_session *session_follow_load(ws_state *w, const char *token, const char *who, uint64_t last_seq, int *replayed,
                                 json_t **running, api_error *e);
 /* Start following (after attach): the replica_lost errors at once when the owner is dead, else
- * the 250 ms poll while generations are unfinished. */
+ * the pub/sub relay and the 2 s fallback poll while generations are unfinished. */
 void        session_follow_start(ws_session *s);
 
 /* Generations */

@@ -4,14 +4,19 @@
 // once from the session's log in Redis (the same bytes A produced, in seq order), then follows the
 // live events until `done`. Second case: A is SIGKILLed mid-generation: the resume on B gets the
 // replay, then an `error` replica_lost for the unfinished generation once A's heartbeat expired.
-// Real redis-server, started and stopped here.
+// The live events after a resume come through Redis pub/sub (B's
+// unmask_ws_follow_pubsub_events_total counts them), not the 2 s fallback poll. Third case: the
+// same session through nginx (config/nginx/unmask.conf in front of A and B): the client
+// reconnects through nginx until its resume lands on the replica that does not own the session
+// (session.resumed names an `owner`), then the same checks.
+// Real redis-server (and nginx), started and stopped here.
 import { test, before, after, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { TMP, startServer, makeModel } from '../http/server.mjs';
 import { Client, checkGeneration, checkSeqContiguous } from '../protocol/harness.mjs';
-import { startRedis, redisCmd } from './infra.mjs';
+import { startRedis, startNginx, redisCmd } from './infra.mjs';
 
 const DIR = path.join(TMP, 'ws-replica');
 let redis;
@@ -45,6 +50,11 @@ const replica = async () => {
 const GEN = { type: 'generate', id: 'g', prompt_ids: [3, 4, 5], gen_length: 64, block_length: 32, steps: 64 };
 // the session's log as stored in Redis (what its owner produced), parsed
 const storedLog = async (token) => (await redisCmd(redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((s) => JSON.parse(s));
+const metric = async (srv, name) => {
+  const m = (await (await fetch(`${srv.url}/metrics`)).text()).match(new RegExp(`^unmask_${name} (\\S+)$`, 'm'));
+  assert.ok(m, `metric ${name} on /metrics`);
+  return Number(m[1]);
+};
 // on A: generate, take some steps as "processed" (up to seq L), see more on the wire, drop the TCP connection
 async function startAndDrop(a) {
   const c = new Client(a.wsUrl);
@@ -66,11 +76,9 @@ async function resumeOn(b, token, L) {
   return { c, resumed };
 }
 
-test('a session started on A resumes on B: missed events exactly once, in order, then live until done', async () => {
-  const a = await replica();
-  const b = await replica();
-  const { token, L, seen } = await startAndDrop(a);
-  const { c, resumed } = await resumeOn(b, token, L);
+// the resumed stream on the following replica: every event after L once, in order, then live
+// until done; with what the client saw before the drop, the whole log the owner produced
+async function checkFollowed({ token, L, seen }, c, resumed) {
   assert.equal(resumed.session, token);
   assert.equal(resumed.last_seq, L);
   assert.equal(resumed.event_id, 'r1');
@@ -96,6 +104,17 @@ test('a session started on A resumes on B: missed events exactly once, in order,
   const committed = all.filter((m) => m.type === 'step' && m.id === 'g').flatMap((m) => m.commits.map((x) => x.index));
   assert.equal(committed.length, 64, 'every position committed once');
   assert.equal(new Set(committed).size, 64);
+}
+
+test('a session started on A resumes on B: missed events exactly once, in order, then live until done', async () => {
+  const a = await replica();
+  const b = await replica();
+  const { token, L, seen } = await startAndDrop(a);
+  const { c, resumed } = await resumeOn(b, token, L);
+  assert.ok(resumed.owner, 'B follows the session (A owns it)');
+  await checkFollowed({ token, L, seen }, c, resumed);
+  assert.ok(await metric(b, 'ws_follow_pubsub_events_total') > 0, 'B got the live events through Redis pub/sub');
+  assert.equal(await metric(a, 'ws_follow_pubsub_events_total'), 0, 'A owns the session: it follows nothing');
   await c.close();
 });
 
@@ -128,4 +147,30 @@ test('A SIGKILLed mid-generation: the resume on B replays, then error replica_lo
   assert.equal(again.resumed.replayed, 1);
   assert.deepEqual(again.c.msgs[1], lost, 'the stored replica_lost replayed');
   await again.c.close();
+});
+
+test('through nginx: the client reconnects until the resume lands on the other replica, then the same stream', async () => {
+  const a = await replica();
+  const b = await replica();
+  const nginx = await startNginx(path.join(DIR, 'nginx'), [`127.0.0.1:${a.port}`, `127.0.0.1:${b.port}`]);
+  try {
+    const wsUrl = `ws://127.0.0.1:${nginx.port}/ws`;
+    const dropped = await startAndDrop({ wsUrl });
+    // round robin: a new connection may reach the owner again (a local resume: no `owner`); such a
+    // connection is dropped unacknowledged (the client still has processed up to L) and retried
+    let c, resumed;
+    for (let attempt = 1; ; attempt++) {
+      ({ c, resumed } = await resumeOn({ wsUrl }, dropped.token, dropped.L));
+      if (resumed.owner) break;
+      c.ws.terminate();
+      await c.closedP;
+      assert.ok(attempt < 6, 'a resume through nginx reached the replica that does not own the session');
+    }
+    await checkFollowed(dropped, c, resumed);
+    const relayed = [await metric(a, 'ws_follow_pubsub_events_total'), await metric(b, 'ws_follow_pubsub_events_total')];
+    assert.ok(relayed.some((n) => n > 0), `live events relayed through Redis pub/sub (A, B: ${relayed})`);
+    assert.ok(relayed.some((n) => n === 0), 'only the follower relays');
+  } finally {
+    await nginx.stop();
+  }
 });
