@@ -391,7 +391,7 @@ int cmd_generate(int argc, char **argv) {
     }
 
     rc = 1;
-    if (cli_model_ctx_open(&mc, &m, o.device, o.tp, o.threads, (uint64_t)decode_seq_forward_tokens(s),
+    if (cli_model_ctx_open(&mc, &m, o.device, o.tp, o.threads, (uint64_t)decode_seq_max_forward_tokens(s),
                            (uint64_t)decode_seq_kv_rows(s), &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         rc = cli_model_ctx_exit_code(&err);

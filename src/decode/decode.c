@@ -722,6 +722,19 @@ static int bd_prefill_rows(const decode_seq *s) {
     return s->p.prefill_chunk > B ? s->p.prefill_chunk / B * B : B;
 }
 
+int decode_seq_max_forward_tokens(const decode_seq *s) {
+    int rows = s->L;   /* a cache-free step, a refresh or a warm-up step runs up to the whole canvas */
+    if (s->bd && s->p.cache != DECODE_CACHE_NONE && s->p.prefill_chunk > 0 && s->p.warmup_steps == 0 &&
+        s->p.cache_refresh == 0) {
+        /* exact block KV with chunked prefill: prefill chunks, or the window (the previous and the
+         * active block, and the row before them for a shift) */
+        const int w = 2 * s->p.block_length + 1, c = bd_prefill_rows(s);
+        rows = c > w ? c : w;
+        if (rows > s->L) rows = s->L;
+    }
+    return rows * (s->p.cfg_scale > 0 ? 2 : 1);
+}
+
 int decode_seq_forward_tokens(const decode_seq *s) {
     if (s->done) return 0;
     const decode_step_plan pl = seq_plan(s);

@@ -309,6 +309,10 @@ int decode_seq_logit_shift(const decode_seq *s);
 /* Tokens this sequence adds to the next batched forward (canvas length, doubled with CFG): for a
  * scheduler's token budget. 0 when done. */
 int  decode_seq_forward_tokens(const decode_seq *s);
+/* The most tokens any forward of this sequence will add, over its whole generation (the next
+ * step's count can be smaller: a block-diffusion step without a cache grows block by block): for
+ * sizing a device up front. */
+int  decode_seq_max_forward_tokens(const decode_seq *s);
 /* KV cache positions the sequence holds while it runs with a cache (its canvas length, doubled
  * with CFG); 0 without a cache. For memory sizing. */
 int  decode_seq_kv_rows(const decode_seq *s);

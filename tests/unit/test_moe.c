@@ -100,6 +100,33 @@ static decode_seq *mk(const model *m, const req *q, rec *r) {
     return s;
 }
 
+/* decode_seq_max_forward_tokens (what `generate` sizes a device for) bounds every step's forward,
+ * and is reached: stepping each request alone, before every step. */
+static void forward_bound(const char *label, const model *m, model_ctx *ctx, const req *q, int n) {
+    for (int i = 0; i < n; i++) {
+        rec r;
+        memset(&r, 0, sizeof r);
+        decode_seq *s = mk(m, &q[i], &r);
+        if (!s) continue;
+        const int bound = decode_seq_max_forward_tokens(s);
+        int most = 0, guard = 0;
+        um_err err = {0};
+        while (!decode_seq_done(s) && guard++ < 10000) {
+            const int t = decode_seq_forward_tokens(s);
+            most = t > most ? t : most;
+            TEST_CHECK(t <= bound, "%s request %d: a step forwards %d tokens, over the bound %d", label, i, t, bound);
+            if (decode_step(ctx, &s, 1, NULL, &err) != 0) {
+                TEST_CHECK(0, "%s request %d: %s", label, i, err.msg);
+                break;
+            }
+        }
+        TEST_CHECK(most == bound || q[i].p.cache != DECODE_CACHE_NONE,
+                   "%s request %d: without a cache the last block's step runs the bound (%d), most %d", label, i,
+                   bound, most);
+        decode_seq_free(s);
+    }
+}
+
 static void batched_vs_alone(const char *label, const model *m, model_ctx *ctx, req *q, int n) {
     decode_sink sink = {on_ev, NULL};
     rec *alone = xcalloc((size_t)n, sizeof *alone), *batch = xcalloc((size_t)n, sizeof *batch);
@@ -242,6 +269,11 @@ int main(void) {
         test_chunked_prefill(&ctx, 37, 4, 12);
         test_chunked_prefill(&ctx, 33, 32, 32);  /* the model's block size: one prefill forward */
         batched_vs_alone("llada2", &m, &ctx, q, 4);
+        forward_bound("llada2", &m, &ctx, q, 4);
+        req ch = q[2];   /* exact block KV with 8-row prefill chunks over a longer prompt */
+        fill_prompt(&ch, 23, 4);
+        ch.p.prefill_chunk = 8;
+        forward_bound("llada2 chunked", &m, &ctx, &ch, 1);
         model_kv_stats k;
         model_kv_get_stats(&ctx, &k);
         TEST_CHECK(k.opened > 0 && k.slots == 0, "llada2: caches used (%llu opened) and all closed",
