@@ -4,8 +4,9 @@
  * Work is split into (sequence, query tile, head) items run on the backend's pool. Per item:
  * S = Q_tile · K_seqᵀ into the slot's score buffer, mask (padding keys from key_valid, optional
  * block-causal), a max-subtracted softmax per row in fp32, O = P · V written straight into the
- * output rows. GQA: q-head h reads kv-head h / (n_heads / n_kv_heads). A query with no visible key
- * at all gets a zero output row. Two paths:
+ * output rows; with block-causal attention an item's products stop at the last key any of its
+ * queries can see. GQA: q-head h reads kv-head h / (n_heads / n_kv_heads). A query with no visible
+ * key at all gets a zero output row. Two paths:
  *   fp32  (the reference; --cpu-kernels fp32): both products are single-threaded sgemms.
  *   bf16  (the bf16 kernel paths): first one pool run packs every (sequence, kv head)'s K and Vᵀ
  *         in the GEMM layer's layout (cpu_gemm.h: keys, resp. head dims, are the "outputs"); then
@@ -94,6 +95,23 @@ static void mask_softmax(const attn_params *p, const attn_item *it, int k0, int 
     }
 }
 
+/* Keys [0, n) of the item's sequence hold every key a query of the item can see: with block-causal
+ * attention the keys after the last one in a block <= the item's latest query block are masked for
+ * all its queries, so the products skip them (a cache-free LLaDA2 forward: about half the pairs). */
+static int item_visible_keys(const attn_params *p, const attn_item *it, int k0, int nk) {
+    if (!p->block_causal) return nk;
+    const int B = p->block_causal;
+    int qb = 0;
+    for (int i = 0; i < it->nq; i++) {
+        const int b = p->q_pos[it->q0 + i] / B;
+        qb = b > qb ? b : qb;
+    }
+    const int32_t *kpos = p->k_pos + k0;
+    int n = nk;
+    while (n > 0 && kpos[n - 1] / B > qb) n--;
+    return n;
+}
+
 /* The item's keys and values: the packed rows or the sequence's own buffers (row stride ldk). */
 static void item_kv(const attn_run *r, const attn_item *it, const float **kb, const float **vb) {
     const attn_params *p = r->p;
@@ -115,6 +133,7 @@ static void attn_task_fp32(void *arg, int64_t wi, int slot) {
     float *o = r->out + (size_t)it->q0 * ldq + (size_t)h * hd;
     const float *kb, *vb;
     item_kv(r, it, &kb, &vb);
+    nk = item_visible_keys(p, it, k0, nk);
     if (nk == 0) {
         for (int i = 0; i < nq; i++) memset(o + (size_t)i * ldq, 0, (size_t)hd * sizeof *o);
         return;
@@ -182,36 +201,39 @@ static void attn_task_bf16(void *arg, int64_t wi, int slot) {
     const attn_item *it = &r->items[wi / H];
     const int h = (int)(wi % H), kvh = h / group, nq = it->nq;
     const int k0 = p->k_start[it->seq], nk = p->k_start[it->seq + 1] - k0;
+    /* the packed layout is sized by all nk keys; the products run over the nv visible ones */
     const int64_t nk16 = round_up(nk, 16), nk32 = round_up(nk, 32), hd16 = round_up(hd, 16);
+    const int nv = item_visible_keys(p, it, k0, nk);
+    const int64_t nv16 = round_up(nv, 16), nv32 = round_up(nv, 32);
     float *o = r->out + (size_t)it->q0 * ldq + (size_t)h * hd;
-    if (nk == 0) {
+    if (nv == 0) {
         for (int i = 0; i < nq; i++) memset(o + (size_t)i * ldq, 0, (size_t)hd * sizeof *o);
         return;
     }
     const uint16_t *kg = r->kpk + r->kofs[it->seq] + kvh * nk16 * hdp;
     const uint16_t *vg = r->vpk + r->vofs[it->seq] + kvh * hd16 * nk32;
-    float *S = cpu_tbuf_reserve(&r->ci->scores[slot], (size_t)nq * (size_t)nk);
-    uint16_t *qb = (uint16_t *)cpu_tbuf_reserve(&r->ci->wtile[slot], (size_t)(nq * (hdp + nk32) + 1) / 2);
+    float *S = cpu_tbuf_reserve(&r->ci->scores[slot], (size_t)nq * (size_t)nv);
+    uint16_t *qb = (uint16_t *)cpu_tbuf_reserve(&r->ci->wtile[slot], (size_t)(nq * (hdp + nv32) + 1) / 2);
     uint16_t *pb = qb + (size_t)nq * hdp;
     _Alignas(64) float c[GEMM_MB * 64];
     for (int i = 0; i < nq; i++) cpu_row_to_bf16(r->q + (size_t)(it->q0 + i) * ldq + (size_t)h * hd, hd, hdp, NULL, 1.0f,
                                                  qb + (size_t)i * hdp);
     if (kern->begin) kern->begin();
-    for (int64_t j0 = 0; j0 < nk; j0 += 64) {   /* S = Q Kᵀ, 64 keys (4 packed groups) at a time */
+    for (int64_t j0 = 0; j0 < nv; j0 += 64) {   /* S = Q Kᵀ, 64 keys (4 packed groups) at a time */
         const uint16_t *b[4];
-        const int ng = (int)((nk16 - j0) / 16 < 4 ? (nk16 - j0) / 16 : 4), w = nk - j0 < 64 ? (int)(nk - j0) : 64;
+        const int ng = (int)((nv16 - j0) / 16 < 4 ? (nv16 - j0) / 16 : 4), w = nv - j0 < 64 ? (int)(nv - j0) : 64;
         for (int j = 0; j < ng; j++) b[j] = kg + (j0 / 16 + j) * hdp * 16;
         kern->block(qb, hdp, nq, b, ng, hdp, c);
         for (int i = 0; i < nq; i++)
-            for (int j = 0; j < w; j++) S[(int64_t)i * nk + j0 + j] = c[i * 64 + j] * p->scale;
+            for (int j = 0; j < w; j++) S[(int64_t)i * nv + j0 + j] = c[i * 64 + j] * p->scale;
     }
-    mask_softmax(p, it, k0, nk, S, nk);
-    for (int i = 0; i < nq; i++) cpu_row_to_bf16(S + (int64_t)i * nk, nk, nk32, NULL, 1.0f, pb + (size_t)i * nk32);
+    mask_softmax(p, it, k0, nv, S, nv);
+    for (int i = 0; i < nq; i++) cpu_row_to_bf16(S + (int64_t)i * nv, nv, nv32, NULL, 1.0f, pb + (size_t)i * nv32);
     for (int d0 = 0; d0 < hd; d0 += 64) {   /* O = P V, 64 head dims at a time */
         const uint16_t *b[4];
         const int ng = (int)((hd16 - d0) / 16 < 4 ? (hd16 - d0) / 16 : 4), w = hd - d0 < 64 ? hd - d0 : 64;
-        for (int j = 0; j < ng; j++) b[j] = vg + (d0 / 16 + j) * nk32 * 16;
-        kern->block(pb, nk32, nq, b, ng, nk32, c);
+        for (int j = 0; j < ng; j++) b[j] = vg + (d0 / 16 + j) * nk32 * 16;   /* first nv32 keys of each group */
+        kern->block(pb, nv32, nq, b, ng, nv32, c);
         for (int i = 0; i < nq; i++) memcpy(o + (size_t)i * ldq + d0, c + i * 64, (size_t)w * sizeof *o);
     }
     if (kern->end) kern->end();
