@@ -945,6 +945,25 @@ int job_store_load(job_store *js, um_err *err) {
     return rc;
 }
 
+/* A job found running with no server running it (this one restarted, or a dead replica's):
+ * cancelled when `cancel`, failed when its attempts are used up, else queued again with a retry
+ * event. Others are left as they are. Under the store's lock. */
+static void recover_job(job_store *js, job *j, int cancel, const char *why) {
+    if (cancel) {
+        set_terminal(js, j, JOB_CANCELLED);
+    } else if (j->status == JOB_RUNNING && j->attempts >= js->o.max_attempts) {
+        free(j->error);
+        j->error = xstrdup(why);
+        set_terminal(js, j, JOB_FAILED);
+    } else if (j->status == JOB_RUNNING) {
+        j->status = JOB_QUEUED;
+        persist(js, j);
+        json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
+        log_event(js, j, ev);
+        json_decref(ev);
+    }
+}
+
 int job_store_recover(job_store *js, const char *why, char (**queued_out)[40], char (**hooks_out)[40], int *n_hooks) {
     pthread_mutex_lock(&js->lock); /* --- lock { */
     char(*q)[40] = xmalloc((size_t)(js->n > 0 ? js->n : 1) * sizeof *q);
@@ -952,19 +971,7 @@ int job_store_recover(job_store *js, const char *why, char (**queued_out)[40], c
     int nq = 0, nh = 0;
     db_begin(js);
     for (job *j = js->oldest; j; j = j->next) {
-        if (j->status == JOB_RUNNING && j->cancel_requested) {
-            set_terminal(js, j, JOB_CANCELLED);
-        } else if (j->status == JOB_RUNNING && j->attempts >= js->o.max_attempts) {
-            free(j->error);
-            j->error = xstrdup(why);
-            set_terminal(js, j, JOB_FAILED);
-        } else if (j->status == JOB_RUNNING) {
-            j->status = JOB_QUEUED;
-            persist(js, j);
-            json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
-            log_event(js, j, ev);
-            json_decref(ev);
-        }
+        recover_job(js, j, j->status == JOB_RUNNING && j->cancel_requested, why);
         if (j->status == JOB_QUEUED) memcpy(q[nq++], j->id, sizeof q[0]);
         if (job_status_terminal(j->status) && j->webhook && strcmp(j->webhook_status, "pending") == 0)
             memcpy(h[nh++], j->id, sizeof h[0]);
@@ -1118,20 +1125,7 @@ int job_store_take(job_store *js, int max, int timeout_ms, const char *why, char
         link_job(js, j);
         adopt_events(js, j);
         if (!job_status_terminal(j->status) && js->be->iface->cancel_signalled(js->be, j->id)) j->cancel_requested = 1;
-        /* a job a server that died left running: retried, or failed when its attempts are used up */
-        if (j->cancel_requested && !job_status_terminal(j->status)) {
-            set_terminal(js, j, JOB_CANCELLED);
-        } else if (j->status == JOB_RUNNING && j->attempts >= js->o.max_attempts) {
-            free(j->error);
-            j->error = xstrdup(why);
-            set_terminal(js, j, JOB_FAILED);
-        } else if (j->status == JOB_RUNNING) {
-            j->status = JOB_QUEUED;
-            persist(js, j);
-            json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
-            log_event(js, j, ev);
-            json_decref(ev);
-        }
+        recover_job(js, j, j->cancel_requested && !job_status_terminal(j->status), why);
         if (j->status == JOB_QUEUED) memcpy(q[nq++], j->id, 40);
         else if (j->webhook && strcmp(j->webhook_status, "pending") == 0) memcpy(h[nh++], j->id, 40);
         else maybe_ack(js, j);
