@@ -7,11 +7,10 @@
 // a file another server holds, a file that is not a job store, an unknown --store.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { BIN, TMP, startServer, makeModel, parseSSE, post, until } from './server.mjs';
+import { BIN, TMP, startServer, makeModel, parseSSE, post, startWebhookReceiver, until } from './server.mjs';
 
 const SECRET = 'durable-secret';
 const DIR = path.join(TMP, 'durable');
@@ -26,16 +25,7 @@ before(async () => {
   fs.mkdirSync(DIR, { recursive: true });
   // about 0.1 s per step: the server is killed while jobs are still queued and running
   model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
-  hook = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      const o = JSON.parse(body);
-      deliveries.push({ id: req.headers['x-unmask-delivery'], job: o.id, status: o.status });
-      res.writeHead(204).end();
-    });
-  });
-  await new Promise((r) => hook.listen(0, '127.0.0.1', r));
+  hook = await startWebhookReceiver(deliveries);
 });
 after(async () => {
   for (const s of servers) await s.stop();
@@ -51,7 +41,7 @@ const serve = async () => {
 
 test('50 jobs survive SIGKILL: each succeeds exactly once, results and logs intact', async () => {
   const a = await serve();
-  const webhook = `http://127.0.0.1:${hook.address().port}/hook`;
+  const webhook = hook.url;
   const ids = [];
   for (let i = 0; i < 50; i++) {
     const r = await post(`${a.url}/v1/jobs`, { prompt: `job ${i}`, max_tokens: 8, block_length: 8, steps: 8, seed: i, webhook });

@@ -3,6 +3,7 @@
 // readiness (protocol/harness.mjs serverReady: the listening line, then /health 200), and a stop
 // that always reaps the process.
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { makeModelOnce, serverReady } from '../protocol/harness.mjs';
@@ -79,6 +80,22 @@ export function parseSSE(text) {
     if (r.data !== null || r.id !== undefined) recs.push(r);
   }
   return recs;
+}
+
+// A webhook receiver on a free loopback port: every delivery is pushed to `deliveries` as
+// {id (X-Unmask-Delivery), job, status} and answered 204. Returns {url, close()}.
+export async function startWebhookReceiver(deliveries) {
+  const srv = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const o = JSON.parse(body);
+      deliveries.push({ id: req.headers['x-unmask-delivery'], job: o.id, status: o.status });
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${srv.address().port}/hook`, close: () => srv.close() };
 }
 
 // POST JSON and return {status, headers, body(text), json()}.

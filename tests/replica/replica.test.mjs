@@ -7,10 +7,9 @@
 // loss and no duplicate. Real redis-server and nginx, started and stopped here.
 import { test, before, after, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
-import { TMP, startServer, makeModel, parseSSE, post, until } from '../http/server.mjs';
+import { TMP, startServer, makeModel, parseSSE, post, startWebhookReceiver, until } from '../http/server.mjs';
 import { startRedis, startNginx, redisCmd } from './infra.mjs';
 
 const SECRET = 'replica-secret';
@@ -28,16 +27,7 @@ before(async () => {
   tiny = makeModel();
   slow = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']); // about 0.1 s per step
   redis = await startRedis(path.join(DIR, 'redis'));
-  hook = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      const o = JSON.parse(body);
-      deliveries.push({ id: req.headers['x-unmask-delivery'], job: o.id, status: o.status });
-      res.writeHead(204).end();
-    });
-  });
-  await new Promise((r) => hook.listen(0, '127.0.0.1', r));
+  hook = await startWebhookReceiver(deliveries);
 });
 after(async () => {
   for (const s of running) await s.stop();
@@ -53,7 +43,7 @@ afterEach(async () => {
   running = [];
 });
 
-const webhook = () => `http://127.0.0.1:${hook.address().port}/hook`;
+const webhook = () => hook.url;
 const replica = async (extra = [], model = tiny) => {
   const s = await startServer(['--store', redis.url, '--webhook-secret', SECRET, '--webhook-allow', '127.0.0.1/32',
     '--webhook-retry-base', '0.05', ...extra], { model });
