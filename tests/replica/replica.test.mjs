@@ -16,7 +16,7 @@ const SECRET = 'replica-secret';
 const DIR = path.join(TMP, 'replica');
 let redis;
 let hook;
-let deliveries = []; // {id: X-Unmask-Delivery, job, status}
+const deliveries = []; // {id: X-Unmask-Delivery, job, status}
 let tiny;
 let slow;
 let running = []; // servers and proxies of the current test
@@ -35,7 +35,7 @@ after(async () => {
   hook?.close();
 });
 beforeEach(async () => {
-  deliveries = [];
+  deliveries.length = 0;
   await redisCmd(redis.port, 'FLUSHALL');
 });
 afterEach(async () => {
