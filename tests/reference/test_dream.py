@@ -15,33 +15,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_run import BIN, Reporter, generate, step_commits, tmp_dir  # noqa: E402
+from cli_run import BIN, Reporter, generate, logits, make_preset, rel_err, step_commits, tmp_dir  # noqa: E402
 from dream_ref import DreamRef, dream_generate, torch_linspace_f32  # noqa: E402
 
 TMP = tmp_dir("test_dream")
 report = Reporter()
-
-
-def make(name, args):
-    out = os.path.join(TMP, name)
-    subprocess.run([BIN, "make-model", "--out", out, "--preset", "dream-tiny", "--quiet", "--dtype", "f32"] + args,
-                   check=True)
-    return out
-
-
-def logits(model_dir, tokens):
-    out = os.path.join(TMP, "out.npy")
-    if os.path.exists(out):
-        os.remove(out)
-    r = subprocess.run([BIN, "logits", "--model", model_dir, "--tokens", ",".join(map(str, tokens)), "--out", out,
-                        "--threads", "2", "--cpu-kernels", "fp32"], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"unmask logits failed ({r.returncode}): {r.stderr.strip()}")
-    return np.load(out).astype(np.float64)
-
-
-def rel_err(ours, ref):
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
 
 
 # ---------------------------------------------------------------- forward
@@ -51,7 +29,7 @@ def check_forward(name, model_dir, T, seed):
     V = ref.cfg["vocab_size"]
     tokens = np.random.default_rng(seed).integers(0, V, size=T)
     want = ref.forward(tokens)
-    ours = logits(model_dir, tokens)
+    ours = logits(TMP, model_dir, tokens)
     if ours.shape != want.shape:
         report(False, f"forward {name}", f"shape {ours.shape}, expected {want.shape}")
         return None
@@ -60,7 +38,7 @@ def check_forward(name, model_dir, T, seed):
     return tokens, ours, ref
 
 
-preset = make("tiny", [])
+preset = make_preset(TMP, "tiny", "dream-tiny", [])
 res = check_forward("dream-tiny (GQA 2:1, untied)", preset, 37, 1)
 if res:
     tokens, ours, ref = res
@@ -76,7 +54,7 @@ if res:
     else:
         err = rel_err(np.load(out).astype(np.float64), ref.forward(tokens))
         report(err <= 1e-4, "forward --tp 2 (bias slices)", f"max rel err {err:.2e}")
-tied = make("tied", ["--weight-tying", "--shards", "3", "--n-heads", "8", "--n-kv-heads", "8", "--seed", "7"])
+tied = make_preset(TMP, "tied", "dream-tiny", ["--weight-tying", "--shards", "3", "--n-heads", "8", "--n-kv-heads", "8", "--seed", "7"])
 report(os.path.exists(os.path.join(tied, "model.safetensors.index.json")), "tied checkpoint is sharded with an index")
 check_forward("tied head, 3 shards, MHA", tied, 20, 2)
 

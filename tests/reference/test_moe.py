@@ -19,33 +19,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_run import BIN, Reporter, generate, step_commits, tmp_dir  # noqa: E402
+from cli_run import BIN, Reporter, generate, logits, make_preset, rel_err, step_commits, tmp_dir  # noqa: E402
 from moe_ref import MoERef, hierarchy_block_generate, llada2_generate, llada2_generate_joint  # noqa: E402
 
 TMP = tmp_dir("test_moe")
 report = Reporter()
-
-
-def make(name, preset, args=()):
-    out = os.path.join(TMP, name)
-    subprocess.run([BIN, "make-model", "--out", out, "--preset", preset, "--quiet", "--dtype", "f32"] + list(args),
-                   check=True)
-    return out
-
-
-def logits(model_dir, tokens, extra=()):
-    out = os.path.join(TMP, "out.npy")
-    if os.path.exists(out):
-        os.remove(out)
-    r = subprocess.run([BIN, "logits", "--model", model_dir, "--tokens", ",".join(map(str, tokens)), "--out", out,
-                        "--threads", "2", "--cpu-kernels", "fp32"] + list(extra), capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"unmask logits failed ({r.returncode}): {r.stderr.strip()}")
-    return np.load(out).astype(np.float64)
-
-
-def rel_err(ours, ref):
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
 
 
 def tokens_for(model_dir, T, seed):
@@ -61,22 +39,22 @@ def distinct_routes(ref):
 
 # ---------------------------------------------------------------- LLaDA-MoE forward
 
-lm = make("lladamoe", "lladamoe-tiny")
+lm = make_preset(TMP, "lladamoe", "lladamoe-tiny")
 toks = tokens_for(lm, 40, 1)
 ref = MoERef(lm)
 want = ref.forward(toks)
-ours = logits(lm, toks)
+ours = logits(TMP, lm, toks)
 report(rel_err(ours, want) <= 1e-4, "lladamoe-tiny forward", f"max rel err {rel_err(ours, want):.2e} (T=40)")
 report(distinct_routes(ref) >= 5, "lladamoe routing differs per token", f"{distinct_routes(ref)} distinct expert sets")
 e = rel_err(ours, MoERef(lm, qk_norm=False).forward(toks))
 report(e > 1e-2, "lladamoe QK-norm matters", f"rel diff without it {e:.2e}")
 
-lmb = make("lladamoe_bias", "lladamoe-tiny", ["--expert-bias", "1", "--shards", "3", "--seed", "5"])
+lmb = make_preset(TMP, "lladamoe_bias", "lladamoe-tiny", ["--expert-bias", "1", "--shards", "3", "--seed", "5"])
 report(os.path.exists(os.path.join(lmb, "model.safetensors.index.json")), "lladamoe sharded with an index")
 toks = tokens_for(lmb, 33, 2)
 ref = MoERef(lmb)
 want = ref.forward(toks)
-ours = logits(lmb, toks)
+ours = logits(TMP, lmb, toks)
 report(rel_err(ours, want) <= 1e-4, "lladamoe expert bias forward", f"max rel err {rel_err(ours, want):.2e}")
 e = rel_err(ours, MoERef(lmb, bias_in_weights=False).forward(toks))
 report(e > 1e-3, "lladamoe biased values are the weights", f"rel diff with unbiased weights {e:.2e}")
@@ -85,12 +63,12 @@ report(e > 1e-3, "lladamoe expert bias matters", f"rel diff without bias {e:.2e}
 
 # ---------------------------------------------------------------- LLaDA2 forward
 
-l2 = make("llada2", "llada2-tiny")
+l2 = make_preset(TMP, "llada2", "llada2-tiny")
 toks = tokens_for(l2, 45, 3)
 ref = MoERef(l2)
 for blk, flag in ((32, []), (8, ["--block-length", "8"]), (0, ["--block-length", "0"]), (5, ["--block-length", "5"])):
     want = ref.forward(toks, block=blk)
-    ours = logits(l2, toks, flag)
+    ours = logits(TMP, l2, toks, flag)
     label = f"block {blk}" + (" (default)" if not flag else "")
     report(rel_err(ours, want) <= 1e-4, f"llada2-tiny forward, {label}", f"max rel err {rel_err(ours, want):.2e}")
     if blk == 8:

@@ -17,45 +17,21 @@ argument as tests/parallel/tp_serve.test.mjs, whose check the logits comparison 
 Prints one line per check and "N passed, N failed".
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_run import BIN, Reporter, generate, step_commits, tmp_dir  # noqa: E402
+from cli_run import Reporter, generate, logits, make_preset, rel_err, step_commits, tmp_dir  # noqa: E402
 from moe_ref import MoERef  # noqa: E402
 
 TMP = tmp_dir("test_moe_tp")
 report = Reporter()
 
 
-def make(name, preset, args=()):
-    out = os.path.join(TMP, name)
-    subprocess.run([BIN, "make-model", "--out", out, "--preset", preset, "--quiet", "--dtype", "f32"] + list(args),
-                   check=True)
-    return out
-
-
-def logits(model_dir, tokens, tp, extra=()):
-    out = os.path.join(TMP, f"out{tp}.npy")
-    if os.path.exists(out):
-        os.remove(out)
-    r = subprocess.run([BIN, "logits", "--model", model_dir, "--tokens", ",".join(map(str, tokens)), "--out", out,
-                        "--threads", "2", "--cpu-kernels", "fp32", "--tp", str(tp)] + list(extra),
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"unmask logits --tp {tp} failed ({r.returncode}): {r.stderr.strip()}")
-    return np.load(out).astype(np.float64)
-
-
-def rel(a, b):
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-
-
-lm = make("lladamoe", "lladamoe-tiny", ["--experts", "6", "--expert-bias", "1", "--seed", "7"])
-l2 = make("llada2", "llada2-tiny")
-l2kv = make("llada2_kv4", "llada2-tiny", ["--n-kv-heads", "4", "--seed", "9"])
+lm = make_preset(TMP, "lladamoe", "lladamoe-tiny", ["--experts", "6", "--expert-bias", "1", "--seed", "7"])
+l2 = make_preset(TMP, "llada2", "llada2-tiny")
+l2kv = make_preset(TMP, "llada2_kv4", "llada2-tiny", ["--n-kv-heads", "4", "--seed", "9"])
 toks = [int(t) for t in np.random.default_rng(5).integers(0, 1300, size=41)]
 
 # ---------------------------------------------------------------- logits
@@ -65,11 +41,11 @@ for name, mdir, tps, blocks in (("lladamoe (6 experts, bias)", lm, (2, 4), ((0, 
     ref = MoERef(mdir)
     for ref_blk, flag in blocks:   # the reference's block size; the --block-length flag (None: the model's)
         extra = [] if flag is None else ["--block-length", str(flag)]
-        one = logits(mdir, toks, 1, extra)
+        one = logits(TMP, mdir, toks, ["--tp", 1] + list(extra))
         want = ref.forward(np.array(toks), block=ref_blk)
         for tp in tps:
-            got = logits(mdir, toks, tp, extra)
-            e1, er = rel(got, one), rel(got, want)
+            got = logits(TMP, mdir, toks, ["--tp", tp] + list(extra))
+            e1, er = rel_err(got, one), rel_err(got, want)
             same = bool(np.all(got.argmax(axis=1) == one.argmax(axis=1)))
             label = f"{name} --tp {tp}" + (f" --block-length {flag}" if flag else "")
             report(e1 <= 1e-5 and er <= 1e-4 and same, f"logits {label} == --tp 1 == reference",
