@@ -164,12 +164,7 @@ static void append_raw(ws_session *s, const char *text, size_t len, uint64_t seq
     f->buf = xmalloc(LWS_PRE + len);
     memcpy(f->buf + LWS_PRE, text, len);
     f->cost = len + FRAME_OVERHEAD;
-    f->next = NULL;
-    if (s->tail) s->tail->next = f;
-    else s->head = f;
-    s->tail = f;
-    if (!s->cursor) s->cursor = f;
-    acct_add(s, f);
+    append(s, f);   /* already serialized: append() neither re-numbers nor re-stores it */
 }
 
 static void schedule_destroy(ws_session *s, double seconds);
