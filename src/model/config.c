@@ -136,6 +136,26 @@ static int get_hf_shape(json_t *root, const char *label, model_config *c, um_err
            get_int(root, "num_key_value_heads", 1, 65536, c->n_heads, label, &c->n_kv_heads, err);
 }
 
+/* Refuse a key whose value is true (features the supported releases never enable). */
+static int refuse_true(json_t *root, const char *const *keys, size_t n, const char *label, um_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (get_bool(root, keys[i], 0))
+            return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: '%s': true is not supported", label, keys[i]);
+    return 0;
+}
+
+/* hidden_act must be silu, rope_scaling null (Qwen2 / Dream and both MoE families). */
+static int check_act_rope(json_t *root, const char *label, um_err *err) {
+    json_t *act = json_object_get(root, "hidden_act");
+    if (json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only 'silu')", label,
+                          json_string_value(act));
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs))
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: 'rope_scaling' is not supported (only null)", label);
+    return 0;
+}
+
 /* Dream (DreamModel, model_type "Dream"): the Qwen2 config keys. Every model-shaping key is
  * required (a Qwen2 config always writes them); features Dream never enables are refused by name. */
 static int parse_dream(json_t *root, const char *label, model_config *c, um_err *err) {
@@ -162,17 +182,10 @@ static int parse_dream(json_t *root, const char *label, model_config *c, um_err 
     c->rot_dim = c->head_dim;
     c->weight_tying = get_bool(root, "tie_word_embeddings", 0);
     c->logits_shifted = 1;
-    json_t *act = json_object_get(root, "hidden_act");
-    if (json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only 'silu')", label,
-                          json_string_value(act));
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs))
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: 'rope_scaling' is not supported (only null)", label);
-    static const char *unsupported_true[] = {"use_sliding_window", "use_mrope"};
-    for (size_t i = 0; i < sizeof unsupported_true / sizeof *unsupported_true; i++)
-        if (get_bool(root, unsupported_true[i], 0))
-            return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: '%s': true is not supported", label, unsupported_true[i]);
+    static const char *const unsupported_true[] = {"use_sliding_window", "use_mrope"};
+    if (check_act_rope(root, label, err) != 0 ||
+        refuse_true(root, unsupported_true, sizeof unsupported_true / sizeof *unsupported_true, label, err) != 0)
+        return -1;
     c->mask_id = get_token_id(root, "mask_token_id", -1);
     c->eos_id = get_token_id(root, "eos_token_id", -1);
     c->pad_id = get_token_id(root, "pad_token_id", c->eos_id);
@@ -181,26 +194,6 @@ static int parse_dream(json_t *root, const char *label, model_config *c, um_err 
 }
 
 /* ---------------------------------------------------------------- MoE families */
-
-/* Refuse a key whose value is true (features the MoE releases never enable). */
-static int refuse_true(json_t *root, const char *const *keys, size_t n, const char *label, um_err *err) {
-    for (size_t i = 0; i < n; i++)
-        if (get_bool(root, keys[i], 0))
-            return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: '%s': true is not supported", label, keys[i]);
-    return 0;
-}
-
-/* hidden_act must be silu, rope_scaling null (shared by both MoE families). */
-static int check_act_rope(json_t *root, const char *label, um_err *err) {
-    json_t *act = json_object_get(root, "hidden_act");
-    if (json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only 'silu')", label,
-                          json_string_value(act));
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs))
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: 'rope_scaling' is not supported (only null)", label);
-    return 0;
-}
 
 /* Heads, head_dim (explicit or hidden / heads) and the rotary width from partial_rotary_factor. */
 static int moe_heads(json_t *root, const char *label, int prf_required, model_config *c, um_err *err) {
