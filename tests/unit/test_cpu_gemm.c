@@ -3,7 +3,8 @@
  * double-precision loops written here:
  *   - the branch-free f32 -> bf16 cast equals util/dtype.h's on specials and 2M random bit patterns;
  *   - packing puts every weight element where the documented layout says (odd shapes, zero padding);
- *   - per available path (avx512bf16, amx — a path this CPU lacks is skipped, saying why):
+ *   - per available path (avx512bf16, amx — a path this CPU lacks is skipped, saying why — and
+ *     the AMX kernel on the software tile unit of amx_emu.h, wherever AVX512-BF16 runs):
  *     the raw kernel block for every row count 1..GEMM_MB and 1..4 groups; backend matmul (odd
  *     shapes, bias, misaligned weight data) and the fused linear op (q/k/v with RMSNorm, residual
  *     add, SwiGLU, the LM head) against references computed from the bf16-rounded inputs the
@@ -24,6 +25,10 @@
 #include "util/dtype.h"
 #include "util/log.h"
 #include "util/rng.h"
+
+/* cpu_gemm_amx.c compiled with UM_AMX_EMULATE into this test (tests/CMakeLists.txt) */
+extern const cpu_gemm_kernel cpu_gemm_amx_emulated;
+extern _Atomic long amx_emu_dp_total;
 
 static uint64_t g_ctr;
 static float urand(float lo, float hi) { return lo + (hi - lo) * (float)rng_u01(7, 11, g_ctr++); }
@@ -297,14 +302,22 @@ static void test_linear_fallback(backend *be, const char *path) {
     free(wv);
 }
 
+/* A backend on path kern, running kernel family gemm instead of the path's own when not NULL (the
+ * emulated AMX kernel: the weights' packed layout is the same for every family). */
+static backend *backend_with(enum backend_cpu_kernels kern, const cpu_gemm_kernel *gemm, int n_threads) {
+    um_err err = {0};
+    TEST_CHECK(backend_cpu_kernels_select(kern, &err) == 0, "select %s", backend_cpu_kernels_name(kern));
+    backend *be = backend_cpu_init(n_threads);
+    if (gemm) ((cpu_impl *)be->impl)->gemm = gemm;
+    return be;
+}
+
 /* The same fused SwiGLU op on 1 and on 2 threads: bit-identical. */
-static void test_threads_identical(enum backend_cpu_kernels kern, const char *path) {
+static void test_threads_identical(enum backend_cpu_kernels kern, const cpu_gemm_kernel *gemm, const char *path) {
     float *out[2];
     const int n = 61, d = 96, F = 160;
     for (int t = 0; t < 2; t++) {
-        um_err err = {0};
-        TEST_CHECK(backend_cpu_kernels_select(kern, &err) == 0, "select %s", path);
-        backend *be = backend_cpu_init(t + 1);
+        backend *be = backend_with(kern, gemm, t + 1);
         g_ctr = 1000;   /* the same weights and inputs for both */
         tw g, u;
         tw_make(be, &g, F, d, 0);
@@ -325,14 +338,15 @@ static void test_threads_identical(enum backend_cpu_kernels kern, const char *pa
     free(out[1]);
 }
 
-static void test_path(enum backend_cpu_kernels kern) {
-    const char *path = backend_cpu_kernels_name(kern);
+/* Every check on path kern; with gemm, on that kernel family instead of the path's own. */
+static void test_path(enum backend_cpu_kernels kern, const cpu_gemm_kernel *gemm) {
+    const char *path = gemm ? gemm->name : backend_cpu_kernels_name(kern);
     um_err err = {0};
     if (backend_cpu_kernels_select(kern, &err) != 0) {
         printf("SKIP %s: %s\n", path, err.msg);
         return;
     }
-    backend *be = backend_cpu_init(2);
+    backend *be = backend_with(kern, gemm, 2);
     TEST_CHECK(backend_cpu_kernels_of(be) == kern, "%s: backend runs %s", path,
                backend_cpu_kernels_name(backend_cpu_kernels_of(be)));
     const cpu_impl *ci = be->impl;
@@ -343,7 +357,7 @@ static void test_path(enum backend_cpu_kernels kern) {
     test_linear(be, path, 131, 128, 200);
     test_linear_fallback(be, path);
     backend_free(be);
-    test_threads_identical(kern, path);
+    test_threads_identical(kern, gemm, path);
     printf("ran %s\n", path);
 }
 
@@ -352,9 +366,13 @@ int main(void) {
     cpu_pool *pool = cpu_pool_init(2, 0);
     test_pack(pool);
     cpu_pool_free(pool);
-    test_path(BACKEND_CPU_KERNELS_AVX512BF16);
-    test_path(BACKEND_CPU_KERNELS_AMX);
+    test_path(BACKEND_CPU_KERNELS_AVX512BF16, NULL);
+    test_path(BACKEND_CPU_KERNELS_AMX, NULL);
+    /* the AMX kernel on emulated tiles (blocks under 16 rows are its AVX512-BF16 fallback) */
     um_err err = {0};
+    test_path(BACKEND_CPU_KERNELS_AVX512BF16, &cpu_gemm_amx_emulated);
+    if (backend_cpu_kernels_select(BACKEND_CPU_KERNELS_AVX512BF16, &err) == 0)
+        TEST_CHECK(amx_emu_dp_total > 0, "the emulated tiles ran (%ld TDPBF16PS)", (long)amx_emu_dp_total);
     TEST_CHECK(backend_cpu_kernels_select(BACKEND_CPU_KERNELS_FP32, &err) == 0, "fp32 is always available");
     return test_report();
 }

@@ -5,7 +5,8 @@
  * RMSNorm, SwiGLU, embed, get_rows, add; the branch-free f16 and exp helpers; and the LLaDA forward
  * batching contract (packed sequences == separate forwards, default positions, out_rows, scratch
  * reuse) on a small make-model checkpoint. All on the fp32 kernel path (--cpu-kernels fp32), the
- * numerical reference; the bf16 kernels are tests/unit/test_cpu_gemm.c's.
+ * numerical reference; the bf16 kernels are tests/unit/test_cpu_gemm.c's, except attention, which
+ * also runs on each bf16 path this CPU has and on the AMX kernel over emulated tiles (amx_emu.h).
  * Single thread driving the backend (its pool slots run inside).
  */
 #include <immintrin.h>
@@ -23,6 +24,10 @@
 #include "util/dtype.h"
 #include "util/log.h"
 #include "util/rng.h"
+
+/* cpu_gemm_amx.c compiled with UM_AMX_EMULATE into this test (tests/CMakeLists.txt) */
+extern const cpu_gemm_kernel cpu_gemm_amx_emulated;
+extern _Atomic long amx_emu_dp_total;
 
 static uint64_t g_ctr;
 static float urand(float lo, float hi) { return lo + (hi - lo) * (float)rng_u01(42, 7, g_ctr++); }
@@ -516,6 +521,23 @@ int main(void) {
             backend_free(bb);
         }
         g_attn_tol = 2e-6;
+    }
+    /* and on the AMX kernel running on emulated tiles (tests/unit/amx_emu.h), where AVX512-BF16
+     * runs (its blocks under 16 rows) */
+    if (backend_cpu_kernels_select(BACKEND_CPU_KERNELS_AVX512BF16, &err) != 0) {
+        printf("SKIP attention on emulated AMX tiles: %s\n", err.msg);
+    } else {
+        const long dp0 = amx_emu_dp_total;
+        g_attn_tol = 1e-2;
+        for (int t = 1; t <= 2; t++) {
+            backend *bb = backend_cpu_init(t);
+            ((cpu_impl *)bb->impl)->gemm = &cpu_gemm_amx_emulated;
+            test_attention(bb);
+            backend_free(bb);
+        }
+        g_attn_tol = 2e-6;
+        TEST_CHECK(amx_emu_dp_total > dp0, "attention ran on the emulated tiles (%ld TDPBF16PS)",
+                   (long)(amx_emu_dp_total - dp0));
     }
     return test_report();
 }

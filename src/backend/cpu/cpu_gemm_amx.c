@@ -11,17 +11,33 @@
  *
  * Only selected where cpu_features found AMX usable (CPUID, XCR0 and the Linux permission,
  * arch_prctl(ARCH_REQ_XCOMP_PERM)); tests/unit/test_cpu_gemm.c runs it on such CPUs and says why it
- * skips elsewhere. Does not: pack, convert, apply epilogues.
+ * skips elsewhere. Compiled with UM_AMX_EMULATE (tests only), the same code runs on a software tile
+ * unit (tests/unit/amx_emu.h) as the kernel family cpu_gemm_amx_emulated, so its tile shapes,
+ * strides and accumulator placement are checked on CPUs without AMX too.
+ * Does not: pack, convert, apply epilogues.
  * Threading: the tile configuration is per thread: begin()/end() run on the slot that uses it.
  */
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(UM_AMX_EMULATE)
+#include "amx_emu.h"
+
+#define AMX_TARGET
+#define CPU_GEMM_AMX cpu_gemm_amx_emulated
+#define AMX_NAME "amx (emulated tiles)"
+#define AMX_COMPILED 1
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#define CPU_GEMM_AMX cpu_gemm_amx
+#define AMX_NAME "amx"
+#define AMX_COMPILED 1
+#endif
+
+#ifdef AMX_COMPILED
 
 /* The 64-byte tile configuration (palette 1). */
 typedef struct amx_tilecfg {
@@ -109,7 +125,7 @@ AMX_TARGET static void amx_block(const uint16_t *a, int64_t lda, int m, const ui
     if (i < m) cpu_gemm_avx512bf16.block(a + (int64_t)i * lda, lda, m - i, b, ng, kpad, c + (int64_t)i * 64);
 }
 
-const cpu_gemm_kernel cpu_gemm_amx = {.name = "amx", .block = amx_block, .begin = amx_begin, .end = amx_end};
+const cpu_gemm_kernel CPU_GEMM_AMX = {.name = AMX_NAME, .block = amx_block, .begin = amx_begin, .end = amx_end};
 
 #else /* no AMX intrinsics in this compiler: never selected (cpu_features reports AMX absent) */
 
