@@ -39,7 +39,9 @@ static void usage(FILE *f) {
  * the computation needs (seen: 2 threads 5x slower than 1 under load). OMP_WAIT_POLICY=passive
  * costs 15-40% when the machine is idle; a short spin (GOMP_SPINCOUNT=20000) measured within
  * noise of the default. libgomp reads these variables before main() runs, so when the user set
- * neither we set the short spin and re-execute ourselves once. */
+ * neither we set the short spin and re-execute ourselves once. The OpenMP regions left: the CUDA
+ * backend's host loops (the host decode loop's sampling rows) and make-model's weight fill; the
+ * CPU backend runs everything, sampling included, on its own pool. */
 static void omp_spin_policy_apply(char **argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
     if (setenv("GOMP_SPINCOUNT", "20000", 1) != 0) return;

@@ -133,6 +133,15 @@ void backend_act_zero(backend *be, void *p, size_t n) {
     if (be->ops->act_zero) be->ops->act_zero(be, p, n);
     else memset(p, 0, n * dtype_size(backend_act_dtype(be)));
 }
+void backend_host_parallel_for(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (be->ops->host_parallel_for && n > grain) {
+        be->ops->host_parallel_for(be, n, grain, fn, arg);
+        return;
+    }
+    fn(arg, 0, n);
+}
 void backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out) {
     be->ops->get_rows(be, x, d, rows, n, out);
 }

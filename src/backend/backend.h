@@ -216,6 +216,15 @@ void  backend_store_rows(backend *be, const void *x, int d, int n_seqs, const in
 void  backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
                           const float *w);
 
+/* Run fn(arg, lo, hi) over [0, n) in chunks of grain on the host threads this backend computes
+ * with, the calling thread included: the CPU backend's pool (so host loops of the layers above,
+ * such as sampling a step's rows, share the threads the forward uses instead of starting others
+ * that would spin beside them); the CUDA backend's host OpenMP threads. A backend without host
+ * threads runs it on the calling thread. Chunks may run in any order and concurrently; fn must
+ * not call into this backend. */
+typedef void (*backend_range_fn)(void *arg, int64_t lo, int64_t hi);
+void  backend_host_parallel_for(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg);
+
 /* ---------------------------------------------------------------- graphs (BACKEND_CAP_GRAPHS) */
 
 /* Everything the backend enqueues between begin and end is captured into a graph (index arrays are

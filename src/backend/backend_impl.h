@@ -52,6 +52,9 @@ typedef struct backend_ops {
     void  (*linear)(backend *be, const blinear *op);
     /* (optional, not a capability) n activation elements set to 0; NULL: memset (host memory) */
     void  (*act_zero)(backend *be, void *p, size_t n);
+    /* (optional, not a capability) host loop on the backend's threads (backend_host_parallel_for);
+     * NULL: the calling thread runs every chunk */
+    void  (*host_parallel_for)(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg);
 
     /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */
     /* (optional) free / total device memory in bytes */

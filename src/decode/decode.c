@@ -2,7 +2,7 @@
  * decode.c — decode parameters, sequences (canvas + blocks + text), and the batched step loop
  * (decode.h). Not here: the decoders' commit rules (decoders.c), per-row sampling (sample.c), JSON
  * (event_json.c). Threads: decode_params_* any thread; a sequence and decode_step() on the engine
- * thread that owns the model_ctx (the sampling row loop fans out over OpenMP threads).
+ * thread that owns the model_ctx (the sampling row loop fans out over the backend's host threads).
  */
 #include "decode/decode.h"
 
@@ -1306,8 +1306,24 @@ static void seq_sample_cfg(const decode_seq *s, int V, sample_cfg *sc) {
     sc->seed = s->p.seed;
 }
 
-/* Samples every row of every sequence not done from t_logits (x0, conf), rows in parallel. */
-static void step_sample(decode_seq **seqs, int n, const step_layout *ly, int V) {
+typedef struct row_run {
+    const row_job *jobs;
+    int            V;
+} row_run;
+
+static void sample_rows(void *arg, int64_t lo, int64_t hi) {
+    const row_run *rr = arg;
+    for (int64_t q = lo; q < hi; q++) {
+        const row_job *j = &rr->jobs[q];
+        sample_cfg sc;
+        seq_sample_cfg(j->s, rr->V, &sc);
+        sample_row(&sc, j->cond, j->uncond, j->s->step, j->s->row_pos[j->r], &j->s->x0[j->r], &j->s->conf[j->r]);
+    }
+}
+
+/* Samples every row of every sequence not done from t_logits (x0, conf), rows in parallel on the
+ * backend's host threads (the CPU backend's pool: the forward's own threads). */
+static void step_sample(backend *be, decode_seq **seqs, int n, const step_layout *ly, int V) {
     int n_jobs = 0;
     for (int i = 0; i < n; i++) n_jobs += seqs[i]->done ? 0 : ly->rows[i];
     row_job *jobs = xmalloc((size_t)(n_jobs > 0 ? n_jobs : 1) * sizeof *jobs);
@@ -1323,14 +1339,9 @@ static void step_sample(decode_seq **seqs, int n, const step_layout *ly, int V) 
                 s->p.cfg_scale > 0 ? t_logits + (size_t)(ly->out_base[i] + ly->rows[i] + r) * (size_t)V : NULL;
         }
     }
-#pragma omp parallel for schedule(dynamic, 1) if (n_jobs > 1 && (size_t)n_jobs * (size_t)V > 65536)
-    for (int q = 0; q < n_jobs; q++) {
-        decode_seq *s = jobs[q].s;
-        sample_cfg sc;
-        seq_sample_cfg(s, V, &sc);
-        int r = jobs[q].r;
-        sample_row(&sc, jobs[q].cond, jobs[q].uncond, s->step, s->row_pos[r], &s->x0[r], &s->conf[r]);
-    }
+    row_run rr = {.jobs = jobs, .V = V};
+    if (n_jobs > 1 && (size_t)n_jobs * (size_t)V > 65536) backend_host_parallel_for(be, n_jobs, 1, sample_rows, &rr);
+    else sample_rows(&rr, 0, n_jobs);
     free(jobs);
 }
 
@@ -1356,7 +1367,7 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     for (int i = 0; i < n; i++)
         if (!seqs[i]->done && !seqs[i]->t_first_step) seqs[i]->t_first_step = t0;
 
-    step_sample(seqs, n, &ly, V);
+    step_sample(ctx->be, seqs, n, &ly, V);
     for (int i = 0; i < n; i++) {
         decode_seq *s = seqs[i];
         if (s->done) continue;

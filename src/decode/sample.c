@@ -1,6 +1,6 @@
 /*
  * sample.c — effective logits, Gumbel-max sampling with top-k / top-p, confidence (sample.h).
- * Pure functions; called from the decode loop's OpenMP row loop (any thread).
+ * Pure functions; called from the decode loop's row loop (any of the backend's host threads).
  */
 #include "decode/sample.h"
 

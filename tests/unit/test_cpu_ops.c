@@ -2,15 +2,17 @@
  * test_cpu_ops.c — every CPU backend op against a naive double-precision loop written here:
  * matmul (F32/BF16/F16 weights, odd sizes, bias, misaligned data), attention (varlen sequences,
  * GQA, key_valid, block_causal, queries != keys), RoPE (partial rotation, table cache refresh),
- * RMSNorm, SwiGLU, embed, get_rows, add; the branch-free f16 and exp helpers; and the LLaDA forward
- * batching contract (packed sequences == separate forwards, default positions, out_rows, scratch
- * reuse) on a small make-model checkpoint. All on the fp32 kernel path (--cpu-kernels fp32), the
- * numerical reference; the bf16 kernels are tests/unit/test_cpu_gemm.c's, except attention, which
- * also runs on each bf16 path this CPU has and on the AMX kernel over emulated tiles (amx_emu.h).
+ * RMSNorm, SwiGLU, embed, get_rows, add, host_parallel_for (each index once); the branch-free f16
+ * and exp helpers; and the LLaDA forward batching contract (packed sequences == separate
+ * forwards, default positions, out_rows, scratch reuse) on a small make-model checkpoint. All on
+ * the fp32 kernel path (--cpu-kernels fp32), the numerical reference; the bf16 kernels are
+ * tests/unit/test_cpu_gemm.c's, except attention, which also runs on each bf16 path this CPU has
+ * and on the AMX kernel over emulated tiles (amx_emu.h).
  * Single thread driving the backend (its pool slots run inside).
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,6 +379,34 @@ static void test_elementwise(backend *be) {
     be->ops->act_free(be, x);
 }
 
+/* backend_host_parallel_for: every index of [0, n) exactly once, in chunks of at most grain. */
+typedef struct hp_run {
+    _Atomic int *hits;
+    _Atomic int  bad_chunk;
+    int64_t      grain;
+} hp_run;
+
+static void hp_range(void *arg, int64_t lo, int64_t hi) {
+    hp_run *r = arg;
+    if (hi <= lo || hi - lo > r->grain) atomic_fetch_add(&r->bad_chunk, 1);
+    for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&r->hits[i], 1);
+}
+
+static void test_host_parallel_for(backend *be) {
+    const int64_t ns[] = {1, 2, 7, 64, 1001}, grains[] = {1, 3, 64, 5000};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof grains / sizeof grains[0]; b++) {
+            hp_run r = {.hits = xcalloc((size_t)ns[a], sizeof *r.hits), .grain = grains[b]};
+            backend_host_parallel_for(be, ns[a], grains[b], hp_range, &r);
+            int wrong = 0;
+            for (int64_t i = 0; i < ns[a]; i++) wrong += r.hits[i] != 1;
+            TEST_CHECK(wrong == 0 && r.bad_chunk == 0, "host_parallel_for n=%lld grain=%lld on %d threads: %d indices "
+                       "not run exactly once, %d bad chunks", (long long)ns[a], (long long)grains[b],
+                       backend_n_threads(be), wrong, (int)r.bad_chunk);
+            free(r.hits);
+        }
+}
+
 static void test_rows(backend *be) {
     int V = 50, d = 19;
     float *wv = xmalloc((size_t)V * d * sizeof *wv);
@@ -500,11 +530,13 @@ int main(void) {
     test_rmsnorm(be);
     test_elementwise(be);
     test_rows(be);
+    test_host_parallel_for(be);
     test_forward_batching(be);
     backend_free(be);
     backend *be1 = backend_cpu_init(1);   /* single-thread path too */
     test_matmul(be1);
     test_attention(be1);
+    test_host_parallel_for(be1);
     backend_free(be1);
     /* attention on the bf16 kernel paths this CPU has (q, k, v and probabilities in bf16: the
      * GPU path's attention tolerance) */

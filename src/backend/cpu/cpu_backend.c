@@ -425,6 +425,10 @@ static void cpu_free(backend *be) {
     free(be);
 }
 
+static void cpu_host_parallel_for(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg) {
+    cpu_parallel_for(cpu_impl_of(be), n, grain, 1, fn, arg);
+}
+
 static const backend_ops k_cpu_ops = {
     .name = "cpu",
     .weight_upload = cpu_weight_upload,
@@ -444,6 +448,7 @@ static const backend_ops k_cpu_ops = {
     .moe_combine = cpu_moe_combine,
     .free = cpu_free,
     .linear = cpu_linear,
+    .host_parallel_for = cpu_host_parallel_for,
 };
 
 enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be) {

@@ -714,6 +714,15 @@ static comm *cuda_comm_join(backend *be, const uint8_t id[COMM_ID_BYTES], int ra
 }
 #endif
 
+/* Host loops (the host decode loop's sampling rows) on OpenMP threads: this backend has no host
+ * pool of its own, and its forward runs on the device, so they compete with nothing here. */
+static void cuda_host_parallel_for(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg) {
+    (void)be;
+    const int64_t chunks = (n + grain - 1) / grain;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; c++) fn(arg, c * grain, c * grain + grain < n ? c * grain + grain : n);
+}
+
 static const backend_ops k_cuda_ops = {
     .name = "cuda",
     .weight_upload = cuda_weight_upload,
@@ -732,6 +741,7 @@ static const backend_ops k_cuda_ops = {
     .store_rows = cuda_store_rows,
     .moe_combine = cuda_moe_combine,
     .act_zero = cuda_act_zero,
+    .host_parallel_for = cuda_host_parallel_for,
     .free = cuda_free_backend,
     .mem_info = backend_cuda_mem_info,
     .check_fit = backend_cuda_check_fit,
