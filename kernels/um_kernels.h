@@ -56,6 +56,48 @@ cudaError_t umk_to_bf16(const void *src, int src_is_f16, size_t n, uint16_t *dst
 /* dst[i] = f32(src[i]) */
 cudaError_t umk_bf16_to_f32(const uint16_t *src, size_t n, float *dst, cudaStream_t s);
 
+/* ---------------------------------------------------------------- MoE dispatch (moe.cu) */
+
+/* Largest n_experts the MoE kernels take (shared-memory tables); the backend routes larger
+ * routers on the host. */
+#define UMK_MOE_MAX_EXPERTS 1024
+
+/* A MoE layer's routing rules (docs/model-spec.md §2c, model/moe.c moe_route). */
+typedef struct umk_moe_route_cfg {
+    int          n_experts, top_k;
+    int          sigmoid_group;     /* 0: softmax (+ bias); 1: sigmoid, group-limited, renormalised */
+    int          n_group, topk_group;
+    float        routed_scale;
+    const float *bias;              /* [n_experts] device f32, or NULL */
+} umk_moe_route_cfg;
+
+/* idx[n, top_k] (best first) and w[n, top_k] from logits[n, n_experts], per token exactly as
+ * moe_route (same experts, same order, same ties; double math). */
+cudaError_t umk_moe_route(const umk_moe_route_cfg *c, const uint16_t *logits, int n, int32_t *idx, float *w,
+                          cudaStream_t s);
+/* Counting sort of the n*k pairs idx[] by expert, token order inside an expert: offsets[E+1] (rows of
+ * expert e: offsets[e] .. offsets[e+1]-1), slot[i] = row of pair i (-1 when its expert is outside
+ * [e0, e1)), tok[row] = pair / k, and the row tiles of the experts [e0, e1) for umk_moe_gemm:
+ * tile_e[j] = expert (-1 past the last tile), tile_r[j] = its first row, for j < max_tiles
+ * (at least the bound under umk_moe_tile_rows). One block. */
+cudaError_t umk_moe_sort(const int32_t *idx, int n, int k, int n_experts, int e0, int e1, int max_tiles,
+                         int32_t *offsets, int32_t *slot, int32_t *tok, int32_t *tile_e, int32_t *tile_r,
+                         cudaStream_t s);
+/* Rows per tile of umk_moe_gemm. A bound on the tiles of n*k rows over e experts:
+ * floor(n*k / rows) + min(e, n*k). */
+int    umk_moe_tile_rows(void);
+/* Grouped GEMM over the tile map: for every row r of expert e in a tile,
+ *   gated: y[r, :] = bf16(silu(bf16(x[tok[r]]·w0[e]ᵀ)) * bf16(x[tok[r]]·w1[e]ᵀ))   (x: [*, kd])
+ *   else:  y[r, :] = bf16(x[r]·w0[e]ᵀ)                                              (x: [rows, kd])
+ * w0 / w1: device arrays of E device pointers to [N, kd] bf16 weights. kd % 8 == 0; x and the weights
+ * 16-byte aligned. Grid: max_tiles x ceil(N / 64) blocks; a block without a tile exits. */
+cudaError_t umk_moe_gemm(int gated, const uint16_t *x, const int32_t *tok, const uint16_t *const *w0,
+                         const uint16_t *const *w1, const int32_t *offsets, const int32_t *tile_e,
+                         const int32_t *tile_r, int max_tiles, int N, int kd, uint16_t *y, cudaStream_t s);
+/* dynamic shared memory of the two small kernels (checked against the device limit by the caller) */
+size_t umk_moe_route_smem(int n_experts, int top_k, int n_group);
+size_t umk_moe_sort_smem(int n_experts);
+
 /* ---------------------------------------------------------------- attention (attention.cu) */
 
 /* Device-side view of backend.h's attn_params. */
