@@ -35,6 +35,7 @@ int backend_has(const backend *be, unsigned caps) {
         o->alias_add && o->alias_clear && o->decode_begin && o->decode_sample && o->decode_commit)
         have |= BACKEND_CAP_DEVICE_DECODE;
     if (o->comm_join) have |= BACKEND_CAP_COMM;
+    if (o->moe_prepare && o->moe_release && o->moe_workspace && o->moe_forward) have |= BACKEND_CAP_MOE;
     return (have & caps) == caps;
 }
 
@@ -154,6 +155,26 @@ void backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int 
 void backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                         void *const *dst) {
     be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst);
+}
+
+/* ---------------------------------------------------------------- MoE dispatch */
+
+bmoe *backend_moe_prepare(backend *be, const bmoe_desc *desc) {
+    return backend_has(be, BACKEND_CAP_MOE) ? be->ops->moe_prepare(be, desc) : NULL;
+}
+
+void backend_moe_release(backend *be, bmoe *m) {
+    if (m) be->ops->moe_release(be, m);
+}
+
+size_t backend_moe_workspace(backend *be, const bmoe *m, int n) {
+    NEED(be, moe_workspace);
+    return be->ops->moe_workspace(be, m, n);
+}
+
+void backend_moe_forward(backend *be, const bmoe *m, const void *logits, const void *h, int n, void *x, void *ws) {
+    NEED(be, moe_forward);
+    if (n > 0) be->ops->moe_forward(be, m, logits, h, n, x, ws);
 }
 
 /* ---------------------------------------------------------------- graphs */

@@ -127,6 +127,8 @@ enum backend_cap {
     BACKEND_CAP_DEVICE_DECODE = 1 << 3, /* the primitives of the device-resident decode step
                                            (backend_decode.h): buffers, events, aliases, decode kernels */
     BACKEND_CAP_COMM          = 1 << 4, /* backend_comm_join: collectives on the device (NCCL) */
+    BACKEND_CAP_MOE           = 1 << 5, /* backend_moe_*: a MoE layer's routing, dispatch and expert
+                                           GEMMs on the device, without the host */
 };
 /* 1 when the backend offers every capability in caps (a mask of backend_cap). */
 int backend_has(const backend *be, unsigned caps);
@@ -224,6 +226,41 @@ void  backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int
  * not call into this backend. */
 typedef void (*backend_range_fn)(void *arg, int64_t lo, int64_t hi);
 void  backend_host_parallel_for(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg);
+
+/* ---------------------------------------------------------------- MoE dispatch (BACKEND_CAP_MOE) */
+
+/* The routed experts of one MoE layer as a backend's device dispatch runs them (model/moe.c fills
+ * it from the model config; docs/model-spec.md §2c gives the routing rules). */
+enum bmoe_router {
+    BMOE_SOFTMAX,        /* softmax over the experts (+ bias); the top_k values are the weights */
+    BMOE_SIGMOID_GROUP,  /* sigmoid + bias selects within the topk_group best of n_group groups; the
+                            unbiased sigmoids, renormalised (top_k > 1), times routed_scale */
+};
+typedef struct bmoe_desc {
+    enum bmoe_router router;
+    int              n_experts, top_k;
+    int              n_group, topk_group;   /* BMOE_SIGMOID_GROUP (n_experts % n_group == 0) */
+    float            routed_scale;          /* BMOE_SIGMOID_GROUP */
+    const float     *bias;                  /* [n_experts] host f32 expert bias, or NULL (copied) */
+    int              e0, e1;                /* experts held by this backend: [e0, e1) */
+    const bweight   *gate, *up, *down;      /* [n_experts] arrays of uploaded weights [ffn, d], [ffn, d],
+                                               [d, ffn]; only [e0, e1) are read */
+} bmoe_desc;
+typedef struct bmoe bmoe;
+/* The backend's dispatch of one layer (device copies of the bias and of the expert weight tables),
+ * or NULL when it has none: no BACKEND_CAP_MOE, or a shape its kernels do not take (the caller then
+ * routes on the host with the ops above). Load time, never during a graph capture. */
+bmoe  *backend_moe_prepare(backend *be, const bmoe_desc *desc);
+void   backend_moe_release(backend *be, bmoe *m);
+/* Activation elements of the workspace backend_moe_forward needs for n tokens. */
+size_t backend_moe_workspace(backend *be, const bmoe *m, int n);
+/* x[t, :] += sum_j w_tj * expert_{e_tj}(h[t, :]) for t < n, the k experts e_tj and weights w_tj
+ * routed from logits[t, :] (logits = h · routerᵀ, activations [n, n_experts]); experts outside
+ * [e0, e1) add nothing (a tensor-parallel rank's partial sum). expert(h) = down(silu(gate h) * up h)
+ * with the rounding of backend_linear's SwiGLU and backend_matmul; the sum is backend_moe_combine's.
+ * Enqueued only: no host synchronisation, capturable into a graph. ws: an activation buffer of
+ * backend_moe_workspace(n) elements. */
+void   backend_moe_forward(backend *be, const bmoe *m, const void *logits, const void *h, int n, void *x, void *ws);
 
 /* ---------------------------------------------------------------- graphs (BACKEND_CAP_GRAPHS) */
 

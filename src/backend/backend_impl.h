@@ -98,6 +98,13 @@ typedef struct backend_ops {
     void           (*decode_sample)(backend *be, const bdec_launch *l, const void *logits);    /* (optional) */
     void           (*decode_commit)(backend *be, const bdec_launch *l);      /* (optional) */
 
+    /* ------------------------------------------------ BACKEND_CAP_MOE */
+    bmoe          *(*moe_prepare)(backend *be, const bmoe_desc *desc);      /* (optional) NULL: unsupported */
+    void           (*moe_release)(backend *be, bmoe *m);                     /* (optional) */
+    size_t         (*moe_workspace)(backend *be, const bmoe *m, int n);      /* (optional) */
+    void           (*moe_forward)(backend *be, const bmoe *m, const void *logits, const void *h, int n, void *x,
+                                  void *ws);                                 /* (optional) */
+
     /* ------------------------------------------------ BACKEND_CAP_COMM */
     /* (optional) join a collective group on this backend's device (see backend_comm_join) */
     comm *(*comm_join)(backend *be, const uint8_t id[COMM_ID_BYTES], int rank, int world,

@@ -71,9 +71,12 @@ int decode_device_supported(const model_ctx *ctx) {
 
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     if (!decode_device_supported(ctx) || s == NULL) return 0;
-    /* MoE forwards route on the host (not graph-capturable); block-causal models follow the
-     * block-diffusion rules (quota from the block length, padded canvas) on the host only */
-    if (ctx->m->cfg.n_experts > 0 || ctx->m->cfg.block_causal > 0) return 0;
+    /* a forward that waits for the host (MoE layers routed on the host: a backend without the
+     * device dispatch, or a shape its kernels do not take) cannot run in a device step; block-causal
+     * models (LLaDA2) follow the block-diffusion rules (step quota from the block length, the canvas
+     * padded to whole blocks, the forward cut at the active block, the exact block cache) that only
+     * the host loop implements (docs/decode.md) */
+    if (ctx->host_sync || ctx->m->cfg.block_causal > 0) return 0;
     const decode_params *p = decode_seq_params(s);
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);

@@ -341,6 +341,7 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
         if (L->q_norm && (upload(be, L->q_norm, &W->qn, err) || upload(be, L->k_norm, &W->kn, err))) goto fail;
         if (L->moe) {
             if (!(W->moe = moe_layer_upload(be, c, L->moe, &ctx->shard, err))) goto fail;
+            if (!moe_layer_on_device(W->moe)) ctx->host_sync = 1;
         } else if (upload_part(ctx, w, L->ff_proj, SPLIT_ROWS, &W->gate, err) ||
                    upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
                    upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err)) {

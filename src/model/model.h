@@ -128,6 +128,9 @@ typedef struct model_ctx {
     void        *weights;       /* arch-specific backend weights (llada_weights in llada.c) */
     void        *scratch;       /* arch-specific workspace, grown on demand */
     struct model_kv *kv;        /* KV cache slots on this ctx's backend (model_kv.c), owned */
+    int          host_sync;     /* 1: a forward waits for the host between its ops (a MoE layer
+                                   routed on the host: model/moe.c), so it cannot be captured into a
+                                   graph; 0: the forward only enqueues work */
 } model_ctx;
 
 int  model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err);
@@ -141,7 +144,8 @@ int  model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *er
 /* Same validation and forward, but the logits stay on the backend: *logits = an activation buffer
  * [n_out, n_embd_rows] owned by the ctx, valid until the next forward. Never synchronises the
  * device (the CUDA decode step captures it in a graph) — except on a tensor-parallel leader
- * (ctx->tp), whose batch broadcast to the followers synchronises the stream (no graph capture). */
+ * (ctx->tp), whose batch broadcast to the followers synchronises the stream (no graph capture), and
+ * on a ctx with host_sync (MoE layers routed on the host). */
 int  model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err);
 
 /* ---------------------------------------------------------------- KV cache slots

@@ -2,18 +2,23 @@
  * moe.c — the mixture-of-experts sublayer (moe.h): tensor binding, upload, routing and the grouped
  * expert forward of LLaDA-MoE and LLaDA2, written against backend ops.
  *
- * Per MoE layer: router logits h·Wgᵀ on the backend, copied to the host; the routing (moe_route,
- * docs/model-spec.md §2c) picks each token's k experts and weights; a counting sort groups the
- * (token, expert) pairs by expert; one backend_get_rows gathers the routed rows; each expert with
- * tokens runs one fused gate/up SwiGLU GEMM and one down GEMM over exactly its rows; the shared
- * expert runs over all tokens; backend_moe_combine adds each token's weighted outputs to x.
+ * Per MoE layer: router logits h·Wgᵀ on the backend, then one of two dispatches of the routed
+ * experts. Device (a backend with BACKEND_CAP_MOE that takes the layer's shapes: CUDA):
+ * backend_moe_forward routes, groups, runs the expert GEMMs and combines on the device — nothing
+ * comes back to the host, so the forward can be captured into a graph. Host (the CPU backend, and
+ * shapes the device kernels do not take): the logits are copied to the host; the routing
+ * (moe_route, docs/model-spec.md §2c) picks each token's k experts and weights; a counting sort
+ * groups the (token, expert) pairs by expert; one backend_get_rows gathers the routed rows; each
+ * expert with tokens runs one fused gate/up SwiGLU GEMM and one down GEMM over exactly its rows;
+ * backend_moe_combine adds each token's weighted outputs to x. Both route and order rows alike
+ * (the CUDA routing kernel follows moe_route rule for rule). The shared expert runs over all
+ * tokens with the ordinary ops, before the routed outputs are added.
  * Expert + tensor parallel (a shard of W ranks): every rank routes every token the same way, holds
  * and runs a contiguous range of the experts over all their tokens, and a 1/W slice of the shared
  * expert's width; its routed and shared outputs form a partial sum, one all-reduce per layer adds
  * them up (docs/parallel.md "Mixture of experts").
- * Does not: device-side routing (the host round trip makes a MoE forward unsuitable for graph
- * capture). Threads: binding and upload at load time (any thread); forward on the engine thread
- * owning the ctx.
+ * Does not: implement kernels (the backend does). Threads: binding and upload at load time (any
+ * thread); forward on the engine thread owning the ctx.
  */
 #include "model/moe.h"
 
@@ -90,6 +95,8 @@ struct moe_layer_w {
     int      e0, e1;                     /* this rank's experts [e0, e1) */
     void    *sh_down_part;               /* world > 1: host copy of sh_down's column slice (a backend
                                             may keep a view of what it uploads), owned */
+    bmoe    *dev;                        /* the backend's device dispatch of the routed experts, or
+                                            NULL: routing on the host */
 };
 
 /* Upload rows x cols elements of t at data (t's own, or a slice / copy of it). */
@@ -135,6 +142,11 @@ moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_laye
         (upload_t(be, t->sh_gate, &w->sh_gate, err) || upload_t(be, t->sh_up, &w->sh_up, err) ||
          upload_t(be, t->sh_down, &w->sh_down, err)))
         goto fail;
+    const bmoe_desc desc = {.router = c->router == MODEL_ROUTER_SOFTMAX ? BMOE_SOFTMAX : BMOE_SIGMOID_GROUP,
+                            .n_experts = E, .top_k = c->moe_top_k, .n_group = c->n_group,
+                            .topk_group = c->topk_group, .routed_scale = c->routed_scale, .bias = w->bias,
+                            .e0 = w->e0, .e1 = w->e1, .gate = w->gate, .up = w->up, .down = w->down};
+    w->dev = backend_moe_prepare(be, &desc);
     if (t->sh_gate && W > 1) {   /* rows of gate / up, the matching columns of down (copied) */
         CHECK(t->sh_gate->shape[0] % W == 0);   /* model_ctx_init_shard checked shared_ffn */
         const int64_t d = t->sh_down->shape[0], cols = t->sh_down->shape[1], lc = cols / W;
@@ -156,6 +168,7 @@ fail:
 
 void moe_layer_free(backend *be, const model_config *c, moe_layer_w *w) {
     if (!w) return;
+    backend_moe_release(be, w->dev);
     bweight *one[] = {&w->router, &w->sh_gate, &w->sh_up, &w->sh_down};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
         if (one[i]->data) backend_weight_free(be, one[i]);
@@ -236,40 +249,56 @@ void moe_route(const model_config *c, const float *logits, const float *bias, in
 /* ---------------------------------------------------------------- forward */
 
 struct moe_scratch {
-    int      cap_tok;      /* tokens the token-sized buffers hold */
+    int      cap_tok;      /* tokens lg, sg, su, tmp hold */
+    int      cap_host;     /* tokens the host dispatch's buffers hold (0: none allocated) */
+    size_t   cap_ws;       /* elements of ws */
     void    *lg;           /* [cap_tok, E] router logits (backend) */
-    float   *lg_h;         /* [cap_tok, E] host copy */
-    int32_t *idx;          /* [cap_tok, K] chosen experts (host) */
-    float   *w;            /* [cap_tok, K] their weights (host) */
-    int32_t *slot;         /* [cap_tok, K] row of each (token, choice) in the expert-sorted buffers */
-    int32_t *lslot;        /* [cap_tok, K] sharded layer: slot, or -1 for another rank's expert */
-    int32_t *tok;          /* [cap_tok * K] token of each sorted row */
-    int32_t *count;        /* [E + 1] rows per expert, then offsets */
-    void    *xs;           /* [cap_tok * K, d] routed input rows, grouped by expert */
-    void    *g, *u;        /* [cap_tok * K, F] gate (-> SwiGLU output) / up */
-    void    *ys;           /* [cap_tok * K, d] expert outputs */
     void    *sg, *su;      /* [cap_tok, SF] shared expert gate / up (NULL without one) */
     void    *tmp;          /* [cap_tok, d] shared expert down product before the add; a sharded
                               layer's partial sum */
+    void    *ws;           /* [cap_ws] device dispatch workspace (backend_moe_workspace), or NULL */
+    /* host dispatch */
+    float   *lg_h;         /* [cap_host, E] host copy of the logits */
+    int32_t *idx;          /* [cap_host, K] chosen experts (host) */
+    float   *w;            /* [cap_host, K] their weights (host) */
+    int32_t *slot;         /* [cap_host, K] row of each (token, choice) in the expert-sorted buffers */
+    int32_t *lslot;        /* [cap_host, K] sharded layer: slot, or -1 for another rank's expert */
+    int32_t *tok;          /* [cap_host * K] token of each sorted row */
+    int32_t *count;        /* [E + 1] rows per expert, then offsets */
+    void    *xs;           /* [cap_host * K, d] routed input rows, grouped by expert */
+    void    *g, *u;        /* [cap_host * K, F] gate (-> SwiGLU output) / up */
+    void    *ys;           /* [cap_host * K, d] expert outputs */
 };
 
-static void scratch_grow(backend *be, const model_config *c, moe_scratch *s, int n) {
-    if (n <= s->cap_tok) return;
-    void **bufs[] = {&s->lg, &s->xs, &s->g, &s->u, &s->ys, &s->sg, &s->su, &s->tmp};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (*bufs[i]) backend_act_free(be, *bufs[i]), *bufs[i] = NULL;
+static void act_replace(backend *be, void **p, size_t n) {
+    if (*p) backend_act_free(be, *p);
+    *p = n ? backend_act_alloc(be, n) : NULL;
+}
+
+/* buffers for n tokens: the common ones, and the dispatch's (device workspace or host buffers) */
+static void scratch_grow(backend *be, const model_config *c, const moe_layer_w *w, moe_scratch *s, int n) {
     const size_t N = (size_t)n, K = (size_t)c->moe_top_k, d = (size_t)c->d_model, F = (size_t)c->moe_ffn;
     const size_t E = (size_t)c->n_experts, SF = (size_t)c->shared_ffn;
-    s->lg = backend_act_alloc(be, N * E);
-    s->xs = backend_act_alloc(be, N * K * d);
-    s->g = backend_act_alloc(be, N * K * F);
-    s->u = backend_act_alloc(be, N * K * F);
-    s->ys = backend_act_alloc(be, N * K * d);
-    if (SF) {
-        s->sg = backend_act_alloc(be, N * SF);
-        s->su = backend_act_alloc(be, N * SF);
+    if (n > s->cap_tok) {
+        act_replace(be, &s->lg, N * E);
+        act_replace(be, &s->sg, N * SF);
+        act_replace(be, &s->su, N * SF);
+        act_replace(be, &s->tmp, N * d);
+        s->cap_tok = n;
     }
-    s->tmp = backend_act_alloc(be, N * d);
+    if (w->dev) {
+        const size_t need = backend_moe_workspace(be, w->dev, n);
+        if (need > s->cap_ws) {
+            act_replace(be, &s->ws, need);
+            s->cap_ws = need;
+        }
+        return;
+    }
+    if (n <= s->cap_host) return;
+    act_replace(be, &s->xs, N * K * d);
+    act_replace(be, &s->g, N * K * F);
+    act_replace(be, &s->u, N * K * F);
+    act_replace(be, &s->ys, N * K * d);
     s->lg_h = xrealloc(s->lg_h, N * E * sizeof *s->lg_h);
     s->idx = xrealloc(s->idx, N * K * sizeof *s->idx);
     s->w = xrealloc(s->w, N * K * sizeof *s->w);
@@ -277,12 +306,12 @@ static void scratch_grow(backend *be, const model_config *c, moe_scratch *s, int
     s->lslot = xrealloc(s->lslot, N * K * sizeof *s->lslot);
     s->tok = xrealloc(s->tok, N * K * sizeof *s->tok);
     s->count = xrealloc(s->count, (E + 1) * sizeof *s->count);
-    s->cap_tok = n;
+    s->cap_host = n;
 }
 
 void moe_scratch_free(backend *be, moe_scratch *s) {
     if (!s) return;
-    void *bufs[] = {s->lg, s->xs, s->g, s->u, s->ys, s->sg, s->su, s->tmp};
+    void *bufs[] = {s->lg, s->sg, s->su, s->tmp, s->ws, s->xs, s->g, s->u, s->ys};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) backend_act_free(be, bufs[i]);
     free(s->lg_h);
@@ -295,17 +324,14 @@ void moe_scratch_free(backend *be, moe_scratch *s) {
     free(s);
 }
 
-void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *x,
-                 struct comm *cm, moe_scratch **sp) {
-    if (n <= 0) return;
-    if (!*sp) *sp = xcalloc(1, sizeof **sp);
-    moe_scratch *s = *sp;
-    scratch_grow(be, c, s, n);
+int moe_layer_on_device(const moe_layer_w *w) { return w->dev != NULL; }
+
+/* The routed experts' weighted outputs added to acc[n, d] (x, or a sharded layer's partial sum),
+ * routed on the host: this rank's experts only when sharded (the others' slots are -1). */
+static void routed_host(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *acc,
+                        moe_scratch *s) {
     const int E = c->n_experts, K = c->moe_top_k, d = c->d_model, F = c->moe_ffn;
     const size_t es = dtype_size(backend_act_dtype(be));
-
-    /* route on the host */
-    backend_matmul(be, h, &w->router, NULL, n, s->lg);
     backend_act_to_host(be, s->lg, (size_t)n * (size_t)E, s->lg_h);
     for (int t = 0; t < n; t++)
         moe_route(c, s->lg_h + (size_t)t * E, w->bias, s->idx + (size_t)t * K, s->w + (size_t)t * K);
@@ -336,7 +362,23 @@ void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const
         backend_linear(be, &op);
         backend_matmul(be, g, &w->down[e], NULL, cnt, ys);
     }
+    const int32_t *slot = s->slot;
+    if (w->world > 1) {
+        for (int i = 0; i < n * K; i++) s->lslot[i] = s->idx[i] >= w->e0 && s->idx[i] < w->e1 ? s->slot[i] : -1;
+        slot = s->lslot;
+    }
+    backend_moe_combine(be, acc, s->ys, d, n, K, slot, s->w);
+}
 
+void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *x,
+                 struct comm *cm, moe_scratch **sp) {
+    if (n <= 0) return;
+    if (!*sp) *sp = xcalloc(1, sizeof **sp);
+    moe_scratch *s = *sp;
+    scratch_grow(be, c, w, s, n);
+    const int d = c->d_model;
+
+    backend_matmul(be, h, &w->router, NULL, n, s->lg);
     if (w->world > 1) {   /* partial sum: this rank's shared-expert slice and experts; all-reduce; add */
         CHECK(cm && comm_world(cm) == w->world);
         const size_t nd = (size_t)n * (size_t)d;
@@ -348,8 +390,10 @@ void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const
         } else {
             backend_act_zero(be, s->tmp, nd);
         }
-        for (int i = 0; i < n * K; i++) s->lslot[i] = s->idx[i] >= w->e0 && s->idx[i] < w->e1 ? s->slot[i] : -1;
-        backend_moe_combine(be, s->tmp, s->ys, d, n, K, s->lslot, s->w);
+        if (w->dev)
+            backend_moe_forward(be, w->dev, s->lg, h, n, s->tmp, s->ws);
+        else
+            routed_host(be, c, w, h, n, s->tmp, s);
         comm_all_reduce_act(cm, s->tmp, nd);
         backend_add(be, x, s->tmp, nd);
         return;
@@ -364,5 +408,8 @@ void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const
                             .tmp_y = s->tmp};
         backend_linear(be, &dn);
     }
-    backend_moe_combine(be, x, s->ys, d, n, K, s->slot, s->w);
+    if (w->dev)
+        backend_moe_forward(be, w->dev, s->lg, h, n, x, s->ws);
+    else
+        routed_host(be, c, w, h, n, x, s);
 }

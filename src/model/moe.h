@@ -38,13 +38,20 @@ moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_laye
                               um_err *err);
 void         moe_layer_free(backend *be, const model_config *c, moe_layer_w *w);
 
+/* 1 when the layer's routed experts run on the backend's device dispatch (BACKEND_CAP_MOE): its
+ * forward never synchronises the host. 0: routed on the host (a copy of the router logits per
+ * forward). */
+int          moe_layer_on_device(const moe_layer_w *w);
+
 /* Workspace of the MoE sublayer (grown on demand, per ctx). */
 typedef struct moe_scratch moe_scratch;
 void moe_scratch_free(backend *be, moe_scratch *s);
 
-/* x[n, d] += MoE(h) where h[n, d] = RMSNorm(x) (already computed by the caller): routing on the
- * host from the router logits, one gather of the routed rows, per expert one SwiGLU GEMM pair over
- * its tokens, the shared expert, and one weighted combine into x. *sp is created on first use.
+/* x[n, d] += MoE(h) where h[n, d] = RMSNorm(x) (already computed by the caller): the router
+ * logits, the shared expert, then the routed experts — on the device (moe_layer_on_device: routing,
+ * grouping, expert GEMMs and the weighted combine without the host) or routed on the host (one
+ * gather of the routed rows, per expert one SwiGLU GEMM pair over its tokens, one weighted combine
+ * into x). *sp is created on first use.
  * A sharded layer (moe_layer_upload with world > 1; cm = the rank's comm) routes every token (the
  * same on every rank), runs its own experts over all their tokens and its slice of the shared
  * expert into a partial sum, all-reduces it over cm and adds it to x: every rank ends with the

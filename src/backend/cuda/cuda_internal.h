@@ -125,12 +125,19 @@ typedef struct cuda_impl {
     cuda_alias    *aliases;
     int            n_alias, cap_alias;
     int            force_generic_attn;
+    int            force_host_moe;     /* 1: moe_prepare declines (tests: the host-routed path) */
 } cuda_impl;
 
 static inline cuda_impl *cuda_impl_of(backend *be) { return (cuda_impl *)be->impl; }
 
 /* Make the backend's device current on the calling thread (cached per thread). */
 void cuda_use_device(const cuda_impl *ci);
+
+/* BACKEND_CAP_MOE (cuda_moe.c) */
+bmoe  *cuda_moe_prepare(backend *be, const bmoe_desc *desc);
+void   cuda_moe_release(backend *be, bmoe *m);
+size_t cuda_moe_workspace(backend *be, const bmoe *m, int n);
+void   cuda_moe_forward(backend *be, const bmoe *m, const void *logits, const void *h, int n, void *x, void *ws);
 
 /* Stage a host array for device reads by the next op (or resolve an alias). */
 const void *cuda_stage(cuda_impl *ci, const void *host, size_t bytes);
