@@ -6,6 +6,11 @@
  *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction), store_rows
  *             (KV cache writes into per-sequence buffers, one sequence without a buffer): inputs are
  *             bf16-exact so both backends see the same numbers; relative L2 error vs the f32 CPU
+ *   moe       the device MoE dispatch (kernels/moe.cu) on both routers: umk_moe_route vs moe_route on
+ *             identical bf16 logits (ties, -inf, bias; the same experts, weights to 1e-6), umk_moe_sort
+ *             vs moe.c's counting sort (offsets, slots, tokens, tile map; a held expert range), and
+ *             backend_moe_forward vs an fp64 reference of the routed experts (1e-2), with skewed
+ *             routing (an expert taking ~90% of the tokens, experts without any)
  *   attention varlen + GQA + key padding, block-causal, queries != keys, keys of some sequences in
  *             their own buffers (KV caches: k_seq / v_seq, == the packed result), a query with no visible
  *             key, head dims 16/32/64/128 (tensor-core kernel) and 80 (generic kernel), a 4096-token
@@ -45,6 +50,7 @@
 #include "decode/sample.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "um_kernels.h"
 #include "util/dtype.h"
 #include "util/log.h"
@@ -312,6 +318,203 @@ static void test_swiglu_add(void) {
         g_cpu->ops->act_free(g_cpu, cg), g_cpu->ops->act_free(g_cpu, cu), g_cpu->ops->act_free(g_cpu, co);
         g_gpu->ops->act_free(g_gpu, gg), g_gpu->ops->act_free(g_gpu, gu), g_gpu->ops->act_free(g_gpu, go);
     }
+}
+
+/* ---------------------------------------------------------------- MoE dispatch */
+
+typedef struct moe_case {
+    const char *name;
+    int         sigmoid;          /* 0: softmax (LLaDA-MoE), 1: sigmoid group-limited (LLaDA2) */
+    int         E, K, G, TG;      /* experts, top-k, groups, groups kept */
+    int         d, F, n;          /* width, expert width, tokens */
+    int         bias;             /* an expert bias */
+    int         levels;           /* > 0: logits from that many values (ties everywhere) */
+    int         skew;             /* expert 1 wins ~90% of tokens, expert E-1 never */
+    int         e0, e1;           /* experts held ([0, E) unsharded) */
+} moe_case;
+
+static model_config moe_cfg(const moe_case *mc) {
+    model_config c;
+    memset(&c, 0, sizeof c);
+    c.n_experts = mc->E;
+    c.moe_top_k = mc->K;
+    c.router = mc->sigmoid ? MODEL_ROUTER_SIGMOID_GROUP : MODEL_ROUTER_SOFTMAX;
+    c.n_group = mc->sigmoid ? mc->G : 1;
+    c.topk_group = mc->sigmoid ? mc->TG : 1;
+    c.routed_scale = mc->sigmoid ? 2.5f : 1.0f;
+    return c;
+}
+
+/* router logits [n, E], bf16-exact: random, tied (levels), -inf entries, and the skew */
+static float *moe_logits(const moe_case *mc) {
+    const int n = mc->n, E = mc->E;
+    float *lg = rnd((size_t)n * E, -3, 3);
+    for (int i = 0; i < n * E; i++) {
+        if (mc->levels) lg[i] = bfr((float)(int)(urand() * mc->levels) * 0.5f - 1.0f);
+        if (urand() < 0.01) lg[i] = -INFINITY;
+    }
+    if (mc->skew)
+        for (int t = 0; t < n; t++) {
+            if (urand() < 0.9) lg[(size_t)t * E + 1] = 12.0f;
+            lg[(size_t)t * E + E - 1] = -40.0f;
+        }
+    return lg;
+}
+
+static void test_moe_case(const moe_case *mc) {
+    const int n = mc->n, E = mc->E, K = mc->K, d = mc->d, F = mc->F, nk = n * K;
+    const model_config c = moe_cfg(mc);
+    cudaStream_t st = backend_cuda_stream(g_gpu);
+    float *lg = moe_logits(mc), *bias = NULL;
+    if (mc->bias) {
+        bias = rnd((size_t)E, -0.05f, 0.05f);
+        if (mc->skew) bias[E - 1] = -1.0f;
+    }
+    /* the host routing (moe_route) and grouping (moe.c's counting sort) */
+    int32_t *idx = xmalloc((size_t)nk * sizeof *idx), *slot = xmalloc((size_t)nk * sizeof *slot);
+    int32_t *tok = xmalloc((size_t)nk * sizeof *tok), *off = xcalloc((size_t)E + 1, sizeof *off);
+    float *w = xmalloc((size_t)nk * sizeof *w);
+    for (int t = 0; t < n; t++) moe_route(&c, lg + (size_t)t * E, bias, idx + (size_t)t * K, w + (size_t)t * K);
+    for (int i = 0; i < nk; i++) off[idx[i] + 1]++;
+    int zero = 0, most = 0;
+    for (int e = 0; e < E; e++) zero += off[e + 1] == 0, most = off[e + 1] > most ? off[e + 1] : most;
+    for (int e = 0; e < E; e++) off[e + 1] += off[e];
+    int32_t *next = xmalloc((size_t)E * sizeof *next);
+    memcpy(next, off, (size_t)E * sizeof *next);
+    for (int i = 0; i < nk; i++) {
+        const int r = next[idx[i]]++;
+        slot[i] = idx[i] >= mc->e0 && idx[i] < mc->e1 ? r : -1;
+        tok[r] = i / K;
+    }
+    printf("  %-58s %d experts without a token, the busiest has %d of %d rows\n", mc->name, zero, most, nk);
+
+    /* routing kernel: the same experts, weights within float rounding of the double math */
+    void *g_lg = g_up(lg, (size_t)n * E);
+    float *g_bias = NULL;
+    if (bias) {
+        g_bias = backend_cuda_malloc(g_gpu, (size_t)E * sizeof *g_bias);
+        backend_cuda_memcpy_h2d(g_gpu, g_bias, bias, (size_t)E * sizeof *g_bias);
+    }
+    const umk_moe_route_cfg rc = {.n_experts = E, .top_k = K, .sigmoid_group = mc->sigmoid, .n_group = c.n_group,
+                                  .topk_group = c.topk_group, .routed_scale = c.routed_scale, .bias = g_bias};
+    int32_t *d_idx = backend_cuda_malloc(g_gpu, (size_t)nk * 4), *d_slot = backend_cuda_malloc(g_gpu, (size_t)nk * 4);
+    int32_t *d_tok = backend_cuda_malloc(g_gpu, (size_t)nk * 4), *d_off = backend_cuda_malloc(g_gpu, (size_t)(E + 1) * 4);
+    float *d_w = backend_cuda_malloc(g_gpu, (size_t)nk * 4);
+    CHECK(umk_moe_route(&rc, g_lg, n, d_idx, d_w, st) == cudaSuccess);
+    int32_t *h_idx = xmalloc((size_t)nk * 4), *h_slot = xmalloc((size_t)nk * 4), *h_tok = xmalloc((size_t)nk * 4);
+    int32_t *h_off = xmalloc((size_t)(E + 1) * 4);
+    float *h_w = xmalloc((size_t)nk * 4);
+    backend_cuda_memcpy_d2h(g_gpu, h_idx, d_idx, (size_t)nk * 4);
+    backend_cuda_memcpy_d2h(g_gpu, h_w, d_w, (size_t)nk * 4);
+    int idx_diff = 0;
+    double w_err = 0;
+    for (int i = 0; i < nk; i++) {
+        idx_diff += h_idx[i] != idx[i];
+        const double e = fabs((double)h_w[i] - (double)w[i]) / (fabs((double)w[i]) + 1e-30);
+        w_err = e > w_err ? e : w_err;
+    }
+    printf("  %-58s %d of %d experts differ, weights rel %.2g\n", "  route vs moe_route", idx_diff, nk, w_err);
+    CHECKF(idx_diff == 0 && w_err <= 1e-6, "%s: routing differs from moe_route (%d experts, weights %.3g)", mc->name,
+           idx_diff, w_err);
+
+    /* counting sort (on the host's experts, so a routing difference cannot hide a sort bug) */
+    const int rows = umk_moe_tile_rows(), loc = mc->e1 - mc->e0;
+    const int max_tiles = nk / rows + (loc < nk ? loc : nk);
+    int32_t *d_te = backend_cuda_malloc(g_gpu, (size_t)max_tiles * 4), *d_tr = backend_cuda_malloc(g_gpu, (size_t)max_tiles * 4);
+    backend_cuda_memcpy_h2d(g_gpu, d_idx, idx, (size_t)nk * 4);
+    CHECK(umk_moe_sort(d_idx, n, K, E, mc->e0, mc->e1, max_tiles, d_off, d_slot, d_tok, d_te, d_tr, st) == cudaSuccess);
+    int32_t *te = xmalloc((size_t)max_tiles * 4), *tr = xmalloc((size_t)max_tiles * 4);
+    backend_cuda_memcpy_d2h(g_gpu, h_off, d_off, (size_t)(E + 1) * 4);
+    backend_cuda_memcpy_d2h(g_gpu, h_slot, d_slot, (size_t)nk * 4);
+    backend_cuda_memcpy_d2h(g_gpu, h_tok, d_tok, (size_t)nk * 4);
+    backend_cuda_memcpy_d2h(g_gpu, te, d_te, (size_t)max_tiles * 4);
+    backend_cuda_memcpy_d2h(g_gpu, tr, d_tr, (size_t)max_tiles * 4);
+    int tiles_ok = 1, j = 0;
+    for (int e = mc->e0; e < mc->e1; e++)
+        for (int r = off[e]; r < off[e + 1]; r += rows, j++) tiles_ok &= j < max_tiles && te[j] == e && tr[j] == r;
+    for (; j < max_tiles; j++) tiles_ok &= te[j] == -1;
+    const int sort_ok = !memcmp(h_off, off, (size_t)(E + 1) * 4) && !memcmp(h_slot, slot, (size_t)nk * 4) &&
+                        !memcmp(h_tok, tok, (size_t)nk * 4);
+    printf("  %-58s %s\n", "  sort: offsets, slots, tokens, tile map", sort_ok && tiles_ok ? "equal" : "DIFFER");
+    CHECKF(sort_ok && tiles_ok, "%s: device grouping differs (offsets/slots/tokens %d, tile map %d)", mc->name, sort_ok,
+           tiles_ok);
+
+    /* the whole dispatch (backend_moe_forward) vs a double reference on the host's routing */
+    pw *gate = xcalloc((size_t)E, sizeof *gate), *up = xcalloc((size_t)E, sizeof *up), *down = xcalloc((size_t)E, sizeof *down);
+    bweight *bg = xcalloc((size_t)E, sizeof *bg), *bu = xcalloc((size_t)E, sizeof *bu), *bd = xcalloc((size_t)E, sizeof *bd);
+    for (int e = mc->e0; e < mc->e1; e++) {
+        pw_make(&gate[e], F, d, 0.2f), pw_make(&up[e], F, d, 0.2f), pw_make(&down[e], d, F, 0.2f);
+        bg[e] = gate[e].g, bu[e] = up[e].g, bd[e] = down[e].g;
+    }
+    const bmoe_desc desc = {.router = mc->sigmoid ? BMOE_SIGMOID_GROUP : BMOE_SOFTMAX, .n_experts = E, .top_k = K,
+                            .n_group = c.n_group, .topk_group = c.topk_group, .routed_scale = c.routed_scale,
+                            .bias = bias, .e0 = mc->e0, .e1 = mc->e1, .gate = bg, .up = bu, .down = bd};
+    bmoe *bm = backend_moe_prepare(g_gpu, &desc);
+    CHECKF(bm != NULL, "%s: the CUDA backend declined the MoE dispatch", mc->name);
+    if (bm) {
+        float *h = rnd((size_t)n * d, -1, 1), *x = rnd((size_t)n * d, -1, 1);
+        void *gh = g_up(h, (size_t)n * d), *gx = g_up(x, (size_t)n * d);
+        void *ws = g_gpu->ops->act_alloc(g_gpu, backend_moe_workspace(g_gpu, bm, n));
+        backend_moe_forward(g_gpu, bm, g_lg, gh, n, gx, ws);
+        float *got = g_down(gx, (size_t)n * d), *ref = xmalloc((size_t)n * d * sizeof *ref);
+        double *act = xmalloc((size_t)F * sizeof *act), *acc = xmalloc((size_t)d * sizeof *acc);
+        for (int t = 0; t < n; t++) {
+            for (int i = 0; i < d; i++) acc[i] = 0;
+            for (int q = 0; q < K; q++) {
+                const int e = idx[t * K + q];
+                if (e < mc->e0 || e >= mc->e1) continue;
+                for (int f = 0; f < F; f++) {
+                    double sg = 0, su = 0;
+                    for (int i = 0; i < d; i++) {
+                        sg += (double)h[(size_t)t * d + i] * bf16_to_f32(gate[e].mem[(size_t)f * d + i]);
+                        su += (double)h[(size_t)t * d + i] * bf16_to_f32(up[e].mem[(size_t)f * d + i]);
+                    }
+                    const float gg = bfr((float)sg), uu = bfr((float)su);
+                    act[f] = bfr(gg / (1.0f + expf(-gg)) * uu);
+                }
+                for (int i = 0; i < d; i++) {
+                    double y = 0;
+                    for (int f = 0; f < F; f++) y += act[f] * bf16_to_f32(down[e].mem[(size_t)i * F + f]);
+                    acc[i] += (double)w[t * K + q] * bfr((float)y);
+                }
+            }
+            for (int i = 0; i < d; i++) ref[(size_t)t * d + i] = (float)((double)x[(size_t)t * d + i] + acc[i]);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "  backend_moe_forward (route, sort, GEMMs, combine) vs fp64");
+        expect_close(what, got, ref, (size_t)n * d, 1e-2);
+        free(h), free(x), free(got), free(ref), free(act), free(acc);
+        g_gpu->ops->act_free(g_gpu, gh), g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, ws);
+        backend_moe_release(g_gpu, bm);
+    }
+    for (int e = mc->e0; e < mc->e1; e++) pw_free(&gate[e]), pw_free(&up[e]), pw_free(&down[e]);
+    free(gate), free(up), free(down), free(bg), free(bu), free(bd);
+    g_gpu->ops->act_free(g_gpu, g_lg);
+    if (g_bias) backend_cuda_free_dev(g_gpu, g_bias);
+    backend_cuda_free_dev(g_gpu, d_idx), backend_cuda_free_dev(g_gpu, d_slot), backend_cuda_free_dev(g_gpu, d_tok);
+    backend_cuda_free_dev(g_gpu, d_off), backend_cuda_free_dev(g_gpu, d_w), backend_cuda_free_dev(g_gpu, d_te);
+    backend_cuda_free_dev(g_gpu, d_tr);
+    free(lg), free(bias), free(idx), free(slot), free(tok), free(off), free(w), free(next);
+    free(h_idx), free(h_slot), free(h_tok), free(h_off), free(h_w), free(te), free(tr);
+}
+
+static void test_moe(void) {
+    const moe_case small[] = {
+        {"softmax E8 k2 d64 F32 n37 (lladamoe-tiny shape)", 0, 8, 2, 1, 1, 64, 32, 37, 0, 0, 0, 0, 8},
+        {"softmax E8 k2, tied logits, bias", 0, 8, 2, 1, 1, 64, 32, 40, 1, 4, 0, 0, 8},
+        {"softmax E16 k4 d72 F40 n70, skewed (one busy, one empty)", 0, 16, 4, 1, 1, 72, 40, 70, 0, 0, 1, 0, 16},
+        {"sigmoid E8 G2 TG1 k2 d64 F32 n37, bias (llada2-tiny shape)", 1, 8, 2, 2, 1, 64, 32, 37, 1, 0, 0, 0, 8},
+        {"sigmoid E16 G4 TG2 k4, tied logits, skewed", 1, 16, 4, 4, 2, 72, 40, 70, 1, 3, 1, 0, 16},
+        {"sigmoid E16 k4, experts [4, 12) held (expert parallel)", 1, 16, 4, 4, 2, 72, 40, 70, 1, 0, 1, 4, 12},
+        {"softmax E8 k2, experts [0, 4) held", 0, 8, 2, 1, 1, 64, 32, 37, 0, 0, 0, 0, 4},
+    };
+    const moe_case big[] = {
+        {"softmax E64 k8 d1024 F512 n300 (LLaDA-MoE routing)", 0, 64, 8, 1, 1, 1024, 512, 300, 0, 0, 1, 0, 64},
+        {"sigmoid E256 G8 TG4 k8 d512 F256 n200 (LLaDA2 routing)", 1, 256, 8, 8, 4, 512, 256, 200, 1, 0, 1, 0, 256},
+    };
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) test_moe_case(&small[i]);
+    if (!g_quick)
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) test_moe_case(&big[i]);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -1105,6 +1308,8 @@ int main(int argc, char **argv) {
     test_matmul();
     test_rope();
     test_swiglu_add();
+    printf("moe:\n");
+    test_moe();
     printf("attention:\n");
     test_attention();
     printf("sampling:\n");
