@@ -502,6 +502,8 @@ static void test_moe(void) {
     const moe_case small[] = {
         {"softmax E8 k2 d64 F32 n37 (lladamoe-tiny shape)", 0, 8, 2, 1, 1, 64, 32, 37, 0, 0, 0, 0, 8},
         {"softmax E8 k2, tied logits, bias", 0, 8, 2, 1, 1, 64, 32, 40, 1, 4, 0, 0, 8},
+        {"softmax E64 k8 d32 F16 n50, tied logits", 0, 64, 8, 1, 1, 32, 16, 50, 0, 3, 0, 0, 64},
+        {"sigmoid E64 G8 TG4 k8 d32 F16 n50, tied logits", 1, 64, 8, 8, 4, 32, 16, 50, 0, 3, 0, 0, 64},
         {"softmax E16 k4 d72 F40 n70, skewed (one busy, one empty)", 0, 16, 4, 1, 1, 72, 40, 70, 0, 0, 1, 0, 16},
         {"sigmoid E8 G2 TG1 k2 d64 F32 n37, bias (llada2-tiny shape)", 1, 8, 2, 2, 1, 64, 32, 37, 1, 0, 0, 0, 8},
         {"sigmoid E16 G4 TG2 k4, tied logits, skewed", 1, 16, 4, 4, 2, 72, 40, 70, 1, 3, 1, 0, 16},
