@@ -11,7 +11,7 @@
  * interval; fixed steps and threshold, greedy and sampled) and mixed with cache-free sequences in
  * one joining batch, each stream equal to the host loop's, graphs replayed for the window steps, and
  * no cache slot left open afterwards. The identities run on the tiny LLaDA preset and again on
- * dream-tiny (shifted logits).
+ * dream-tiny (shifted logits) and lladamoe-tiny (MoE layers on the device dispatch).
  *
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
@@ -349,6 +349,21 @@ int main(void) {
         return 1;
     }
     CHECK(fx.m.cfg.logits_shifted);
+    test_alone(&ctx, fx.prompt, fx.n_prompt);
+    test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
+    test_caches(&ctx, fx.prompt, fx.n_prompt);
+    model_ctx_free(&ctx);
+    device_fixture_close(&fx);
+
+    /* LLaDA-MoE (routed experts on the device dispatch, no host synchronisation in the forward):
+     * the same identities, the device loop's steps replayed from graphs */
+    fprintf(stderr, "-- lladamoe-tiny (MoE) --\n");
+    device_fixture_open_preset(&fx, "test_device_loop_moe", "lladamoe-tiny");
+    if (model_ctx_init(&ctx, &fx.m, fx.be, &err) != 0) {
+        fprintf(stderr, "model_ctx_init (lladamoe-tiny): %s\n", err.msg);
+        return 1;
+    }
+    CHECK(fx.m.cfg.n_experts > 0);
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_caches(&ctx, fx.prompt, fx.n_prompt);
