@@ -13,7 +13,9 @@
  *     relative L2 <= 1e-2 and the same argmax on every row that is not a near-tie; the forced ctx has
  *     host_sync = 1 and is not eligible;
  *   - a batch of two sequences of different lengths (routing that differs per token and per
- *     sequence) equals each sequence's forward alone.
+ *     sequence) equals each sequence's forward alone;
+ *   - an expert width the kernels do not take (36) falls back to the host dispatch: host_sync = 1,
+ *     the host loop, a forward that still runs.
  * Needs a binary linked with a CUDA-capable core (the emulated core library in CI); device
  * UNMASK_TEST_DEVICE (default cuda:0).
  */
@@ -155,8 +157,50 @@ static void test_family(const char *preset, int B) {
     device_fixture_close(&fx);
 }
 
+/* An expert width the device kernels do not take (36: not a multiple of 8): the layer routes on the
+ * host, the ctx says so (host_sync), the decode stays on the host loop, and the forward still runs. */
+static void test_fallback(void) {
+    fprintf(stderr, "-- lladamoe-tiny, expert width 36 (host dispatch) --\n");
+    make_model_opts o;
+    CHECK(make_model_preset("lladamoe-tiny", &o) == 0);
+    o.quiet = 1;
+    o.moe_ffn = 36;
+    model m;
+    um_err err = {0};
+    if (test_model_make("test_moe_device_ffn36_model", &o, &m, &err) != 0) {
+        fprintf(stderr, "make-model: %s\n", err.msg);
+        exit(1);
+    }
+    const char *dev = getenv("UNMASK_TEST_DEVICE");
+    backend *be = backend_init_device(dev && *dev ? dev : "cuda:0", 1, &err);
+    CHECK(be);
+    model_ctx ctx;
+    CHECK(model_ctx_init(&ctx, &m, be, &err) == 0);
+    TEST_CHECK(ctx.host_sync == 1, "ffn 36: routed on the host (host_sync 1)");
+    int32_t prompt[6] = {5, 9, 14, 2, 77, 31};
+    decode_params p = decode_params_default();
+    p.gen_length = 8;
+    p.block_length = 4;
+    stream st;
+    decode_seq *s = mk(ctx.m, &p, prompt, 6, &st);
+    TEST_CHECK(!decode_device_eligible(&ctx, s), "ffn 36: host loop");
+    decode_seq_free(s);
+    stream_free(&st);
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *lg = xmalloc((size_t)8 * m.cfg.n_embd_rows * sizeof *lg);
+    fwd_dev(&ctx, toks, 8, 0, lg);
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)8 * m.cfg.n_embd_rows; i++) finite &= isfinite(lg[i]) != 0;
+    TEST_CHECK(finite, "ffn 36: the host-dispatched forward runs");
+    free(lg);
+    model_ctx_free(&ctx);
+    backend_free(be);
+    model_free(&m);
+}
+
 int main(void) {
     test_family("lladamoe-tiny", 0);
     test_family("llada2-tiny", 4);
+    test_fallback();
     return test_report();
 }
