@@ -142,7 +142,8 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
     const uint64_t kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim / W, F = (uint64_t)c->ffn_hidden / W;
     /* x, h [d]; q, att [qd]; k, v [kvd]; gate, up [F] per token (llada.c scratch_reserve) */
     uint64_t per_tok = 2u * d + 2u * qd + 2u * kvd + 2u * F;
-    if (c->n_experts > 0)   /* moe.c scratch: router logits, routed rows in / out, expert and shared widths */
+    if (c->n_experts > 0)   /* moe.c scratch: router logits, routed rows in / out, expert and shared widths
+                               (the host dispatch's; the device dispatch's workspace is smaller) */
         per_tok += (uint64_t)c->n_experts + (uint64_t)c->moe_top_k * (2u * d + 2u * (uint64_t)c->moe_ffn) +
                    2u * (uint64_t)c->shared_ffn + d;
     /* LM head: rows of xo [d] + logits [V] per output row, at most one 16M-element chunk's worth
