@@ -84,18 +84,27 @@ describe('browser UI', () => {
 
   test('a prompt visibly denoises: masks -> drafts -> committed text, blocks finalized', async () => {
     await setParams({ gen_length: 48, block_length: 16, steps: 48, decoder: 'low_confidence', drafts: true, draft_every: 1, every: 1 });
-    await recordCanvas();
-    await page.fill('#prompt', 'Write a haiku about autumn rain.');
-    await page.keyboard.press('Enter');
-    // attached, not visible: a finished chat answer swaps its live canvas for the Markdown view,
-    // and the tiny model may be done before this looks
-    await page.waitForSelector('.msg.bot .tok.done', { state: 'attached' });
-    await page.screenshot({ path: path.join(shots, 'ui-denoising.png') });
-    await page.waitForSelector('.msg.bot[data-state="done"]', { timeout: 120000 });
-    await page.screenshot({ path: path.join(shots, 'ui-done.png') });
-
-    const snaps = await page.evaluate(() => window.__snaps);
-    const events = await page.evaluate(() => window.__events);
+    // A step frame not yet written absorbs the next steps (merged); on a loaded machine whole
+    // blocks can fold into one frame each, and then no drafts are ever on screen. That is timing,
+    // not a fault: such a generation is asked again, at most 3 times in all.
+    let snaps;
+    let events;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      await recordCanvas();
+      const bots = await page.locator('.msg.bot').count();
+      await page.fill('#prompt', 'Write a haiku about autumn rain.');
+      await page.keyboard.press('Enter');
+      // attached, not visible: a finished chat answer swaps its live canvas for the Markdown view,
+      // and the tiny model may be done before this looks
+      await page.waitForSelector('.msg.bot:last-of-type .tok.done', { state: 'attached' });
+      await page.screenshot({ path: path.join(shots, 'ui-denoising.png') });
+      await page.waitForFunction((n) => document.querySelectorAll('.msg.bot').length === n + 1 &&
+        document.querySelector('.msg.bot:last-of-type')?.dataset.state === 'done', bots, { timeout: 120000 });
+      await page.screenshot({ path: path.join(shots, 'ui-done.png') });
+      snaps = await page.evaluate(() => window.__snaps);
+      events = await page.evaluate(() => window.__events);
+      if (snaps.some((s) => s.draft > 0)) break;
+    }
     assert.ok(snaps.some((s) => s.mask === 48 && s.done === 0), 'starts as 48 masks');
     assert.ok(snaps.some((s) => s.mask > 0 && s.done > 0), 'intermediate state: some committed, some still masked');
     assert.ok(snaps.some((s) => s.draft > 0), 'drafts shown for masked positions');
@@ -106,7 +115,7 @@ describe('browser UI', () => {
     const done = events.find((m) => m.type === 'done');
     assert.ok(done);
     const blocks = events.filter((m) => m.type === 'block');
-    assert.equal(await page.locator('.msg.bot .blk.final').count(), blocks.length);
+    assert.equal(await page.locator('.msg.bot').last().locator('.blk.final').count(), blocks.length);
     const canvasText = await page.locator('.msg.bot .canvas').last().evaluate((c) => c.textContent);
     assert.equal(canvasText, done.text, 'the live canvas ends with exactly the final text');
     const answer = page.locator('.msg.bot').last();
