@@ -11,7 +11,8 @@
 // value desc then id asc), so the candidate set equals the CPU's exactly. A final pass draws the
 // Gumbel-max sample over the candidates. Noise: util/rng.h ported bit for bit.
 // k_commit / k_begin: one block per sequence; decode/decoders.c's rules (low_confidence, random,
-// threshold, factor) on the active block, commit into the packed canvas, block advance and EOS stop,
+// threshold, factor; Dream's origin, maskgit_plus, topk_margin, entropy with its step schedule and
+// alg_temp) on the active block, commit into the packed canvas, block advance and EOS stop,
 // the step record, and the next step's sample jobs + LM-head rows.
 // Does not: allocate, synchronise. Launched on the backend's stream.
 #include <cuda_bf16.h>
@@ -47,8 +48,58 @@ __device__ __forceinline__ double gumbel(uint64_t seed, int step, int pos, int v
     return -log(-log(u));
 }
 
-// decode/decoders.c: the random decoder's score stream
+// decode/decoders.c: the random decoder's score stream; Dream's origin draws and alg_temp noise
 constexpr uint64_t RANDOM_SCORE_STREAM_BIT = 1ull << 62;
+constexpr uint64_t ORIGIN_STREAM_BIT = 1ull << 61;
+constexpr uint64_t ALG_TEMP_STREAM_BIT = 1ull << 60;
+
+// IEEE single operations that are never contracted into a fused multiply-add (decoders.c computes
+// Dream's schedule with volatile floats for the same reason): the schedule is bit-identical.
+__device__ __forceinline__ float f_mul(float a, float b) {
+#ifdef UNMASK_CUDA_EMU
+    volatile float r = a * b;
+    return r;
+#else
+    return __fmul_rn(a, b);
+#endif
+}
+__device__ __forceinline__ float f_div(float a, float b) {
+#ifdef UNMASK_CUDA_EMU
+    volatile float r = a / b;
+    return r;
+#else
+    return __fdiv_rn(a, b);
+#endif
+}
+__device__ __forceinline__ float f_add(float a, float b) {
+#ifdef UNMASK_CUDA_EMU
+    volatile float r = a + b;
+    return r;
+#else
+    return __fadd_rn(a, b);
+#endif
+}
+
+// decode/decoders.c decoder_dream_timestep: linspace(1, eps, steps + 1)[i] as torch computes it
+__device__ float dream_timestep(int steps, double eps, int i) {
+    const float start = 1.0f, end = (float)eps;
+    const float step = f_div(f_add(end, -start), (float)steps);
+    if (i < (steps + 1) / 2) return f_add(start, f_mul(step, (float)i));
+    return f_add(end, -f_mul(step, (float)(steps - i)));
+}
+
+// 1 - s/t of step i (decoders.c: the fraction of the masks a step commits)
+__device__ float dream_frac(int steps, double eps, int i) {
+    const float t = dream_timestep(steps, eps, i), s = dream_timestep(steps, eps, i + 1);
+    return f_add(1.0f, -f_div(s, t));
+}
+
+// decode/decoders.c decoder_dream_quota
+__device__ int dream_quota(int n, int steps, double eps, int i) {
+    if (i >= steps - 1) return n;
+    const int k = (int)f_mul((float)n, dream_frac(steps, eps, i));
+    return k < 0 ? 0 : k > n ? n : k;
+}
 
 // ---------------------------------------------------------------- helpers
 
@@ -337,17 +388,78 @@ __device__ cut select_top_p(sample_smem &sm, const row_ctx &r, int V, const cut 
     return c;
 }
 
+__device__ double block_sum_double(sample_smem &sm, double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sm.d2[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int k = 0; k < NW; k++) t += sm.d2[k];
+    __syncthreads();
+    return t;
+}
+
+// Dream's confidence of one row (decode/decoders.c dream_confidence without top-p / top-k): z = l / T
+// (T > 0) over the whole vocabulary (mask included, l[eos] = -inf under logits_eos_inf), probs =
+// softmax(z) in double: maskgit_plus probs[x0], topk_margin the best minus the second best
+// probability, entropy sum p log(p + 1e-10). Two passes like the host (max, then the sum of
+// exp(z - max)); only the summation order differs. Block-uniform result.
+__device__ double dream_score(sample_smem &sm, const row_ctx &r, int V, double T, int x0, int which) {
+    double mx = -INFINITY;
+    int mi = 0x7fffffff;
+    for (int v = threadIdx.x; v < V; v += ST) {
+        const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+        if (better(z, v, mx, mi)) mx = z, mi = v;
+    }
+    block_argmax(sm, mx, mi);
+    double zs = 0.0;
+    for (int v = threadIdx.x; v < V; v += ST) {
+        const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+        zs += z == -INFINITY ? 0.0 : exp(z - mx);
+    }
+    zs = block_sum_double(sm, zs);
+    if (which == UMK_DEC_MASKGIT_PLUS) {
+        const double z = T > 0 ? (double)eff(r, x0) / T : (double)eff(r, x0);
+        return z == -INFINITY ? 0.0 : exp(z - mx) / zs;
+    }
+    if (which == UMK_DEC_TOPK_MARGIN) {
+        // the second best value: the best over every token but the first maximum's (ties count twice)
+        double m2 = -INFINITY;
+        int i2 = 0x7fffffff;
+        for (int v = threadIdx.x; v < V; v += ST) {
+            if (v == mi) continue;
+            const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+            if (better(z, v, m2, i2)) m2 = z, i2 = v;
+        }
+        block_argmax(sm, m2, i2);
+        const double p1 = mx == -INFINITY ? 0.0 : exp(mx - mx) / zs;
+        const double p2 = m2 == -INFINITY ? 0.0 : exp(m2 - mx) / zs;
+        return p1 - p2;
+    }
+    double h = 0.0;   // entropy
+    for (int v = threadIdx.x; v < V; v += ST) {
+        const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+        const double q = z == -INFINITY ? 0.0 : exp(z - mx) / zs;
+        h += q * log(q + 1e-10);
+    }
+    return block_sum_double(sm, h);
+}
+
 __global__ void __launch_bounds__(ST) k_sample(const uint16_t *__restrict__ logits, umk_vocab_ids ids,
                                                const umk_sample_job *__restrict__ jobs,
                                                const umk_sample_cfg *__restrict__ cfgs, int32_t *x0_out,
                                                double *conf_out) {
     __shared__ sample_smem sm;
     const umk_sample_job job = jobs[blockIdx.x];
+    const umk_sample_cfg cf = cfgs[job.cfg];
     if (!job.active) {
-        if (threadIdx.x == 0) x0_out[blockIdx.x] = -1, conf_out[blockIdx.x] = 0.0;
+        if (threadIdx.x == 0) {
+            x0_out[blockIdx.x] = -1, conf_out[blockIdx.x] = 0.0;
+            if (cf.dream_score) conf_out[gridDim.x + blockIdx.x] = 0.0;
+        }
         return;
     }
-    const umk_sample_cfg cf = cfgs[job.cfg];
     const int V = ids.vocab;
     row_ctx r;
     r.c = logits + (int64_t)job.row * V;
@@ -422,8 +534,8 @@ __global__ void __launch_bounds__(ST) k_sample(const uint16_t *__restrict__ logi
         block_argmax(sm, gs, gi);
         x0 = gi;
     }
+    if (x0 < 0 || x0 >= V) x0 = r.mask_id == 0 ? 1 : 0;   // every logit -inf (sample.c does the same)
     if (threadIdx.x == 0) {
-        if (x0 < 0 || x0 >= V) x0 = r.mask_id == 0 ? 1 : 0;   // every logit -inf (sample.c does the same)
         double conf = 0.0;
         if (x0 != drop) {
             const float lx = eff(r, x0);
@@ -431,6 +543,10 @@ __global__ void __launch_bounds__(ST) k_sample(const uint16_t *__restrict__ logi
         }
         x0_out[blockIdx.x] = x0;
         conf_out[blockIdx.x] = conf;
+    }
+    if (cf.dream_score) {
+        const double sc = dream_score(sm, r, V, T, x0, cf.dream_score);
+        if (threadIdx.x == 0) conf_out[gridDim.x + blockIdx.x] = sc;
     }
 }
 
@@ -558,9 +674,19 @@ __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_voc
     for (int j = threadIdx.x; j < B; j += blockDim.x) {
         const bool m = j < nb && tokens[S.row0 + lo + j] == ids.mask_id;
         const double c = conf[s * B + j];
-        score[j] = S.decoder == UMK_DEC_RANDOM
-                       ? rng_u01(S.seed, RANDOM_SCORE_STREAM_BIT | (uint64_t)S.step, (uint64_t)(lo + j))
-                       : c;
+        double sc = c;
+        if (S.decoder == UMK_DEC_RANDOM) {
+            sc = rng_u01(S.seed, RANDOM_SCORE_STREAM_BIT | (uint64_t)S.step, (uint64_t)(lo + j));
+        } else if (S.decoder == UMK_DEC_ORIGIN) {
+            sc = (double)(float)rng_u01(S.seed, ORIGIN_STREAM_BIT | (uint64_t)S.step, (uint64_t)(lo + j));
+        } else if (S.decoder >= UMK_DEC_MASKGIT_PLUS) {   // Dream's score, after the event confidences
+            sc = conf[(size_t)gridDim.x * B + s * B + j];
+            if (S.alg_temp > 0) {   // Gumbel top-k: sampling without replacement from softmax(c / alg_temp)
+                const double u = rng_u01(S.seed, ALG_TEMP_STREAM_BIT | (uint64_t)S.step, (uint64_t)(lo + j));
+                sc = sc / S.alg_temp - log(-log(u));
+            }
+        }
+        score[j] = sc;
         masked[j] = m;
         ev.dtok[j] = m ? x0[s * B + j] : -1;
         ev.dconf[j] = m ? (float)c : 0.0f;
@@ -591,6 +717,11 @@ __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_voc
             if (k > n) k = n;
         } else if (S.decoder == UMK_DEC_THRESHOLD) {
             tm = 1;   // commit = rank 0 or conf >= threshold
+        } else if (S.decoder == UMK_DEC_ORIGIN) {
+            tm = 2;   // commit = every masked offset whose draw u < 1 - s/t (all at the last step)
+        } else if (S.decoder >= UMK_DEC_MASKGIT_PLUS) {
+            const int sb = S.block_steps > 0 ? S.block_steps : 1;
+            k = dream_quota(n, sb, S.eps, S.step_in_block);   // may be 0: a step without commits
         }
         n_masked = n;
         k_commit_n = k;
@@ -611,11 +742,16 @@ __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_voc
     __syncthreads();
     if (threadIdx.x == 0) {
         // commits in ascending position; the canvas is written after every read above
+        const int sb = S.block_steps > 0 ? S.block_steps : 1;
+        const bool last = S.step_in_block >= sb - 1;
+        const float pt = thr_mode == 2 && !last ? dream_frac(sb, S.eps, S.step_in_block) : 1.0f;
         int nc = 0;
         for (int j = 0; j < nb; j++) {
             const int rk = rank[j];
             if (rk < 0) continue;
-            const bool c = thr_mode ? (rk == 0 || score[j] >= S.threshold) : rk < k_commit_n;
+            const bool c = thr_mode == 2   ? (last || (float)score[j] < pt)
+                           : thr_mode == 1 ? (rk == 0 || score[j] >= S.threshold)
+                                           : rk < k_commit_n;
             if (!c) continue;
             const int tok = x0[s * B + j];
             tokens[S.row0 + lo + j] = tok;

@@ -127,7 +127,9 @@ cudaError_t umk_attention(const umk_attn *p, const uint16_t *q, const uint16_t *
 /* Fused confidence: per job, the effective logits row (CFG, eos flag), x0 = argmax (T <= 0) or
  * Gumbel-max over the top-k / top-p candidates (noise = util/rng.h ported bit-exactly), and
  * conf = softmax(noise-free effective logits)[x0] in double — without writing the row back.
- * Semantics are exactly decode/sample.c's sample_row (ties: lower token id). */
+ * Semantics are exactly decode/sample.c's sample_row (ties: lower token id). A job whose cfg has
+ * dream_score also gets that Dream decoder's score (decoders.c dream_confidence) at
+ * conf[n_jobs + job]: conf then holds 2 * n_jobs doubles, and umk_decode_commit reads them there. */
 cudaError_t umk_sample(const uint16_t *logits, umk_vocab_ids ids, const umk_sample_job *jobs, int n_jobs,
                        const umk_sample_cfg *cfgs, int32_t *x0, double *conf, cudaStream_t s);
 /* Gumbel noise -log(-log(rng_u01(seed, step, pos*vocab + token))) for n tokens 0..n-1 (tests). */

@@ -36,7 +36,8 @@ typedef struct bdec_launch {
     int32_t              *out_rows;   /* [n_seqs * B] LM-head rows of the next forward */
     const umk_sample_cfg *cfg;        /* [n_seqs] */
     int32_t              *x0;         /* [n_seqs * B] sampled tokens */
-    double               *conf;       /* [n_seqs * B] their confidences */
+    double               *conf;       /* [2][n_seqs * B] their confidences, then (sequences whose cfg
+                                         has dream_score) Dream's decoder scores */
     void                 *events;     /* [n_seqs] step records of UMK_EVENT_BYTES(B) */
 } bdec_launch;
 

@@ -21,7 +21,9 @@ typedef struct umk_sample_cfg {
     int32_t  top_k;           /* 0 = off */
     int32_t  logits_eos_inf;
     int32_t  confidence_eos_eot_inf;
-    int32_t  pad_;
+    int32_t  dream_score;     /* UMK_DEC_MASKGIT_PLUS / _TOPK_MARGIN / _ENTROPY: umk_sample also writes
+                                 that decoder's score (decode/decoders.c dream_confidence, no top-k /
+                                 top-p) at conf[n_jobs + job]; 0: none */
 } umk_sample_cfg;
 
 /* One logits row to sample. */
@@ -41,7 +43,17 @@ typedef struct umk_vocab_ids {
 } umk_vocab_ids;
 
 /* Decoders run on the device (decode/decoders.c semantics). */
-enum umk_decoder { UMK_DEC_LOW_CONFIDENCE = 0, UMK_DEC_RANDOM = 1, UMK_DEC_THRESHOLD = 2, UMK_DEC_FACTOR = 3 };
+enum umk_decoder {
+    UMK_DEC_LOW_CONFIDENCE = 0,
+    UMK_DEC_RANDOM = 1,
+    UMK_DEC_THRESHOLD = 2,
+    UMK_DEC_FACTOR = 3,
+    /* Dream's (4, 5: hierarchy, credit are host-only) */
+    UMK_DEC_ORIGIN = 6,
+    UMK_DEC_MASKGIT_PLUS = 7,
+    UMK_DEC_TOPK_MARGIN = 8,
+    UMK_DEC_ENTROPY = 9
+};
 
 /* Per-sequence decode state, device resident; advanced by umk_decode_commit every step. */
 typedef struct umk_seq_state {
@@ -64,7 +76,9 @@ typedef struct umk_seq_state {
                               Dream), as decode_seq_logit_row; 0: by row p */
     double  threshold;     /* threshold decoder tau */
     double  factor;        /* factor decoder f */
-    uint64_t seed;         /* random decoder scores */
+    uint64_t seed;         /* random decoder scores; Dream's origin draws and alg_temp noise */
+    double  eps;           /* Dream decoders: the schedule's final timestep */
+    double  alg_temp;      /* Dream confidence decoders: > 0 Gumbel top-k selection */
 } umk_seq_state;
 
 /* The step record of one sequence (fixed size for a block length B; see umk_event_bytes):

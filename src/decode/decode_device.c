@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode/decoder.h"
 #include "decode/device_step.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -58,9 +59,26 @@ struct decode_device {
 
 enum { GONE_NOT, GONE_DONE_ON_DEVICE, GONE_FINISHED_BY_HOST };
 
-static int dev_decoder_ok(enum decode_decoder d) {
-    return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD || d == DECODER_FACTOR;
+/* The decoders kernels/decode.cu implements. Dream's confidence decoders only without top_p /
+ * top_k: their confidence filters with Dream's own top-p / top-k rules (decoders.c
+ * dream_confidence), which the device does not implement (x0's sampling filter is sample.c's, which
+ * it does); origin reads no confidence, so any filter goes. */
+static int dev_decoder_ok(const decode_params *p) {
+    switch (p->decoder) {
+    case DECODER_LOW_CONFIDENCE:
+    case DECODER_RANDOM:
+    case DECODER_THRESHOLD:
+    case DECODER_FACTOR:
+    case DECODER_ORIGIN: return 1;
+    case DECODER_MASKGIT_PLUS:
+    case DECODER_TOPK_MARGIN:
+    case DECODER_ENTROPY: return p->top_p >= 1.0 && p->top_k <= 0;
+    default: return 0;
+    }
 }
+
+/* Decoders with a per-block step budget (decode.c plan_steps): the device reads blk_steps. */
+static int dev_fixed_steps(enum decode_decoder d) { return (decoder_get(d)->flags & DECODER_F_FIXED_STEPS) != 0; }
 
 int decode_device_supported(const model_ctx *ctx) {
     /* tensor parallel (a sharded rank, or the leader of a group: its forward broadcasts the batch
@@ -80,7 +98,7 @@ int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     const decode_params *p = decode_seq_params(s);
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);
-    return dev_decoder_ok(p->decoder) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
+    return dev_decoder_ok(p) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
            p->block_length <= DEVICE_MAX_B;
 }
 
@@ -235,12 +253,13 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         q[i].hi = c.blk_hi[c.block];
         q[i].gen_end = c.gen_end;
         q[i].n_blocks = c.n_blocks - c.block;
-        int fixed = p->decoder == DECODER_LOW_CONFIDENCE || p->decoder == DECODER_RANDOM;
-        q[i].blk_steps = fixed ? c.blk_steps + c.block : NULL;
+        q[i].blk_steps = dev_fixed_steps(p->decoder) ? c.blk_steps + c.block : NULL;
         q[i].block_steps = 1;
         q[i].decoder = (int)p->decoder;
         q[i].threshold = p->threshold;
         q[i].factor = p->factor;
+        q[i].eps = p->eps;
+        q[i].alg_temp = p->alg_temp;
         q[i].stop_at_eos = p->stop_at_eos;
         q[i].logit_shift = decode_seq_logit_shift(s);
         q[i].temperature = p->temperature;

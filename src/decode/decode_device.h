@@ -56,7 +56,8 @@ typedef struct decode_device_stats {
 typedef void (*decode_device_step_fn)(void *user, double gpu_ms, int batch);
 
 /* 1 when the device loop can run sequence s on ctx: device decode support, not tensor-parallel
- * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor, no CFG, no infill
+ * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor / origin, or
+ * maskgit_plus / topk_margin / entropy without top_p / top_k, no CFG, no infill
  * suffix, block_length <= 1024 (any KV cache mode: a batch holding a cached sequence runs host-planned
  * steps, one in flight). Everything else stays on decode_step(). */
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s);

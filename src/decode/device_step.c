@@ -21,7 +21,9 @@
 #include "util/log.h"
 
 _Static_assert((int)DECODER_LOW_CONFIDENCE == (int)UMK_DEC_LOW_CONFIDENCE && (int)DECODER_RANDOM == (int)UMK_DEC_RANDOM &&
-                   (int)DECODER_THRESHOLD == (int)UMK_DEC_THRESHOLD && (int)DECODER_FACTOR == (int)UMK_DEC_FACTOR,
+                   (int)DECODER_THRESHOLD == (int)UMK_DEC_THRESHOLD && (int)DECODER_FACTOR == (int)UMK_DEC_FACTOR &&
+                   (int)DECODER_ORIGIN == (int)UMK_DEC_ORIGIN && (int)DECODER_MASKGIT_PLUS == (int)UMK_DEC_MASKGIT_PLUS &&
+                   (int)DECODER_TOPK_MARGIN == (int)UMK_DEC_TOPK_MARGIN && (int)DECODER_ENTROPY == (int)UMK_DEC_ENTROPY,
                "decoder enums of decode.h and backend_decode_types.h agree");
 
 #define PLAN_GRAPHS 4   /* graphs kept per batch for host-planned steps, one per shape */
@@ -109,7 +111,9 @@ static int device_step_check(backend *be, const device_step_seq *seqs, int n_seq
         const device_step_seq *q = &seqs[s];
         const int qb = q->block_len > 0 ? q->block_len : block_len;
         if (q->len < 1 || q->lo < 0 || q->hi < q->lo || qb > block_len || q->hi - q->lo > qb || q->gen_end > q->len ||
-            q->decoder < 0 || q->decoder > (int)DECODER_FACTOR || (q->blk_steps && q->n_blocks < 1) || q->step < 0 ||
+            q->decoder < 0 || q->decoder > (int)DECODER_ENTROPY || q->decoder == (int)DECODER_HIERARCHY ||
+            q->decoder == (int)DECODER_CREDIT ||
+            (q->decoder >= (int)DECODER_MASKGIT_PLUS && (q->top_p < 1.0 || q->top_k > 0)) || (q->blk_steps && q->n_blocks < 1) || q->step < 0 ||
             q->step_in_block < 0 || q->block_m0 < 0 || (q->block_m0 > 0 && q->block_m0 > q->hi - q->lo)) {
             um_err_set(err, UM_ERR_INVALID_ARG, "device_step: sequence %d: bad canvas/block/decoder", s);
             return -1;
@@ -170,6 +174,9 @@ static void seq_state_of(const device_step_seq *q, int row0, int block_len, int 
     st->threshold = q->threshold;
     st->factor = q->factor;
     st->seed = q->seed;
+    st->eps = q->eps;
+    st->alg_temp = q->alg_temp;
+    cf->dream_score = q->decoder >= (int)DECODER_MASKGIT_PLUS ? q->decoder : 0;
     cf->temperature = q->temperature;
     cf->top_p = q->top_p;
     cf->top_k = q->top_k;
@@ -203,7 +210,8 @@ static void device_step_device_init(device_step *cd, const device_step_seq *seqs
     cd->d_cfg = dmalloc(be, (size_t)n_seqs * sizeof *cd->d_cfg);
     cd->d_jobs = dmalloc(be, (size_t)n_rows * sizeof *cd->d_jobs);
     cd->d_x0 = dmalloc(be, (size_t)n_rows * sizeof *cd->d_x0);
-    cd->d_conf = dmalloc(be, (size_t)n_rows * sizeof *cd->d_conf);
+    /* [2][n_rows]: the confidences, then Dream's decoder scores (umk_sample_cfg.dream_score) */
+    cd->d_conf = dmalloc(be, 2 * (size_t)n_rows * sizeof *cd->d_conf);
     cd->ev_bytes = UMK_EVENT_BYTES(block_len);
     cd->d_events = dmalloc(be, (size_t)n_seqs * cd->ev_bytes);
     backend_synchronize(be);

@@ -44,8 +44,11 @@ typedef struct device_step_seq {
     const int32_t *blk_steps;     /* or [n_blocks] steps of each block from [lo, hi) on (decode.c's
                                      plan), copied; NULL: block_steps for every block */
     int            n_blocks;
-    int            decoder;       /* enum decode_decoder (LOW_CONFIDENCE, RANDOM, THRESHOLD, FACTOR) */
+    int            decoder;       /* enum decode_decoder (LOW_CONFIDENCE, RANDOM, THRESHOLD, FACTOR,
+                                     ORIGIN, MASKGIT_PLUS, TOPK_MARGIN, ENTROPY; the last three without
+                                     top_p / top_k) */
     double         threshold, factor;
+    double         eps, alg_temp;  /* Dream decoders: schedule end, selection temperature */
     int            stop_at_eos;
     int            logit_shift;   /* 1: position p > 0 is scored by logits row p - 1 (Dream) */
     double         temperature, top_p;

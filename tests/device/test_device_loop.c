@@ -11,7 +11,8 @@
  * interval; fixed steps and threshold, greedy and sampled) and mixed with cache-free sequences in
  * one joining batch, each stream equal to the host loop's, graphs replayed for the window steps, and
  * no cache slot left open afterwards. The identities run on the tiny LLaDA preset and again on
- * dream-tiny (shifted logits) and lladamoe-tiny (MoE layers on the device dispatch).
+ * dream-tiny (shifted logits) and lladamoe-tiny (MoE layers on the device dispatch); on dream-tiny
+ * also Dream's own decoders (origin, maskgit_plus, topk_margin, entropy; greedy, sampled, alg_temp).
  *
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
@@ -77,6 +78,142 @@ static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
             stream_free(&h);
             stream_free(&g);
         }
+}
+
+/* Dream's decoders (origin, maskgit_plus, topk_margin, entropy: its step schedule, steps that commit
+ * nothing, its confidences, alg_temp's Gumbel selection), greedy and sampled, several blocks and one
+ * long block, one sequence alone: eligible, run on the device (device steps > 0, one per host step),
+ * device stream == host stream. */
+static void test_dream_decoders(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    const enum decode_decoder decs[4] = {DECODER_ORIGIN, DECODER_MASKGIT_PLUS, DECODER_TOPK_MARGIN, DECODER_ENTROPY};
+    for (int d = 0; d < 4; d++)
+        for (int t = 0; t < 3; t++)
+            for (int shape = 0; shape < 2; shape++) {
+                decode_params p = base_params();
+                p.decoder = decs[d];
+                if (shape) {   /* one block of 8, 8 steps: early steps commit int(8 * 0.125) = 0 */
+                    p.block_length = 8;
+                    p.steps = 8;
+                } else {
+                    p.steps = 6;
+                }
+                if (t >= 1) {
+                    p.temperature = 0.9;
+                    p.seed = 2000 + (uint64_t)(d * 10 + t);
+                    if (decs[d] == DECODER_ORIGIN) p.top_k = 40;   /* origin reads no confidence */
+                }
+                if (t == 2) {
+                    p.alg_temp = 0.5;
+                    p.eps = 0.01;
+                }
+                char label[128];
+                snprintf(label, sizeof label, "%s T=%g alg_temp=%g block %d", decode_decoder_name(p.decoder),
+                         p.temperature, p.alg_temp, p.block_length);
+                stream h, g;
+                run_host(ctx, &p, prompt, n_prompt, &h);
+                decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &g);
+                TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", label);
+                decode_device *dd = decode_device_create(ctx, 1);
+                decode_sink sink = {on_ev, NULL};
+                um_err err = {0};
+                int guard = 0;
+                while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
+                decode_device_stats ds;
+                decode_device_get_stats(dd, &ds);
+                TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
+                TEST_CHECK(g.after_done == 0 && g.finish == h.finish, "%s: same finish, nothing after DONE", label);
+                TEST_CHECK(ds.steps > 0 && ds.steps_applied == (uint64_t)decode_seq_steps(s) && ds.rebuilds == 1,
+                           "%s: every step ran on the device (device steps %llu applied %llu, sequence steps %d)",
+                           label, (unsigned long long)ds.steps, (unsigned long long)ds.steps_applied,
+                           decode_seq_steps(s));
+                decode_device_free(dd);
+                decode_seq_free(s);
+                stream_free(&h);
+                stream_free(&g);
+            }
+    /* Dream's confidence filters with its own top-p / top-k rules: those stay on the host loop */
+    decode_params p = base_params();
+    p.decoder = DECODER_MASKGIT_PLUS;
+    p.temperature = 0.9;
+    p.top_p = 0.9;
+    stream st;
+    decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &st);
+    TEST_CHECK(!decode_device_eligible(ctx, s), "maskgit_plus with top_p: not eligible");
+    decode_seq_free(s);
+    stream_free(&st);
+}
+
+/* Dream's decoders batched with each other and with low_confidence (the scores of the Dream rows
+ * sit beside the other rows' confidences), joining at different iterations, one continued on the
+ * device mid-block after host steps (its schedule position and rng step continue): each stream
+ * equals its host-alone stream. */
+static void test_dream_mixed(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    enum { N = 4 };
+    tcase c[N];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < N; i++) {
+        c[i].p = base_params();
+        c[i].n_prompt = n_prompt - (i % 3);
+        memcpy(c[i].prompt, prompt + (i % 3), (size_t)c[i].n_prompt * sizeof(int32_t));
+    }
+    c[0].label = "maskgit_plus B8 T0.8 alg_temp 0.3";
+    c[0].p.decoder = DECODER_MASKGIT_PLUS;
+    c[0].p.block_length = 8;
+    c[0].p.gen_length = 16;
+    c[0].p.steps = 10;
+    c[0].p.temperature = 0.8;
+    c[0].p.alg_temp = 0.3;
+    c[0].p.seed = 21;
+    c[1].label = "entropy B4 T0, 2 host steps first (mid-block)";
+    c[1].p.decoder = DECODER_ENTROPY;
+    c[1].p.gen_length = 12;
+    c[1].p.steps = 9;
+    c[2].label = "origin B4 T0.6 top_p";
+    c[2].p.decoder = DECODER_ORIGIN;
+    c[2].p.steps = 6;
+    c[2].p.temperature = 0.6;
+    c[2].p.top_p = 0.9;
+    c[2].p.seed = 8;
+    c[3].label = "topk_margin B4 T0 beside low_confidence";
+    c[3].p.decoder = DECODER_TOPK_MARGIN;
+    c[3].p.steps = 8;
+    const int join_at[N] = {0, 0, 2, 3};
+    stream h[N + 1], g[N + 1];
+    for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
+    decode_params lc = base_params();
+    lc.steps = 4;
+    run_host(ctx, &lc, prompt, n_prompt, &h[N]);
+    decode_seq *s[N + 1];
+    for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
+    s[N] = mk(ctx->m, &lc, prompt, n_prompt, &g[N]);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    for (int k = 0; k < 2; k++) CHECK(decode_step(ctx, &s[1], 1, &sink, &err) == 0);
+    decode_device *dd = decode_device_create(ctx, 1);
+    for (int it = 0; it < 2000; it++) {
+        decode_seq *set[N + 1];
+        int n = 0;
+        for (int i = 0; i <= N; i++)
+            if ((i == N || it >= join_at[i]) && !decode_seq_done(s[i])) set[n++] = s[i];
+        if (n == 0 && !decode_device_holding(dd)) break;
+        for (int i = 0; i < n; i++) TEST_CHECK(decode_device_eligible(ctx, set[i]), "mixed: eligible");
+        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
+    }
+    for (int i = 0; i <= N; i++) {
+        const char *label = i < N ? c[i].label : "low_confidence beside Dream decoders";
+        TEST_CHECK(decode_seq_done(s[i]) && g[i].after_done == 0, "%s: done, nothing after DONE", label);
+        TEST_CHECK(streams_equal(label, &h[i], &g[i]), "%s: batched device stream == host alone", label);
+    }
+    decode_device_stats ds;
+    decode_device_get_stats(dd, &ds);
+    TEST_CHECK(ds.steps > 0 && ds.rebuilds >= 3, "mixed: device steps %llu, rebuilds %llu",
+               (unsigned long long)ds.steps, (unsigned long long)ds.rebuilds);
+    decode_device_free(dd);
+    for (int i = 0; i <= N; i++) {
+        decode_seq_free(s[i]);
+        stream_free(&h[i]);
+        stream_free(&g[i]);
+    }
 }
 
 /* Sequences joining at different iterations, leaving when done, one cancelled; one continued from
@@ -349,6 +486,8 @@ int main(void) {
         return 1;
     }
     CHECK(fx.m.cfg.logits_shifted);
+    test_dream_decoders(&ctx, fx.prompt, fx.n_prompt);
+    test_dream_mixed(&ctx, fx.prompt, fx.n_prompt);
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_caches(&ctx, fx.prompt, fx.n_prompt);
