@@ -400,6 +400,11 @@ __device__ double block_sum_double(sample_smem &sm, double v) {
     return t;
 }
 
+// z = l / T of vocabulary entry v (T = 0: the logit itself)
+__device__ __forceinline__ double dream_z(const row_ctx &r, int v, double T) {
+    return T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+}
+
 // Dream's confidence of one row (decode/decoders.c dream_confidence without top-p / top-k): z = l / T
 // (T > 0) over the whole vocabulary (mask included, l[eos] = -inf under logits_eos_inf), probs =
 // softmax(z) in double: maskgit_plus probs[x0], topk_margin the best minus the second best
@@ -409,18 +414,18 @@ __device__ double dream_score(sample_smem &sm, const row_ctx &r, int V, double T
     double mx = -INFINITY;
     int mi = 0x7fffffff;
     for (int v = threadIdx.x; v < V; v += ST) {
-        const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+        const double z = dream_z(r, v, T);
         if (better(z, v, mx, mi)) mx = z, mi = v;
     }
     block_argmax(sm, mx, mi);
     double zs = 0.0;
     for (int v = threadIdx.x; v < V; v += ST) {
-        const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+        const double z = dream_z(r, v, T);
         zs += z == -INFINITY ? 0.0 : exp(z - mx);
     }
     zs = block_sum_double(sm, zs);
     if (which == UMK_DEC_MASKGIT_PLUS) {
-        const double z = T > 0 ? (double)eff(r, x0) / T : (double)eff(r, x0);
+        const double z = dream_z(r, x0, T);
         return z == -INFINITY ? 0.0 : exp(z - mx) / zs;
     }
     if (which == UMK_DEC_TOPK_MARGIN) {
@@ -429,7 +434,7 @@ __device__ double dream_score(sample_smem &sm, const row_ctx &r, int V, double T
         int i2 = 0x7fffffff;
         for (int v = threadIdx.x; v < V; v += ST) {
             if (v == mi) continue;
-            const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+            const double z = dream_z(r, v, T);
             if (better(z, v, m2, i2)) m2 = z, i2 = v;
         }
         block_argmax(sm, m2, i2);
@@ -439,7 +444,7 @@ __device__ double dream_score(sample_smem &sm, const row_ctx &r, int V, double T
     }
     double h = 0.0;   // entropy
     for (int v = threadIdx.x; v < V; v += ST) {
-        const double z = T > 0 ? (double)eff(r, v) / T : (double)eff(r, v);
+        const double z = dream_z(r, v, T);
         const double q = z == -INFINITY ? 0.0 : exp(z - mx) / zs;
         h += q * log(q + 1e-10);
     }

@@ -370,6 +370,14 @@ static void routed_host(backend *be, const model_config *c, const moe_layer_w *w
     backend_moe_combine(be, acc, s->ys, d, n, K, slot, s->w);
 }
 
+/* The routed experts' weighted outputs added to acc: on the device when the backend took the
+ * layer, else routed on the host. */
+static void routed(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *acc,
+                   moe_scratch *s) {
+    if (w->dev) backend_moe_forward(be, w->dev, s->lg, h, n, acc, s->ws);
+    else routed_host(be, c, w, h, n, acc, s);
+}
+
 void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const void *h, int n, void *x,
                  struct comm *cm, moe_scratch **sp) {
     if (n <= 0) return;
@@ -390,10 +398,7 @@ void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const
         } else {
             backend_act_zero(be, s->tmp, nd);
         }
-        if (w->dev)
-            backend_moe_forward(be, w->dev, s->lg, h, n, s->tmp, s->ws);
-        else
-            routed_host(be, c, w, h, n, s->tmp, s);
+        routed(be, c, w, h, n, s->tmp, s);
         comm_all_reduce_act(cm, s->tmp, nd);
         backend_add(be, x, s->tmp, nd);
         return;
@@ -408,8 +413,5 @@ void moe_forward(backend *be, const model_config *c, const moe_layer_w *w, const
                             .tmp_y = s->tmp};
         backend_linear(be, &dn);
     }
-    if (w->dev)
-        backend_moe_forward(be, w->dev, s->lg, h, n, x, s->ws);
-    else
-        routed_host(be, c, w, h, n, x, s);
+    routed(be, c, w, h, n, x, s);
 }

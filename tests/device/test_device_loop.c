@@ -459,54 +459,54 @@ static void test_eligibility(model_ctx *ctx, const int32_t *prompt, int n_prompt
     decode_seq_free(s);
 }
 
+/* The fixture on preset (NULL: the default checkpoint) and a context on it; exits on failure. */
+static void open_ctx(device_fixture *fx, model_ctx *ctx, const char *name, const char *preset) {
+    if (preset) device_fixture_open_preset(fx, name, preset);
+    else device_fixture_open(fx, name);
+    um_err err = {0};
+    if (model_ctx_init(ctx, &fx->m, fx->be, &err) != 0) {
+        fprintf(stderr, "model_ctx_init (%s): %s\n", preset ? preset : "default", err.msg);
+        exit(1);
+    }
+}
+
+static void close_ctx(device_fixture *fx, model_ctx *ctx) {
+    model_ctx_free(ctx);
+    device_fixture_close(fx);
+}
+
 int main(void) {
     device_fixture fx;
-    device_fixture_open(&fx, "test_device_loop");
     model_ctx ctx;
-    um_err err = {0};
-    if (model_ctx_init(&ctx, &fx.m, fx.be, &err) != 0) {
-        fprintf(stderr, "model_ctx_init: %s\n", err.msg);
-        return 1;
-    }
+    open_ctx(&fx, &ctx, "test_device_loop", NULL);
     CHECK(decode_device_supported(&ctx));
     test_eligibility(&ctx, fx.prompt, fx.n_prompt);
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_eos_stop(&ctx, fx.prompt, fx.n_prompt);
     test_caches(&ctx, fx.prompt, fx.n_prompt);
-    model_ctx_free(&ctx);
-    device_fixture_close(&fx);
+    close_ctx(&fx, &ctx);
 
     /* Dream (shifted logits: position p is scored by row p - 1; q/k/v biases, GQA): the same
      * device == host identities, so the device loop's LM-head rows follow the host's shift */
     fprintf(stderr, "-- dream-tiny (shifted logits) --\n");
-    device_fixture_open_preset(&fx, "test_device_loop_dream", "dream-tiny");
-    if (model_ctx_init(&ctx, &fx.m, fx.be, &err) != 0) {
-        fprintf(stderr, "model_ctx_init (dream-tiny): %s\n", err.msg);
-        return 1;
-    }
+    open_ctx(&fx, &ctx, "test_device_loop_dream", "dream-tiny");
     CHECK(fx.m.cfg.logits_shifted);
     test_dream_decoders(&ctx, fx.prompt, fx.n_prompt);
     test_dream_mixed(&ctx, fx.prompt, fx.n_prompt);
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_caches(&ctx, fx.prompt, fx.n_prompt);
-    model_ctx_free(&ctx);
-    device_fixture_close(&fx);
+    close_ctx(&fx, &ctx);
 
     /* LLaDA-MoE (routed experts on the device dispatch, no host synchronisation in the forward):
      * the same identities, the device loop's steps replayed from graphs */
     fprintf(stderr, "-- lladamoe-tiny (MoE) --\n");
-    device_fixture_open_preset(&fx, "test_device_loop_moe", "lladamoe-tiny");
-    if (model_ctx_init(&ctx, &fx.m, fx.be, &err) != 0) {
-        fprintf(stderr, "model_ctx_init (lladamoe-tiny): %s\n", err.msg);
-        return 1;
-    }
+    open_ctx(&fx, &ctx, "test_device_loop_moe", "lladamoe-tiny");
     CHECK(fx.m.cfg.n_experts > 0);
     test_alone(&ctx, fx.prompt, fx.n_prompt);
     test_join_leave_cancel(&ctx, fx.prompt, fx.n_prompt);
     test_caches(&ctx, fx.prompt, fx.n_prompt);
-    model_ctx_free(&ctx);
-    device_fixture_close(&fx);
+    close_ctx(&fx, &ctx);
     return test_report();
 }
