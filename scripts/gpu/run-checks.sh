@@ -2,8 +2,13 @@
 # run-checks.sh — run ON THE GPU MACHINE (an H100/H200 lent through the device `run` tool, with
 # carry: [".deps"] prepared here by scripts/gpu/prepare-deps.sh). One command does everything:
 #     bash scripts/gpu/run-checks.sh            (= all)
-# or one stage per call: build | parity | sanitize | bench | all. `all` can exceed the tool's
+# or one stage per call: build | parity | sanitize | bench | all | lease. `all` can exceed the tool's
 # 10-minute limit: prefer one call per stage (each stage builds what it needs on a fresh machine).
+#   lease     everything that matters, in priority order, inside one call of LEASE_S seconds [420]
+#             (a lent machine has 15 minutes in all): parity, the 8B bench + per-op profile, the
+#             decode benches beside the PyTorch peer, the device suites, the families, memcheck;
+#             each step is skipped or cut short when the time left is too little. Meant to run on
+#             the prebuilt bundle (scripts/gpu/pack.sh, carry [".gpucarry"]): no build there.
 #   build     configure CMake against .deps (pkg-config sysroot, OpenSSL root, LD_LIBRARY_PATH) and
 #             build unmask, gpu_parity and the unit tests into build-gpu/ (kept between calls on a warm
 #             machine); run the C unit tests (CPU numerics + the CUDA init test with a real device)
@@ -31,12 +36,23 @@ MODEL8B=${UNMASK_8B_DIR:-/tmp/unmask-8b}
 mkdir -p "$LOGS"
 fail=0
 
+# a prebuilt bundle (scripts/gpu/pack.sh): .deps and the CUDA binaries in build-gpu/, unpacked once
+BUNDLE=$ROOT/.gpucarry/bundle.tar.xz
+if [ -f "$BUNDLE" ] && [ ! -f "$BUILD/.prebuilt" ]; then
+  tar -xJf "$BUNDLE" -C "$ROOT" && echo "run-checks: unpacked $(basename "$BUNDLE") ($(cat "$BUILD/.prebuilt"))"
+fi
 if [ ! -d "$DEPS/usr/lib/$ARCH" ]; then
   echo "run-checks: $DEPS missing: run scripts/gpu/prepare-deps.sh on the dev machine and carry .deps"
   exit 1
 fi
 export PATH="$DEPS/usr/bin:/usr/local/cuda/bin:$PATH"
 export LD_LIBRARY_PATH="$DEPS/usr/lib/$ARCH:$DEPS/usr/lib/$ARCH/openblas-pthread:${LD_LIBRARY_PATH:-}"
+# cuBLAS: the binaries dlopen libcublas.so.13 by soname, then from the build machine's toolkit dir;
+# where the image keeps it elsewhere (PyTorch's wheels), add that directory
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublas.so.13' && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
+  cub=$(find /usr/local /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
+  [ -n "$cub" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cub")"
+fi
 export PKG_CONFIG_LIBDIR="$DEPS/usr/lib/$ARCH/pkgconfig:$DEPS/usr/share/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR="$DEPS"
 export CMAKE_PREFIX_PATH="$DEPS/usr"
@@ -70,6 +86,10 @@ build_targets() {
 # each stage works on a fresh machine too (a lent machine stays warm only ~30 s after a call)
 # (incremental when the machine still has build-gpu/ from an earlier call)
 ensure_built() {
+  if [ -f "$BUILD/.prebuilt" ]; then
+    "$BUILD/unmask" --version >/dev/null && return 0
+    echo "run-checks: the prebuilt binaries do not run here: building"; rm -f "$BUILD/.prebuilt"
+  fi
   if [ -f "$BUILD/CMakeCache.txt" ]; then build_targets unmask gpu_parity test_device_loop_gpu; return; fi
   stage "build unmask + gpu_parity + test_device_loop_gpu ($(nvcc --version | tail -1))"
   configure && build_targets unmask gpu_parity test_device_loop_gpu
@@ -94,17 +114,7 @@ do_parity() {
   UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu" >"$LOGS/device_loop.log" 2>&1 || rc=$((rc ? rc : 1))
   grep -E "FAIL|passed" "$LOGS/device_loop.log" | tail -5
   stage "model families: logits --device cuda:0 vs cpu (Dream, LLaDA-MoE, LLaDA2 block-causal)"
-  local TOK=1,17,300,42,7,99,250,3,8,400,12,77,5,6,200,31 fam d extra
-  for fam in dream-tiny lladamoe-tiny llada2-tiny; do
-    "$BUILD/unmask" make-model --out "$UNMASK_TEST_TMP/$fam" --preset "$fam" --quiet || { rc=1; continue; }
-    extra=(); [ "$fam" = llada2-tiny ] && extra=(--block-length 4)
-    for d in cpu cuda:0; do
-      "$BUILD/unmask" logits --model "$UNMASK_TEST_TMP/$fam" --tokens "$TOK" "${extra[@]}" \
-        --out "$UNMASK_TEST_TMP/l_${fam}_${d%%:*}.npy" --device "$d" >>"$LOGS/families.log" 2>&1 || rc=1
-    done
-    echo -n "$fam: "
-    python3 "$ROOT/tests/gpu/compare_logits.py" "$UNMASK_TEST_TMP/l_${fam}_cpu.npy" "$UNMASK_TEST_TMP/l_${fam}_cuda.npy" || rc=1
-  done
+  families 2>>"$LOGS/families.log" || rc=1
   return $rc
 }
 
@@ -154,15 +164,90 @@ do_bench() {
   return $rc
 }
 
+# ---------------------------------------------------------------- lease: one call, priority order
+# Each step runs under `timeout` of at most the time left (LEASE_S from the start) and is skipped
+# when less than its minimum is left; everything is logged to $LOGS/lease.log (the tool brings back
+# at most 8 files), a summary of each step's outcome is printed last.
+LEASE_S=${LEASE_S:-420}
+SUMMARY=()
+T0=$SECONDS
+left() { echo $((LEASE_S - (SECONDS - T0))); }
+# step NAME MIN_S MAX_S CMD...: runs CMD with a timeout of min(MAX_S, left - 5)
+step() {
+  local name=$1 min=$2 max=$3; shift 3
+  local l; l=$(left)
+  if [ "$l" -lt "$min" ]; then SUMMARY+=("SKIP  $name (only ${l}s left)"); echo "[lease] skip $name"; return 0; fi
+  local t=$max; [ $((l - 5)) -lt "$t" ] && t=$((l - 5))
+  stage "$name (timeout ${t}s, ${l}s left)"
+  local s0=$SECONDS rc
+  timeout -k 5 "$t" "$@"; rc=$?
+  local what=ok; [ $rc -eq 124 ] || [ $rc -eq 137 ] && what="TIMEOUT"; [ $rc -ne 0 ] && [ "$what" = ok ] && what="FAIL rc=$rc"
+  [ "$what" = ok ] || fail=1
+  SUMMARY+=("$(printf '%-8s %-44s %4ds' "$what" "$name" $((SECONDS - s0)))")
+  return 0
+}
+
+families() {
+  local TOK=1,17,300,42,7,99,250,3,8,400,12,77,5,6,200,31 fam d rc=0 extra
+  for fam in dream-tiny lladamoe-tiny llada2-tiny; do
+    "$BUILD/unmask" make-model --out "$UNMASK_TEST_TMP/$fam" --preset "$fam" --quiet || { rc=1; continue; }
+    extra=(); [ "$fam" = llada2-tiny ] && extra=(--block-length 4)
+    for d in cpu cuda:0; do
+      "$BUILD/unmask" logits --model "$UNMASK_TEST_TMP/$fam" --tokens "$TOK" "${extra[@]}" \
+        --out "$UNMASK_TEST_TMP/l_${fam}_${d%%:*}.npy" --device "$d" || rc=1
+    done
+    echo -n "$fam: "
+    python3 "$ROOT/tests/gpu/compare_logits.py" "$UNMASK_TEST_TMP/l_${fam}_cpu.npy" "$UNMASK_TEST_TMP/l_${fam}_cuda.npy" || rc=1
+  done
+  return $rc
+}
+
+
+do_lease() {
+  ensure_built || return 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  nvcc --version | tail -1; env -u LD_LIBRARY_PATH python3 -c 'import torch; print("torch", torch.__version__)'
+  # the 8B checkpoint is written on the CPU cores while the parity checks use the GPU
+  local mm_pid=
+  if [ ! -f "$MODEL8B/config.json" ]; then
+    ( "$BUILD/unmask" make-model --out "$MODEL8B" --preset 8b --quiet > "$UNMASK_TEST_TMP/make8b.log" 2>&1
+      echo "make-model 8b exit $? after $((SECONDS - T0))s" >> "$UNMASK_TEST_TMP/make8b.log" ) &
+    mm_pid=$!
+  fi
+  step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
+  step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
+  [ -n "$mm_pid" ] && { wait "$mm_pid"; cat "$UNMASK_TEST_TMP/make8b.log"; }
+  local B=(bench --device cuda:0 --model "$MODEL8B" --block 32)
+  step "bench 8B b1/8/32 (64 steps)" 30 120 "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 64
+  step "profile 8B b1 + b32" 20 60 "$BUILD/unmask" "${B[@]}" --batch 1,32 --gen 256 --steps 16 --profile 1
+  local D=(bench --decode --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --prompt 256 --gen 256 --block 32)
+  step "decode none low_conf (1 block)" 30 90 "$BUILD/unmask" "${D[@]}" --max-blocks 1 --decoders low_confidence --cache none
+  # the PyTorch peer runs with the image's own libraries (none of .deps)
+  local peer=(env -u LD_LIBRARY_PATH python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B")
+  local P=(--decode --batch 1,8,32 --prompt 256 --gen 256 --block 32 --reps 1)
+  step "peer none low_conf (1 block)" 40 120 "${peer[@]}" "${P[@]}" --max-blocks 1 --cache none --decoder low_confidence
+  step "decode dual threshold (2 blocks)" 20 60 "$BUILD/unmask" "${D[@]}" --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
+  step "peer dual threshold (2 blocks)" 30 90 "${peer[@]}" "${P[@]}" --max-blocks 2 --cache dual --decoder threshold --threshold 0.9
+  step "moe on device" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_moe_device_gpu"
+  step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
+  step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
+  step "memcheck gpu_parity --quick" 30 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
+  printf '%s\n' "${SUMMARY[@]}"
+  return $fail
+}
+
 run() { "$@" || { echo "run-checks: stage $1 FAILED"; fail=1; }; }
 case "$STAGE" in
   build) run do_build ;;
   parity) run do_parity ;;
   sanitize) run do_sanitize ;;
   bench) run do_bench ;;
+  families) families || fail=1 ;;
+  lease) do_lease 2>&1 | tee "$LOGS/lease.log"; fail=${PIPESTATUS[0]} ;;
   all)
     if do_build; then run do_parity; run do_sanitize; run do_bench; else fail=1; fi ;;
-  *) echo "usage: run-checks.sh [all|build|parity|sanitize|bench]"; exit 2 ;;
+  *) echo "usage: run-checks.sh [all|build|parity|sanitize|bench|lease]"; exit 2 ;;
 esac
 echo
 [ $fail -eq 0 ] && echo "run-checks: ALL OK ($STAGE)" || echo "run-checks: FAILURES ($STAGE)"

@@ -15,7 +15,9 @@
 /* ---------------------------------------------------------------- instance */
 
 void backend_free(backend *be) {
-    if (be) be->ops->free(be);
+    if (!be) return;
+    backend_profile_stop(be);
+    be->ops->free(be);
 }
 
 const char *backend_name(const backend *be) { return be->name; }
@@ -40,6 +42,14 @@ int backend_has(const backend *be, unsigned caps) {
 }
 
 /* A member of an optional group the caller must have checked for (backend_has). */
+/* an op timed while profiling (backend_prof.c) */
+#define PROF(be, name, call)                                                                       \
+    do {                                                                                           \
+        const int prof_i_ = backend_prof_begin((be), (name));                                      \
+        call;                                                                                      \
+        backend_prof_end((be), prof_i_);                                                           \
+    } while (0)
+
 #define NEED(be, member)                                                                           \
     do {                                                                                           \
         if (!(be)->ops->member) UM_FATAL("backend %s has no %s (check backend_has first)", (be)->name, #member); \
@@ -82,19 +92,19 @@ void *backend_act_alloc(backend *be, size_t n) { return be->ops->act_alloc(be, n
 void backend_act_free(backend *be, void *p) { be->ops->act_free(be, p); }
 void backend_act_to_host(backend *be, const void *src, size_t n, float *dst) { be->ops->act_to_host(be, src, n, dst); }
 void backend_embed(backend *be, const bweight *wte, const int32_t *ids, int n, void *out) {
-    be->ops->embed(be, wte, ids, n, out);
+    PROF(be, "embed", be->ops->embed(be, wte, ids, n, out));
 }
 void backend_rmsnorm(backend *be, const void *x, const bweight *w, int n, int d, float eps, void *out) {
-    be->ops->rmsnorm(be, x, w, n, d, eps, out);
+    PROF(be, "rmsnorm", be->ops->rmsnorm(be, x, w, n, d, eps, out));
 }
 void backend_matmul(backend *be, const void *x, const bweight *w, const bweight *bias, int n, void *y) {
-    be->ops->matmul(be, x, w, bias, n, y);
+    PROF(be, "matmul", be->ops->matmul(be, x, w, bias, n, y));
 }
 void backend_rope(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos, float theta) {
-    be->ops->rope(be, x, n, n_heads, head_dim, rot_dim, pos, theta);
+    PROF(be, "rope", be->ops->rope(be, x, n, n_heads, head_dim, rot_dim, pos, theta));
 }
 void backend_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v, void *out) {
-    be->ops->attention(be, p, q, k, v, out);
+    PROF(be, "attention", be->ops->attention(be, p, q, k, v, out));
 }
 void backend_linear_unfused(backend *be, const blinear *op) {
     CHECK(op->n_w >= 1 && op->n_w <= 3 && (!op->norm || op->tmp_h));
@@ -121,15 +131,23 @@ void backend_linear_unfused(backend *be, const blinear *op) {
     }
 }
 
+/* profile names of the linear variants: [norm][epilogue] */
+static const char *const k_linear_names[2][3] = {
+    {"linear", "linear+add", "linear+swiglu"},
+    {"rmsnorm+linear", "rmsnorm+linear+add", "rmsnorm+linear+swiglu"},
+};
+
 void backend_linear(backend *be, const blinear *op) {
+    const int t = backend_prof_begin(be, k_linear_names[op->norm != NULL][op->epi]);
     if (be->ops->linear) be->ops->linear(be, op);
     else backend_linear_unfused(be, op);
+    backend_prof_end(be, t);
 }
 
 void backend_swiglu(backend *be, const void *gate, const void *up, size_t n, void *out) {
-    be->ops->swiglu(be, gate, up, n, out);
+    PROF(be, "swiglu", be->ops->swiglu(be, gate, up, n, out));
 }
-void backend_add(backend *be, void *x, const void *y, size_t n) { be->ops->add(be, x, y, n); }
+void backend_add(backend *be, void *x, const void *y, size_t n) { PROF(be, "add", be->ops->add(be, x, y, n)); }
 void backend_act_zero(backend *be, void *p, size_t n) {
     if (be->ops->act_zero) be->ops->act_zero(be, p, n);
     else memset(p, 0, n * dtype_size(backend_act_dtype(be)));
@@ -144,17 +162,17 @@ void backend_host_parallel_for(backend *be, int64_t n, int64_t grain, backend_ra
     fn(arg, 0, n);
 }
 void backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, int n, void *out) {
-    be->ops->get_rows(be, x, d, rows, n, out);
+    PROF(be, "get_rows", be->ops->get_rows(be, x, d, rows, n, out));
 }
 
 void backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int k, const int32_t *slot,
                          const float *w) {
-    if (n > 0 && k > 0) be->ops->moe_combine(be, x, y, d, n, k, slot, w);
+    if (n > 0 && k > 0) PROF(be, "moe_combine", be->ops->moe_combine(be, x, y, d, n, k, slot, w));
 }
 
 void backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                         void *const *dst) {
-    be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst);
+    PROF(be, "store_rows", be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst));
 }
 
 /* ---------------------------------------------------------------- MoE dispatch */
@@ -174,17 +192,19 @@ size_t backend_moe_workspace(backend *be, const bmoe *m, int n) {
 
 void backend_moe_forward(backend *be, const bmoe *m, const void *logits, const void *h, int n, void *x, void *ws) {
     NEED(be, moe_forward);
-    if (n > 0) be->ops->moe_forward(be, m, logits, h, n, x, ws);
+    if (n > 0) PROF(be, "moe_forward", be->ops->moe_forward(be, m, logits, h, n, x, ws));
 }
 
 /* ---------------------------------------------------------------- graphs */
 
 void backend_graph_begin(backend *be) {
     NEED(be, graph_begin);
+    backend_prof_pause(be, 1);
     be->ops->graph_begin(be);
 }
 backend_graph *backend_graph_end(backend *be) {
     NEED(be, graph_end);
+    backend_prof_pause(be, 0);
     return be->ops->graph_end(be);
 }
 void backend_graph_launch(backend *be, backend_graph *g) {
@@ -268,15 +288,15 @@ void backend_alias_clear(backend *be) {
 }
 void backend_decode_begin(backend *be, const bdec_launch *l) {
     NEED(be, decode_begin);
-    be->ops->decode_begin(be, l);
+    PROF(be, "decode_begin", be->ops->decode_begin(be, l));
 }
 void backend_decode_sample(backend *be, const bdec_launch *l, const void *logits) {
     NEED(be, decode_sample);
-    be->ops->decode_sample(be, l, logits);
+    PROF(be, "decode_sample", be->ops->decode_sample(be, l, logits));
 }
 void backend_decode_commit(backend *be, const bdec_launch *l) {
     NEED(be, decode_commit);
-    be->ops->decode_commit(be, l);
+    PROF(be, "decode_commit", be->ops->decode_commit(be, l));
 }
 
 /* ---------------------------------------------------------------- collectives */

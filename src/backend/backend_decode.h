@@ -16,6 +16,7 @@
 #define UM_BACKEND_DECODE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -60,6 +61,14 @@ void           backend_event_record(backend *be, backend_event *ev);
 int            backend_event_query(backend *be, backend_event *ev);
 void           backend_event_wait(backend *be, backend_event *ev);
 double         backend_event_elapsed_ms(backend *be, backend_event *a, backend_event *b);
+
+/* Per-op timing (`bench --device cuda:N --profile`): after start, every op launched directly (not
+ * in a graph capture) is timed with an event pair and summed by op name; report prints a markdown
+ * table (ms per `per` steps, share of the ops' total and of wall_ms) and clears the totals; stop
+ * frees it all (backend_free does too). start: 0, or -1 on a backend without timed events. */
+int  backend_profile_start(backend *be);
+void backend_profile_report(backend *be, FILE *f, double per, double wall_ms);
+void backend_profile_stop(backend *be);
 
 /* Device-resident inputs: while an alias is registered, any op given a HOST index array that lies
  * inside [host, host + bytes) reads the same offset of the device array dev instead of staging the

@@ -114,6 +114,8 @@ typedef struct backend_ops {
 /* backend_linear as the single ops (rmsnorm, matmul, add, swiglu) in the order backend.h gives. */
 void backend_linear_unfused(backend *be, const blinear *op);
 
+typedef struct backend_prof backend_prof;
+
 struct backend {
     const backend_ops *ops;
     const char        *name;         /* "cpu", "cuda:0" (owned by the implementation) */
@@ -121,6 +123,13 @@ struct backend {
     enum dtype         act_dtype;    /* activation dtype (F32 on CPU, BF16 on CUDA) */
     int                n_threads;
     void              *impl;         /* backend private state */
+    backend_prof      *prof;         /* per-op timing while profiling (backend_prof.c), else NULL; owned */
 };
+
+/* backend_prof.c, for the backend.c wrappers: a timed pair around one op (-1: not profiling; nested
+ * ops count once), and the pause while a graph is captured. */
+int  backend_prof_begin(backend *be, const char *op);
+void backend_prof_end(backend *be, int i);
+void backend_prof_pause(backend *be, int on);
 
 #endif /* UM_BACKEND_IMPL_H */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/backend_decode.h"
 #include "decode/device_step.h"
 #include "cli/args.h"
 #include "cli/bench.h"
@@ -44,7 +45,8 @@ typedef struct device_row {
 } device_row;
 
 static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int prompt, int gen, int block, int steps,
-                     enum decode_decoder dec, double threshold, int graph, uint64_t seed, device_row *row, um_err *err) {
+                     enum decode_decoder dec, double threshold, int graph, int profile, uint64_t seed, device_row *row,
+                     um_err *err) {
     const model_config *c = &m->cfg;
     const int len = prompt + gen;
     const int nblocks = (gen + block - 1) / block;
@@ -81,6 +83,7 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
     row->batch = batch;
     row->canvas = len;
     backend_synchronize(be);
+    if (profile) backend_profile_start(be);   /* the backend has timed events (bdev_backend_open) */
     const uint64_t t0 = time_now_ns();
     int enq = 0, n_done = 0;
     char *done = xcalloc((size_t)batch, 1);
@@ -112,6 +115,13 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
     backend_synchronize(be);
     row->wall_s = (double)(time_now_ns() - t0) * 1e-9;
     row->steps = enq;
+    if (profile) {
+        printf("\nprofile, batch %d (%d steps launched op by op, %.3f ms/step wall):\n", batch, enq,
+               enq > 0 ? row->wall_s * 1e3 / enq : 0.0);
+        backend_profile_report(be, stdout, enq > 0 ? enq : 1, row->wall_s * 1e3);
+        backend_profile_stop(be);
+        printf("\n");
+    }
     size_t fb = 0, tb = 0;
     backend_mem_info(be, &fb, &tb);
     row->mem_gib = (double)(tb - fb) / (double)(1ull << 30);
@@ -124,7 +134,7 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
 /* Flags of `bench --device`, and the parsed --batch list. */
 typedef struct bdev_opts {
     const char *device, *model_dir, *batch_s, *dec_s;
-    int    gen, block, prompt, steps, graph, bw_mib;
+    int    gen, block, prompt, steps, graph, bw_mib, profile;
     double threshold;
     enum decode_decoder dec;
     int   *batches;   /* [nb], owned */
@@ -147,6 +157,7 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
         {"threshold", ARG_FLOAT, &o->threshold, "threshold decoder tau [0.9]"},
         {"graph", ARG_INT, &o->graph, "1: replay the step from a CUDA graph; 0: launch every op [1]"},
         {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
+        {"profile", ARG_INT, &o->profile, "1: after each row, time every op with events (steps launched op by op, no graph) and print the table [0]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -258,13 +269,19 @@ static int bdev_run(const bdev_opts *o, backend *be, const model *m, um_err *err
     bdev_print_header(o, be, c, wbytes, bw, floor_ms);
     for (int i = 0; i < o->nb && rc == 0; i++) {
         device_row row;
-        if (run_batch(be, &ctx, m, o->batches[i], o->prompt, o->gen, o->block, o->steps, o->dec, o->threshold, o->graph,
+        if (run_batch(be, &ctx, m, o->batches[i], o->prompt, o->gen, o->block, o->steps, o->dec, o->threshold, o->graph, 0,
                       1000u + (uint64_t)i, &row, err) != 0) {
             fprintf(stderr, "error: batch %d: %s\n", o->batches[i], err->msg);
             rc = 1;
             break;
         }
         bdev_print_row(&row, c, o->block, floor_ms);
+        device_row prow;   /* the same batch again, op by op and timed per op */
+        if (o->profile && run_batch(be, &ctx, m, o->batches[i], o->prompt, o->gen, o->block, o->steps, o->dec,
+                                    o->threshold, 0, 1, 1000u + (uint64_t)i, &prow, err) != 0) {
+            fprintf(stderr, "error: batch %d (profiled): %s\n", o->batches[i], err->msg);
+            rc = 1;
+        }
     }
 out:
     if (ctx.weights || ctx.scratch) model_ctx_free(&ctx);
