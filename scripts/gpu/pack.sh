@@ -10,11 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
-BINS=(unmask gpu_parity test_device_loop_gpu test_moe_device_gpu test_device_robust_gpu)
+BINS=(unmask gpu_parity test_device_loop_gpu test_moe_device_gpu test_device_robust_gpu tests/test_cpu_gemm cpu_kernels_bench)
 [ -d .deps/usr/lib ] || bash scripts/gpu/prepare-deps.sh
 grep -q "^CMAKE_CUDA_COMPILER:[A-Z]*=/" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null ||
   { echo "pack: $BUILD_DIR is not a CUDA build (configure with nvcc on the PATH)"; exit 1; }
-cmake --build "$BUILD_DIR" -j"$(nproc)" $(printf -- '--target %s ' "${BINS[@]}") >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)" $(for b in "${BINS[@]}"; do printf -- '--target %s ' "$(basename "$b")"; done) >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build-gpu"

@@ -205,8 +205,10 @@ families() {
 
 do_lease() {
   ensure_built || return 1
+  stage "machine"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  nvcc --version | tail -1; env -u LD_LIBRARY_PATH python3 -c 'import torch; print("torch", torch.__version__)'
+  nvcc --version | tail -1; uname -r; env -u LD_LIBRARY_PATH python3 -c 'import torch; print("torch", torch.__version__)'
+  lscpu | grep -E "Model name|^CPU\(s\)|Hypervisor|Flags" | sed 's/^Flags: */Flags: /'
   # the 8B checkpoint is written on the CPU cores while the parity checks use the GPU
   local mm_pid=
   if [ ! -f "$MODEL8B/config.json" ]; then
@@ -214,24 +216,35 @@ do_lease() {
       echo "make-model 8b exit $? after $((SECONDS - T0))s" >> "$UNMASK_TEST_TMP/make8b.log" ) &
     mm_pid=$!
   fi
+  # CPU kernel paths on this CPU (each bf16 path is tried under a SIGILL handler before use)
+  "$BUILD/unmask" make-model --out "$UNMASK_TEST_TMP/tiny" --preset tiny --quiet
+  for k in amx avx512bf16 fp32; do
+    echo -n "cpu-kernels $k: "
+    "$BUILD/unmask" logits --model "$UNMASK_TEST_TMP/tiny" --tokens 1,2,3 --out "$UNMASK_TEST_TMP/k.npy" --cpu-kernels $k 2>&1 | tail -1
+    echo "rc ${PIPESTATUS[0]}"
+  done
+  step "test_cpu_gemm (CPU kernel paths)" 20 60 "$BUILD/test_cpu_gemm"
   step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
+  step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
   step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
+  step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
+  step "moe on device" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_moe_device_gpu"
   [ -n "$mm_pid" ] && { wait "$mm_pid"; cat "$UNMASK_TEST_TMP/make8b.log"; }
   local B=(bench --device cuda:0 --model "$MODEL8B" --block 32)
   step "bench 8B b1/8/32 (64 steps)" 30 120 "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 64
   step "profile 8B b1 + b32" 20 60 "$BUILD/unmask" "${B[@]}" --batch 1,32 --gen 256 --steps 16 --profile 1
-  local D=(bench --decode --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --prompt 256 --gen 256 --block 32)
-  step "decode none low_conf (1 block)" 30 90 "$BUILD/unmask" "${D[@]}" --max-blocks 1 --decoders low_confidence --cache none
+  local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32)
+  step "decode dual threshold (2 blocks)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
+  step "profile dual b1 + b8 (1 block, host loop)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
+  step "decode none low_conf (1 block)" 30 90 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 1 --decoders low_confidence --cache none
   # the PyTorch peer runs with the image's own libraries (none of .deps)
   local peer=(env -u LD_LIBRARY_PATH python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B")
   local P=(--decode --batch 1,8,32 --prompt 256 --gen 256 --block 32 --reps 1)
   step "peer none low_conf (1 block)" 40 120 "${peer[@]}" "${P[@]}" --max-blocks 1 --cache none --decoder low_confidence
-  step "decode dual threshold (2 blocks)" 20 60 "$BUILD/unmask" "${D[@]}" --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
   step "peer dual threshold (2 blocks)" 30 90 "${peer[@]}" "${P[@]}" --max-blocks 2 --cache dual --decoder threshold --threshold 0.9
-  step "moe on device" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_moe_device_gpu"
-  step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
-  step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
-  step "memcheck gpu_parity --quick" 30 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  step "cpu kernels bench (16 threads)" 30 90 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
+  step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
   echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
   printf '%s\n' "${SUMMARY[@]}"
   return $fail

@@ -131,14 +131,20 @@ void backend_linear_unfused(backend *be, const blinear *op) {
     }
 }
 
-/* profile names of the linear variants: [norm][epilogue] */
+/* profile names of the linear variants: [norm][epilogue], stores by weight count (q/k/v = 3) */
 static const char *const k_linear_names[2][3] = {
     {"linear", "linear+add", "linear+swiglu"},
     {"rmsnorm+linear", "rmsnorm+linear+add", "rmsnorm+linear+swiglu"},
 };
+static const char *const k_linear_store_names[2][3] = {
+    {"linear", "linear x2", "linear x3"},
+    {"rmsnorm+linear", "rmsnorm+linear x2", "rmsnorm+linear x3"},
+};
 
 void backend_linear(backend *be, const blinear *op) {
-    const int t = backend_prof_begin(be, k_linear_names[op->norm != NULL][op->epi]);
+    const int t = backend_prof_begin(be, op->epi == BLIN_STORE && op->n_w >= 1 && op->n_w <= 3
+                                             ? k_linear_store_names[op->norm != NULL][op->n_w - 1]
+                                             : k_linear_names[op->norm != NULL][op->epi]);
     if (be->ops->linear) be->ops->linear(be, op);
     else backend_linear_unfused(be, op);
     backend_prof_end(be, t);

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 
 #include "backend/backend.h"
+#include "backend/backend_decode.h"
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "cli/tp_cli.h"
@@ -96,7 +97,7 @@ static int run_one(model_ctx *ctx, decode_device *dd, const model *m, const deco
 /* Flags of `bench --decode`, and the lists parsed from them. */
 typedef struct bd_opts {
     const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *device, *device_loop;
-    int    gen, block, steps, prompt_len, threads, decode_flag, reps;
+    int    gen, block, steps, prompt_len, threads, decode_flag, reps, profile;
     int    cache_refresh, prefix_look, after_look, warmup, max_blocks, prefill_chunk;
     double threshold, factor, temperature;
     int   *batches;                            /* [n_batches], owned */
@@ -126,6 +127,7 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
         {"temperature", ARG_FLOAT, &o->temperature, "sampling temperature [0]"},
         {"threads", ARG_INT, &o->threads, "CPU threads (0 = all cores) [0]"},
         {"reps", ARG_INT, &o->reps, "runs per row, the fastest is reported (noisy machines) [1]"},
+        {"profile", ARG_INT, &o->profile, "CUDA: 1 = after each row, run it again on the host loop with every op timed by events and print the table [0]"},
         {"cache", ARG_STR, &o->caches_s, "comma-separated KV cache modes: none, prefix, dual, vicinity [none]"},
         {"cache-refresh", ARG_INT, &o->cache_refresh, "refresh the cache every N steps inside a block too [0]"},
         {"prefix-look", ARG_INT, &o->prefix_look, "vicinity: positions before the block [0]"},
@@ -285,6 +287,26 @@ static int bd_run_group(model_ctx *ctx, decode_device *dd, const model *m, const
                decode_cache_name(o->caches[c]), row->batch, row->fwd_steps, row->tokens, row->wall_s, tps, sps,
                tok_per_step, 1e3 * row->wall_s / row->fwd_steps, ratio);
     }
+    for (int c = 0; c < o->n_caches && o->profile; c++) {   /* again, op by op (no graphs), timed per op */
+        decode_params p = *base;
+        p.decoder = o->decs[d];
+        p.cache = o->caches[c];
+        bench_row row;
+        CHECK(backend_profile_start(ctx->be) == 0);   /* checked: a backend with timed events */
+        const int rc = run_one(ctx, NULL, m, &p, batch, o->prompt_len, o->max_blocks, 1000, &row, err);
+        if (rc == 0) {
+            printf("\nprofile: %s, cache %s, batch %d, host loop (%d steps, %.3f ms/step wall):\n",
+                   decode_decoder_name(p.decoder), decode_cache_name(p.cache), batch, row.fwd_steps,
+                   1e3 * row.wall_s / (row.fwd_steps ? row.fwd_steps : 1));
+            backend_profile_report(ctx->be, stdout, row.fwd_steps ? row.fwd_steps : 1, 1e3 * row.wall_s);
+            printf("\n");
+        }
+        backend_profile_stop(ctx->be);
+        if (rc != 0) {
+            fprintf(stderr, "error: %s\n", err->msg);
+            return 1;
+        }
+    }
     fflush(stdout);
     return 0;
 }
@@ -322,6 +344,13 @@ int bench_decode(int argc, char **argv) {
         return cli_model_ctx_exit_code(&err);
     }
     model_ctx *ctx = mc.ctx;
+    if (o.profile && !backend_has(ctx->be, BACKEND_CAP_DEVICE_DECODE)) {
+        fprintf(stderr, "error: --profile times ops with device events: it needs --device cuda:N\n");
+        cli_model_ctx_close(&mc);
+        model_free(&m);
+        free(o.batches);
+        return 2;
+    }
     decode_device *dd = strcmp(o.device_loop, "on") == 0 && decode_device_supported(ctx) ? decode_device_create(ctx, 1)
                                                                                          : NULL;
     bd_print_header(&o, &m, ctx->be);

@@ -36,7 +36,7 @@ int make_model_preset(const char *name, make_model_opts *o) {
         o->vocab_size = 8192, o->max_seq = 4096;
     } else if (strcmp(name, "8b") == 0) { /* LLaDA-8B-Instruct shape */
         o->d_model = 4096, o->n_layers = 32, o->n_heads = 32, o->n_kv_heads = 32, o->ffn_hidden = 12288;
-        o->vocab_size = 126464, o->max_seq = 4096;
+        o->vocab_size = 126464, o->embd_rows = 126464, o->max_seq = 4096;   /* LM head as large as the real one */
     } else if (strcmp(name, "dream-tiny") == 0) { /* Dream layout, GQA 2:1, for tests */
         o->dream = 1, o->rope_theta = 1000000.0;
         o->d_model = 64, o->n_layers = 2, o->n_heads = 4, o->n_kv_heads = 2, o->ffn_hidden = 176;
@@ -576,6 +576,7 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
     }
     int n_rows = (vocab + 63) / 64 * 64; /* like LLaDA: embedding rows padded past the vocabulary */
     if ((o->dream || o->moe) && o->vocab_size > n_rows) n_rows = o->vocab_size;   /* vocab_size rows (Qwen2, Ling) */
+    if (o->embd_rows > n_rows) n_rows = o->embd_rows;
     if (o->moe) {
         if (write_config_moe(dir, o, n_rows, &sp, !o->no_tokenizer, err) != 0) return -1;
     } else if ((o->dream ? write_config_dream(dir, o, n_rows, &sp, err) : write_config(dir, o, n_rows, n_rows, &sp, err)) != 0) {

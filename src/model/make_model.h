@@ -29,6 +29,8 @@ typedef struct make_model_opts {
     int        expert_bias;     /* MoE: write an expert-bias vector per MoE layer */
     double     partial_rotary;  /* MoE: partial_rotary_factor (fraction of head_dim rotated) */
     int        vocab_size;      /* used only when no built-in tokenizer is available */
+    int        embd_rows;       /* 0, or embedding / LM-head rows past the tokenizer's (a real
+                                   checkpoint's embedding_size: the 8b preset's 126464) */
     int        max_seq;
     double     rope_theta;
     enum dtype dtype;

@@ -189,12 +189,17 @@ static void test_step_times(model_ctx *ctx, const int32_t *prompt, int n_prompt)
     fprintf(stderr, "step times, batch %d: host loop median %.2f ms (%d steps), device loop median %.2f ms GPU "
                     "(%d steps, min %.2f)\n",
             N, mh, host.n, md, dev.n, dev_min);
-    /* same emulated forward on both sides: a device step that reports ~0 (the host's enqueue time)
-     * or a sum of several steps fails this */
-    TEST_CHECK(md > 0.25 * mh && md < 4.0 * mh, "device step time within 0.25x..4x of the host loop's (%.2f vs %.2f ms)",
-               md, mh);
-    TEST_CHECK(dev_min > 0.1 * mh, "no device step reports next to nothing (min %.3f ms, host median %.2f ms)", dev_min,
-               mh);
+    /* A device step that reports ~0 (the host's enqueue time) or a sum of several steps fails these.
+     * On the emulator both loops run the same CPU forward, so their step times agree within 4x. On a
+     * GPU the host loop also pays a synchronisation and copies per step (H200, tiny model, batch 4:
+     * host 1.16 ms, device 0.13 ms GPU time), so there the device step is only bounded by the host's
+     * and must stay well above an enqueue's few microseconds. */
+    const int emulated = strstr(backend_description(ctx->be), "emulator") != NULL;
+    const double lo = emulated ? 0.25 : 0.02, lo_min = emulated ? 0.1 : 0.01;
+    TEST_CHECK(md > lo * mh && md < 4.0 * mh, "device step time within %gx..4x of the host loop's (%.2f vs %.2f ms)",
+               lo, md, mh);
+    TEST_CHECK(dev_min > lo_min * mh, "no device step reports next to nothing (min %.3f ms, host median %.2f ms)",
+               dev_min, mh);
     decode_device_free(dd);
     for (int i = 0; i < N; i++) {
         decode_seq_free(s[i]);

@@ -19,8 +19,14 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define UM_CPU_TRIALS 1
+#endif
 #endif
 
 static cpu_features g_feat;
@@ -68,13 +74,86 @@ static void features_probe(void) {
         g_feat.amx_bf16 = 1;
     }
 }
+
+#ifdef UM_CPU_TRIALS
+/* Trials: cpuid, XCR0 and arch_prctl can all say yes on a virtual CPU whose hypervisor does not pass
+ * the state through, and then the first instruction raises SIGILL (seen on a lent GPU machine: AMX
+ * tiles, 2026-11-26). Each path's instructions are run once here under a SIGILL handler; a path
+ * that faults is reported absent instead of killing the process. UNMASK_FAULT_CPU_TRIAL=amx or
+ * avx512bf16 makes that trial fault on purpose (tests/cli/test_cpu_trial.sh). */
+static sigjmp_buf g_trial_jmp;
+static void trial_on_sigill(int sig) {
+    (void)sig;
+    siglongjmp(g_trial_jmp, 1);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static void trial_amx(void) {
+    _Alignas(64) uint8_t cfg[64];
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;    /* palette 1 */
+    cfg[16] = 64;  /* tile 0: 64 bytes per row */
+    cfg[48] = 16;  /* tile 0: 16 rows */
+    _tile_loadconfig(cfg);
+    _tile_zero(0);
+    _tile_release();
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void trial_avx512bf16(void) {
+    volatile float out[16];
+    const __m512 acc = _mm512_dpbf16_ps(_mm512_set1_ps(1.0f), (__m512bh)_mm512_set1_epi16(0x3f80),
+                                        (__m512bh)_mm512_set1_epi16(0x3f80));
+    _mm512_storeu_ps((float *)out, acc);
+}
+
+static void trial_fault(void) { __asm__ volatile("ud2"); }
+
+static void (*volatile g_trial_fn)(void);   /* the trial trial_run runs (a global: setjmp clobbers locals) */
+
+/* 0 when fn ran, -1 when it raised SIGILL. Runs once, from features_init (pthread_once). */
+static int trial_run(const char *path, void (*fn)(void)) {
+    const char *fault = getenv("UNMASK_FAULT_CPU_TRIAL");
+    g_trial_fn = fault && strcmp(fault, path) == 0 ? trial_fault : fn;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = trial_on_sigill;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_NODEFER;
+    CHECK(sigaction(SIGILL, &sa, &old) == 0);
+    int faulted = 0;
+    if (sigsetjmp(g_trial_jmp, 1) == 0) g_trial_fn();
+    else faulted = 1;
+    CHECK(sigaction(SIGILL, &old, NULL) == 0);
+    return faulted ? -1 : 0;
+}
+
+static void features_trials(void) {
+    if (g_feat.avx512bf16 && trial_run("avx512bf16", trial_avx512bf16) != 0) {
+        g_feat.avx512bf16 = 0;
+        g_feat.avx512bf16_faulted = 1;
+        if (g_feat.amx_bf16) {
+            g_feat.amx_bf16 = 0;
+            snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "AMX without AVX512-BF16");
+        }
+    }
+    if (g_feat.amx_bf16 && trial_run("amx", trial_amx) != 0) {
+        g_feat.amx_bf16 = 0;
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why,
+                 "AMX instructions fault (SIGILL) though cpuid, XCR0 and Linux allow them (a VM?)");
+    }
+}
+#else
+static void features_trials(void) {}
+#endif
+
 #else
 static void features_probe(void) { snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "not an x86-64 CPU"); }
+static void features_trials(void) {}
 #endif
 
 static void features_init(void) {
     memset(&g_feat, 0, sizeof g_feat);
     features_probe();
+    features_trials();
     if (!cpu_gemm_avx512bf16.block) g_feat.avx512bf16 = 0;   /* this compiler built no such kernels */
     if (g_feat.amx_bf16 && (!cpu_gemm_amx.block || !g_feat.avx512bf16)) {
         g_feat.amx_bf16 = 0;
@@ -113,8 +192,10 @@ const char *backend_cpu_kernels_name(enum backend_cpu_kernels k) {
 static int kernels_check(enum backend_cpu_kernels k, um_err *err) {
     const cpu_features *f = cpu_features_get();
     if (k == BACKEND_CPU_KERNELS_AVX512BF16 && !f->avx512bf16)
-        return um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: this CPU (or OS) has no AVX512-BF16 "
-                          "(vdpbf16ps); use auto or fp32");
+        return um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: %s; use auto or fp32",
+                            f->avx512bf16_faulted ? "AVX512-BF16 instructions fault (SIGILL) on this CPU though cpuid "
+                                                    "and XCR0 allow them (a VM?)"
+                                                  : "this CPU (or OS) has no AVX512-BF16 (vdpbf16ps)");
     if (k == BACKEND_CPU_KERNELS_AMX && !f->amx_bf16)
         return um_err_param(err, "cpu-kernels", "--cpu-kernels amx: %s; use auto, avx512bf16 or fp32", f->amx_why);
     return 0;
