@@ -9,6 +9,7 @@
 #             decode benches beside the PyTorch peer, the device suites, the families, memcheck;
 #             each step is skipped or cut short when the time left is too little. Meant to run on
 #             the prebuilt bundle (scripts/gpu/pack.sh, carry [".gpucarry"]): no build there.
+#             LEASE_BENCH=0: the checks only (no 8B checkpoint, no benches).
 #   build     configure CMake against .deps (pkg-config sysroot, OpenSSL root, LD_LIBRARY_PATH) and
 #             build unmask, gpu_parity and the unit tests into build-gpu/ (kept between calls on a warm
 #             machine); run the C unit tests (CPU numerics + the CUDA init test with a real device)
@@ -211,7 +212,7 @@ do_lease() {
   lscpu | grep -E "Model name|^CPU\(s\)|Hypervisor|Flags" | sed 's/^Flags: */Flags: /'
   # the 8B checkpoint is written on the CPU cores while the parity checks use the GPU
   local mm_pid=
-  if [ ! -f "$MODEL8B/config.json" ]; then
+  if [ ! -f "$MODEL8B/config.json" ] && [ "${LEASE_BENCH:-1}" = 1 ]; then
     ( "$BUILD/unmask" make-model --out "$MODEL8B" --preset 8b --quiet > "$UNMASK_TEST_TMP/make8b.log" 2>&1
       echo "make-model 8b exit $? after $((SECONDS - T0))s" >> "$UNMASK_TEST_TMP/make8b.log" ) &
     mm_pid=$!
@@ -229,6 +230,14 @@ do_lease() {
   step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
   step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
   step "moe on device" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_moe_device_gpu"
+  if [ "${LEASE_BENCH:-1}" = 0 ]; then   # the checks only (the benches ran in an earlier call)
+    step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+    step "cpu kernels bench (16 threads)" 30 60 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
+    step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+    echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
+    printf '%s\n' "${SUMMARY[@]}"
+    return $fail
+  fi
   [ -n "$mm_pid" ] && { wait "$mm_pid"; cat "$UNMASK_TEST_TMP/make8b.log"; }
   local B=(bench --device cuda:0 --model "$MODEL8B" --block 32)
   step "bench 8B b1/8/32 (64 steps)" 30 120 "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 64

@@ -3,7 +3,8 @@
 # AVX512-BF16 or AMX in cpuid and XCR0 and still fault on the first instruction (SIGILL; seen on a
 # lent GPU machine's AMX). UNMASK_FAULT_CPU_TRIAL=PATH makes that path's trial fault on purpose:
 # forcing the path must then fail with one clear line (not a crash), and `auto` must fall back to
-# the next path and give the same logits as forcing that path. Run for each bf16 path this CPU
+# the next path and give the same logits as forcing that path. PATH:segv fakes the other signal
+# Linux sends when it cannot enable a state component on first use (SIGSEGV). Run for each bf16 path this CPU
 # has; a path the CPU lacks is named as not checked here (its trial never runs on such a CPU).
 set -u
 BIN="${UNMASK_BIN:?UNMASK_BIN not set}"
@@ -32,6 +33,9 @@ for row in "avx512bf16 avx512_bf16 fp32" "amx amx_bf16 avx512bf16"; do
     ok "$path: runs when its trial passes" logits "$TMP/$path.npy" --cpu-kernels "$path"
     expect_rc "$path: forced after a faulting trial is a clear error" 2 "cpu-kernels $path" "SIGILL" -- \
         env UNMASK_FAULT_CPU_TRIAL="$path" "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/x.npy" \
+        --cpu-kernels "$path"
+    expect_rc "$path: forced after a trial that segfaults is a clear error" 2 "cpu-kernels $path" "SIGSEGV" -- \
+        env UNMASK_FAULT_CPU_TRIAL="$path:segv" "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/x.npy" \
         --cpu-kernels "$path"
     ok "$path: auto after a faulting trial runs" env UNMASK_FAULT_CPU_TRIAL="$path" "$BIN" logits --model "$TMP/m" \
         --tokens "$TOK" --out "$TMP/auto_$path.npy"

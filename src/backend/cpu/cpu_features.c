@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_features.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,9 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <setjmp.h>
-#include <signal.h>
+#include <errno.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #if defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
@@ -76,17 +77,13 @@ static void features_probe(void) {
 }
 
 #ifdef UM_CPU_TRIALS
-/* Trials: cpuid, XCR0 and arch_prctl can all say yes on a virtual CPU whose hypervisor does not pass
- * the state through, and then the first instruction raises SIGILL (seen on a lent GPU machine: AMX
- * tiles, 2026-11-26). Each path's instructions are run once here under a SIGILL handler; a path
- * that faults is reported absent instead of killing the process. UNMASK_FAULT_CPU_TRIAL=amx or
- * avx512bf16 makes that trial fault on purpose (tests/cli/test_cpu_trial.sh). */
-static sigjmp_buf g_trial_jmp;
-static void trial_on_sigill(int sig) {
-    (void)sig;
-    siglongjmp(g_trial_jmp, 1);
-}
-
+/* Trials: cpuid, XCR0 and arch_prctl can all say yes on a virtual CPU that still faults on the first
+ * instruction (seen on a lent GPU machine, an Intel Xeon under KVM, 2026-11-26: AMX tiles raised
+ * SIGILL in pool threads and SIGSEGV in the main thread; Linux sends those when it cannot enable the
+ * tile state on first use). Each bf16 path's instructions are run once in a forked child, in its
+ * main thread and in a new thread; a path whose child dies of a signal is reported absent instead
+ * of killing the process. UNMASK_FAULT_CPU_TRIAL=PATH (or PATH:segv) makes that trial fault on
+ * purpose with SIGILL (SIGSEGV) (tests/cli/test_cpu_trial.sh). */
 __attribute__((target("amx-tile,amx-bf16"))) static void trial_amx(void) {
     _Alignas(64) uint8_t cfg[64];
     memset(cfg, 0, sizeof cfg);
@@ -105,40 +102,59 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void tria
     _mm512_storeu_ps((float *)out, acc);
 }
 
-static void trial_fault(void) { __asm__ volatile("ud2"); }
+static void trial_fault_ill(void) { __asm__ volatile("ud2"); }
+static void trial_fault_segv(void) { raise(SIGSEGV); }
 
-static void (*volatile g_trial_fn)(void);   /* the trial trial_run runs (a global: setjmp clobbers locals) */
+static void (*g_trial_fn)(void);   /* the child's trial, for its second thread */
+static void *trial_thread(void *arg) {
+    (void)arg;
+    g_trial_fn();
+    return NULL;
+}
 
-/* 0 when fn ran, -1 when it raised SIGILL. Runs once, from features_init (pthread_once). */
+/* 0 when fn ran in the child (both threads), else the signal that ended it (SIGILL, SIGSEGV, ...).
+ * Runs once, from features_init (pthread_once). */
 static int trial_run(const char *path, void (*fn)(void)) {
     const char *fault = getenv("UNMASK_FAULT_CPU_TRIAL");
-    g_trial_fn = fault && strcmp(fault, path) == 0 ? trial_fault : fn;
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = trial_on_sigill;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_NODEFER;
-    CHECK(sigaction(SIGILL, &sa, &old) == 0);
-    int faulted = 0;
-    if (sigsetjmp(g_trial_jmp, 1) == 0) g_trial_fn();
-    else faulted = 1;
-    CHECK(sigaction(SIGILL, &old, NULL) == 0);
-    return faulted ? -1 : 0;
+    const size_t n = strlen(path);
+    if (fault && strncmp(fault, path, n) == 0 && (fault[n] == 0 || strcmp(fault + n, ":segv") == 0))
+        fn = fault[n] ? trial_fault_segv : trial_fault_ill;
+    fflush(NULL);   /* nothing buffered is written twice */
+    const pid_t pid = fork();
+    if (pid < 0) return 0;   /* cannot try: trust cpuid */
+    if (pid == 0) {
+        signal(SIGILL, SIG_DFL);
+        signal(SIGSEGV, SIG_DFL);
+        fn();
+        g_trial_fn = fn;
+        pthread_t t;
+        if (pthread_create(&t, NULL, trial_thread, NULL) == 0) pthread_join(t, NULL);
+        _exit(0);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 0;
+    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+}
+
+static const char *sig_name(int sig) {
+    return sig == SIGILL ? "SIGILL" : sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : "a signal";
 }
 
 static void features_trials(void) {
-    if (g_feat.avx512bf16 && trial_run("avx512bf16", trial_avx512bf16) != 0) {
+    int sig;
+    if (g_feat.avx512bf16 && (sig = trial_run("avx512bf16", trial_avx512bf16)) != 0) {
         g_feat.avx512bf16 = 0;
-        g_feat.avx512bf16_faulted = 1;
+        g_feat.avx512bf16_fault = sig;
         if (g_feat.amx_bf16) {
             g_feat.amx_bf16 = 0;
             snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "AMX without AVX512-BF16");
         }
     }
-    if (g_feat.amx_bf16 && trial_run("amx", trial_amx) != 0) {
+    if (g_feat.amx_bf16 && (sig = trial_run("amx", trial_amx)) != 0) {
         g_feat.amx_bf16 = 0;
         snprintf(g_feat.amx_why, sizeof g_feat.amx_why,
-                 "AMX instructions fault (SIGILL) though cpuid, XCR0 and Linux allow them (a VM?)");
+                 "AMX instructions fault (%s) though cpuid, XCR0 and Linux allow them (a VM?)", sig_name(sig));
     }
 }
 #else
@@ -193,7 +209,9 @@ static int kernels_check(enum backend_cpu_kernels k, um_err *err) {
     const cpu_features *f = cpu_features_get();
     if (k == BACKEND_CPU_KERNELS_AVX512BF16 && !f->avx512bf16)
         return um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: %s; use auto or fp32",
-                            f->avx512bf16_faulted ? "AVX512-BF16 instructions fault (SIGILL) on this CPU though cpuid "
+                            f->avx512bf16_fault == SIGILL ? "AVX512-BF16 instructions fault (SIGILL) on this CPU though "
+                                                            "cpuid and XCR0 allow them (a VM?)"
+                            : f->avx512bf16_fault ? "AVX512-BF16 instructions fault (SIGSEGV) on this CPU though cpuid "
                                                     "and XCR0 allow them (a VM?)"
                                                   : "this CPU (or OS) has no AVX512-BF16 (vdpbf16ps)");
     if (k == BACKEND_CPU_KERNELS_AMX && !f->amx_bf16)

@@ -18,12 +18,13 @@ typedef struct cpu_features {
     int avx512bf16;   /* AVX512F+BW+VL+BF16 in the CPU and zmm/opmask state enabled by the OS */
     int amx_bf16;     /* AMX-TILE + AMX-BF16, tile state enabled, and tile data permitted for us
                          (arch_prctl(ARCH_REQ_XCOMP_PERM) succeeded) */
-    int avx512bf16_faulted;   /* cpuid and XCR0 said yes but vdpbf16ps raised SIGILL (the trial) */
+    int avx512bf16_fault;     /* 0, or the signal vdpbf16ps raised in its trial though cpuid and XCR0
+                                 said yes (SIGILL, SIGSEGV) */
     char amx_why[96]; /* why amx_bf16 is 0 (empty when it is 1) */
 } cpu_features;
 
 /* The probe results (computed on first call: cpuid/XCR0/arch_prctl, then one trial of each bf16
- * path's instructions under a SIGILL handler; a path that faults is reported absent). */
+ * path's instructions under a SIGILL/SIGSEGV handler; a path that faults is reported absent). */
 const cpu_features *cpu_features_get(void);
 
 /* The path CPU backends created now should use: the selected one, or AUTO resolved to the best
