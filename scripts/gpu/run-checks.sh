@@ -18,7 +18,9 @@
 #             decodes (graph vs direct, teacher-forced vs CPU, free-running); then
 #             tests/device/test_device_loop (engine's device-resident loop == host loop, events);
 #             logits of the Dream / LLaDA-MoE / LLaDA2 presets vs the CPU (tests/gpu/compare_logits.py)
-#   sanitize  compute-sanitizer memcheck (and racecheck) on gpu_parity --quick
+#   sanitize  compute-sanitizer memcheck (and racecheck) on gpu_parity --quick; racecheck skips
+#             cuBLAS's own kernels (nvjet_*: it reports potential WAR hazards inside them, and
+#             instrumenting them made racecheck outlast a 200 s step on the H200)
 #   bench     unmask bench --device cuda:0 on an 8B-shaped bf16 model (make-model --preset 8b, in
 #             /tmp, reused while the machine stays warm) at batch 1/8/32, gen 256, block 32:
 #             ms/step, tokens/s, HBM floor; then bench --decode --device cuda:0 (no cache / dual cache +
@@ -126,7 +128,7 @@ do_sanitize() {
   compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP" \
     >"$LOGS/memcheck.log" 2>&1 || rc=$?
   grep -E "ERROR SUMMARY|gpu_parity:" "$LOGS/memcheck.log" | tail -3
-  compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$BUILD/gpu_parity" --quick \
+  compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick \
     --tmp "$UNMASK_TEST_TMP" >"$LOGS/racecheck.log" 2>&1 || rc=$((rc ? rc : $?))
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|gpu_parity:" "$LOGS/racecheck.log" | tail -3
   [ $rc -eq 0 ] && echo "sanitizers clean" || echo "run-checks: sanitizer reported errors (see memcheck.log / racecheck.log)"
@@ -233,7 +235,7 @@ do_lease() {
   if [ "${LEASE_BENCH:-1}" = 0 ]; then   # the checks only (the benches ran in an earlier call)
     step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
     step "cpu kernels bench (16 threads)" 30 60 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
-    step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+    step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
     echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
     printf '%s\n' "${SUMMARY[@]}"
     return $fail
@@ -253,7 +255,7 @@ do_lease() {
   step "peer dual threshold (2 blocks)" 30 90 "${peer[@]}" "${P[@]}" --max-blocks 2 --cache dual --decoder threshold --threshold 0.9
   step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
   step "cpu kernels bench (16 threads)" 30 90 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
-  step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
   echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
   printf '%s\n' "${SUMMARY[@]}"
   return $fail
