@@ -43,6 +43,8 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     constexpr int KS = HD + PAD;   // Ks row stride (elements)
     constexpr int VS = BC + PAD;   // Vt row stride
     constexpr int CPR = HD / 8;    // 16-byte chunks per K/V row
+    constexpr int CH = BC * CPR / 128;   // K (and V) chunks per thread per tile
+    static_assert(BC * CPR % 128 == 0, "a tile's chunks split evenly over the 128 threads");
     UMK_DYNAMIC_SMEM(smem);
     uint16_t *Ks = reinterpret_cast<uint16_t *>(smem);        // [BC][KS]  K tile, row = key
     uint16_t *Vt = Ks + BC * KS;                                // [HD][VS]  V tile transposed, row = dim
@@ -85,22 +87,35 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     for (int kt = k_begin; kt < k_end; kt += BC) {
-        __syncthreads();   // every warp is done with the previous tile
-        for (int c = tid; c < BC * CPR; c += 128) {   // K: consecutive threads, consecutive chunks
-            const int key = c / CPR, col = (c % CPR) * 8, row = kt + key;
-            uint4 val = make_uint4(0u, 0u, 0u, 0u);
-            if (row < k_end) val = *reinterpret_cast<const uint4 *>(kb + (int64_t)(row - k_begin) * ldk + kvh * HD + col);
-            *reinterpret_cast<uint4 *>(Ks + key * KS + col) = val;
-        }
-        for (int c = tid; c < BC * CPR; c += 128) {   // V: consecutive threads, consecutive keys
-            const int key = c % BC, col = (c / BC) * 8, row = kt + key;
-            uint4 val = make_uint4(0u, 0u, 0u, 0u);
-            if (row < k_end) val = *reinterpret_cast<const uint4 *>(vb + (int64_t)(row - k_begin) * ldk + kvh * HD + col);
-            const uint32_t w[4] = {val.x, val.y, val.z, val.w};
+        // this tile's K and V chunks into registers first, all loads in flight together (a load
+        // followed by its shared-memory store, chunk by chunk, waited out one memory latency per
+        // chunk: 16 per tile at HD 128); issued before the barrier, so they also overlap the other
+        // warps finishing the previous tile
+        uint4 kc_[CH], vc_[CH];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                Vt[(col + 2 * i) * VS + key] = (uint16_t)(w[i] & 0xffffu);
-                Vt[(col + 2 * i + 1) * VS + key] = (uint16_t)(w[i] >> 16);
+        for (int i = 0; i < CH; i++) {   // K: consecutive threads, consecutive chunks
+            const int c = tid + i * 128, key = c / CPR, col = (c % CPR) * 8, row = kt + key;
+            kc_[i] = row < k_end ? umk_ldg16(kb + (int64_t)(row - k_begin) * ldk + kvh * HD + col) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int i = 0; i < CH; i++) {   // V: consecutive threads, consecutive keys
+            const int c = tid + i * 128, key = c % BC, col = (c / BC) * 8, row = kt + key;
+            vc_[i] = row < k_end ? umk_ldg16(vb + (int64_t)(row - k_begin) * ldk + kvh * HD + col) : make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncthreads();   // every warp is done with the previous tile
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const int c = tid + i * 128, key = c / CPR, col = (c % CPR) * 8;
+            *reinterpret_cast<uint4 *>(Ks + key * KS + col) = kc_[i];
+        }
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const int c = tid + i * 128, key = c % BC, col = (c / BC) * 8;
+            const uint32_t w[4] = {vc_[i].x, vc_[i].y, vc_[i].z, vc_[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                Vt[(col + 2 * j) * VS + key] = (uint16_t)(w[j] & 0xffffu);
+                Vt[(col + 2 * j + 1) * VS + key] = (uint16_t)(w[j] >> 16);
             }
         }
         if (tid < BC) {
