@@ -206,6 +206,15 @@ families() {
 }
 
 
+# the lease's last steps (sanitizers, the CPU kernel bench) and its summary
+lease_tail() {
+  step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  step "cpu kernels bench (16 threads)" 30 90 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
+  step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
+  printf '%s\n' "${SUMMARY[@]}"
+}
+
 do_lease() {
   ensure_built || return 1
   stage "machine"
@@ -233,11 +242,7 @@ do_lease() {
   step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
   step "moe on device" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_moe_device_gpu"
   if [ "${LEASE_BENCH:-1}" = 0 ]; then   # the checks only (the benches ran in an earlier call)
-    step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
-    step "cpu kernels bench (16 threads)" 30 60 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
-    step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
-    echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
-    printf '%s\n' "${SUMMARY[@]}"
+    lease_tail
     return $fail
   fi
   [ -n "$mm_pid" ] && { wait "$mm_pid"; cat "$UNMASK_TEST_TMP/make8b.log"; }
@@ -253,11 +258,7 @@ do_lease() {
   local P=(--decode --batch 1,8,32 --prompt 256 --gen 256 --block 32 --reps 1)
   step "peer none low_conf (1 block)" 40 120 "${peer[@]}" "${P[@]}" --max-blocks 1 --cache none --decoder low_confidence
   step "peer dual threshold (2 blocks)" 30 90 "${peer[@]}" "${P[@]}" --max-blocks 2 --cache dual --decoder threshold --threshold 0.9
-  step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
-  step "cpu kernels bench (16 threads)" 30 90 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
-  step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
-  echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
-  printf '%s\n' "${SUMMARY[@]}"
+  lease_tail
   return $fail
 }
 
