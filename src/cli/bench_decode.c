@@ -372,6 +372,12 @@ int bench_decode(int argc, char **argv) {
     printf("\npeak RSS %.1f MiB. steps = batched forward passes; tok/step = tokens committed per sequence per step;\n"
            "x none = tokens/s over the `none` row of the same decoder and batch; fastest of %d run(s) per row.\n",
            (double)ru.ru_maxrss / 1024.0, o.reps);
+    if (backend_has(ctx->be, BACKEND_CAP_DEVICE_MEMORY)) {   /* the allocator keeps what the largest row took */
+        size_t fb = 0, tb = 0;
+        backend_mem_info(ctx->be, &fb, &tb);
+        printf("device memory in use after the rows: %.2f GiB of %.2f GiB (weights, activations, caches)\n",
+               (double)(tb - fb) / (double)(1ull << 30), (double)tb / (double)(1ull << 30));
+    }
     if (dd) {
         decode_device_stats ds;
         decode_device_get_stats(dd, &ds);

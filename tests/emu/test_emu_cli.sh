@@ -11,7 +11,8 @@
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
 #   - bench --device cuda:0 (the decode-step bench) runs and prints a row per batch with 16 steps;
-#     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays;
+#     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays
+#     and the device memory in use (non-zero, below the device's total);
 #   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
 #   - host-side error paths (exit != 0, no abort): UNMASK_EMU_MEM_BYTES below the backend's own buffers
 #     -> "not enough free device memory", room for those but not the weights -> "does not fit",
@@ -140,7 +141,8 @@ fi
 if "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 2 --gen 16 --block 8 --prompt 6 \
     --decoders low_confidence,threshold --cache none,dual > "$TMP/bench_decode.out" 2> "$TMP/bench_decode.err" &&
     [ "$(grep -cE '^(low_confidence|threshold) +(none|dual) +2 ' "$TMP/bench_decode.out")" = 4 ] &&
-    grep -qE '^device loop: [1-9][0-9]* steps, [1-9][0-9]* graph captures, [1-9][0-9]* replays' "$TMP/bench_decode.out"; then
+    grep -qE '^device loop: [1-9][0-9]* steps, [1-9][0-9]* graph captures, [1-9][0-9]* replays' "$TMP/bench_decode.out" &&
+    grep -qE '^device memory in use after the rows: 0\.[0-9]*[1-9][0-9]* GiB of [1-9][0-9.]* GiB' "$TMP/bench_decode.out"; then
     ok
 else
     bad "bench --decode --device cuda:0: $(tail -8 "$TMP/bench_decode.out" "$TMP/bench_decode.err")"
