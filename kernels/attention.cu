@@ -10,6 +10,10 @@
 // operand of P·V, so P never leaves registers. Masking per key: beyond the sequence, key_valid = 0,
 // or (block_causal = B) k_pos/B > q_pos/B. A row that has seen no visible key yet keeps m = -inf and
 // contributes nothing; a query with no visible key at all writes zeros (as the CPU backend).
+// Key splits (flash-decoding): when query tiles x heads x sequences would leave SMs idle (a cached
+// decode step: 32 block rows, one tile per head), each block takes one of n_split consecutive
+// ranges of key tiles and writes its unnormalised output and running max / sum to a workspace;
+// k_attn_combine merges the ranges per (row, head). n_split = 1 writes the output directly.
 // k_attn_generic: one warp per (query row, head), scalar fp32; any head_dim <= 256. Used when the
 // head size has no mma instantiation, pointers are not 16-byte aligned, or on request (tests).
 // Does not: allocate, synchronise. Launched on the backend's stream.
@@ -29,6 +33,9 @@ struct attn_args {
     umk_attn        p;
     const uint16_t *q, *k, *v;
     uint16_t       *out;
+    int             n_split;   // key splits per (query tile, head, sequence): 1 = write out directly
+    float          *ws_o;      // n_split > 1: [n_q][n_heads][n_split][HD] unnormalised partial outputs
+    float          *ws_ml;     //              [n_q][n_heads][n_split][2] running max (log2 units), sum
 };
 
 __device__ __forceinline__ uint32_t ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
@@ -51,11 +58,15 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     int *kinfo = reinterpret_cast<int *>(Vt + HD * VS);        // [BC] -1 = invisible, else key block
 
     const umk_attn &p = a.p;
-    const int s = blockIdx.z, h = blockIdx.y;
+    const int s = blockIdx.z / a.n_split, sp = blockIdx.z % a.n_split, h = blockIdx.y;
     const int q_end = p.q_start[s + 1];
     const int q0 = p.q_start[s] + blockIdx.x * BR;
     if (q0 >= q_end) return;
     const int k_begin = p.k_start[s], k_end = p.k_start[s + 1];
+    // this block's keys: split sp of the sequence's key tiles (all of them when n_split = 1)
+    const int tiles_per_split = ((k_end - k_begin + BC - 1) / BC + a.n_split - 1) / a.n_split;
+    const int kt_lo = k_begin + sp * tiles_per_split * BC;
+    const int kt_hi = min(k_end, kt_lo + tiles_per_split * BC);
     const int kvh = h / (p.n_heads / p.n_kv_heads);
     const int ldq = p.n_heads * HD, ldk = p.n_kv_heads * HD;
     // key row `row` (numbered by k_start) lives at kb/vb + (row - k_begin) * ldk
@@ -86,7 +97,7 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     for (int dt = 0; dt < HD / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    for (int kt = k_begin; kt < k_end; kt += BC) {
+    for (int kt = kt_lo; kt < kt_hi; kt += BC) {
         // this tile's K and V chunks into registers first, all loads in flight together (a load
         // followed by its shared-memory store, chunk by chunk, waited out one memory latency per
         // chunk: 16 per tile at HD 128); issued before the barrier, so they also overlap the other
@@ -200,12 +211,66 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    if (a.n_split > 1) {   // partial result of this split: merged by k_attn_combine
+        const int64_t i0 = ((int64_t)r0 * p.n_heads + h) * a.n_split + sp, i1 = ((int64_t)r1 * p.n_heads + h) * a.n_split + sp;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++) {
+            const int c = dt * 8 + 2 * t;
+            if (ok0) *reinterpret_cast<float2 *>(a.ws_o + i0 * HD + c) = make_float2(o[dt][0], o[dt][1]);
+            if (ok1) *reinterpret_cast<float2 *>(a.ws_o + i1 * HD + c) = make_float2(o[dt][2], o[dt][3]);
+        }
+        if (t == 0) {
+            if (ok0) *reinterpret_cast<float2 *>(a.ws_ml + i0 * 2) = make_float2(m0, l0);
+            if (ok1) *reinterpret_cast<float2 *>(a.ws_ml + i1 * 2) = make_float2(m1, l1);
+        }
+        return;
+    }
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
     for (int dt = 0; dt < HD / 8; dt++) {
         const int c = h * HD + dt * 8 + 2 * t;
         if (ok0) *reinterpret_cast<uint32_t *>(a.out + (int64_t)r0 * ldq + c) = pack_bf16x2(o[dt][0] * inv0, o[dt][1] * inv0);
         if (ok1) *reinterpret_cast<uint32_t *>(a.out + (int64_t)r1 * ldq + c) = pack_bf16x2(o[dt][2] * inv1, o[dt][3] * inv1);
+    }
+}
+
+// Merges the n_split partials of one (query row, head) per warp: m = max m_i, weights 2^(m_i - m)
+// (0 for a split that saw no visible key), out = sum w_i o_i / sum w_i l_i; zeros when no split saw
+// a key (as the unsplit kernel).
+template <int HD>
+__global__ void __launch_bounds__(128) k_attn_combine(attn_args a) {
+    const umk_attn &p = a.p;
+    const int64_t gw = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, S = a.n_split;
+    if (gw >= (int64_t)p.n_q * p.n_heads) return;
+    const int row = (int)(gw / p.n_heads), h = (int)(gw % p.n_heads);
+    const int64_t base = gw * S;   // (row * n_heads + h) * S
+    float m = -INFINITY;           // every lane reads the S (max, sum) pairs: S <= 32, broadcast loads
+    for (int i = 0; i < S; i++) m = fmaxf(m, a.ws_ml[(base + i) * 2]);
+    constexpr int DPL = (HD + 31) / 32;   // dims per lane
+    float acc[DPL], l = 0.0f;
+#pragma unroll
+    for (int j = 0; j < DPL; j++) acc[j] = 0.0f;
+    for (int i = 0; i < S; i++) {
+        const float mi = a.ws_ml[(base + i) * 2];
+        if (mi == -INFINITY) continue;   // this split saw no visible key (uniform over the warp)
+        const float wi = exp2f(mi - m);
+        l += wi * a.ws_ml[(base + i) * 2 + 1];
+#pragma unroll
+        for (int j = 0; j < DPL; j++) {
+            const int d = lane + 32 * j;
+            if (d < HD) acc[j] += wi * a.ws_o[(base + i) * HD + d];
+        }
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int ldq = p.n_heads * HD;
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int d = lane + 32 * j;
+        if (d < HD) {
+            __nv_bfloat16 b = __float2bfloat16_rn(acc[j] * inv);
+            a.out[(int64_t)row * ldq + h * HD + d] = *reinterpret_cast<uint16_t *>(&b);
+        }
     }
 }
 
@@ -286,14 +351,35 @@ size_t mma_smem_bytes() {
 
 template <int HD>
 cudaError_t launch_mma(const attn_args &a, cudaStream_t s) {
-    const dim3 grid((unsigned)((a.p.max_q_len + BR - 1) / BR), (unsigned)a.p.n_heads, (unsigned)a.p.n_seqs);
+    const dim3 grid((unsigned)((a.p.max_q_len + BR - 1) / BR), (unsigned)a.p.n_heads, (unsigned)(a.p.n_seqs * a.n_split));
     const size_t sm = mma_smem_bytes<HD>();
     if (sm > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k_attn_mma<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
     }
     UMK_LAUNCH(k_attn_mma<HD>, grid, 128, sm, s, a);
+    if (a.n_split > 1) {
+        const int64_t warps = (int64_t)a.p.n_q * a.p.n_heads;
+        UMK_LAUNCH(k_attn_combine<HD>, (unsigned)((warps + 3) / 4), 128, 0, s, a);
+    }
     return cudaGetLastError();
+}
+
+// Key splits for the tensor-core kernel: while query tiles x heads x sequences leave SMs idle,
+// about two blocks per SM, at most one split per key tile and 32 (a warp merges them), and only
+// what the workspace holds.
+int choose_splits(const umk_attn *p, int hd, const umk_attn_split *sp) {
+    if (!sp || !sp->ws || sp->force == 1) return 1;
+    const int64_t blocks = (int64_t)((p->max_q_len + BR - 1) / BR) * p->n_heads * p->n_seqs;
+    const int max_tiles = (p->max_k_len + BC - 1) / BC;
+    int n = 1;
+    if (sp->force > 1) n = sp->force;
+    else if (blocks < sp->n_sm) n = (int)((2 * (int64_t)sp->n_sm + blocks - 1) / blocks);
+    if (n > max_tiles) n = max_tiles;
+    if (n > 32) n = 32;
+    const int64_t per_split = (int64_t)p->n_q * p->n_heads * (hd + 2) * (int64_t)sizeof(float);
+    if (per_split > 0 && (int64_t)n * per_split > (int64_t)sp->ws_bytes) n = (int)((int64_t)sp->ws_bytes / per_split);
+    return n < 2 ? 1 : n;
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -301,10 +387,15 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 }  // namespace
 
 extern "C" cudaError_t umk_attention(const umk_attn *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                     uint16_t *out, int force_generic, cudaStream_t s) {
+                                     uint16_t *out, int force_generic, const umk_attn_split *split, cudaStream_t s) {
     if (p->n_q <= 0 || p->max_q_len <= 0) return cudaGetLastError();
     if (p->head_dim > GEN_MAX_HD || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads) return cudaErrorInvalidValue;
-    const attn_args a = {*p, q, k, v, out};
+    attn_args a = {*p, q, k, v, out, 1, nullptr, nullptr};
+    a.n_split = choose_splits(p, p->head_dim, split);
+    if (a.n_split > 1) {
+        a.ws_o = split->ws;
+        a.ws_ml = split->ws + (size_t)p->n_q * p->n_heads * a.n_split * p->head_dim;
+    }
     const bool al = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out);
     if (!force_generic && al) {
         switch (p->head_dim) {
@@ -315,6 +406,7 @@ extern "C" cudaError_t umk_attention(const umk_attn *p, const uint16_t *q, const
         default: break;
         }
     }
+    a.n_split = 1;   // the generic kernel never splits
     const int64_t warps = (int64_t)p->n_q * p->n_heads;
     UMK_LAUNCH(k_attn_generic, (unsigned)((warps + 3) / 4), 128, 0, s, a);
     return cudaGetLastError();

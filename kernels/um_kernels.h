@@ -114,13 +114,24 @@ typedef struct umk_attn {
     float          scale;
     int            n_q;                /* host-computed: total query rows (q_start[n_seqs]) */
     int            max_q_len;          /* host-computed: longest query range (sets the grid) */
+    int            max_k_len;          /* host-computed: longest key range (bounds the key splits) */
 } umk_attn;
+
+/* Where the tensor-core kernel may split each (query tile, head) over its keys (flash-decoding):
+ * ws holds the partial outputs (fp32) and their running max / sum, merged by a second kernel. */
+typedef struct umk_attn_split {
+    float  *ws;         /* device workspace, ws_bytes long; NULL = never split */
+    size_t  ws_bytes;
+    int     n_sm;       /* multiprocessors: auto splits only while query tiles x heads x sequences < n_sm */
+    int     force;      /* 0 = auto, 1 = never split, n > 1 = n splits (capped by key tiles and ws) */
+} umk_attn_split;
 
 /* out[n_q, n_heads*head_dim] = softmax(q kᵀ scale + mask) v, bf16 in/out, fp32 online softmax.
  * Tensor-core (mma.sync bf16) flash kernel for head_dim in {16, 32, 64, 128}; any other head_dim
- * up to 256 (or force_generic) runs a plain fp32 kernel. Queries that see no key get zeros. */
+ * up to 256 (or force_generic) runs a plain fp32 kernel. Queries that see no key get zeros. With
+ * split (may be NULL) the tensor-core kernel splits the keys when the grid would leave SMs idle. */
 cudaError_t umk_attention(const umk_attn *p, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                          uint16_t *out, int force_generic, cudaStream_t s);
+                          uint16_t *out, int force_generic, const umk_attn_split *split, cudaStream_t s);
 
 /* ---------------------------------------------------------------- sampling + decoding (decode.cu) */
 

@@ -572,6 +572,23 @@ static void run_attn(const attn_case *ac) {
     expect_close(what, ggh, co, (size_t)nq * H * hd, 2e-2);
     snprintf(what, sizeof what, "attention %s: tensor-core vs generic GPU", ac->name);
     expect_close(what, gh, ggh, (size_t)nq * H * hd, 2e-2);
+    /* the key splits (flash-decoding): never split, and 3 splits, against the CPU; the two must
+     * differ only by the merge's rounding (auto above splits wherever the grid is small) */
+    void *gn = g_poisoned((size_t)nq * H * hd), *g3 = g_poisoned((size_t)nq * H * hd);
+    backend_cuda_attention_splits(g_gpu, 1);
+    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, gn);
+    backend_cuda_attention_splits(g_gpu, 3);
+    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, g3);
+    backend_cuda_attention_splits(g_gpu, 0);
+    float *gnh = g_down(gn, (size_t)nq * H * hd), *g3h = g_down(g3, (size_t)nq * H * hd);
+    snprintf(what, sizeof what, "attention %s: keys never split", ac->name);
+    expect_close(what, gnh, co, (size_t)nq * H * hd, 2e-2);
+    snprintf(what, sizeof what, "attention %s: keys in 3 splits", ac->name);
+    expect_close(what, g3h, co, (size_t)nq * H * hd, 2e-2);
+    snprintf(what, sizeof what, "attention %s: 3 splits vs unsplit GPU", ac->name);
+    expect_close(what, g3h, gnh, (size_t)nq * H * hd, 1e-2);
+    free(gnh);
+    free(g3h);
     if (ac->own) {   /* odd sequences read their keys / values from separate buffers (a KV cache) */
         const size_t w = (size_t)KV * hd;
         const void *ck_s[4] = {NULL}, *cv_s[4] = {NULL}, *gk_s[4] = {NULL}, *gv_s[4] = {NULL};

@@ -38,6 +38,9 @@ int backend_cuda_parse_device(const char *s) {
 #define STAGE_CHUNK_MIN (4u << 20)       /* first staging chunk: 4 MiB */
 #define UPLOAD_CHUNK (32u << 20)         /* weight upload staging buffer: 32 MiB each, two of them */
 #define CUBLAS_WS_BYTES (32u << 20)
+/* attention key-split partials (kernels/attention.cu): a cached step of the 8B shape at batch 1 takes
+ * 8 splits x 32 rows x 32 heads x 130 floats = 4.3 MB; the kernel takes fewer splits when it is short */
+#define ATTN_WS_BYTES ((size_t)16 << 20)
 #define FIT_RESERVE_BYTES (512ull << 20) /* kept free for cuBLAS, staging, the CUDA context growth */
 
 const char *cublas_status_name(cublasStatus_t s) {
@@ -469,10 +472,11 @@ static void cuda_attention(backend *be, const attn_params *p, const void *q, con
     CHECK(p->n_seqs > 0 && p->q_start && p->k_start);
     CHECK(!p->block_causal || (p->q_pos && p->k_pos));
     CHECK(p->head_dim <= 256);
-    int max_q = 0;
+    int max_q = 0, max_k = 0;
     for (int s = 0; s < p->n_seqs; s++) {
         CHECK(p->q_start[s + 1] >= p->q_start[s] && p->k_start[s + 1] >= p->k_start[s]);
         if (p->q_start[s + 1] - p->q_start[s] > max_q) max_q = p->q_start[s + 1] - p->q_start[s];
+        if (p->k_start[s + 1] - p->k_start[s] > max_k) max_k = p->k_start[s + 1] - p->k_start[s];
     }
     const int n_q = p->q_start[p->n_seqs], n_k = p->k_start[p->n_seqs];
     if (n_q <= 0) return;
@@ -498,7 +502,9 @@ static void cuda_attention(backend *be, const attn_params *p, const void *q, con
     a.scale = p->scale;
     a.n_q = n_q;
     a.max_q_len = max_q;
-    CUDA_CHECK(umk_attention(&a, q, k, v, out, ci->force_generic_attn, ci->stream));
+    a.max_k_len = max_k;
+    const umk_attn_split split = {ci->attn_ws, ATTN_WS_BYTES, ci->n_sm, ci->attn_splits};
+    CUDA_CHECK(umk_attention(&a, q, k, v, out, ci->force_generic_attn, &split, ci->stream));
     cuda_stage_done(ci);
 }
 
@@ -596,6 +602,7 @@ static void cuda_free_backend(backend *be) {
     free(ci->aliases);
     CUBLAS_CHECK(ci->cb->destroy(ci->cublas));
     CUDA_CHECK(cudaFree(ci->cublas_ws));
+    CUDA_CHECK(cudaFree(ci->attn_ws));
     CUDA_CHECK(cudaStreamDestroy(ci->stream));
     free((char *)be->name);
     free(ci);
@@ -859,6 +866,7 @@ backend *backend_cuda_init(const char *device, um_err *err) {
     CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));
     ci->cublas_ws_bytes = CUBLAS_WS_BYTES;
     CUDA_CHECK(cudaMalloc(&ci->cublas_ws, ci->cublas_ws_bytes));
+    CUDA_CHECK(cudaMalloc((void **)&ci->attn_ws, ATTN_WS_BYTES));
     CUBLAS_CHECK(cb->set_workspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
     CUBLAS_CHECK(cb->set_math_mode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     ci->stage.ring = 1;
@@ -938,6 +946,7 @@ void backend_cuda_alias_add(backend *be, const void *host, const void *dev, size
 void backend_cuda_alias_clear(backend *be) { cuda_impl_of(be)->n_alias = 0; }
 
 void backend_cuda_force_generic_attention(backend *be, int on) { cuda_impl_of(be)->force_generic_attn = on; }
+void backend_cuda_attention_splits(backend *be, int n) { cuda_impl_of(be)->attn_splits = n; }
 
 /* ---------------------------------------------------------------- graphs */
 
@@ -1105,6 +1114,7 @@ int cuda_graph_stale(const cuda_graph *g) { (void)g; CUDA_UNAVAILABLE(); }
 size_t backend_cuda_trim(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_act_from_host(backend *be, void *d, const float *s, size_t n) { (void)be, (void)d, (void)s, (void)n; CUDA_UNAVAILABLE(); }
 void backend_cuda_force_generic_attention(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }
 void backend_cuda_free_dev(backend *be, void *p) { (void)be, (void)p; CUDA_UNAVAILABLE(); }

@@ -77,6 +77,9 @@ size_t backend_cuda_trim(backend *be);
 void   backend_cuda_act_from_host(backend *be, void *dst, const float *src, size_t n);
 /* 1: attention always uses the plain fp32 kernel (cross-check of the tensor-core kernel) */
 void   backend_cuda_force_generic_attention(backend *be, int on);
+/* key splits of the tensor-core attention: 0 = auto (split while the grid leaves SMs idle), 1 =
+ * never, n > 1 = n splits where the keys and the workspace allow (cross-checks of the split path) */
+void   backend_cuda_attention_splits(backend *be, int n);
 /* 1: MoE layers uploaded from now on decline the device dispatch (BACKEND_CAP_MOE) and route on the
  * host (cross-check of the device path; cuda_moe.c) */
 void   backend_cuda_force_host_moe(backend *be, int on);

@@ -125,6 +125,8 @@ typedef struct cuda_impl {
     cuda_alias    *aliases;
     int            n_alias, cap_alias;
     int            force_generic_attn;
+    float         *attn_ws;            /* attention key-split partials (umk_attn_split), ATTN_WS_BYTES */
+    int            attn_splits;        /* umk_attn_split.force: 0 auto, 1 never, n forced (tests) */
     int            force_host_moe;     /* 1: moe_prepare declines (tests: the host-routed path) */
 } cuda_impl;
 
