@@ -3,8 +3,9 @@
  * accelerator (decode/device_step.h; a backend with BACKEND_CAP_DEVICE_DECODE). For each --batch it decodes `batch` random prompts of --prompt
  * tokens with --gen masked positions in blocks of --block, temperature 0, the whole step (forward,
  * fused confidence, decoder commits) on the device and replayed from a CUDA graph, and prints
- * ms/step, tokens/s and the HBM floor: every step reads all weights once, so
- * floor = weight bytes / device copy bandwidth (measured here: bytes read + written per second).
+ * ms/step, tokens/s and two floors: every step reads all weights once, so the HBM floor = weight
+ * bytes / device copy bandwidth (measured here: bytes read + written per second), and it does its
+ * FLOPs, so the compute floor = step FLOPs / the measured rate of an --peak-n cubed bf16 matmul.
  * Does not: check numerics (tests/gpu/gpu_parity.c does), run without a GPU (clear error, exit 1).
  * Main thread.
  */
@@ -134,7 +135,7 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
 /* Flags of `bench --device`, and the parsed --batch list. */
 typedef struct bdev_opts {
     const char *device, *model_dir, *batch_s, *dec_s;
-    int    gen, block, prompt, steps, graph, bw_mib, profile;
+    int    gen, block, prompt, steps, graph, bw_mib, profile, peak_n;
     double threshold;
     enum decode_decoder dec;
     int   *batches;   /* [nb], owned */
@@ -144,7 +145,7 @@ typedef struct bdev_opts {
 /* Parses argv into o (defaults first). -1 to go on, else the exit code (0 after --help, 2 on error). */
 static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
     *o = (bdev_opts){.device = "cuda:0", .batch_s = "1,8,32", .dec_s = "low_confidence", .gen = 256, .block = 32,
-                     .prompt = 64, .graph = 1, .bw_mib = 2048, .threshold = 0.9};
+                     .prompt = 64, .graph = 1, .bw_mib = 2048, .threshold = 0.9, .peak_n = 8192};
     arg_spec specs[] = {
         {"device", ARG_STR, &o->device, "cuda or cuda:N [cuda:0]"},
         {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
@@ -157,6 +158,7 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
         {"threshold", ARG_FLOAT, &o->threshold, "threshold decoder tau [0.9]"},
         {"graph", ARG_INT, &o->graph, "1: replay the step from a CUDA graph; 0: launch every op [1]"},
         {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
+        {"peak-n", ARG_INT, &o->peak_n, "size n of the n x n x n bf16 matmul whose measured rate sets the compute floor, 0 = none [8192]"},
         {"profile", ARG_INT, &o->profile, "1: after each row, time every op with events (steps launched op by op, no graph) and print the table [0]"},
         {NULL, 0, NULL, NULL},
     };
@@ -180,8 +182,9 @@ static int bdev_opts_validate(bdev_opts *o) {
         fprintf(stderr, "error: --decoder must be low_confidence, random, threshold or factor\n");
         return 2;
     }
-    if (o->gen < 1 || o->block < 1 || o->block > 1024 || o->prompt < 1 || o->steps < 0 || o->bw_mib < 1) {
-        fprintf(stderr, "error: --gen, --prompt >= 1, --block 1..1024, --steps >= 0, --bw-mib >= 1\n");
+    if (o->gen < 1 || o->block < 1 || o->block > 1024 || o->prompt < 1 || o->steps < 0 || o->bw_mib < 1 ||
+        o->peak_n < 0 || o->peak_n > 32768) {
+        fprintf(stderr, "error: --gen, --prompt >= 1, --block 1..1024, --steps >= 0, --bw-mib >= 1, --peak-n 0..32768\n");
         return 2;
     }
     if (o->steps == 0) o->steps = o->gen;
@@ -217,27 +220,77 @@ static uint64_t bdev_act_bytes(const model_config *c, const bdev_opts *o) {
     return tok * per_tok + out * 2u * ((uint64_t)c->n_embd_rows + (uint64_t)c->d_model);
 }
 
-/* Prints the header lines (device, bandwidth, floor, run settings) and the table's column names. */
+/* Measured rate (FLOP/s) of the backend's matmul on an n x n x n product of random bf16 data, timed
+ * with device events over reps products after a warm-up; 0 when n < 16. The operands are made
+ * through the backend's own ops (upload, embed), so this is the path the forward's GEMMs take. */
+static double bdev_matmul_rate(backend *be, int n, int reps, um_err *err) {
+    if (n < 16) return 0.0;
+    const size_t nn = (size_t)n * (size_t)n;
+    uint16_t *h = xmalloc(nn * sizeof *h);
+    for (size_t i = 0; i < nn; i++) {   /* uniform in [-1, 1), bf16 by truncation: not zeros */
+        const float f = (float)((double)(rng_u64(7, 0, i) >> 11) * 0x1.0p-52 - 1.0);
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    int32_t *ids = xmalloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++) ids[i] = (n - 1 - i);
+    bweight_src sx = {"peak.x", h, DTYPE_BF16, n, n, 1}, sw = {"peak.w", h, DTYPE_BF16, n, n, 0};
+    bweight wx, ww;
+    double rate = 0.0;
+    if (backend_weight_upload(be, &sx, &wx, err) != 0) goto out_h;
+    if (backend_weight_upload(be, &sw, &ww, err) != 0) goto out_x;
+    void *x = backend_act_alloc(be, nn), *y = backend_act_alloc(be, nn);
+    backend_embed(be, &wx, ids, n, x);   /* x = the rows of h in reverse: random, unlike w row by row */
+    backend_matmul(be, x, &ww, NULL, n, y);
+    backend_event *e0 = backend_event_new(be), *e1 = backend_event_new(be);
+    backend_event_record(be, e0);
+    for (int r = 0; r < reps; r++) backend_matmul(be, x, &ww, NULL, n, y);
+    backend_event_record(be, e1);
+    backend_event_wait(be, e1);
+    const double ms = backend_event_elapsed_ms(be, e0, e1);
+    rate = ms > 0 ? 2.0 * (double)n * (double)n * (double)n * reps / (ms * 1e-3) : 0.0;
+    backend_event_free(be, e0);
+    backend_event_free(be, e1);
+    backend_act_free(be, x);
+    backend_act_free(be, y);
+    backend_weight_free(be, &ww);
+out_x:
+    backend_weight_free(be, &wx);
+out_h:
+    free(ids);
+    free(h);
+    return rate;
+}
+
+/* Prints the header lines (device, bandwidth, floors, run settings) and the table's column names. */
 static void bdev_print_header(const bdev_opts *o, backend *be, const model_config *c, uint64_t wbytes, double bw,
-                              double floor_ms) {
+                              double floor_ms, double mm_rate) {
     printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", backend_name(be), backend_description(be),
            o->model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30));
     printf("device copy bandwidth %.0f GB/s (read + write) -> HBM floor %.3f ms/step (weights read once per step)\n",
            bw * 1e-9, floor_ms);
+    if (mm_rate > 0)
+        printf("bf16 matmul %.0f TFLOP/s (%d^3, measured) -> compute floor = a step's FLOPs at that rate; "
+               "floor/actual uses the larger floor\n", mm_rate * 1e-12, o->peak_n);
     printf("decoder %s, gen %d, block %d, prompt %d, steps %d, temperature 0, %s\n\n", decode_decoder_name(o->dec),
            o->gen, o->block, o->prompt, o->steps, o->graph ? "CUDA graph" : "direct launches");
-    printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | TFLOP/s | HBM floor ms/step | floor/actual | GPU mem GiB |\n");
-    printf("|------:|-------:|------:|--------:|---------:|--------:|--------:|------------------:|-------------:|------------:|\n");
+    printf("| batch | canvas | steps | ms/step | tokens/s | steps/s | TFLOP/s | HBM floor ms/step | compute floor ms/step "
+           "| floor/actual | GPU mem GiB |\n");
+    printf("|------:|-------:|------:|--------:|---------:|--------:|--------:|------------------:|----------------------:"
+           "|-------------:|------------:|\n");
 }
 
 /* Prints one table row. */
-static void bdev_print_row(const device_row *row, const model_config *c, int block, double floor_ms) {
+static void bdev_print_row(const device_row *row, const model_config *c, int block, double floor_ms, double mm_rate) {
     const double ms = row->steps ? row->wall_s * 1e3 / row->steps : 0.0;
     const double tf = step_tflop(c, row->batch, row->canvas, block);
-    printf("| %5d | %6d | %5d | %7.3f | %8.1f | %7.1f | %7.1f | %17.3f | %11.1f%% | %11.2f |\n", row->batch,
+    const double cfloor = mm_rate > 0 ? tf * 1e12 / mm_rate * 1e3 : 0.0;
+    const double fl = cfloor > floor_ms ? cfloor : floor_ms;
+    printf("| %5d | %6d | %5d | %7.3f | %8.1f | %7.1f | %7.1f | %17.3f | %21.3f | %11.1f%% | %11.2f |\n", row->batch,
            row->canvas, row->steps, ms, row->wall_s > 0 ? (double)row->tokens / row->wall_s : 0.0,
-           row->wall_s > 0 ? row->steps / row->wall_s : 0.0, ms > 0 ? tf / (ms * 1e-3) : 0.0, floor_ms,
-           ms > 0 ? 100.0 * floor_ms / ms : 0.0, row->mem_gib);
+           row->wall_s > 0 ? row->steps / row->wall_s : 0.0, ms > 0 ? tf / (ms * 1e-3) : 0.0, floor_ms, cfloor,
+           ms > 0 ? 100.0 * fl / ms : 0.0, row->mem_gib);
     fflush(stdout);
 }
 
@@ -266,7 +319,13 @@ static int bdev_run(const bdev_opts *o, backend *be, const model *m, um_err *err
     }
     const double bw = backend_mem_bandwidth(be, (size_t)o->bw_mib << 20, 10);
     const double floor_ms = bw > 0 ? (double)wbytes / bw * 1e3 : 0.0;
-    bdev_print_header(o, be, c, wbytes, bw, floor_ms);
+    const double mm_rate = bdev_matmul_rate(be, o->peak_n, 10, err);
+    if (o->peak_n >= 16 && mm_rate <= 0) {
+        fprintf(stderr, "error: matmul rate measurement: %s\n", err->msg[0] ? err->msg : "no time measured");
+        rc = 1;
+        goto out;
+    }
+    bdev_print_header(o, be, c, wbytes, bw, floor_ms, mm_rate);
     for (int i = 0; i < o->nb && rc == 0; i++) {
         device_row row;
         if (run_batch(be, &ctx, m, o->batches[i], o->prompt, o->gen, o->block, o->steps, o->dec, o->threshold, o->graph, 0,
@@ -275,7 +334,7 @@ static int bdev_run(const bdev_opts *o, backend *be, const model *m, um_err *err
             rc = 1;
             break;
         }
-        bdev_print_row(&row, c, o->block, floor_ms);
+        bdev_print_row(&row, c, o->block, floor_ms, mm_rate);
         device_row prow;   /* the same batch again, op by op and timed per op */
         if (o->profile && run_batch(be, &ctx, m, o->batches[i], o->prompt, o->gen, o->block, o->steps, o->dec,
                                     o->threshold, 0, 1, 1000u + (uint64_t)i, &prow, err) != 0) {

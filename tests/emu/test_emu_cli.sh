@@ -10,7 +10,8 @@
 #   - generate --device cuda:0 exits 0 with a done event and no mask left, for the device-resident
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
-#   - bench --device cuda:0 (the decode-step bench) runs and prints a row per batch with 16 steps;
+#   - bench --device cuda:0 (the decode-step bench) runs and prints a row per batch with 16 steps,
+#     with the compute floor from its measured matmul rate;
 #     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays
 #     and the device memory in use (non-zero, below the device's total);
 #   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
@@ -129,8 +130,11 @@ EOF
 
 # ---------------------------------------------------------------- bench (timings meaningless here)
 # the GPU decode-step bench runs its whole path: events, copy bandwidth, CUDA graph steps
-if "$BIN" bench --model "$TMP/m" --device cuda:0 --batch 1,2 --gen 16 --block 8 --bw-mib 4 > "$TMP/bench.out" 2> "$TMP/bench.err" &&
-    [ "$(grep -cE '^\| +[12] \| +[0-9]+ \| +16 \|' "$TMP/bench.out")" = 2 ]; then
+if "$BIN" bench --model "$TMP/m" --device cuda:0 --batch 1,2 --gen 16 --block 8 --bw-mib 4 --peak-n 64 > "$TMP/bench.out" 2> "$TMP/bench.err" &&
+    [ "$(grep -cE '^\| +[12] \| +[0-9]+ \| +16 \|' "$TMP/bench.out")" = 2 ] &&
+    grep -qE '^bf16 matmul [0-9]+ TFLOP/s \(64\^3, measured\)' "$TMP/bench.out" &&
+    # the compute-floor column (9th) is filled from the measured rate
+    [ "$(awk -F'|' '/^\| +[12] \|/ && $10 + 0 > 0' "$TMP/bench.out" | wc -l)" = 2 ]; then
     ok
 else
     bad "bench --device cuda:0: $(tail -5 "$TMP/bench.out" "$TMP/bench.err")"
