@@ -253,6 +253,7 @@ do_lease() {
   step "decode dual threshold (2 blocks)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
   step "profile dual b1 + b8 (1 block, host loop)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
   step "decode none low_conf (1 block)" 30 90 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 1 --decoders low_confidence --cache none
+  step "profile none b1 (canvas 512, host loop)" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders low_confidence --cache none --profile 1
   # the PyTorch peer runs with the image's own libraries (none of .deps)
   local peer=(env -u LD_LIBRARY_PATH python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B")
   local P=(--decode --batch 1,8,32 --prompt 256 --gen 256 --block 32 --reps 1)
