@@ -158,7 +158,7 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
         {"threshold", ARG_FLOAT, &o->threshold, "threshold decoder tau [0.9]"},
         {"graph", ARG_INT, &o->graph, "1: replay the step from a CUDA graph; 0: launch every op [1]"},
         {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
-        {"peak-n", ARG_INT, &o->peak_n, "size n of the n x n x n bf16 matmul whose measured rate sets the compute floor, 0 = none [8192]"},
+        {"peak-n", ARG_INT, &o->peak_n, "size n of the n x n x n bf16 matmul whose measured rate sets the compute floor, 0 = none (on the CPU emulator use a small n such as 64) [8192]"},
         {"profile", ARG_INT, &o->profile, "1: after each row, time every op with events (steps launched op by op, no graph) and print the table [0]"},
         {NULL, 0, NULL, NULL},
     };

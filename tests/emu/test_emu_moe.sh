@@ -133,7 +133,7 @@ fi
 
 # the decode-step bench captures forward + sample + commit into one graph (it aborted on MoE
 # checkpoints while their layers copied the router logits to the host)
-if "$BIN" bench --model "$TMP/moe" --device cuda:0 --batch 1,2 --gen 16 --block 8 --bw-mib 4 > "$TMP/bstep.out" 2> "$TMP/bstep.err" &&
+if "$BIN" bench --model "$TMP/moe" --device cuda:0 --batch 1,2 --gen 16 --block 8 --bw-mib 4 --peak-n 64 > "$TMP/bstep.out" 2> "$TMP/bstep.err" &&
     [ "$(grep -cE '^\| +[12] \| +[0-9]+ \| +16 \|' "$TMP/bstep.out")" = 2 ]; then
     ok
 else
