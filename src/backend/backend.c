@@ -41,7 +41,6 @@ int backend_has(const backend *be, unsigned caps) {
     return (have & caps) == caps;
 }
 
-/* A member of an optional group the caller must have checked for (backend_has). */
 /* an op timed while profiling (backend_prof.c) */
 #define PROF(be, name, call)                                                                       \
     do {                                                                                           \
@@ -50,6 +49,7 @@ int backend_has(const backend *be, unsigned caps) {
         backend_prof_end((be), prof_i_);                                                           \
     } while (0)
 
+/* A member of an optional group the caller must have checked for (backend_has). */
 #define NEED(be, member)                                                                           \
     do {                                                                                           \
         if (!(be)->ops->member) UM_FATAL("backend %s has no %s (check backend_has first)", (be)->name, #member); \

@@ -531,6 +531,19 @@ typedef struct attn_case {
     int         own;                /* also: odd sequences' keys/values in their own buffers (k_seq) */
 } attn_case;
 
+/* The GPU attention into a poisoned buffer, with knob(g_gpu, on) set for the call and reset to 0
+ * after it (knob NULL: the defaults); the n outputs fetched to the host. */
+static float *g_attn(const attn_params *p, const void *q, const void *k, const void *v, size_t n,
+                     void (*knob)(backend *, int), int on) {
+    void *o = g_poisoned(n);
+    if (knob) knob(g_gpu, on);
+    g_gpu->ops->attention(g_gpu, p, q, k, v, o);
+    if (knob) knob(g_gpu, 0);
+    float *h = g_down(o, n);
+    g_gpu->ops->act_free(g_gpu, o);
+    return h;
+}
+
 static void run_attn(const attn_case *ac) {
     const int S = ac->n_seqs, H = ac->H, KV = ac->KV, hd = ac->hd;
     int32_t qs[5] = {0}, ks[5] = {0};
@@ -558,29 +571,20 @@ static void run_attn(const attn_case *ac) {
     float *cq = c_up(q, (size_t)nq * H * hd), *ck = c_up(k, (size_t)nk * KV * hd), *cv = c_up(v, (size_t)nk * KV * hd);
     float *co = g_cpu->ops->act_alloc(g_cpu, (size_t)nq * H * hd);
     void *gq = g_up(q, (size_t)nq * H * hd), *gk = g_up(k, (size_t)nk * KV * hd), *gv = g_up(v, (size_t)nk * KV * hd);
-    void *go = g_poisoned((size_t)nq * H * hd), *gg = g_poisoned((size_t)nq * H * hd);
+    const size_t no = (size_t)nq * H * hd;
     g_cpu->ops->attention(g_cpu, &p, cq, ck, cv, co);
-    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, go);
-    backend_cuda_force_generic_attention(g_gpu, 1);
-    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, gg);
-    backend_cuda_force_generic_attention(g_gpu, 0);
-    float *gh = g_down(go, (size_t)nq * H * hd), *ggh = g_down(gg, (size_t)nq * H * hd);
+    float *gh = g_attn(&p, gq, gk, gv, no, NULL, 0), *ggh = g_attn(&p, gq, gk, gv, no, backend_cuda_force_generic_attention, 1);
     char what[128];
     snprintf(what, sizeof what, "attention %s", ac->name);
-    expect_close(what, gh, co, (size_t)nq * H * hd, 2e-2);
+    expect_close(what, gh, co, no, 2e-2);
     snprintf(what, sizeof what, "attention %s (generic kernel)", ac->name);
     expect_close(what, ggh, co, (size_t)nq * H * hd, 2e-2);
     snprintf(what, sizeof what, "attention %s: tensor-core vs generic GPU", ac->name);
     expect_close(what, gh, ggh, (size_t)nq * H * hd, 2e-2);
     /* the key splits (flash-decoding): never split, and 3 splits, against the CPU; the two must
      * differ only by the merge's rounding (auto above splits wherever the grid is small) */
-    void *gn = g_poisoned((size_t)nq * H * hd), *g3 = g_poisoned((size_t)nq * H * hd);
-    backend_cuda_attention_splits(g_gpu, 1);
-    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, gn);
-    backend_cuda_attention_splits(g_gpu, 3);
-    g_gpu->ops->attention(g_gpu, &p, gq, gk, gv, g3);
-    backend_cuda_attention_splits(g_gpu, 0);
-    float *gnh = g_down(gn, (size_t)nq * H * hd), *g3h = g_down(g3, (size_t)nq * H * hd);
+    float *gnh = g_attn(&p, gq, gk, gv, no, backend_cuda_attention_splits, 1);
+    float *g3h = g_attn(&p, gq, gk, gv, no, backend_cuda_attention_splits, 3);
     snprintf(what, sizeof what, "attention %s: keys never split", ac->name);
     expect_close(what, gnh, co, (size_t)nq * H * hd, 2e-2);
     snprintf(what, sizeof what, "attention %s: keys in 3 splits", ac->name);
@@ -599,16 +603,11 @@ static void run_attn(const attn_case *ac) {
         }
         attn_params po = p;
         float *co2 = g_cpu->ops->act_alloc(g_cpu, (size_t)nq * H * hd);
-        void *go2 = g_poisoned((size_t)nq * H * hd);
         po.k_seq = ck_s, po.v_seq = cv_s;
         g_cpu->ops->attention(g_cpu, &po, cq, ck, cv, co2);
         po.k_seq = gk_s, po.v_seq = gv_s;
-        g_gpu->ops->attention(g_gpu, &po, gq, gk, gv, go2);
-        float *go2h = g_down(go2, (size_t)nq * H * hd);
-        backend_cuda_force_generic_attention(g_gpu, 1);
-        g_gpu->ops->attention(g_gpu, &po, gq, gk, gv, go2);
-        backend_cuda_force_generic_attention(g_gpu, 0);
-        float *go3h = g_down(go2, (size_t)nq * H * hd);
+        float *go2h = g_attn(&po, gq, gk, gv, no, NULL, 0);
+        float *go3h = g_attn(&po, gq, gk, gv, no, backend_cuda_force_generic_attention, 1);
         snprintf(what, sizeof what, "attention %s: own key buffers, generic GPU kernel vs CPU", ac->name);
         expect_close(what, go3h, co, (size_t)nq * H * hd, 2e-2);
         free(go3h);
@@ -622,7 +621,6 @@ static void run_attn(const attn_case *ac) {
         }
         free(go2h);
         g_cpu->ops->act_free(g_cpu, co2);
-        g_gpu->ops->act_free(g_gpu, go2);
     }
     if (ac->pad && S > 1) {   /* no visible key: zeros */
         int zero = 1;
@@ -632,8 +630,8 @@ static void run_attn(const attn_case *ac) {
     free(q), free(k), free(v), free(qpos), free(kpos), free(kv), free(gh), free(ggh);
     g_cpu->ops->act_free(g_cpu, cq), g_cpu->ops->act_free(g_cpu, ck), g_cpu->ops->act_free(g_cpu, cv);
     g_cpu->ops->act_free(g_cpu, co);
-    void *gb[] = {gq, gk, gv, go, gg};
-    for (int i = 0; i < 5; i++) g_gpu->ops->act_free(g_gpu, gb[i]);
+    void *gb[] = {gq, gk, gv};
+    for (int i = 0; i < 3; i++) g_gpu->ops->act_free(g_gpu, gb[i]);
 }
 
 static void test_attention(void) {
