@@ -62,10 +62,11 @@ int            backend_event_query(backend *be, backend_event *ev);
 void           backend_event_wait(backend *be, backend_event *ev);
 double         backend_event_elapsed_ms(backend *be, backend_event *a, backend_event *b);
 
-/* Per-op timing (`bench --device cuda:N --profile`): after start, every op launched directly (not
- * in a graph capture) is timed with an event pair and summed by op name; report prints a markdown
- * table (ms per `per` steps, share of the ops' total and of wall_ms) and clears the totals; stop
- * frees it all (backend_free does too). start: 0, or -1 on a backend without timed events. */
+/* Per-op timing (`bench --profile 1`): after start, every op launched directly (not in a graph
+ * capture) is timed with an event pair and summed by op name; report prints a markdown table (ms
+ * per `per` steps, share of the ops' total and of wall_ms) and clears the totals; stop frees it all
+ * (backend_free does too). start: 0, or -1 on a backend without the timed-event members (the CPU
+ * backend has them, as host clocks, without the rest of the device-decode group). */
 int  backend_profile_start(backend *be);
 void backend_profile_report(backend *be, FILE *f, double per, double wall_ms);
 void backend_profile_stop(backend *be);

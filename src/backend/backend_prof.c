@@ -3,8 +3,9 @@
  * around every op the backend.c wrappers launch, summed by op name. Off unless started (one pointer
  * test per op). Paused while a graph is captured: a profiled run launches its ops directly, so the
  * gaps between launches count toward the ops that waited on them.
+ * On the CPU the events are the host clock (every CPU op is done when its call returns).
  * Does not: see inside an op (a fused op counts once; cuBLAS calls count under the op that made
- * them) or work on backends without timed events (BACKEND_CAP_DEVICE_DECODE).
+ * them) or work on backends without timed events.
  * Threading: the thread driving the backend.
  */
 #include <stdio.h>
@@ -31,7 +32,8 @@ struct backend_prof {
 };
 
 int backend_profile_start(backend *be) {
-    if (!backend_has(be, BACKEND_CAP_DEVICE_DECODE)) return -1;
+    const backend_ops *o = be->ops;
+    if (!o->event_new || !o->event_free || !o->event_record || !o->event_wait || !o->event_elapsed_ms) return -1;
     if (!be->prof) {
         be->prof = xcalloc(1, sizeof *be->prof);
         be->prof->open = -1;

@@ -127,7 +127,7 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
         {"temperature", ARG_FLOAT, &o->temperature, "sampling temperature [0]"},
         {"threads", ARG_INT, &o->threads, "CPU threads (0 = all cores) [0]"},
         {"reps", ARG_INT, &o->reps, "runs per row, the fastest is reported (noisy machines) [1]"},
-        {"profile", ARG_INT, &o->profile, "CUDA: 1 = after each row, run it again on the host loop with every op timed by events and print the table [0]"},
+        {"profile", ARG_INT, &o->profile, "1 = after each row, run it again on the host loop with every op timed (device events, or the clock on the CPU) and print the table [0]"},
         {"cache", ARG_STR, &o->caches_s, "comma-separated KV cache modes: none, prefix, dual, vicinity [none]"},
         {"cache-refresh", ARG_INT, &o->cache_refresh, "refresh the cache every N steps inside a block too [0]"},
         {"prefix-look", ARG_INT, &o->prefix_look, "vicinity: positions before the block [0]"},
@@ -292,7 +292,7 @@ static int bd_run_group(model_ctx *ctx, decode_device *dd, const model *m, const
         p.decoder = o->decs[d];
         p.cache = o->caches[c];
         bench_row row;
-        CHECK(backend_profile_start(ctx->be) == 0);   /* checked: a backend with timed events */
+        CHECK(backend_profile_start(ctx->be) == 0);   /* checked at start: a backend with timed events */
         const int rc = run_one(ctx, NULL, m, &p, batch, o->prompt_len, o->max_blocks, 1000, &row, err);
         if (rc == 0) {
             printf("\nprofile: %s, cache %s, batch %d, host loop (%d steps, %.3f ms/step wall):\n",
@@ -344,12 +344,16 @@ int bench_decode(int argc, char **argv) {
         return cli_model_ctx_exit_code(&err);
     }
     model_ctx *ctx = mc.ctx;
-    if (o.profile && !backend_has(ctx->be, BACKEND_CAP_DEVICE_DECODE)) {
-        fprintf(stderr, "error: --profile times ops with device events: it needs --device cuda:N\n");
-        cli_model_ctx_close(&mc);
-        model_free(&m);
-        free(o.batches);
-        return 2;
+    if (o.profile) {   /* can it time ops? (started again around each profiled row) */
+        const int can = backend_profile_start(ctx->be) == 0;
+        backend_profile_stop(ctx->be);
+        if (!can) {
+            fprintf(stderr, "error: --profile: backend %s has no timed events\n", backend_name(ctx->be));
+            cli_model_ctx_close(&mc);
+            model_free(&m);
+            free(o.batches);
+            return 2;
+        }
     }
     decode_device *dd = strcmp(o.device_loop, "on") == 0 && decode_device_supported(ctx) ? decode_device_create(ctx, 1)
                                                                                          : NULL;

@@ -11,7 +11,7 @@
 #     loop and the host loop; at temperature 0 both loops see the same device logits, so their tokens
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
 #   - bench --device cuda:0 (the decode-step bench) runs and prints a row per batch with 16 steps,
-#     with the compute floor from its measured matmul rate;
+#     with the compute floor from its measured matmul rate, and with --profile 1 a per-op table;
 #     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays
 #     and the device memory in use (non-zero, below the device's total);
 #   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
@@ -138,6 +138,17 @@ if "$BIN" bench --model "$TMP/m" --device cuda:0 --batch 1,2 --gen 16 --block 8 
     ok
 else
     bad "bench --device cuda:0: $(tail -5 "$TMP/bench.out" "$TMP/bench.err")"
+fi
+
+# --profile 1: each batch again op by op, timed with the device's events (src/backend/backend_prof.c)
+if "$BIN" bench --model "$TMP/m" --device cuda:0 --batch 1 --gen 16 --block 8 --bw-mib 4 --peak-n 0 --profile 1 \
+        > "$TMP/bprof.out" 2> "$TMP/bprof.err" &&
+    grep -qE '^profile, batch 1 \(16 steps launched op by op' "$TMP/bprof.out" &&
+    grep -qE '^\| attention \| [0-9.]+ \| [0-9.]*[1-9][0-9.]* \|' "$TMP/bprof.out" &&
+    grep -qE '^\| decode_sample \| 1\.0 \|' "$TMP/bprof.out"; then
+    ok
+else
+    bad "bench --device cuda:0 --profile 1: $(tail -8 "$TMP/bprof.out" "$TMP/bprof.err")"
 fi
 
 # bench --decode --device cuda:0: the engine's split (device-resident loop for what it supports,

@@ -23,9 +23,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend_decode.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_internal.h"
 #include "util/log.h"
+#include "util/timeutil.h"
 
 /* Below this many elements an element-wise op runs on the calling thread only: handing it out
  * costs more than these memory-bound loops save, and much more when cores are oversubscribed. */
@@ -429,6 +431,34 @@ static void cpu_host_parallel_for(backend *be, int64_t n, int64_t grain, backend
     cpu_parallel_for(cpu_impl_of(be), n, grain, 1, fn, arg);
 }
 
+/* Timed events (the optional event members without the rest of BACKEND_CAP_DEVICE_DECODE): every
+ * CPU op has finished when its call returns, so an event is the host clock when it is recorded
+ * (per-op profiles: backend_prof.c). */
+struct backend_event {
+    uint64_t ns;   /* time_now_ns() at the last record */
+};
+static backend_event *cpu_event_new(backend *be) {
+    (void)be;
+    return xcalloc(1, sizeof(backend_event));
+}
+static void cpu_event_free(backend *be, backend_event *e) {
+    (void)be;
+    free(e);
+}
+static void cpu_event_record(backend *be, backend_event *e) {
+    (void)be;
+    e->ns = time_now_ns();
+}
+static int cpu_event_query(backend *be, backend_event *e) {
+    (void)be, (void)e;
+    return 1;
+}
+static void cpu_event_wait(backend *be, backend_event *e) { (void)be, (void)e; }
+static double cpu_event_elapsed_ms(backend *be, backend_event *a, backend_event *b) {
+    (void)be;
+    return (double)(int64_t)(b->ns - a->ns) * 1e-6;
+}
+
 static const backend_ops k_cpu_ops = {
     .name = "cpu",
     .weight_upload = cpu_weight_upload,
@@ -449,6 +479,12 @@ static const backend_ops k_cpu_ops = {
     .free = cpu_free,
     .linear = cpu_linear,
     .host_parallel_for = cpu_host_parallel_for,
+    .event_new = cpu_event_new,
+    .event_free = cpu_event_free,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_wait = cpu_event_wait,
+    .event_elapsed_ms = cpu_event_elapsed_ms,
 };
 
 enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be) {
