@@ -11,7 +11,10 @@ test('SIGTERM drains: running work completes, new work gets 503, exit code 0', a
   const model = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']);
   const srv = await startServer(['--max-batch', '1', '--shutdown-grace', '60'], { model });
   try {
-    const body = { prompt: 'Tell me a story', max_tokens: 16, block_length: 8, stream: true };
+    // 160 tokens each (160 steps): the three streams must outlast the checks made while draining
+    // below (a few requests); with 16 tokens an idle machine finished them first and exited, and the
+    // /health/live request met a closed socket
+    const body = { prompt: 'Tell me a story', max_tokens: 160, block_length: 8, stream: true };
     // three streams, one at a time on the engine (max-batch 1): two wait in the queue
     let firstChunk;
     const gotFirst = new Promise((r) => (firstChunk = r));
