@@ -67,6 +67,7 @@ double         backend_event_elapsed_ms(backend *be, backend_event *a, backend_e
  * per `per` steps, share of the ops' total and of wall_ms) and clears the totals; stop frees it all
  * (backend_free does too). start: 0, or -1 on a backend without the timed-event members (the CPU
  * backend has them, as host clocks, without the rest of the device-decode group). */
+int  backend_profile_available(const backend *be);   /* 1 when start would succeed */
 int  backend_profile_start(backend *be);
 void backend_profile_report(backend *be, FILE *f, double per, double wall_ms);
 void backend_profile_stop(backend *be);

@@ -31,9 +31,13 @@ struct backend_prof {
     int            n_names;
 };
 
-int backend_profile_start(backend *be) {
+int backend_profile_available(const backend *be) {
     const backend_ops *o = be->ops;
-    if (!o->event_new || !o->event_free || !o->event_record || !o->event_wait || !o->event_elapsed_ms) return -1;
+    return o->event_new && o->event_free && o->event_record && o->event_wait && o->event_elapsed_ms;
+}
+
+int backend_profile_start(backend *be) {
+    if (!backend_profile_available(be)) return -1;
     if (!be->prof) {
         be->prof = xcalloc(1, sizeof *be->prof);
         be->prof->open = -1;

@@ -344,16 +344,12 @@ int bench_decode(int argc, char **argv) {
         return cli_model_ctx_exit_code(&err);
     }
     model_ctx *ctx = mc.ctx;
-    if (o.profile) {   /* can it time ops? (started again around each profiled row) */
-        const int can = backend_profile_start(ctx->be) == 0;
-        backend_profile_stop(ctx->be);
-        if (!can) {
-            fprintf(stderr, "error: --profile: backend %s has no timed events\n", backend_name(ctx->be));
-            cli_model_ctx_close(&mc);
-            model_free(&m);
-            free(o.batches);
-            return 2;
-        }
+    if (o.profile && !backend_profile_available(ctx->be)) {
+        fprintf(stderr, "error: --profile: backend %s has no timed events\n", backend_name(ctx->be));
+        cli_model_ctx_close(&mc);
+        model_free(&m);
+        free(o.batches);
+        return 2;
     }
     decode_device *dd = strcmp(o.device_loop, "on") == 0 && decode_device_supported(ctx) ? decode_device_create(ctx, 1)
                                                                                          : NULL;

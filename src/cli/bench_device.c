@@ -20,6 +20,7 @@
 #include "cli/bench.h"
 #include "decode/decode.h"
 #include "model/model.h"
+#include "util/dtype.h"
 #include "util/log.h"
 #include "util/rng.h"
 #include "util/timeutil.h"
@@ -227,12 +228,7 @@ static double bdev_matmul_rate(backend *be, int n, int reps, um_err *err) {
     if (n < 16) return 0.0;
     const size_t nn = (size_t)n * (size_t)n;
     uint16_t *h = xmalloc(nn * sizeof *h);
-    for (size_t i = 0; i < nn; i++) {   /* uniform in [-1, 1), bf16 by truncation: not zeros */
-        const float f = (float)((double)(rng_u64(7, 0, i) >> 11) * 0x1.0p-52 - 1.0);
-        uint32_t u;
-        memcpy(&u, &f, sizeof u);
-        h[i] = (uint16_t)(u >> 16);
-    }
+    for (size_t i = 0; i < nn; i++) h[i] = f32_to_bf16((float)(2.0 * rng_u01(7, 0, i) - 1.0));   /* not zeros */
     int32_t *ids = xmalloc((size_t)n * sizeof *ids);
     for (int i = 0; i < n; i++) ids[i] = (n - 1 - i);
     bweight_src sx = {"peak.x", h, DTYPE_BF16, n, n, 1}, sw = {"peak.w", h, DTYPE_BF16, n, n, 0};

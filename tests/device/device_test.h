@@ -80,6 +80,25 @@ static inline void run_host(model_ctx *ctx, const decode_params *p, const int32_
     decode_seq_free(s);
 }
 
+/* One sequence alone on a fresh device loop, stepped until done (at most 1000 steps), its events
+ * into out (the caller frees it): checks it is eligible for the device loop, leaves the loop's
+ * stats in *ds and returns the sequence's step count. */
+static inline int run_device_alone(model_ctx *ctx, const decode_params *p, const int32_t *prompt, int n,
+                                   const char *label, stream *out, decode_device_stats *ds) {
+    decode_seq *s = mk(ctx->m, p, prompt, n, out);
+    TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", label);
+    decode_device *dd = decode_device_create(ctx, 1);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    int guard = 0;
+    while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
+    decode_device_get_stats(dd, ds);
+    const int steps = decode_seq_steps(s);
+    decode_device_free(dd);
+    decode_seq_free(s);
+    return steps;
+}
+
 /* 1 when both streams are non-empty and equal event for event; else prints the first difference */
 static inline int streams_equal(const char *label, const stream *a, const stream *b) {
     if (a->n != b->n) fprintf(stderr, "%s: %d events on the host, %d on the device\n", label, a->n, b->n);

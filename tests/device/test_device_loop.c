@@ -57,15 +57,8 @@ static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
             snprintf(label, sizeof label, "%s T=%g alone", decode_decoder_name(p.decoder), p.temperature);
             stream h, g;
             run_host(ctx, &p, prompt, n_prompt, &h);
-            decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &g);
-            TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", label);
-            decode_device *dd = decode_device_create(ctx, 1);
-            decode_sink sink = {on_ev, NULL};
-            um_err err = {0};
-            int guard = 0;
-            while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
             decode_device_stats ds;
-            decode_device_get_stats(dd, &ds);
+            run_device_alone(ctx, &p, prompt, n_prompt, label, &g, &ds);
             TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
             TEST_CHECK(g.after_done == 0 && g.finish == h.finish, "%s: same finish, nothing after DONE", label);
             TEST_CHECK(ds.graph_captures == 1 && ds.graph_replays + 1 == ds.steps && ds.rebuilds == 1,
@@ -73,8 +66,6 @@ static void test_alone(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
                        "%llu)",
                        label, (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays,
                        (unsigned long long)ds.steps);
-            decode_device_free(dd);
-            decode_seq_free(s);
             stream_free(&h);
             stream_free(&g);
         }
@@ -111,23 +102,13 @@ static void test_dream_decoders(model_ctx *ctx, const int32_t *prompt, int n_pro
                          p.temperature, p.alg_temp, p.block_length);
                 stream h, g;
                 run_host(ctx, &p, prompt, n_prompt, &h);
-                decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &g);
-                TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", label);
-                decode_device *dd = decode_device_create(ctx, 1);
-                decode_sink sink = {on_ev, NULL};
-                um_err err = {0};
-                int guard = 0;
-                while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
                 decode_device_stats ds;
-                decode_device_get_stats(dd, &ds);
+                const int seq_steps = run_device_alone(ctx, &p, prompt, n_prompt, label, &g, &ds);
                 TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
                 TEST_CHECK(g.after_done == 0 && g.finish == h.finish, "%s: same finish, nothing after DONE", label);
-                TEST_CHECK(ds.steps > 0 && ds.steps_applied == (uint64_t)decode_seq_steps(s) && ds.rebuilds == 1,
+                TEST_CHECK(ds.steps > 0 && ds.steps_applied == (uint64_t)seq_steps && ds.rebuilds == 1,
                            "%s: every step ran on the device (device steps %llu applied %llu, sequence steps %d)",
-                           label, (unsigned long long)ds.steps, (unsigned long long)ds.steps_applied,
-                           decode_seq_steps(s));
-                decode_device_free(dd);
-                decode_seq_free(s);
+                           label, (unsigned long long)ds.steps, (unsigned long long)ds.steps_applied, seq_steps);
                 stream_free(&h);
                 stream_free(&g);
             }
@@ -334,17 +315,12 @@ static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
         if (h.finish == DECODE_FINISH_STOP && blocks < 8) {
             found = 1;
             stream g;
-            decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &g);
-            decode_device *dd = decode_device_create(ctx, 1);
-            decode_sink sink = {on_ev, NULL};
-            um_err err = {0};
-            while (!decode_seq_done(s)) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
             char label[64];
             snprintf(label, sizeof label, "EOS stop (seed %llu, %d blocks)", (unsigned long long)seed, blocks);
+            decode_device_stats ds;
+            run_device_alone(ctx, &p, prompt, n_prompt, label, &g, &ds);
             TEST_CHECK(streams_equal(label, &h, &g), "%s: device stream == host stream", label);
             TEST_CHECK(g.finish == DECODE_FINISH_STOP && g.after_done == 0, "%s: stop, nothing after DONE", label);
-            decode_device_free(dd);
-            decode_seq_free(s);
             stream_free(&g);
         }
         stream_free(&h);
@@ -392,20 +368,13 @@ static void test_caches(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     um_err err = {0};
     /* each alone */
     for (int i = 0; i < 4; i++) {
-        decode_seq *s = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
-        TEST_CHECK(decode_device_eligible(ctx, s), "%s: eligible", c[i].label);
-        decode_device *dd = decode_device_create(ctx, 1);
-        int guard = 0;
-        while (!decode_seq_done(s) && guard++ < 1000) CHECK(decode_device_step(dd, &s, 1, &sink, &err) == 0);
         decode_device_stats ds;
-        decode_device_get_stats(dd, &ds);
+        run_device_alone(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, c[i].label, &g[i], &ds);
         TEST_CHECK(streams_equal(c[i].label, &h[i], &g[i]), "%s alone: device stream == host stream", c[i].label);
         TEST_CHECK(ds.graph_replays >= 1 && ds.graph_captures >= 1 && ds.steps_applied == ds.steps,
                    "%s: graphs captured (%llu) and replayed (%llu) over %llu steps, each applied", c[i].label,
                    (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays,
                    (unsigned long long)ds.steps);
-        decode_device_free(dd);
-        decode_seq_free(s);
         stream_free(&g[i]);
     }
     /* all together, joining at different iterations */

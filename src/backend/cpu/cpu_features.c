@@ -31,6 +31,11 @@
 #endif
 
 static cpu_features g_feat;
+
+/* the name of a signal that ended a trial, for messages */
+static const char *sig_name(int sig) {
+    return sig == SIGILL ? "SIGILL" : sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : "a signal";
+}
 static pthread_once_t g_feat_once = PTHREAD_ONCE_INIT;
 /* -1: nothing selected (UNMASK_CPU_KERNELS or AUTO); else an enum backend_cpu_kernels */
 static int g_selected = -1;
@@ -137,10 +142,6 @@ static int trial_run(const char *path, void (*fn)(void)) {
     return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
 }
 
-static const char *sig_name(int sig) {
-    return sig == SIGILL ? "SIGILL" : sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : "a signal";
-}
-
 static void features_trials(void) {
     int sig;
     if (g_feat.avx512bf16 && (sig = trial_run("avx512bf16", trial_avx512bf16)) != 0) {
@@ -208,12 +209,12 @@ const char *backend_cpu_kernels_name(enum backend_cpu_kernels k) {
 static int kernels_check(enum backend_cpu_kernels k, um_err *err) {
     const cpu_features *f = cpu_features_get();
     if (k == BACKEND_CPU_KERNELS_AVX512BF16 && !f->avx512bf16)
-        return um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: %s; use auto or fp32",
-                            f->avx512bf16_fault == SIGILL ? "AVX512-BF16 instructions fault (SIGILL) on this CPU though "
-                                                            "cpuid and XCR0 allow them (a VM?)"
-                            : f->avx512bf16_fault ? "AVX512-BF16 instructions fault (SIGSEGV) on this CPU though cpuid "
-                                                    "and XCR0 allow them (a VM?)"
-                                                  : "this CPU (or OS) has no AVX512-BF16 (vdpbf16ps)");
+        return f->avx512bf16_fault
+                   ? um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: AVX512-BF16 instructions fault (%s) "
+                                  "on this CPU though cpuid and XCR0 allow them (a VM?); use auto or fp32",
+                                  sig_name(f->avx512bf16_fault))
+                   : um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: this CPU (or OS) has no AVX512-BF16 "
+                                  "(vdpbf16ps); use auto or fp32");
     if (k == BACKEND_CPU_KERNELS_AMX && !f->amx_bf16)
         return um_err_param(err, "cpu-kernels", "--cpu-kernels amx: %s; use auto, avx512bf16 or fp32", f->amx_why);
     return 0;
