@@ -224,20 +224,25 @@ describe('tensor parallel on emulated GPUs (emulated NCCL)', { skip: NO_EMU }, (
     }
   });
 
-  // node 0 (serves) + node 1 (follows), tp / 2 emulated GPUs each
+  // node 0 (serves) + node 1 (follows), tp / 2 emulated GPUs each. The bootstrap port is free when
+  // picked but another test running beside may bind it before node 0 does (seen in a CI run:
+  // "cannot listen on port ...: Address already in use"): then both nodes start again on a new
+  // port, at most 3 times.
   async function twoNodes(tp = 2) {
-    const addr = `127.0.0.1:${await freePort()}`;
     const gpus = tp === 2 ? '0' : '0,1', env = { UNMASK_EMU_DEVICES: String(tp / 2) };
-    const dist = ['--tp', String(tp), '--nnodes', '2', '--dist-init-addr', addr, '--gpus', gpus];
-    const n1 = spawnEmu(['serve', '--store', 'memory', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'], env);
-    let n0;
-    try {
-      n0 = await startServe([...dist, '--node-rank', '0'], env);
-    } catch (e) {
-      await n1.stop('SIGKILL');
-      throw e;
+    for (let attempt = 1; ; attempt++) {
+      const addr = `127.0.0.1:${await freePort()}`;
+      const dist = ['--tp', String(tp), '--nnodes', '2', '--dist-init-addr', addr, '--gpus', gpus];
+      const n1 = spawnEmu(['serve', '--store', 'memory', '--model', MODEL, '--threads', '1', ...dist, '--node-rank', '1'], env);
+      try {
+        const n0 = await startServe([...dist, '--node-rank', '0'], env);
+        return { n0, n1 };
+      } catch (e) {
+        await n1.stop('SIGKILL');
+        if (attempt < 3 && /Address already in use/.test(String(e.message))) continue;
+        throw e;
+      }
     }
-    return { n0, n1 };
   }
 
   test('multi-node on one machine: node 0 answers like the single process; stopping node 0 stops node 1', async () => {
