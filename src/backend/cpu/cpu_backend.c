@@ -26,6 +26,7 @@
 #include "backend/backend_decode.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_mem.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -34,12 +35,6 @@
 #define PAR_MIN_ELEMS (1 << 18)
 /* Elements per task of the element-wise loops. */
 #define EW_GRAIN 16384
-
-static void *aligned_alloc64(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) UM_FATAL("out of memory (%zu bytes)", bytes);
-    return p;
-}
 
 typedef struct range_run {
     cpu_range_fn fn;
@@ -63,18 +58,18 @@ void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_
 
 uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n) {
     if (n > ci->abuf_cap) {
-        free(ci->abuf);
+        cpu_mem_free(ci->abuf);
         ci->abuf_cap = n + n / 4;
-        ci->abuf = aligned_alloc64(ci->abuf_cap * sizeof *ci->abuf);
+        ci->abuf = cpu_mem_alloc(ci->abuf_cap * sizeof *ci->abuf);
     }
     return ci->abuf;
 }
 
 float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n) {
     if (n > b->cap) {
-        free(b->p);
+        cpu_mem_free(b->p);
         b->cap = n + n / 4;
-        b->p = aligned_alloc64(b->cap * sizeof(float));
+        b->p = cpu_mem_alloc(b->cap * sizeof(float));
     }
     return b->p;
 }
@@ -117,7 +112,7 @@ static int cpu_weight_upload(backend *be, const bweight_src *src, bweight *out, 
     if ((uintptr_t)src->data % es != 0 || pack) {
         cpu_wmem *m = xcalloc(1, sizeof *m);
         if ((uintptr_t)src->data % es != 0) {   /* misaligned data section (legal in safetensors) */
-            m->copy = aligned_alloc64(nbytes);
+            m->copy = cpu_mem_alloc(nbytes);
             memcpy(m->copy, src->data, nbytes);
             out->data = m->copy;
         }
@@ -132,21 +127,16 @@ static void cpu_weight_free(backend *be, bweight *w) {
     cpu_wmem *m = w->owned;
     if (m) {
         cpu_packed_free(&m->packed);
-        free(m->copy);
+        cpu_mem_free(m->copy);
         free(m);
     }
     memset(w, 0, sizeof *w);
 }
 
-static void *cpu_act_alloc(backend *be, size_t n) {
-    (void)be;
-    return aligned_alloc64(n * sizeof(float));
-}
+/* Activation buffers and KV cache slots: big ones come back from the cache with their pages mapped */
+static void *cpu_act_alloc(backend *be, size_t n) { return cpu_mem_cache_alloc(&cpu_impl_of(be)->act_cache, n * sizeof(float)); }
 
-static void cpu_act_free(backend *be, void *p) {
-    (void)be;
-    free(p);
-}
+static void cpu_act_free(backend *be, void *p) { cpu_mem_cache_put(&cpu_impl_of(be)->act_cache, p); }
 
 static void cpu_act_to_host(backend *be, const void *src, size_t n, float *dst) {
     (void)be;
@@ -234,11 +224,11 @@ CPU_HOT_CLONES static void rmsnorm_range(void *arg, int64_t lo, int64_t hi) {
 
 static void cpu_rmsnorm(backend *be, const void *x, const bweight *w, int n, int d, float eps, void *out) {
     CHECK(w->rows * w->cols == d);
-    float *wf = aligned_alloc64((size_t)d * sizeof(float));
+    float *wf = cpu_mem_alloc((size_t)d * sizeof(float));
     cpu_weight_to_f32(w, 0, (size_t)d, wf);
     rmsnorm_run r = {.x = x, .wf = wf, .out = out, .d = d, .eps = eps};
     cpu_parallel_for(cpu_impl_of(be), n, (EW_GRAIN + d - 1) / d, (int64_t)n * d >= PAR_MIN_ELEMS, rmsnorm_range, &r);
-    free(wf);
+    cpu_mem_free(wf);
 }
 
 typedef struct rope_table_run {
@@ -267,13 +257,13 @@ static void rope_table(cpu_impl *ci, int n, int half, const int32_t *pos, float 
         return;
     if ((int64_t)n * half > ci->rope_cap || n > ci->rope_pos_cap) {
         free(ci->rope_pos);
-        free(ci->rope_cos);
-        free(ci->rope_sin);
+        cpu_mem_free(ci->rope_cos);
+        cpu_mem_free(ci->rope_sin);
         ci->rope_cap = (int)((int64_t)n * half);
         ci->rope_pos_cap = n;
         ci->rope_pos = xmalloc((size_t)(n ? n : 1) * sizeof *ci->rope_pos);
-        ci->rope_cos = aligned_alloc64((size_t)ci->rope_cap * sizeof(float));
-        ci->rope_sin = aligned_alloc64((size_t)ci->rope_cap * sizeof(float));
+        ci->rope_cos = cpu_mem_alloc((size_t)ci->rope_cap * sizeof(float));
+        ci->rope_sin = cpu_mem_alloc((size_t)ci->rope_cap * sizeof(float));
     }
     double *inv = xmalloc((size_t)half * sizeof *inv);
     for (int j = 0; j < half; j++) inv[j] = pow((double)theta, -2.0 * j / (2.0 * half));
@@ -412,16 +402,17 @@ static void cpu_free(backend *be) {
     cpu_impl *ci = cpu_impl_of(be);
     cpu_pool_free(ci->pool);
     for (int t = 0; t < ci->n_threads; t++) {
-        free(ci->wtile[t].p);
-        free(ci->scores[t].p);
+        cpu_mem_free(ci->wtile[t].p);
+        cpu_mem_free(ci->scores[t].p);
     }
     free(ci->wtile);
     free(ci->scores);
-    free(ci->abuf);
-    free(ci->attn_kv.p);
+    cpu_mem_free(ci->abuf);
+    cpu_mem_free(ci->attn_kv.p);
     free(ci->rope_pos);
-    free(ci->rope_cos);
-    free(ci->rope_sin);
+    cpu_mem_free(ci->rope_cos);
+    cpu_mem_free(ci->rope_sin);
+    cpu_mem_cache_free(&ci->act_cache);
     free(ci->description);
     free(ci);
     free(be);
@@ -513,6 +504,7 @@ backend *backend_cpu_init(int n_threads) {
     backend *be = xcalloc(1, sizeof *be);
     cpu_impl *ci = xcalloc(1, sizeof *ci);
     ci->n_threads = n_threads;
+    cpu_mem_cache_init(&ci->act_cache);
     ci->pool = cpu_pool_init(n_threads, pin_wanted());
     ci->kernels = cpu_kernels_resolve();
     ci->gemm = ci->kernels == BACKEND_CPU_KERNELS_AMX          ? &cpu_gemm_amx

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_mem.h"
 #include "backend/cpu/cpu_pool.h"
 #include "util/log.h"
 
@@ -64,13 +65,13 @@ void cpu_packed_init(cpu_packed *out, const uint16_t *w, int64_t rows, int64_t c
     out->kpad = round_up(cols, 32);
     out->n_groups = (rows + 15) / 16;
     size_t bytes = (size_t)(out->n_groups * out->kpad * 16) * sizeof(uint16_t);
-    if (posix_memalign((void **)&out->p, 64, bytes) != 0) UM_FATAL("out of memory packing a weight (%zu bytes)", bytes);
+    out->p = cpu_mem_alloc(bytes);
     pack_run r = {.w = w, .pw = out};
     cpu_pool_run(pool, out->n_groups, 0, pack_task, &r);
 }
 
 void cpu_packed_free(cpu_packed *pw) {
-    free(pw->p);
+    cpu_mem_free(pw->p);
     memset(pw, 0, sizeof *pw);
 }
 

@@ -16,6 +16,7 @@
 
 #include "backend/backend_impl.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_mem.h"
 #include "backend/cpu/cpu_pool.h"
 
 /* One growable f32 buffer per pool slot, padded to a cache line against false sharing. */
@@ -53,6 +54,7 @@ typedef struct cpu_impl {
     int       rope_pos_cap; /* entries allocated in rope_pos */
     float     rope_theta;
     char     *description;  /* "cpu (<kernels> kernels)", owned */
+    cpu_mem_cache act_cache; /* freed big activation buffers / KV slots, kept mapped for reuse */
 } cpu_impl;
 
 static inline cpu_impl *cpu_impl_of(backend *be) { return (cpu_impl *)be->impl; }
