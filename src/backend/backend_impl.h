@@ -94,6 +94,9 @@ typedef struct backend_ops {
     double         (*event_elapsed_ms)(backend *be, backend_event *a, backend_event *b);       /* (optional) */
     void           (*alias_add)(backend *be, const void *host, const void *dev, size_t bytes); /* (optional) */
     void           (*alias_clear)(backend *be);                              /* (optional) */
+    /* (optional) host index arrays the ops copied to the device so far, and those that reused an
+     * earlier copy of the same bytes (the profile reports them per step) */
+    void           (*stage_stats)(backend *be, uint64_t *copies, uint64_t *reused);
     void           (*decode_begin)(backend *be, const bdec_launch *l);       /* (optional) */
     void           (*decode_sample)(backend *be, const bdec_launch *l, const void *logits);    /* (optional) */
     void           (*decode_commit)(backend *be, const bdec_launch *l);      /* (optional) */

@@ -29,7 +29,13 @@ struct backend_prof {
     double         ms[PROF_NAMES];
     long           calls[PROF_NAMES];
     int            n_names;
+    uint64_t       staged0, reused0;                /* ops->stage_stats at the start / last report */
 };
+
+static void stage_counts(backend *be, uint64_t *copies, uint64_t *reused) {
+    *copies = *reused = 0;
+    if (be->ops->stage_stats) be->ops->stage_stats(be, copies, reused);
+}
 
 int backend_profile_available(const backend *be) {
     const backend_ops *o = be->ops;
@@ -42,6 +48,7 @@ int backend_profile_start(backend *be) {
         be->prof = xcalloc(1, sizeof *be->prof);
         be->prof->open = -1;
     }
+    stage_counts(be, &be->prof->staged0, &be->prof->reused0);
     return 0;
 }
 
@@ -111,6 +118,13 @@ void backend_profile_report(backend *be, FILE *f, double per, double wall_ms) {
                 total > 0 ? 100.0 * p->ms[k] / total : 0.0, wall_ms > 0 ? 100.0 * p->ms[k] / wall_ms : 0.0);
     }
     fprintf(f, "| (all ops) | | %.3f | 100.0 | %.1f |\n", total / per, wall_ms > 0 ? 100.0 * total / wall_ms : 0.0);
+    if (be->ops->stage_stats) {   /* each copy is one small host-to-device transfer on the op's stream */
+        uint64_t c, r;
+        stage_counts(be, &c, &r);
+        fprintf(f, "host index arrays staged for the ops: %.1f copies and %.1f reused per step\n",
+                (double)(c - p->staged0) / per, (double)(r - p->reused0) / per);
+        p->staged0 = c, p->reused0 = r;
+    }
     memset(p->ms, 0, sizeof p->ms);
     memset(p->calls, 0, sizeof p->calls);
     p->n_names = 0;

@@ -12,7 +12,8 @@
 #     must be identical (bf16 vs the CPU's f32 can flip near-ties, so no token check against cpu);
 #   - bench --device cuda:0 (the decode-step bench) runs and prints a row per batch with 16 steps,
 #     with the compute floor from its measured matmul rate, and with --profile 1 a per-op table;
-#     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays
+#     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays;
+#     with --profile 1 and the dual cache, its per-op table and more staged index arrays reused than copied
 #     and the device memory in use (non-zero, below the device's total);
 #   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
 #   - host-side error paths (exit != 0, no abort): UNMASK_EMU_MEM_BYTES below the backend's own buffers
@@ -161,6 +162,19 @@ if "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 2 --gen 16 --b
     ok
 else
     bad "bench --decode --device cuda:0: $(tail -8 "$TMP/bench_decode.out" "$TMP/bench_decode.err")"
+fi
+
+# bench --decode --device cuda:0 --profile 1 with the dual cache: the per-op table and the staged
+# index arrays per step; every layer stages the same sequence starts / positions / slot pointers,
+# so most stagings reuse an earlier copy (cuda_stage's memo) — more reused than copied
+if "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 2 --gen 16 --block 8 --prompt 6 \
+    --decoders threshold --cache dual --profile 1 > "$TMP/bdprof.out" 2> "$TMP/bdprof.err" &&
+    grep -qE '^profile: threshold, cache dual, batch 2, host loop' "$TMP/bdprof.out" &&
+    grep -qE '^\| store_rows \| ' "$TMP/bdprof.out" &&
+    awk '/^host index arrays staged for the ops:/ { c = $8; r = $11; found = 1 } END { exit !(found && r > c && c > 0) }' "$TMP/bdprof.out"; then
+    ok
+else
+    bad "bench --decode --device cuda:0 --profile 1 (staging reuse): $(grep -E 'staged for|store_rows' "$TMP/bdprof.out"; tail -3 "$TMP/bdprof.err")"
 fi
 
 # ---------------------------------------------------------------- serve on two emulated GPUs

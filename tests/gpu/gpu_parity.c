@@ -1036,6 +1036,29 @@ static void test_forward(const model *m, const char *label) {
            near_tie, n - agree, worst_gap);
     CHECKF(rate >= 0.999 || hard == 0, "%s: argmax agreement %.3f%% with %d non-near-tie disagreements", label, 100 * rate,
            hard);
+    /* staging reuse: every layer stages the same sequence starts and key flags; with reuse on they
+     * are copied once per forward, not once per layer, and the logits do not change at all */
+    {
+        uint64_t c0, r0, c1, r1, c2, r2;
+        float *ol = xmalloc((size_t)n * V * sizeof *ol);
+        backend_cuda_stage_reuse(g_gpu, 0);
+        backend_cuda_stage_stats(g_gpu, &c0, &r0);
+        CHECK(model_forward(&gc, &b, ol, &err) == 0);
+        backend_cuda_stage_stats(g_gpu, &c1, &r1);
+        CHECKF(memcmp(ol, gl, (size_t)n * V * sizeof *ol) == 0, "%s: logits without staging reuse differ", label);
+        backend_cuda_stage_reuse(g_gpu, 1);
+        CHECK(model_forward(&gc, &b, ol, &err) == 0);
+        backend_cuda_stage_stats(g_gpu, &c2, &r2);
+        const uint64_t off_copies = c1 - c0, on_copies = c2 - c1, on_reused = r2 - r1;
+        printf("  %-58s %llu copies without reuse, %llu + %llu reused with\n", "  staged index arrays per forward",
+               (unsigned long long)off_copies, (unsigned long long)on_copies, (unsigned long long)on_reused);
+        CHECKF(r1 == r0 && on_reused > 0 && on_copies + on_reused == off_copies &&
+                   on_copies * (uint64_t)c->n_layers <= 2 * off_copies,
+               "%s: staging reuse: %llu copies without, %llu copies + %llu reused with (%d layers)", label,
+               (unsigned long long)off_copies, (unsigned long long)on_copies, (unsigned long long)on_reused,
+               c->n_layers);
+        free(ol);
+    }
     /* model_forward_dev == model_forward on the GPU */
     const void *dl = NULL;
     CHECK(model_forward_dev(&gc, &b, &dl, &err) == 0);

@@ -126,13 +126,23 @@ static cuda_chunk *arena_take(cuda_arena *a, size_t bytes, size_t *off) {
     return c;
 }
 
-/* arena_take on the active arena; a new chunk during capture is allocated in relaxed capture mode */
+static cuda_arena *stage_arena(cuda_impl *ci) { return ci->capturing ? ci->graph_stage : &ci->stage; }
+
+/* arena_take on the active arena; a new chunk during capture is allocated in relaxed capture mode.
+ * Moving to another chunk (which may reset it) or inserting one (which renumbers) clears the memo. */
 static cuda_chunk *stage_take(cuda_impl *ci, size_t bytes, size_t *off) {
-    if (!ci->capturing) return arena_take(&ci->stage, bytes, off);
-    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    cuda_chunk *c = arena_take(ci->graph_stage, bytes, off);
-    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cuda_arena *a = stage_arena(ci);
+    const int cur = a->cur, n = a->n;
+    cuda_chunk *c;
+    if (!ci->capturing) {
+        c = arena_take(a, bytes, off);
+    } else {
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+        c = arena_take(a, bytes, off);
+        CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    }
+    if (a->cur != cur || a->n != n) ci->n_memo = 0;
     return c;
 }
 
@@ -143,10 +153,24 @@ const void *cuda_stage(cuda_impl *ci, const void *host, size_t bytes) {
         const cuda_alias *al = &ci->aliases[i];
         if (h >= al->host && h + bytes <= al->host + al->bytes) return al->dev + (h - al->host);
     }
+    cuda_arena *a = stage_arena(ci);
+    for (int i = 0; i < ci->n_memo && !ci->memo_off; i++) {
+        const cuda_stage_memo *m = &ci->memo[i];
+        cuda_chunk *c = &a->chunks[m->chunk];
+        if (m->bytes == bytes && memcmp(c->host + m->off, host, bytes) == 0) {
+            c->recorded = 0;   /* read by the op being staged: cuda_stage_done fences the chunk again */
+            ci->stage_hits++;
+            return c->dev + m->off;
+        }
+    }
     size_t off;
     cuda_chunk *c = stage_take(ci, bytes, &off);
     memcpy(c->host + off, host, bytes);
     CUDA_CHECK(cudaMemcpyAsync(c->dev + off, c->host + off, bytes, cudaMemcpyHostToDevice, ci->stream));
+    ci->stage_copies++;
+    cuda_stage_memo *m = &ci->memo[ci->n_memo < STAGE_MEMO ? ci->n_memo++ : ci->memo_next];
+    if (ci->n_memo == STAGE_MEMO) ci->memo_next = (ci->memo_next + 1) % STAGE_MEMO;
+    *m = (cuda_stage_memo){(int)(c - a->chunks), off, bytes};
     return c->dev + off;
 }
 
@@ -779,6 +803,7 @@ static const backend_ops k_cuda_ops = {
     .moe_forward = cuda_moe_forward,
     .alias_add = backend_cuda_alias_add,
     .alias_clear = backend_cuda_alias_clear,
+    .stage_stats = backend_cuda_stage_stats,
     .decode_begin = cuda_decode_begin,
     .decode_sample = cuda_decode_sample,
     .decode_commit = cuda_decode_commit,
@@ -948,6 +973,18 @@ void backend_cuda_alias_clear(backend *be) { cuda_impl_of(be)->n_alias = 0; }
 void backend_cuda_force_generic_attention(backend *be, int on) { cuda_impl_of(be)->force_generic_attn = on; }
 void backend_cuda_attention_splits(backend *be, int n) { cuda_impl_of(be)->attn_splits = n; }
 
+void backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused) {
+    const cuda_impl *ci = cuda_impl_of(be);
+    *copies = ci->stage_copies;
+    *reused = ci->stage_hits;
+}
+
+void backend_cuda_stage_reuse(backend *be, int on) {
+    cuda_impl *ci = cuda_impl_of(be);
+    ci->memo_off = !on;
+    ci->n_memo = 0;
+}
+
 /* ---------------------------------------------------------------- graphs */
 
 struct backend_graph {
@@ -969,6 +1006,7 @@ void backend_cuda_capture_begin(backend *be) {
     (void)arena_take(ci->graph_stage, STAGE_CHUNK_MIN, &off);
     ci->graph_stage->chunks[0].used = 0;
     ci->rope_valid = 0;
+    ci->n_memo = 0;   /* the memo follows the active arena */
     ci->capturing = 1;
     ci->capture_epoch = ci->buf_epoch;
     CUDA_CHECK(cudaStreamBeginCapture(ci->stream, cudaStreamCaptureModeThreadLocal));
@@ -984,6 +1022,7 @@ cuda_graph *backend_cuda_capture_end(backend *be) {
     CUDA_CHECK(cudaStreamEndCapture(ci->stream, &g->graph));
     CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
     ci->capturing = 0;
+    ci->n_memo = 0;
     g->arena = *ci->graph_stage;
     free(ci->graph_stage);
     ci->graph_stage = NULL;
@@ -1115,6 +1154,8 @@ size_t backend_cuda_trim(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_act_from_host(backend *be, void *d, const float *s, size_t n) { (void)be, (void)d, (void)s, (void)n; CUDA_UNAVAILABLE(); }
 void backend_cuda_force_generic_attention(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
+void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be, (void)c, (void)r; CUDA_UNAVAILABLE(); }
+void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }
 void backend_cuda_free_dev(backend *be, void *p) { (void)be, (void)p; CUDA_UNAVAILABLE(); }

@@ -80,6 +80,12 @@ void   backend_cuda_force_generic_attention(backend *be, int on);
 /* key splits of the tensor-core attention: 0 = auto (split while the grid leaves SMs idle), 1 =
  * never, n > 1 = n splits where the keys and the workspace allow (cross-checks of the split path) */
 void   backend_cuda_attention_splits(backend *be, int n);
+/* host index arrays staged for ops since the backend started: copies made, and stagings that reused
+ * an earlier copy of the same bytes still on the device (e.g. one layer's sequence starts for the
+ * next layer) */
+void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
+/* 0: every staging copies (A/B of the reuse); 1: reuse (the default) */
+void   backend_cuda_stage_reuse(backend *be, int on);
 /* 1: MoE layers uploaded from now on decline the device dispatch (BACKEND_CAP_MOE) and route on the
  * host (cross-check of the device path; cuda_moe.c) */
 void   backend_cuda_force_host_moe(backend *be, int on);

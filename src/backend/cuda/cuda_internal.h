@@ -56,6 +56,16 @@ typedef struct cuda_arena {
                               0: grow only (graph-owned arenas live as long as their graph) */
 } cuda_arena;
 
+/* A staged array still in the active arena, for cuda_stage to hand out again when the same bytes
+ * are staged by a later op (every layer of a forward stages the same sequence starts, positions and
+ * cache pointers). Valid while its chunk is not reset: the memo is cleared whenever the arena moves
+ * to another chunk, grows, or is switched (capture begin/end). */
+typedef struct cuda_stage_memo {
+    int    chunk;      /* index in the active arena */
+    size_t off, bytes;
+} cuda_stage_memo;
+#define STAGE_MEMO 16
+
 typedef struct cuda_alias {
     const char *host;
     const char *dev;
@@ -80,7 +90,11 @@ typedef struct cuda_impl {
     cuda_arena     stage;              /* per-op index arrays (ring) */
     cuda_arena    *graph_stage;        /* during capture: arena owned by the graph being captured */
     int            capturing;
-    uint64_t       capture_epoch;      /* buf_epoch when the current capture began */
+    uint64_t       capture_epoch;
+    cuda_stage_memo memo[STAGE_MEMO];  /* [n_memo] arrays staged in the active arena's live chunks */
+    int            n_memo, memo_next;  /* entries in use; the next one to replace when full */
+    int            memo_off;           /* 1: every cuda_stage copies (tests, A/B) */
+    uint64_t       stage_copies, stage_hits;   /* cuda_stage calls that copied / reused a copy */      /* buf_epoch when the current capture began */
 
     /* weight upload: two pinned staging buffers (+ device scratch for F32/F16 -> BF16) */
     void          *up_host[2];
