@@ -252,6 +252,10 @@ do_lease() {
   local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32)
   step "decode dual threshold (2 blocks)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
   step "profile dual b1 + b8 (1 block, host loop)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
+  # A/B: the same-shape products of each linear op (q/k/v, gate/up) as one batched GEMM (docs/gpu.md)
+  step "decode dual, batched linear" 20 60 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
+  step "profile dual b1, batched linear" 15 40 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
+  step "bench 8B b1/8/32 batched linear" 20 90 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 32
   step "decode none low_conf (1 block)" 30 90 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 1 --decoders low_confidence --cache none
   step "profile none b1 (canvas 512, host loop)" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders low_confidence --cache none --profile 1
   # the PyTorch peer runs with the image's own libraries (none of .deps)

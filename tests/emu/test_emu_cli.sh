@@ -177,6 +177,15 @@ else
     bad "bench --decode --device cuda:0 --profile 1 (staging reuse): $(grep -E 'staged for|store_rows' "$TMP/bdprof.out"; tail -3 "$TMP/bdprof.err")"
 fi
 
+# a bad UNMASK_CUDA_LINEAR (the batched-GEMM benchmark switch) is a clear error, not an abort
+if UNMASK_CUDA_LINEAR=fused "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/lin.npy" --device cuda:0 > "$TMP/lin.out" 2> "$TMP/lin.err"; then
+    bad "UNMASK_CUDA_LINEAR=fused was accepted"
+elif [ $? -ge 128 ] || ! grep -q 'UNMASK_CUDA_LINEAR=fused: expected separate (the default) or batched' "$TMP/lin.err"; then
+    bad "UNMASK_CUDA_LINEAR=fused: $(cat "$TMP/lin.err")"
+else
+    ok
+fi
+
 # ---------------------------------------------------------------- serve on two emulated GPUs
 # two engines (one per device), concurrent completions batched by the engines' device loops
 SERVE_PID=

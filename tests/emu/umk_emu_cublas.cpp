@@ -7,6 +7,7 @@
  * even; beta = 0 does not read C. alpha/beta are host pointers (the default pointer mode) and are
  * read at call time, so a captured GEMM keeps their values. Every operand range is checked against
  * the live device allocations. Runs on the handle's stream (a graph node while it captures).
+ * cublasGemmBatchedEx runs the same product per entry of its device pointer arrays.
  * Does not: other routines, device pointer mode, split-K or tensor-core summation orders.
  * Threading: a handle is used by one thread at a time (as with cuBLAS).
  */
@@ -86,14 +87,25 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-                            int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
-                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
-                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    (void)algo;
+}  // extern "C"
+
+namespace {
+
+struct gemm_args {
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float al, be;
+    cudaDataType_t Atype, Btype, Ctype;
+};
+
+// Argument checks shared by the GEMM entry points (status, as cuBLAS returns it).
+cublasStatus_t gemm_check(cublasHandle_t handle, const char *what, cublasOperation_t transa, cublasOperation_t transb,
+                          int m, int n, int k, const void *alpha, cudaDataType_t Atype, int lda, cudaDataType_t Btype,
+                          int ldb, const void *beta, cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
+                          gemm_args *g) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (umk_emu::current_device() != handle->device)
-        umk_emu::fatal("cublasGemmEx: handle of device %d used while device %d is current", handle->device,
+        umk_emu::fatal("%s: handle of device %d used while device %d is current", what, handle->device,
                        umk_emu::current_device());
     if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_PEDANTIC) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!type_bytes(Atype) || !type_bytes(Btype) || !type_bytes(Ctype)) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -104,41 +116,95 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
     if (m < 0 || n < 0 || k < 0 || lda < (lda_min > 1 ? lda_min : 1) || ldb < (ldb_min > 1 ? ldb_min : 1) ||
         ldc < (m > 1 ? m : 1) || !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    const float al = *static_cast<const float *>(alpha), be = *static_cast<const float *>(beta);
-    const int dev = handle->device;
-    const size_t a_bytes = span(ta ? k : m, ta ? m : k, lda, Atype), b_bytes = span(tb ? n : k, tb ? k : n, ldb, Btype);
-    const size_t c_bytes = span(m, n, ldc, Ctype);
-    if (k > 0 && (!umk_emu::is_device_range(A, a_bytes, dev) || !umk_emu::is_device_range(B, b_bytes, dev)))
-        umk_emu::fatal("cublasGemmEx(m=%d n=%d k=%d lda=%d ldb=%d, op %c%c): A [%p, +%zu) or B [%p, +%zu) is not "
-                       "inside a device allocation of device %d", m, n, k, lda, ldb, ta ? 'T' : 'N', tb ? 'T' : 'N',
-                       A, a_bytes, B, b_bytes, dev);
+    *g = gemm_args{ta, tb, m, n, k, lda, ldb, ldc, *static_cast<const float *>(alpha), *static_cast<const float *>(beta),
+                   Atype, Btype, Ctype};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Every operand inside a live allocation of device `dev` (fatal otherwise: a bug of the caller).
+void gemm_ranges(const char *what, const gemm_args &g, const void *A, const void *B, const void *C, int dev) {
+    const size_t a_bytes = span(g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.Atype);
+    const size_t b_bytes = span(g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.Btype), c_bytes = span(g.m, g.n, g.ldc, g.Ctype);
+    if (g.k > 0 && (!umk_emu::is_device_range(A, a_bytes, dev) || !umk_emu::is_device_range(B, b_bytes, dev)))
+        umk_emu::fatal("%s(m=%d n=%d k=%d lda=%d ldb=%d, op %c%c): A [%p, +%zu) or B [%p, +%zu) is not "
+                       "inside a device allocation of device %d", what, g.m, g.n, g.k, g.lda, g.ldb, g.ta ? 'T' : 'N',
+                       g.tb ? 'T' : 'N', A, a_bytes, B, b_bytes, dev);
     if (!umk_emu::is_device_range(C, c_bytes, dev))
-        umk_emu::fatal("cublasGemmEx(m=%d n=%d ldc=%d): C [%p, +%zu) is not inside a device allocation of device %d", m,
-                       n, ldc, C, c_bytes, dev);
-    umk_emu::enqueue(handle->stream, "cublasGemmEx", [=] {
-        // op(A) as rows i of k floats, op(B) as columns j of k floats
-        std::vector<float> a((size_t)m * (size_t)k), b((size_t)n * (size_t)k);
-        for (int i = 0; i < m; i++)
-            for (int p = 0; p < k; p++)
-                a[(size_t)i * k + p] = load(A, Atype, ta ? (size_t)p + (size_t)i * lda : (size_t)i + (size_t)p * lda);
-        for (int j = 0; j < n; j++)
-            for (int p = 0; p < k; p++)
-                b[(size_t)j * k + p] = load(B, Btype, tb ? (size_t)j + (size_t)p * ldb : (size_t)p + (size_t)j * ldb);
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                const float *ar = &a[(size_t)i * k], *bc = &b[(size_t)j * k];
-                float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                int p = 0;
-                for (; p + 8 <= k; p += 8)
-                    for (int u = 0; u < 8; u++) part[u] += ar[p + u] * bc[p + u];
-                for (; p < k; p++) part[0] += ar[p] * bc[p];
-                const float acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-                const size_t ci = (size_t)i + (size_t)j * ldc;
-                float v = al * acc;
-                if (be != 0.0f) v += be * load(C, Ctype, ci);
-                store(C, Ctype, ci, v);
-            }
+        umk_emu::fatal("%s(m=%d n=%d ldc=%d): C [%p, +%zu) is not inside a device allocation of device %d", what, g.m,
+                       g.n, g.ldc, C, c_bytes, dev);
+}
+
+// C = al op(A) op(B) + be C on the calling (stream) thread
+void gemm_run(const gemm_args &g, const void *A, const void *B, void *C) {
+    const int m = g.m, n = g.n, k = g.k;
+    // op(A) as rows i of k floats, op(B) as columns j of k floats
+    std::vector<float> a((size_t)m * (size_t)k), b((size_t)n * (size_t)k);
+    for (int i = 0; i < m; i++)
+        for (int p = 0; p < k; p++)
+            a[(size_t)i * k + p] = load(A, g.Atype, g.ta ? (size_t)p + (size_t)i * g.lda : (size_t)i + (size_t)p * g.lda);
+    for (int j = 0; j < n; j++)
+        for (int p = 0; p < k; p++)
+            b[(size_t)j * k + p] = load(B, g.Btype, g.tb ? (size_t)j + (size_t)p * g.ldb : (size_t)p + (size_t)j * g.ldb);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            const float *ar = &a[(size_t)i * k], *bc = &b[(size_t)j * k];
+            float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int p = 0;
+            for (; p + 8 <= k; p += 8)
+                for (int u = 0; u < 8; u++) part[u] += ar[p + u] * bc[p + u];
+            for (; p < k; p++) part[0] += ar[p] * bc[p];
+            const float acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+            const size_t ci = (size_t)i + (size_t)j * g.ldc;
+            float v = g.al * acc;
+            if (g.be != 0.0f) v += g.be * load(C, g.Ctype, ci);
+            store(C, g.Ctype, ci, v);
+        }
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    (void)algo;
+    gemm_args g;
+    const cublasStatus_t st = gemm_check(handle, "cublasGemmEx", transa, transb, m, n, k, alpha, Atype, lda, Btype, ldb,
+                                         beta, Ctype, ldc, computeType, &g);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    gemm_ranges("cublasGemmEx", g, A, B, C, handle->device);
+    umk_emu::enqueue(handle->stream, "cublasGemmEx", [=] { gemm_run(g, A, B, C); });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The pointer arrays are device memory: read when the GEMM runs on its stream (after the copies
+// that filled them), each product's operands checked then.
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *const Aarray[], cudaDataType_t Atype,
+                                   int lda, const void *const Barray[], cudaDataType_t Btype, int ldb,
+                                   const void *beta, void *const Carray[], cudaDataType_t Ctype, int ldc,
+                                   int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    (void)algo;
+    gemm_args g;
+    const cublasStatus_t st = gemm_check(handle, "cublasGemmBatchedEx", transa, transb, m, n, k, alpha, Atype, lda,
+                                         Btype, ldb, beta, Ctype, ldc, computeType, &g);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
+    const int dev = handle->device;
+    const size_t arr = (size_t)batchCount * sizeof(void *);
+    if (!umk_emu::is_device_range(Aarray, arr, dev) || !umk_emu::is_device_range(Barray, arr, dev) ||
+        !umk_emu::is_device_range(Carray, arr, dev))
+        umk_emu::fatal("cublasGemmBatchedEx(batch %d): a pointer array (%p, %p, %p) is not device memory of device %d",
+                       batchCount, (const void *)Aarray, (const void *)Barray, (const void *)Carray, dev);
+    umk_emu::enqueue(handle->stream, "cublasGemmBatchedEx", [=] {
+        for (int i = 0; i < batchCount; i++) {
+            gemm_ranges("cublasGemmBatchedEx", g, Aarray[i], Barray[i], Carray[i], dev);
+            gemm_run(g, Aarray[i], Barray[i], Carray[i]);
+        }
     });
     return CUBLAS_STATUS_SUCCESS;
 }

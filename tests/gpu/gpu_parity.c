@@ -271,6 +271,84 @@ static void test_matmul(void) {
     }
 }
 
+/* backend_linear on the GPU: one GEMM per weight (the default) and the same-shape products as one
+ * batched GEMM (backend_cuda_linear_batched), against each other and the CPU; the batched run must
+ * really batch (its pointer arrays go through the stager) and a GQA-shaped q/k/v falls back. */
+static void test_linear(void) {
+    struct {
+        const char *what;
+        int n_w, swiglu, out[3], batches;
+    } cs[] = {{"q/k/v same shape", 3, 0, {384, 384, 384}, 1},
+              {"gate/up + swiglu", 2, 1, {704, 704, 0}, 1},
+              {"q/k/v GQA shapes (falls back)", 3, 0, {256, 128, 128}, 0}};
+    const int in = 256, n = g_quick ? 8 : 32;
+    const char *env = getenv("UNMASK_CUDA_LINEAR");   /* the mode the rest of the run uses */
+    const int env_batched = env && strcmp(env, "batched") == 0;
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        float *x = rnd((size_t)n * in, -1, 1);
+        pw w[3], nw;
+        pw_make(&nw, 1, in, 1.0f);
+        for (int j = 0; j < cs[k].n_w; j++) pw_make(&w[j], cs[k].out[j], in, 0.05f);
+        float *res[2][3];   /* [separate, batched][output] */
+        void *gx = g_up(x, (size_t)n * in), *gh = g_poisoned((size_t)n * in), *gt = g_poisoned((size_t)n * cs[k].out[0]);
+        uint64_t staged[2];
+        for (int mode = 0; mode < 2; mode++) {
+            void *gy[3] = {0};
+            blinear op = {.x = gx, .n = n, .norm = &nw.g, .eps = 1e-5f, .epi = cs[k].swiglu ? BLIN_SWIGLU : BLIN_STORE,
+                          .n_w = cs[k].n_w, .tmp_h = gh, .tmp_y = gt};
+            const int n_out = cs[k].swiglu ? 1 : cs[k].n_w;
+            for (int j = 0; j < cs[k].n_w; j++) op.w[j] = &w[j].g;
+            for (int j = 0; j < n_out; j++) op.y[j] = gy[j] = g_poisoned((size_t)n * cs[k].out[j]);
+            uint64_t c0, r0, c1, r1;
+            backend_cuda_linear_batched(g_gpu, mode);
+            backend_cuda_stage_stats(g_gpu, &c0, &r0);
+            backend_linear(g_gpu, &op);
+            backend_cuda_stage_stats(g_gpu, &c1, &r1);
+            backend_cuda_linear_batched(g_gpu, env_batched);
+            staged[mode] = (c1 - c0) + (r1 - r0);
+            for (int j = 0; j < n_out; j++) {
+                res[mode][j] = g_down(gy[j], (size_t)n * cs[k].out[j]);
+                g_gpu->ops->act_free(g_gpu, gy[j]);
+            }
+        }
+        /* the CPU's single ops */
+        float *cx = c_up(x, (size_t)n * in), *ch = g_cpu->ops->act_alloc(g_cpu, (size_t)n * in);
+        g_cpu->ops->rmsnorm(g_cpu, cx, &nw.c, n, in, 1e-5f, ch);
+        char what[128];
+        if (cs[k].swiglu) {
+            float *cg = g_cpu->ops->act_alloc(g_cpu, (size_t)n * cs[k].out[0]);
+            float *cu = g_cpu->ops->act_alloc(g_cpu, (size_t)n * cs[k].out[0]);
+            g_cpu->ops->matmul(g_cpu, ch, &w[0].c, NULL, n, cg);
+            g_cpu->ops->matmul(g_cpu, ch, &w[1].c, NULL, n, cu);
+            g_cpu->ops->swiglu(g_cpu, cg, cu, (size_t)n * cs[k].out[0], cg);
+            snprintf(what, sizeof what, "linear %s batched vs CPU", cs[k].what);
+            expect_close(what, res[1][0], cg, (size_t)n * cs[k].out[0], 2e-2);
+            g_cpu->ops->act_free(g_cpu, cg), g_cpu->ops->act_free(g_cpu, cu);
+        } else {
+            for (int j = 0; j < cs[k].n_w; j++) {
+                float *cy = g_cpu->ops->act_alloc(g_cpu, (size_t)n * cs[k].out[j]);
+                g_cpu->ops->matmul(g_cpu, ch, &w[j].c, NULL, n, cy);
+                snprintf(what, sizeof what, "linear %s batched vs CPU, output %d", cs[k].what, j);
+                expect_close(what, res[1][j], cy, (size_t)n * cs[k].out[j], 2e-2);
+                g_cpu->ops->act_free(g_cpu, cy);
+            }
+        }
+        for (int j = 0; j < (cs[k].swiglu ? 1 : cs[k].n_w); j++) {
+            snprintf(what, sizeof what, "linear %s batched vs separate, output %d", cs[k].what, j);
+            expect_close(what, res[1][j], res[0][j], (size_t)n * cs[k].out[j], 1e-2);
+            free(res[0][j]), free(res[1][j]);
+        }
+        CHECKF(staged[0] == 0 && (cs[k].batches ? staged[1] == 3 : staged[1] == 0),
+               "linear %s: pointer arrays staged %llu (separate) / %llu (batched), want 0 / %d", cs[k].what,
+               (unsigned long long)staged[0], (unsigned long long)staged[1], cs[k].batches ? 3 : 0);
+        free(x);
+        g_cpu->ops->act_free(g_cpu, cx), g_cpu->ops->act_free(g_cpu, ch);
+        g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gh), g_gpu->ops->act_free(g_gpu, gt);
+        for (int j = 0; j < cs[k].n_w; j++) pw_free(&w[j]);
+        pw_free(&nw);
+    }
+}
+
 static void test_rope(void) {
     const int n = g_quick ? 9 : 50, H = 4, hd = 128;
     const int rots[] = {128, 64};
@@ -1346,6 +1424,7 @@ int main(int argc, char **argv) {
     test_embed_getrows();
     test_rmsnorm();
     test_matmul();
+    test_linear();
     test_rope();
     test_swiglu_add();
     printf("moe:\n");

@@ -84,6 +84,9 @@ void   backend_cuda_attention_splits(backend *be, int n);
  * an earlier copy of the same bytes still on the device (e.g. one layer's sequence starts for the
  * next layer) */
 void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
+/* 1: the same-shape products of a linear op (q/k/v without GQA, gate/up) as one batched GEMM, as
+ * UNMASK_CUDA_LINEAR=batched; 0: one GEMM per weight (the default) */
+void   backend_cuda_linear_batched(backend *be, int on);
 /* 0: every staging copies (A/B of the reuse); 1: reuse (the default) */
 void   backend_cuda_stage_reuse(backend *be, int on);
 /* 1: MoE layers uploaded from now on decline the device dispatch (BACKEND_CAP_MOE) and route on the
