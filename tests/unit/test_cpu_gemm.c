@@ -87,12 +87,22 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
     cpu_packed_init(&pw, w, R, C, pool);
     _Alignas(64) float c[GEMM_MB * 64];
     double worst = 0;
+    int pf_runs = 0, pf_diff = 0;
     if (k->begin) k->begin();
     for (int m = 1; m <= GEMM_MB; m++)
         for (int ng = 1; ng <= 4; ng++) {
             const uint16_t *b[4];
             for (int j = 0; j < ng; j++) b[j] = pw.p + (int64_t)(3 - j) * kpad * 16;   /* groups in reverse */
             k->block(a, kpad, m, b, ng, kpad, c);
+            if (k->block_pf) {   /* prefetching the next panel's groups changes nothing */
+                _Alignas(64) float c2[GEMM_MB * 64];
+                const uint16_t *next[4];
+                for (int j = 0; j < 4; j++) next[j] = pw.p + (int64_t)j * kpad * 16;
+                k->block_pf(a, kpad, m, b, ng, kpad, c2, next, 1 + (m + ng) % 4);
+                for (int i = 0; i < m; i++)   /* columns 16 ng .. 63 are not written */
+                    pf_diff += memcmp(c + i * 64, c2 + i * 64, (size_t)ng * 16 * sizeof *c) != 0;
+                pf_runs++;
+            }
             for (int i = 0; i < m; i++)
                 for (int j = 0; j < ng; j++)
                     for (int l = 0; l < 16; l++) {
@@ -108,6 +118,7 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
         }
     if (k->end) k->end();
     TEST_CHECK(worst < 1e-6, "%s block: worst relative error %.3e", k->name, worst);
+    if (k->block_pf) TEST_CHECK(pf_runs > 0 && pf_diff == 0, "%s block_pf: %d rows of %d blocks differ from block", k->name, pf_diff, pf_runs);
     cpu_packed_free(&pw);
     free(a);
     free(w);

@@ -15,7 +15,9 @@
  * Not a test: prints tables, asserts nothing.
  *
  * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|denormal]
- *                          [--path fp32|avx512bf16|amx]
+ *                          [--path fp32|avx512bf16|amx] [--cold 1]
+ * --cold 1: every M runs over enough weight copies (> 128 MiB) that they come from memory, as in a
+ * model's forward (by default only M = 1 does; the others reuse one copy from cache)
  * Main thread (+ the backends' pool slots).
  */
 /* as in the backend's sources: lets the branch-free helpers of cpu_internal.h vectorise, so the
@@ -266,6 +268,7 @@ static const char *const k_op_names[OP_COUNT] = {"q/k/v + norm", "attn_out + add
 /* One row of the table: path x op x M. At M = 1 the product streams its weights: it runs over
  * enough copies of them (> 128 MiB in all) that every run reads them from memory, not from L3. */
 #define COLD_BYTES (128.0 * 1024 * 1024)
+static int g_cold;   /* --cold 1: every M streams its weights from memory, as in a model's forward */
 static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, double peak, double bw, int threads) {
     bench_w norm;
     int64_t shapes[OP_COUNT][3][2] = {{{d, d}, {d, d}, {d, d}}, {{d, d}}, {{F, d}, {F, d}}, {{d, F}}, {{V, d}}};
@@ -275,7 +278,7 @@ static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, 
         flops += 2.0 * M * (double)shapes[op][j][0] * (double)shapes[op][j][1];
         bytes += 2.0 * (double)shapes[op][j][0] * (double)shapes[op][j][1];
     }
-    int copies = M == 1 ? (int)(COLD_BYTES / bytes) + 1 : 1;
+    int copies = M == 1 || g_cold ? (int)(COLD_BYTES / bytes) + 1 : 1;
     bench_w *w = xmalloc((size_t)(copies * 3) * sizeof *w);
     for (int c = 0; c < copies; c++)
         for (int j = 0; j < n_w; j++)
@@ -395,6 +398,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--ffn") == 0) F = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--vocab") == 0) V = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+        else if (strcmp(argv[i], "--cold") == 0) g_cold = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--path") == 0) path = argv[i + 1];
         else {
             fprintf(stderr, "usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] "

@@ -4,10 +4,11 @@
  * pool tasks, and the epilogues.
  *
  * A run: every product's output columns are cut into panels (4 groups = 64 outputs; SwiGLU: 2 gate
- * + 2 up groups = 32 outputs) and its rows into chunks of GEMM_MB-row blocks; one task is one panel
- * over one chunk of rows, so a weight panel is read from memory once per chunk and reused from
- * cache by every block of the chunk. Chunks are only cut when the panels alone cannot keep every
- * slot busy. A block's accumulators land in a 12 KiB buffer on the slot's stack and the epilogue
+ * + 2 up groups = 32 outputs) and its rows into chunks of GEMM_MB-row blocks; one task is a group of
+ * consecutive panels (about two tasks per slot) over one chunk of rows, so a weight panel is read
+ * from memory once per chunk and reused from cache by every block of the chunk, and while a panel's
+ * first block runs the kernel prefetches the next panel of the group (block_pf). Chunks are only
+ * cut when the panel groups alone cannot keep every slot busy. A block's accumulators land in a 12 KiB buffer on the slot's stack and the epilogue
  * writes them out from there (store, residual add, silu(gate) * up, bias).
  *
  * Does not: pick the kernel family (cpu_backend.c does, from cpu_features), run fp32 products.
@@ -161,6 +162,7 @@ typedef struct gemm_run {
     int64_t                lda, m;
     const cpu_gemm_out    *outs;
     int64_t                pan_start[5];   /* panels of outs[0..o) */
+    int64_t                gp, n_pg;       /* panels per task, panel groups */
     int64_t                mc, n_mc;       /* rows per chunk, chunks */
 } gemm_run;
 
@@ -168,44 +170,70 @@ static int64_t out_panels(const cpu_gemm_out *o) {
     return o->epi == CPU_EPI_SWIGLU ? (o->w->n_groups + 1) / 2 : (o->w->n_groups + 3) / 4;
 }
 
-static void gemm_task(void *arg, int64_t t, int slot) {
-    (void)slot;
-    const gemm_run *r = arg;
-    const int64_t pan = t / r->n_mc, i_lo = (t % r->n_mc) * r->mc, i_hi = min64(r->m, i_lo + r->mc);
+/* One panel of a run: its product, weight groups and output columns. */
+typedef struct gemm_panel {
+    const cpu_gemm_out *out;
+    const uint16_t     *b[4];
+    int                 ng, half;
+    int64_t             col0, ncols;
+} gemm_panel;
+
+static void panel_of(const gemm_run *r, int64_t pan, gemm_panel *p) {
     int o = 0;
     while (pan >= r->pan_start[o + 1]) o++;
     const cpu_gemm_out *out = &r->outs[o];
     const cpu_packed *w = out->w;
     const int64_t pi = pan - r->pan_start[o], gsz = w->kpad * 16, R = w->rows;
-    const uint16_t *b[4];
-    int ng, half = 0;
-    int64_t col0, ncols;
+    p->out = out;
+    p->half = 0;
     if (out->epi == CPU_EPI_SWIGLU) {
         const int64_t g0 = 2 * pi;
         const int gpp = w->n_groups - g0 < 2 ? 1 : 2;   /* groups per half */
         for (int j = 0; j < gpp; j++) {
-            b[j] = w->p + (g0 + j) * gsz;
-            b[gpp + j] = out->w2->p + (g0 + j) * gsz;
+            p->b[j] = w->p + (g0 + j) * gsz;
+            p->b[gpp + j] = out->w2->p + (g0 + j) * gsz;
         }
-        ng = 2 * gpp;
-        half = 16 * gpp;
-        col0 = 16 * g0;
-        ncols = min64(half, R - col0);
+        p->ng = 2 * gpp;
+        p->half = 16 * gpp;
+        p->col0 = 16 * g0;
+        p->ncols = min64(p->half, R - p->col0);
     } else {
         const int64_t g0 = 4 * pi;
-        ng = (int)min64(4, w->n_groups - g0);
-        for (int j = 0; j < ng; j++) b[j] = w->p + (g0 + j) * gsz;
-        col0 = 16 * g0;
-        ncols = min64(64, R - col0);
+        p->ng = (int)min64(4, w->n_groups - g0);
+        for (int j = 0; j < p->ng; j++) p->b[j] = w->p + (g0 + j) * gsz;
+        p->col0 = 16 * g0;
+        p->ncols = min64(64, R - p->col0);
     }
-    float bias[64] = {0};
-    if (out->bias) cpu_weight_to_f32(out->bias, (size_t)col0, (size_t)ncols, bias);
+}
+
+/* One task: a group of consecutive panels over one chunk of rows. The first block of each panel
+ * prefetches the next panel of the group (block_pf). */
+static void gemm_task(void *arg, int64_t t, int slot) {
+    (void)slot;
+    const gemm_run *r = arg;
+    const int64_t pg = t / r->n_mc, i_lo = (t % r->n_mc) * r->mc, i_hi = min64(r->m, i_lo + r->mc);
+    const int64_t p_lo = pg * r->gp, pan_end = min64(p_lo + r->gp, r->pan_start[4]);
     _Alignas(64) float c[GEMM_MB * 64];
+    gemm_panel cur, nxt;
+    panel_of(r, p_lo, &cur);
     if (r->k->begin) r->k->begin();
-    for (int64_t i0 = i_lo; i0 < i_hi; i0 += GEMM_MB) {
-        const int mb = (int)min64(GEMM_MB, i_hi - i0);
-        r->k->block(r->a + i0 * r->lda, r->lda, mb, b, ng, w->kpad, c);
-        epi_rows(out->epi, c, mb, (int)ncols, half, bias, out->y + i0 * R + col0, R);
+    for (int64_t pan = p_lo; pan < pan_end; pan++) {
+        const int has_next = pan + 1 < pan_end;
+        if (has_next) panel_of(r, pan + 1, &nxt);
+        const cpu_gemm_out *out = cur.out;
+        const int64_t R = out->w->rows;
+        float bias[64] = {0};
+        if (out->bias) cpu_weight_to_f32(out->bias, (size_t)cur.col0, (size_t)cur.ncols, bias);
+        for (int64_t i0 = i_lo; i0 < i_hi; i0 += GEMM_MB) {
+            const int mb = (int)min64(GEMM_MB, i_hi - i0);
+            if (r->k->block_pf)
+                r->k->block_pf(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c,
+                               has_next && i0 == i_lo ? nxt.b : NULL, nxt.ng);
+            else
+                r->k->block(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c);
+            epi_rows(out->epi, c, mb, (int)cur.ncols, cur.half, bias, out->y + i0 * R + cur.col0, R);
+        }
+        cur = nxt;
     }
     if (r->k->end) r->k->end();
 }
@@ -222,9 +250,13 @@ void cpu_gemm_run(cpu_pool *pool, const cpu_gemm_kernel *k, const uint16_t *a, i
         CHECK(!out->w2 || (out->w2->rows == out->w->rows && out->w2->kpad == out->w->kpad));
         r.pan_start[o + 1] = r.pan_start[o] + out_panels(out);
     }
-    const int64_t panels = r.pan_start[n_out], want = 4 * (int64_t)cpu_pool_size(pool);
+    for (int o = n_out; o < 4; o++) r.pan_start[o + 1] = r.pan_start[n_out];
+    /* about two tasks per slot: consecutive panels share a task, so each can prefetch the next */
+    const int64_t panels = r.pan_start[4], want = 2 * (int64_t)cpu_pool_size(pool);
+    r.gp = panels / want > 1 ? panels / want : 1;
+    r.n_pg = (panels + r.gp - 1) / r.gp;
     r.mc = round_up(m, GEMM_MB);
-    while (r.mc > GEMM_MB && panels * ((m + r.mc - 1) / r.mc) < want) r.mc = round_up(r.mc / 2, GEMM_MB);
+    while (r.mc > GEMM_MB && r.n_pg * ((m + r.mc - 1) / r.mc) < want) r.mc = round_up(r.mc / 2, GEMM_MB);
     r.n_mc = (m + r.mc - 1) / r.mc;
-    cpu_pool_run(pool, panels * r.n_mc, 0, gemm_task, &r);
+    cpu_pool_run(pool, r.n_pg * r.n_mc, 0, gemm_task, &r);
 }

@@ -45,6 +45,11 @@ typedef struct cpu_packed {
 typedef struct cpu_gemm_kernel {
     const char *name;
     void (*block)(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad, float *c);
+    /* (optional) block() that, while it runs, also prefetches the next_ng groups at next[] (the
+     * panel this slot computes next; next == NULL: none), so that a panel streamed from memory
+     * arrives during the previous panel's compute. Same results as block(). */
+    void (*block_pf)(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad, float *c,
+                     const uint16_t *const *next, int next_ng);
     /* per pool slot, around a run of blocks (AMX: load / release the tile configuration); may be NULL */
     void (*begin)(void);
     void (*end)(void);
