@@ -237,6 +237,7 @@ do_lease() {
   done
   step "test_cpu_gemm (CPU kernel paths)" 20 60 "$BUILD/test_cpu_gemm"
   step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
+  step "gpu_parity --quick, batched linear" 30 90 env UNMASK_CUDA_LINEAR=batched "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
   step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
   step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
   step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
