@@ -205,6 +205,7 @@ static void attn_task_bf16(void *arg, int64_t wi, int slot) {
     const int64_t nk16 = round_up(nk, 16), nk32 = round_up(nk, 32), hd16 = round_up(hd, 16);
     const int nv = item_visible_keys(p, it, k0, nk);
     const int64_t nv16 = round_up(nv, 16), nv32 = round_up(nv, 32);
+    const float scale = p->scale;
     float *o = r->out + (size_t)it->q0 * ldq + (size_t)h * hd;
     if (nv == 0) {
         for (int i = 0; i < nq; i++) memset(o + (size_t)i * ldq, 0, (size_t)hd * sizeof *o);
@@ -224,8 +225,12 @@ static void attn_task_bf16(void *arg, int64_t wi, int slot) {
         const int ng = (int)((nv16 - j0) / 16 < 4 ? (nv16 - j0) / 16 : 4), w = nv - j0 < 64 ? (int)(nv - j0) : 64;
         for (int j = 0; j < ng; j++) b[j] = kg + (j0 / 16 + j) * hdp * 16;
         kern->block(qb, hdp, nq, b, ng, hdp, c);
-        for (int i = 0; i < nq; i++)
-            for (int j = 0; j < w; j++) S[(int64_t)i * nv + j0 + j] = c[i * 64 + j] * p->scale;
+        for (int i = 0; i < nq; i++) {   /* scale in a local: a store through S could alias p->scale */
+            float *restrict srow = S + (int64_t)i * nv + j0;
+            const float *restrict crow = c + i * 64;
+#pragma omp simd
+            for (int j = 0; j < w; j++) srow[j] = crow[j] * scale;
+        }
     }
     mask_softmax(p, it, k0, nv, S, nv);
     for (int i = 0; i < nq; i++) cpu_row_to_bf16(S + (int64_t)i * nv, nv, nv32, NULL, 1.0f, pb + (size_t)i * nv32);
@@ -234,7 +239,12 @@ static void attn_task_bf16(void *arg, int64_t wi, int slot) {
         const int ng = (int)((hd16 - d0) / 16 < 4 ? (hd16 - d0) / 16 : 4), w = hd - d0 < 64 ? hd - d0 : 64;
         for (int j = 0; j < ng; j++) b[j] = vg + (d0 / 16 + j) * nk32 * 16;   /* first nv32 keys of each group */
         kern->block(pb, nv32, nq, b, ng, nv32, c);
-        for (int i = 0; i < nq; i++) memcpy(o + (size_t)i * ldq + d0, c + i * 64, (size_t)w * sizeof *o);
+        for (int i = 0; i < nq; i++) {
+            float *restrict orow = o + (size_t)i * ldq + d0;
+            const float *restrict crow = c + i * 64;
+#pragma omp simd
+            for (int j = 0; j < w; j++) orow[j] = crow[j];
+        }
     }
     if (kern->end) kern->end();
 }
