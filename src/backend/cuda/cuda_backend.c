@@ -1208,8 +1208,6 @@ void backend_cuda_act_from_host(backend *be, void *d, const float *s, size_t n) 
 void backend_cuda_force_generic_attention(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be, (void)c, (void)r; CUDA_UNAVAILABLE(); }
-void backend_cuda_linear_batched(backend *be, int on) { cuda_impl_of(be)->linear_batched = on; }
-
 void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_linear_batched(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }

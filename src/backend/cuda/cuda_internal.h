@@ -90,11 +90,11 @@ typedef struct cuda_impl {
     cuda_arena     stage;              /* per-op index arrays (ring) */
     cuda_arena    *graph_stage;        /* during capture: arena owned by the graph being captured */
     int            capturing;
-    uint64_t       capture_epoch;
+    uint64_t       capture_epoch;      /* buf_epoch when the current capture began */
     cuda_stage_memo memo[STAGE_MEMO];  /* [n_memo] arrays staged in the active arena's live chunks */
     int            n_memo, memo_next;  /* entries in use; the next one to replace when full */
     int            memo_off;           /* 1: every cuda_stage copies (tests, A/B) */
-    uint64_t       stage_copies, stage_hits;   /* cuda_stage calls that copied / reused a copy */      /* buf_epoch when the current capture began */
+    uint64_t       stage_copies, stage_hits;   /* cuda_stage calls that copied / reused a copy */
 
     /* weight upload: two pinned staging buffers (+ device scratch for F32/F16 -> BF16) */
     void          *up_host[2];
