@@ -234,6 +234,20 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     }
 }
 
+// One warp's output row of one head: lane holds dims lane + 32 j (j < N) of the unnormalised
+// output; writes v * inv as bf16 for the dims below hd (inv = 1 / softmax sum, 0 for no visible key).
+template <int N>
+__device__ __forceinline__ void warp_store_row(const float (&v)[N], float inv, int lane, int hd, uint16_t *dst) {
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const int d = lane + 32 * j;
+        if (d < hd) {
+            __nv_bfloat16 b = __float2bfloat16_rn(v[j] * inv);
+            dst[d] = *reinterpret_cast<uint16_t *>(&b);
+        }
+    }
+}
+
 // Merges the n_split partials of one (query row, head) per warp: m = max m_i, weights 2^(m_i - m)
 // (0 for a split that saw no visible key), out = sum w_i o_i / sum w_i l_i; zeros when no split saw
 // a key (as the unsplit kernel).
@@ -263,15 +277,7 @@ __global__ void __launch_bounds__(128) k_attn_combine(attn_args a) {
         }
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int ldq = p.n_heads * HD;
-#pragma unroll
-    for (int j = 0; j < DPL; j++) {
-        const int d = lane + 32 * j;
-        if (d < HD) {
-            __nv_bfloat16 b = __float2bfloat16_rn(acc[j] * inv);
-            a.out[(int64_t)row * ldq + h * HD + d] = *reinterpret_cast<uint16_t *>(&b);
-        }
-    }
+    warp_store_row(acc, inv, lane, HD, a.out + (int64_t)row * p.n_heads * HD + h * HD);
 }
 
 __device__ __forceinline__ float b2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -334,14 +340,7 @@ __global__ void __launch_bounds__(128) k_attn_generic(attn_args a) {
         m = mn;
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma unroll
-    for (int i = 0; i < GEN_DPL; i++) {
-        const int d = lane + 32 * i;
-        if (d < HD) {
-            __nv_bfloat16 b = __float2bfloat16_rn(o[i] * inv);
-            a.out[(int64_t)row * ldq + h * HD + d] = *reinterpret_cast<uint16_t *>(&b);
-        }
-    }
+    warp_store_row(o, inv, lane, HD, a.out + (int64_t)row * ldq + h * HD);
 }
 
 template <int HD>

@@ -8,8 +8,9 @@
  * consecutive panels (about two tasks per slot) over one chunk of rows, so a weight panel is read
  * from memory once per chunk and reused from cache by every block of the chunk, and while a panel's
  * first block runs the kernel prefetches the next panel of the group (block_pf). Chunks are only
- * cut when the panel groups alone cannot keep every slot busy. A block's accumulators land in a 12 KiB buffer on the slot's stack and the epilogue
- * writes them out from there (store, residual add, silu(gate) * up, bias).
+ * cut when the panel groups alone cannot keep every slot busy. A block's accumulators land in a
+ * 12 KiB buffer on the slot's stack and the epilogue writes them out from there (store, residual
+ * add, silu(gate) * up, bias).
  *
  * Does not: pick the kernel family (cpu_backend.c does, from cpu_features), run fp32 products.
  * Threading: entry points on the driving thread; tasks on pool slots.
@@ -162,7 +163,7 @@ typedef struct gemm_run {
     int64_t                lda, m;
     const cpu_gemm_out    *outs;
     int64_t                pan_start[5];   /* panels of outs[0..o) */
-    int64_t                gp, n_pg;       /* panels per task, panel groups */
+    int64_t                gp;             /* consecutive panels per task */
     int64_t                mc, n_mc;       /* rows per chunk, chunks */
 } gemm_run;
 
@@ -226,14 +227,15 @@ static void gemm_task(void *arg, int64_t t, int slot) {
         if (out->bias) cpu_weight_to_f32(out->bias, (size_t)cur.col0, (size_t)cur.ncols, bias);
         for (int64_t i0 = i_lo; i0 < i_hi; i0 += GEMM_MB) {
             const int mb = (int)min64(GEMM_MB, i_hi - i0);
+            const int pf = has_next && i0 == i_lo;   /* the panel's first block fetches the next one */
             if (r->k->block_pf)
-                r->k->block_pf(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c,
-                               has_next && i0 == i_lo ? nxt.b : NULL, nxt.ng);
+                r->k->block_pf(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c, pf ? nxt.b : NULL,
+                               pf ? nxt.ng : 0);
             else
                 r->k->block(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c);
             epi_rows(out->epi, c, mb, (int)cur.ncols, cur.half, bias, out->y + i0 * R + cur.col0, R);
         }
-        cur = nxt;
+        if (has_next) cur = nxt;
     }
     if (r->k->end) r->k->end();
 }
@@ -254,9 +256,9 @@ void cpu_gemm_run(cpu_pool *pool, const cpu_gemm_kernel *k, const uint16_t *a, i
     /* about two tasks per slot: consecutive panels share a task, so each can prefetch the next */
     const int64_t panels = r.pan_start[4], want = 2 * (int64_t)cpu_pool_size(pool);
     r.gp = panels / want > 1 ? panels / want : 1;
-    r.n_pg = (panels + r.gp - 1) / r.gp;
+    const int64_t n_pg = (panels + r.gp - 1) / r.gp;   /* panel groups */
     r.mc = round_up(m, GEMM_MB);
-    while (r.mc > GEMM_MB && r.n_pg * ((m + r.mc - 1) / r.mc) < want) r.mc = round_up(r.mc / 2, GEMM_MB);
+    while (r.mc > GEMM_MB && n_pg * ((m + r.mc - 1) / r.mc) < want) r.mc = round_up(r.mc / 2, GEMM_MB);
     r.n_mc = (m + r.mc - 1) / r.mc;
-    cpu_pool_run(pool, r.n_pg * r.n_mc, 0, gemm_task, &r);
+    cpu_pool_run(pool, n_pg * r.n_mc, 0, gemm_task, &r);
 }
