@@ -46,8 +46,10 @@ typedef struct job {
      * grows by doubling up to max_events */
     int64_t     next_event_id;     /* id of the next event (starts at 1) */
     int64_t     first_kept_id;     /* oldest id still in the ring */
-    char      **ring;              /* [ring_cap] compact JSON, owned */
+    char      **ring;              /* [ring_cap] compact JSON, owned; NULL = an event the store lost */
     int         ring_cap;
+    int64_t     stored_next_id;    /* while its events are read back (load_event): the document's
+                                      next_event_id, applied by load_finish(); 0 otherwise */
     size_t      bytes;             /* what this job holds (request, result, events), for max_bytes */
     char        qentry[40];        /* shared backend: the queue entry this server took it under ("" none) */
     double      touched;           /* monotonic time of its last write-through (re-sent after an outage) */
@@ -213,27 +215,43 @@ static int make_room(job_store *js, size_t need, const job *keep) {
     return js->bytes + need <= js->o.max_bytes;
 }
 
-/* Drops j's oldest kept event; lock held. */
+/* Drops j's oldest kept event (there is one: first_kept_id < next_event_id); lock held. */
 static void drop_oldest_event(job_store *js, job *j) {
+    CHECK(j->first_kept_id < j->next_event_id && j->ring_cap > 0);
     int slot = (int)(j->first_kept_id % j->ring_cap);
-    charge(js, j, -(long)strlen(j->ring[slot]));
+    if (j->ring[slot]) charge(js, j, -(long)strlen(j->ring[slot]));
     free(j->ring[slot]);
     j->ring[slot] = NULL;
     j->first_kept_id++;
 }
 
 /* Room for need (<= max_events) events in j's ring, which grows by doubling; the events it holds,
- * ids [first_kept_id, next_event_id), are laid out for the new capacity. Lock held. */
+ * ids [first_kept_id, next_event_id) — the ring never holds any other id — are laid out for the
+ * new capacity. Lock held. */
 static void ring_reserve(job_store *js, job *j, int64_t need) {
+    CHECK(need <= js->o.max_events);
     if (need <= j->ring_cap) return;
+    CHECK(j->next_event_id - j->first_kept_id <= j->ring_cap);
     int cap = j->ring_cap ? j->ring_cap : 16;
     while (cap < need) cap *= 2;
     if (cap > js->o.max_events) cap = js->o.max_events;
     char **ring = xcalloc((size_t)cap, sizeof *ring);
-    for (int64_t id = j->first_kept_id; id < j->next_event_id && j->ring_cap; id++) ring[id % cap] = j->ring[id % j->ring_cap];
+    for (int64_t id = j->first_kept_id; id < j->next_event_id; id++) ring[id % cap] = j->ring[id % j->ring_cap];
     free(j->ring);
     j->ring = ring;
     j->ring_cap = cap;
+}
+
+/* Moves the end of j's log to next (> next_event_id; the ids in between hold no event yet),
+ * dropping the oldest events so the window [first_kept_id, next) stays within max_events, and
+ * makes room for it in the ring. Lock held. */
+static void log_extend(job_store *js, job *j, int64_t next) {
+    if (next <= j->next_event_id) return;
+    const int64_t first = next - js->o.max_events; /* the oldest id the new window can keep */
+    while (j->first_kept_id < first && j->first_kept_id < j->next_event_id) drop_oldest_event(js, j);
+    if (j->first_kept_id < first) j->first_kept_id = first; /* nothing left to drop */
+    ring_reserve(js, j, next - j->first_kept_id);
+    j->next_event_id = next;
 }
 
 /* Append an event under the lock; returns its id. The log keeps max_events events at most, and
@@ -243,12 +261,10 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     CHECK(s != NULL);
     size_t len = strlen(s);
     const int64_t first_before = j->first_kept_id;
-    int64_t kept = j->next_event_id - j->first_kept_id;
-    if (kept >= js->o.max_events) drop_oldest_event(js, j), kept--;
-    ring_reserve(js, j, kept + 1);
+    const int64_t id = j->next_event_id;
+    log_extend(js, j, id + 1);
     if (!make_room(js, len, j))
-        while (j->first_kept_id < j->next_event_id && js->bytes + len > js->o.max_bytes) drop_oldest_event(js, j);
-    int64_t id = j->next_event_id++;
+        while (j->first_kept_id < id && js->bytes + len > js->o.max_bytes) drop_oldest_event(js, j);
     j->ring[id % j->ring_cap] = s;
     charge(js, j, (long)len);
     if (js->be) {
@@ -890,7 +906,7 @@ static job *job_parse(const char *id, int64_t seq, const char *doc) {
     return j;
 }
 
-/* Adds a parsed job to the store (newest); lock held. */
+/* Adds a job to the store (newest); lock held. */
 static void link_job(job_store *js, job *j) {
     charge(js, j, (long)(json_bytes(j->request) + JOB_OVERHEAD + json_bytes(j->result)));
     unsigned h = hash_id(j->id);
@@ -905,6 +921,15 @@ static void link_job(job_store *js, job *j) {
     if (j->seq >= js->next_seq) js->next_seq = j->seq + 1;
 }
 
+/* A parsed job about to be held here: its event log is empty until load_event() puts the stored
+ * events back and load_finish() moves its end to the document's next_event_id (which may lag the
+ * newest events: the row is written less often than they are). A detached copy (lookup()) keeps
+ * the document's ids and no ring: its events are read from the store. */
+static void load_begin(job *j) {
+    j->stored_next_id = j->next_event_id;
+    j->next_event_id = j->first_kept_id;
+}
+
 static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
     job_store *js = user;
     job *j = find(js, id) ? NULL : job_parse(id, seq, doc);
@@ -912,35 +937,36 @@ static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
         log_warn("job store: job %s has an unreadable row; skipped", id);
         return;
     }
+    load_begin(j);
     link_job(js, j); /* rows come in creation order */
 }
 
+/* One stored event of a job being read back (events come in ascending eid; older ones than the
+ * window keeps are dropped as newer ones arrive). */
 static void load_event(void *user, const char *id, int64_t eid, const char *doc) {
     job_store *js = user;
     job *j = find(js, id);
     if (!j || eid < j->first_kept_id) return;
-    /* keep the window [first_kept_id, eid] within max_events (events come in ascending eid) */
-    while (eid + 1 - j->first_kept_id > js->o.max_events) {
-        if (j->first_kept_id < j->next_event_id && j->ring_cap && j->ring[j->first_kept_id % j->ring_cap])
-            drop_oldest_event(js, j);
-        else
-            j->first_kept_id++;
-    }
-    if (j->next_event_id < j->first_kept_id) j->next_event_id = j->first_kept_id;
-    /* reserve before moving next_event_id: only the events already in the ring are laid out anew
-     * (the row may lag its newest events, so eid can lie past the ring's capacity) */
-    ring_reserve(js, j, eid + 1 - j->first_kept_id);
-    if (eid >= j->next_event_id) j->next_event_id = eid + 1;
+    log_extend(js, j, eid + 1);
+    if (eid < j->first_kept_id) return;
     char **slot = &j->ring[eid % j->ring_cap];
     if (*slot) charge(js, j, -(long)strlen(*slot)), free(*slot);
     *slot = xstrdup(doc);
     charge(js, j, (long)strlen(doc));
 }
 
+/* Once j's stored events are read: the log ends at the document's next_event_id or after the
+ * newest event read, whichever is later (ids without a stored event read as "lost"). */
+static void load_finish(job_store *js, job *j) {
+    log_extend(js, j, j->stored_next_id);
+    j->stored_next_id = 0;
+}
+
 int job_store_load(job_store *js, um_err *err) {
     if (!js->be || !js->be->iface->load) return 0;
     pthread_mutex_lock(&js->lock); /* --- lock { */
     int rc = js->be->iface->load(js->be, load_job, load_event, js, err);
+    for (job *j = js->oldest; j; j = j->next) load_finish(js, j);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return rc;
 }
@@ -1122,8 +1148,10 @@ int job_store_take(job_store *js, int max, int timeout_ms, const char *why, char
             continue;
         }
         snprintf(j->qentry, sizeof j->qentry, "%s", t[i].entry);
+        load_begin(j);
         link_job(js, j);
         adopt_events(js, j);
+        load_finish(js, j);
         if (!job_status_terminal(j->status) && js->be->iface->cancel_signalled(js->be, j->id)) j->cancel_requested = 1;
         recover_job(js, j, j->cancel_requested && !job_status_terminal(j->status), why);
         if (j->status == JOB_QUEUED) memcpy(q[nq++], j->id, 40);

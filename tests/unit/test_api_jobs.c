@@ -1,11 +1,15 @@
 /*
  * test_api_jobs.c — the async job store: idempotency keys, owner isolation, lifecycle, retries of
  * failed engine work up to the limit, cancellation, the resumable event log and its window, and
- * the byte budget (finished jobs evicted first, full stores refuse, logs shed old events).
+ * the byte budget (finished jobs evicted first, full stores refuse, logs shed old events); a SQLite
+ * store read back at start gives every job's event log byte for byte, whatever its length.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "jobs/job_db.h"
 #include "jobs/jobs.h"
 #include "test.h"
 
@@ -57,8 +61,126 @@ static void test_byte_budget(void) {
     job_store_free(js);
 }
 
+/* Every kept event of job id (from the oldest the window keeps) as one string ("id:json\n" each),
+ * or NULL when they cannot be read. */
+static char *events_text(job_store *js, const char *id, int *count) {
+    job_event_copy *evs = NULL;
+    int terminal = 0, n = -1;
+    um_err err = {0};
+    for (int64_t after = 0; n < 0 && after < 100000; after++)
+        n = job_store_events_since(js, id, after, 100000, &evs, &terminal, &err);
+    *count = n;
+    if (n < 0) return NULL;
+    size_t cap = 1;
+    for (int i = 0; i < n; i++) cap += strlen(evs[i].json) + 24;
+    char *s = calloc(1, cap), *p = s;
+    for (int i = 0; i < n; i++) p += sprintf(p, "%lld:%s\n", (long long)evs[i].id, evs[i].json);
+    job_events_free(evs, n);
+    return s;
+}
+
+static job_store *open_sqlite(const char *path, int max_events) {
+    job_store_opts o = {.max_jobs = 100, .max_active = 100, .max_events = max_events, .max_attempts = 3};
+    um_err err = {0};
+    int rc = job_db_backend_open(path, &o.backend, &err);
+    TEST_CHECK(rc == 0, "open %s: %s", path, err.msg);
+    if (rc != 0) return NULL;
+    job_store *js = job_store_new(&o);
+    rc = job_store_load(js, &err);
+    TEST_CHECK(rc == 0, "load %s: %s", path, err.msg);
+    return js;
+}
+
+/* A store read back at start: finished and interrupted jobs keep their whole event log byte for
+ * byte, for logs shorter than, equal to and many times the ring's first capacity (16) — the
+ * restart that once aliased ring slots (double free at start for 33+ events, freed memory served
+ * for 17-32) — and for logs past the window (max_events), where the newest are kept. */
+static void test_reload_event_logs(void) {
+    const char *tmp = getenv("UNMASK_TEST_TMP");
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_api_jobs_reload_%d.db", tmp && tmp[0] ? tmp : "/tmp", (int)getpid());
+    static const int lens[] = {0, 1, 12, 13, 14, 15, 29, 30, 31, 62, 63, 64, 100, 300};
+    const int nlen = (int)(sizeof lens / sizeof lens[0]);
+    char wal[540], shm[540];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    for (int window = 0; window < 2; window++) {
+        const int max_events = window ? 40 : 4096;
+        unlink(path), unlink(wal), unlink(shm);
+        job_store *js = open_sqlite(path, max_events);
+        if (!js) return;
+        char ids[2 * 14][40];
+        char *before[2 * 14];
+        int counts[2 * 14];
+        um_err err = {0};
+        for (int i = 0; i < 2 * nlen; i++) {
+            int existed = 0, finish = i < nlen, len = lens[i % nlen];
+            json_t *req = json_pack("{s:s, s:i}", "prompt", "p", "n", i);
+            TEST_CHECK(job_store_create(js, "k", NULL, req, NULL, ids[i], &existed, &err) == 0, "create: %s", err.msg);
+            json_decref(req);
+            job_store_start(js, ids[i], 64);
+            for (int e = 0; e < len; e++) {
+                json_t *ev = json_pack("{s:s, s:i, s:s, s:{s:i, s:i}}", "type", "step", "step", e, "text",
+                                       "step text that differs per event", "progress", "steps", e + 1, "committed", e);
+                job_store_append(js, ids[i], ev);
+                json_decref(ev);
+            }
+            if (finish) {
+                json_t *res = json_pack("{s:s, s:i}", "text", "done", "n", i);
+                job_store_succeed(js, ids[i], res);
+                json_decref(res);
+            }
+            before[i] = events_text(js, ids[i], &counts[i]);
+        }
+        job_store_free(js); /* the server stopped; the unfinished jobs were running */
+        for (int round = 0; round < 2; round++) { /* and started again, twice */
+            js = open_sqlite(path, max_events);
+            if (!js) return;
+            char(*queued)[40] = NULL, (*hooks)[40] = NULL;
+            int nh = 0;
+            int nq = job_store_recover(js, "restarted", &queued, &hooks, &nh);
+            TEST_CHECK(nq == nlen, "the interrupted jobs are queued (again): %d", nq);
+            free(queued);
+            free(hooks);
+            for (int i = 0; i < 2 * nlen; i++) {
+                int n = 0;
+                char *after = events_text(js, ids[i], &n);
+                if (i < nlen) {
+                    TEST_CHECK(after && before[i] && strcmp(after, before[i]) == 0,
+                               "window %d round %d: finished job with %d steps: the same %d events after the restart "
+                               "(%d read)",
+                               max_events, round, lens[i], counts[i], n);
+                    TEST_CHECK(job_store_status(js, ids[i]) == JOB_SUCCEEDED, "still succeeded");
+                } else if (round == 0) {
+                    /* what was logged before (less the oldest event when the window was full), then
+                     * a retry event (the interrupted attempt) */
+                    const char *kept = before[i];
+                    if (kept && counts[i] == max_events) kept = strchr(kept, '\n') + 1;
+                    TEST_CHECK(after && kept && strncmp(after, kept, strlen(kept)) == 0 &&
+                                   strstr(after + strlen(kept), "\"retry\""),
+                               "window %d: interrupted job with %d steps keeps its %d events and logs a retry",
+                               max_events, lens[i % nlen], counts[i]);
+                    free(before[i]);
+                    before[i] = after, after = NULL;
+                    counts[i] = n;
+                } else { /* queued since the first restart: nothing new */
+                    TEST_CHECK(after && before[i] && strcmp(after, before[i]) == 0,
+                               "window %d: queued job with %d steps: the same %d events after a second restart",
+                               max_events, lens[i % nlen], counts[i]);
+                    TEST_CHECK(job_store_status(js, ids[i]) == JOB_QUEUED, "still queued");
+                }
+                free(after);
+            }
+            job_store_free(js);
+        }
+        for (int i = 0; i < 2 * nlen; i++) free(before[i]);
+    }
+    unlink(path), unlink(wal), unlink(shm);
+}
+
 int main(void) {
     test_byte_budget();
+    test_reload_event_logs();
     job_store_opts o = {.max_jobs = 4, .max_active = 3, .max_events = 8, .max_attempts = 2};
     job_store *js = job_store_new(&o);
     um_err err = {0};
