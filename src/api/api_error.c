@@ -132,6 +132,20 @@ json_t *oai_json_string_lossy(const char *s, size_t len) {
     return j;
 }
 
+const char *oai_json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
 static json_t *str_or_null(const char *s) { return s[0] ? oai_json_string_lossy(s, strlen(s)) : json_null(); }
 
 json_t *oai_error_json(const oai_error *e) {

@@ -52,4 +52,7 @@ char *oai_error_body(const oai_error *e, size_t *len);
  * or truncated UTF-8 sequences become U+FFFD. Shared by every encoder that echoes client text. */
 json_t *oai_json_string_lossy(const char *s, size_t len);
 
+/* "an object", "a string", ... for messages about a value of the wrong type. */
+const char *oai_json_type_name(const json_t *v);
+
 #endif /* UM_OAI_ERROR_H */

@@ -16,6 +16,7 @@
 #include <openssl/rand.h>
 
 #include "api/infill.h"
+#include "api/request.h"
 #include "api/sglang.h"
 #include "decode/event_json.h"
 #include "text/chat_template.h"
@@ -50,20 +51,6 @@ void api_gen_free(api_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "a value";
-}
-
 json_t *api_parse_body(const char *body, size_t len, oai_error *e) {
     if (len == 0) {
         oai_error_set(e, 400, "invalid_json", NULL, "the request body is empty; send a JSON object");
@@ -77,7 +64,7 @@ json_t *api_parse_body(const char *body, size_t len, oai_error *e) {
         return NULL;
     }
     if (!json_is_object(o)) {
-        oai_error_set(e, 400, "invalid_json", NULL, "the request body must be a JSON object, got %s", json_type_name(o));
+        oai_error_set(e, 400, "invalid_json", NULL, "the request body must be a JSON object, got %s", oai_json_type_name(o));
         json_decref(o);
         return NULL;
     }
@@ -93,7 +80,7 @@ static int get_bool_field(const json_t *obj, const char *k, int *dst, oai_error 
     const json_t *v = field(obj, k);
     if (!v) return 0;
     if (!json_is_boolean(v))
-        return oai_error_set(e, 400, "invalid_type", k, "%s must be a boolean, got %s", k, json_type_name(v));
+        return oai_error_set(e, 400, "invalid_type", k, "%s must be a boolean, got %s", k, oai_json_type_name(v));
     *dst = json_is_true(v);
     return 0;
 }
@@ -110,7 +97,7 @@ static int get_int_field(const json_t *obj, const char *k, long long *dst, oai_e
         *dst = (long long)json_real_value(v);
         return 1;
     }
-    return oai_error_set(e, 400, "invalid_type", k, "%s must be an integer, got %s", k, json_type_name(v));
+    return oai_error_set(e, 400, "invalid_type", k, "%s must be an integer, got %s", k, oai_json_type_name(v));
 }
 
 int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e) {
@@ -119,13 +106,13 @@ int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error
     size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
     if (!one && !json_is_array(v))
         return oai_error_set(e, 400, "invalid_type", "stop", "stop must be a string or an array of strings, got %s",
-                             json_type_name(v));
+                             oai_json_type_name(v));
     if ((int)n > lim->max_stop)
         return oai_error_set(e, 400, "invalid_value", "stop", "stop may hold at most %d strings, got %zu", lim->max_stop, n);
     for (size_t i = 0; i < n; i++) {
         const json_t *s = one ? one : json_array_get(v, i);
         if (!json_is_string(s))
-            return oai_error_set(e, 400, "invalid_type", "stop", "stop[%zu] must be a string, got %s", i, json_type_name(s));
+            return oai_error_set(e, 400, "invalid_type", "stop", "stop[%zu] must be a string, got %s", i, oai_json_type_name(s));
         size_t len = json_string_length(s);
         if (len == 0) continue; /* an empty stop string would stop at once: ignore, as OpenAI does */
         if (len > API_MAX_STOP_BYTES)
@@ -190,14 +177,14 @@ int api_parse_prompt_value(const json_t *v, const char *fieldname, api_prompt *p
         return 0;
     }
     return oai_error_set(e, 400, "invalid_type", fieldname, "%s must be a string or an array of token ids, got %s",
-                         fieldname, json_type_name(v));
+                         fieldname, oai_json_type_name(v));
 }
 
 /* model, n, stream, stream_options, diffusing, logprobs: fields common to the OpenAI endpoints. */
 static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *lim, oai_error *e) {
     const json_t *v = field(o, "model");
     if (v && !json_is_string(v))
-        return oai_error_set(e, 400, "invalid_type", "model", "model must be a string, got %s", json_type_name(v));
+        return oai_error_set(e, 400, "invalid_type", "model", "model must be a string, got %s", oai_json_type_name(v));
     if (v) snprintf(g->model, sizeof g->model, "%s", json_string_value(v));
     long long n = 1;
     int r = get_int_field(o, "n", &n, e);
@@ -210,11 +197,11 @@ static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *li
     if (v) {
         if (!json_is_object(v))
             return oai_error_set(e, 400, "invalid_type", "stream_options", "stream_options must be an object, got %s",
-                                 json_type_name(v));
+                                 oai_json_type_name(v));
         const json_t *iu = field(v, "include_usage");
         if (iu && !json_is_boolean(iu))
             return oai_error_set(e, 400, "invalid_type", "stream_options.include_usage",
-                                 "stream_options.include_usage must be a boolean, got %s", json_type_name(iu));
+                                 "stream_options.include_usage must be a boolean, got %s", oai_json_type_name(iu));
         g->include_usage = iu && json_is_true(iu);
     }
     v = field(o, "logprobs");
@@ -222,40 +209,6 @@ static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *li
         return oai_error_set(e, 400, "unsupported", "logprobs",
                              "logprobs are not supported: a diffusion model commits tokens out of order");
     return api_parse_params(g, o, lim, e);
-}
-
-/* One chat message content -> string (text parts concatenated). NULL + error on other parts. */
-static json_t *message_text(const json_t *content, size_t i, oai_error *e) {
-    if (!content || json_is_null(content)) return json_string("");
-    if (json_is_string(content)) return json_incref((json_t *)content);
-    char param[64];
-    snprintf(param, sizeof param, "messages[%zu].content", i);
-    if (!json_is_array(content)) {
-        oai_error_set(e, 400, "invalid_type", param, "%s must be a string or an array of content parts, got %s", param,
-                      json_type_name(content));
-        return NULL;
-    }
-    strbuf buf = STRBUF_INIT;
-    for (size_t k = 0; k < json_array_size(content); k++) {
-        const json_t *part = json_array_get(content, k);
-        const json_t *type = json_object_get(part, "type");
-        const json_t *text = json_object_get(part, "text");
-        if (!json_is_object(part) || !json_is_string(type)) {
-            strbuf_free(&buf);
-            oai_error_set(e, 400, "invalid_type", param, "%s[%zu] must be an object with a \"type\"", param, k);
-            return NULL;
-        }
-        if (strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
-            strbuf_free(&buf);
-            oai_error_set(e, 400, "unsupported", param, "%s[%zu]: content parts of type '%.32s' are not supported (text only)",
-                          param, k, json_string_value(type));
-            return NULL;
-        }
-        strbuf_put(&buf, json_string_value(text), json_string_length(text));
-    }
-    json_t *s = json_stringn(strbuf_str(&buf), buf.n);
-    strbuf_free(&buf);
-    return s;
 }
 
 int openai_parse_chat(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
@@ -269,31 +222,10 @@ int openai_parse_chat(const char *body, size_t len, const decode_params *default
         oai_error_set(e, 400, "missing_required_parameter", "messages", "messages is required");
         goto out;
     }
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        oai_error_set(e, 400, "invalid_value", "messages", "messages must be a non-empty array of {role, content} objects");
+    api_error ae;
+    if (!(g->messages = api_chat_messages(msgs, &ae))) {
+        oai_error_set(e, 400, ae.code, ae.param, "%s", ae.msg);
         goto out;
-    }
-    g->messages = json_array();
-    for (size_t i = 0; i < json_array_size(msgs); i++) {
-        const json_t *mo = json_array_get(msgs, i);
-        char param[48];
-        snprintf(param, sizeof param, "messages[%zu].role", i);
-        const json_t *role = json_is_object(mo) ? json_object_get(mo, "role") : NULL;
-        if (!json_is_string(role)) {
-            oai_error_set(e, 400, "invalid_type", param, "messages[%zu] must be an object with a string \"role\"", i);
-            goto out;
-        }
-        const char *rs = json_string_value(role);
-        if (strcmp(rs, "developer") == 0) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool")) {
-            oai_error_set(e, 400, "invalid_value", param,
-                          "%s must be one of system, developer, user, assistant, tool, got '%.32s'", param,
-                          json_string_value(role));
-            goto out;
-        }
-        json_t *text = message_text(json_object_get(mo, "content"), i, e);
-        if (!text) goto out;
-        json_array_append_new(g->messages, json_pack("{s:s, s:o}", "role", rs, "content", text));
     }
     if (parse_openai_common(g, o, lim, e)) goto out;
     rc = 0;
@@ -331,7 +263,7 @@ int openai_parse_completion(const char *body, size_t len, const decode_params *d
     g->prompts_list = list;
     const json_t *sfx = field(o, "suffix");
     if (sfx && !json_is_string(sfx)) {
-        oai_error_set(e, 400, "invalid_type", "suffix", "suffix must be a string, got %s", json_type_name(sfx));
+        oai_error_set(e, 400, "invalid_type", "suffix", "suffix must be a string, got %s", oai_json_type_name(sfx));
         goto out;
     }
     if (sfx && json_string_length(sfx) > 0) g->suffix = xstrndup(json_string_value(sfx), json_string_length(sfx));

@@ -10,10 +10,12 @@
 #include <string.h>
 
 #include "api/algo_config.h"
+#include "api/api_error.h"
 #include "decode/event_json.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 
 #define API_MAX_PROMPT_IDS (1 << 20)
 
@@ -34,6 +36,83 @@ int api_error_from(api_error *e, const char *code, const um_err *err) {
     snprintf(e->param, sizeof e->param, "%s", err->param);
     snprintf(e->msg, sizeof e->msg, "%s", err->msg);
     return -1;
+}
+
+/* One message's content as text: a string, null (""), or text parts concatenated. NULL + e
+ * filled otherwise. */
+static json_t *message_text(const json_t *content, size_t i, api_error *e) {
+    if (!content || json_is_null(content)) return json_string("");
+    if (json_is_string(content)) return json_incref((json_t *)content);
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (!json_is_array(content)) {
+        api_error_set(e, "invalid_type", param, "%s must be a string or an array of content parts, got %s", param,
+                      oai_json_type_name(content));
+        return NULL;
+    }
+    strbuf buf = STRBUF_INIT;
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        const json_t *part = json_array_get(content, k);
+        const json_t *type = json_object_get(part, "type");
+        const json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type)) {
+            strbuf_free(&buf);
+            api_error_set(e, "invalid_type", param, "%s[%zu] must be an object with a \"type\"", param, k);
+            return NULL;
+        }
+        if (strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+            strbuf_free(&buf);
+            api_error_set(e, "unsupported", param, "%s[%zu]: content parts of type '%.32s' are not supported (text only)",
+                          param, k, json_string_value(type));
+            return NULL;
+        }
+        strbuf_put(&buf, json_string_value(text), json_string_length(text));
+    }
+    json_t *s = json_stringn(strbuf_str(&buf), buf.n);
+    strbuf_free(&buf);
+    return s;
+}
+
+json_t *api_chat_messages(const json_t *msgs, api_error *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        api_error_set(e, "invalid_value", "messages", "messages must be a non-empty array of {role, content} objects");
+        return NULL;
+    }
+    json_t *out = json_array();
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *mo = json_array_get(msgs, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        const json_t *role = json_is_object(mo) ? json_object_get(mo, "role") : NULL;
+        if (!json_is_string(role)) {
+            api_error_set(e, "invalid_type", param, "messages[%zu] must be an object with a string \"role\"", i);
+            json_decref(out);
+            return NULL;
+        }
+        /* exact names only: the template writes the role as is, and the rendered text is read with
+         * special tokens recognised (a role is not a place for free text) */
+        const char *rs = json_string_value(role);
+        size_t rn = json_string_length(role);
+        int known = strlen(rs) == rn; /* no NUL inside */
+        if (known && strcmp(rs, "developer") == 0) rs = "system";
+        if (!known || (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))) {
+            json_t *shown = oai_json_string_lossy(json_string_value(role), rn < 32 ? rn : 32);
+            char *q = json_dumps(shown, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+            json_decref(shown);
+            api_error_set(e, "invalid_value", param, "%s must be one of system, developer, user, assistant, tool, got %s%s",
+                          param, q ? q : "?", rn > 32 ? " (its first 32 bytes)" : "");
+            free(q);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *text = message_text(json_object_get(mo, "content"), i, e);
+        if (!text) {
+            json_decref(out);
+            return NULL;
+        }
+        json_array_append_new(out, json_pack("{s:s, s:o}", "role", rs, "content", text));
+    }
+    return out;
 }
 
 int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, api_error *e) {
@@ -76,26 +155,24 @@ int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, 
         return api_error_set(e, "unsupported", prompt ? "prompt" : "messages",
                              "this model has no tokenizer; send \"prompt_ids\" instead");
     um_err err = {0};
+    json_t *chat = NULL;
     if (msgs) {
-        if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-            return api_error_set(e, "invalid_request", "messages",
-                                 "\"messages\" must be a non-empty array of {\"role\", \"content\"} objects");
-        for (size_t i = 0; i < json_array_size(msgs); i++) {
-            const json_t *mo = json_array_get(msgs, i);
-            if (!json_is_object(mo) || !json_is_string(json_object_get(mo, "role")) ||
-                !json_is_string(json_object_get(mo, "content")))
-                return api_error_set(e, "invalid_request", "messages",
-                                     "\"messages\"[%zu] must be an object with string \"role\" and \"content\"", i);
+        if (!(chat = api_chat_messages(msgs, e))) {
+            if (strcmp(e->code, "unsupported") != 0) e->code = "invalid_request"; /* this protocol's code for a bad field */
+            return -1;
         }
-        if (!m->chat)
+        if (!m->chat) {
+            json_decref(chat);
             return api_error_set(e, "unsupported", "messages",
                                  "this model has no chat template; send \"prompt\" (raw text) instead");
+        }
     } else if (!json_is_string(prompt)) {
         return api_error_set(e, "invalid_request", "prompt", "\"prompt\" must be a string");
     }
     size_t nn = 0;
-    int rc = msgs ? chat_template_encode(m->chat, m->tok, msgs, 1, ids, &nn, &err) /* contents stay plain text */
+    int rc = chat ? chat_template_encode(m->chat, m->tok, chat, 1, ids, &nn, &err) /* contents stay plain text */
                   : tokenizer_encode(m->tok, json_string_value(prompt), json_string_length(prompt), 1, ids, &nn, &err);
+    json_decref(chat);
     if (rc != 0) {
         if (msgs) um_err_prefix(&err, "chat template");
         snprintf(err.param, sizeof err.param, "%s", msgs ? "messages" : "prompt");

@@ -39,6 +39,18 @@ int api_error_set(api_error *e, const char *code, const char *param, const char 
  * param and message. Returns -1. */
 int api_error_from(api_error *e, const char *code, const um_err *err);
 
+/* Chat messages, the one check every transport applies (WebSocket `generate`, /v1/chat/completions,
+ * /v1/jobs, `unmask generate --messages`): a non-empty array of objects whose "role" is exactly
+ * one of system, developer (taken as system), user, assistant, tool, and whose "content" is a
+ * string, null ("") or an array of {"type":"text","text"} parts (concatenated). Returns a new
+ * array of {"role","content"} strings for the chat template, or NULL with e filled: param
+ * "messages", "messages[i].role" or "messages[i].content", code "invalid_value" / "invalid_type"
+ * (the HTTP APIs' codes; the WebSocket protocol reports them as "invalid_request") or
+ * "unsupported" (a non-text part). Roles are checked because a template writes them verbatim into
+ * text that is then read with special tokens recognised: "user<|eot_id|>..." would forge a turn.
+ * Contents need no such check: chat_template_encode never reads them as special tokens. */
+json_t *api_chat_messages(const json_t *msgs, api_error *e);
+
 /* Token ids of the prompt in obj (see above). *ids is malloc'd (caller frees). */
 int api_prompt_tokens(const model *m, const json_t *obj, int32_t **ids, int *n, api_error *e);
 

@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "api/request.h"
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -174,6 +175,14 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
             json_decref(msgs);
             return 2;
         }
+        api_error ae;
+        json_t *checked = api_chat_messages(msgs, &ae); /* the APIs' check: roles, contents */
+        json_decref(msgs);
+        if (!checked) {
+            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.msg);
+            return 2;
+        }
+        msgs = checked;
         if (!m->chat) {
             fprintf(stderr, "error: --messages needs a chat template, and the model at %s has none\n", m->dir);
             json_decref(msgs);
