@@ -282,11 +282,13 @@ void session_destroy(ws_session *s) {
         }
         gen_free(g);
     }
-    while (s->head) {
+    while (s->head) { /* its frames leave the budgets with it (the server-wide one above all) */
         ws_frame *f = s->head;
         s->head = f->next;
+        acct_sub(s, f);
         frame_free(f);
     }
+    CHECK(s->bytes == 0 && s->n_frames == 0 && s->bytes_unsent == 0 && s->n_unsent == 0);
     if (s->conn) s->conn->sess = NULL;
     else w->n_detached--;
     trace_session_gone(w->traces, s->token);
@@ -295,6 +297,7 @@ void session_destroy(ws_session *s) {
     else w->sessions = s->next;
     if (s->next) s->next->prev = s->prev;
     w->n_sessions--;
+    CHECK(w->n_sessions > 0 || w->bytes == 0); /* the budget balances: nothing charged without a session */
     free(s);
 }
 
@@ -399,11 +402,14 @@ int session_write_next(ws_session *s) {
     return 0;
 }
 
-void session_ack(ws_session *s, uint64_t seq) {
+int session_ack(ws_session *s, uint64_t seq, api_error *e) {
     uint64_t written = s->next_seq - 1;
-    if (seq > written) seq = written;
+    if (seq > written) /* taken, it would release frames the client never got, with no resume_gap later */
+        return api_error_set(e, "invalid_request", "seq", "ack seq %llu is ahead of the last event this session sent (%llu)",
+                             (unsigned long long)seq, (unsigned long long)written);
     if (seq > s->acked) s->acked = seq;
     trim(s);
+    return 0;
 }
 
 int session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e) {
@@ -412,7 +418,7 @@ int session_rewind(ws_session *s, uint64_t last_seq, int *gap, api_error *e) {
         return api_error_set(e, "invalid_request", "last_seq",
                              "last_seq %llu is ahead of the last event this session sent (%llu)",
                              (unsigned long long)last_seq, (unsigned long long)written);
-    session_ack(s, last_seq);
+    CHECK(session_ack(s, last_seq, e) == 0);
     *gap = last_seq < s->floor;
     ws_frame *f = s->head;
     while (f && f->buf && f->seq <= last_seq) f = f->next;
@@ -651,6 +657,7 @@ ws_session *session_follow_load(ws_state *w, const char *token, const char *who,
     *replayed = follow_take(s, docs, n, after);
     docs_free(docs, n);
     if (last_seq > s->follow_seq) s->follow_seq = last_seq; /* the owner had not stored them yet */
+    if (s->follow_seq + 1 > s->next_seq) s->next_seq = s->follow_seq + 1; /* acks up to last_seq are fine */
     s->acked = last_seq;
     *running = json_array();
     const char *id;

@@ -53,6 +53,15 @@ typedef struct ws_prep    ws_prep;
 #define WS_CLOSE_REPLACED  4001   /* another connection resumed this session */
 #define WS_CLOSE_CAPACITY  1013   /* too many sessions (try again later) */
 
+/* A client message that arrived while an earlier `generate` of its connection was being prepared:
+ * handled once that one's reply is queued (ws.c), so replies keep the order of the messages. */
+typedef struct ws_pending {
+    struct ws_pending *next;
+    int                binary;
+    size_t             len;
+    unsigned char      data[];     /* len bytes + NUL */
+} ws_pending;
+
 /* lws per-session data of the "unmask" protocol: one WebSocket connection. */
 typedef struct ws_conn {
     struct lws     *wsi;
@@ -65,6 +74,9 @@ typedef struct ws_conn {
     int             peer_close_code; /* status of the client's close frame, 0 if none */
     int             going_away;    /* server shutdown: flush, then close with 1001 */
     char            who[CALLER_WHO_MAX]; /* the caller (set at the handshake, server/callers.h) */
+    ws_prep        *waiting;       /* its `generate` being prepared: later messages wait (NULL: none) */
+    ws_pending     *pend_head, *pend_tail; /* those messages, in arrival order (owned) */
+    int             rx_paused;     /* lws_rx_flow_control off while messages wait: TCP pushes back */
     struct ws_conn *next, *prev;   /* ws_state.conns */
 } ws_conn;
 
@@ -85,6 +97,8 @@ struct ws_frame {
 struct ws_prep {
     prep_job        job;           /* first member */
     ws_gen         *gen;           /* service thread: NULL once the generation is gone (dropped) */
+    ws_conn        *conn;          /* service thread: the connection whose later messages wait for its
+                                    * reply (ws_conn.waiting); NULL once that connection closed */
     const model    *mdl;
     const struct api_policy *policy; /* the server's (read-only) */
     json_t         *root;          /* the generate message (owned) */
@@ -174,8 +188,9 @@ void session_detach(ws_session *s);
 void session_push(ws_session *s, json_t *obj);
 /* Write the next frame (one lws_write). Returns -1 to close the connection. */
 int  session_write_next(ws_session *s);
-/* Client acknowledged everything <= seq. */
-void session_ack(ws_session *s, uint64_t seq);
+/* Client acknowledged everything <= seq. -1 (api_error filled, nothing changed) when seq is ahead
+ * of the last seq the session gave out. */
+int  session_ack(ws_session *s, uint64_t seq, api_error *e);
 /* Rewind the cursor for a replay of everything after last_seq. Returns the number of frames the
  * client missed (written-but-lost and never written, all queued now), or -1 (api_error filled)
  * when last_seq is ahead of what was sent. *gap = 1 when frames after last_seq were already

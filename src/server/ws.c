@@ -14,6 +14,8 @@
  * code here that runs off the service thread; it touches nothing but its ws_prep); its result
  * comes back to prep_done on the service thread, which submits it and sends `accepted` (or the
  * error). A cancel meanwhile is applied right after submission; a vanished session drops it.
+ * Meanwhile the connection's later messages wait (conn_message): one connection's messages are
+ * handled in order, one at a time, so its replies come in the order of its messages.
  *
  * Not here: session buffering/replay (session.c), JSON shapes (api/ws_protocol.c), request
  * parsing (api/request.c). Threads: lws service thread, except prep_run (a preparation worker).
@@ -145,13 +147,21 @@ static void prep_free(ws_prep *p) {
     free(p);
 }
 
+static void conn_drain(ws_conn *c);
+
 /* Service thread: the request is prepared (or was skipped): submit it and send `accepted`, or
- * report why not. */
+ * report why not; then the connection's messages that waited for this reply. */
 static void prep_done(prep_job *j) {
     ws_prep *p = (ws_prep *)j;
     ws_gen *g = p->gen;
+    ws_conn *c = p->conn;
+    if (c) {
+        c->waiting = NULL;
+        p->conn = NULL;
+    }
     if (!g) { /* the session (or the generation) went away meanwhile */
         prep_free(p);
+        if (c) conn_drain(c);
         return;
     }
     g->prep = NULL;
@@ -189,11 +199,12 @@ static void prep_done(prep_job *j) {
         }
     }
     prep_free(p);
+    if (c) conn_drain(c);
 }
 
 /* ---------------------------------------------------------------- messages */
 
-static void on_generate(ws_state *w, ws_session *s, api_msg *m) {
+static void on_generate(ws_state *w, ws_conn *c, ws_session *s, api_msg *m) {
     server *srv = w->srv;
     const server_config *cfg = server_cfg(srv);
     const model *mdl = server_model(srv);
@@ -255,6 +266,8 @@ static void on_generate(ws_state *w, ws_session *s, api_msg *m) {
     m->root = NULL;
     snprintf(p->event_id, sizeof p->event_id, "%s", m->event_id);
     g->prep = p;
+    p->conn = c; /* the connection's next messages wait for this one's reply (conn_message) */
+    c->waiting = p;
     server_prep(w->srv, &p->job);
 }
 
@@ -388,13 +401,55 @@ static void on_message(ws_state *w, ws_conn *c, const unsigned char *data, size_
         return;
     }
     switch (m.type) {
-    case API_MSG_GENERATE: on_generate(w, s, &m); break;
+    case API_MSG_GENERATE: on_generate(w, c, s, &m); break;
     case API_MSG_CANCEL: on_cancel(s, &m); break;
     case API_MSG_RESUME: on_resume(w, c, s, &m); break;
-    case API_MSG_ACK: session_ack(s, m.seq); break;
+    case API_MSG_ACK:
+        if (session_ack(s, m.seq, &e) != 0) session_push(s, api_ev_error(&e, m.event_id, NULL));
+        break;
     case API_MSG_PING: session_push(s, api_ev_pong(m.event_id)); break;
     }
     api_msg_free(&m);
+}
+
+/* A whole client message. Messages of one connection are handled one at a time, in order: while
+ * its `generate` is being prepared (its reply not queued yet), later ones wait in the connection's
+ * queue, and reading from the socket pauses meanwhile (lws_rx_flow_control) so the queue holds at
+ * most what lws had already read. Every reply thus comes in the order of the messages. */
+static void conn_message(ws_state *w, ws_conn *c, const unsigned char *data, size_t len, int binary) {
+    if (!c->waiting && !c->pend_head) {
+        on_message(w, c, data, len, binary);
+        return;
+    }
+    ws_pending *q = xmalloc(sizeof *q + len + 1);
+    q->next = NULL;
+    q->binary = binary;
+    q->len = len;
+    if (len) memcpy(q->data, data, len);
+    q->data[len] = 0;
+    if (c->pend_tail) c->pend_tail->next = q;
+    else c->pend_head = q;
+    c->pend_tail = q;
+    if (!c->rx_paused) {
+        lws_rx_flow_control(c->wsi, 0);
+        c->rx_paused = 1;
+    }
+}
+
+/* The messages that waited, until one of them waits again; reading resumes once none is left. */
+static void conn_drain(ws_conn *c) {
+    ws_state *w = server_ws(lws_context_user(lws_get_context(c->wsi)));
+    while (!c->waiting && c->pend_head) {
+        ws_pending *q = c->pend_head;
+        c->pend_head = q->next;
+        if (!c->pend_head) c->pend_tail = NULL;
+        on_message(w, c, q->data, q->len, q->binary);
+        free(q);
+    }
+    if (!c->pend_head && c->rx_paused) {
+        lws_rx_flow_control(c->wsi, 1);
+        c->rx_paused = 0;
+    }
 }
 
 /* ---------------------------------------------------------------- lws callback */
@@ -460,7 +515,7 @@ static int on_receive(ws_state *w, ws_conn *c, struct lws *wsi, const void *in, 
     c->rx_len += len;
     if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
         c->rx_in_msg = 0;
-        on_message(w, c, c->rx, c->rx_binary ? 0 : c->rx_len, c->rx_binary);
+        conn_message(w, c, c->rx, c->rx_binary ? 0 : c->rx_len, c->rx_binary);
         c->rx_len = 0;
         if (c->rx_cap > (64u << 10)) { /* do not keep a large buffer around */
             free(c->rx);
@@ -499,6 +554,14 @@ static void on_closed(ws_state *w, ws_conn *c) {
     free(c->rx);
     c->rx = NULL;
     c->rx_cap = c->rx_len = 0;
+    if (c->waiting) c->waiting->conn = NULL; /* its reply goes to the session alone */
+    c->waiting = NULL;
+    while (c->pend_head) { /* messages that never got their turn */
+        ws_pending *q = c->pend_head;
+        c->pend_head = q->next;
+        free(q);
+    }
+    c->pend_tail = NULL;
 }
 
 int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {

@@ -122,20 +122,30 @@ describe('WebSocket generate: preparation off the service thread', () => {
   // ~1 MB of text: tens of ms of tokenization (and more tokens than the tiny model's context).
   const big = 'The quick brown fox jumps over the lazy dog. '.repeat(22000);
 
-  test('a ping right after a ~1 MB prompt is answered before the big request', async () => {
+  test('a ~1 MB prompt stalls no other connection; its own connection\'s replies keep message order', async () => {
     const c = new Client(srv.wsUrl);
+    const other = new Client(srv.wsUrl);
     await c.session();
+    await other.session();
+    const order = []; // arrival order over both connections
+    for (const [who, cl] of [['c', c], ['other', other]]) cl.ws.on('message', (d) => order.push(`${who}:${JSON.parse(String(d)).type}`));
     c.send({ type: 'generate', id: 'big', event_id: 'big', prompt: big, gen_length: 8 });
     c.send({ type: 'ping', event_id: 'p' });
+    other.send({ type: 'ping', event_id: 'o' });
     const reply = await c.wait((m) => m.id === 'big', 'the big request\'s reply');
     const pong = await c.wait((m) => m.type === 'pong' && m.event_id === 'p', 'pong');
-    assert.ok(pong.seq < reply.seq, `pong (seq ${pong.seq}) before the big request's ${reply.type} (seq ${reply.seq})`);
+    await other.wait((m) => m.type === 'pong' && m.event_id === 'o', 'the other connection\'s pong');
+    // the other connection is answered while the big prompt is tokenized
+    assert.ok(order.indexOf('other:pong') < order.indexOf('c:error'), order.join(' '));
+    // this connection's ping was sent after the generate: its pong follows the generate's reply
+    assert.ok(reply.seq < pong.seq, `the big request's ${reply.type} (seq ${reply.seq}) before the pong (seq ${pong.seq})`);
     // over the model's context: refused after tokenization, with the count
     assert.equal(reply.type, 'error');
     assert.equal(reply.error.code, 'context_length_exceeded');
     assert.equal(reply.event_id, 'big');
     checkSeqContiguous(assert, c.msgs);
     await c.close();
+    await other.close();
   });
 
   test('cancel while being prepared: accepted, then done "cancelled"', async () => {
@@ -168,6 +178,40 @@ describe('WebSocket generate: preparation off the service thread', () => {
     await b.done('b');
     checkGeneration(assert, b.msgs, 'b');
     await b.close();
+  });
+});
+
+describe('WebSocket replies keep the order of the messages', () => {
+  let srv;
+  before(async () => {
+    // one generate per second per caller: the second of two back-to-back generates is rate limited
+    srv = await startServer({ model: tinyModel('ws-order'), extra: ['--rate-limit', '1', '--rate-burst', '1'] });
+  });
+  after(async () => {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, `clean exit; stderr: ${srv.stderr}`);
+  });
+
+  test('a message refused at once waits for the reply to the generate before it', async () => {
+    const c = new Client(srv.wsUrl);
+    await c.session();
+    // the first is tokenized on a worker (a long prompt); the second is refused by the rate limit
+    // as soon as it is read; the ping and the bad message need no work at all
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(2000);
+    c.send({ type: 'generate', id: 'first', event_id: 'e1', prompt, gen_length: 8 });
+    c.send({ type: 'generate', id: 'second', event_id: 'e2', prompt_ids: [1, 2], gen_length: 8 });
+    c.send({ type: 'ping', event_id: 'e3' });
+    c.send('not json');
+    c.send({ type: 'generate', id: 'third', event_id: 'e4', prompt_ids: [1, 2], gen_length: 8 });
+    c.send({ type: 'ping', event_id: 'e5' });
+    await c.wait((m) => m.type === 'pong' && m.event_id === 'e5', 'the last pong');
+    const replies = c.msgs.filter((m) => m.event_id || m.error?.code === 'invalid_json');
+    assert.deepEqual(replies.map((m) => m.event_id ?? 'invalid_json'), ['e1', 'e2', 'e3', 'invalid_json', 'e4', 'e5'],
+      replies.map((m) => `${m.type}:${m.error?.code ?? ''}`).join(' '));
+    assert.equal(replies[1].error?.code, 'rate_limited');
+    assert.equal(replies[4].error?.code, 'rate_limited');
+    checkSeqContiguous(assert, c.msgs);
+    await c.close();
   });
 });
 

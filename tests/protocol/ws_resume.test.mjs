@@ -1,7 +1,7 @@
 // ws_resume.test.mjs — persistent sessions: after a forced disconnect, session.resume replays
 // exactly the missed events (seq continuity, no gaps, no duplicates) and the generation continues
 // live; a generation that finished while the client was away is replayed too; acks release the
-// replay buffer; forged tokens and impossible last_seq values are refused; an expired session's
+// replay buffer; forged tokens, impossible last_seq values and acks of seqs never sent are refused; an expired session's
 // generations are cancelled (they stop using compute).
 
 import assert from 'node:assert/strict';
@@ -113,6 +113,32 @@ describe('session resume', () => {
     assert.ok(resumed.replayed > 0);
     const after = resumedPart(b);
     checkSeqContiguous(assert, after, ackAt + 1);
+    await b.close();
+  });
+
+  test('an ack of a seq never sent is refused like a future last_seq, and releases nothing', async () => {
+    const a = new Client(srv.wsUrl);
+    const s = await a.session();
+    a.send({ type: 'generate', id: 'bogus', prompt_ids: [1], gen_length: 16, block_length: 8, steps: 16 });
+    await a.done('bogus');
+    const last = a.msgs.at(-1).seq;
+    a.send({ type: 'ack', event_id: 'far', seq: 1e6 });
+    const e = await a.wait((m) => m.type === 'error' && m.event_id === 'far', 'the ack refused');
+    assert.equal(e.error.code, 'invalid_request');
+    assert.equal(e.error.param, 'seq');
+    assert.match(e.error.message, new RegExp(`ack seq 1000000 is ahead of the last event this session sent \\(${last}\\)`));
+    const sent = a.msgs.slice();
+    a.ws.terminate();
+    await a.closedP;
+    // nothing was released: a resume from the middle gets every later event, the error included
+    const L = Math.floor(last / 2);
+    const b = await resume(srv, s.session, L, 'r-bogus');
+    const resumed = await b.wait((m) => m.type === 'session.resumed');
+    const after = resumedPart(b);
+    checkSeqContiguous(assert, after, L + 1);
+    assert.equal(after.filter((m) => m.error?.code === 'resume_gap').length, 0, 'no resume_gap');
+    assert.equal(resumed.replayed, sent.length - L);
+    sent.slice(L).forEach((m, i) => assert.deepEqual(after[i], m, `seq ${m.seq} replayed as sent`));
     await b.close();
   });
 
