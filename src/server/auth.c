@@ -13,6 +13,12 @@
 
 #define AUTH_MAX_FILE (16u << 20)
 
+/* RFC 7230 tchar: what a header token (a WebSocket subprotocol) may hold. */
+static int tchar(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 int auth_keys_parse(auth_keys *a, const char *text, size_t len, const char *label, um_err *err) {
     memset(a, 0, sizeof *a);
     int cap = 0;
@@ -28,11 +34,22 @@ int auth_keys_parse(auth_keys *a, const char *text, size_t len, const char *labe
         i = j + 1;
         if (s == e || text[s] == '#') continue;
         for (size_t k = s; k < e; k++) {
-            if (isspace((unsigned char)text[k]) || (unsigned char)text[k] < 0x21 || (unsigned char)text[k] > 0x7e) {
+            if (!tchar((unsigned char)text[k])) {
                 auth_keys_free(a);
                 return um_err_set(err, UM_ERR_FORMAT,
-                                  "%s:%d: an API key must be printable ASCII without spaces", label, line);
+                                  "%s:%d: an API key may only hold letters, digits and !#$%%&'*+-.^_`|~ (character %zu "
+                                  "is not one): browsers send keys as a WebSocket subprotocol, where nothing else is "
+                                  "allowed",
+                                  label, line, k - s + 1);
             }
+        }
+        if (e - s > AUTH_KEY_MAX) {
+            auth_keys_free(a);
+            return um_err_set(err, UM_ERR_FORMAT,
+                              "%s:%d: an API key may have at most %d characters, this one has %zu: browsers send it "
+                              "in the WebSocket subprotocol header, which the server reads up to 126 characters "
+                              "(\"unmask, unmask-key.<key>\")",
+                              label, line, AUTH_KEY_MAX, e - s);
         }
         if (a->n == cap) {
             cap = cap ? cap * 2 : 8;

@@ -19,12 +19,22 @@
 
 #include "util/err.h"
 
+/* The longest key: one a browser can still present. Browsers carry it as a WebSocket subprotocol,
+ * `Sec-WebSocket-Protocol: unmask, unmask-key.<key>` (they join the entries with ", "), and
+ * libwebsockets 4.1.6 refuses the upgrade when that header is over 126 characters (it copies it
+ * into a 128-byte buffer, room for 126 plus its terminator); the 19 characters around the key leave
+ * 107 for it. Keys may only use the characters a subprotocol may (RFC 7230 tchar: letters, digits
+ * and !#$%&'*+-.^_`|~): browsers refuse anything else. A key outside these limits could never be
+ * presented from a browser, so loading one fails. */
+#define AUTH_KEY_MAX 107
+
 typedef struct auth_keys {
     char **keys;     /* [n], owned */
     int    n;        /* 0 = open access */
 } auth_keys;
 
-/* Load keys from path. An unreadable file or one with no key: -1 with err naming the path. */
+/* Load keys from path. An unreadable file, one with no key, or a key over AUTH_KEY_MAX characters
+ * or with a character outside tchar: -1 with err naming the path (and line). */
 int  auth_keys_load(auth_keys *a, const char *path, um_err *err);
 /* Parse keys from a buffer (same rules as the file). */
 int  auth_keys_parse(auth_keys *a, const char *text, size_t len, const char *label, um_err *err);

@@ -190,13 +190,15 @@ int http_header(http_conn *c, const char *name, char *buf, size_t cap) {
         const unsigned char *s = lws_token_to_string((enum lws_token_indexes)t);
         if (!s || strcmp((const char *)s, want) != 0) continue;
         int len = lws_hdr_total_length(c->wsi, (enum lws_token_indexes)t);
-        if (len <= 0 || (size_t)len >= cap) return -1;
-        return lws_hdr_copy(c->wsi, buf, (int)cap, (enum lws_token_indexes)t) < 0 ? -1 : len;
+        if (len <= 0) return -1;
+        if ((size_t)len >= cap || lws_hdr_copy(c->wsi, buf, (int)cap, (enum lws_token_indexes)t) < 0) return -2;
+        return strlen(buf) == (size_t)len ? len : -2; /* a NUL inside: lws's copy stops there */
     }
 #if defined(LWS_WITH_CUSTOM_HEADERS)
     int len = lws_hdr_custom_length(c->wsi, want, (int)n + 1);
-    if (len <= 0 || (size_t)len >= cap) return -1;
-    return lws_hdr_custom_copy(c->wsi, buf, (int)cap, want, (int)n + 1) < 0 ? -1 : len;
+    if (len <= 0) return -1;
+    if ((size_t)len >= cap || lws_hdr_custom_copy(c->wsi, buf, (int)cap, want, (int)n + 1) < 0) return -2;
+    return strlen(buf) == (size_t)len ? len : -2;
 #else
     return -1;
 #endif

@@ -90,7 +90,8 @@ int http_responses_in_flight(struct server *s);
 /* ---------------------------------------------------------------- request helpers */
 
 /* Request header by lowercase name ("authorization", "content-type", "x-api-key", ...): copies
- * into buf (NUL-terminated) and returns its length, or -1 when absent / longer than cap - 1. */
+ * into buf (NUL-terminated) and returns its length; -1 when absent, -2 when present but unusable:
+ * longer than cap - 1, or holding a NUL byte (which would cut the C string short). */
 int  http_header(http_conn *c, const char *name, char *buf, size_t cap);
 /* URL query argument ("?name=value", decoded): like http_header. */
 int  http_query(http_conn *c, const char *name, char *buf, size_t cap);

@@ -198,7 +198,7 @@ static void client_address(const http_api *a, const char *peer, const char *xff,
 }
 
 const char *api_caller_identity(const http_api *a, http_conn *c, char *buf, size_t cap) {
-    char h[512], tok[400];
+    char h[512], tok[AUTH_KEY_MAX + 2];
     if (auth_keys_required(&a->keys)) {
         if (http_header(c, "authorization", h, sizeof h) > 0 && auth_bearer_token(h, tok, sizeof tok) == 0)
             return key_identity(tok, buf, cap);
@@ -301,10 +301,15 @@ static int mw_before(http_conn *c, const http_req *rq, const http_route *route) 
     }
     oai_error e;
     if (!(route->flags & HTTP_ROUTE_NO_AUTH)) {
-        char h[512], tok[400];
-        int present = http_header(c, "authorization", h, sizeof h) > 0;
-        int malformed = present && auth_bearer_token(h, tok, sizeof tok) != 0;
-        if (!present && http_header(c, "x-api-key", tok, sizeof tok) > 0) present = 1;
+        char h[512], tok[AUTH_KEY_MAX + 2]; /* room for one byte more than any key: a longer one never matches */
+        int hl = http_header(c, "authorization", h, sizeof h); /* -2: too long, or a NUL inside */
+        int present = hl != -1;
+        int malformed = present && (hl < 0 || auth_bearer_token(h, tok, sizeof tok) != 0);
+        if (!present) {
+            int xl = http_header(c, "x-api-key", tok, sizeof tok);
+            present = xl != -1;
+            malformed = xl == -2;
+        }
         enum auth_result ar = auth_check(&a->keys, present && !malformed ? tok : NULL, malformed);
         if (ar != AUTH_OK) {
             oai_error_set(&e, 401, ar == AUTH_INVALID ? "invalid_api_key" : "missing_api_key", NULL, "%s",
@@ -520,14 +525,19 @@ static int ws_authorize(void *user, struct lws *wsi, char *who, size_t cap) {
     int has_xff = a->n_proxies && lws_hdr_copy(wsi, xff, sizeof xff, WSI_TOKEN_X_FORWARDED_FOR) > 0;
     client_address(a, peer, has_xff ? xff : NULL, who, cap);
     if (!auth_keys_required(&a->keys)) return 1;
-    char h[1024], tok[400];
-    int malformed = 0, have = 0;
-    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) > 0) {
-        have = auth_bearer_token(h, tok, sizeof tok) == 0;
+    char h[1024], tok[AUTH_KEY_MAX + 2];
+    int malformed = 0, have = 0, n;
+    /* lws copies a header value up to a NUL byte but returns its whole length: a value with a NUL
+     * inside ("Bearer <key>\0junk") is malformed, never the part before the NUL */
+    if ((n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION)) > 0) {
+        have = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION) == n && strlen(h) == (size_t)n &&
+               auth_bearer_token(h, tok, sizeof tok) == 0;
         malformed = !have;
     }
-    if (!have && lws_hdr_custom_copy(wsi, tok, sizeof tok, "x-api-key:", 10) > 0) have = 1, malformed = 0;
-    if (!have && lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) > 0 && auth_key_from_subprotocols(h, tok, sizeof tok) == 0)
+    if (!have && (n = lws_hdr_custom_copy(wsi, tok, sizeof tok, "x-api-key:", 10)) > 0 && strlen(tok) == (size_t)n)
+        have = 1, malformed = 0;
+    if (!have && (n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL)) > 0 && strlen(h) == (size_t)n &&
+        auth_key_from_subprotocols(h, tok, sizeof tok) == 0)
         have = 1, malformed = 0;
     enum auth_result r = auth_check(&a->keys, have ? tok : NULL, malformed);
     if (r != AUTH_OK) log_info("websocket handshake refused: %s", auth_result_message(r));

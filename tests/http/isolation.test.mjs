@@ -1,7 +1,7 @@
 // isolation.test.mjs — callers (API keys) are isolated from each other, against the real server:
 // per-key quotas on generations (HTTP and WebSocket together), WebSocket sessions and unfinished
 // jobs, with another key unaffected; the rate limit covers WebSocket generations; jobs and
-// sessions belong to the whole key (two keys sharing 170 leading characters are strangers); a
+// sessions belong to the whole key (two keys sharing 100 leading characters are strangers); a
 // WebSocket asking for the subprotocol "http" is refused; /stats needs a key; /metrics counts
 // WebSocket generations.
 
@@ -13,7 +13,7 @@ import WebSocket from 'ws';
 import { Client } from '../protocol/harness.mjs';
 import { TMP, startServer } from './server.mjs';
 
-const PREFIX = 'sk-'.padEnd(170, 'p');
+const PREFIX = 'sk-'.padEnd(100, 'p'); // keys of 106 characters: near the longest allowed (107)
 const KEY_A = `${PREFIX}-alpha`;
 const KEY_B = `${PREFIX}-bravo`;
 const KEY_C = 'sk-charlie';
@@ -105,7 +105,7 @@ describe('per-caller isolation', () => {
     await bye(s2, s4, other);
   });
 
-  test('job quota: a third unfinished job of one key gets 429; jobs are invisible to a key sharing 170 characters', async () => {
+  test('job quota: a third unfinished job of one key gets 429; jobs are invisible to a key sharing 100 characters', async () => {
     const slow = { prompt: 'job', max_tokens: 512 };
     const j1 = await post(srv, '/v1/jobs', KEY_A, slow);
     const j2 = await post(srv, '/v1/jobs', KEY_A, slow);

@@ -112,6 +112,28 @@ static void test_auth(void) {
     TEST_CHECK(auth_keys_parse(&a, "# only comments\n\n", 17, "k", &err) == -1 && strstr(err.msg, "no API key"),
                "empty file refused: %s", err.msg);
     TEST_CHECK(auth_keys_parse(&a, "a b\n", 4, "k", &err) == -1 && strstr(err.msg, "k:1"), "space refused: %s", err.msg);
+    /* every key must be one a browser can present (subprotocol "unmask, unmask-key.<key>", at most
+     * 126 characters in libwebsockets, tchar only) */
+    char longest[AUTH_KEY_MAX + 3];
+    memset(longest, 'k', AUTH_KEY_MAX);
+    strcpy(longest + AUTH_KEY_MAX, "\n");
+    TEST_CHECK(auth_keys_parse(&a, longest, strlen(longest), "k", &err) == 0 && a.n == 1 &&
+                   strlen(a.keys[0]) == AUTH_KEY_MAX,
+               "a key of %d characters loads: %s", AUTH_KEY_MAX, err.msg);
+    auth_keys_free(&a);
+    strcpy(longest + AUTH_KEY_MAX, "k\n");
+    TEST_CHECK(auth_keys_parse(&a, longest, strlen(longest), "k", &err) == -1 && strstr(err.msg, "k:1") &&
+                   strstr(err.msg, "at most 107 characters") && strstr(err.msg, "has 108"),
+               "a key of %d characters is refused, naming the limit: %s", AUTH_KEY_MAX + 1, err.msg);
+    TEST_CHECK(AUTH_KEY_MAX == 126 - (int)strlen("unmask, unmask-key."), "the limit follows from the header's");
+    const char *bad_chars[] = {"sk/slash", "sk=pad==", "a\"b", "k,k", "sk:1", "sk;x", "\xc3\xa9t\xc3\xa9"};
+    for (size_t i = 0; i < sizeof bad_chars / sizeof bad_chars[0]; i++)
+        TEST_CHECK(auth_keys_parse(&a, bad_chars[i], strlen(bad_chars[i]), "k", &err) == -1 &&
+                       strstr(err.msg, "may only hold letters, digits"),
+                   "'%s' refused: %s", bad_chars[i], err.msg);
+    const char *ok_chars = "sk-A_z.9~!#$%&'*+^`|\n";
+    TEST_CHECK(auth_keys_parse(&a, ok_chars, strlen(ok_chars), "k", &err) == 0, "tchar key loads: %s", err.msg);
+    auth_keys_free(&a);
     auth_keys open = {0};
     TEST_CHECK(auth_check(&open, NULL, 0) == AUTH_OK, "open access");
 
