@@ -1,16 +1,35 @@
 // ui.test.mjs — the browser UI in headless Chromium (playwright-core, Debian's /usr/bin/chromium)
 // against the real server: the page loads under the strict CSP without errors, a prompt's answer
 // visibly denoises (DOM snapshots with masks + drafts + committed tokens, then none left), blocks
-// are marked final, the canvas text equals the done text, Stop cancels, a dropped connection is
-// resumed and the generation completes. Screenshots go to $UNMASK_TEST_TMP (artifacts).
+// are marked final, the canvas text equals the done text, Stop cancels a running generation (on a
+// checkpoint slow enough that the click always comes first), a dropped connection is resumed and
+// the generation completes. Screenshots go to $UNMASK_TEST_TMP (artifacts).
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { openPage } from './browser.mjs';
-import { TMP, startServer, tinyModel } from '../protocol/harness.mjs';
+import { TMP, makeModelOnce, startServer, tinyModel } from '../protocol/harness.mjs';
 
+
+async function setPageParams(page, p) {
+  for (const [k, v] of Object.entries(p)) {
+    const sel = `#p-${k}`;
+    if (typeof v === 'boolean') await page.setChecked(sel, v, { force: true });
+    else if (k === 'decoder' || k === 'cache') await page.selectOption(sel, v);
+    else await page.fill(sel, String(v));
+  }
+}
+
+// Open the UI of srv in a fresh Chromium; resolves once it is connected and the model is ready.
+async function openUI(srv, problems) {
+  const { ctx, page } = await openPage(problems);
+  await page.goto(`${srv.base}/`);
+  await page.waitForSelector('#conn[data-state="open"]');
+  await page.waitForSelector('#model-pill.ready');
+  return { ctx, page };
+}
 
 describe('browser UI', () => {
   let srv;
@@ -22,10 +41,7 @@ describe('browser UI', () => {
   before(async () => {
     srv = await startServer({ model: tinyModel('browser') });
     fs.mkdirSync(shots, { recursive: true });
-    ({ ctx, page } = await openPage(problems));
-    await page.goto(`${srv.base}/`);
-    await page.waitForSelector('#conn[data-state="open"]');
-    await page.waitForSelector('#model-pill.ready');
+    ({ ctx, page } = await openUI(srv, problems));
   });
 
   after(async () => {
@@ -33,14 +49,7 @@ describe('browser UI', () => {
     if (srv) await srv.stop();
   });
 
-  async function setParams(p) {
-    for (const [k, v] of Object.entries(p)) {
-      const sel = `#p-${k}`;
-      if (typeof v === 'boolean') await page.setChecked(sel, v, { force: true });
-      else if (k === 'decoder' || k === 'cache') await page.selectOption(sel, v);
-      else await page.fill(sel, String(v));
-    }
-  }
+  const setParams = (p) => setPageParams(page, p);
 
   // Record the canvas state after every DOM mutation batch of the newest answer.
   async function recordCanvas() {
@@ -128,23 +137,6 @@ describe('browser UI', () => {
     assert.deepEqual(problems, []);
   });
 
-  test('Stop cancels a running generation', async () => {
-    // no drafts: with 512 drafts per step the page falls seconds behind the server, and a click
-    // that waits for a busy page can come after the generation already ended
-    await setParams({ gen_length: 512, block_length: 512, steps: 512, drafts: false });
-    await page.fill('#prompt', 'a long one');
-    await page.keyboard.press('Enter');
-    const msg = page.locator('.msg.bot').last();
-    // click as soon as the canvas exists (its masks): the 512 steps are surely still running then,
-    // even when a loaded machine delays the page
-    await msg.locator('.tok').first().waitFor();
-    await msg.locator('.cancel').click();
-    await page.waitForSelector('.msg.bot:last-of-type:is([data-state="cancelled"], [data-state="done"], [data-state="error"])', { timeout: 60000 });
-    assert.equal(await msg.getAttribute('data-state'), 'cancelled', await msg.locator('.meta').textContent());
-    assert.match(await msg.locator('.meta').textContent(), /cancelled/);
-    assert.deepEqual(problems, []);
-  });
-
   test('a dropped connection is resumed and the answer completes', async () => {
     await setParams({ gen_length: 64, block_length: 16, steps: 64 });
     await recordCanvas();
@@ -194,5 +186,47 @@ describe('browser UI', () => {
     await page.click('#theme-toggle');
     assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'light');
     await page.screenshot({ path: path.join(shots, 'ui-light.png') });
+  });
+});
+
+describe('browser UI: Stop', () => {
+  let srv;
+  let ctx;
+  let page;
+  const problems = [];
+
+  before(async () => {
+    // a checkpoint slow enough that its 512 steps take tens of seconds here (the tiny one does them
+    // in under two, which a loaded machine's click can miss): Stop always meets a running generation
+    const model = makeModelOnce(path.join(TMP, 'model-browser-slow'), ['--d-model', '512', '--n-layers', '8']);
+    srv = await startServer({ model });
+    ({ ctx, page } = await openUI(srv, problems));
+  });
+
+  after(async () => {
+    if (ctx) await ctx.close();
+    if (srv) await srv.stop();
+  });
+
+  test('Stop cancels a running generation', async () => {
+    // no drafts: the page keeps up with every step, so the click is not held behind a busy page
+    await setPageParams(page, { gen_length: 512, block_length: 512, steps: 512, drafts: false });
+    await page.evaluate(() => {
+      window.__done = null;
+      window.unmask.addEventListener('message', (e) => { if (e.detail.msg.type === 'done') window.__done = e.detail.msg; });
+    });
+    await page.fill('#prompt', 'a long one');
+    await page.keyboard.press('Enter');
+    const msg = page.locator('.msg.bot').last();
+    // running, not merely queued: the page shows a committed token of it
+    await msg.locator('.tok.done').first().waitFor({ state: 'attached' });
+    await msg.locator('.cancel').click();
+    await page.waitForSelector('.msg.bot:last-of-type:is([data-state="cancelled"], [data-state="done"], [data-state="error"])', { timeout: 60000 });
+    assert.equal(await msg.getAttribute('data-state'), 'cancelled', await msg.locator('.meta').textContent());
+    assert.match(await msg.locator('.meta').textContent(), /cancelled/);
+    const done = await page.evaluate(() => window.__done);
+    assert.equal(done?.finish_reason, 'cancelled', JSON.stringify(done));
+    assert.ok(done.usage.steps > 0 && done.usage.steps < 512, `stopped part-way: ${done.usage.steps} of 512 steps`);
+    assert.deepEqual(problems, []);
   });
 });
