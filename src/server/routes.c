@@ -38,6 +38,10 @@ static int h_stats(http_conn *c, const http_req *rq) {
                         json_pack("{s:i,s:i,s:i,s:I}", "websocket", cs.ws_connections, "sessions", cs.sessions,
                                   "sessions_detached", cs.sessions_detached, "session_bytes",
                                   (json_int_t)cs.session_bytes));
+    server_mem_stats ms;
+    server_get_mem_stats(s, &ms);
+    json_object_set_new(o, "memory", json_pack("{s:I,s:I,s:I}", "rss_bytes", (json_int_t)ms.rss_bytes, "trims",
+                                               (json_int_t)ms.trims, "trimmed_bytes", (json_int_t)ms.trimmed_bytes));
     server_event_stats es;
     server_get_event_stats(s, &es);
     json_object_set_new(o, "events", json_pack("{s:I,s:f,s:f,s:f,s:f}", "written", (json_int_t)es.count, "mean_us",

@@ -9,11 +9,16 @@
  * Everything else here runs on the service thread (the caller of server_run), except
  * loader_main() which builds the model/engines once and publishes them with `ready`.
  *
+ * Memory: once the server goes quiet after work (memory_tick) it hands the heap's free pages back
+ * to the OS (malloc_trim): glibc keeps what a burst of clients freed — in the service thread's
+ * arena and in each engine and worker thread's — so without it the resident set stays at its peak.
+ *
  * Not here: HTTP (http.c), static files (static.c), WebSocket protocol and sessions (ws.c,
  * session.c), the scheduler (sched/).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <math.h>
 #include <pthread.h>
@@ -41,6 +46,7 @@
 
 #define HUB_HIGH_WATER 65536   /* engine events waiting for the service thread before engines wait */
 #define LAT_BUCKETS    256      /* event latency histogram: bucket = floor(8 * log2(1 + us)) */
+#define MEM_TICK_US    (2000 * LWS_US_PER_MS) /* quiet this long after work: free pages go back */
 
 struct server {
     const server_config *cfg;
@@ -89,6 +95,13 @@ struct server {
 
     int             draining;      /* service thread: graceful shutdown in progress */
     lws_sorted_usec_list_t drain_sul;
+    /* service thread: returning freed memory (memory_tick) */
+    lws_sorted_usec_list_t mem_sul;
+    int             mem_armed;
+    uint64_t        mem_seen;      /* activity count at the previous tick */
+    uint64_t        mem_trimmed;   /* activity count at the last trim */
+    uint64_t        mem_trims;     /* trims done */
+    size_t          mem_trimmed_bytes; /* resident bytes they gave back */
     double          drain_grace_s; /* server_set_drain (main thread before server_run) */
     void          (*drain_begin)(server *s, void *user);
     int           (*drain_idle)(server *s, void *user);
@@ -243,6 +256,62 @@ void server_get_event_stats(const server *s, server_event_stats *out) {
 void server_get_conn_stats(const server *s, server_conn_stats *out) {
     memset(out, 0, sizeof *out);
     if (s->ws) ws_get_conn_stats(s->ws, out);
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static size_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    int n = f ? fscanf(f, "%lu %lu", &size, &resident) : 0;
+    if (f) fclose(f);
+    return n == 2 ? (size_t)resident * (size_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+void server_get_mem_stats(const server *s, server_mem_stats *out) {
+    out->rss_bytes = rss_bytes();
+    out->trims = s->mem_trims;
+    out->trimmed_bytes = s->mem_trimmed_bytes;
+}
+
+/* What frees memory in bulk: requests that ended, WebSocket connections and sessions that ended. */
+static uint64_t activity(server *s) {
+    sched_stats st;
+    sched_get_stats(s->sc, &st);
+    server_conn_stats cs;
+    server_get_conn_stats(s, &cs);
+    return st.submitted + st.rejected + st.finished + st.cancelled + st.failed + cs.ws_ended;
+}
+
+/* Every 2 s: when something ended since the last trim, nothing happened for a whole tick, and no
+ * request runs, waits or is being prepared, return the heap's free pages to the OS (once per quiet
+ * period; a trim holds each malloc arena's lock for a moment, so never while requests run). */
+static void memory_tick(lws_sorted_usec_list_t *sul) {
+    server *s = lws_container_of(sul, server, mem_sul);
+    s->mem_armed = 0;
+    if (s->draining || s->stop) return;
+    if (server_ready(s)) {
+        uint64_t now = activity(s);
+        sched_stats st;
+        sched_get_stats(s->sc, &st);
+        if (now == s->mem_seen && now != s->mem_trimmed && st.active == 0 && st.queued == 0 &&
+            prep_pool_busy(s->prep) == 0) {
+            size_t before = rss_bytes();
+            double t0 = time_now_s();
+#if defined(__GLIBC__)
+            malloc_trim(0);
+#endif
+            size_t after = rss_bytes();
+            s->mem_trims++;
+            s->mem_trimmed = now;
+            if (after < before) s->mem_trimmed_bytes += before - after;
+            log_debug("quiet: returned freed memory to the OS, resident %.1f -> %.1f MB (%.1f ms)", (double)before / 1e6,
+                      (double)after / 1e6, (time_now_s() - t0) * 1e3);
+        }
+        s->mem_seen = now;
+    }
+    lws_sul_schedule(s->ctx, 0, &s->mem_sul, memory_tick, MEM_TICK_US);
+    s->mem_armed = 1;
 }
 
 /* ---------------------------------------------------------------- hub */
@@ -794,6 +863,8 @@ static void server_teardown(server *s) {
             if (lws_service(s->ctx, 0) < 0) break;
     }
     if (s->draining) lws_sul_cancel(&s->drain_sul);
+    if (s->mem_armed) lws_sul_cancel(&s->mem_sul);
+    s->mem_armed = 0;
     prep_pool_drain(s->prep);    /* requests that arrived meanwhile (refused: workers stopped) */
     atomic_store(&g_ctx, NULL);
     /* --- hub lock { */
@@ -810,6 +881,8 @@ int server_run(server *s, um_err *err) {
     s->service_thread = pthread_self();
     if (server_listen(s, err) != 0) return 1;
     loader_start(s);
+    lws_sul_schedule(s->ctx, 0, &s->mem_sul, memory_tick, MEM_TICK_US);
+    s->mem_armed = 1;
     server_loop(s);
     int rc = atomic_load(&s->ready) == -1 ? 1 : 0;
     if (rc) *err = s->load_err;

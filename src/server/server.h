@@ -103,8 +103,18 @@ typedef struct server_conn_stats {
     int sessions;
     int sessions_detached;
     size_t session_bytes;   /* every session's buffered events (--sessions-max-bytes) */
+    uint64_t ws_ended;      /* WebSocket connections closed + sessions ended since the start */
 } server_conn_stats;
 void server_get_conn_stats(const server *s, server_conn_stats *out);
+
+/* Returning freed memory to the OS (server.c, memory_tick): the process's resident set now, and
+ * the trims done so far with the resident bytes they gave back. Service thread. */
+typedef struct server_mem_stats {
+    size_t   rss_bytes;
+    uint64_t trims;
+    size_t   trimmed_bytes;
+} server_mem_stats;
+void server_get_mem_stats(const server *s, server_mem_stats *out);
 
 /* The server's metrics (server/metrics.h) and the policy every request of every transport starts
  * from (api/algo_config.h: limits, decoder defaults, default KV cache). Any thread. */

@@ -297,6 +297,7 @@ void session_destroy(ws_session *s) {
     else w->sessions = s->next;
     if (s->next) s->next->prev = s->prev;
     w->n_sessions--;
+    w->n_ended++;
     CHECK(w->n_sessions > 0 || w->bytes == 0); /* the budget balances: nothing charged without a session */
     free(s);
 }

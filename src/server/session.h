@@ -160,6 +160,7 @@ struct ws_state {
     server     *srv;
     ws_session *sessions;
     int         n_sessions, n_detached;
+    uint64_t    n_ended;           /* connections closed + sessions ended, ever (what freed memory) */
     ws_conn    *conns;
     int         n_conns;
     size_t      bytes;             /* every session's buffered frames (the --sessions-max-bytes budget) */

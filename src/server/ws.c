@@ -63,6 +63,7 @@ void ws_get_conn_stats(const ws_state *w, server_conn_stats *out) {
     out->sessions = w->n_sessions;
     out->sessions_detached = w->n_detached;
     out->session_bytes = w->bytes;
+    out->ws_ended = w->n_ended;
 }
 
 int ws_flushed(const ws_state *w) {
@@ -546,6 +547,7 @@ static int on_writeable(ws_conn *c, struct lws *wsi) {
 /* The connection closed: a normal close (1000) ends the session, anything else detaches it. */
 static void on_closed(ws_state *w, ws_conn *c) {
     conn_unlink(w, c);
+    w->n_ended++;
     if (c->sess && c->peer_close_code == 1000) {
         session_destroy(c->sess); /* a normal close ends the session: its generations stop */
     } else if (c->sess) {

@@ -2,8 +2,9 @@
 // connections.session_bytes) balances: sessions that held frames (generations with drafts) and
 // ended every way a session ends — a normal close, an abrupt drop followed by expiry after the
 // retention time, a drop mid-generation, a resume on a new connection and then a close or a drop,
-// an ack and a close — leave 0 bytes charged once 0 sessions remain, and a fresh session under the
-// small budget can then replay all of its events (no resume_gap).
+// an ack and a close — leave 0 bytes charged once 0 sessions remain (and the server, quiet then,
+// returns the freed memory to the OS: /stats memory.trims), and a fresh session under the small
+// budget can then replay all of its events (no resume_gap).
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -64,6 +65,10 @@ describe('session byte budget', () => {
     for (let k = 0; k < rounds; k++) await Promise.all(ENDINGS.map((e, j) => lifetime(e, k * ENDINGS.length + j)));
     const st = await untilStats(srv, (s) => s.connections.sessions === 0, 'every session ended or expired');
     assert.equal(st.connections.session_bytes, 0, `bytes still charged with 0 sessions: ${JSON.stringify(st.connections)}`);
+    // quiet now: the server hands what the sessions freed back to the OS (malloc_trim), once
+    const trims = st.memory.trims;
+    const later = await untilStats(srv, (x) => x.memory.trims > trims, 'freed memory returned to the OS');
+    assert.equal(later.memory.trims, trims + 1, 'one trim for the quiet period');
   });
 
   test('after that churn a fresh session replays everything it sent', async () => {
