@@ -51,6 +51,7 @@ static void omp_spin_policy_apply(char **argv) {
 
 int main(int argc, char **argv) {
     omp_spin_policy_apply(argv);
+    cli_process_init();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -81,6 +81,9 @@ int      backend_device_parse(const char *device, int *index);
 int      backend_device_same(const char *a, const char *b);
 /* CPU backend (backend/cpu/). n_threads <= 0 means all cores. */
 backend *backend_cpu_init(int n_threads);
+/* Probes this CPU's features now (else the first CPU backend or kernel choice does): the probe's
+ * trials fork, so a process calls it early, before it starts threads of its own. */
+void     backend_cpu_probe(void);
 
 /* CPU kernels: what the CPU backend's matrix products of BF16 weights run on (docs/cpu-kernels.md).
  * AMX: AMX-BF16 tiles; AVX512BF16: vdpbf16ps; both keep the weights bf16 (packed once at upload),

@@ -1,7 +1,7 @@
 /*
  * tp_cli.c — open the model_ctx of a CLI subcommand, with or without --tp (tp_cli.h): one backend +
  * fit check + ctx, or a tensor-parallel group (model/model_tp.h) whose leader is the ctx; and the
- * --cpu-kernels flag every model-running subcommand shares.
+ * --cpu-kernels flag every model-running subcommand shares; the process-wide start (cli_process_init).
  * Does not: parse flags, load the model, run forwards (the subcommands do). Main thread.
  */
 #include "cli/tp_cli.h"
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "util/log.h"
 
 int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
@@ -80,6 +81,8 @@ void cli_model_ctx_close(cli_model_ctx *c) {
 int cli_model_ctx_exit_code(const um_err *err) {
     return err->param[0] ? 2 : 1;
 }
+
+void cli_process_init(void) { backend_cpu_probe(); }
 
 int cli_cpu_kernels_apply(const char *name) {
     if (!name) return 0;

@@ -183,6 +183,8 @@ const cpu_features *cpu_features_get(void) {
     return &g_feat;
 }
 
+void backend_cpu_probe(void) { (void)cpu_features_get(); }
+
 /* ---------------------------------------------------------------- the kernel path */
 
 static const char *const k_names[] = {
