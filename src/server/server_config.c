@@ -171,8 +171,9 @@ static const setting k_settings[] = {
     {"webhook-timeout", SET_NUM, F(webhook_timeout_s), "5", 0.01, 600,
      "seconds one webhook attempt may take (resolve, connect, send, answer)", NULL, NULL, 0, NULL},
     {"webhook-allow", SET_STR, F(webhook_allow), "", 0, 0,
-     "networks webhooks may reach besides public addresses, e.g. 10.0.0.0/8,127.0.0.1 (private, loopback, "
-     "link-local and metadata addresses are refused otherwise)", NULL, NULL, 0, NULL},
+     "networks webhooks may reach besides globally reachable unicast addresses, e.g. 10.0.0.0/8,127.0.0.1 "
+     "(private, loopback, link-local/metadata, reserved and other special-purpose addresses are refused "
+     "otherwise, also when a name resolves to them)", NULL, NULL, 0, NULL},
     {"webhook-workers", SET_INT, F(webhook_workers), "4", 1, 64,
      "webhook delivery threads (one target holds one at most)", NULL, NULL, 0, NULL},
     {"served-model-name", SET_STR, F(served_model_name), "", 0, 0, "model id reported by /v1/models",
