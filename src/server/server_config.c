@@ -143,6 +143,16 @@ static const setting k_settings[] = {
      "largest WebSocket message / HTTP body, bytes", NULL, NULL, 0, NULL},
     {"ping-interval", SET_INT, F(ping_interval_s), "30", 1, 3600,
      "seconds of silence before a WebSocket ping; hang up 10 s later", NULL, NULL, 0, NULL},
+    {"request-timeout", SET_NUM, F(request_timeout_s), "30", 0.1, 3600,
+     "seconds an HTTP request (head and body; a WebSocket's upgrade request) may take to arrive, from its "
+     "first byte; a late one gets 408 and its connection closes. Answers (streams) are not limited",
+     NULL, NULL, 0, NULL},
+    {"keepalive-timeout", SET_NUM, F(keepalive_timeout_s), "30", 0.1, 3600,
+     "seconds an HTTP connection may stay idle between two requests before it is closed", NULL, NULL, 0, NULL},
+    {"max-conns-per-address", SET_INT, F(max_conns_per_address), "256", 0, 1000000,
+     "open connections (HTTP, TLS, WebSocket) per client address, IPv6 per /64; more are closed as soon as they "
+     "are accepted; --trusted-proxies are not counted (limit per client at the proxy); 0 = no cap", NULL, NULL, 0,
+     NULL},
     {"tls-cert", SET_STR, F(tls_cert), "", 0, 0, "PEM certificate (chain): serve https:// and wss:// (TLS 1.2+)", NULL,
      NULL, 0, NULL},
     {"tls-key", SET_STR, F(tls_key), "", 0, 0, "PEM private key for --tls-cert", NULL, NULL, 0, NULL},
