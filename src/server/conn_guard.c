@@ -9,10 +9,11 @@
  * server connections) and freed at WSI_DESTROY, whatever protocol the connection had by then.
  *
  * When a request starts. A connection's first request starts at the accept. The next request on a
- * keep-alive connection starts with its first byte, which lws reads without telling anyone; while
- * a connection is idle a timer looks at the kernel's count of received bytes (TCP_INFO) every
+ * keep-alive connection starts with its first byte, which lws reads without telling anyone: one
+ * timer of the guard looks at every idle connection's count of received bytes (TCP_INFO) every
  * GUARD_IDLE_TICK_S at most, so the deadline of such a request starts at most one tick late (it is
- * never shorter than --request-timeout).
+ * never shorter than --request-timeout); the same look closes connections idle for too long. A
+ * request's own deadline is a timer of its connection, set once per request.
  *
  * Bytes of a request. The kernel's count of bytes received on the socket (TCP_INFO), taken when a
  * request begins (after the TLS handshake on TLS), tells how many bytes the request took on the
@@ -59,9 +60,10 @@ typedef struct guard_addr {
 typedef enum guard_state {
     GUARD_REQUEST,  /* a request is arriving: the deadline runs */
     GUARD_ANSWER,   /* the request is being answered: no timer */
-    GUARD_IDLE,     /* keep-alive between requests: idle timeout, looking for the next request */
+    GUARD_IDLE,     /* keep-alive between requests: the guard's tick looks for the next request */
     GUARD_OPEN,     /* WebSocket, or raw: no timer */
-    GUARD_CLOSING,  /* an answer was written here: dropping input until the client closes */
+    GUARD_CLOSING,  /* closing (after an answer written here: dropping input until the client
+                     * closes) */
 } guard_state;
 
 typedef struct guard_conn guard_conn;
@@ -75,8 +77,9 @@ struct guard_conn {
     double       t0;              /* monotonic s: REQUEST: the request began; IDLE: the last answer
                                    * ended; CLOSING: the answer was written */
     int          head_done;       /* REQUEST: the head was parsed (http.c holds the request) */
-    int          tls;             /* a TLS connection ... */
-    int          tls_ready;       /* ... whose handshake completed */
+    int          tls;             /* a TLS connection */
+    int          ref_valid;       /* recv_ref counts from the start of the request (on TLS: taken
+                                   * once the handshake was over) */
     uint64_t     recv_ref;        /* bytes the socket had received when the current request began
                                    * (for TLS: at the end of the handshake) */
 };
@@ -84,7 +87,8 @@ struct guard_conn {
 struct conn_guard {
     double           request_s;   /* --request-timeout */
     double           idle_s;      /* --keepalive-timeout */
-    double           idle_tick_s; /* how often an idle connection is looked at */
+    double           idle_tick_s; /* how often the idle connections are looked at */
+    lws_sorted_usec_list_t tick;  /* ... by this timer */
     int              cap;         /* --max-conns-per-address, 0 = none */
     net_cidr        *exempt;      /* [n_exempt] --trusted-proxies (owned) */
     int              n_exempt;
@@ -265,7 +269,8 @@ static void on_deadline(guard_conn *r) {
     int have = sock_received((int)lws_get_socket_fd(r->wsi), &recv) == 0;
     /* nothing to answer: TLS not up, not a byte of a request arrived (an idle new connection), or
      * the client is gone */
-    if ((r->tls && !r->tls_ready) || (have && recv == r->recv_ref) || conn_peer_gone(r->wsi)) {
+    SSL *ssl = r->tls ? lws_get_ssl(r->wsi) : NULL;
+    if ((r->tls && (!ssl || !SSL_is_init_finished(ssl))) || (have && recv == r->recv_ref) || conn_peer_gone(r->wsi)) {
         conn_kill(r);
         return;
     }
@@ -275,9 +280,8 @@ static void on_deadline(guard_conn *r) {
 }
 
 /* An idle keep-alive connection: has the next request begun? Or has it idled long enough? */
-static void on_idle_tick(guard_conn *r) {
+static void idle_look(guard_conn *r, double now) {
     conn_guard *g = r->g;
-    double now = time_now_s();
     uint64_t recv = 0;
     if (sock_received((int)lws_get_socket_fd(r->wsi), &recv) == 0 && recv != r->recv_ref) {
         request_begin(r, now); /* the first byte came after the last look: at most a tick ago */
@@ -287,10 +291,17 @@ static void on_idle_tick(guard_conn *r) {
         g->st.idle_closed++;
         if (g->metrics) metrics_conn_limit(g->metrics, "keepalive_idle");
         conn_kill(r);
-        return;
     }
-    double next = r->t0 + g->idle_s - now;
-    timer_at(r, next < g->idle_tick_s ? next : g->idle_tick_s);
+}
+
+/* The guard's tick: every idle connection looked at, O(connections) per tick. */
+static void guard_tick(lws_sorted_usec_list_t *sul) {
+    conn_guard *g = lws_container_of(sul, conn_guard, tick);
+    if (g->stopped || !g->ctx) return;
+    double now = time_now_s();
+    for (guard_conn *r = g->conns; r; r = r->next)
+        if (r->state == GUARD_IDLE && r->wsi) idle_look(r, now);
+    lws_sul_schedule(g->ctx, 0, &g->tick, guard_tick, (lws_usec_t)(g->idle_tick_s * LWS_US_PER_SEC));
 }
 
 static void on_linger_tick(guard_conn *r) {
@@ -306,8 +317,8 @@ static void guard_timer(lws_sorted_usec_list_t *sul) {
     if (!r->wsi || r->g->stopped) return;
     switch (r->state) {
     case GUARD_REQUEST: on_deadline(r); break;
-    case GUARD_IDLE: on_idle_tick(r); break;
     case GUARD_CLOSING: on_linger_tick(r); break;
+    case GUARD_IDLE:
     case GUARD_ANSWER:
     case GUARD_OPEN: break;
     }
@@ -334,10 +345,12 @@ conn_guard *conn_guard_new(const server_config *cfg, struct metrics *m, um_err *
 void conn_guard_start(conn_guard *g, struct lws_context *ctx) {
     g->ctx = ctx;
     g->stopped = 0;
+    lws_sul_schedule(ctx, 0, &g->tick, guard_tick, (lws_usec_t)(g->idle_tick_s * LWS_US_PER_SEC));
 }
 
 void conn_guard_stop(conn_guard *g) {
     g->stopped = 1;
+    lws_sul_cancel(&g->tick);
     for (guard_conn *r = g->conns; r; r = r->next) lws_sul_cancel(&r->sul);
     g->ctx = NULL;
 }
@@ -415,6 +428,7 @@ void conn_guard_on_adopt(conn_guard *g, struct lws *wsi) {
     lws_set_opaque_user_data(wsi, r);
     r->tls = lws_is_ssl(wsi);
     r->recv_ref = 0; /* every byte of a plain connection so far is its first request's */
+    r->ref_valid = !r->tls;
     request_begin(r, r->t0); /* the first request started at the accept */
 }
 
@@ -433,14 +447,16 @@ void conn_guard_on_wsi_destroy(conn_guard *g, struct lws *wsi) {
 void conn_guard_on_tls_info(struct lws *wsi, int where) {
     guard_conn *r = conn_of(wsi);
     if (!r || !(where & SSL_CB_HANDSHAKE_DONE)) return;
-    r->tls_ready = 1;
-    if (r->state == GUARD_REQUEST && !r->head_done) recv_ref_take(r); /* the head follows the handshake */
+    if (r->state == GUARD_REQUEST && !r->head_done) { /* the head follows the handshake */
+        recv_ref_take(r);
+        r->ref_valid = 1;
+    }
 }
 
 long long conn_guard_request_bytes(struct lws *wsi) {
     guard_conn *r = conn_of(wsi);
     uint64_t v = 0;
-    if (!r || sock_received((int)lws_get_socket_fd(wsi), &v) != 0 || v < r->recv_ref) return -1;
+    if (!r || !r->ref_valid || sock_received((int)lws_get_socket_fd(wsi), &v) != 0 || v < r->recv_ref) return -1;
     return (long long)(v - r->recv_ref);
 }
 
@@ -463,11 +479,12 @@ void conn_guard_answering(struct lws *wsi) {
 void conn_guard_idle(struct lws *wsi) {
     guard_conn *r = conn_of(wsi);
     if (!r || r->state == GUARD_CLOSING) return;
-    r->state = GUARD_IDLE;
+    r->state = GUARD_IDLE; /* (the guard's tick takes it from here) */
     r->head_done = 0;
     r->t0 = time_now_s();
     recv_ref_take(r);
-    timer_at(r, r->g->idle_tick_s < r->g->idle_s ? r->g->idle_tick_s : r->g->idle_s);
+    r->ref_valid = 1;
+    lws_sul_cancel(&r->sul);
 }
 
 void conn_guard_open(struct lws *wsi) {

@@ -72,7 +72,8 @@ void conn_guard_idle(struct lws *wsi);
  * deadline, only the per-address count. */
 void conn_guard_open(struct lws *wsi);
 /* Bytes the socket received since the current request began (its head, the body so far, for TLS
- * with the records' overhead; more only when the client pipelined), or -1 when unknown. */
+ * with the records' overhead; more only when the client pipelined), or -1 when unknown (on TLS
+ * before the end of the handshake was seen). */
 long long conn_guard_request_bytes(struct lws *wsi);
 
 /* ---------------------------------------------------------------- socket helpers (http.c too) */

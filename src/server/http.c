@@ -20,12 +20,18 @@
  * too (at most HTTP_LINGER_S) — closing with unread input would reset the connection and can
  * destroy the answer in flight.
  *
+ * Methods lws does not take. CONNECT, and (with the vhost's fallback option) methods lws does not
+ * know, reach this protocol as a raw connection instead of a request: they get a JSON 405 here
+ * and close like any other answer (on_raw).
+ *
+ * Connection limits. Where a connection is in its request cycle (head parsed, request answered,
+ * idle between requests) is reported to conn_guard.c, which times requests and idle connections
+ * and asks back for a 408 when a body is late (http_request_timeout).
+ *
  * Not here: route handlers (routes.c and other route modules), static path checks (static.c),
- * WebSocket (ws.c). Threads: lws service thread only.
+ * WebSocket (ws.c), per-address caps and deadlines (conn_guard.c). Threads: lws service thread only.
  */
 #include <ctype.h>
-#include <errno.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -916,8 +922,10 @@ static const char *raw_phrase(int status) {
 }
 
 size_t http_error_bytes(char *buf, size_t cap, int status, const char *code, const char *msg, const char *extra_headers) {
-    json_t *e = json_pack("{s:s, s:s, s:n, s:s}", "message", msg, "type", "invalid_request_error", "param", "code", code);
-    char *body = json_dumps(json_pack("{s:o}", "error", e), UM_JSON_COMPACT);
+    json_t *o = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type", "invalid_request_error", "param",
+                          "code", code);
+    char *body = json_dumps(o, UM_JSON_COMPACT);
+    json_decref(o);
     CHECK(body);
     int n = snprintf(buf, cap,
                      "HTTP/1.1 %d %s\r\nServer: unmask\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
