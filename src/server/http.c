@@ -251,7 +251,6 @@ static int input_pending(http_conn *c) {
     return lws_service_adjust_timeout(lws_get_context(c->wsi), 1, 0) == 0;
 }
 
-
 /* Reading is off while a transaction waits for its handler's answer or for stream bytes, and on
  * while there is something to write (lws 4.1.6 holds back WRITEABLE on a connection whose reading
  * is disabled). That keeps pipelined bytes (read together with this request) parked in lws's
@@ -913,10 +912,8 @@ static int on_body_complete(http_conn *c) {
 /* The reason phrase of the statuses answered without lws's header helpers. */
 static const char *raw_phrase(int status) {
     switch (status) {
-    case 400: return "Bad Request";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
-    case 431: return "Request Header Fields Too Large";
     default: return "Error";
     }
 }
