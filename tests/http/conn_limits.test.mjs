@@ -157,7 +157,9 @@ describe('request deadline (--request-timeout 2)', () => {
     k.data = '';
     await until('idle close', () => k.closed, 30000);
     assert.equal(k.data, '', 'no answer on an idle close');
-    assert.ok(k.tClosed - answered >= 3000 - 50, `kept for --keepalive-timeout (${k.tClosed - answered} ms)`);
+    // (kept for --keepalive-timeout, not closed at the shorter request deadline; the client saw the
+    // answer a little after the server finished it, hence the margin)
+    assert.ok(k.tClosed - answered >= 2500, `kept for --keepalive-timeout (${k.tClosed - answered} ms)`);
     assert.ok((await srv.stats()).connections.idle_closed > before0);
   });
 });
