@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,91 +116,94 @@ int webhook_allow_parse(const char *list, webhook_net **out, int *n, um_err *err
     return net_cidr_list_parse(list, "webhook-allow", out, n, err);
 }
 
-/* 1 for IPv4 addresses that are not on the public internet: this host, private, shared (CGNAT),
- * loopback, link-local (cloud metadata at 169.254.169.254), IETF, documentation, benchmarking,
- * multicast, reserved, broadcast. */
-static int v4_internal(const unsigned char *a) {
-    static const struct {
-        unsigned char net[4];
-        int bits;
-    } k[] = {{{0, 0, 0, 0}, 8},     {{10, 0, 0, 0}, 8},      {{100, 64, 0, 0}, 10},  {{127, 0, 0, 0}, 8},
-             {{169, 254, 0, 0}, 16}, {{172, 16, 0, 0}, 12},   {{192, 0, 0, 0}, 24},   {{192, 0, 2, 0}, 24},
-             {{192, 88, 99, 0}, 24}, {{192, 168, 0, 0}, 16},  {{198, 18, 0, 0}, 15},  {{198, 51, 100, 0}, 24},
-             {{203, 0, 113, 0}, 24}, {{224, 0, 0, 0}, 4},     {{240, 0, 0, 0}, 4}};
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (net_prefix_eq(a, k[i].net, k[i].bits)) return 1;
-    return 0;
-}
+/* A resolved address of a target, checked and ready to connect to (IPv4-mapped IPv6 addresses
+ * are turned into the IPv4 address they map: that is what a socket would reach). */
+typedef struct target_addr {
+    struct sockaddr_storage sa;
+    socklen_t               len;
+} target_addr;
 
-/* 1 for IPv6 addresses that are not on the public internet, including the forms that embed an
- * IPv4 address (mapped ::ffff:a.b.c.d, NAT64 64:ff9b::, 6to4 2002::) when that address is. */
-static int v6_internal(const unsigned char *a) {
-    static const unsigned char zero[16] = {0}, mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff},
-                               nat64[12] = {0, 0x64, 0xff, 0x9b}, six2four[2] = {0x20, 0x02};
-    if (memcmp(a, zero, 15) == 0 && (a[15] == 0 || a[15] == 1)) return 1; /* :: and ::1 */
-    if (memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0) return v4_internal(a + 12);
-    if (memcmp(a, zero, 12) == 0) return 1;                            /* IPv4-compatible (deprecated) */
-    if (net_prefix_eq(a, six2four, 16)) return v4_internal(a + 2);
-    if ((a[0] & 0xfe) == 0xfc) return 1;                               /* fc00::/7 unique local */
-    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return 1;               /* fe80::/10 link-local */
-    if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return 1;               /* fec0::/10 site-local */
-    if (a[0] == 0xff) return 1;                                        /* multicast */
-    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8) return 1; /* documentation */
-    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0 && a[3] == 0) return 1;       /* Teredo */
-    if (a[0] == 0x01 && a[1] == 0 && memcmp(a + 2, zero, 6) == 0) return 1;     /* 100::/64 discard */
-    return 0;
-}
-
-/* 1 when sa may be a webhook target: a public address, or one in the allow-list. */
-static int target_allowed(const struct sockaddr *sa, const webhook_net *allow, int n_allow) {
-    const unsigned char *a;
-    int family = sa->sa_family, internal;
+/* ai as a target_addr (unmapped) into *t, and whether the policy allows it: a globally reachable
+ * unicast address (util/netaddr.h: the IANA special-purpose registries), or one in the allow-list.
+ * 0 = allowed; -1 with err naming the address and the registry entry that refused it. */
+static int target_check(const struct addrinfo *ai, const char *host, const webhook_net *allow, int n_allow,
+                        target_addr *t, um_err *err) {
+    int family = ai->ai_family;
+    unsigned char a[16] = {0};
+    uint16_t port;
     if (family == AF_INET) {
-        a = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
-        internal = v4_internal(a);
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
+        memcpy(a, &in->sin_addr, 4);
+        port = in->sin_port;
     } else if (family == AF_INET6) {
-        a = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-        internal = v6_internal(a);
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ai->ai_addr;
+        memcpy(a, &in6->sin6_addr, 16);
+        port = in6->sin6_port;
     } else {
-        return 0;
+        return um_err_param(err, "webhook", "webhook: '%s' resolves to an address that is neither IPv4 nor IPv6", host);
     }
-    if (net_cidr_list_contains(allow, n_allow, family, a)) return 1;
-    return !internal;
+    memset(t, 0, sizeof *t);
+    if (family == AF_INET6 && !net_addr_unmap(&family, a)) {
+        memcpy(&t->sa, ai->ai_addr, sizeof(struct sockaddr_in6));
+        t->len = sizeof(struct sockaddr_in6);
+    } else {
+        struct sockaddr_in *in = (struct sockaddr_in *)&t->sa;
+        in->sin_family = AF_INET;
+        in->sin_port = port;
+        memcpy(&in->sin_addr, a, 4);
+        t->len = sizeof(struct sockaddr_in);
+    }
+    const net_special *why = NULL;
+    if (net_cidr_list_contains(allow, n_allow, family, a) || net_addr_global(family, a, &why)) return 0;
+    char shown[INET6_ADDRSTRLEN] = "?", reason[160];
+    inet_ntop(family, a, shown, sizeof shown);
+    if (why)
+        snprintf(reason, sizeof reason, "%s, %s", why->name, why->ref);
+    else
+        snprintf(reason, sizeof reason, "an ISATAP address embedding a non-global IPv4 address");
+    return um_err_param(err, "webhook",
+                        "webhook: '%s' resolves to %s (%s), not a globally reachable unicast address; webhooks go to "
+                        "global addresses only unless --webhook-allow lists the network",
+                        host, shown, reason);
 }
 
-/* Resolves u->host: every address must be allowed (a name that resolves to any internal address
- * is refused as a whole). *res is the resolution (caller frees with freeaddrinfo). */
-static int resolve_checked(const webhook_url *u, const webhook_net *allow, int n_allow, struct addrinfo **res,
+/* Resolves u->host now: every address must be allowed (a name with any internal address is
+ * refused as a whole). *out (malloc'd, [*n]) = the checked addresses, the only ones a delivery
+ * connects to: no second resolution between the check and the connect. */
+static int resolve_checked(const webhook_url *u, const webhook_net *allow, int n_allow, target_addr **out, int *n,
                            um_err *err) {
-    struct addrinfo hints = {0};
+    struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
-    *res = NULL;
-    int gr = getaddrinfo(u->host, u->port, &hints, res);
+    *out = NULL;
+    *n = 0;
+    int gr = getaddrinfo(u->host, u->port, &hints, &res);
     if (gr != 0) return um_err_param(err, "webhook", "webhook: cannot resolve '%s': %s", u->host, gai_strerror(gr));
-    for (struct addrinfo *a = *res; a; a = a->ai_next)
-        if (!target_allowed(a->ai_addr, allow, n_allow)) {
-            char shown[64] = "?";
-            getnameinfo(a->ai_addr, a->ai_addrlen, shown, sizeof shown, NULL, 0, NI_NUMERICHOST);
-            freeaddrinfo(*res);
-            *res = NULL;
-            return um_err_param(err, "webhook",
-                                "webhook: '%s' resolves to %s, a private, loopback, link-local or otherwise internal "
-                                "address; webhooks go to public addresses only unless --webhook-allow lists it",
-                                u->host, shown);
-        }
+    int count = 0;
+    for (struct addrinfo *a = res; a; a = a->ai_next) count++;
+    target_addr *t = xcalloc((size_t)(count ? count : 1), sizeof *t);
+    int rc = 0;
+    for (struct addrinfo *a = res; a && rc == 0; a = a->ai_next) rc = target_check(a, u->host, allow, n_allow, &t[(*n)++], err);
+    freeaddrinfo(res);
+    if (rc != 0 || *n == 0) {
+        free(t);
+        *n = 0;
+        return rc ? rc : um_err_param(err, "webhook", "webhook: '%s' resolves to no address", u->host);
+    }
+    *out = t;
     return 0;
 }
 
-/* Connects to an allowed address of u (resolved now: a name's answer may have changed since the
- * job was created). */
+/* Connects to an allowed address of u: resolved and checked now (a name's answer may have changed
+ * since the job was created), then connected to exactly as checked. */
 static int connect_to(const webhook_url *u, const webhook_net *allow, int n_allow, double deadline, um_err *err) {
-    struct addrinfo *res = NULL;
-    if (resolve_checked(u, allow, n_allow, &res, err) != 0) return -1;
+    target_addr *t = NULL;
+    int n = 0;
+    if (resolve_checked(u, allow, n_allow, &t, &n, err) != 0) return -1;
     int fd = -1;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    for (int i = 0; i < n && fd < 0; i++) {
+        fd = socket(t[i].sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        if (connect(fd, (const struct sockaddr *)&t[i].sa, t[i].len) != 0) {
             int ok = 0;
             if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline)) {
                 int soerr = 0;
@@ -212,7 +216,7 @@ static int connect_to(const webhook_url *u, const webhook_net *allow, int n_allo
             }
         }
     }
-    freeaddrinfo(res);
+    free(t);
     if (fd < 0) return um_err_set(err, UM_ERR_IO, "webhook: cannot connect to %s:%s", u->host, u->port);
     return fd;
 }
@@ -445,9 +449,10 @@ void webhook_sender_free(webhook_sender *w, double drain_s) {
 int webhook_check_target(const webhook_sender *w, const char *url, um_err *err) {
     webhook_url u;
     if (webhook_url_parse(url, &u, err) != 0) return -1;
-    struct addrinfo *res = NULL;
-    if (resolve_checked(&u, w->allow, w->n_allow, &res, err) != 0) return -1;
-    freeaddrinfo(res);
+    target_addr *t = NULL;
+    int n = 0;
+    if (resolve_checked(&u, w->allow, w->n_allow, &t, &n, err) != 0) return -1;
+    free(t);
     return 0;
 }
 

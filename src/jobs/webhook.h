@@ -11,10 +11,14 @@
  * https:// targets are refused at enqueue time (no TLS client here; documented gap).
  *
  * Targets (SSRF guard): the host is resolved before every attempt and every address it resolves
- * to must be public — not loopback, private, shared, link-local (cloud metadata), multicast,
- * reserved, or an IPv6 form embedding such an IPv4 address (mapped, NAT64, 6to4) — unless an
- * allow-list network (--webhook-allow) contains it. A pool of workers delivers; one target has at
- * most one delivery in flight, so a target that stalls holds one worker, not the queue.
+ * to must be globally reachable unicast by the IANA special-purpose registries (util/netaddr.h:
+ * not loopback, private, shared, link-local/metadata, documentation, multicast, reserved, and no
+ * IPv6 form leading to such an IPv4 address: IPv4-mapped addresses are judged as the IPv4 address,
+ * the NAT64 prefix by its embedded address; the local NAT64 prefix, IPv4-compatible/-translated,
+ * 6to4 and Teredo are refused) unless an allow-list network (--webhook-allow) contains it. The
+ * delivery connects to exactly the addresses it checked (no second lookup). A pool of workers
+ * delivers; one target has at most one delivery in flight, so a target that stalls holds one
+ * worker, not the queue.
  *
  * Not here: what the body says (jobs/jobs.c builds it). Threads: webhook_enqueue() from any
  * thread; deliveries and the done callback run on the sender's worker threads, which never touch

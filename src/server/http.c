@@ -20,17 +20,24 @@
  * too (at most HTTP_LINGER_S) — closing with unread input would reset the connection and can
  * destroy the answer in flight.
  *
+ * Methods lws does not take. CONNECT, and (with the vhost's fallback option) methods lws does not
+ * know, reach this protocol as a raw connection instead of a request: they get a JSON 405 here
+ * and close like any other answer (on_raw).
+ *
+ * Connection limits. Where a connection is in its request cycle (head parsed, request answered,
+ * idle between requests) is reported to conn_guard.c, which times requests and idle connections
+ * and asks back for a 408 when a body is late (http_request_timeout).
+ *
  * Not here: route handlers (routes.c and other route modules), static path checks (static.c),
- * WebSocket (ws.c). Threads: lws service thread only.
+ * WebSocket (ws.c), per-address caps and deadlines (conn_guard.c). Threads: lws service thread only.
  */
 #include <ctype.h>
-#include <errno.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/conn_guard.h"
 #include "server/server_internal.h"
 #include "util/json_util.h"
 #include "util/log.h"
@@ -52,6 +59,8 @@ struct http_conn {
     int         lingering;      /* our side is shut down; dropping input until the client closes */
     double      linger_until;   /* monotonic seconds: close anyway then */
     int         pipelined;      /* lws re-delivered this transaction: the client sent more bytes */
+    int         raw;            /* lws handed the connection over as raw bytes (CONNECT or an unknown
+                                 * method): one 405 answer (out) is written, then it closes */
     /* current transaction */
     int         in_txn;
     int         dispatched;     /* the request was answered or handed to its handler: any later
@@ -244,13 +253,6 @@ static int input_pending(http_conn *c) {
     return lws_service_adjust_timeout(lws_get_context(c->wsi), 1, 0) == 0;
 }
 
-/* 1 when the peer closed or reset the connection (seen without reading: POLLRDHUP/HUP/ERR). */
-static int peer_gone(struct lws *wsi) {
-    struct pollfd p = {.fd = (int)lws_get_socket_fd(wsi), .events = POLLRDHUP};
-    if (p.fd < 0) return 1;
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
 /* Reading is off while a transaction waits for its handler's answer or for stream bytes, and on
  * while there is something to write (lws 4.1.6 holds back WRITEABLE on a connection whose reading
  * is disabled). That keeps pipelined bytes (read together with this request) parked in lws's
@@ -280,24 +282,10 @@ static int on_pipelined(http_conn *c) {
     return 0;
 }
 
-/* Reads and drops what the client sent that will never be read (bounded): unread bytes at close()
- * make the kernel answer with a reset, which can destroy the response still in flight. 1 when
- * the client has closed its side (or the socket failed), 0 when it may still send. */
-static int drain_unread(struct lws *wsi) {
-    int fd = (int)lws_get_socket_fd(wsi);
-    char buf[4096];
-    for (int i = 0; fd >= 0 && i < 256; i++) {
-        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 1;
-        if (n < 0) return 0;
-    }
-    return fd < 0;
-}
-
 /* One look at a lingering connection: drop what arrived; -1 (close now) once the client closed
  * its side, the socket failed, or the linger time is over; else 0 and look again soon. */
 static int linger_poll(http_conn *c) {
-    if (drain_unread(c->wsi) || time_now_s() >= c->linger_until) return -1;
+    if (conn_drain_unread(c->wsi) || time_now_s() >= c->linger_until) return -1; /* (unread input would reset) */
     lws_set_timer_usecs(c->wsi, HTTP_LINGER_POLL_US);
     return 0;
 }
@@ -311,7 +299,7 @@ static int linger_poll(http_conn *c) {
 static int linger_begin(http_conn *c) {
     int fd = (int)lws_get_socket_fd(c->wsi);
     if (fd < 0 || shutdown(fd, SHUT_WR) != 0) {
-        (void)drain_unread(c->wsi);
+        (void)conn_drain_unread(c->wsi);
         return -1;
     }
     c->lingering = 1;
@@ -337,9 +325,13 @@ static int close_when_flushed(http_conn *c) {
 
 /* The response is completely written: next transaction (keep-alive) or close. */
 static int txn_finish(http_conn *c) {
-    if (c->close_after || input_pending(c)) return close_when_flushed(c);
+    if (c->close_after || c->raw || input_pending(c)) return close_when_flushed(c);
+    struct lws *wsi = c->wsi;
     txn_reset(c);
-    return lws_http_transaction_completed(c->wsi) ? -1 : 0;
+    /* (lws rebinds the protocol: c is freed and a fresh one allocated for the next request) */
+    if (lws_http_transaction_completed(wsi)) return -1;
+    conn_guard_idle(wsi); /* waiting for the next request: its own deadline, an idle timeout */
+    return 0;
 }
 
 /* ---------------------------------------------------------------- responses */
@@ -671,8 +663,15 @@ static void detect_method(http_conn *c) {
         }
 }
 
-static int run_handler(http_conn *c) {
+/* The request is answered from now on (by its handler or an error): exactly once (see the file
+ * comment); its arrival deadline no longer runs (conn_guard.h). */
+static void txn_dispatch(http_conn *c) {
     c->dispatched = 1;
+    conn_guard_answering(c->wsi);
+}
+
+static int run_handler(http_conn *c) {
+    txn_dispatch(c);
     http_req rq = {
         .method = c->method,
         .method_name = c->method_name,
@@ -694,14 +693,14 @@ static int run_handler(http_conn *c) {
 
 /* An answer without running a handler (errors, static files): the transaction is dispatched. */
 static int answer_error(http_conn *c, int status, const char *code, const char *msg, int close_after) {
-    c->dispatched = 1;
+    txn_dispatch(c);
     if (close_after) c->close_after = 1;
     return http_respond_error(c, status, code, status >= 500 ? "server_error" : "invalid_request_error", NULL, msg,
                               NULL);
 }
 
 static int answer_static(http_conn *c) {
-    c->dispatched = 1;
+    txn_dispatch(c);
     static_file f;
     int status = static_lookup(server_web_root(c->srv), c->path, &f);
     if (status) { /* static.c decided on an error status: answer in JSON */
@@ -786,14 +785,60 @@ static int headers_truncated(http_conn *c, int *uri) {
     return 0;
 }
 
+/* 1 for the tokens of the request line (method + URI, query, version). */
+static int request_line_token(int t) {
+    return t == WSI_TOKEN_GET_URI || t == WSI_TOKEN_POST_URI || t == WSI_TOKEN_HEAD_URI || t == WSI_TOKEN_HTTP ||
+           t == WSI_TOKEN_HTTP_URI_ARGS || t == WSI_TOKEN_CONNECT
+#if defined(LWS_WITH_HTTP_UNCOMMON_HEADERS)
+           || t == WSI_TOKEN_OPTIONS_URI || t == WSI_TOKEN_PUT_URI || t == WSI_TOKEN_PATCH_URI || t == WSI_TOKEN_DELETE_URI
+#endif
+        ;
+}
+
+/* Headers lws 4.1.6 does not know by name are kept without a size limit of their own (only the
+ * 32 KB head bounds them) and cannot be listed. So they are measured together: the request's
+ * bytes on the wire (conn_guard_request_bytes, body_len of them body) minus an upper bound of what
+ * the known parts took — the request line as if every byte were percent-encoded, each known header
+ * line with room for its name, spaces and line end, TLS record overhead — which leaves a lower
+ * bound of the unknown headers' bytes: 1 when that is over HTTP_TOKEN_LIMIT (one header's limit).
+ * Never more than the real size, so a request within the limit is never refused. */
+static int unknown_headers_too_large(http_conn *c, size_t body_len) {
+    if (input_pending(c)) return 0; /* bytes of a pipelined request would count too */
+    long long wire = conn_guard_request_bytes(c->wsi);
+    if (wire < 0) return 0;
+    long long head = wire - (long long)body_len, known = 64; /* request line's spaces, version, line ends */
+    for (int t = 0; t < WSI_TOKEN_COUNT; t++) {
+        int n = lws_hdr_total_length(c->wsi, (enum lws_token_indexes)t);
+        if (n <= 0) continue;
+        if (request_line_token(t)) {
+            known += 3LL * n + 16;
+            continue;
+        }
+        const unsigned char *name = lws_token_to_string((enum lws_token_indexes)t);
+        int frags = 1; /* one header line per fragment (a repeated header has several) */
+        while (frags < 4096 && lws_hdr_fragment_length(c->wsi, (enum lws_token_indexes)t, frags) > 0) frags++;
+        known += n + (long long)frags * ((name ? (long long)strlen((const char *)name) : 32) + 8);
+    }
+    if (lws_is_ssl(c->wsi)) known += 64 * (1 + head / 16384); /* per TLS record, at most 16 KB each */
+    return head - known > HTTP_TOKEN_LIMIT;
+}
+
+static int answer_headers_too_large(http_conn *c) {
+    return answer_error(c, 431, "headers_too_large",
+                        "request header fields are too large: 8 KB per header (headers this server does not use: "
+                        "8 KB together)",
+                        1);
+}
+
 static int on_http(http_conn *c, const char *uri, size_t len) {
     txn_reset(c);
     c->in_txn = 1;
+    conn_guard_request_head(c->wsi); /* its body (if any) must arrive before the deadline too */
     detect_method(c);
     int uri_long = 0;
     if (headers_truncated(c, &uri_long))
         return uri_long ? answer_error(c, 414, "uri_too_long", "the request URI is too long", 1)
-                        : answer_error(c, 431, "headers_too_large", "a request header field is too large", 1);
+                        : answer_headers_too_large(c);
     if (len >= sizeof c->path || len == 0 || uri[0] != '/') {
         if (len >= sizeof c->path) return answer_error(c, 414, "uri_too_long", "the request path is too long", 1);
         return answer_error(c, 400, "bad_path", "the request path is malformed", 1);
@@ -803,6 +848,7 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
     if (strlen(c->path) != len) /* embedded NUL */
         return answer_error(c, 400, "bad_path", "the request path is malformed", 1);
     framing f = check_framing(c);
+    if (!f.status && !f.wait_body && unknown_headers_too_large(c, 0)) return answer_headers_too_large(c);
     /* lws armed a 30 s timeout for a body; without one it must not cut a long answer */
     if (!f.wait_body) lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
     int path_known = 0;
@@ -812,7 +858,7 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
         http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->srv,
                        .user = rt->mw.user};
         if (rt->mw.before(c, &rq, c->route)) {
-            c->dispatched = 1;
+            txn_dispatch(c);
             if (f.wait_body) c->close_after = 1; /* the unread body must not become the next request */
             if (!c->responded)
                 return http_respond_error(c, 500, "internal_error", "server_error", NULL,
@@ -859,7 +905,112 @@ static int on_body_complete(http_conn *c) {
     if (!c->in_txn) return 0;
     if (c->dispatched) /* the body of an answered request ended, or an lws re-delivery */
         return on_pipelined(c);
+    if (unknown_headers_too_large(c, c->body_len)) return answer_headers_too_large(c);
     return c->route ? run_handler(c) : answer_unrouted(c);
+}
+
+/* ---------------------------------------------------------------- answers below the HTTP layer */
+
+/* The reason phrase of the statuses answered without lws's header helpers. */
+static const char *raw_phrase(int status) {
+    switch (status) {
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    default: return "Error";
+    }
+}
+
+size_t http_error_bytes(char *buf, size_t cap, int status, const char *code, const char *msg, const char *extra_headers) {
+    json_t *o = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type", "invalid_request_error", "param",
+                          "code", code);
+    char *body = json_dumps(o, UM_JSON_COMPACT);
+    json_decref(o);
+    CHECK(body);
+    int n = snprintf(buf, cap,
+                     "HTTP/1.1 %d %s\r\nServer: unmask\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\nCache-Control: no-store\r\n%s\r\n%s\n",
+                     status, raw_phrase(status), strlen(body) + 1, extra_headers ? extra_headers : "", body);
+    free(body);
+    CHECK(n > 0 && (size_t)n < cap); /* our messages are short */
+    return (size_t)n;
+}
+
+int http_request_timeout(struct lws *wsi) {
+    const struct lws_protocols *p = lws_get_protocol(wsi);
+    http_conn *c = p && p->callback == http_lws_cb ? lws_wsi_user(wsi) : NULL;
+    if (!c || c->wsi != wsi || !c->in_txn || c->dispatched || c->lingering) return 0;
+    char msg[160];
+    snprintf(msg, sizeof msg, "the request body did not arrive within %g s (--request-timeout)",
+             server_cfg(c->srv)->request_timeout_s);
+    if (answer_error(c, 408, "request_timeout", msg, 1) != 0) return 0;
+    return 1;
+}
+
+/* CONNECT, and methods lws does not know (it hands such a connection over as raw bytes, the head
+ * included): 405 with the methods the target allows, then the connection closes. The method and
+ * target are read from the first bytes; the answer is ready before them (they may not come). */
+static void raw_answer(http_conn *c, const char *head, size_t len) {
+    char method[16] = "", target[256] = "", allow[160] = "", hdr[200], msg[200];
+    size_t m = 0;
+    while (m < len && m < sizeof method - 1 && head[m] >= 'A' && head[m] <= 'Z') method[m] = head[m], m++;
+    method[m] = 0;
+    if (m && m < len && head[m] == ' ') {
+        size_t t = 0;
+        for (size_t i = m + 1; i < len && t < sizeof target - 1 && head[i] > ' ' && head[i] < 0x7f; i++) target[t++] = head[i];
+        target[t] = 0;
+    }
+    if (target[0] == '/') { /* a path: its routes' methods, GET/HEAD for the static files otherwise */
+        char path[sizeof target];
+        snprintf(path, sizeof path, "%.*s", (int)strcspn(target, "?#"), target);
+        http_routes_allowed(c->srv, path, 0, allow, sizeof allow);
+        if (!allow[0]) snprintf(allow, sizeof allow, "GET, HEAD");
+    } else { /* CONNECT's host:port (or nothing): no resource here, say what the server takes */
+        snprintf(allow, sizeof allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+    }
+    int known = strcmp(method, "CONNECT") == 0;
+    snprintf(c->method_name, sizeof c->method_name, "%s", known ? "CONNECT" : "OTHER"); /* bounded metric labels */
+    snprintf(msg, sizeof msg, "the method %s is not supported (allowed: %s)", method[0] ? method : "of this request",
+             allow);
+    snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+    char buf[1024];
+    size_t n = http_error_bytes(buf, sizeof buf, 405, "method_not_allowed", msg, hdr);
+    c->out_len = c->out_off = 0;
+    out_append(c, buf, n);
+    c->status = 405;
+}
+
+/* Raw role callbacks of such a connection (see raw_answer). */
+static int on_raw(http_conn *c, struct lws *wsi, server *s, enum lws_callback_reasons reason, const void *in, size_t len) {
+    switch (reason) {
+    case LWS_CALLBACK_RAW_ADOPT:
+        c->wsi = wsi;
+        c->srv = s;
+        c->raw = 1;
+        conn_guard_open(wsi); /* answered at once: no deadline */
+        raw_answer(c, "", 0);
+        lws_callback_on_writable(wsi);
+        return 0;
+    case LWS_CALLBACK_RAW_RX: /* the head (first call), then whatever follows: dropped */
+        if (c->raw == 1 && !c->hdr_sent) raw_answer(c, in, len);
+        c->raw = 2;
+        return 0;
+    case LWS_CALLBACK_RAW_WRITEABLE: {
+        if (c->lingering) return 0;
+        if (c->closing || c->hdr_sent) return close_when_flushed(c);
+        size_t n = c->out_len - c->out_off;
+        unsigned char *b = xmalloc(LWS_PRE + n);
+        memcpy(b + LWS_PRE, c->out + c->out_off, n);
+        int w = lws_write(wsi, b + LWS_PRE, n, LWS_WRITE_RAW);
+        free(b);
+        if (w < (int)n) return -1;
+        c->hdr_sent = 1;
+        const http_middleware *mw = &router_of(c)->mw;
+        if (mw->after) mw->after(c, c->status, mw->user);
+        return close_when_flushed(c);
+    }
+    default:
+        return 0;
+    }
 }
 
 int http_confirm_upgrade(struct lws *wsi) {
@@ -893,6 +1044,32 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return 1;
     case LWS_CALLBACK_ESTABLISHED:
         return -1;
+    /* connection limits (conn_guard.h): protocols[0] hears of every accepted socket */
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        return s && server_conn_guard(s) ? conn_guard_on_accept(server_conn_guard(s), user) : 0;
+    case LWS_CALLBACK_WSI_CREATE:
+        if (s && server_conn_guard(s)) conn_guard_on_wsi_create(server_conn_guard(s), wsi);
+        return 0;
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: /* (normally on the default protocol, ws.c) */
+        if (s && server_conn_guard(s)) conn_guard_on_adopt(server_conn_guard(s), wsi);
+        return 0;
+    case LWS_CALLBACK_WSI_DESTROY:
+        if (s && server_conn_guard(s)) conn_guard_on_wsi_destroy(server_conn_guard(s), wsi);
+        return 0;
+    case LWS_CALLBACK_SSL_INFO:
+        conn_guard_on_tls_info(wsi, ((const struct lws_ssl_info *)in)->where);
+        return 0;
+    case LWS_CALLBACK_RAW_ADOPT:
+    case LWS_CALLBACK_RAW_RX:
+    case LWS_CALLBACK_RAW_WRITEABLE:
+        if (!c) return -1;
+        return on_raw(c, wsi, s, reason, in, len);
+    case LWS_CALLBACK_RAW_CLOSE:
+        if (c) {
+            conn_free(c);
+            c->wsi = NULL;
+        }
+        return 0;
     case LWS_CALLBACK_HTTP:
         if (!c) return -1;
         if (c->lingering) return 0; /* the connection is closing: its input is dropped */
@@ -915,7 +1092,7 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     case LWS_CALLBACK_TIMER: /* reading is stopped: look for a hang-up the reads would have seen */
         if (!c || !c->wsi || !c->rx_paused) return 0;
         if (c->lingering) return linger_poll(c);
-        if (peer_gone(wsi)) return -1;
+        if (conn_peer_gone(wsi)) return -1;
         lws_set_timer_usecs(wsi, HTTP_PEER_WATCH_US);
         return 0;
     case LWS_CALLBACK_CLOSED_HTTP:

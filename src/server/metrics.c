@@ -44,7 +44,7 @@ typedef struct gauge {
 struct metrics {
     pthread_mutex_t lock;
     /* --- lock { */
-    counter_vec http, finished, webhooks;
+    counter_vec http, finished, webhooks, conn_limits;
     double      prompt_tokens, gen_tokens, steps;
     double      ws_follow_pubsub; /* followed sessions' events that arrived through Redis pub/sub */
     histogram   step_lat, evt_overhead;
@@ -68,6 +68,9 @@ metrics *metrics_new(void) {
     m->http = (counter_vec){"unmask_http_requests_total", "HTTP responses by route pattern, method and status.", NULL, 0, 0};
     m->finished = (counter_vec){"unmask_requests_finished_total", "Generation sequences finished, by finish reason.", NULL, 0, 0};
     m->webhooks = (counter_vec){"unmask_webhook_deliveries_total", "Webhook delivery attempts by result.", NULL, 0, 0};
+    m->conn_limits = (counter_vec){"unmask_connection_limits_total",
+                                   "Connections refused or closed by a connection limit: per_address (at accept), "
+                                   "request_timeout, keepalive_idle.", NULL, 0, 0};
     m->step_lat = k_step_lat;
     m->evt_overhead = k_evt_overhead;
     return m;
@@ -79,6 +82,7 @@ void metrics_free(metrics *m) {
     free(m->http.items);
     free(m->finished.items);
     free(m->webhooks.items);
+    free(m->conn_limits.items);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -127,7 +131,7 @@ static void hist_reset(histogram *h) {
 
 void metrics_reset(metrics *m) {
     pthread_mutex_lock(&m->lock);
-    m->http.n = m->finished.n = m->webhooks.n = 0;
+    m->http.n = m->finished.n = m->webhooks.n = m->conn_limits.n = 0;
     m->prompt_tokens = m->gen_tokens = m->steps = 0;
     m->ws_follow_pubsub = 0;
     hist_reset(&m->step_lat);
@@ -175,6 +179,7 @@ static void labelled_add(metrics *m, counter_vec *c, const char *key, const char
 
 void metrics_finished(metrics *m, const char *finish_reason) { labelled_add(m, &m->finished, "finish_reason", finish_reason); }
 void metrics_webhook(metrics *m, const char *result) { labelled_add(m, &m->webhooks, "result", result); }
+void metrics_conn_limit(metrics *m, const char *limit) { labelled_add(m, &m->conn_limits, "limit", limit); }
 
 void metrics_finished_event(metrics *m, const json_t *done) {
     const json_t *u = json_object_get(done, "usage");
@@ -288,6 +293,7 @@ char *metrics_render(metrics *m, size_t *len) {
     render_counter_vec(&b, &m->http);
     render_counter_vec(&b, &m->finished);
     render_counter_vec(&b, &m->webhooks);
+    render_counter_vec(&b, &m->conn_limits);
     render_counter(&b, "unmask_prompt_tokens_total", "Prompt tokens of finished sequences.", m->prompt_tokens);
     render_counter(&b, "unmask_generated_tokens_total", "Completion tokens of finished sequences.", m->gen_tokens);
     render_counter(&b, "unmask_decode_steps_total", "Denoising steps taken, summed over sequences.", m->steps);

@@ -41,6 +41,9 @@ void metrics_steps(metrics *m, long steps);
 void metrics_ws_follow_pubsub(metrics *m, long n);
 void metrics_finished(metrics *m, const char *finish_reason);
 void metrics_webhook(metrics *m, const char *result);            /* "delivered" | "retry" | "failed" */
+/* A connection limit acted (server/conn_guard.h): "per_address" (closed at accept),
+ * "request_timeout", "keepalive_idle". */
+void metrics_conn_limit(metrics *m, const char *limit);
 /* A sequence's final event (decode/event_json.h "done": usage, finish_reason): tokens, steps and
  * the finish reason, whatever transport carried it. */
 void metrics_finished_event(metrics *m, const json_t *done);

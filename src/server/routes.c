@@ -34,10 +34,15 @@ static int h_stats(http_conn *c, const http_req *rq) {
     json_object_set_new(o, "ready", json_boolean(server_ready(s)));
     server_conn_stats cs;
     server_get_conn_stats(s, &cs);
-    json_object_set_new(o, "connections",
-                        json_pack("{s:i,s:i,s:i,s:I}", "websocket", cs.ws_connections, "sessions", cs.sessions,
-                                  "sessions_detached", cs.sessions_detached, "session_bytes",
-                                  (json_int_t)cs.session_bytes));
+    json_t *conns = json_pack("{s:i,s:i,s:i,s:I}", "websocket", cs.ws_connections, "sessions", cs.sessions,
+                              "sessions_detached", cs.sessions_detached, "session_bytes", (json_int_t)cs.session_bytes);
+    /* connection limits (server/conn_guard.h) */
+    json_object_set_new(conns, "open", json_integer(cs.open));
+    json_object_set_new(conns, "addresses", json_integer(cs.addresses));
+    json_object_set_new(conns, "refused_per_address", json_integer(cs.refused));
+    json_object_set_new(conns, "request_timeouts", json_integer(cs.request_timeouts));
+    json_object_set_new(conns, "idle_closed", json_integer(cs.idle_closed));
+    json_object_set_new(o, "connections", conns);
     server_mem_stats ms;
     server_get_mem_stats(s, &ms);
     json_object_set_new(o, "memory", json_pack("{s:I,s:I,s:I}", "rss_bytes", (json_int_t)ms.rss_bytes, "trims",

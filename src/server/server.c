@@ -38,6 +38,7 @@
 #include "model/model_tp.h"
 #include "api/algo_config.h"
 #include "server/callers.h"
+#include "server/conn_guard.h"
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "server/server_internal.h"
@@ -91,6 +92,7 @@ struct server {
     uint64_t        lat_hist[LAT_BUCKETS];
 
     struct ws_state *ws;
+    conn_guard     *guard;         /* per-address caps, request deadlines, keep-alive idle (owned) */
     prep_pool      *prep;          /* request preparation workers (service thread submits/drains) */
 
     int             draining;      /* service thread: graceful shutdown in progress */
@@ -183,6 +185,7 @@ struct lws_context *server_lws_context(server *s) { return s->ctx; }
 http_router *server_router(server *s) { return s->router; }
 metrics *server_metrics(server *s) { return s->metrics; }
 callers *server_callers(server *s) { return s->callers; }
+conn_guard *server_conn_guard(server *s) { return s->guard; }
 const api_policy *server_policy(const server *s) { return &s->policy; }
 const char *server_web_root(const server *s) { return s->web_root; }
 
@@ -256,6 +259,15 @@ void server_get_event_stats(const server *s, server_event_stats *out) {
 void server_get_conn_stats(const server *s, server_conn_stats *out) {
     memset(out, 0, sizeof *out);
     if (s->ws) ws_get_conn_stats(s->ws, out);
+    if (s->guard) {
+        conn_guard_stats g;
+        conn_guard_get_stats(s->guard, &g);
+        out->open = g.open;
+        out->addresses = g.addresses;
+        out->refused = g.refused;
+        out->request_timeouts = g.timed_out;
+        out->idle_closed = g.idle_closed;
+    }
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -659,6 +671,10 @@ server *server_create(const server_config *cfg, um_err *err) {
     s->metrics = metrics_new();
     s->callers = callers_new(cfg);
     api_policy_init(&s->policy);
+    if (!(s->guard = conn_guard_new(cfg, s->metrics, err))) {
+        server_free(s);
+        return NULL;
+    }
     /* the listen address must be a numeric address lws can bind (it defers unusable ones silently) */
     const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
     unsigned char abuf[16];
@@ -724,9 +740,13 @@ static int server_listen(server *s, um_err *err) {
     info.token_limits = &token_limits;
     info.max_http_header_data = HTTP_HEADER_BYTES;
     info.server_string = "unmask";
+    /* lws's own network timeouts (TLS handshake, body inactivity) are backstops behind the request
+     * deadline of conn_guard.c, which answers: a little longer than it */
+    info.timeout_secs = (unsigned)ceil(cfg->request_timeout_s) + 5;
     atomic_store(&g_ctx, NULL);
     s->ctx = lws_create_context(&info);
     if (!s->ctx) return um_err_set(err, UM_ERR_RESOURCE, "cannot create the libwebsockets context");
+    conn_guard_start(s->guard, s->ctx);
 
     memset(&info, 0, sizeof info);
     info.vhost_name = "unmask";
@@ -737,8 +757,13 @@ static int server_listen(server *s, um_err *err) {
     info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE;
     if (!is_v6 && strcmp(host, "::") != 0) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     info.retry_and_idle_policy = &s->retry;
-    info.timeout_secs = 30;
-    info.keepalive_timeout = 30;
+    /* heads and idle keep-alive connections: conn_guard.c's deadlines first, lws's as backstops */
+    info.timeout_secs_ah_idle = (unsigned)ceil(cfg->request_timeout_s) + 5;
+    info.keepalive_timeout = (int)ceil(cfg->keepalive_timeout_s + cfg->request_timeout_s) + 5;
+    /* a request with a method lws does not know reaches http.c as raw bytes (answered 405), as
+     * CONNECT always does, instead of lws's own text 403 */
+    info.options |= LWS_SERVER_OPTION_FALLBACK_TO_APPLY_LISTEN_ACCEPT_CONFIG;
+    info.ssl_info_event_mask = SSL_CB_HANDSHAKE_DONE; /* LWS_CALLBACK_SSL_INFO: conn_guard.c */
     info.alpn = "http/1.1";
     if (cfg->tls_cert) {
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
@@ -873,6 +898,7 @@ static void server_teardown(server *s) {
     pthread_mutex_unlock(&s->hub_lock);
     /* } hub lock --- */
     ws_state_shutdown(s->ws);    /* no lws timers may outlive the context */
+    conn_guard_stop(s->guard);
     lws_context_destroy(s->ctx); /* closes every connection (sessions detach) */
     s->ctx = NULL;
 }
@@ -903,6 +929,7 @@ void server_free(server *s) {
     http_router_free(s->router);
     metrics_free(s->metrics);
     callers_free(s->callers);
+    conn_guard_free(s->guard);
     api_policy_free(&s->policy);
     free(s->web_root);
     pthread_cond_destroy(&s->hub_cv);

@@ -104,6 +104,12 @@ typedef struct server_conn_stats {
     int sessions_detached;
     size_t session_bytes;   /* every session's buffered events (--sessions-max-bytes) */
     uint64_t ws_ended;      /* WebSocket connections closed + sessions ended since the start */
+    /* connection limits (server/conn_guard.h) */
+    int       open;             /* accepted connections (HTTP, TLS, WebSocket) not yet closed */
+    int       addresses;        /* client addresses (IPv6 /64s) they are counted under */
+    long long refused;          /* closed at accept: their address was at --max-conns-per-address */
+    long long request_timeouts; /* requests that did not arrive within --request-timeout */
+    long long idle_closed;      /* keep-alive connections closed after --keepalive-timeout */
 } server_conn_stats;
 void server_get_conn_stats(const server *s, server_conn_stats *out);
 

@@ -143,6 +143,16 @@ static const setting k_settings[] = {
      "largest WebSocket message / HTTP body, bytes", NULL, NULL, 0, NULL},
     {"ping-interval", SET_INT, F(ping_interval_s), "30", 1, 3600,
      "seconds of silence before a WebSocket ping; hang up 10 s later", NULL, NULL, 0, NULL},
+    {"request-timeout", SET_NUM, F(request_timeout_s), "30", 0.1, 3600,
+     "seconds an HTTP request (head and body; a WebSocket's upgrade request) may take to arrive, from its "
+     "first byte; a late one gets 408 and its connection closes. Answers (streams) are not limited",
+     NULL, NULL, 0, NULL},
+    {"keepalive-timeout", SET_NUM, F(keepalive_timeout_s), "30", 0.1, 3600,
+     "seconds an HTTP connection may stay idle between two requests before it is closed", NULL, NULL, 0, NULL},
+    {"max-conns-per-address", SET_INT, F(max_conns_per_address), "256", 0, 1000000,
+     "open connections (HTTP, TLS, WebSocket) per client address, IPv6 per /64; more are closed as soon as they "
+     "are accepted; --trusted-proxies are not counted (limit per client at the proxy); 0 = no cap", NULL, NULL, 0,
+     NULL},
     {"tls-cert", SET_STR, F(tls_cert), "", 0, 0, "PEM certificate (chain): serve https:// and wss:// (TLS 1.2+)", NULL,
      NULL, 0, NULL},
     {"tls-key", SET_STR, F(tls_key), "", 0, 0, "PEM private key for --tls-cert", NULL, NULL, 0, NULL},
@@ -171,8 +181,9 @@ static const setting k_settings[] = {
     {"webhook-timeout", SET_NUM, F(webhook_timeout_s), "5", 0.01, 600,
      "seconds one webhook attempt may take (resolve, connect, send, answer)", NULL, NULL, 0, NULL},
     {"webhook-allow", SET_STR, F(webhook_allow), "", 0, 0,
-     "networks webhooks may reach besides public addresses, e.g. 10.0.0.0/8,127.0.0.1 (private, loopback, "
-     "link-local and metadata addresses are refused otherwise)", NULL, NULL, 0, NULL},
+     "networks webhooks may reach besides globally reachable unicast addresses, e.g. 10.0.0.0/8,127.0.0.1 "
+     "(private, loopback, link-local/metadata, reserved and other special-purpose addresses are refused "
+     "otherwise, also when a name resolves to them)", NULL, NULL, 0, NULL},
     {"webhook-workers", SET_INT, F(webhook_workers), "4", 1, 64,
      "webhook delivery threads (one target holds one at most)", NULL, NULL, 0, NULL},
     {"served-model-name", SET_STR, F(served_model_name), "", 0, 0, "model id reported by /v1/models",

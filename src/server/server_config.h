@@ -44,6 +44,10 @@ typedef struct server_config {
     int    max_session_generations; /* running/queued generations per session */
     size_t max_message_bytes;     /* largest client WebSocket message / HTTP body */
     int    ping_interval_s;       /* idle time before a WebSocket protocol ping; hang up 10 s later */
+    double request_timeout_s;     /* a request's head + body must arrive within this, from its first
+                                     byte (server/conn_guard.h) */
+    double keepalive_timeout_s;   /* idle time of an HTTP connection between requests before closing */
+    int    max_conns_per_address; /* open connections per client address (IPv6 /64), 0 = no cap */
     char  *tls_cert;              /* PEM server certificate (chain); with tls_key enables https/wss */
     char  *tls_key;               /* PEM private key */
     int    verbose;               /* log level debug */

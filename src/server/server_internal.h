@@ -44,6 +44,18 @@ size_t http_conn_size(void);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to allow (path /ws), 1 after answering 404, -1 to close. */
 int    http_confirm_upgrade(struct lws *wsi);
 
+/* http.c, for conn_guard.c: the bytes of a complete JSON error answer that closes the connection
+ * ("HTTP/1.1 status ... Connection: close", extra_headers: NULL or "Name: value\r\n" lines) into
+ * buf (cap >= 512); returns their length. */
+size_t http_error_bytes(char *buf, size_t cap, int status, const char *code, const char *msg,
+                        const char *extra_headers);
+/* The deadline of the request on wsi passed while its body was arriving: 1 after answering 408
+ * (the connection closes after it), 0 when wsi holds no such request. */
+int    http_request_timeout(struct lws *wsi);
+
+/* server.c: the connection limits (server/conn_guard.h). */
+struct conn_guard *server_conn_guard(server *s);
+
 /* static.c: the file for path (decoded, starting with '/') under the web root. */
 typedef struct static_file {
     char       *data;   /* whole file, owned by the caller (free) */

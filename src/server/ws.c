@@ -27,6 +27,7 @@
 
 #include "api/algo_config.h"
 #include "decode/event_json.h"
+#include "server/conn_guard.h"
 #include "server/session.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -578,7 +579,17 @@ int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, voi
         /* API keys (server/http_api.c installs the check); the caller's identity for quotas */
         return c && server_ws_auth(srv, wsi, c->who, sizeof c->who) ? 0 : 1;
     case LWS_CALLBACK_ESTABLISHED:
+        conn_guard_open(wsi); /* long-lived by design: counted per address, no request deadline */
         return on_established(w, c, wsi);
+    /* a new connection is bound to this (the default) protocol until its first head is parsed:
+     * the connection limits hear of it here (conn_guard.h) */
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+        conn_guard_on_adopt(server_conn_guard(srv), wsi);
+        return 0;
+    case LWS_CALLBACK_SSL_INFO:
+        conn_guard_on_tls_info(wsi, ((const struct lws_ssl_info *)in)->where);
+        return 0;
+
     case LWS_CALLBACK_RECEIVE:
         return on_receive(w, c, wsi, in, len);
     case LWS_CALLBACK_SERVER_WRITEABLE:

@@ -6,7 +6,9 @@
 // exits non-zero when any storm failed.
 //
 // Storms: bad HTTP inputs (malformed heads, bodies, methods, paths, lengths), path traversal,
-// slowloris (connections that send their head one byte at a time), WebSocket sessions with
+// slowloris (more connections than --max-conns-per-address from one address, dripping their head
+// or body: those beyond the cap are closed at once, the others get 408 at --request-timeout, while
+// other addresses are served), WebSocket sessions with
 // generations, SSE streams, disconnects in several modes (mid-request, mid-stream, mid-generation,
 // half-close, reset, abandoned WebSocket), session resume cycles, bad WebSocket messages/frames.
 //
@@ -39,6 +41,8 @@ if (!BIN) {
   process.exit(2);
 }
 const n = (x) => Math.max(1, Math.round(x * SCALE));
+const REQUEST_TIMEOUT_S = 6;
+const CONN_CAP = 256; // the default --max-conns-per-address, set explicitly
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const tmp = fs.mkdtempSync(path.join(process.env.UNMASK_TEST_TMP || os.tmpdir(), 'battery-'));
 
@@ -61,6 +65,8 @@ async function startServer() {
   const args = ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1',
     '--web-root', path.join(SRC, 'web'), '--api-keys', path.join(tmp, 'keys'), '--max-gen-length', '64',
     '--max-message-bytes', '65536', '--ping-interval', '600',
+    // slow clients: cut after REQUEST_TIMEOUT_S, at most CONN_CAP connections per address
+    '--request-timeout', String(REQUEST_TIMEOUT_S), '--max-conns-per-address', String(CONN_CAP),
     // one key drives every storm: the per-caller quotas (tests/http/isolation) would refuse its
     // work at larger scales, which is not what this battery measures
     '--key-max-generations', '0', '--key-max-sessions', '0', '--key-max-jobs', '0'];
@@ -89,9 +95,11 @@ async function startServer() {
 }
 
 let S; // the server
-const connect = () => (USE_TLS // over a plain socket of our own, so a reset can reach TCP (s._parent)
-  ? tls.connect({ socket: net.connect(S.port, '127.0.0.1'), ca: S.certs.ca, servername: 'localhost' })
-  : net.connect(S.port, '127.0.0.1'));
+// local: the client's source address (loopback has the whole 127/8; the cap is per address)
+const connect = (local = '127.0.0.1') => { // over a plain socket of our own, so a reset can reach TCP (s._parent)
+  const sock = net.connect({ port: S.port, host: '127.0.0.1', localAddress: local });
+  return USE_TLS ? tls.connect({ socket: sock, ca: S.certs.ca, servername: 'localhost' }) : sock;
+};
 const CONN_EV = USE_TLS ? 'secureConnect' : 'connect';
 const wsUrl = () => `${USE_TLS ? 'wss' : 'ws'}://127.0.0.1:${S.port}/ws`;
 const wsOpts = () => ({ headers: { authorization: `Bearer ${KEY}` }, ...(USE_TLS ? { ca: S.certs.ca, servername: 'localhost' } : {}) });
@@ -143,6 +151,10 @@ async function stormBadHttp() {
     for (const r of rs) if (/^HTTP\/1\.[01] 5\d\d/.test(r.buf) && !/queue_full|model_loading|shutting_down/.test(r.buf))
       throw new Error(`a 5xx for bad input: ${r.buf.slice(0, 200)}`);
   }
+  for (const m of ['CONNECT', 'BREW', 'TRACE']) { // methods the server does not take: a JSON 405 each
+    const r = await raw(`${m} /v1/completions HTTP/1.1\r\nHost: h\r\n\r\n`, 4000);
+    if (!/^HTTP\/1\.1 405 [^]*\r\nAllow: [^]*"method_not_allowed"/.test(r.buf)) throw new Error(`${m}: ${JSON.stringify(r.buf.slice(0, 120))}`);
+  }
   return { tried: `${inputs.length} inputs`, held: `${answered} answered with a status`, fail: 0 };
 }
 
@@ -160,23 +172,52 @@ async function stormTraversal() {
 }
 
 async function stormSlowloris() {
-  const N = n(300);
-  const socks = [];
+  // more slow connections from one address (127.0.0.2) than the cap; the prober (127.0.0.1) must
+  // be answered throughout. Half drip a head, half a body.
+  const N = CONN_CAP + n(100);
+  const conns = [];
   for (let i = 0; i < N; i++) {
-    const s = connect();
-    s.on('error', () => {});
-    s.on(CONN_EV, () => s.write('GET /health HTTP/1.1\r\n'));
-    socks.push(s);
+    const c = { s: connect('127.0.0.2'), data: '', up: false, closed: false };
+    c.s.on('error', () => {});
+    c.s.on('data', (d) => (c.data += d.toString('latin1')));
+    c.s.on('close', () => (c.closed = true));
+    c.s.on(CONN_EV, () => {
+      c.up = true;
+      c.s.write(i % 2 ? 'GET /health HTTP/1.1\r\nHost: h\r\n'
+        : `POST /v1/completions HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: 60000\r\n\r\n{`);
+    });
+    conns.push(c);
   }
-  await sleep(500);
-  // one more byte each, several rounds, while the server must still answer others
-  for (let round = 0; round < 3; round++) {
-    for (const s of socks) if (!s.destroyed) s.write('X');
-    await health(3000);
+  const settle = async (what, pred, ms) => {
+    const t0 = Date.now();
+    while (!pred()) {
+      if (Date.now() - t0 > ms) throw new Error(`slowloris: timed out waiting for ${what}`);
+      await sleep(50);
+    }
+  };
+  let drip = null;
+  let refused = 0;
+  let held = [];
+  try {
+    // (a client sees its connection up as soon as the kernel completes the handshake; the server
+    // closes those beyond the cap when it accepts them)
+    await settle('the connections beyond the cap to be closed', () => conns.filter((c) => c.closed).length >= N - CONN_CAP,
+      60000);
+    await health(10000); // another address is served while 127.0.0.2 is at its cap
+    refused = conns.filter((c) => c.closed && !c.data).length;
+    held = conns.filter((c) => !c.closed);
+    if (held.length > CONN_CAP) throw new Error(`${held.length} slow connections open from one address, cap ${CONN_CAP}`);
+    // one more byte each second until the deadline cuts them all
+    drip = setInterval(() => { for (const c of held) if (!c.closed && !c.data) c.s.write('X'); }, 1000);
+    await settle('the request deadline to close the slow connections', () => held.every((c) => c.closed),
+      (REQUEST_TIMEOUT_S + 60) * 1000);
+  } finally {
+    if (drip) clearInterval(drip);
+    for (const c of conns) c.s.destroy();
   }
-  const open = socks.filter((s) => !s.destroyed).length;
-  for (const s of socks) s.destroy();
-  return { tried: `${N} slow heads`, held: `${open} still open; /health answered throughout`, fail: 0 };
+  const answered = held.filter((c) => /^HTTP\/1\.1 408 /.test(c.data) && /"request_timeout"/.test(c.data)).length;
+  if (answered !== held.length) throw new Error(`${held.length - answered} of ${held.length} slow connections closed without a 408`);
+  return { tried: `${N} slow heads/bodies from one address`, held: `${refused} refused at the cap (${CONN_CAP}), ${answered} cut with 408 at ${REQUEST_TIMEOUT_S} s; /health answered throughout`, fail: 0 };
 }
 
 function wsClient() {

@@ -240,7 +240,11 @@ test('job input errors: stream, bad webhook URL, unknown job', async () => {
   assert.equal(w.json().error.param, 'webhook');
   // SSRF: internal targets outside --webhook-allow are refused, in any spelling
   for (const target of ['http://169.254.169.254/latest/meta-data/', 'http://127.0.0.2:8080/', 'http://2130706434/',
-    'http://[::ffff:10.0.0.1]/', 'http://10.0.0.1/']) {
+    'http://[::ffff:10.0.0.1]/', 'http://10.0.0.1/',
+    // IPv6 forms that embed an internal IPv4 address or are not global (accepted before issue 26)
+    'http://[::ffff:0:a9fe:a9fe]/', 'http://[::ffff:0:10.0.0.1]/', 'http://[::ffff:0:127.0.0.1]/',
+    'http://[64:ff9b:1::a9fe:a9fe]/', 'http://[64:ff9b:1::7f00:1]/', 'http://[::1:a9fe:a9fe]/',
+    'http://[::ffff:0:0:a9fe:a9fe]/', 'http://[2001:10::1]/']) {
     const r = await post(`${srv.url}/v1/jobs`, job({ webhook: target }));
     assert.equal(r.status, 400, `${target}: ${r.text}`);
     assert.equal(r.json().error.param, 'webhook');

@@ -1,8 +1,11 @@
 /*
  * test_api_webhook.c — webhook signing (RFC 4231 vector), URL parsing, and real deliveries to a
- * loopback listener: signature header, retry with backoff after a 500, give-up after max_attempts.
+ * loopback listener: signature header, retry with backoff after a 500, give-up after max_attempts;
+ * the address policy at creation (every spelling of an internal address) and at delivery (a name
+ * that resolves to loopback is refused there unless allowed).
  */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -201,13 +204,22 @@ static void test_targets(void) {
         "http://[::1]/", "http://[::]/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:169.254.169.254]/",
         "http://[64:ff9b::a9fe:a9fe]/", "http://[2002:7f00:1::]/", "http://[fd00:ec2::254]/", "http://[fe80::1]/",
         "http://[ff02::1]/", "http://224.0.0.1/", "http://255.255.255.255/",
+        /* accepted before (issue 26): IPv4-translated, local-use NAT64, reserved, ORCHID */
+        "http://[::ffff:0:a9fe:a9fe]/", "http://[::ffff:0:10.0.0.1]/", "http://[::ffff:0:127.0.0.1]/",
+        "http://[64:ff9b:1::a9fe:a9fe]/", "http://[64:ff9b:1::7f00:1]/", "http://[::1:a9fe:a9fe]/",
+        "http://[::ffff:0:0:a9fe:a9fe]/", "http://[2001:10::1]/",
+        /* more of the same families */
+        "http://[::127.0.0.1]/", "http://[2002:808:808::1]/", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+        "http://[3fff::1]/", "http://[5f00::1]/", "http://[100::1]/", "http://[fec0::1]/", "http://192.0.0.8/",
+        "http://192.88.99.1/", "http://[2600::5efe:a00:1]/", "http://198.18.0.1/",
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&err, 0, sizeof err);
         TEST_CHECK(webhook_check_target(w, refused[i], &err) == -1 && strcmp(err.param, "webhook") == 0,
                    "%s refused (%s)", refused[i], err.msg);
     }
-    static const char *const public_ok[] = {"http://93.184.216.34/", "http://8.8.8.8:8080/hook", "http://[2606:4700::1]/"};
+    static const char *const public_ok[] = {"http://93.184.216.34/", "http://8.8.8.8:8080/hook", "http://[2606:4700::1]/",
+                                            "http://[::ffff:8.8.8.8]/", "http://[64:ff9b::808:808]/", "http://192.0.0.9/"};
     for (size_t i = 0; i < sizeof public_ok / sizeof public_ok[0]; i++)
         TEST_CHECK(webhook_check_target(w, public_ok[i], &err) == 0, "%s allowed: %s", public_ok[i], err.msg);
     webhook_sender_free(w, 0);
@@ -219,11 +231,57 @@ static void test_targets(void) {
     TEST_CHECK(webhook_check_target(w, "http://[fd00:ec2::254]/", &err) == 0, "fd00::/8 allowed");
     TEST_CHECK(webhook_check_target(w, "http://127.0.0.2/", &err) == -1, "127.0.0.2 still refused");
     TEST_CHECK(webhook_check_target(w, "http://169.254.169.254/", &err) == -1, "metadata still refused");
+    TEST_CHECK(webhook_check_target(w, "http://[::ffff:127.0.0.1]:9/", &err) == 0, "mapped 127.0.0.1 is 127.0.0.1");
+    memset(&err, 0, sizeof err);
+    TEST_CHECK(webhook_check_target(w, "http://[::ffff:0:10.0.0.1]/", &err) == -1 && strstr(err.msg, "IPv4-translated"),
+               "an IPv4-translated address is not the IPv4 address (allowed 10/8 does not open it): %s", err.msg);
     webhook_sender_free(w, 0);
     cfg.allow = "10.0.0.0/33";
     TEST_CHECK(webhook_sender_new(&cfg, &err) == NULL && strstr(err.msg, "prefix"), "bad CIDR: %s", err.msg);
     cfg.allow = "not-an-address";
     TEST_CHECK(webhook_sender_new(&cfg, &err) == NULL && strstr(err.msg, "--webhook-allow"), "bad entry: %s", err.msg);
+}
+
+/* The check that counts is the one at delivery: a name resolving to loopback is refused there, with
+ * nothing sent, unless the allow-list opens loopback (then it is delivered). The names resolve
+ * without DNS: "localhost" through /etc/hosts, "0x7f.1" and "2130706433" as numbers (inet_aton). */
+static void test_delivery_resolves(void) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    TEST_CHECK(getaddrinfo("localhost", "80", &hints, &res) == 0 && res, "this machine resolves localhost");
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        char shown[64] = "";
+        getnameinfo(a->ai_addr, a->ai_addrlen, shown, sizeof shown, NULL, 0, NI_NUMERICHOST);
+        TEST_CHECK(strcmp(shown, "127.0.0.1") == 0 || strcmp(shown, "::1") == 0, "localhost -> %s (loopback)", shown);
+    }
+    if (res) freeaddrinfo(res);
+    listener l = {0};
+    pthread_t th;
+    listener_start(&l, &th);
+    static const char *const names[] = {"localhost", "0x7f.1", "2130706433"};
+    for (int allowed = 0; allowed <= 1; allowed++) {
+        webhook_config cfg = {.secret = "s", .max_attempts = 1, .timeout_s = 2, .allow = allowed ? "127.0.0.0/8,::1" : NULL};
+        um_err err = {0};
+        webhook_sender *w = webhook_sender_new(&cfg, &err);
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            done_rec d = {.lock = PTHREAD_MUTEX_INITIALIZER};
+            char url[96];
+            snprintf(url, sizeof url, "http://%s:%d/hook", names[i], l.port);
+            int before = l.n_requests;
+            /* enqueued directly, as a job's delivery is: the creation check is not what protects */
+            TEST_CHECK(webhook_enqueue(w, url, "job.succeeded", "dlv_dns", "{}", 2, on_done, &d, &err) == 0, "enqueue %s", url);
+            TEST_CHECK(wait_calls(&d, 1, 10), "%s: an outcome", url);
+            if (allowed)
+                TEST_CHECK(d.ok == 1 && d.status == 204 && l.n_requests == before + 1, "%s delivered when loopback is allowed",
+                           url);
+            else
+                TEST_CHECK(d.ok == 0 && d.status == 0 && l.n_requests == before, "%s refused at delivery, nothing sent",
+                           url);
+        }
+        webhook_sender_free(w, 0);
+    }
+    shutdown(l.fd, SHUT_RDWR);
+    close(l.fd);
+    pthread_join(th, NULL);
 }
 
 /* A target that never answers holds one worker; another target's deliveries go through meanwhile. */
@@ -267,6 +325,7 @@ int main(void) {
     test_url();
     test_targets();
     test_delivery();
+    test_delivery_resolves();
     test_stalled_target();
     return test_report();
 }
