@@ -76,7 +76,7 @@ if (mk.status !== 0) throw new Error(`make-model: ${mk.stderr}`);
 const proc = spawn(BIN, ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0',
   '--threads', '2', '--web-root', path.join(SRC, 'web'), '--ping-interval', '600',
   '--max-sessions', String(IDLE + GENS + 64), '--max-queue', String(GENS + 64), '--session-retention', String(RETENTION),
-  '--key-max-sessions', '0', '--key-max-generations', '0', ...SERVER_ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...ENV } });
+  '--key-max-sessions', '0', '--key-max-generations', '0', '--max-conns-per-address', '0', ...SERVER_ARGS], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...ENV } });
 let log = '';
 proc.stdout.on('data', (d) => (log += d));
 proc.stderr.on('data', (d) => (log += d));
