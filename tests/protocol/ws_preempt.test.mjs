@@ -2,7 +2,8 @@
 // - caller B with nothing running is served while caller A's long generations fill the batch: one
 //   of A's is paused at a step boundary, B's first step event arrives while A's generations are
 //   unfinished and one is paused, and every generation of A's — the paused one too — ends with
-//   exactly the commits of its run alone (trace: every step once, numbered 0, 1, 2, ...);
+//   exactly the commits of its run alone (trace: every step once, numbered 0, 1, 2, ...); the same
+//   with A's generations as OpenAI SSE streams (same text as unpaused, ended with [DONE]);
 // - the generations of an abruptly dropped session (detached, kept for resume) yield to a new
 //   client: its first step arrives while the dropped generation is unfinished and paused; the
 //   dropped session resumes and gets its generation completed with the output of an unpaused run.
@@ -99,6 +100,68 @@ describe('a caller with nothing running does not wait for another caller\'s floo
     assert.equal(stAfter.scheduler.resumed, 1);
     assert.equal(stAfter.scheduler.paused, 0);
     await Promise.all([a.close(), b.close()]);
+  });
+});
+
+// An OpenAI completions stream (SSE): its text (the concatenated chunks) and whether it ended with
+// [DONE].
+async function completionStream(srv, key, body) {
+  const r = await fetch(`${srv.base}/v1/completions`, { method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
+  assert.equal(r.status, 200);
+  const raw = await r.text();
+  let text = '';
+  let ended = false;
+  for (const rec of raw.split(/\r?\n\r?\n/)) {
+    const data = rec.split(/\r?\n/).filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+    if (!data) continue;
+    if (data === '[DONE]') ended = true;
+    else text += JSON.parse(data).choices?.[0]?.text ?? '';
+  }
+  return { text, ended };
+}
+
+describe('a caller with nothing running does not wait for another caller\'s SSE streams', () => {
+  let srv;
+  const KEY_A = 'sk-preempt-sse-a';
+  const KEY_B = 'sk-preempt-sse-b';
+  before(async () => {
+    const keys = path.join(TMP, 'ws-preempt-sse-keys.txt');
+    fs.writeFileSync(keys, `${KEY_A}\n${KEY_B}\n`);
+    srv = await startServer({ model: tinyModel('ws-preempt'), name: 'sse',
+      extra: ['--api-keys', keys, '--max-batch', '2'] });
+  });
+  after(async () => {
+    await srv.stop();
+  });
+  const stats = async () => (await fetch(`${srv.base}/stats`, { headers: { authorization: `Bearer ${KEY_A}` } })).json();
+
+  test('A\'s two streams fill the batch; B\'s first step comes before they finish; the paused stream goes on to the text of its unpaused run', async () => {
+    const body = (i) => ({ prompt: `def f${i}(x):`, max_tokens: 960, block_length: 64, steps: 960, temperature: 0.8,
+      seed: 21 + i, stop_at_eos: false });
+    const ref = [await completionStream(srv, KEY_A, body(0)), await completionStream(srv, KEY_A, body(1))];
+    const st0 = await stats();
+    const streams = [0, 1].map((i) => completionStream(srv, KEY_A, body(i)));
+    await untilStats({ stats }, (st) => st.scheduler.active === 2, 'A\'s streams running');
+    const b = new Client(srv.wsUrl, { headers: { authorization: `Bearer ${KEY_B}` } });
+    await b.session();
+    b.send({ type: 'generate', id: 'b', ...LONG, seed: 1 });
+    await b.wait((m) => m.type === 'step' && m.id === 'b', 'B\'s first step');
+    const st = await stats();
+    assert.equal(st.scheduler.finished, st0.scheduler.finished, 'A\'s streams are unfinished');
+    assert.equal(st.scheduler.paused, 1, 'one of them is paused');
+    const got = await Promise.all(streams);
+    await b.done('b');
+    for (const i of [0, 1]) {
+      assert.ok(got[i].ended && ref[i].ended, `stream ${i} ended with [DONE]`);
+      assert.ok(ref[i].text.length > 0);
+      assert.equal(got[i].text, ref[i].text, `stream ${i}: the text of its unpaused run`);
+    }
+    const stAfter = await stats();
+    assert.equal(stAfter.scheduler.preempted, 1);
+    assert.equal(stAfter.scheduler.resumed, 1);
+    b.ws.close(1000);
+    await b.closedP;
   });
 });
 
