@@ -7,7 +7,7 @@
  * Host or device loop: engine_step() is the one switch; eligible sequences on a CUDA engine go
  * through decode/decode_device.h (events one step behind the GPU), the others through decode_step.
  * Policy (sched.h): admission fair between owners (fewest running first, round robin among
- * equals), background requests last; preemption at step boundaries (engine_preempt) pauses a
+ * equals), background requests last; preemption at step boundaries (engine_admit) pauses a
  * sequence for a waiting owner with nothing running, or for any waiting request in place of a
  * background one.
  * Threads: engine_main() runs on one thread per engine; submit/cancel on any thread (the service
@@ -215,10 +215,11 @@ static void wait_remove(sched *s, sched_owner *o, sched_req *r) {
     ring_leave_if_idle(s, o);
 }
 
-/* The waiting request engine e should run next: of background class bg, resumable there (queued,
- * or paused on e), and — with fit_kv — whose KV rows fit e's budget (a paused one always does: it
- * is counted already). Among the owners that have one, the owner with the fewest running goes
- * first, ties in ring order from the next to serve. *own = its owner. NULL when there is none. */
+/* The waiting request engine e should run next: an owner's first request of background class bg
+ * that can run there (queued, or paused on e) — with fit_kv only when its KV rows fit e's budget
+ * (a paused one always does: it is counted already; an engine holding nothing takes anything).
+ * Among the owners that have one, the owner with the fewest running goes first, ties in ring
+ * order from the next to serve. *own = its owner. NULL when there is none. */
 static sched_req *wait_pick(const sched *s, const engine *e, int bg, int fit_kv, sched_owner **own) {
     sched_owner *best = NULL;
     sched_req *pick = NULL;
@@ -228,11 +229,10 @@ static sched_req *wait_pick(const sched *s, const engine *e, int bg, int fit_kv,
         if (!best || o->n_running < best->n_running) {
             for (sched_req *r = o->head; r; r = r->q_next) {
                 if (r->background != bg || (r->state == SCHED_REQ_PAUSED && r->engine != e->index)) continue;
-                if (fit_kv && r->state == SCHED_REQ_QUEUED && s->o.kv_rows > 0 && e->kv_held > 0 &&
-                    e->kv_held + r->kv_rows > s->o.kv_rows)
-                    continue;
-                best = o, pick = r;
-                break;
+                if (!(fit_kv && r->state == SCHED_REQ_QUEUED && s->o.kv_rows > 0 && e->kv_held > 0 &&
+                      e->kv_held + r->kv_rows > s->o.kv_rows))
+                    best = o, pick = r;
+                break;   /* the owner's first eligible request, or none of its: they go in order */
             }
         }
         o = o->next;
