@@ -6,7 +6,8 @@
 //   with A's generations as OpenAI SSE streams (same text as unpaused, ended with [DONE]);
 // - the generations of an abruptly dropped session (detached, kept for resume) yield to a new
 //   client: its first step arrives while the dropped generation is unfinished and paused; the
-//   dropped session resumes and gets its generation completed with the output of an unpaused run.
+//   dropped session resumes and gets its generation completed with the output of an unpaused run;
+//   a paused generation cancelled after the resume ends at once ("cancelled").
 // Timing is never asserted: the observables are the order of events and the scheduler's counters
 // (/stats), read while the paused generation cannot resume (the batch stays full of longer work).
 
@@ -20,6 +21,12 @@ import { Client, TMP, checkGeneration, startServer, tinyModel, untilStats } from
 // cannot finish while the test looks. Sampled (temperature + seed): its commits are its own,
 // whatever ran beside it.
 const LONG = { prompt_ids: [3, 4, 5], gen_length: 960, block_length: 64, steps: 960, temperature: 0.8, stop_at_eos: false };
+
+// A normal close (1000) ends a session at once (other codes leave it detached, resumable).
+async function bye(...cs) {
+  for (const c of cs) c.ws.close(1000);
+  await Promise.all(cs.map((c) => c.closedP));
+}
 
 // The trace of a generation (GET /v1/generations/{id}/trace): its steps as the engine made them.
 async function trace(srv, traceId, key) {
@@ -99,7 +106,7 @@ describe('a caller with nothing running does not wait for another caller\'s floo
     const stAfter = await stats();
     assert.equal(stAfter.scheduler.resumed, 1);
     assert.equal(stAfter.scheduler.paused, 0);
-    await Promise.all([a.close(), b.close()]);
+    await bye(a, b);
   });
 });
 
@@ -160,8 +167,7 @@ describe('a caller with nothing running does not wait for another caller\'s SSE 
     const stAfter = await stats();
     assert.equal(stAfter.scheduler.preempted, 1);
     assert.equal(stAfter.scheduler.resumed, 1);
-    b.ws.close(1000);
-    await b.closedP;
+    await bye(b);
   });
 });
 
@@ -180,8 +186,7 @@ describe('a dropped session\'s generations yield to a connected client', () => {
     const r = new Client(srv.wsUrl);
     await r.session();
     const ref = await runAlone(srv, r, 'ref', gen);
-    r.ws.close(1000); // a normal close ends the session at once
-    await r.closedP;
+    await bye(r);
 
     // a client starts a long generation and vanishes mid-way (TCP drop, no close frame)
     const d = new Client(srv.wsUrl);
@@ -217,6 +222,40 @@ describe('a dropped session\'s generations yield to a connected client', () => {
     checkGeneration(assert, all, 'g');
     assert.equal(done.text, ref.text, 'the text of its unpaused run');
     assert.deepEqual(commitsOf(await trace(srv, acc.trace_id)), ref.commits, 'the commits of its unpaused run');
-    await Promise.all([n.close(), back.close()]);
+    await bye(n, back);
+  });
+
+  test('a paused generation is cancelled after the resume: done "cancelled" at once, nothing after it', async () => {
+    const gen = { ...LONG, seed: 7 };
+    const d = new Client(srv.wsUrl);
+    const s = await d.session();
+    d.send({ type: 'generate', id: 'g', ...gen });
+    const last = (await d.wait((m) => m.type === 'step' && m.id === 'g' && m.step >= 2, 'a few steps')).seq;
+    const before = await srv.stats();
+    d.ws.terminate();
+    await d.closedP;
+    await untilStats(srv, (st) => st.connections.sessions_detached === 1, 'the session detached');
+    const n = new Client(srv.wsUrl);
+    await n.session();
+    n.send({ type: 'generate', id: 'n', ...gen, seed: 8 });
+    await n.wait((m) => m.type === 'step' && m.id === 'n', 'the new client\'s first step');
+    assert.equal((await srv.stats()).scheduler.paused, 1, 'the dropped generation is paused');
+    const back = new Client(srv.wsUrl);
+    await back.session();
+    back.send({ type: 'session.resume', session: s.session, last_seq: last });
+    await back.wait((m) => m.type === 'session.resumed');
+    back.send({ type: 'cancel', id: 'g' });
+    const done = await back.done('g');
+    assert.equal(done.finish_reason, 'cancelled');
+    assert.ok(done.usage.steps < gen.steps, `it stopped where it was paused (${done.usage.steps} steps)`);
+    // the engine counts it after the iteration that sent its done
+    const st = await untilStats(srv, (x) => x.scheduler.cancelled === before.scheduler.cancelled + 1, 'the cancel counted');
+    assert.equal(st.scheduler.paused, 0);
+    assert.equal(st.scheduler.active, 1, 'the new client\'s generation runs on');
+    n.send({ type: 'cancel', id: 'n' });
+    await n.done('n');
+    const gSteps = back.msgs.filter((m) => m.id === 'g' && m.type === 'step' && m.seq > done.seq);
+    assert.equal(gSteps.length, 0, 'nothing after done');
+    await bye(n, back);
   });
 });
