@@ -124,7 +124,7 @@ static const setting k_settings[] = {
      NULL, NULL, 0, NULL},
     {"max-paused", SET_INT, F(max_paused), "-1", -1, 4096,
      "running sequences one engine may pause (state and KV cache kept) so that a caller with nothing running, or an "
-     "attached session over a detached one, goes first; 0 = never pause, -1 = --max-batch", "--max-batch", NULL, 0,
+     "attached session over a detached one, goes first; 0 = never pause, -1 = --max-batch", "same as --max-batch", NULL, 0,
      NULL},
     {"prep-workers", SET_INT, F(prep_workers), "2", 1, 64,
      "threads that apply chat templates and tokenize requests, off the network thread", NULL, NULL, 0, NULL},
