@@ -6,10 +6,15 @@
  * failing forward; decode/fault_inject.c is the test hook that uses it.
  * Host or device loop: engine_step() is the one switch; eligible sequences on a CUDA engine go
  * through decode/decode_device.h (events one step behind the GPU), the others through decode_step.
+ * Policy (sched.h): admission fair between owners (fewest running first, round robin among
+ * equals), background requests last; preemption at step boundaries (engine_admit) pauses a
+ * sequence for a waiting owner with nothing running, or for any waiting request in place of a
+ * background one.
  * Threads: engine_main() runs on one thread per engine; submit/cancel on any thread (the service
  * thread); everything shared lives under sched.lock. An admitted request's decode_seq is touched
- * only by its engine thread (and by sched_cancel's caller while it is still queued, after
- * unlinking it under the lock).
+ * only by its engine thread — paused or not: a paused sequence's KV slots live on that engine's
+ * ctx — (and by sched_cancel's caller while it is still queued, after unlinking it under the
+ * lock).
  */
 #include "sched/sched.h"
 
@@ -30,13 +35,19 @@
 
 #define ENGINE_NICE 5   /* engine threads' nice value relative to the process (see engine_main) */
 
-/* Requests of one owner key waiting for admission; buckets form a ring served round-robin. */
-typedef struct bucket {
-    uint64_t       key;
-    sched_req     *head, *tail;
-    int            n;
-    struct bucket *next, *prev;
-} bucket;
+/* An owner key with requests in the scheduler (queued, running or paused). Owners with waiting
+ * requests — queued, or paused on an engine — form the ring admission walks; every owner is on
+ * sched.owners until it holds nothing. */
+typedef struct sched_owner {
+    uint64_t            key;
+    sched_req          *head, *tail;  /* waiting: paused ones first (the latest paused first), then
+                                         queued ones in submit order; linked by q_next */
+    int                 n_running;    /* in some engine's batch */
+    int                 n_held;       /* queued + running + paused: the record goes at 0 */
+    int                 in_ring;
+    struct sched_owner *next, *prev;  /* the ring (while it has waiting requests) */
+    struct sched_owner *o_next;       /* sched.owners */
+} sched_owner;
 
 typedef struct engine {
     struct sched *s;
@@ -50,7 +61,11 @@ typedef struct engine {
     decode_seq  **seqs;         /* [max_batch] scratch for decode_step */
     decode_seq  **dseqs;        /* [max_batch] scratch: the device loop's share of a step */
     decode_seq  **hseqs;        /* [max_batch] scratch: the host loop's share */
-    sched_req   **gone;         /* [max_batch] scratch: requests that left the active set */
+    sched_req   **gone;         /* [max_batch + max_paused] scratch: requests that finished */
+    /* under sched.lock (only this engine's thread changes them) */
+    sched_req   **paused;       /* [max_paused] paused here (also on their owners' waiting lists) */
+    int           n_paused;
+    long          kv_held;      /* kv_rows of active[] and paused[] summed */
     decode_sink   sink;
     int           use_dev;      /* 1: this engine runs the device-resident loop (CUDA, not
                                    tensor-parallel, not host_loop); fixed at sched_create */
@@ -77,9 +92,11 @@ struct sched {
     pthread_cond_t  cv;         /* engines wait here when idle */
     /* --- under lock */
     int             stop;
-    bucket         *rr;         /* next bucket to serve, NULL when nothing is queued */
-    int             n_queued;
+    sched_owner    *owners;     /* every owner holding something */
+    sched_owner    *rr;         /* the ring: next owner to serve, NULL when nothing waits */
+    int             n_queued;   /* queued (not paused) over all owners */
     int             n_active;   /* over all engines */
+    int             n_paused;   /* over all engines */
     sched_stats     st;
     uint64_t        next_id;
 
@@ -105,6 +122,8 @@ sched_req *sched_req_create(decode_seq *seq, uint64_t owner_key) {
     atomic_init(&r->cancel, 0);
     atomic_init(&r->refs, 1); /* the creator's */
     r->state = SCHED_REQ_NEW;
+    r->engine = -1;
+    r->kv_rows = decode_seq_kv_rows(seq);
     decode_seq_set_user(seq, r);
     return r;
 }
@@ -117,84 +136,199 @@ void sched_req_free(sched_req *r) {
     free(r);
 }
 
-/* ---------------------------------------------------------------- queue (under lock) */
+/* ---------------------------------------------------------------- owners and waiting lists (under lock) */
 
-static bucket *bucket_find(sched *s, uint64_t key) {
-    bucket *b = s->rr;
-    if (!b) return NULL;
-    do {
-        if (b->key == key) return b;
-        b = b->next;
-    } while (b != s->rr);
-    return NULL;
+static sched_owner *owner_get(sched *s, uint64_t key) {
+    for (sched_owner *o = s->owners; o; o = o->o_next)
+        if (o->key == key) return o;
+    sched_owner *o = xcalloc(1, sizeof *o);
+    o->key = key;
+    o->o_next = s->owners;
+    s->owners = o;
+    return o;
 }
 
-static void queue_push(sched *s, sched_req *r) {
-    bucket *b = bucket_find(s, r->owner_key);
-    if (!b) {
-        b = xcalloc(1, sizeof *b);
-        b->key = r->owner_key;
-        if (!s->rr) {
-            b->next = b->prev = b;
-            s->rr = b;
-        } else { /* join the ring just before the next to serve: served last in this round */
-            b->next = s->rr;
-            b->prev = s->rr->prev;
-            s->rr->prev->next = b;
-            s->rr->prev = b;
-        }
+/* One thing less held by o; the record goes when it holds nothing. */
+static void owner_release(sched *s, sched_owner *o) {
+    CHECK(o->n_held > 0);
+    if (--o->n_held > 0) return;
+    CHECK(!o->head && !o->in_ring && o->n_running == 0);
+    sched_owner **pp = &s->owners;
+    while (*pp != o) pp = &(*pp)->o_next;
+    *pp = o->o_next;
+    free(o);
+}
+
+/* o has waiting requests: join the ring just before the next to serve (served last in this
+ * round) unless it is on it. */
+static void ring_join(sched *s, sched_owner *o) {
+    if (o->in_ring) return;
+    o->in_ring = 1;
+    if (!s->rr) {
+        o->next = o->prev = o;
+        s->rr = o;
+    } else {
+        o->next = s->rr;
+        o->prev = s->rr->prev;
+        s->rr->prev->next = o;
+        s->rr->prev = o;
     }
-    r->q_next = NULL;
-    if (b->tail) b->tail->q_next = r;
-    else b->head = r;
-    b->tail = r;
-    b->n++;
-    s->n_queued++;
-    r->state = SCHED_REQ_QUEUED;
 }
 
-static void bucket_unlink_if_empty(sched *s, bucket *b) {
-    if (b->n) return;
-    if (b->next == b) s->rr = NULL;
+static void ring_leave_if_idle(sched *s, sched_owner *o) {
+    if (!o->in_ring || o->head) return;
+    o->in_ring = 0;
+    if (o->next == o) s->rr = NULL;
     else {
-        b->prev->next = b->next;
-        b->next->prev = b->prev;
-        if (s->rr == b) s->rr = b->next;
+        o->prev->next = o->next;
+        o->next->prev = o->prev;
+        if (s->rr == o) s->rr = o->next;
     }
-    free(b);
+    o->next = o->prev = NULL;
 }
 
-/* Round-robin: one request from the bucket whose turn it is, then the turn passes on. */
-static sched_req *queue_pop_rr(sched *s) {
-    bucket *b = s->rr;
-    if (!b) return NULL;
-    sched_req *r = b->head;
-    b->head = r->q_next;
-    if (!b->head) b->tail = NULL;
-    b->n--;
-    s->n_queued--;
+static void wait_push_back(sched *s, sched_owner *o, sched_req *r) {
     r->q_next = NULL;
-    s->rr = b->next;
-    bucket_unlink_if_empty(s, b);
-    return r;
+    if (o->tail) o->tail->q_next = r;
+    else o->head = r;
+    o->tail = r;
+    ring_join(s, o);
 }
 
-static int queue_remove(sched *s, sched_req *r) {
-    bucket *b = bucket_find(s, r->owner_key);
-    if (!b) return 0;
-    sched_req **pp = &b->head, *prev = NULL;
+static void wait_push_front(sched *s, sched_owner *o, sched_req *r) {
+    r->q_next = o->head;
+    o->head = r;
+    if (!o->tail) o->tail = r;
+    ring_join(s, o);
+}
+
+static void wait_remove(sched *s, sched_owner *o, sched_req *r) {
+    sched_req **pp = &o->head, *prev = NULL;
     while (*pp && *pp != r) {
         prev = *pp;
         pp = &(*pp)->q_next;
     }
-    if (!*pp) return 0;
+    CHECK(*pp == r);
     *pp = r->q_next;
-    if (b->tail == r) b->tail = prev;
-    b->n--;
-    s->n_queued--;
+    if (o->tail == r) o->tail = prev;
     r->q_next = NULL;
-    bucket_unlink_if_empty(s, b);
-    return 1;
+    ring_leave_if_idle(s, o);
+}
+
+/* The waiting request engine e should run next: an owner's first request of background class bg
+ * that can run there (queued, or paused on e) — with fit_kv only when its KV rows fit e's budget
+ * (a paused one always does: it is counted already; an engine holding nothing takes anything).
+ * Among the owners that have one, the owner with the fewest running goes first, ties in ring
+ * order from the next to serve. *own = its owner. NULL when there is none. */
+static sched_req *wait_pick(const sched *s, const engine *e, int bg, int fit_kv, sched_owner **own) {
+    sched_owner *best = NULL;
+    sched_req *pick = NULL;
+    sched_owner *o = s->rr;
+    if (!o) return NULL;
+    do {
+        if (!best || o->n_running < best->n_running) {
+            for (sched_req *r = o->head; r; r = r->q_next) {
+                if (r->background != bg || (r->state == SCHED_REQ_PAUSED && r->engine != e->index)) continue;
+                if (!(fit_kv && r->state == SCHED_REQ_QUEUED && s->o.kv_rows > 0 && e->kv_held > 0 &&
+                      e->kv_held + r->kv_rows > s->o.kv_rows))
+                    best = o, pick = r;
+                break;   /* the owner's first eligible request, or none of its: they go in order */
+            }
+        }
+        o = o->next;
+    } while (o != s->rr);
+    *own = best;
+    return pick;
+}
+
+/* Put waiting request r (queued, or paused on e) into e's batch; the turn passes to the next owner. */
+static void engine_take(sched *s, engine *e, sched_req *r, uint64_t now) {
+    sched_owner *o = r->own;
+    s->rr = o->next;
+    wait_remove(s, o, r);
+    if (r->state == SCHED_REQ_PAUSED) {
+        CHECK(r->engine == e->index);
+        int k = 0;
+        for (int i = 0; i < e->n_paused; i++)
+            if (e->paused[i] != r) e->paused[k++] = e->paused[i];
+        CHECK(k == e->n_paused - 1);
+        e->n_paused = k;
+        s->n_paused--;
+        r->paused_ns += now - r->t_pause_ns;
+        r->t_pause_ns = 0;
+        s->st.resumed++;
+    } else {
+        CHECK(r->state == SCHED_REQ_QUEUED);
+        s->n_queued--;
+        r->t_admit_ns = now;
+        e->kv_held += r->kv_rows;
+    }
+    r->state = SCHED_REQ_ACTIVE;
+    r->engine = e->index;
+    r->t_run_ns = now;
+    o->n_running++;
+    e->active[e->n_active++] = r;
+    s->n_active++;
+}
+
+/* Pause e->active[i] at this step boundary: it keeps its state (and its KV slots on e's ctx) and
+ * waits at the front of its owner's list, to resume on e. */
+static void engine_pause(sched *s, engine *e, int i, uint64_t now) {
+    sched_req *r = e->active[i];
+    memmove(&e->active[i], &e->active[i + 1], (size_t)(e->n_active - i - 1) * sizeof *e->active);
+    e->n_active--;
+    s->n_active--;
+    r->state = SCHED_REQ_PAUSED;
+    r->t_pause_ns = now;
+    r->n_pauses++;
+    r->own->n_running--;
+    e->paused[e->n_paused++] = r;
+    s->n_paused++;
+    s->st.preempted++;
+    wait_push_front(s, r->own, r);
+}
+
+/* The sequence of e's full batch to pause for waiting owner w: the latest admitted background one
+ * (it yields to anyone); else, when w has nothing running, the latest admitted of the owner with
+ * the most running — at least two, so that owner keeps one and the two never take turns. -1: none.
+ * Cancelled sequences are not chosen (they leave at this boundary anyway). */
+static int victim_pick(const engine *e, const sched_owner *w) {
+    int v = -1;
+    for (int i = 0; i < e->n_active; i++) {
+        const sched_req *r = e->active[i];
+        if (r->background && !atomic_load(&r->cancel) && (v < 0 || r->t_run_ns >= e->active[v]->t_run_ns)) v = i;
+    }
+    if (v >= 0 || w->n_running > 0) return v;
+    const sched_owner *most = NULL;
+    for (int i = 0; i < e->n_active; i++)
+        if (!most || e->active[i]->own->n_running > most->n_running) most = e->active[i]->own;
+    if (!most || most->n_running < 2) return -1;
+    for (int i = 0; i < e->n_active; i++) {
+        const sched_req *r = e->active[i];
+        if (r->own == most && !atomic_load(&r->cancel) && (v < 0 || r->t_run_ns >= e->active[v]->t_run_ns)) v = i;
+    }
+    return v;
+}
+
+/* At a step boundary: fill e's free batch slots (foreground requests first; a queued request
+ * whose KV rows do not fit waits — the engine's paused sequences may still resume), then pause
+ * for whoever should not wait (victim_pick), within max_paused and the KV budget. */
+static void engine_admit(sched *s, engine *e, uint64_t now) {
+    sched_owner *o;
+    while (e->n_active < s->o.max_batch) {
+        sched_req *r = wait_pick(s, e, 0, 1, &o);
+        if (!r) r = wait_pick(s, e, 1, 1, &o);
+        if (!r) break;
+        engine_take(s, e, r, now);
+    }
+    while (e->n_active == s->o.max_batch && e->n_paused < s->o.max_paused) {
+        sched_req *r = wait_pick(s, e, 0, 1, &o);
+        if (!r) break;
+        int v = victim_pick(e, o);
+        if (v < 0) break;
+        engine_pause(s, e, v, now);
+        engine_take(s, e, r, now);
+    }
 }
 
 /* ---------------------------------------------------------------- events */
@@ -218,6 +352,8 @@ static sched_event *event_new(sched_req *r, const decode_event *ev) {
         double queue_ms = r->t_admit_ns ? (double)(r->t_admit_ns - r->t_submit_ns) * 1e-6
                                         : (double)(e->t_ns - r->t_submit_ns) * 1e-6;
         json_object_set_new(t, "queue_ms", json_real(queue_ms));
+        const uint64_t paused_ns = r->paused_ns + (r->t_pause_ns ? e->t_ns - r->t_pause_ns : 0);
+        json_object_set_new(t, "paused_ms", json_real((double)paused_ns * 1e-6));
         break;
     }
     }
@@ -322,25 +458,20 @@ static void *engine_main(void *arg) {
     for (;;) {
         /* --- sched lock { */
         pthread_mutex_lock(&s->lock);
-        while (!s->stop && e->n_active == 0 && s->n_queued == 0) pthread_cond_wait(&s->cv, &s->lock);
+        while (!s->stop && e->n_active == 0 && e->n_paused == 0 && s->n_queued == 0)
+            pthread_cond_wait(&s->cv, &s->lock);
         if (s->stop) {
             pthread_mutex_unlock(&s->lock);
             break;
         }
-        uint64_t now = time_now_ns();
-        while (e->n_active < s->o.max_batch && s->n_queued > 0) {
-            sched_req *r = queue_pop_rr(s);
-            r->state = SCHED_REQ_ACTIVE;
-            r->t_admit_ns = now;
-            e->active[e->n_active++] = r;
-            s->n_active++;
-        }
+        engine_admit(s, e, time_now_ns());
         pthread_mutex_unlock(&s->lock);
         /* } sched lock --- */
 
-        /* Cancelled sequences leave before the step: they use no more compute. */
-        for (int i = 0; i < e->n_active; i++) {
-            sched_req *r = e->active[i];
+        /* Cancelled sequences leave before the step: they use no more compute. Paused ones too
+         * (this thread owns their KV slots). */
+        for (int i = 0; i < e->n_active + e->n_paused; i++) {
+            sched_req *r = i < e->n_active ? e->active[i] : e->paused[i - e->n_active];
             if (atomic_load(&r->cancel) && !decode_seq_done(r->seq))
                 decode_seq_finish(r->seq, DECODE_FINISH_CANCELLED, NULL, &e->sink);
         }
@@ -366,22 +497,46 @@ static void *engine_main(void *arg) {
             decode_device_stats_add_delta(&s->st.device, &ds, &e->dev_seen);
             e->dev_seen = ds;
         }
+        /* finished: running ones, and paused ones (cancelled, or done by a device step that was
+         * still in flight when they were paused) */
         int k = 0, n_gone = 0;
         for (int i = 0; i < e->n_active; i++) {
             sched_req *r = e->active[i];
             if (decode_seq_done(r->seq)) {
-                e->gone[n_gone++] = r;
-                r->state = SCHED_REQ_FINISHED;
+                r->own->n_running--;
                 s->n_active--;
-                s->st.finished++;
-                enum decode_finish f = decode_seq_finish_reason(r->seq);
-                if (f == DECODE_FINISH_CANCELLED) s->st.cancelled++;
-                else if (f == DECODE_FINISH_ERROR) s->st.failed++;
+                e->gone[n_gone++] = r;
             } else {
                 e->active[k++] = r;
             }
         }
         e->n_active = k;
+        k = 0;
+        for (int i = 0; i < e->n_paused; i++) {
+            sched_req *r = e->paused[i];
+            if (decode_seq_done(r->seq)) {
+                wait_remove(s, r->own, r);
+                s->n_paused--;
+                r->paused_ns += time_now_ns() - r->t_pause_ns;
+                r->t_pause_ns = 0;
+                e->gone[n_gone++] = r;
+            } else {
+                e->paused[k++] = r;
+            }
+        }
+        e->n_paused = k;
+        for (int i = 0; i < n_gone; i++) {
+            sched_req *r = e->gone[i];
+            r->state = SCHED_REQ_FINISHED;
+            r->engine = -1;
+            e->kv_held -= r->kv_rows;
+            owner_release(s, r->own);
+            r->own = NULL;
+            s->st.finished++;
+            enum decode_finish f = decode_seq_finish_reason(r->seq);
+            if (f == DECODE_FINISH_CANCELLED) s->st.cancelled++;
+            else if (f == DECODE_FINISH_ERROR) s->st.failed++;
+        }
         pthread_mutex_unlock(&s->lock);
         /* } sched lock --- */
 
@@ -397,7 +552,7 @@ static void *engine_main(void *arg) {
 /* ---------------------------------------------------------------- lifecycle */
 
 sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_emit_fn emit, void *emit_user) {
-    CHECK(n_engines >= 1 && o->max_batch >= 1 && o->max_queue >= 0 && emit);
+    CHECK(n_engines >= 1 && o->max_batch >= 1 && o->max_queue >= 0 && o->max_paused >= 0 && o->kv_rows >= 0 && emit);
     sched *s = xcalloc(1, sizeof *s);
     s->o = *o;
     s->emit = emit;
@@ -422,7 +577,8 @@ sched *sched_create(model_ctx **ctxs, int n_engines, const sched_opts *o, sched_
         e->seqs = xcalloc((size_t)o->max_batch, sizeof *e->seqs);
         e->dseqs = xcalloc((size_t)o->max_batch, sizeof *e->dseqs);
         e->hseqs = xcalloc((size_t)o->max_batch, sizeof *e->hseqs);
-        e->gone = xcalloc((size_t)o->max_batch, sizeof *e->gone);
+        e->gone = xcalloc((size_t)(o->max_batch + o->max_paused), sizeof *e->gone);
+        e->paused = xcalloc((size_t)(o->max_paused > 0 ? o->max_paused : 1), sizeof *e->paused);
         e->sink.fn = engine_sink;
         e->sink.user = e;
         if (pthread_create(&e->thread, NULL, engine_main, e) != 0) UM_FATAL("cannot start engine thread %d", i);
@@ -448,22 +604,33 @@ void sched_stop(sched *s) {
 }
 
 void sched_finish_all(sched *s) {
-    int cap = s->n_engines * s->o.max_batch, n = 0;
+    int n = 0;
     /* --- sched lock { */
     pthread_mutex_lock(&s->lock);
     CHECK(s->stop);
-    cap += s->n_queued;
-    sched_req **all = xcalloc((size_t)cap + 1, sizeof *all);
-    sched_req *r;
-    while ((r = queue_pop_rr(s))) all[n++] = r;
+    sched_req **all = xcalloc((size_t)(s->n_queued + s->n_active + s->n_paused) + 1, sizeof *all);
+    for (sched_owner *o = s->owners; o; o = o->o_next)   /* queued (paused ones: from their engine) */
+        for (sched_req *r = o->head; r; r = r->q_next)
+            if (r->state == SCHED_REQ_QUEUED) all[n++] = r;
     for (int i = 0; i < s->n_engines; i++) {
         engine *e = &s->engines[i];
         for (int j = 0; j < e->n_active; j++) all[n++] = e->active[j];
-        s->n_active -= e->n_active;
-        e->n_active = 0;
+        for (int j = 0; j < e->n_paused; j++) all[n++] = e->paused[j];
+        e->n_active = e->n_paused = 0;
+        e->kv_held = 0;
     }
+    while (s->owners) {
+        sched_owner *o = s->owners;
+        s->owners = o->o_next;
+        free(o);
+    }
+    s->rr = NULL;
+    s->n_queued = s->n_active = s->n_paused = 0;
     for (int i = 0; i < n; i++) {
         all[i]->state = SCHED_REQ_FINISHED;
+        all[i]->engine = -1;
+        all[i]->own = NULL;
+        all[i]->q_next = NULL;
         s->st.finished++;
         s->st.cancelled++;
     }
@@ -490,13 +657,14 @@ void sched_finish_all(sched *s) {
 void sched_free(sched *s) {
     if (!s) return;
     sched_stop(s);
-    CHECK(s->n_queued == 0 && s->n_active == 0);
+    CHECK(s->n_queued == 0 && s->n_active == 0 && s->n_paused == 0 && !s->owners);
     for (int i = 0; i < s->n_engines; i++) {
         free(s->engines[i].active);
         free(s->engines[i].seqs);
         free(s->engines[i].dseqs);
         free(s->engines[i].hseqs);
         free(s->engines[i].gone);
+        free(s->engines[i].paused);
     }
     free(s->engines);
     pthread_cond_destroy(&s->cv);
@@ -524,7 +692,11 @@ int sched_submit(sched *s, sched_req *r, int *queue_pos, um_err *err) {
         if (queue_pos) *queue_pos = pos > 0 ? pos : 0;
         r->t_submit_ns = time_now_ns();
         atomic_fetch_add(&r->refs, 1); /* the scheduler's, dropped when it lets go of r */
-        queue_push(s, r);
+        r->own = owner_get(s, r->owner_key);
+        r->own->n_held++;
+        r->state = SCHED_REQ_QUEUED;
+        wait_push_back(s, r->own, r);
+        s->n_queued++;
         s->st.submitted++;
         pthread_cond_signal(&s->cv);
     }
@@ -538,13 +710,17 @@ void sched_cancel(sched *s, sched_req *r) {
     /* --- sched lock { */
     pthread_mutex_lock(&s->lock);
     if (r->state == SCHED_REQ_QUEUED) {
-        unqueued = queue_remove(s, r);
-        CHECK(unqueued);
+        wait_remove(s, r->own, r);
+        s->n_queued--;
+        owner_release(s, r->own);
+        r->own = NULL;
+        unqueued = 1;
         r->state = SCHED_REQ_FINISHED;
         s->st.finished++;
         s->st.cancelled++;
-    } else if (r->state == SCHED_REQ_ACTIVE) {
+    } else if (r->state == SCHED_REQ_ACTIVE || r->state == SCHED_REQ_PAUSED) {
         atomic_store(&r->cancel, 1);
+        pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->lock);
     /* } sched lock --- */
@@ -559,12 +735,22 @@ void sched_cancel(sched *s, sched_req *r) {
     }
 }
 
+void sched_set_background(sched *s, sched_req *r, int bg) {
+    /* --- sched lock { */
+    pthread_mutex_lock(&s->lock);
+    r->background = bg != 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->lock);
+    /* } sched lock --- */
+}
+
 void sched_get_stats(sched *s, sched_stats *out) {
     /* --- sched lock { */
     pthread_mutex_lock(&s->lock);
     *out = s->st;
     out->queued = s->n_queued;
     out->active = s->n_active;
+    out->paused = s->n_paused;
     pthread_mutex_unlock(&s->lock);
     /* } sched lock --- */
     memset(&out->kv, 0, sizeof out->kv);

@@ -6,9 +6,22 @@
  * callback given to sched_create(); the server forwards those to the service thread (server/hub).
  *
  * Engines: one thread per device (today: the CPU backend; N model_ctx for N devices). Each engine
- * loops: drop cancelled sequences, admit queued requests up to max_batch (round-robin across
- * owner keys — sessions — so one session's burst cannot starve others), run ONE decode_step over
- * all its active sequences, let finished ones leave. Requests join and leave between steps.
+ * loops: drop cancelled sequences, admit waiting requests up to max_batch (fair between owner keys
+ * — callers —: the owner with the fewest sequences running goes first, round robin among equals,
+ * so one caller's burst cannot starve others), run ONE decode_step over all its active sequences,
+ * let finished ones leave. Requests join and leave between steps.
+ *
+ * Preemption at step boundaries: when the batch is full and a request waits whose owner has
+ * nothing running (or any request waits while the batch holds a *background* sequence — a
+ * detached session's: sched_set_background), the engine pauses one running sequence — a
+ * background one first, else the latest admitted of the owner with the most running (at least
+ * two, so the pause never leaves that owner with nothing) — and admits the waiting request in its
+ * place. A paused sequence keeps everything (canvas, decoder state, KV cache slots on the engine's
+ * ctx), stays on that engine, waits at the front of its owner's requests, and resumes exactly
+ * where it stopped once it is admitted again: its output is identical to an unpaused run (its
+ * randomness is keyed by its own step index, decode.h). Bounded: at most sched_opts.max_paused
+ * paused per engine, and the KV rows of an engine's running + paused sequences within
+ * sched_opts.kv_rows. Background requests are admitted only when no other request waits.
  * On a CUDA engine the sequences the device-resident loop supports (decode_device_eligible) are
  * advanced by it instead (events one step behind the GPU; same events otherwise), the rest by
  * decode_step; sched_opts.host_loop forces decode_step for all.
@@ -68,13 +81,17 @@ typedef void (*sched_emit_fn)(void *user, sched_event *ev);
  * request; never called by the scheduler itself. */
 typedef void (*sched_deliver_fn)(sched_req *r, sched_event *ev);
 
+struct sched_owner;
+
 struct sched_req {
     /* --- set at creation, immutable afterwards (read by any thread) */
     decode_seq *seq;            /* owned */
-    uint64_t    owner_key;      /* fairness key (session id); requests with equal keys share a
+    uint64_t    owner_key;      /* fairness key (the caller); requests with equal keys share a
                                    round-robin turn */
     uint64_t    id;             /* unique, assigned by sched_req_create */
     uint64_t    t_create_ns;
+    int         kv_rows;        /* decode_seq_kv_rows(seq): KV cache rows it holds while running
+                                   or paused (0 without a cache) */
 
     /* --- transport-owned (service thread only; the scheduler never reads these) */
     sched_deliver_fn deliver;   /* NULL = events are dropped (owner gone) */
@@ -84,12 +101,21 @@ struct sched_req {
     atomic_int  cancel;         /* 1: stop at the next step boundary (set by sched_cancel) */
     atomic_int  refs;           /* creator + scheduler (while queued/active) */
     int         state;          /* SCHED_REQ_* */
+    int         background;     /* 1: yields to every other request (sched_set_background) */
+    int         engine;         /* engine whose batch holds it (ACTIVE) or that paused it (PAUSED,
+                                   it resumes only there), else -1 */
+    struct sched_owner *own;    /* its owner's record while queued, active or paused */
     uint64_t    t_submit_ns;
-    uint64_t    t_admit_ns;
-    sched_req  *q_next;         /* queue link (within its owner bucket) */
+    uint64_t    t_admit_ns;     /* first admission */
+    uint64_t    t_run_ns;       /* latest admission or resumption */
+    uint64_t    t_pause_ns;     /* when it was paused (PAUSED only) */
+    uint64_t    paused_ns;      /* time spent paused, in total */
+    int         n_pauses;
+    sched_req  *q_next;         /* waiting-list link (within its owner) */
 };
 
-enum { SCHED_REQ_NEW, SCHED_REQ_QUEUED, SCHED_REQ_ACTIVE, SCHED_REQ_FINISHED };
+/* NEW -> QUEUED -> ACTIVE <-> PAUSED -> FINISHED (cancelled while queued: QUEUED -> FINISHED) */
+enum { SCHED_REQ_NEW, SCHED_REQ_QUEUED, SCHED_REQ_ACTIVE, SCHED_REQ_PAUSED, SCHED_REQ_FINISHED };
 
 /* Observer of every batched decode step (engine threads, outside the scheduler's lock), batch the
  * number of sequences it advanced. step_ms: for a host-loop step the wall time inside decode_step;
@@ -121,12 +147,20 @@ typedef struct sched_opts {
                                   step counts are exact); -1 + err fails the step like a failing
                                   forward: every sequence of it finishes with the error */
     void         *step_check_user;
+    int           max_paused;  /* sequences one engine may hold paused (preemption, above); 0 = never
+                                  pause (a waiting request waits for a free slot) */
+    long          kv_rows;     /* KV cache rows one engine's running and paused sequences may hold
+                                  together (sched_req.kv_rows summed; what the fit check reserved):
+                                  a pause that would exceed it does not happen. 0 = no limit */
 } sched_opts;
 
 /* Aggregate counters (a consistent snapshot taken under the lock). */
 typedef struct sched_stats {
     int      queued, active;        /* now */
+    int      paused;                /* now: paused at a step boundary (preemption) */
     uint64_t submitted, rejected, finished, cancelled, failed;
+    uint64_t preempted;             /* pauses, in total */
+    uint64_t resumed;               /* paused sequences admitted again */
     uint64_t steps;                 /* batched steps over all engines: host decode_step calls +
                                        device steps applied (what on_step reports) */
     uint64_t step_seqs;             /* sum of batch sizes over those steps */
@@ -164,9 +198,16 @@ void sched_req_free(sched_req *r);
  * untouched (the caller frees it). */
 int sched_submit(sched *s, sched_req *r, int *queue_pos, um_err *err);
 /* Cancel r: queued -> removed now and its final DONE (finish_reason "cancelled") emitted from this
- * thread; running -> stops at the next step boundary (final DONE from the engine). No-op once it
- * finished. Call it from the thread that consumes r's events (so r cannot be freed meanwhile). */
+ * thread; running or paused -> stops at the next step boundary of its engine (final DONE from the
+ * engine, which owns a paused sequence's KV slots). No-op once it finished. Call it from the
+ * thread that consumes r's events (so r cannot be freed meanwhile). */
 void sched_cancel(sched *s, sched_req *r);
+/* Mark r background (bg 1: its client is gone for now — a detached session) or not (bg 0, the
+ * default). A background request is admitted only when no other request waits, and is the first
+ * to be paused when one does; it resumes as soon as it is foreground again and its owner's turn
+ * comes, or when there is free capacity. Any state, any thread (under the lock); before
+ * sched_submit it sets how r starts. */
+void sched_set_background(sched *s, sched_req *r, int bg);
 
 void sched_get_stats(sched *s, sched_stats *out);
 int  sched_n_engines(const sched *s);

@@ -72,6 +72,11 @@ static int h_stats(http_conn *c, const http_req *rq) {
                       "steps", (json_int_t)st.steps, "step_seqs", (json_int_t)st.step_seqs, "mean_batch",
                       st.steps ? (double)st.step_seqs / (double)st.steps : 0.0, "max_batch_seen", st.max_batch_seen,
                       "mean_step_ms", st.steps ? st.step_ms_total / (double)st.steps : 0.0));
+        json_t *sj = json_object_get(o, "scheduler");
+        json_object_set_new(sj, "max_paused", json_integer(so->max_paused));
+        json_object_set_new(sj, "paused", json_integer(st.paused));
+        json_object_set_new(sj, "preempted", json_integer((json_int_t)st.preempted));
+        json_object_set_new(sj, "resumed", json_integer((json_int_t)st.resumed));
         json_t *dl = json_pack("{s:b,s:I,s:I,s:I,s:I}", "enabled", st.device_loop_engines > 0, "steps",
                                (json_int_t)st.device.steps, "rebuilds", (json_int_t)st.device.rebuilds,
                                "graph_captures", (json_int_t)st.device.graph_captures, "graph_replays",

@@ -211,6 +211,10 @@ void server_cancel(server *s, sched_req *r) {
     if (s->sc) sched_cancel(s->sc, r);
 }
 
+void server_set_background(server *s, sched_req *r, int bg) {
+    if (s->sc) sched_set_background(s->sc, r, bg);
+}
+
 void server_prep(server *s, prep_job *j) { prep_pool_submit(s->prep, j); }
 
 /* prep wake-up (a preparation worker finished a job): the service loop drains it. */
@@ -532,6 +536,8 @@ static void *loader_main(void *arg) {
     }
     sched_opts so = {.max_batch = c->max_batch,
                      .max_queue = c->max_queue,
+                     .max_paused = c->max_paused < 0 ? c->max_batch : c->max_paused,
+                     .kv_rows = (long)fit_tokens,   /* paused caches live within what the fit check reserved */
                      .host_loop = !c->device_loop,
                      .device_rows = device_rows_of(c, &s->m),
                      .on_step = on_sched_step,

@@ -61,6 +61,9 @@ uint64_t      server_new_owner_key(server *s);
 int  server_submit(server *s, sched_req *r, int *queue_pos, um_err *err);
 /* sched_cancel(r) (service thread; r's final event has not been delivered yet). */
 void server_cancel(server *s, sched_req *r);
+/* sched_set_background(r, bg): bg 1 while the client that reads r's events is gone (a detached
+ * WebSocket session), 0 when it is back (service thread). */
+void server_set_background(server *s, sched_req *r, int bg);
 /* Hand a request's preparation (parse, chat template, tokenize, build: server/prep.h) to the
  * preparation workers; j->done runs later on the service thread. Service thread. */
 struct prep_job;

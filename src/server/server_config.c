@@ -122,6 +122,10 @@ static const setting k_settings[] = {
      "CUDA: on = device-resident decode loop where supported, off = host loop (docs/decode.md)", NULL, NULL, 0, NULL},
     {"max-queue", SET_INT, F(max_queue), "256", 0, 1000000, "requests waiting beyond free batch slots; more -> queue_full",
      NULL, NULL, 0, NULL},
+    {"max-paused", SET_INT, F(max_paused), "-1", -1, 4096,
+     "running sequences one engine may pause (state and KV cache kept) so that a caller with nothing running, or an "
+     "attached session over a detached one, goes first; 0 = never pause, -1 = --max-batch", "same as --max-batch", NULL, 0,
+     NULL},
     {"prep-workers", SET_INT, F(prep_workers), "2", 1, 64,
      "threads that apply chat templates and tokenize requests, off the network thread", NULL, NULL, 0, NULL},
     {"session-retention", SET_NUM, F(session_retention_s), "120", 0, 604800,

@@ -34,6 +34,9 @@ typedef struct server_config {
     int    device_loop;           /* 1: CUDA engines run eligible sequences on the device-resident
                                      decode loop (docs/decode.md); 0: always the host loop */
     int    max_queue;             /* requests waiting for admission (all engines) */
+    int    max_paused;            /* sequences one engine may hold paused at a step boundary so that
+                                     a caller with nothing running (or an attached session) goes
+                                     first; 0 = never pause; -1 (default) = max_batch */
     int    prep_workers;          /* threads that tokenize / template requests off the service thread */
     double session_retention_s;   /* how long a disconnected session (and its generations) lives */
     size_t session_max_bytes;     /* per-session buffered events (unsent + sent-unacked), bytes */

@@ -339,10 +339,20 @@ static void schedule_destroy(ws_session *s, double seconds) {
     s->sul_armed = 1;
 }
 
+/* A detached session's generations run in the background: they yield to every other request at
+ * a step boundary and resume when the client is back or there is room (sched_set_background). */
+static void session_gens_background(ws_session *s, int bg) {
+    for (ws_gen *g = s->gens; g; g = g->next)
+        if (g->req) server_set_background(s->w->srv, g->req, bg);
+}
+
 void session_attach(ws_session *s, ws_conn *c) {
     if (s->sul_armed) lws_sul_cancel(&s->sul);
     s->sul_armed = 0;
-    if (!s->conn && s->detached_ns) s->w->n_detached--;
+    if (!s->conn && s->detached_ns) {
+        s->w->n_detached--;
+        session_gens_background(s, 0);
+    }
     s->detached_ns = 0;
     s->conn = c;
     c->sess = s;
@@ -355,6 +365,7 @@ void session_detach(ws_session *s) {
     s->conn = NULL;
     s->detached_ns = time_now_ns();
     s->w->n_detached++;
+    session_gens_background(s, 1);
     const server_config *cfg = server_cfg(s->w->srv);
     if (s->followed) { /* its log is in the store: a later resume loads it again */
         if (s->follow_armed) lws_sul_cancel(&s->sul_follow);

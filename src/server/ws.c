@@ -181,6 +181,7 @@ static void prep_done(prep_job *j) {
     } else {
         sched_req *r = sched_req_create(p->req.seq, s->key);
         p->req.seq = NULL;
+        if (!s->conn) server_set_background(srv, r, 1); /* its client left while it was prepared */
         int qpos = 0;
         um_err err = {0};
         if (server_submit(srv, r, &qpos, &err) != 0) {
