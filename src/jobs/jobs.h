@@ -4,7 +4,8 @@
  * eviction of old finished jobs.
  *
  * Lifecycle: queued -> running -> succeeded | failed | cancelled (a running job whose cancel was
- * requested shows "cancelling" until its engine work stops). An engine failure while
+ * requested shows "cancelling" until its engine work stops). A job is running from its attempt's
+ * first decode step; one that waits for a batch slot is queued. An engine failure while
  * attempts < max_attempts puts the job back to queued (a "retry" event is logged) and the runner
  * submits it again; after that it is failed. Events keep increasing ids across attempts, so a
  * client resuming with Last-Event-ID receives exactly what it missed. Each job keeps the last
@@ -119,7 +120,10 @@ enum job_status job_store_status(job_store *js, const char *id);
 
 /* ---------------------------------------------------------------- runner side */
 
-/* queued -> running (attempt++), logs {"type":"start","attempt":n}. -1 when not queued. */
+/* queued -> running (attempt++, started_at set on the first), logs {"type":"status","status":
+ * "running","attempt":n}. The runner calls it when the attempt's first decode step has run, not
+ * when it hands the job to the scheduler: an attempt is spent only by work that ran. -1 when not
+ * queued. */
 int  job_store_start(job_store *js, const char *id, double gen_length);
 /* Append an event object (copied; "type" required) to the log and update progress from step events'
  * "progress"; returns the event id (> 0), or 0 when the job is unknown / already terminal. */
