@@ -100,6 +100,10 @@ const char *backend_cpu_kernels_name(enum backend_cpu_kernels k);
  * any backend exists; without a call the UNMASK_CPU_KERNELS environment variable, else AUTO).
  * -1 + err (param "cpu-kernels") saying what this CPU lacks when k cannot run here. */
 int         backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err);
+/* Runs the CPU feature probe now (it forks a child that tries the bf16 instructions). Call it while
+ * the process has one thread: a fork beside other threads can inherit a lock one of them held (the
+ * allocator's under ASan) and hang. Otherwise the first CPU backend runs it; later calls return. */
+void        backend_cpu_probe(void);
 /* The kernels a backend's products use: never AUTO; FP32 for a non-CPU backend. */
 enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be);
 /* The backend a --device flag names: NULL/"cpu" -> CPU with n_threads, "cuda" / "cuda:N" -> that

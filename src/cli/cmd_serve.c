@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/comm.h"
 #include "cli/cli.h"
 #include "cli/tp_cli.h"
@@ -65,6 +66,7 @@ static const char k_usage[] =
 
 int cmd_serve(int argc, char **argv) {
     if (cli_cpu_kernels_take(&argc, argv) != 0) return 2;   /* not a server setting: the process's CPU kernels */
+    backend_cpu_probe(); /* it forks: now, while this process has one thread (the loader would fork beside the server's) */
     server_config cfg;
     server_config_defaults(&cfg);
     um_err err = {0};

@@ -50,6 +50,8 @@ typedef struct job {
     int         ring_cap;
     int64_t     stored_next_id;    /* while its events are read back (load_event): the document's
                                       next_event_id, applied by load_finish(); 0 otherwise */
+    int         detached;          /* a copy read from a shared store (lookup()): no ring, its events are
+                                      written to the store only */
     size_t      bytes;             /* what this job holds (request, result, events), for max_bytes */
     char        qentry[40];        /* shared backend: the queue entry this server took it under ("" none) */
     double      touched;           /* monotonic time of its last write-through (re-sent after an outage) */
@@ -138,6 +140,10 @@ void job_store_free(job_store *js) {
 
 /* ---------------------------------------------------------------- the durable copy (job_db) */
 
+/* Reals in a row document keep every digit (17): a time written with the API's 9 digits would come
+ * back up to 10 s off after a restart. */
+#define JOB_DOC_JSON (JSON_COMPACT | JSON_REAL_PRECISION(17))
+
 /* j's state (everything but its events) as the durable store's row document. */
 static char *job_doc(const job *j) {
     json_t *o = json_pack("{s:s, s:s?, s:O, s:s?, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:O?, s:s?, s:s, s:i, "
@@ -150,7 +156,7 @@ static char *job_doc(const job *j) {
                           j->webhook_status, "webhook_attempts", j->webhook_attempts, "next_event_id",
                           (json_int_t)j->next_event_id, "first_kept_id", (json_int_t)j->first_kept_id);
     CHECK(o != NULL);
-    char *doc = json_dumps(o, UM_JSON_COMPACT);
+    char *doc = json_dumps(o, JOB_DOC_JSON);
     json_decref(o);
     return doc;
 }
@@ -262,6 +268,12 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     size_t len = strlen(s);
     const int64_t first_before = j->first_kept_id;
     const int64_t id = j->next_event_id;
+    if (j->detached) { /* another server's job (a cancel asked here): its log is in the store */
+        js->be->iface->put_event(js->be, j->id, id, s);
+        j->next_event_id++;
+        free(s);
+        return id;
+    }
     log_extend(js, j, id + 1);
     if (!make_room(js, len, j))
         while (j->first_kept_id < id && js->bytes + len > js->o.max_bytes) drop_oldest_event(js, j);
@@ -292,12 +304,14 @@ static void maybe_ack(job_store *js, job *j) {
     js->be->iface->ack(js->be, j->qentry);
 }
 
+/* Ends j: its final status event, then its document (after the event: it names the log's end
+ * exactly, and a reader of a shared store never sees the job finished before its last event). */
 static void set_terminal(job_store *js, job *j, enum job_status st) {
     if (!job_status_terminal(j->status)) js->n_active--;
     j->status = st;
     j->completed_at = unix_now();
-    persist(js, j);
     log_status(js, j);
+    persist(js, j);
     maybe_ack(js, j);
 }
 
@@ -335,7 +349,8 @@ static job *lookup(job_store *js, const char *id, job **tmp) {
     if (js->be->iface->fetch(js->be, id, &doc, &seq) != 1) return NULL;
     um_err err = {0};
     *tmp = job_parse(id, seq, doc, &err);
-    if (!*tmp) log_warn("job store: job %.40s has a damaged document in the store (%s); it reads as unknown", id, err.msg);
+    if (*tmp) (*tmp)->detached = 1;
+    else log_warn("job store: job %.40s has a damaged document in the store (%s); it reads as unknown", id, err.msg);
     free(doc);
     return *tmp;
 }
@@ -730,8 +745,8 @@ int job_store_cancel(job_store *js, const char *id, const char *owner) {
             } else {
                 r = 2;
             }
-            persist(js, j);
             if (r == 1) log_status(js, j);
+            persist(js, j);
         } else if (j->status == JOB_QUEUED) {
             set_terminal(js, j, JOB_CANCELLED);
             r = 1;

@@ -220,6 +220,8 @@ static int kernels_check(enum backend_cpu_kernels k, um_err *err) {
     return 0;
 }
 
+void backend_cpu_probe(void) { (void)cpu_features_get(); }
+
 int backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err) {
     if (kernels_check(k, err) != 0) return -1;
     g_selected = (int)k;
