@@ -141,6 +141,13 @@ test('attempts are spent only by work that ran: jobs waiting for a batch slot su
     ids.push(r.json().id);
   }
   for (let k = 0; k < KILLS; k++) {
+    // a step of this run went through: only the batch is running, the others wait, not started
+    await until(`a step of run ${k + 1}`, async () => (await list(s, 'running')).some((j) => j.progress.steps >= 1), 120000);
+    const running = await list(s, 'running');
+    assert.ok(running.length <= BATCH, `run ${k + 1}: ${running.length} jobs running with --max-batch ${BATCH} (only the batch runs)`);
+    const waiting = (await list(s, 'queued')).filter((j) => j.attempts === 0);
+    assert.ok(waiting.length > 0, `run ${k + 1}: jobs still wait`);
+    for (const j of waiting) assert.equal(j.started_at, null, `${j.id} waits: not started`);
     // the jobs interrupted before ran again to the end, and a step of other jobs went through
     const all = (await (await fetch(`${s.url}/v1/jobs?limit=100`)).json()).data;
     const ran = all.filter((j) => j.status !== 'succeeded' && j.attempts > 0).map((j) => j.id);
@@ -148,12 +155,7 @@ test('attempts are spent only by work that ran: jobs waiting for a batch slot su
       const done = new Set((await list(s, 'succeeded')).map((j) => j.id));
       return ran.every((id) => done.has(id)) && (await list(s, 'running')).some((j) => j.progress.steps >= 2 && !ran.includes(j.id));
     };
-    await until(`a step of run ${k + 1}`, progressed, 120000);
-    const running = await list(s, 'running');
-    const queued = await list(s, 'queued');
-    assert.ok(running.length <= BATCH, `run ${k + 1}: ${running.length} jobs running with --max-batch ${BATCH} (only the batch runs)`);
-    assert.ok(queued.length > 0, `run ${k + 1}: jobs still wait (${queued.length})`);
-    for (const j of queued) assert.equal(j.started_at, null, `${j.id} waits: not started`);
+    await until(`the jobs interrupted before done, a step of others in run ${k + 1}`, progressed, 120000);
     await s.stop('SIGKILL');
     s = await serveBatch();
   }

@@ -164,8 +164,9 @@ test('DELETE: a job running, one waiting for a batch slot, one still in the shar
     assert.equal(r.status, 202, r.text);
     ids.push(r.json().id);
   }
-  await until('one job running, one held waiting', async () =>
-    (await job(a.url, ids[0])).progress.steps >= 1 && (await metric(a, 'jobs_queued')) === 1, 60000);
+  await until('the first job ran a step, two jobs held', async () => (await job(a.url, ids[0])).progress.steps >= 1 &&
+    (await metric(a, 'jobs_queued')) + (await metric(a, 'jobs_running')) === 2, 60000);
+  assert.equal(await metric(a, 'jobs_running'), 1, 'only the job in the batch is running');
   const waiting = await job(a.url, ids[1]);
   assert.equal(waiting.status, 'queued', 'a job waiting for a batch slot is queued (not running)');
   assert.equal(waiting.attempts, 0);
