@@ -53,10 +53,13 @@ struct job_backend_i {
      * the store cannot be read or a callback refused a row */
     int (*load)(job_backend *b, job_backend_job_fn on_job, job_backend_event_fn on_event, void *user, um_err *err);
     /* shared stores: */
-    /* claim (owner, key) for job id: 1 claimed; 0 already claimed (existing = that job's id); -1 error */
-    int (*idem_claim)(job_backend *b, const char *owner, const char *key, const char *id, char existing[40]);
+    /* a new job, all or nothing (a server that dies while creating it leaves nothing half-made):
+     * its document, its first event (id 1), its owner index, its queue entry (any server may take
+     * it) and, with key (NULL: none), its Idempotency-Key claim for (owner, key). 1 created; 0 the
+     * key names another job (existing = its id; nothing written); -1 store error (counted) */
+    int (*create)(job_backend *b, const char *id, int64_t seq, const char *owner, const char *doc, const char *event,
+                  const char *key, char existing[40]);
     int (*idem_lookup)(job_backend *b, const char *owner, const char *key, char existing[40]); /* 1 / 0 / -1 */
-    int (*enqueue)(job_backend *b, const char *id);     /* queue it for any server; 0 or -1 */
     int (*requeue)(job_backend *b, const char *id, const char *entry);  /* hand a taken job back */
     void (*ack)(job_backend *b, const char *entry);     /* a taken job is done with */
     /* a job's document (*doc malloc'd): 1 found, 0 unknown, -1 store error */

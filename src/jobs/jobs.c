@@ -442,16 +442,16 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     j->seq = js->next_seq++;
     link_job(js, j);
     const long failed_before = js->be ? js->be->iface->write_errors(js->be) : 0;
-    db_begin(js);
     json_t *ev = json_pack("{s:s, s:s}", "type", "status", "status", "queued");
-    log_event(js, j, ev);
-    json_decref(ev);
-    persist(js, j); /* after its event: a queued job's document names its next event id exactly */
-    db_end(js); /* durable before the 202 */
-    if (js->shared && j->idem_key) { /* across servers: the first to claim the key wins */
-        char other[40] = "";
-        int r = js->be->iface->idem_claim(js->be, owner, idem_key, j->id, other);
-        if (r == 0) {
+    if (js->shared) { /* one atomic write: the job, its event, its queue entry, its key (first to claim wins) */
+        char *evs = json_dumps(ev, UM_JSON_COMPACT);
+        j->next_event_id = 2;
+        char *doc = job_doc(j), other[40] = "";
+        int r = js->be->iface->create(js->be, j->id, j->seq, owner, doc, evs, j->idem_key, other);
+        free(doc);
+        free(evs);
+        json_decref(ev);
+        if (r == 0) { /* another server's job holds the key */
             discard_new(js, j);
             job *tmp = NULL, *o = lookup(js, other, &tmp);
             int rc = o ? idem_replay(o, idem_key, request, id_out, err)
@@ -462,8 +462,13 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
             pthread_mutex_unlock(&js->lock);
             return rc;
         }
+    } else {
+        db_begin(js);
+        log_event(js, j, ev);
+        json_decref(ev);
+        persist(js, j); /* after its event: a queued job's document names its next event id exactly */
+        db_end(js);     /* durable before the 202 */
     }
-    if (js->shared && js->be->iface->write_errors(js->be) == failed_before) js->be->iface->enqueue(js->be, j->id);
     if (js->be && js->be->iface->write_errors(js->be) != failed_before) { /* not durable: not accepted */
         const char *why = js->be->iface->failing(js->be);
         char msg[300];

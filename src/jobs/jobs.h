@@ -53,6 +53,9 @@ job_store *job_store_new(const job_store_opts *o);
  * attempt counts, idempotency keys). A shared backend (Redis; job_store_shared) is not loaded:
  * new jobs go to its queue, the job feed thread takes what this server can run (job_store_take),
  * and a job held by another server is read from the backend whenever it is asked for. */
+/* -1 with err when the store cannot be read or holds a row with a value this server never writes
+ * (a document that is not JSON, a status, count or id out of range, a seq collision): err names the
+ * row and the problem; nothing is repaired. */
 int  job_store_load(job_store *js, um_err *err);
 /* After a load: jobs a previous process left running go back to queued with a "retry" event
  * (reason why) — or fail when their attempts are used up, or end cancelled when a cancel was

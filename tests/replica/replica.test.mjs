@@ -120,7 +120,16 @@ test('two replicas share the queue: both run jobs, each job once, any replica an
   const k3 = await post(`${b.url}/v1/jobs`, { ...body, prompt: 'other' }, { 'idempotency-key': 'rk-1' });
   assert.equal(k3.status, 422);
   assert.equal(k3.json().error.code, 'idempotency_key_reused');
-  await allSucceeded(b.url, [k1.json().id]);
+  // the same key on both replicas at once: one job
+  const raced = [];
+  for (let i = 0; i < 10; i++) {
+    const [x, y] = await Promise.all([a, b].map((r) => post(`${r.url}/v1/jobs`, { ...body, prompt: `race ${i}` }, { 'idempotency-key': `race-${i}` })));
+    assert.equal(x.status, 202, x.text);
+    assert.equal(y.status, 202, y.text);
+    assert.equal(x.json().id, y.json().id, `race-${i}: one job`);
+    raced.push(x.json().id);
+  }
+  await allSucceeded(b.url, [k1.json().id, ...raced]);
 });
 
 test('SIGKILL one replica mid-job: its jobs complete on the other, each exactly once', async () => {
