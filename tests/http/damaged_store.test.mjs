@@ -8,7 +8,7 @@
 // empty file (a new store). Every case runs on the release build and on the ASan + UBSan build
 // (sanitizers.mjs), which must exit the same way and report nothing. Rows are written with
 // Debian's python3 sqlite3 module.
-import { test, before, after } from 'node:test';
+import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -186,4 +186,3 @@ test('tolerated: events of a job that is not stored, an empty file; the jobs rea
   }
 });
 
-after(() => {});

@@ -201,7 +201,8 @@ class Torture {
     this.idem = new Map(); // key -> {body, id | null (answer lost)}
     this.snapshot = new Map(); // id -> {job, events}: read before the last stop
     this.stats = { cycles: 0, SIGKILL: 0, SIGTERM: 0, triggers: {}, accepted: 0, cut: 0, adopted: 0, eventsCompared: 0,
-      jobsCompared: 0, deletes: 0, replays: 0, reports: 0, exhausted: 0 };
+      jobsCompared: 0, deletes: 0, replays: 0, reports: 0, exhausted: 0, outcomes: {}, retriesAfterStops: 0,
+      retriesAfterFaults: 0 };
     this.n = 0;
   }
 
@@ -441,6 +442,12 @@ class Torture {
       const fresh = await this.readAll(s.url, { compare: true });
       for (const j of this.jobs.values()) {
         const o = fresh.get(j.id).job;
+        const outcome = o.status === 'failed' ? (INJECTED.test(o.error.message) ? 'failed_injected' : 'failed_stopped') : o.status;
+        this.stats.outcomes[outcome] = (this.stats.outcomes[outcome] ?? 0) + 1;
+        for (const e of fresh.get(j.id).events) {
+          const ev = JSON.parse(e.data);
+          if (ev.type === 'retry') this.stats[STOPPED.test(ev.error) ? 'retriesAfterStops' : 'retriesAfterFaults']++;
+        }
         if (j.cancelled) assert.equal(o.status, 'cancelled', `${j.id}: DELETE answered 200`);
         else if (o.status === 'failed' || j.fault) {
           // a fault-injected job never succeeds; another fails only with its attempts used up, by
