@@ -22,8 +22,10 @@
 
 typedef struct job_backend job_backend;
 
-typedef void (*job_backend_job_fn)(void *user, const char *id, int64_t seq, const char *doc);
-typedef void (*job_backend_event_fn)(void *user, const char *id, int64_t eid, const char *doc);
+/* What `load` hands over, row by row: 0 to go on, -1 with err (one line: what is wrong with that
+ * row) to stop the load — the backend names the file and the row, and load returns -1. */
+typedef int (*job_backend_job_fn)(void *user, const char *id, int64_t seq, const char *doc, um_err *err);
+typedef int (*job_backend_event_fn)(void *user, const char *id, int64_t eid, const char *doc, um_err *err);
 
 /* One job a shared store handed to this server: the job and its queue entry (acked when done). */
 typedef struct job_taken {
@@ -47,13 +49,17 @@ struct job_backend_i {
     const char *(*failing)(job_backend *b);             /* while writes fail: why, else NULL */
 
     /* ---- optional */
-    /* every job (by seq), then every event: a store that is this server's alone */
+    /* every job (by seq), then every event: a store that is this server's alone. -1 with err when
+     * the store cannot be read or a callback refused a row */
     int (*load)(job_backend *b, job_backend_job_fn on_job, job_backend_event_fn on_event, void *user, um_err *err);
     /* shared stores: */
-    /* claim (owner, key) for job id: 1 claimed; 0 already claimed (existing = that job's id); -1 error */
-    int (*idem_claim)(job_backend *b, const char *owner, const char *key, const char *id, char existing[40]);
+    /* a new job, all or nothing (a server that dies while creating it leaves nothing half-made):
+     * its document, its first event (id 1), its owner index, its queue entry (any server may take
+     * it) and, with key (NULL: none), its Idempotency-Key claim for (owner, key). 1 created; 0 the
+     * key names another job (existing = its id; nothing written); -1 store error (counted) */
+    int (*create)(job_backend *b, const char *id, int64_t seq, const char *owner, const char *doc, const char *event,
+                  const char *key, char existing[40]);
     int (*idem_lookup)(job_backend *b, const char *owner, const char *key, char existing[40]); /* 1 / 0 / -1 */
-    int (*enqueue)(job_backend *b, const char *id);     /* queue it for any server; 0 or -1 */
     int (*requeue)(job_backend *b, const char *id, const char *entry);  /* hand a taken job back */
     void (*ack)(job_backend *b, const char *entry);     /* a taken job is done with */
     /* a job's document (*doc malloc'd): 1 found, 0 unknown, -1 store error */

@@ -52,26 +52,65 @@ static int fault_now(job_db *d) {
     return 1;
 }
 
+/* err for a statement that failed while the file is opened or read back: rc its extended result
+ * code, msg its message. */
+static int store_failed(job_db *d, int rc, const char *msg, um_err *err) {
+    if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+        return um_err_set(err, UM_ERR_IO,
+                          "job store %s is in use by another unmask server; give each server its own --store "
+                          "sqlite:PATH",
+                          d->path);
+    if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
+        return um_err_set(err, UM_ERR_FORMAT,
+                          "job store %s is not a valid SQLite database (damaged, or another file): %s; move it "
+                          "away to start with an empty store (nothing is reset automatically)",
+                          d->path, msg);
+    return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, msg);
+}
+
 static int exec(job_db *d, const char *sql, um_err *err) {
     char *msg = NULL;
     if (sqlite3_exec(d->db, sql, NULL, NULL, &msg) == SQLITE_OK) return 0;
-    int rc = sqlite3_extended_errcode(d->db);
-    if (err) {
-        if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
-            um_err_set(err, UM_ERR_IO,
-                       "job store %s is in use by another unmask server; give each server its own --store "
-                       "sqlite:PATH",
-                       d->path);
-        else if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT)
-            um_err_set(err, UM_ERR_FORMAT,
-                       "job store %s is not a valid SQLite database (damaged, or another file): %s; move it "
-                       "away to start with an empty store (nothing is reset automatically)",
-                       d->path, msg ? msg : sqlite3_errmsg(d->db));
-        else
-            um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, msg ? msg : sqlite3_errmsg(d->db));
-    }
+    if (err) store_failed(d, sqlite3_extended_errcode(d->db), msg ? msg : sqlite3_errmsg(d->db), err);
     sqlite3_free(msg);
     return -1;
+}
+
+/* Before anything is written to an opened file: one that holds tables but no job store's is
+ * another program's database, refused untouched. */
+static int check_owner(job_db *d, um_err *err) {
+    sqlite3_stmt *q = NULL;
+    char tables[160] = "";
+    int n = 0, ours = 0;
+    int rc = sqlite3_prepare_v2(d->db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name", -1, &q, NULL);
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+        if ((rc = sqlite3_step(q)) != SQLITE_ROW) break;
+        const char *name = (const char *)sqlite3_column_text(q, 0);
+        if (!name) continue;
+        if (strcmp(name, "meta") == 0) ours = 1;
+        size_t at = strlen(tables);
+        if (at + 1 < sizeof tables) snprintf(tables + at, sizeof tables - at, "%s%s", n ? ", " : "", name);
+        n++;
+    }
+    if (rc != SQLITE_DONE) { /* not a database, damaged, or held by another server */
+        store_failed(d, sqlite3_extended_errcode(d->db), sqlite3_errmsg(d->db), err);
+        sqlite3_finalize(q);
+        return -1;
+    }
+    sqlite3_finalize(q);
+    if (ours) {
+        int stamped = 0;
+        if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM meta WHERE key = 'unmask_job_store'", -1, &q, NULL) == SQLITE_OK)
+            stamped = sqlite3_step(q) == SQLITE_ROW;
+        sqlite3_finalize(q);
+        ours = stamped;
+    }
+    if (n > 0 && !ours)
+        return um_err_set(err, UM_ERR_FORMAT,
+                          "job store %s is an SQLite database of another program (tables: %s), not an unmask job "
+                          "store; it was left as it is: give --store a file of its own",
+                          d->path, tables);
+    return 0;
 }
 
 /* Schema version and integrity of an opened file; creates the tables in a new one. */
@@ -89,7 +128,11 @@ static int check_schema(job_db *d, um_err *err) {
         sqlite3_step(q) == SQLITE_ROW)
         ok = atoi((const char *)sqlite3_column_text(q, 0)) == JOB_DB_SCHEMA;
     sqlite3_finalize(q);
-    if (!ok) return um_err_set(err, UM_ERR_FORMAT, "job store %s has another schema version than %d", d->path, JOB_DB_SCHEMA);
+    if (!ok)
+        return um_err_set(err, UM_ERR_FORMAT,
+                          "job store %s has another schema version than %d (another version of unmask wrote it): "
+                          "start that version on it, or move it away to start with an empty store",
+                          d->path, JOB_DB_SCHEMA);
     char *res = NULL;
     if (sqlite3_prepare_v2(d->db, "PRAGMA quick_check", -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
         res = strdup((const char *)sqlite3_column_text(q, 0));
@@ -115,7 +158,8 @@ int job_db_open(const char *path, job_db **out, um_err *err) {
         return -1;
     }
     /* exclusive: the lock is taken by the first write below and held while the server runs */
-    if (exec(d, "PRAGMA locking_mode=EXCLUSIVE", err) != 0 || exec(d, "PRAGMA journal_mode=WAL", err) != 0 ||
+    if (exec(d, "PRAGMA locking_mode=EXCLUSIVE", err) != 0 || check_owner(d, err) != 0 ||
+        exec(d, "PRAGMA journal_mode=WAL", err) != 0 ||
         exec(d, "PRAGMA synchronous=NORMAL", err) != 0 || exec(d, "BEGIN EXCLUSIVE; COMMIT;", err) != 0 ||
         check_schema(d, err) != 0) {
         job_db_close(d);
@@ -128,7 +172,10 @@ int job_db_open(const char *path, job_db **out, um_err *err) {
     }
     for (int i = 0; i < ST_COUNT_; i++)
         if (sqlite3_prepare_v3(d->db, k_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i], NULL) != SQLITE_OK) {
-            um_err_set(err, UM_ERR_INTERNAL, "job store %s: %s", path, sqlite3_errmsg(d->db));
+            um_err_set(err, UM_ERR_FORMAT,
+                       "job store %s does not have the tables of a job store (%s); it was changed by another program: "
+                       "move it away to start with an empty store (nothing is reset automatically)",
+                       path, sqlite3_errmsg(d->db));
             job_db_close(d);
             return -1;
         }
@@ -195,24 +242,51 @@ void job_db_end(job_db *d) {
 
 const char *job_db_failing(job_db *d) { return d && d->failing ? d->last_error : NULL; }
 
-int job_db_load(job_db *d, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err) {
+/* A refused row: e (what is wrong with it) becomes one message in err naming the file, the row and
+ * what to do. what: "job" or "event N of job". */
+static int row_refused(job_db *d, const char *what, const char *id, const um_err *e, um_err *err) {
+    char shown[48], key[64]; /* the id as it can be printed (a damaged one may hold anything); its SQL */
+    size_t n = 0;
+    for (const char *p = id ? id : ""; *p && n < 40; p++) shown[n++] = *p > ' ' && *p < 127 && *p != '\'' ? *p : '?';
+    shown[n] = 0;
+    if (id) snprintf(key, sizeof key, "= '%s'", shown);
+    else snprintf(key, sizeof key, "IS NULL");
+    return um_err_set(err, UM_ERR_FORMAT,
+                      "job store %s: %s '%s': %s. The file is damaged or was changed by another program; nothing is "
+                      "changed automatically: move the file away to start with an empty store, or delete that job "
+                      "(DELETE FROM jobs WHERE id %s; DELETE FROM events WHERE job %s) and start again",
+                      d->path, what, id ? shown : "(null)", e->msg, key, key);
+}
+
+/* Hands every row of query q (text key, integer number, text doc) to fn; what names a row in
+ * messages ("job", "event"). */
+static int load_rows(job_db *d, const char *sql, const char *what, job_db_job_fn fn, void *user, um_err *err) {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(d->db, "SELECT id, seq, doc FROM jobs ORDER BY seq", -1, &q, NULL) != SQLITE_OK)
-        return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
-    int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
-        on_job(user, (const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1),
-               (const char *)sqlite3_column_text(q, 2));
+    int rc = sqlite3_prepare_v2(d->db, sql, -1, &q, NULL);
+    if (rc != SQLITE_OK) return store_failed(d, sqlite3_extended_errcode(d->db), sqlite3_errmsg(d->db), err);
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        /* types first: reading a column as another type converts it */
+        int typed = sqlite3_column_type(q, 0) == SQLITE_TEXT && sqlite3_column_type(q, 1) == SQLITE_INTEGER &&
+                    sqlite3_column_type(q, 2) == SQLITE_TEXT;
+        const char *key = (const char *)sqlite3_column_text(q, 0);
+        um_err e = {0};
+        if (typed && fn(user, key, sqlite3_column_int64(q, 1), (const char *)sqlite3_column_text(q, 2), &e) == 0) continue;
+        if (!typed) um_err_set(&e, UM_ERR_FORMAT, "its row has a column of the wrong type");
+        char row[64];
+        if (strcmp(what, "event") == 0) snprintf(row, sizeof row, "event %lld of job", (long long)sqlite3_column_int64(q, 1));
+        else snprintf(row, sizeof row, "%s", what);
+        row_refused(d, row, key, &e, err);
+        sqlite3_finalize(q);
+        return -1;
+    }
+    if (rc != SQLITE_DONE) store_failed(d, sqlite3_extended_errcode(d->db), sqlite3_errmsg(d->db), err);
     sqlite3_finalize(q);
-    if (rc != SQLITE_DONE) return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
-    if (sqlite3_prepare_v2(d->db, "SELECT job, eid, doc FROM events ORDER BY job, eid", -1, &q, NULL) != SQLITE_OK)
-        return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
-        on_event(user, (const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1),
-                 (const char *)sqlite3_column_text(q, 2));
-    sqlite3_finalize(q);
-    if (rc != SQLITE_DONE) return um_err_set(err, UM_ERR_IO, "job store %s: %s", d->path, sqlite3_errmsg(d->db));
-    return 0;
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int job_db_load(job_db *d, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err) {
+    if (load_rows(d, "SELECT id, seq, doc FROM jobs ORDER BY seq", "job", on_job, user, err) != 0) return -1;
+    return load_rows(d, "SELECT job, eid, doc FROM events ORDER BY job, eid", "event", on_event, user, err);
 }
 
 long job_db_write_errors(job_db *d) { return d ? d->write_errors : 0; }

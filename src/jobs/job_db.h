@@ -5,7 +5,8 @@
  *
  * The file is held by one server at a time (SQLite's exclusive locking mode): a second server
  * pointed at it fails at start instead of running the same jobs twice. A file that is not an
- * unmask job store, or is damaged, is an error at open — never silently reset.
+ * unmask job store, or is damaged, is an error at open — never silently reset; another program's
+ * SQLite database is refused before anything is written to it.
  * Durability: WAL with synchronous=NORMAL — every write survives the process dying (crash,
  * SIGKILL); an operating-system crash or power loss may lose the last moments of writes.
  *
@@ -45,7 +46,8 @@ void job_db_begin(job_db *db);
 void job_db_end(job_db *db);
 
 /* Every job (by seq) and then every event (by job, eid), through the callbacks. -1 with err when
- * the file cannot be read. */
+ * the file cannot be read, or a row has columns of the wrong type or a callback refused it: err then
+ * names the file, the row (job id, event id), what is wrong and what to do. */
 typedef job_backend_job_fn   job_db_job_fn;
 typedef job_backend_event_fn job_db_event_fn;
 int job_db_load(job_db *db, job_db_job_fn on_job, job_db_event_fn on_event, void *user, um_err *err);

@@ -6,12 +6,15 @@
  *   job:<id>            hash  doc (the job's document, jobs.c), seq, owner
  *   ev:<id>             hash  <event id> -> event JSON (the SSE log)
  *   owner:<owner>       zset  job ids by creation time (ms): GET /v1/jobs on any server
- *   idem:<owner>:<key>  string the job id of an Idempotency-Key (SET NX: the first server wins)
+ *   idem:<owner>:<key>  string the job id of an Idempotency-Key (the first server to create wins)
  *   cancel:<id>         string a DELETE asked on a server that does not run the job
  *   queue               stream one entry per job to run, consumer group "unmask": XADD on create,
  *                       XREADGROUP by each server as its capacity allows, XACK + XDEL when done
  *   alive:<consumer>    string a server's heartbeat (PX HEARTBEAT_MS, refreshed every 0.5 s); the
  *                       pending entries of a consumer without one are XCLAIMed by a live server
+ * A new job's job:, ev:, owner: and idem: entries and its queue entry are written by one Lua script
+ * (be_create): a server that dies while creating a job leaves all of it or nothing — never a job
+ * that no queue entry will run, or a key that names no job.
  * A finished job's job:/ev: keys expire after the retention (--job-retention); idem: and cancel:
  * keys expire after it from their creation.
  *
@@ -324,26 +327,43 @@ static int be_idem_lookup(job_backend *b, const char *owner, const char *k, char
     return r;
 }
 
-static int be_idem_claim(job_backend *b, const char *owner, const char *k, const char *id, char existing[40]) {
+static int be_create(job_backend *b, const char *id, int64_t seq, const char *owner, const char *doc, const char *event,
+                     const char *k, char existing[40]) {
+    /* KEYS: job, ev, owner index, queue, idem claim ("" none); ARGV: id, doc, seq, owner, ms, event,
+     * retention. A script runs whole or not at all. */
+    static const char lua[] =
+        "if KEYS[5] ~= '' then local cur = redis.call('GET', KEYS[5]) if cur then return {0, cur} end end "
+        "redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'seq', ARGV[3], 'owner', ARGV[4]) "
+        "redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[1]) "
+        "redis.call('HSET', KEYS[2], '1', ARGV[6]) "
+        "redis.call('XADD', KEYS[4], '*', 'job', ARGV[1]) "
+        "if KEYS[5] ~= '' then redis.call('SET', KEYS[5], ARGV[1], 'EX', ARGV[7]) end "
+        "return {1, ARGV[1]}";
     job_redis *r = ctx(b);
-    char key[1024], ret[32];
-    snprintf(key, sizeof key, PREFIX "idem:%s:%s", owner, k);
+    char key[128], evkey[128], okey[512], ikey[1024] = "", seqs[32], ms[32], ret[32];
+    snprintf(key, sizeof key, PREFIX "job:%s", id);
+    snprintf(evkey, sizeof evkey, PREFIX "ev:%s", id);
+    snprintf(okey, sizeof okey, PREFIX "owner:%s", owner);
+    if (k) snprintf(ikey, sizeof ikey, PREFIX "idem:%s:%s", owner, k);
+    snprintf(seqs, sizeof seqs, "%lld", (long long)seq);
+    snprintf(ms, sizeof ms, "%.0f", unix_ms());
     snprintf(ret, sizeof ret, "%.0f", r->retention_s);
-    ARGV("SET", key, id, "NX", "EX", ret);
+    ARGV("EVAL", lua, "5", key, evkey, okey, PREFIX "queue", ikey, id, doc, seqs, owner, ms, event, ret);
     redisReply *rep = command(r, argc, argv, lens);
-    if (!rep) {
-        r->write_errors++;
-        return -1;
+    int rc = -1;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
+        rep->element[1]->type == REDIS_REPLY_STRING) {
+        rc = (int)rep->element[0]->integer;
+        if (rc == 0) snprintf(existing, 40, "%.*s", (int)rep->element[1]->len, rep->element[1]->str);
+    } else if (rep) {
+        snprintf(r->last_error, sizeof r->last_error, "Redis %s: %s", r->url,
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply to the job creation");
+        log_error("job store %s: creating a job failed: %s", r->url, r->last_error);
+        r->failing = 1;
     }
-    int won = rep->type == REDIS_REPLY_STATUS;
-    int nil = rep->type == REDIS_REPLY_NIL;
-    freeReplyObject(rep);
-    if (won) return 1;
-    if (!nil) {
-        r->write_errors++;
-        return -1;
-    }
-    return be_idem_lookup(b, owner, k, existing) == 1 ? 0 : -1;
+    if (rc < 0) r->write_errors++;
+    if (rep) freeReplyObject(rep);
+    return rc;
 }
 
 static int be_enqueue(job_backend *b, const char *id) {
@@ -612,9 +632,8 @@ static const struct job_backend_i k_redis_iface = {
     .end = be_end,
     .write_errors = be_errors,
     .failing = be_failing,
-    .idem_claim = be_idem_claim,
+    .create = be_create,
     .idem_lookup = be_idem_lookup,
-    .enqueue = be_enqueue,
     .requeue = be_requeue,
     .ack = be_ack,
     .fetch = be_fetch,

@@ -50,6 +50,8 @@ typedef struct job {
     int         ring_cap;
     int64_t     stored_next_id;    /* while its events are read back (load_event): the document's
                                       next_event_id, applied by load_finish(); 0 otherwise */
+    int         detached;          /* a copy read from a shared store (lookup()): no ring, its events are
+                                      written to the store only */
     size_t      bytes;             /* what this job holds (request, result, events), for max_bytes */
     char        qentry[40];        /* shared backend: the queue entry this server took it under ("" none) */
     double      touched;           /* monotonic time of its last write-through (re-sent after an outage) */
@@ -138,6 +140,10 @@ void job_store_free(job_store *js) {
 
 /* ---------------------------------------------------------------- the durable copy (job_db) */
 
+/* Reals in a row document keep every digit (17): a time written with the API's 9 digits would come
+ * back up to 10 s off after a restart. */
+#define JOB_DOC_JSON (JSON_COMPACT | JSON_REAL_PRECISION(17))
+
 /* j's state (everything but its events) as the durable store's row document. */
 static char *job_doc(const job *j) {
     json_t *o = json_pack("{s:s, s:s?, s:O, s:s?, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:O?, s:s?, s:s, s:i, "
@@ -150,7 +156,7 @@ static char *job_doc(const job *j) {
                           j->webhook_status, "webhook_attempts", j->webhook_attempts, "next_event_id",
                           (json_int_t)j->next_event_id, "first_kept_id", (json_int_t)j->first_kept_id);
     CHECK(o != NULL);
-    char *doc = json_dumps(o, UM_JSON_COMPACT);
+    char *doc = json_dumps(o, JOB_DOC_JSON);
     json_decref(o);
     return doc;
 }
@@ -262,6 +268,12 @@ static int64_t log_event(job_store *js, job *j, const json_t *ev) {
     size_t len = strlen(s);
     const int64_t first_before = j->first_kept_id;
     const int64_t id = j->next_event_id;
+    if (j->detached) { /* another server's job (a cancel asked here): its log is in the store */
+        js->be->iface->put_event(js->be, j->id, id, s);
+        j->next_event_id++;
+        free(s);
+        return id;
+    }
     log_extend(js, j, id + 1);
     if (!make_room(js, len, j))
         while (j->first_kept_id < id && js->bytes + len > js->o.max_bytes) drop_oldest_event(js, j);
@@ -292,19 +304,21 @@ static void maybe_ack(job_store *js, job *j) {
     js->be->iface->ack(js->be, j->qentry);
 }
 
+/* Ends j: its final status event, then its document (after the event: it names the log's end
+ * exactly, and a reader of a shared store never sees the job finished before its last event). */
 static void set_terminal(job_store *js, job *j, enum job_status st) {
     if (!job_status_terminal(j->status)) js->n_active--;
     j->status = st;
     j->completed_at = unix_now();
-    persist(js, j);
     log_status(js, j);
+    persist(js, j);
     maybe_ack(js, j);
 }
 
 static void resync_check(job_store *js);
-static job *job_parse(const char *id, int64_t seq, const char *doc);
+static job *job_parse(const char *id, int64_t seq, const char *doc, um_err *err);
 static void link_job(job_store *js, job *j);
-static void load_event(void *user, const char *id, int64_t eid, const char *doc);
+static int load_event(void *user, const char *id, int64_t eid, const char *doc, um_err *err);
 
 /* One durable transaction around a mutation (no-ops without a durable store); lock held. A write
  * that failed marks the time; once the backend connects again (a new epoch) or writes work again,
@@ -333,7 +347,10 @@ static job *lookup(job_store *js, const char *id, job **tmp) {
     char *doc = NULL;
     int64_t seq = 0;
     if (js->be->iface->fetch(js->be, id, &doc, &seq) != 1) return NULL;
-    *tmp = job_parse(id, seq, doc);
+    um_err err = {0};
+    *tmp = job_parse(id, seq, doc, &err);
+    if (*tmp) (*tmp)->detached = 1;
+    else log_warn("job store: job %.40s has a damaged document in the store (%s); it reads as unknown", id, err.msg);
     free(doc);
     return *tmp;
 }
@@ -425,16 +442,16 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
     j->seq = js->next_seq++;
     link_job(js, j);
     const long failed_before = js->be ? js->be->iface->write_errors(js->be) : 0;
-    db_begin(js);
-    persist(js, j);
     json_t *ev = json_pack("{s:s, s:s}", "type", "status", "status", "queued");
-    log_event(js, j, ev);
-    json_decref(ev);
-    db_end(js); /* durable before the 202 */
-    if (js->shared && j->idem_key) { /* across servers: the first to claim the key wins */
-        char other[40] = "";
-        int r = js->be->iface->idem_claim(js->be, owner, idem_key, j->id, other);
-        if (r == 0) {
+    if (js->shared) { /* one atomic write: the job, its event, its queue entry, its key (first to claim wins) */
+        char *evs = json_dumps(ev, UM_JSON_COMPACT);
+        j->next_event_id = 2;
+        char *doc = job_doc(j), other[40] = "";
+        int r = js->be->iface->create(js->be, j->id, j->seq, owner, doc, evs, j->idem_key, other);
+        free(doc);
+        free(evs);
+        json_decref(ev);
+        if (r == 0) { /* another server's job holds the key */
             discard_new(js, j);
             job *tmp = NULL, *o = lookup(js, other, &tmp);
             int rc = o ? idem_replay(o, idem_key, request, id_out, err)
@@ -445,8 +462,13 @@ int job_store_create(job_store *js, const char *owner, const char *idem_key, con
             pthread_mutex_unlock(&js->lock);
             return rc;
         }
+    } else {
+        db_begin(js);
+        log_event(js, j, ev);
+        json_decref(ev);
+        persist(js, j); /* after its event: a queued job's document names its next event id exactly */
+        db_end(js);     /* durable before the 202 */
     }
-    if (js->shared && js->be->iface->write_errors(js->be) == failed_before) js->be->iface->enqueue(js->be, j->id);
     if (js->be && js->be->iface->write_errors(js->be) != failed_before) { /* not durable: not accepted */
         const char *why = js->be->iface->failing(js->be);
         char msg[300];
@@ -529,7 +551,7 @@ static job *list_shared(job_store *js, const char *owner) {
         if (!j) continue;
         if (!tmp) { /* held here: a detached copy of its current state */
             char *doc = job_doc(j);
-            tmp = job_parse(j->id, j->seq, doc);
+            tmp = job_parse(j->id, j->seq, doc, NULL); /* a document of ours */
             free(doc);
             if (!tmp) continue;
         }
@@ -677,11 +699,11 @@ int job_store_attempt_failed(job_store *js, const char *id, const char *message)
         if (j->attempts < js->o.max_attempts && !j->cancel_requested) {
             j->status = JOB_QUEUED;
             db_begin(js);
-            persist(js, j);
             json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error",
                                    message ? message : "engine failure");
             log_event(js, j, ev);
             json_decref(ev);
+            persist(js, j);
             db_end(js);
             retry = 1;
         } else {
@@ -728,8 +750,8 @@ int job_store_cancel(job_store *js, const char *id, const char *owner) {
             } else {
                 r = 2;
             }
-            persist(js, j);
             if (r == 1) log_status(js, j);
+            persist(js, j);
         } else if (j->status == JOB_QUEUED) {
             set_terminal(js, j, JOB_CANCELLED);
             r = 1;
@@ -864,44 +886,118 @@ void job_store_counts(job_store *js, int *queued, int *running, int *total) {
 
 /* ---------------------------------------------------------------- loading it back */
 
-/* A job from its durable document (detached: in no list, charged nothing), or NULL when the
- * document is unreadable. */
-static job *job_parse(const char *id, int64_t seq, const char *doc) {
+/* The largest event id or seq a stored job may carry: far beyond what any job reaches (2^53 ids
+ * at a million events a second last 285 years), exact in every JSON client, and small enough that
+ * id arithmetic (id + 1, id - window) never overflows. A stored value beyond it is damage. */
+#define JOB_ID_NUM_MAX ((int64_t)1 << 53)
+#define JOB_ATTEMPTS_MAX 1000000   /* attempts / webhook attempts a stored job may carry */
+
+/* doc's integer field key into *out, within [lo, hi]; absent (or null) = dflt. -1 with err when
+ * present but not such an integer. */
+static int doc_int(const json_t *doc, const char *key, int64_t lo, int64_t hi, int64_t dflt, int64_t *out, um_err *err) {
+    const json_t *v = json_object_get(doc, key);
+    *out = dflt;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return um_err_set(err, UM_ERR_FORMAT, "\"%s\" must be an integer in [%lld, %lld]", key, (long long)lo,
+                          (long long)hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* doc's field key as a time or length (a number >= 0, finite); absent = 0. */
+static int doc_num(const json_t *doc, const char *key, double *out, um_err *err) {
+    const json_t *v = json_object_get(doc, key);
+    *out = 0;
+    if (!v || json_is_null(v)) return 0;
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !(x >= 0 && x < 1e15))
+        return um_err_set(err, UM_ERR_FORMAT, "\"%s\" must be a number >= 0", key);
+    *out = x;
+    return 0;
+}
+
+/* doc's field key as a string or absent/null (*out NULL). */
+static int doc_str(const json_t *doc, const char *key, const char **out, um_err *err) {
+    const json_t *v = json_object_get(doc, key);
+    *out = json_string_value(v);
+    if (v && !json_is_null(v) && !json_is_string(v)) return um_err_set(err, UM_ERR_FORMAT, "\"%s\" must be a string", key);
+    return 0;
+}
+
+/* A job from its durable document (detached: in no list, charged nothing), or NULL with err saying
+ * what is wrong with it: not JSON, a field of the wrong type, or a value this server never writes
+ * (a status out of range, negative or absurd ids and counts). A document is never repaired here:
+ * what a damaged one meant cannot be known. */
+static job *job_parse(const char *id, int64_t seq, const char *doc, um_err *err) {
+    size_t idlen = strlen(id);
+    if (idlen == 0 || idlen >= sizeof ((job *)0)->id) {
+        um_err_set(err, UM_ERR_FORMAT, "its id is %zu bytes (1 to %zu expected)", idlen, sizeof ((job *)0)->id - 1);
+        return NULL;
+    }
+    if (seq < 1 || seq > JOB_ID_NUM_MAX) {
+        um_err_set(err, UM_ERR_FORMAT, "its seq %lld is out of range [1, 2^53]", (long long)seq);
+        return NULL;
+    }
     json_error_t je;
-    json_t *o = json_loads(doc, 0, &je);
-    const json_t *req = json_object_get(o, "request");
-    if (!o || !json_is_object(req) || strlen(id) >= sizeof ((job *)0)->id) {
+    json_t *o = json_loads(doc ? doc : "", 0, &je);
+    if (!json_is_object(o)) {
+        um_err_set(err, UM_ERR_FORMAT, "its document is not a JSON object (%s)", o ? "another JSON value" : je.text);
+        json_decref(o);
+        return NULL;
+    }
+    const json_t *req = json_object_get(o, "request"), *res = json_object_get(o, "result");
+    const char *owner = NULL, *idem = NULL, *webhook = NULL, *error = NULL, *wh_status = NULL;
+    int64_t status = 0, attempts = 0, cancel = 0, steps = 0, committed = 0, wh_attempts = 0, next = 1, first = 1;
+    double created = 0, started = 0, completed = 0, gen_length = 0;
+    int bad = !json_is_object(req) ? um_err_set(err, UM_ERR_FORMAT, "\"request\" must be an object") : 0;
+    if (!bad && res && !json_is_null(res) && !json_is_object(res))
+        bad = um_err_set(err, UM_ERR_FORMAT, "\"result\" must be an object or null");
+    if (!bad && !json_is_integer(json_object_get(o, "status")))
+        bad = um_err_set(err, UM_ERR_FORMAT, "\"status\" must be an integer");
+    bad = bad || doc_str(o, "owner", &owner, err) || doc_str(o, "idem_key", &idem, err) ||
+          doc_str(o, "webhook", &webhook, err) || doc_str(o, "error", &error, err) ||
+          doc_str(o, "webhook_status", &wh_status, err) ||
+          doc_int(o, "status", JOB_QUEUED, JOB_CANCELLED, JOB_QUEUED, &status, err) ||
+          doc_int(o, "attempts", 0, JOB_ATTEMPTS_MAX, 0, &attempts, err) ||
+          doc_int(o, "cancel_requested", 0, 1, 0, &cancel, err) ||
+          doc_int(o, "steps", 0, JOB_ID_NUM_MAX, 0, &steps, err) ||
+          doc_int(o, "committed", 0, JOB_ID_NUM_MAX, 0, &committed, err) ||
+          doc_int(o, "webhook_attempts", 0, JOB_ATTEMPTS_MAX, 0, &wh_attempts, err) ||
+          doc_int(o, "first_kept_id", 1, JOB_ID_NUM_MAX, 1, &first, err) ||
+          doc_int(o, "next_event_id", first, JOB_ID_NUM_MAX, first, &next, err) ||
+          doc_num(o, "created_at", &created, err) || doc_num(o, "started_at", &started, err) ||
+          doc_num(o, "completed_at", &completed, err) || doc_num(o, "gen_length", &gen_length, err);
+    if (!bad && wh_status && strcmp(wh_status, "") != 0 && strcmp(wh_status, "pending") != 0 &&
+        strcmp(wh_status, "delivered") != 0 && strcmp(wh_status, "failed") != 0)
+        bad = um_err_set(err, UM_ERR_FORMAT, "\"webhook_status\" '%.32s' is not one of pending, delivered, failed",
+                         wh_status);
+    if (bad) {
         json_decref(o);
         return NULL;
     }
     job *j = xcalloc(1, sizeof *j);
-    snprintf(j->id, sizeof j->id, "%s", id);
+    memcpy(j->id, id, idlen + 1);
     j->seq = seq;
-    const char *s;
-    j->owner = xstrdup((s = json_string_value(json_object_get(o, "owner"))) ? s : "");
-    j->idem_key = (s = json_string_value(json_object_get(o, "idem_key"))) ? xstrdup(s) : NULL;
+    j->owner = xstrdup(owner ? owner : "");
+    j->idem_key = idem ? xstrdup(idem) : NULL;
     j->request = json_incref((json_t *)req);
-    j->webhook = (s = json_string_value(json_object_get(o, "webhook"))) ? xstrdup(s) : NULL;
-    int st = (int)json_integer_value(json_object_get(o, "status"));
-    j->status = st >= JOB_QUEUED && st <= JOB_CANCELLED ? (enum job_status)st : JOB_FAILED;
-    j->attempts = (int)json_integer_value(json_object_get(o, "attempts"));
-    j->cancel_requested = (int)json_integer_value(json_object_get(o, "cancel_requested"));
-    j->created_at = json_number_value(json_object_get(o, "created_at"));
-    j->started_at = json_number_value(json_object_get(o, "started_at"));
-    j->completed_at = json_number_value(json_object_get(o, "completed_at"));
-    j->gen_length = json_number_value(json_object_get(o, "gen_length"));
-    j->steps = (long)json_integer_value(json_object_get(o, "steps"));
-    j->committed = (long)json_integer_value(json_object_get(o, "committed"));
-    const json_t *res = json_object_get(o, "result");
+    j->webhook = webhook ? xstrdup(webhook) : NULL;
+    j->status = (enum job_status)status;
+    j->attempts = (int)attempts;
+    j->cancel_requested = (int)cancel;
+    j->created_at = created;
+    j->started_at = started;
+    j->completed_at = completed;
+    j->gen_length = gen_length;
+    j->steps = (long)steps;
+    j->committed = (long)committed;
     j->result = json_is_object(res) ? json_incref((json_t *)res) : NULL;
-    j->error = (s = json_string_value(json_object_get(o, "error"))) ? xstrdup(s) : NULL;
-    snprintf(j->webhook_status, sizeof j->webhook_status, "%s",
-             (s = json_string_value(json_object_get(o, "webhook_status"))) ? s : "");
-    j->webhook_attempts = (int)json_integer_value(json_object_get(o, "webhook_attempts"));
-    j->next_event_id = json_integer_value(json_object_get(o, "next_event_id"));
-    j->first_kept_id = json_integer_value(json_object_get(o, "first_kept_id"));
-    if (j->first_kept_id < 1) j->first_kept_id = 1;
-    if (j->next_event_id < j->first_kept_id) j->next_event_id = j->first_kept_id;
+    j->error = error ? xstrdup(error) : NULL;
+    snprintf(j->webhook_status, sizeof j->webhook_status, "%s", wh_status ? wh_status : "");
+    j->webhook_attempts = (int)wh_attempts;
+    j->next_event_id = next;
+    j->first_kept_id = first;
     json_decref(o);
     return j;
 }
@@ -930,29 +1026,38 @@ static void load_begin(job *j) {
     j->next_event_id = j->first_kept_id;
 }
 
-static void load_job(void *user, const char *id, int64_t seq, const char *doc) {
+static int load_job(void *user, const char *id, int64_t seq, const char *doc, um_err *err) {
     job_store *js = user;
-    job *j = find(js, id) ? NULL : job_parse(id, seq, doc);
-    if (!j) {
-        log_warn("job store: job %s has an unreadable row; skipped", id);
-        return;
-    }
+    if (find(js, id)) return um_err_set(err, UM_ERR_FORMAT, "it is stored twice");
+    if (js->newest && seq <= js->newest->seq) /* rows come in creation order: equal seqs collide */
+        return um_err_set(err, UM_ERR_FORMAT, "its seq %lld is also that of job %.40s (seqs are unique)", (long long)seq,
+                          js->newest->id);
+    job *j = job_parse(id, seq, doc, err);
+    if (!j) return -1;
     load_begin(j);
-    link_job(js, j); /* rows come in creation order */
+    link_job(js, j);
+    return 0;
 }
 
 /* One stored event of a job being read back (events come in ascending eid; older ones than the
- * window keeps are dropped as newer ones arrive). */
-static void load_event(void *user, const char *id, int64_t eid, const char *doc) {
+ * window keeps are dropped as newer ones arrive). Events of a job that is not stored (a delete
+ * cut short by a crash) are ignored. -1 with err for an id or a document this server never writes. */
+static int load_event(void *user, const char *id, int64_t eid, const char *doc, um_err *err) {
     job_store *js = user;
+    size_t len = doc ? strlen(doc) : 0;
+    if (eid < 1 || eid >= JOB_ID_NUM_MAX) /* eid + 1 must stay a valid id */
+        return um_err_set(err, UM_ERR_FORMAT, "the event id is out of range [1, 2^53)");
+    if (len < 2 || doc[0] != '{' || doc[len - 1] != '}')
+        return um_err_set(err, UM_ERR_FORMAT, "the event is not a JSON object");
     job *j = find(js, id);
-    if (!j || eid < j->first_kept_id) return;
+    if (!j || eid < j->first_kept_id) return 0;
     log_extend(js, j, eid + 1);
-    if (eid < j->first_kept_id) return;
+    if (eid < j->first_kept_id) return 0;
     char **slot = &j->ring[eid % j->ring_cap];
     if (*slot) charge(js, j, -(long)strlen(*slot)), free(*slot);
     *slot = xstrdup(doc);
-    charge(js, j, (long)strlen(doc));
+    charge(js, j, (long)len);
+    return 0;
 }
 
 /* Once j's stored events are read: the log ends at the document's next_event_id or after the
@@ -983,10 +1088,10 @@ static void recover_job(job_store *js, job *j, int cancel, const char *why) {
         set_terminal(js, j, JOB_FAILED);
     } else if (j->status == JOB_RUNNING) {
         j->status = JOB_QUEUED;
-        persist(js, j);
         json_t *ev = json_pack("{s:s, s:i, s:s}", "type", "retry", "attempt", j->attempts, "error", why);
         log_event(js, j, ev);
         json_decref(ev);
+        persist(js, j);
     }
 }
 
@@ -1079,9 +1184,10 @@ int job_store_tick(job_store *js, char (**cancel_ids)[40]) {
     if (js->be && js->be->iface->tick) js->be->iface->tick(js->be);
     resync_check(js);
     int n = 0;
-    if (js->shared && !js->be->iface->failing(js->be)) { /* cancels asked on other servers for jobs running here */
+    if (js->shared && !js->be->iface->failing(js->be)) { /* cancels asked on other servers for jobs held here */
         for (job *j = js->oldest; j; j = j->next) {
-            if (j->status != JOB_RUNNING || j->cancel_requested || !js->be->iface->cancel_signalled(js->be, j->id)) continue;
+            if (job_status_terminal(j->status) || j->cancel_requested || !js->be->iface->cancel_signalled(js->be, j->id))
+                continue;
             j->cancel_requested = 1;
             persist(js, j);
             *cancel_ids = xrealloc(*cancel_ids, (size_t)(n + 1) * sizeof **cancel_ids);
@@ -1108,7 +1214,10 @@ static void adopt_events(job_store *js, job *j) {
         if (js->be->iface->fetch_events(js->be, j->id, from, CHUNK, docs) != 0) return;
         int i = 0;
         for (; i < CHUNK && docs[i]; i++) {
-            load_event(js, j->id, from + i, docs[i]);
+            um_err err = {0};
+            if (load_event(js, j->id, from + i, docs[i], &err) != 0)
+                log_warn("job store: event %lld of job %s is damaged (%s); it reads as lost", (long long)(from + i), j->id,
+                         err.msg);
             free(docs[i]);
         }
         for (int k = i; k < CHUNK; k++) free(docs[k]);
@@ -1141,10 +1250,12 @@ int job_store_take(job_store *js, int max, int timeout_ms, const char *why, char
         char *doc = NULL;
         int64_t seq = 0;
         int r = js->be->iface->fetch(js->be, t[i].id, &doc, &seq);
-        j = r == 1 ? job_parse(t[i].id, seq, doc) : NULL;
+        um_err err = {0};
+        j = r == 1 ? job_parse(t[i].id, seq, doc, &err) : NULL;
         free(doc);
         if (!j) {
-            if (r == 0) js->be->iface->ack(js->be, t[i].entry); /* expired or never written: nothing to run */
+            if (r == 1) log_error("job store: job %.40s has a damaged document in the store (%s); it is not run", t[i].id, err.msg);
+            if (r >= 0) js->be->iface->ack(js->be, t[i].entry); /* expired, never written or damaged: nothing to run */
             continue;
         }
         snprintf(j->qentry, sizeof j->qentry, "%s", t[i].entry);

@@ -4,7 +4,8 @@
  * eviction of old finished jobs.
  *
  * Lifecycle: queued -> running -> succeeded | failed | cancelled (a running job whose cancel was
- * requested shows "cancelling" until its engine work stops). An engine failure while
+ * requested shows "cancelling" until its engine work stops). A job is running from its attempt's
+ * first decode step; one that waits for a batch slot is queued. An engine failure while
  * attempts < max_attempts puts the job back to queued (a "retry" event is logged) and the runner
  * submits it again; after that it is failed. Events keep increasing ids across attempts, so a
  * client resuming with Last-Event-ID receives exactly what it missed. Each job keeps the last
@@ -52,6 +53,9 @@ job_store *job_store_new(const job_store_opts *o);
  * attempt counts, idempotency keys). A shared backend (Redis; job_store_shared) is not loaded:
  * new jobs go to its queue, the job feed thread takes what this server can run (job_store_take),
  * and a job held by another server is read from the backend whenever it is asked for. */
+/* -1 with err when the store cannot be read or holds a row with a value this server never writes
+ * (a document that is not JSON, a status, count or id out of range, a seq collision): err names the
+ * row and the problem; nothing is repaired. */
 int  job_store_load(job_store *js, um_err *err);
 /* After a load: jobs a previous process left running go back to queued with a "retry" event
  * (reason why) — or fail when their attempts are used up, or end cancelled when a cancel was
@@ -119,7 +123,10 @@ enum job_status job_store_status(job_store *js, const char *id);
 
 /* ---------------------------------------------------------------- runner side */
 
-/* queued -> running (attempt++), logs {"type":"start","attempt":n}. -1 when not queued. */
+/* queued -> running (attempt++, started_at set on the first), logs {"type":"status","status":
+ * "running","attempt":n}. The runner calls it when the attempt's first decode step has run, not
+ * when it hands the job to the scheduler: an attempt is spent only by work that ran. -1 when not
+ * queued. */
 int  job_store_start(job_store *js, const char *id, double gen_length);
 /* Append an event object (copied; "type" required) to the log and update progress from step events'
  * "progress"; returns the event id (> 0), or 0 when the job is unknown / already terminal. */

@@ -89,7 +89,9 @@ struct gen_stream {
     char       *job_owner;    /* owned */
     char       *who;          /* the caller its generations are counted for (owned; gen_submit) */
     int         submit_failed; /* a job whose submission failed half-way: it stays queued */
-    gen_stream *next_run;     /* api->job_runs list (running jobs) */
+    int         job_started;  /* a job: its attempt began (its first decode step ran; job_store_start) */
+    double      job_gen_length; /* a job: tokens its choices generate in all (the attempt's gen_length) */
+    gen_stream *next_run;     /* api->job_runs list (submitted jobs, started or still waiting for a batch slot) */
 };
 
 /* A new stream of n choices for request g (its response state from seqs). */
@@ -104,6 +106,9 @@ void        http_gen_register(http_api *a);
 
 /* ---------------------------------------------------------------- jobs (http_jobs.c) */
 
+/* An engine event of a job's run (choice i): the first one begins the job's attempt (queued ->
+ * running: a job waiting for a batch slot has spent nothing), then every event goes to its log. */
+void jobs_run_event(gen_stream *gs, int choice, const sched_event *ev);
 /* A job's run finished (every choice's final event delivered): record the result or retry, free
  * gs, start what waits. */
 void jobs_run_finished(http_api *a, gen_stream *gs);

@@ -121,12 +121,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
                 gen_cancel_all(gs);
             }
         }
-        if (gs->job_id[0] && !gs->submit_failed && ev->obj) {
-            json_t *jev = json_deep_copy(ev->obj);
-            if (gs->n > 1) json_object_set_new(jev, "choice", json_integer(gc->i));
-            job_store_append(gs->api->jobs, gs->job_id, jev);
-            json_decref(jev);
-        }
+        if (gs->job_id[0] && !gs->submit_failed && ev->obj) jobs_run_event(gs, gc->i, ev);
         if (stop && !final) server_cancel(gs->srv, r);
     }
     if (final) {

@@ -1,9 +1,10 @@
 /*
  * http_jobs.c — async jobs over HTTP: POST /v1/jobs (validated like a generation, then stored and
  * answered 202), GET /v1/jobs/{id} and its resumable SSE event stream, DELETE /v1/jobs/{id}; the
- * runner that starts queued jobs through the scheduler one build at a time (retrying while the
- * scheduler is full) and records their events and results in the job store; webhooks on terminal
- * states.
+ * runner that submits queued jobs to the scheduler one build at a time (retrying while the
+ * scheduler is full), marks a job running when its first decode step ran (not when it was
+ * submitted: a job waiting for a batch slot spends no attempt) and records its events and results
+ * in the job store; webhooks on terminal states.
  *
  * Not here: the store and the webhook client (jobs/), the generation streams (http_gen.c).
  * Threads: the lws service thread, except job_prep_run (a preparation worker) and webhook_done
@@ -158,10 +159,37 @@ static void job_terminal(http_api *a, const char *id, const char *owner) {
     job_webhook_send(a, id, owner);
 }
 
+void jobs_run_event(gen_stream *gs, int choice, const sched_event *ev) {
+    http_api *a = gs->api;
+    if (!gs->job_started) {
+        /* the run's sequences were cancelled before any step (the server stops, or the job was
+         * cancelled while it waited for a batch slot): nothing ran, nothing is logged */
+        const char *fin = json_string_value(json_object_get(ev->obj, "finish_reason"));
+        if (ev->kind == SCHED_EV_DONE && fin && strcmp(fin, "cancelled") == 0) return;
+        gs->job_started = job_store_start(a->jobs, gs->job_id, gs->job_gen_length) == 0;
+        if (!gs->job_started) return; /* cancelled meanwhile: it ended already */
+    }
+    json_t *jev = json_deep_copy(ev->obj);
+    if (gs->n > 1) json_object_set_new(jev, "choice", json_integer(choice));
+    job_store_append(a->jobs, gs->job_id, jev);
+    json_decref(jev);
+}
+
+/* Cancels the engine work of job id, if it was submitted (started or waiting for a batch slot). */
+static void job_stop_run(http_api *a, const char *id) {
+    for (gen_stream *gs = a->job_runs; gs; gs = gs->next_run)
+        if (strcmp(gs->job_id, id) == 0) gen_cancel_all(gs);
+}
+
 static void job_on_finished(http_api *a, gen_stream *gs) {
     const char *err = api_resp_error(gs->resp);
     const char *id = gs->job_id;
     if (gs->submit_failed) return; /* never started: still queued, the pump retries it */
+    if (!gs->job_started) {
+        /* no step ran: it was cancelled while it waited for a batch slot (it ended then), or the
+         * server is stopping (it stays queued: no attempt spent, nothing logged) */
+        return;
+    }
     if (job_store_cancel_requested(a->jobs, id)) {
         job_store_cancelled(a->jobs, id);
     } else if (err) {
@@ -287,10 +315,11 @@ static void job_start_done(job_prep *p) {
         jobs_pump_later(a);
         return;
     }
+    /* the job stays queued until its first decode step runs (jobs_run_event): only then is an
+     * attempt spent, so jobs waiting for a batch slot lose nothing when the server stops */
+    gs->job_gen_length = (double)p->g.params.gen_length * n;
     gs->next_run = a->job_runs;
     a->job_runs = gs;
-    job_store_start(a->jobs, id, (double)p->g.params.gen_length * n);
-    subs_notify(a, id);
     jobs_pump(a);
 }
 
@@ -577,10 +606,8 @@ static int h_jobs_delete(http_conn *c, const http_req *rq) {
         json_decref(o);
         return api_respond_error_fmt(c, 409, "job_finished", "id", msg);
     }
-    if (r == 1) job_terminal(a, id, who);
-    if (r == 2) /* running: its sequences stop at the next step, then the job turns cancelled */
-        for (gen_stream *gs = a->job_runs; gs; gs = gs->next_run)
-            if (strcmp(gs->job_id, id) == 0) gen_cancel_all(gs);
+    if (r == 1) job_terminal(a, id, who); /* queued: cancelled now (its run, if it waits for a slot, is dropped) */
+    job_stop_run(a, id); /* running: its sequences stop at the next step, then the job turns cancelled */
     return http_respond_json(c, 200, job_store_get_json(a->jobs, id, who), NULL);
 }
 
@@ -678,9 +705,15 @@ void jobs_on_wake(void *user) {
         job_webhook_send(a, b.hooks[i], owner);
         free(owner);
     }
-    for (int i = 0; i < b.n_cancel; i++) /* asked on another replica: its sequences stop at the next step */
-        for (gen_stream *gs = a->job_runs; gs; gs = gs->next_run)
-            if (strcmp(gs->job_id, b.cancel[i]) == 0) gen_cancel_all(gs);
+    for (int i = 0; i < b.n_cancel; i++) { /* asked on another replica */
+        if (job_store_status(a->jobs, b.cancel[i]) == JOB_QUEUED) { /* not started: it ends now */
+            job_store_cancelled(a->jobs, b.cancel[i]);
+            char *owner = job_store_owner(a->jobs, b.cancel[i]);
+            job_terminal(a, b.cancel[i], owner ? owner : "");
+            free(owner);
+        }
+        job_stop_run(a, b.cancel[i]); /* running: its sequences stop at the next step */
+    }
     job_feed_batch_free(&b);
     jobs_pump(a);
 }

@@ -313,7 +313,7 @@ static int sub_sync(ws_store *st) {
     add = xcalloc((size_t)n_want + 1, sizeof *add);
     del = xcalloc((size_t)st->n_have + 1, sizeof *del);
     was = xcalloc((size_t)st->n_have + 1, sizeof *was);
-    memcpy(was, st->have, (size_t)st->n_have * sizeof *was);
+    if (st->n_have) memcpy(was, st->have, (size_t)st->n_have * sizeof *was); /* have is NULL before the first */
     for (ws_sub *w = st->want; w; w = w->next) {
         int have = 0;
         for (int i = 0; i < st->n_have && !have; i++) have = strcmp(st->have[i], w->token) == 0;

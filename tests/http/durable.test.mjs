@@ -119,6 +119,67 @@ test('a long event log written after its job row comes back intact after SIGKILL
   assert.ok(data.some((d) => d.type === 'retry'));
 });
 
+test('attempts are spent only by work that ran: jobs waiting for a batch slot survive three SIGKILLs', async () => {
+  // 24 jobs behind --max-batch 2: two run, the rest wait for a slot (queued, not running). Three
+  // SIGKILLs, each once the jobs the previous one interrupted have finished and a step of other
+  // jobs ran: only the jobs in the batch lose an attempt (the default 3 would fail a job
+  // interrupted three times); every job still succeeds, and the ones that waited report
+  // attempts == 1.
+  const store = path.join(DIR, 'attempts.db');
+  const KILLS = 3, BATCH = 2, N = 24;
+  const serveBatch = async () => {
+    const s = await startServer(['--store', `sqlite:${store}`, '--max-batch', String(BATCH)], { model });
+    servers.push(s);
+    return s;
+  };
+  const list = async (s, status) => (await (await fetch(`${s.url}/v1/jobs?status=${status}&limit=100`)).json()).data;
+  let s = await serveBatch();
+  const ids = [];
+  for (let i = 0; i < N; i++) {
+    const r = await post(`${s.url}/v1/jobs`, { prompt: `wait ${i}`, max_tokens: 16, block_length: 16, steps: 16, seed: i });
+    assert.equal(r.status, 202, r.text);
+    ids.push(r.json().id);
+  }
+  for (let k = 0; k < KILLS; k++) {
+    // a step of this run went through: only the batch is running, the others wait, not started
+    await until(`a step of run ${k + 1}`, async () => (await list(s, 'running')).some((j) => j.progress.steps >= 1), 120000);
+    const running = await list(s, 'running');
+    assert.ok(running.length <= BATCH, `run ${k + 1}: ${running.length} jobs running with --max-batch ${BATCH} (only the batch runs)`);
+    const waiting = (await list(s, 'queued')).filter((j) => j.attempts === 0);
+    assert.ok(waiting.length > 0, `run ${k + 1}: jobs still wait`);
+    for (const j of waiting) assert.equal(j.started_at, null, `${j.id} waits: not started`);
+    // the jobs interrupted before ran again to the end, and a step of other jobs went through
+    const all = (await (await fetch(`${s.url}/v1/jobs?limit=100`)).json()).data;
+    const ran = all.filter((j) => j.status !== 'succeeded' && j.attempts > 0).map((j) => j.id);
+    const progressed = async () => {
+      const done = new Set((await list(s, 'succeeded')).map((j) => j.id));
+      return ran.every((id) => done.has(id)) && (await list(s, 'running')).some((j) => j.progress.steps >= 2 && !ran.includes(j.id));
+    };
+    await until(`the jobs interrupted before done, a step of others in run ${k + 1}`, progressed, 120000);
+    await s.stop('SIGKILL');
+    s = await serveBatch();
+  }
+  await until('every job succeeded', async () => (await list(s, 'succeeded')).length === N, 240000);
+  let once = 0, retries = 0;
+  for (const id of ids) {
+    const j = await (await fetch(`${s.url}/v1/jobs/${id}`)).json();
+    assert.equal(j.status, 'succeeded', `${id}: ${JSON.stringify(j.error)}`);
+    const ev = parseSSE(await (await fetch(`${s.url}/v1/jobs/${id}/events`)).text()).map((e) => JSON.parse(e.data));
+    const starts = ev.filter((e) => e.type === 'status' && e.status === 'running');
+    const retried = ev.filter((e) => e.type === 'retry');
+    assert.equal(j.attempts, starts.length, `${id}: one "running" event per attempt`);
+    assert.equal(retried.length, j.attempts - 1, `${id}: a retry event per interrupted attempt, none for a wait`);
+    // every attempt begins with a step that ran: its "running" event is followed by a decode event
+    ev.forEach((e, i) => {
+      if (e.type === 'status' && e.status === 'running') assert.match(ev[i + 1]?.type ?? '', /^(step|block|done)$/, `${id}: attempt ${e.attempt} ran`);
+    });
+    if (j.attempts === 1) once++;
+    retries += j.attempts - 1;
+  }
+  assert.ok(retries <= KILLS * BATCH, `only the jobs in the batch lost an attempt: ${retries} retries in ${KILLS} kills`);
+  assert.ok(once >= N - KILLS * BATCH, `${once} of ${N} jobs ran once`);
+});
+
 test('bad stores are clear startup errors, nothing is reset', async () => {
   const run = (args) => spawnSync(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', '0', ...args],
     { encoding: 'utf8', timeout: 30000 });

@@ -28,9 +28,10 @@ const until = async (what, fn, timeoutMs = 30000, everyMs = 20) => {
 };
 export { until };
 
-// Start `unmask serve` with extra flags; resolves once GET /health answers 200.
-export async function startServer(args = [], { model = makeModel(), env = {} } = {}) {
-  const proc = spawn(BIN, ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...args], {
+// Start `unmask serve` with extra flags; resolves once GET /health answers 200. bin: another build
+// of unmask (sanitizers.mjs: the ASan one).
+export async function startServer(args = [], { model = makeModel(), env = {}, bin = BIN } = {}) {
+  const proc = spawn(bin, ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -2,6 +2,7 @@
 // they share one queue (both run jobs, each job is taken once), any replica answers for any job
 // (GET, SSE, Idempotency-Key); a replica SIGKILLed mid-job has its jobs finished by the other,
 // each exactly once as its webhook receiver sees them after deduplication by X-Unmask-Delivery;
+// DELETE ends a running job, one waiting for a batch slot and one still in the shared queue;
 // Redis restarted mid-run gives 503 + Retry-After during the gap and loses no job; jobs and SSE
 // pass through nginx (config/nginx/unmask.conf); 1000 jobs across two replicas complete with no
 // loss and no duplicate. Real redis-server and nginx, started and stopped here.
@@ -119,7 +120,16 @@ test('two replicas share the queue: both run jobs, each job once, any replica an
   const k3 = await post(`${b.url}/v1/jobs`, { ...body, prompt: 'other' }, { 'idempotency-key': 'rk-1' });
   assert.equal(k3.status, 422);
   assert.equal(k3.json().error.code, 'idempotency_key_reused');
-  await allSucceeded(b.url, [k1.json().id]);
+  // the same key on both replicas at once: one job
+  const raced = [];
+  for (let i = 0; i < 10; i++) {
+    const [x, y] = await Promise.all([a, b].map((r) => post(`${r.url}/v1/jobs`, { ...body, prompt: `race ${i}` }, { 'idempotency-key': `race-${i}` })));
+    assert.equal(x.status, 202, x.text);
+    assert.equal(y.status, 202, y.text);
+    assert.equal(x.json().id, y.json().id, `race-${i}: one job`);
+    raced.push(x.json().id);
+  }
+  await allSucceeded(b.url, [k1.json().id, ...raced]);
 });
 
 test('SIGKILL one replica mid-job: its jobs complete on the other, each exactly once', async () => {
@@ -151,6 +161,43 @@ test('SIGKILL one replica mid-job: its jobs complete on the other, each exactly 
   }
   assert.ok(retried >= 1, 'the job A was running ran again on B');
   assert.match(b.logs(), /took over job/);
+});
+
+test('DELETE: a job running, one waiting for a batch slot, one still in the shared queue: each ends cancelled', async () => {
+  // capacity 2, batch 1: the replica holds two jobs (one runs, one waits for the slot); the next
+  // two stay in the Redis queue, held by no replica
+  const a = await replica(['--job-capacity', '2', '--max-batch', '1'], slow);
+  const ids = [];
+  for (let i = 0; i < 4; i++) {
+    const r = await post(`${a.url}/v1/jobs`, { prompt: `cancel ${i}`, max_tokens: 32, block_length: 8, steps: 32, seed: i });
+    assert.equal(r.status, 202, r.text);
+    ids.push(r.json().id);
+  }
+  await until('the first job ran a step, two jobs held', async () => (await job(a.url, ids[0])).progress.steps >= 1 &&
+    (await metric(a, 'jobs_queued')) + (await metric(a, 'jobs_running')) === 2, 60000);
+  assert.equal(await metric(a, 'jobs_running'), 1, 'only the job in the batch is running');
+  const waiting = await job(a.url, ids[1]);
+  assert.equal(waiting.status, 'queued', 'a job waiting for a batch slot is queued (not running)');
+  assert.equal(waiting.attempts, 0);
+  const del = async (id) => {
+    const r = await fetch(`${a.url}/v1/jobs/${id}`, { method: 'DELETE' });
+    assert.equal(r.status, 200, `DELETE ${id}`);
+    return (await r.json()).status;
+  };
+  assert.equal(await del(ids[3]), 'cancelled', 'in the shared queue: cancelled at once');
+  assert.equal(await del(ids[1]), 'cancelled', 'waiting for a batch slot: cancelled at once');
+  assert.equal(await del(ids[0]), 'cancelling', 'running: stops at the next step');
+  await until('the running job cancelled', async () => (await job(a.url, ids[0])).status === 'cancelled', 60000);
+  await allSucceeded(a.url, [ids[2]], 120000);
+  for (const id of [ids[1], ids[3]]) {
+    assert.deepEqual(await eventsOf(a.url, id), [{ type: 'status', status: 'queued' }, { type: 'status', status: 'cancelled', attempts: 0 }],
+      `${id}: queued, then cancelled; nothing ran`);
+    assert.equal((await job(a.url, id)).started_at, null);
+  }
+  const ev = await eventsOf(a.url, ids[0]);
+  assert.deepEqual(ev.slice(0, 2), [{ type: 'status', status: 'queued' }, { type: 'status', status: 'running', attempt: 1 }]);
+  assert.equal(ev[2].type, 'step');
+  assert.deepEqual(ev.at(-1), { type: 'status', status: 'cancelled', attempts: 1 });
 });
 
 test('Redis restarted mid-run: 503 with Retry-After during the gap, /health and metrics say so, no job lost', async () => {
