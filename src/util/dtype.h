@@ -1,5 +1,7 @@
 /*
- * dtype.h — element types found in checkpoints, and scalar conversions (bf16/f16 <-> f32).
+ * dtype.h — element types found in checkpoints, and scalar conversions (bf16/f16 <-> f32). The
+ * block-quantized types (Q8_0, Q4_0: util/quant.h) store 32 elements per block, so a row's bytes
+ * come from dtype_row_bytes(), not from an element size.
  * Header-only, pure functions, any thread.
  */
 #ifndef UM_DTYPE_H
@@ -14,8 +16,15 @@ enum dtype {
     DTYPE_BF16,
     DTYPE_F16,
     DTYPE_OTHER,          /* a dtype safetensors knows but we cannot compute with (I64, U8, ...) */
+    DTYPE_Q8_0,           /* blocks of 32: an f16 scale and 32 int8 (34 bytes; util/quant.h) */
+    DTYPE_Q4_0,           /* blocks of 32: an f16 scale and 32 4-bit values (18 bytes; util/quant.h) */
 };
 
+#define DTYPE_QBLOCK 32   /* elements per block of the quantized types */
+
+static inline int dtype_is_quant(enum dtype t) { return t == DTYPE_Q8_0 || t == DTYPE_Q4_0; }
+
+/* Bytes per element of the element types; 0 for the block-quantized ones (dtype_row_bytes) and OTHER. */
 static inline size_t dtype_size(enum dtype t) {
     switch (t) {
     case DTYPE_F32: return 4;
@@ -25,11 +34,23 @@ static inline size_t dtype_size(enum dtype t) {
     }
 }
 
+/* Bytes of n consecutive elements of type t; for the quantized types n is a multiple of
+ * DTYPE_QBLOCK (a row of a quantized weight always is). */
+static inline size_t dtype_row_bytes(enum dtype t, int64_t n) {
+    switch (t) {
+    case DTYPE_Q8_0: return (size_t)(n / DTYPE_QBLOCK) * 34;
+    case DTYPE_Q4_0: return (size_t)(n / DTYPE_QBLOCK) * 18;
+    default: return (size_t)n * dtype_size(t);
+    }
+}
+
 static inline const char *dtype_name(enum dtype t) {
     switch (t) {
     case DTYPE_F32: return "F32";
     case DTYPE_BF16: return "BF16";
     case DTYPE_F16: return "F16";
+    case DTYPE_Q8_0: return "Q8_0";
+    case DTYPE_Q4_0: return "Q4_0";
     default: return "OTHER";
     }
 }
