@@ -192,26 +192,56 @@ static void kv_none_left(model_ctx *ctx, const char *what) {
     TEST_CHECK(k.slots == 0 && k.opened == k.closed, "%s: %lld KV slots left open", what, (long long)k.slots);
 }
 
+/* The cases' shape: r[0] and r[1] (owner 1) fill a batch of 2 and run two steps; the engine is
+ * held before its third, and r[2] arrives (owner 1 or 2). */
+typedef struct trio {
+    rec        got[3];
+    sched_req *r[3];
+} trio;
+
+static void trio_init(trio *t, const model *m, const job j[3], uint64_t third_owner) {
+    for (int i = 0; i < 3; i++) {
+        rec_init(&t->got[i]);
+        t->r[i] = req_make(m, &j[i], i < 2 ? 1 : third_owner, &t->got[i]);
+    }
+}
+
+/* Submits r[0] and r[1] and returns with the engine held before its third step (the caller then
+ * submits r[2]). */
+static void trio_start(sched *s, trio *t) {
+    gate_hold_in(3);
+    submit(s, t->r[0]);
+    submit(s, t->r[1]);
+    gate_wait_held();
+}
+
+static void trio_wait(trio *t) {
+    for (int i = 0; i < 3; i++) wait_done(&t->got[i]);
+}
+
+static void trio_free(trio *t) {
+    for (int i = 0; i < 3; i++) {
+        strbuf_free(&t->got[i].commits);
+        sched_req_free(t->r[i]);
+    }
+}
+
 /* ---------------------------------------------------------------- cases */
 
 /* A (owner 1) fills a batch of 2 with a1, a2; after a few steps B (owner 2) arrives. */
 static void test_pause_for_other_owner(model_ctx *ctx, const model *m, const char *what, decode_params pa,
                                        decode_params pb) {
-    job ja1 = job_make(pa, 0), ja2 = job_make(pa, 1), jb = job_make(pb, 2);
-    ja2.p.seed = pa.seed + 1;
-    rec alone[3], got[3];
-    run_alone(ctx, m, &ja1, &alone[0]);
-    run_alone(ctx, m, &ja2, &alone[1]);
-    run_alone(ctx, m, &jb, &alone[2]);
+    job j[3] = {job_make(pa, 0), job_make(pa, 1), job_make(pb, 2)};
+    j[1].p.seed = pa.seed + 1;
+    rec alone[3];
+    for (int i = 0; i < 3; i++) run_alone(ctx, m, &j[i], &alone[i]);
 
     sched *s = sched_make(ctx, 2, 2, 0);
-    for (int i = 0; i < 3; i++) rec_init(&got[i]);
-    sched_req *a1 = req_make(m, &ja1, 1, &got[0]), *a2 = req_make(m, &ja2, 1, &got[1]);
-    sched_req *b = req_make(m, &jb, 2, &got[2]);
-    gate_hold_in(3);   /* A runs two steps, then the engine waits before the third */
-    submit(s, a1);
-    submit(s, a2);
-    gate_wait_held();
+    trio t;
+    trio_init(&t, m, j, 2);
+    sched_req *a1 = t.r[0], *a2 = t.r[1], *b = t.r[2];
+    rec *got = t.got;
+    trio_start(s, &t);   /* A runs two steps, then the engine waits before the third */
     submit(s, b);
     gate_release(2);   /* A's third step; then B is admitted and the engine waits again */
     gate_wait_held();
@@ -222,7 +252,7 @@ static void test_pause_for_other_owner(model_ctx *ctx, const model *m, const cha
     TEST_CHECK(a2->state == SCHED_REQ_PAUSED && a1->state == SCHED_REQ_ACTIVE && b->state == SCHED_REQ_ACTIVE,
                "%s: the latest admitted of A is the one paused (states %d %d %d)", what, a1->state, a2->state, b->state);
     gate_release(0);
-    for (int i = 0; i < 3; i++) wait_done(&got[i]);
+    trio_wait(&t);
     sched_get_stats(s, &st);
     TEST_CHECK(st.resumed == 1 && st.paused == 0, "%s: resumed %llu", what, (unsigned long long)st.resumed);
     sched_free(s);
@@ -239,65 +269,52 @@ static void test_pause_for_other_owner(model_ctx *ctx, const model *m, const cha
         TEST_CHECK(got[i].numbering_ok && got[i].usage_steps == got[i].n_steps, "%s: %s step numbering", what, names[i]);
     }
     TEST_CHECK(alone[1].n_steps > 4, "%s: the paused one had steps left (%d)", what, alone[1].n_steps);
-    for (int i = 0; i < 3; i++) strbuf_free(&alone[i].commits), strbuf_free(&got[i].commits);
-    sched_req_free(a1);
-    sched_req_free(a2);
-    sched_req_free(b);
+    for (int i = 0; i < 3; i++) strbuf_free(&alone[i].commits);
+    trio_free(&t);
     kv_none_left(ctx, what);
 }
 
 /* max_paused 0: nobody is paused; B's first step comes only after one of A's finished. */
 static void test_no_pause(model_ctx *ctx, const model *m, decode_params p) {
-    job ja1 = job_make(p, 0), ja2 = job_make(p, 1), jb = job_make(p, 2);
-    rec got[3];
+    job j[3] = {job_make(p, 0), job_make(p, 1), job_make(p, 2)};
     sched *s = sched_make(ctx, 2, 0, 0);
-    for (int i = 0; i < 3; i++) rec_init(&got[i]);
-    sched_req *a1 = req_make(m, &ja1, 1, &got[0]), *a2 = req_make(m, &ja2, 1, &got[1]);
-    sched_req *b = req_make(m, &jb, 2, &got[2]);
-    gate_hold_in(3);
-    submit(s, a1);
-    submit(s, a2);
-    gate_wait_held();
-    submit(s, b);
+    trio t;
+    trio_init(&t, m, j, 2);
+    trio_start(s, &t);
+    submit(s, t.r[2]);
     gate_release(0);
-    for (int i = 0; i < 3; i++) wait_done(&got[i]);
+    trio_wait(&t);
     sched_stats st;
     sched_get_stats(s, &st);
     sched_free(s);
     TEST_CHECK(st.preempted == 0, "max_paused 0: %llu pauses", (unsigned long long)st.preempted);
-    TEST_CHECK(got[2].first_step > got[0].done || got[2].first_step > got[1].done,
-               "max_paused 0: B waits for a free slot (first step %d, A done %d %d)", got[2].first_step, got[0].done,
-               got[1].done);
-    for (int i = 0; i < 3; i++) strbuf_free(&got[i].commits);
-    sched_req_free(a1);
-    sched_req_free(a2);
-    sched_req_free(b);
+    TEST_CHECK(t.got[2].first_step > t.got[0].done || t.got[2].first_step > t.got[1].done,
+               "max_paused 0: B waits for a free slot (first step %d, A done %d %d)", t.got[2].first_step,
+               t.got[0].done, t.got[1].done);
+    trio_free(&t);
 }
 
 /* A paused sequence is cancelled: its DONE (cancelled) comes from the engine with no step after
  * the pause; the others are unaffected and no KV slot stays open. */
 static void test_cancel_paused(model_ctx *ctx, const model *m, decode_params p) {
-    job ja1 = job_make(p, 0), ja2 = job_make(p, 1), jb = job_make(p, 2);
-    rec alone_a1, got[3];
-    run_alone(ctx, m, &ja1, &alone_a1);
+    job j[3] = {job_make(p, 0), job_make(p, 1), job_make(p, 2)};
+    rec alone_a1;
+    run_alone(ctx, m, &j[0], &alone_a1);
     sched *s = sched_make(ctx, 2, 2, 0);
-    for (int i = 0; i < 3; i++) rec_init(&got[i]);
-    sched_req *a1 = req_make(m, &ja1, 1, &got[0]), *a2 = req_make(m, &ja2, 1, &got[1]);
-    sched_req *b = req_make(m, &jb, 2, &got[2]);
-    gate_hold_in(3);
-    submit(s, a1);
-    submit(s, a2);
-    gate_wait_held();
-    submit(s, b);
+    trio t;
+    trio_init(&t, m, j, 2);
+    rec *got = t.got;
+    trio_start(s, &t);
+    submit(s, t.r[2]);
     gate_release(2);
     gate_wait_held();   /* a2 is paused now */
-    TEST_CHECK(a2->state == SCHED_REQ_PAUSED, "cancel: a2 paused (state %d)", a2->state);
+    TEST_CHECK(t.r[1]->state == SCHED_REQ_PAUSED, "cancel: a2 paused (state %d)", t.r[1]->state);
     pthread_mutex_lock(&g_mu);
     const int steps_at_pause = got[1].n_steps;
     pthread_mutex_unlock(&g_mu);
-    sched_cancel(s, a2);
+    sched_cancel(s, t.r[1]);
     gate_release(0);
-    for (int i = 0; i < 3; i++) wait_done(&got[i]);
+    trio_wait(&t);
     sched_stats st;
     sched_get_stats(s, &st);
     sched_free(s);
@@ -308,28 +325,20 @@ static void test_cancel_paused(model_ctx *ctx, const model *m, decode_params p) 
     TEST_CHECK(rec_same(&alone_a1, &got[0]), "cancel: a1 unaffected");
     kv_none_left(ctx, "cancel of a paused sequence");
     strbuf_free(&alone_a1.commits);
-    for (int i = 0; i < 3; i++) strbuf_free(&got[i].commits);
-    sched_req_free(a1);
-    sched_req_free(a2);
-    sched_req_free(b);
+    trio_free(&t);
 }
 
 /* Background requests (owner 1) fill the batch; a foreground request of the same owner arrives:
  * a background one is paused for it, and resumes once there is room; outputs as alone. */
 static void test_background(model_ctx *ctx, const model *m, decode_params p) {
-    job j1 = job_make(p, 0), j2 = job_make(p, 1), jf = job_make(p, 2);
-    rec alone[3], got[3];
-    run_alone(ctx, m, &j1, &alone[0]);
-    run_alone(ctx, m, &j2, &alone[1]);
-    run_alone(ctx, m, &jf, &alone[2]);
+    job j[3] = {job_make(p, 0), job_make(p, 1), job_make(p, 2)};
+    rec alone[3];
+    for (int i = 0; i < 3; i++) run_alone(ctx, m, &j[i], &alone[i]);
     sched *s = sched_make(ctx, 2, 2, 0);
-    for (int i = 0; i < 3; i++) rec_init(&got[i]);
-    sched_req *g1 = req_make(m, &j1, 1, &got[0]), *g2 = req_make(m, &j2, 1, &got[1]);
-    sched_req *f = req_make(m, &jf, 1, &got[2]);
-    gate_hold_in(3);
-    submit(s, g1);
-    submit(s, g2);
-    gate_wait_held();
+    trio t;
+    trio_init(&t, m, j, 1);
+    sched_req *g1 = t.r[0], *g2 = t.r[1], *f = t.r[2];
+    trio_start(s, &t);
     sched_set_background(s, g1, 1);   /* their clients went away (a detached session) */
     sched_set_background(s, g2, 1);
     submit(s, f);                     /* same owner, foreground: it does not wait */
@@ -340,48 +349,39 @@ static void test_background(model_ctx *ctx, const model *m, decode_params p) {
                f->state);
     sched_set_background(s, g1, 0);   /* g1's client is back: it stays running */
     gate_release(0);
-    for (int i = 0; i < 3; i++) wait_done(&got[i]);
+    trio_wait(&t);
     sched_stats st;
     sched_get_stats(s, &st);
     sched_free(s);
     TEST_CHECK(st.preempted == 1 && st.resumed == 1, "background: preempted %llu resumed %llu",
                (unsigned long long)st.preempted, (unsigned long long)st.resumed);
-    TEST_CHECK(got[2].first_step < got[1].done && got[2].first_step < got[0].done,
+    TEST_CHECK(t.got[2].first_step < t.got[1].done && t.got[2].first_step < t.got[0].done,
                "background: the foreground request's first step before the background ones finished");
     for (int i = 0; i < 3; i++) {
-        TEST_CHECK(rec_same(&alone[i], &got[i]), "background: request %d differs from its run alone", i);
-        strbuf_free(&alone[i].commits), strbuf_free(&got[i].commits);
+        TEST_CHECK(rec_same(&alone[i], &t.got[i]), "background: request %d differs from its run alone", i);
+        strbuf_free(&alone[i].commits);
     }
-    sched_req_free(g1);
-    sched_req_free(g2);
-    sched_req_free(f);
+    trio_free(&t);
     kv_none_left(ctx, "background");
 }
 
 /* kv_rows too small for one more cached sequence beside the batch: no pause. */
 static void test_kv_budget(model_ctx *ctx, const model *m, decode_params p) {
-    job ja1 = job_make(p, 0), ja2 = job_make(p, 1), jb = job_make(p, 2);
-    rec got[3];
-    for (int i = 0; i < 3; i++) rec_init(&got[i]);
-    sched_req *a1 = req_make(m, &ja1, 1, &got[0]), *a2 = req_make(m, &ja2, 1, &got[1]);
-    sched_req *b = req_make(m, &jb, 2, &got[2]);
+    job j[3] = {job_make(p, 0), job_make(p, 1), job_make(p, 2)};
+    trio t;
+    trio_init(&t, m, j, 2);
+    const sched_req *a1 = t.r[0];
     TEST_CHECK(a1->kv_rows == decode_seq_kv_rows(a1->seq) && a1->kv_rows > 0, "kv_rows %d", a1->kv_rows);
-    sched *s = sched_make(ctx, 2, 2, (long)(a1->kv_rows + a2->kv_rows + b->kv_rows - 1));
-    gate_hold_in(3);
-    submit(s, a1);
-    submit(s, a2);
-    gate_wait_held();
-    submit(s, b);
+    sched *s = sched_make(ctx, 2, 2, (long)(t.r[0]->kv_rows + t.r[1]->kv_rows + t.r[2]->kv_rows - 1));
+    trio_start(s, &t);
+    submit(s, t.r[2]);
     gate_release(0);
-    for (int i = 0; i < 3; i++) wait_done(&got[i]);
+    trio_wait(&t);
     sched_stats st;
     sched_get_stats(s, &st);
     sched_free(s);
     TEST_CHECK(st.preempted == 0, "kv budget: %llu pauses beyond the budget", (unsigned long long)st.preempted);
-    for (int i = 0; i < 3; i++) strbuf_free(&got[i].commits);
-    sched_req_free(a1);
-    sched_req_free(a2);
-    sched_req_free(b);
+    trio_free(&t);
 }
 
 /* ---------------------------------------------------------------- models */
