@@ -512,6 +512,7 @@ void http_api_free(http_api *a) {
     free(a->proxies);
     free(a->cors_origin);
     free(a->job_q);
+    free(a->wh_held);
     free(a);
 }
 

@@ -55,6 +55,11 @@ struct http_api {
     /* jobs waiting to be submitted (FIFO of ids) */
     char          (*job_q)[40];
     int             job_q_n, job_q_cap;
+    /* webhooks of jobs that ended inside a batch of engine events, sent once the batch is
+     * committed (a receiver never hears of an end the store could still lose) */
+    char          (*wh_held)[40];
+    int             wh_held_n, wh_held_cap;
+    int             in_batch;           /* between jobs_batch_begin and jobs_batch_end */
     lws_sorted_usec_list_t pump_sul;
     int             pump_scheduled;
     int             job_starting;       /* a queued job's attempt is being built (one at a time) */

@@ -131,8 +131,17 @@ static void job_q_push(http_api *a, const char *id) {
     snprintf(a->job_q[a->job_q_n++], 40, "%s", id);
 }
 
-/* Queue the webhook of a job that just became terminal (when it has one). */
+/* Queue the webhook of a job that just became terminal (when it has one). Inside a batch of engine
+ * events the job's end is not committed yet: the webhook waits for jobs_batch_end. */
 static void job_webhook_send(http_api *a, const char *id, const char *owner) {
+    if (a->in_batch) {
+        if (a->wh_held_n == a->wh_held_cap) {
+            a->wh_held_cap = a->wh_held_cap ? 2 * a->wh_held_cap : 16;
+            a->wh_held = xrealloc(a->wh_held, (size_t)a->wh_held_cap * sizeof *a->wh_held);
+        }
+        snprintf(a->wh_held[a->wh_held_n++], 40, "%s", id);
+        return;
+    }
     char *url = job_store_webhook(a->jobs, id);
     if (!url) return;
     json_t *obj = job_store_get_json(a->jobs, id, owner);
@@ -680,8 +689,23 @@ void jobs_recover(http_api *a) {
     free(h);
 }
 
-void jobs_batch_begin(void *user) { job_store_batch_begin(((http_api *)user)->jobs); }
-void jobs_batch_end(void *user) { job_store_batch_end(((http_api *)user)->jobs); }
+void jobs_batch_begin(void *user) {
+    http_api *a = user;
+    job_store_batch_begin(a->jobs);
+    a->in_batch = 1;
+}
+
+void jobs_batch_end(void *user) {
+    http_api *a = user;
+    job_store_batch_end(a->jobs); /* committed: the ends of this batch are durable now */
+    a->in_batch = 0;
+    for (int i = 0; i < a->wh_held_n; i++) {
+        char *owner = job_store_owner(a->jobs, a->wh_held[i]);
+        if (owner) job_webhook_send(a, a->wh_held[i], owner);
+        free(owner);
+    }
+    a->wh_held_n = 0;
+}
 
 static void feed_wake(void *user) { server_wake(((http_api *)user)->srv); }
 
