@@ -19,13 +19,18 @@
 
 #define API_MAX_PROMPT_IDS (1 << 20)
 
-int api_error_set(api_error *e, const char *code, const char *param, const char *fmt, ...) {
+int api_error_vset(api_error *e, const char *code, const char *param, const char *fmt, va_list ap) {
     if (!e) return -1;
     e->code = code;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    return -1;
+}
+
+int api_error_set(api_error *e, const char *code, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    api_error_vset(e, code, param, fmt, ap);
     va_end(ap);
     return -1;
 }

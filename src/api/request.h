@@ -18,6 +18,7 @@
 #define UM_API_REQUEST_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdint.h>
 
 #include "api/algo_config.h"
@@ -35,6 +36,8 @@ typedef struct api_error {
 
 int api_error_set(api_error *e, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+int api_error_vset(api_error *e, const char *code, const char *param, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 /* Map a um_err (from tokenizer/decode validation) to an api_error with the given code, keeping
  * param and message. Returns -1. */
 int api_error_from(api_error *e, const char *code, const um_err *err);

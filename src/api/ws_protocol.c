@@ -18,12 +18,6 @@ static const struct {
     {"ack", API_MSG_ACK},           {"ping", API_MSG_PING},
 };
 
-const char *api_msg_type_name(enum api_msg_type t) {
-    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
-        if (k_types[i].type == t) return k_types[i].name;
-    return "?";
-}
-
 static int id_ok(const char *s, size_t n) {
     if (n == 0 || n > API_ID_MAX) return 0;
     for (size_t i = 0; i < n; i++) {

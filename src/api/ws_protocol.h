@@ -40,7 +40,6 @@ typedef struct api_msg {
  * then NULL. */
 int  api_msg_parse(const char *text, size_t len, api_msg *m, api_error *e);
 void api_msg_free(api_msg *m);
-const char *api_msg_type_name(enum api_msg_type t);
 
 /* ---------------------------------------------------------------- server events (new refs) */
 

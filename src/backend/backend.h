@@ -1,5 +1,5 @@
 /*
- * backend.h — the small ops interface every compute backend implements (cpu/ now, cuda/ later).
+ * backend.h — the small ops interface every compute backend implements (cpu/, cuda/).
  *
  * Forward passes (model/llada.c, ...) are written once against these ops. A backend owns device
  * memory: weights are "uploaded" (the CPU backend just keeps a view into the mmapped checkpoint,
@@ -14,7 +14,7 @@
  * their tests include.
  *
  * Threading: one backend instance is driven by one engine thread at a time; ops may use internal
- * worker threads (OpenMP / OpenBLAS on CPU, streams on CUDA). Ops return nothing: a failing op is a
+ * worker threads (the CPU backend's one pool, cpu_pool; streams on CUDA). Ops return nothing: a failing op is a
  * bug or an impossible setup and aborts (CHECK); per-request problems are caught before the forward.
  */
 #ifndef UM_BACKEND_H
@@ -116,7 +116,8 @@ void     backend_free(backend *be);
 const char *backend_name(const backend *be);
 /* What the device is ("NVIDIA H100 80GB HBM3"; the CPU backend: "cpu"). */
 const char *backend_description(const backend *be);
-/* Worker threads of the ops (CPU: OpenMP threads; 1 on a device backend). */
+/* Worker threads of the ops (CPU: the slots of its pool, the engine thread included; 1 on a device
+ * backend). */
 int         backend_n_threads(const backend *be);
 /* dtype of activation buffers (F32 on CPU, BF16 on CUDA). */
 enum dtype  backend_act_dtype(const backend *be);

@@ -540,18 +540,7 @@ decode_seq *decode_seq_create_infill(const model *m, const decode_params *p, con
         um_err_set(err, UM_ERR_UNSUPPORTED, "the model has no mask token id; it cannot run diffusion decoding");
         return NULL;
     }
-    for (int i = 0; i < n_prompt; i++) {
-        if (prompt[i] < 0 || prompt[i] >= cfg->n_embd_rows) {
-            um_err_param(err, "prompt", "prompt token %d at index %d is outside the vocabulary [0, %d)", prompt[i],
-                         i, cfg->n_embd_rows);
-            return NULL;
-        }
-        if (prompt[i] == cfg->mask_id) {
-            um_err_param(err, "prompt", "prompt token at index %d is the mask token (%d), which prompts may not contain",
-                         i, cfg->mask_id);
-            return NULL;
-        }
-    }
+    if (check_context_ids(cfg, "prompt", prompt, n_prompt, err)) return NULL;
     decode_seq *s = xcalloc(1, sizeof *s);
     s->t_create = time_now_ns();
     s->m = m;
@@ -643,7 +632,6 @@ enum decode_finish decode_seq_finish_reason(const decode_seq *s) { return s->fin
 void decode_seq_set_user(decode_seq *s, void *user) { s->user = user; }
 void *decode_seq_user(const decode_seq *s) { return s->user; }
 const decode_params *decode_seq_params(const decode_seq *s) { return &s->p; }
-int decode_seq_n_prompt(const decode_seq *s) { return s->n_prompt; }
 int decode_seq_steps(const decode_seq *s) { return s->step; }
 int decode_seq_blocks_done(const decode_seq *s) { return s->cur; }
 

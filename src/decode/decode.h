@@ -296,7 +296,6 @@ enum decode_finish decode_seq_finish_reason(const decode_seq *s);
 void  decode_seq_set_user(decode_seq *s, void *user);
 void *decode_seq_user(const decode_seq *s);
 const decode_params *decode_seq_params(const decode_seq *s);
-int  decode_seq_n_prompt(const decode_seq *s);
 /* The current canvas (prompt ++ generated region ++ infill suffix, MASK where not yet committed). */
 const int32_t *decode_seq_canvas(const decode_seq *s, int *len);
 /* The canvas row whose model output scores position pos: pos, or pos - 1 for pos > 0 on a

@@ -145,8 +145,6 @@ void decode_device_free(decode_device *dd) {
 
 int decode_device_holding(const decode_device *dd) { return dd->cd != NULL; }
 
-int decode_device_pending(const decode_device *dd) { return (int)(dd->produced - dd->applied); }
-
 void decode_device_get_stats(const decode_device *dd, decode_device_stats *out) { *out = dd->st; }
 
 void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device_stats *now,

@@ -85,8 +85,6 @@ void decode_device_reset(decode_device *dd);
 /* 1 while a batch holds sequences: the caller must keep calling decode_device_step (with the
  * current set, possibly empty) before any of them is freed. */
 int  decode_device_holding(const decode_device *dd);
-/* Steps enqueued whose records are not applied yet. */
-int  decode_device_pending(const decode_device *dd);
 void decode_device_get_stats(const decode_device *dd, decode_device_stats *out);
 /* sum += now - seen, field by field: folds what a runner counted since `seen` (an earlier
  * decode_device_get_stats) into a total over several runners. */

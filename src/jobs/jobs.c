@@ -1198,13 +1198,6 @@ int job_store_tick(job_store *js, char (**cancel_ids)[40]) {
     return n;
 }
 
-int job_store_held(job_store *js, const char *id) {
-    pthread_mutex_lock(&js->lock);
-    int r = find(js, id) != NULL;
-    pthread_mutex_unlock(&js->lock);
-    return r;
-}
-
 /* Reads a taken job's kept events into its ring (from first_kept_id until the first gap); lock held. */
 static void adopt_events(job_store *js, job *j) {
     enum { CHUNK = 256 };

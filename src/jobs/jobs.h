@@ -75,8 +75,6 @@ int  job_store_take(job_store *js, int max, int timeout_ms, const char *why, cha
  * write again what it missed. Returns how many jobs running here were cancelled from another
  * server (*cancel_ids, free it): stop their engine work. */
 int  job_store_tick(job_store *js, char (**cancel_ids)[40]);
-/* 1 when job id is held in this server's memory (with a shared store: it runs here). */
-int  job_store_held(job_store *js, const char *id);
 /* Shared store, shutdown: every unfinished job taken here goes back to the queue (a running one's
  * interrupted attempt is not counted). Returns how many. */
 int  job_store_release(job_store *js, const char *why);

@@ -114,14 +114,6 @@ void callers_give(callers *cs, const char *who, enum caller_res res, int n) {
     pthread_mutex_unlock(&cs->lock);
 }
 
-int callers_held(callers *cs, const char *who, enum caller_res res) {
-    pthread_mutex_lock(&cs->lock);
-    caller *c = find(cs, who, 0);
-    int h = c ? c->held[res] : 0;
-    pthread_mutex_unlock(&cs->lock);
-    return h;
-}
-
 int callers_rate_take(callers *cs, const char *who, double now_s, double *retry_after_s) {
     if (!cs->rl) return 1;
     return ratelimit_take(cs->rl, who, 1, now_s, retry_after_s);
@@ -134,15 +126,6 @@ uint64_t callers_owner_key(const char *who) {
     for (; *who; who++) h = (h ^ (unsigned char)*who) * 1099511628211ull;
     return h ? h : 1;
 }
-
-int callers_n(callers *cs) {
-    pthread_mutex_lock(&cs->lock);
-    int n = cs->n;
-    pthread_mutex_unlock(&cs->lock);
-    return n;
-}
-
-int callers_limit(const callers *cs, enum caller_res res) { return cs->limit[res]; }
 
 const char *callers_res_flag(enum caller_res res) {
     static const char *const k_flags[CALLER_N_RES] = {"--key-max-generations", "--key-max-sessions", "--key-max-jobs"};

@@ -39,8 +39,6 @@ void     callers_free(callers *cs);
 int  callers_take(callers *cs, const char *who, enum caller_res res, int n, int *limit, int *held);
 /* Return n of res (never below zero). */
 void callers_give(callers *cs, const char *who, enum caller_res res, int n);
-/* What who holds of res now. */
-int  callers_held(callers *cs, const char *who, enum caller_res res);
 /* The rate limit: 1 when who may make one more request at now_s (monotonic seconds); 0 with
  * *retry_after_s when not. Always 1 without --rate-limit. */
 int  callers_rate_take(callers *cs, const char *who, double now_s, double *retry_after_s);
@@ -48,10 +46,7 @@ int  callers_rate_take(callers *cs, const char *who, double now_s, double *retry
 double callers_rate(const callers *cs);
 /* The scheduler's fairness key of a caller (its generations share one round-robin turn). */
 uint64_t callers_owner_key(const char *who);
-/* Callers currently tracked. */
-int  callers_n(callers *cs);
-/* The quota setting of res, and its name as a flag ("--key-max-generations"). */
-int         callers_limit(const callers *cs, enum caller_res res);
+/* The name of res's quota setting as a flag ("--key-max-generations"). */
 const char *callers_res_flag(enum caller_res res);
 
 #endif /* UM_CALLERS_H */

@@ -184,9 +184,6 @@ static const http_route *route_find(const http_router *rt, const char *method, c
 
 /* ---------------------------------------------------------------- request helpers */
 
-struct server *http_server(http_conn *c) { return c->srv; }
-struct lws *http_wsi(http_conn *c) { return c->wsi; }
-
 int http_header(http_conn *c, const char *name, char *buf, size_t cap) {
     if (!c->wsi || cap < 2 || cap > 0x7fffffff) return -1;
     char want[96];

@@ -97,8 +97,6 @@ int  http_header(http_conn *c, const char *name, char *buf, size_t cap);
 int  http_query(http_conn *c, const char *name, char *buf, size_t cap);
 /* The peer's address as text ("127.0.0.1"). */
 void http_peer(http_conn *c, char *buf, size_t cap);
-struct server *http_server(http_conn *c);
-struct lws    *http_wsi(http_conn *c);
 
 /* ---------------------------------------------------------------- responses */
 

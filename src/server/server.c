@@ -83,7 +83,6 @@ struct server {
     sched          *sc;
     decode_faults  *faults;         /* TEST HOOK rules (UNMASK_FAULT_FORWARD_FAIL), NULL = off */
 
-    atomic_uint_fast64_t next_owner_key;
     int             stop;          /* service thread: leave the loop */
 
     /* service thread: event latency histogram */
@@ -179,7 +178,6 @@ int server_ready(const server *s) { return atomic_load(&((server *)s)->ready) ==
 const model *server_model(const server *s) { return server_ready(s) ? &s->m : NULL; }
 sched *server_sched(server *s) { return server_ready(s) ? s->sc : NULL; }
 int server_max_seq(const server *s) { return server_ready(s) ? s->max_seq : 0; }
-uint64_t server_new_owner_key(server *s) { return atomic_fetch_add(&s->next_owner_key, 1); }
 struct ws_state *server_ws(server *s) { return s->ws; }
 struct lws_context *server_lws_context(server *s) { return s->ctx; }
 http_router *server_router(server *s) { return s->router; }
@@ -653,6 +651,11 @@ static int cache_setting(const char *v, int *out, um_err *err) {
     return 0;
 }
 
+/* --host as the numeric address lws binds ("localhost" is 127.0.0.1). */
+static const char *listen_host(const server_config *cfg) {
+    return !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
+}
+
 /* The request policy of every transport from the settings. */
 static int policy_setup(server *s, um_err *err) {
     const server_config *cfg = s->cfg;
@@ -669,20 +672,18 @@ server *server_create(const server_config *cfg, um_err *err) {
     server *s = xcalloc(1, sizeof *s);
     s->cfg = cfg;
     atomic_init(&s->ready, 0);
-    atomic_init(&s->next_owner_key, 1);
     pthread_mutex_init(&s->hub_lock, NULL);
     pthread_cond_init(&s->hub_cv, NULL);
     s->hub_tail = &s->hub_head;
     s->router = http_router_new();
     s->metrics = metrics_new();
     s->callers = callers_new(cfg);
-    api_policy_init(&s->policy);
     if (!(s->guard = conn_guard_new(cfg, s->metrics, err))) {
         server_free(s);
         return NULL;
     }
     /* the listen address must be a numeric address lws can bind (it defers unusable ones silently) */
-    const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
+    const char *host = listen_host(cfg);
     unsigned char abuf[16];
     if (!host_is_any(host) && inet_pton(strchr(host, ':') ? AF_INET6 : AF_INET, host, abuf) != 1) {
         um_err_param(err, "host", "--host must be a numeric IPv4/IPv6 address or localhost, got '%s'", cfg->host);
@@ -723,7 +724,7 @@ static int bind_errno(const char *host, int is_v6, int port) {
  * handlers; prints the URL. -1 with err when the port cannot be opened. */
 static int server_listen(server *s, um_err *err) {
     const server_config *cfg = s->cfg;
-    const char *host = !strcmp(cfg->host, "localhost") ? "127.0.0.1" : cfg->host;
+    const char *host = listen_host(cfg);
     const int is_v6 = strchr(host, ':') != NULL;
     lws_set_log_level(LLL_ERR | (cfg->verbose ? LLL_WARN | LLL_NOTICE : 0), lws_log_emit);
 

@@ -53,8 +53,6 @@ sched        *server_sched(server *s);
 /* The longest prompt + gen (+ suffix) the server accepts (--max-seq, else the model's maximum);
  * 0 until server_ready(). */
 int           server_max_seq(const server *s);
-/* Monotonic id for owner keys (sessions, HTTP streams): never 0. */
-uint64_t      server_new_owner_key(server *s);
 
 /* Submit r (r->deliver / r->owner set by the caller): sched_submit on the running scheduler, or
  * -1 with UM_ERR_UNSUPPORTED "the model is still loading" before server_ready(). */

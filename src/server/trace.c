@@ -135,5 +135,3 @@ json_t *trace_get(trace_store *t, const char *id, const char *owner) {
     return json_pack("{s:s, s:s, s:s, s:o, s:b, s:o}", "id", x->id, "object", "generation.trace", "generation",
                      x->gen_id, "params", params ? params : json_object(), "complete", x->complete, "events", events);
 }
-
-size_t trace_store_bytes(const trace_store *t) { return t->bytes; }

@@ -35,6 +35,4 @@ void trace_session_gone(trace_store *t, const char *session);
  * reference), or NULL when unknown, expired or not owner's. */
 json_t *trace_get(trace_store *t, const char *id, const char *owner);
 
-size_t trace_store_bytes(const trace_store *t);
-
 #endif /* UM_TRACE_H */

@@ -124,11 +124,9 @@ static void push_error(ws_session *s, const char *code, const char *param, const
 static void push_error(ws_session *s, const char *code, const char *param, const char *event_id, const char *gen_id,
                        const char *fmt, ...) {
     api_error e;
-    e.code = code;
-    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    api_error_vset(&e, code, param, fmt, ap);
     va_end(ap);
     session_push(s, api_ev_error(&e, event_id, gen_id));
 }
@@ -284,6 +282,19 @@ static void on_cancel(ws_session *s, const api_msg *m) {
     session_gen_cancel(g); /* its `done` (finish_reason "cancelled") follows */
 }
 
+/* The session.resumed event: n events replayed after m->seq; running (stolen) lists the running
+ * generations' ids. */
+static json_t *ev_resumed(const api_msg *m, const char *token, int n, json_t *running) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("session.resumed"));
+    if (m->event_id[0]) json_object_set_new(o, "event_id", json_string(m->event_id));
+    json_object_set_new(o, "session", json_string(token));
+    json_object_set_new(o, "last_seq", json_integer((json_int_t)m->seq));
+    json_object_set_new(o, "replayed", json_integer(n));
+    json_object_set_new(o, "running", running);
+    return o;
+}
+
 /* session.resume of a session this replica does not hold, from the Redis store (session.h:
  * followed sessions). */
 static void on_resume_remote(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
@@ -302,13 +313,7 @@ static void on_resume_remote(ws_state *w, ws_conn *c, ws_session *cur, const api
     }
     session_destroy(cur); /* the connection's fresh session (nothing of value in it) */
     session_attach(s, c);
-    json_t *o = json_object();
-    json_object_set_new(o, "type", json_string("session.resumed"));
-    if (m->event_id[0]) json_object_set_new(o, "event_id", json_string(m->event_id));
-    json_object_set_new(o, "session", json_string(s->token));
-    json_object_set_new(o, "last_seq", json_integer((json_int_t)m->seq));
-    json_object_set_new(o, "replayed", json_integer(n));
-    json_object_set_new(o, "running", running);
+    json_t *o = ev_resumed(m, s->token, n, running);
     json_object_set_new(o, "owner", json_string(s->owner));
     session_push(s, o);
     session_follow_start(s);
@@ -368,15 +373,9 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
                       (unsigned long long)m->seq + 1, (unsigned long long)old->floor, (unsigned long long)old->floor + 1);
         session_push(old, api_ev_error(&ge, m->event_id, NULL));
     }
-    json_t *o = json_object();
-    json_object_set_new(o, "type", json_string("session.resumed"));
-    if (m->event_id[0]) json_object_set_new(o, "event_id", json_string(m->event_id));
-    json_object_set_new(o, "session", json_string(old->token));
-    json_object_set_new(o, "last_seq", json_integer((json_int_t)m->seq));
-    json_object_set_new(o, "replayed", json_integer(n));
     json_t *ids = json_array();
     for (ws_gen *g = old->gens; g; g = g->next) json_array_append_new(ids, json_string(g->id));
-    json_object_set_new(o, "running", ids);
+    json_t *o = ev_resumed(m, old->token, n, ids);
     session_push(old, o);
     log_debug("session %.8s…: resumed after seq %llu, %d events replayed", old->token, (unsigned long long)m->seq, n);
 }

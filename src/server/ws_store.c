@@ -511,8 +511,6 @@ int ws_store_open(const char *url, const char *owner, double retention_s, void (
     return 0;
 }
 
-const char *ws_store_owner(const ws_store *st) { return st->owner; }
-
 void ws_store_free(ws_store *st) {
     if (!st) return;
     pthread_mutex_lock(&st->mu);

@@ -53,7 +53,6 @@ typedef struct ws_store ws_store;
 int  ws_store_open(const char *url, const char *owner, double retention_s, void (*wake)(void *user), void *wake_user,
                    ws_store **out, um_err *err);
 void ws_store_free(ws_store *st);
-const char *ws_store_owner(const ws_store *st);
 
 /* Service thread: queue one event of session token (who: its caller) for the log. */
 void ws_store_append(ws_store *st, const char *token, const char *who, const char *json, size_t len);

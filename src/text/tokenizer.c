@@ -85,7 +85,6 @@ struct tokenizer {
     uint8_t   *special;           /* [n_vocab] */
     uint32_t  *dec_off, *dec_len; /* [n_vocab] decoded bytes in dec_blob */
     uint8_t   *dec_blob;
-    size_t     max_token_bytes;
     strmap     added_map;         /* added content (unnormalized) -> id */
     config_token *cfg;
     int        n_cfg;
@@ -491,8 +490,6 @@ const uint8_t *tokenizer_token_bytes(const tokenizer *tok, int id, size_t *len) 
     return tok->dec_blob + tok->dec_off[id];
 }
 
-size_t tokenizer_max_token_bytes(const tokenizer *tok) { return tok->max_token_bytes; }
-
 const char *tokenizer_config_token(const tokenizer *tok, const char *name) {
     for (int i = 0; i < tok->n_cfg; i++)
         if (strcmp(tok->cfg[i].name, name) == 0) return tok->cfg[i].value;
@@ -631,7 +628,6 @@ static int tok_finish(tokenizer *t, const char *label, um_err *err) {
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].special) strmap_put(&special_contents, t->added[i].content, t->added[i].len, 1);
     size_t o = 0;
-    t->max_token_bytes = 0;
     for (int32_t i = 0; i < nv; i++) {
         const char *p = tokenizer_token_piece(t, i);
         if (!p) {
@@ -647,7 +643,6 @@ static int tok_finish(tokenizer *t, const char *label, um_err *err) {
         size_t bl = piece_bytes(p, pl, t->dec_blob + o);
         t->dec_len[i] = (uint32_t)bl;
         o += bl;
-        if (bl > t->max_token_bytes) t->max_token_bytes = bl;
         t->special[i] = strmap_get(&special_contents, p, pl) >= 0;
     }
     strmap_free(&special_contents);

@@ -50,8 +50,6 @@ const char *tokenizer_token_piece(const tokenizer *tok, int id);
 /* The raw bytes id decodes to (after the ByteLevel mapping: "Ġthe" -> " the"), owned by tok; may
  * be an incomplete UTF-8 sequence. NULL (and *len = 0) for ids not in the vocabulary. */
 const uint8_t *tokenizer_token_bytes(const tokenizer *tok, int id, size_t *len);
-/* Longest tokenizer_token_bytes() over the vocabulary. */
-size_t tokenizer_max_token_bytes(const tokenizer *tok);
 /* A token string named in tokenizer_config.json / special_tokens_map.json: name is "bos_token",
  * "eos_token", "pad_token", "unk_token", "mask_token", "cls_token", ... NULL when absent. */
 const char *tokenizer_config_token(const tokenizer *tok, const char *name);

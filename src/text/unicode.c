@@ -241,22 +241,6 @@ static int nfc_unsafe(uint32_t cp) {
     return 0;
 }
 
-int unicode_nfc_quick(const char *s, size_t len) {
-    const uint8_t *u = (const uint8_t *)s;
-    size_t i = 0;
-    while (i < len) {
-        if (u[i] < 0xCC) { /* ASCII, continuation bytes or a lead of a code point < U+0300 */
-            i++;
-            continue;
-        }
-        size_t adv;
-        int32_t cp = utf8_decode(u + i, len - i, &adv);
-        if (cp >= 0 && nfc_unsafe((uint32_t)cp)) return 0;
-        i += adv;
-    }
-    return 1;
-}
-
 typedef struct cpbuf {
     uint32_t *v;
     size_t n, cap;

@@ -71,8 +71,6 @@ void unicode_fold_inverse(uint32_t f, void (*fn)(uint32_t cp, void *arg), void *
 
 /* ---------------------------------------------------------------- normalization */
 
-/* 1 when NFC(s) == s is guaranteed by a quick check (no code point that could change). */
-int unicode_nfc_quick(const char *s, size_t len);
 /* NFC / NFD of valid UTF-8 s. Returns a malloc'd NUL-terminated buffer; *out_len excludes NUL. */
 char *unicode_nfc(const char *s, size_t len, size_t *out_len);
 char *unicode_nfd(const char *s, size_t len, size_t *out_len);

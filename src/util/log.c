@@ -11,7 +11,6 @@
 static enum log_level g_level = LOG_LEVEL_INFO;
 
 void log_level_set(enum log_level level) { g_level = level; }
-enum log_level log_level_get(void) { return g_level; }
 
 void log_msg(enum log_level level, const char *fmt, ...) {
     if (level < g_level) return;

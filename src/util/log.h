@@ -15,7 +15,6 @@
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
 void log_level_set(enum log_level level);
-enum log_level log_level_get(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)

@@ -63,7 +63,10 @@ test('legacy completions with suffix: native infilling, prompt and suffix preser
   assert.equal(r.object, 'text_completion');
   assert.equal(typeof r.choices[0].text, 'string');
   assert.ok(!r.choices[0].text.includes('print(add(1, 2))'), 'the suffix is context, not output');
-  assert.ok(r.usage.prompt_tokens > 5, 'prompt + suffix tokens are counted');
+  // the suffix reaches the model: it is counted beside the prompt (dropping it would count the prompt alone)
+  const bare = await client.completions.create({ model: 'tiny', prompt: 'def add(a, b):\n', max_tokens: 12, temperature: 0 });
+  assert.ok(r.usage.prompt_tokens > bare.usage.prompt_tokens,
+    `prompt + suffix (${r.usage.prompt_tokens} tokens) counts more than the prompt alone (${bare.usage.prompt_tokens})`);
   // streaming completions with echo: the prompt comes first
   const s = await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 8, stream: true, echo: true });
   let text = '';
