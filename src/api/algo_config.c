@@ -29,25 +29,6 @@ static const key_map k_keys[] = {
     {"cache_update_freq", "cache_refresh"},
 };
 
-/* SGLang algorithm class names -> unmask decoder names. */
-static const key_map k_algos[] = {
-    {"LowConfidence", "threshold"},
-    {"low_confidence", "low_confidence"},
-    {"random", "random"},
-    {"threshold", "threshold"},
-    {"factor", "factor"},
-    {"hierarchy", "hierarchy"},
-    {"credit", "credit"},
-    {"origin", "origin"},              /* Dream's alg names */
-    {"maskgit_plus", "maskgit_plus"},
-    {"topk_margin", "topk_margin"},
-    {"entropy", "entropy"},
-    {"JointThreshold", "joint_threshold"}, /* SGLang's LLaDA2.1 token editing */
-    {"joint_threshold", "joint_threshold"},
-    {"HierarchyBlock", "hierarchy_block"}, /* SGLang's Fast-dLLM v2 sub-block decoding */
-    {"hierarchy_block", "hierarchy_block"},
-};
-
 static const char *map_key(const char *k) {
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++)
         if (strcmp(k, k_keys[i].from) == 0) return k_keys[i].to;
@@ -78,20 +59,20 @@ static int add_entry(json_t *out, const char *label, int line, const char *key, 
             json_decref(value);
             return um_err_param(err, key, "%s: '%s' must be a string", where, key);
         }
-        const char *name = json_string_value(value), *mapped = NULL;
-        for (size_t i = 0; i < sizeof k_algos / sizeof k_algos[0]; i++)
-            if (strcmp(name, k_algos[i].from) == 0) mapped = k_algos[i].to;
-        if (!mapped) {
+        const char *name = json_string_value(value);
+        enum decode_decoder d;
+        if (decode_decoder_parse_any(name, &d) != 0) {
+            char names[256];
+            decode_decoder_list(names, sizeof names, ", ", " or ");
             int r = um_err_param(err, key,
-                                 "%s: algorithm '%s' is not supported (use LowConfidence, low_confidence, random, "
-                                 "threshold, factor, hierarchy, credit, origin, maskgit_plus, topk_margin, entropy, "
-                                 "JointThreshold, joint_threshold, HierarchyBlock or hierarchy_block)",
-                                 where, name);
+                                 "%s: algorithm '%s' is not supported (use %s, or SGLang's LowConfidence, "
+                                 "JointThreshold or HierarchyBlock)",
+                                 where, name, names);
             json_decref(value);
             return r;
         }
         json_decref(value);
-        value = json_string(mapped);
+        value = json_string(decode_decoder_name(d));
     } else if (strcmp(to, "cache") == 0) {
         enum decode_cache c;
         if (!json_is_string(value) || decode_cache_parse(json_string_value(value), &c) != 0) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "decode/decoder.h"
+#include "decode/params.h"
 #include "decode/sample.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -22,53 +23,6 @@
 #include "util/timeutil.h"
 
 /* ================================================================ parameters */
-
-decode_params decode_params_default(void) {
-    decode_params p;
-    memset(&p, 0, sizeof p);
-    p.gen_length = 128;
-    p.block_length = 32;
-    p.steps = 0;
-    p.steps_per_block = 0;
-    p.decoder = DECODER_LOW_CONFIDENCE;
-    p.threshold = 0.9;
-    p.factor = 1.0;
-    p.low_threshold = 0.0;
-    p.credit_alpha = 0.7;
-    p.credit_gamma = 0.2;
-    p.credit_decay = 0.8;
-    p.temperature = 0.0;
-    p.top_k = 0;
-    p.top_p = 1.0;
-    p.seed = 0;
-    p.cfg_scale = 0.0;
-    p.logits_eos_inf = 0;
-    p.confidence_eos_eot_inf = 0;
-    p.layout = DECODE_LAYOUT_LLADA;
-    p.stop_at_eos = 1;
-    p.stream_drafts = 0;
-    p.draft_every = 1;
-    p.cache = DECODE_CACHE_NONE;
-    p.cache_refresh = 0;
-    p.prefix_look = 0;
-    p.after_look = 0;
-    p.warmup_steps = 0;
-    p.prefill_chunk = 256;
-    p.alg_temp = 0.0;
-    p.eps = 1e-3;
-    p.edit_threshold = 0.0;
-    p.max_post_steps = 16;
-    p.sub_block_length = 8;
-    p.token_shift = 1;
-    return p;
-}
-
-static int json_num(const json_t *o, const char *key, double *out) {
-    const json_t *v = json_object_get(o, key);
-    if (!v || !json_is_number(v)) return 0;
-    *out = json_number_value(v);
-    return 1;
-}
 
 /* decode_params_for_model; *cache_set = 1 when generation_config.json names a cache mode. */
 static decode_params params_for_model(const model *m, int *cache_set) {
@@ -91,28 +45,7 @@ static decode_params params_for_model(const model *m, int *cache_set) {
         json_decref(g);
         return p;
     }
-    double v;
-    if (json_num(g, "temperature", &v)) p.temperature = v;
-    if (json_num(g, "top_k", &v)) p.top_k = (int)v;
-    if (json_num(g, "top_p", &v)) p.top_p = v;
-    if (json_num(g, "steps", &v)) p.steps = (int)v;
-    if (json_num(g, "max_new_tokens", &v)) p.gen_length = (int)v;
-    if (json_num(g, "gen_length", &v)) p.gen_length = (int)v;
-    if (json_num(g, "block_length", &v)) p.block_length = (int)v;
-    if (json_num(g, "threshold", &v)) p.threshold = v;
-    if (json_num(g, "cfg_scale", &v)) p.cfg_scale = v;
-    if (json_num(g, "cache_refresh", &v)) p.cache_refresh = (int)v;
-    if (json_num(g, "prefix_look", &v)) p.prefix_look = (int)v;
-    if (json_num(g, "after_look", &v)) p.after_look = (int)v;
-    if (json_num(g, "warmup_steps", &v)) p.warmup_steps = (int)v;
-    if (json_num(g, "alg_temp", &v)) p.alg_temp = v;
-    if (json_num(g, "eps", &v)) p.eps = v;
-    const json_t *sv = json_object_get(g, "alg");   /* Dream's name for its decoder */
-    if (json_is_string(sv)) decode_decoder_parse(json_string_value(sv), &p.decoder);
-    sv = json_object_get(g, "decoder");   /* unknown names: ignored, like bad values */
-    if (json_is_string(sv)) decode_decoder_parse(json_string_value(sv), &p.decoder);
-    sv = json_object_get(g, "cache");
-    if (json_is_string(sv) && decode_cache_parse(json_string_value(sv), &p.cache) == 0) *cache_set = 1;
+    decode_params_apply_generation(&p, g, cache_set);
     json_decref(g);
     /* a step count meant for a longer default generation (Dream: steps 512) would make every
      * request that only sets gen_length invalid: fall back to auto */
@@ -133,10 +66,6 @@ decode_params decode_params_for_serving(const model *m, int cache) {
     return p;
 }
 
-static const char *const k_decoder_names[DECODER_COUNT_] = {"low_confidence", "random",       "threshold",
-                                                                "factor",         "hierarchy",    "credit",
-                                                                "origin",         "maskgit_plus", "topk_margin",
-                                                                "entropy",        "joint_threshold", "hierarchy_block"};
 static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
 static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
 
@@ -150,13 +79,16 @@ static int name_index(const char *const *names, int n, const char *name) {
 int decode_decoder_edits(enum decode_decoder d) { return d == DECODER_JOINT_THRESHOLD; }
 
 const char *decode_decoder_name(enum decode_decoder d) {
-    return (int)d >= 0 && d < DECODER_COUNT_ ? k_decoder_names[d] : "unknown";
+    return (int)d >= 0 && d < DECODER_COUNT_ ? decoder_get(d)->name : "unknown";
 }
 
 int decode_decoder_parse(const char *name, enum decode_decoder *out) {
-    const int i = name_index(k_decoder_names, DECODER_COUNT_, name);
-    if (i >= 0) *out = (enum decode_decoder)i;
-    return i >= 0 ? 0 : -1;
+    for (int d = 0; d < DECODER_COUNT_; d++)
+        if (strcmp(name, decoder_get((enum decode_decoder)d)->name) == 0) {
+            *out = (enum decode_decoder)d;
+            return 0;
+        }
+    return -1;
 }
 
 const char *decode_layout_name(enum decode_layout l) {
@@ -227,27 +159,17 @@ static int layout_blocks(const decode_params *p, int n_prompt, int end, int32_t 
     return nb;
 }
 
-/* The KV-cache fields (every range is checked whatever the mode, like the decoder fields). */
+/* The KV-cache fields that depend on the model (every range is checked whatever the mode, like the
+ * decoder fields; the others are the table's rows). */
 static int decode_cache_validate(const decode_params *p, int ctx, um_err *err) {
     if ((int)p->cache < 0 || p->cache >= DECODE_CACHE_COUNT_)
         return um_err_param(err, "cache", "cache must be none, prefix, dual or vicinity");
-    if (p->cache_refresh < 0 || p->cache_refresh > 1000000)
-        return um_err_param(err, "cache_refresh",
-                            "cache_refresh must be between 0 (refresh only when a block begins) and 1000000 steps, got %d",
-                            p->cache_refresh);
     if (p->prefix_look < 0 || p->prefix_look > ctx)
         return um_err_param(err, "prefix_look", "prefix_look must be between 0 and %d (the model's maximum sequence length), got %d", ctx,
                             p->prefix_look);
     if (p->after_look < 0 || p->after_look > ctx)
         return um_err_param(err, "after_look", "after_look must be between 0 and %d (the model's maximum sequence length), got %d", ctx,
                             p->after_look);
-    if (p->warmup_steps < 0 || p->warmup_steps > 1000000)
-        return um_err_param(err, "warmup_steps", "warmup_steps must be between 0 and 1000000, got %d", p->warmup_steps);
-    /* a chunk longer than the prefix is one chunk: no bound from the model (the default, 256,
-     * must hold on every model, short-context ones included) */
-    if (p->prefill_chunk < 0 || p->prefill_chunk > 1000000)
-        return um_err_param(err, "prefill_chunk", "prefill_chunk must be between 0 (one forward) and 1000000, got %d",
-                            p->prefill_chunk);
     return 0;
 }
 
@@ -279,65 +201,31 @@ static int check_sizes(const decode_params *p, const model_config *cfg, int n_pr
     } else if (p->steps < 0) {
         return um_err_param(err, "steps", "steps must be >= 0 (0 = auto), got %d", p->steps);
     }
-    if (p->steps_per_block < 0 || p->steps_per_block > 1000000)
-        return um_err_param(err, "steps_per_block",
-                            "steps_per_block must be between 0 (unset: steps decides) and 1000000, got %d",
-                            p->steps_per_block);
     return 0;
 }
 
-/* Every parameter's own range, in the parameter table's order (the first bad one is reported);
- * cfg NULL: the model-free part. */
+/* The layout, the sizes, the decoder, the table's own ranges (params.c), then the ranges that
+ * depend on the model; the first bad one is reported. cfg NULL: the model-free part. */
 static int check_ranges(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err) {
     if ((int)p->layout < 0 || p->layout >= DECODE_LAYOUT_COUNT_)
         return um_err_param(err, "block_layout", "block_layout must be llada or aligned");
     if (check_sizes(p, cfg, n_prompt, err) != 0) return -1;
-    if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_)
-        return um_err_param(err, "decoder",
-                            "decoder must be low_confidence, random, threshold, factor, hierarchy, credit, origin, "
-                            "maskgit_plus, topk_margin, entropy, joint_threshold or hierarchy_block");
-    if (!(p->threshold > 0.0 && p->threshold <= 1.0))
-        return um_err_param(err, "threshold", "threshold must be in (0, 1], got %g", p->threshold);
-    if (!(p->factor > 0.0 && isfinite(p->factor)))
-        return um_err_param(err, "factor", "factor must be a finite number > 0, got %g", p->factor);
-    if (!(p->low_threshold >= 0.0 && p->low_threshold <= 1.0))
-        return um_err_param(err, "low_threshold", "low_threshold must be in [0, 1] (0 = off), got %g",
-                            p->low_threshold);
-    if (!(p->credit_alpha >= 0.0 && p->credit_alpha <= 100.0))
-        return um_err_param(err, "credit_alpha", "credit_alpha must be between 0 and 100, got %g", p->credit_alpha);
-    if (!(p->credit_gamma >= 0.0 && p->credit_gamma <= 100.0))
-        return um_err_param(err, "credit_gamma", "credit_gamma must be between 0 and 100, got %g", p->credit_gamma);
-    if (!(p->credit_decay >= 0.0 && p->credit_decay <= 1.0))
-        return um_err_param(err, "credit_decay", "credit_decay must be in [0, 1], got %g", p->credit_decay);
-    if (!(p->edit_threshold >= 0.0 && p->edit_threshold <= 1.0))
-        return um_err_param(err, "edit_threshold", "edit_threshold must be in [0, 1], got %g", p->edit_threshold);
-    if (p->max_post_steps < 0 || p->max_post_steps > 1000)
-        return um_err_param(err, "max_post_steps", "max_post_steps must be between 0 and 1000, got %d", p->max_post_steps);
+    if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_) {
+        char names[256];
+        decode_decoder_list(names, sizeof names, ", ", " or ");
+        return um_err_param(err, "decoder", "decoder must be %s", names);
+    }
+    if (decode_params_check_rows(p, err) != 0) return -1;
     if (!cfg && p->sub_block_length < 1)
         return um_err_param(err, "sub_block_length", "sub_block_length must be >= 1, got %d", p->sub_block_length);
     if (cfg && (p->sub_block_length < 1 || p->sub_block_length > cfg->max_seq))
         return um_err_param(err, "sub_block_length",
                             "sub_block_length must be between 1 and %d (the model's maximum sequence length), got %d",
                             cfg->max_seq, p->sub_block_length);
-    if (p->token_shift != 0 && p->token_shift != 1)
-        return um_err_param(err, "token_shift", "token_shift must be 0 or 1, got %d", p->token_shift);
-    if (!(p->alg_temp >= 0.0 && p->alg_temp <= 100.0))
-        return um_err_param(err, "alg_temp", "alg_temp must be between 0 (off) and 100, got %g", p->alg_temp);
-    if (!(p->eps > 0.0 && p->eps < 1.0))
-        return um_err_param(err, "eps", "eps must be in (0, 1), got %g", p->eps);
-    if (!(p->temperature >= 0.0 && p->temperature <= DECODE_MAX_TEMPERATURE))
-        return um_err_param(err, "temperature", "temperature must be between 0 and %g, got %g", DECODE_MAX_TEMPERATURE,
-                            p->temperature);
     if (cfg && (p->top_k < 0 || p->top_k > cfg->n_embd_rows))
         return um_err_param(err, "top_k", "top_k must be between 0 (off) and %d (the vocabulary), got %d",
                             cfg->n_embd_rows, p->top_k);
     if (p->top_k < 0) return um_err_param(err, "top_k", "top_k must be >= 0 (0 = off), got %d", p->top_k);
-    if (!(p->top_p > 0.0 && p->top_p <= 1.0))
-        return um_err_param(err, "top_p", "top_p must be in (0, 1], got %g", p->top_p);
-    if (!(p->cfg_scale >= 0.0 && p->cfg_scale <= 100.0))
-        return um_err_param(err, "cfg_scale", "cfg_scale must be between 0 (off) and 100, got %g", p->cfg_scale);
-    if (p->draft_every < 1)
-        return um_err_param(err, "draft_every", "draft_every must be >= 1, got %d", p->draft_every);
     return 0;
 }
 
