@@ -254,12 +254,20 @@ typedef struct llada_scratch {
     moe_scratch *moe;      /* MoE sublayer workspace (moe.c), NULL until a MoE layer runs */
 } llada_scratch;
 
+int llada_weight_type_check(backend *be, const st_tensor *t, um_err *err) {
+    if (!dtype_is_quant(t->type) || backend_has(be, BACKEND_CAP_QUANT)) return 0;
+    return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' is %s, and the %s backend has no kernels for quantized "
+                      "weights (the CPU backend has)", t->name, t->type_name, backend_name(be));
+}
+
 /* A block-quantized weight (Q8_0, Q4_0) is only ever cut between its blocks: a slice of it (a
  * tensor-parallel shard, a part of a fused weight) must have a multiple of DTYPE_QBLOCK columns. */
-static int check_block_slice(const st_tensor *t, int64_t cols, um_err *err) {
+static int check_block_slice(const model *m, const st_tensor *t, int64_t cols, um_err *err) {
     if (!dtype_is_quant(t->type) || cols % DTYPE_QBLOCK == 0) return 0;
+    char label[160];
     return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' (%s) cannot be cut into slices of %lld columns: a slice "
-                      "of a quantized weight holds whole blocks of %d", t->name, t->type_name, (long long)cols,
+                      "of a quantized weight holds whole blocks of %d",
+                      m ? model_tensor_label(m, t->name, label, sizeof label) : t->name, t->type_name, (long long)cols,
                       DTYPE_QBLOCK);
 }
 
@@ -272,7 +280,7 @@ static int upload_data(backend *be, const st_tensor *t, const void *data, int64_
         return um_err_set(err, UM_ERR_UNSUPPORTED,
                           "tensor '%s' has dtype %s; only F32, BF16, F16, Q8_0 and Q4_0 are supported", t->name,
                           t->type_name);
-    if (check_block_slice(t, cols, err) != 0) return -1;
+    if (check_block_slice(NULL, t, cols, err) != 0 || llada_weight_type_check(be, t, err) != 0) return -1;
     if (rows <= 0 || cols <= 0 || rows * cols != n_elems)
         return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
                           (long long)n_elems, (long long)rows, (long long)cols);
@@ -310,7 +318,7 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
         return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * lr) * rb, lr, cols, lr * cols, 0, out, err);
     }
     const int64_t lc = cols / W;
-    if (check_block_slice(t, lc, err) != 0) return -1;
+    if (check_block_slice(ctx->m, t, lc, err) != 0) return -1;
     const size_t lb = dtype_row_bytes(t->type, lc), off = dtype_row_bytes(t->type, r * lc);
     char *buf = xmalloc((size_t)rows * lb);
     for (int64_t i = 0; i < rows; i++) memcpy(buf + (size_t)i * lb, (const char *)t->data + (size_t)i * rb + off, lb);

@@ -103,6 +103,7 @@ struct moe_layer_w {
 static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols, bweight *w,
                        um_err *err) {
     memset(w, 0, sizeof *w);
+    if (llada_weight_type_check(be, t, err) != 0) return -1;
     const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols};
     return backend_weight_upload(be, &src, w, err);
 }
