@@ -94,7 +94,7 @@ int cmd_detokenize(int argc, char **argv) {
         return 1;
     }
     if (!tok) {
-        fprintf(stderr, "error: %s: no tokenizer (tokenizer.json or vocab.json + merges.txt, or a GGUF file's "
+        fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt; in a GGUF file "
                         "tokenizer.ggml.*)\n", dir);
         free(list);
         return 1;

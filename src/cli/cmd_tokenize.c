@@ -173,7 +173,7 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     if (!tok && !render) {
-        fprintf(stderr, "error: %s: no tokenizer (tokenizer.json or vocab.json + merges.txt, or a GGUF file's "
+        fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt; in a GGUF file "
                         "tokenizer.ggml.*)\n", dir);
         chat_template_free(tmpl);
         return 1;

@@ -373,7 +373,7 @@ int gguf_parse(const uint8_t *buf, size_t len, const char *label, gguf_file *f, 
     /* every entry takes bytes: a key-value pair at least 13, a tensor info at least 32 */
     if (n_kv > (len - c.pos) / 13 || n_tensors > (len - c.pos) / 32)
         return um_err_set(err, UM_ERR_FORMAT, "%s: header claims %" PRIu64 " metadata entries and %" PRIu64 " tensors, "
-                          "more than the %zu-byte file can hold", label, n_kv, n_tensors, len);
+                          "more than the %zu-byte file can hold (truncated?)", label, n_kv, n_tensors, len);
     f->kv = xcalloc((size_t)(n_kv ? n_kv : 1), sizeof *f->kv);
     f->tensors = xcalloc((size_t)(n_tensors ? n_tensors : 1), sizeof *f->tensors);
     f->path = xstrdup(label);

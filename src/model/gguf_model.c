@@ -132,7 +132,18 @@ static const struct {
     {"deepseek-r1-qwen", TOKENIZER_SPLIT_QWEN2, 1}, {"gpt-2", TOKENIZER_SPLIT_GPT2, 0},
 };
 
+static int get_int(const gguf_file *f, const gguf_arch *A, const char *suffix, int64_t lo, int64_t hi, int64_t def,
+                   int *out, um_err *err);
+
+/* The architecture of f (general.architecture), or NULL + err. */
 static const gguf_arch *arch_of(const gguf_file *f, um_err *err) {
+    int splits = 1;
+    if (get_int(f, NULL, "split.count", 0, INT32_MAX, 1, &splits, err) != 0) return NULL;
+    if (splits > 1) {
+        um_err_set(err, UM_ERR_UNSUPPORTED, "%s: one part of a GGUF file split in %d (split.count); merge the parts into "
+                   "one file first (llama.cpp: llama-gguf-split --merge)", f->path, splits);
+        return NULL;
+    }
     const gguf_kv *kv = gguf_find_kv(f, "general.architecture");
     if (!kv) {
         um_err_set(err, UM_ERR_FORMAT, "%s: missing required key 'general.architecture'", f->path);
@@ -565,7 +576,11 @@ static int load_tokenizer(const gguf_file *f, const gguf_arch *A, tokenizer **to
     char *src = xstrndup(cs, (size_t)cl);
     rc = chat_template_load_string(src, v.bos_token, v.eos_token, chat, err);
     free(src);
-    if (rc != 0) um_err_prefix(err, "%s: tokenizer.chat_template", f->path);
+    if (rc != 0) {
+        um_err_prefix(err, "%s: tokenizer.chat_template", f->path);
+        tokenizer_free(*tok);
+        *tok = NULL;
+    }
     return rc;
 }
 

@@ -44,7 +44,9 @@ int model_dir_check(const char *dir, um_err *err) {
     char path[4096];
     if (stat(dir, &st) != 0)
         return um_err_set(err, UM_ERR_IO, "model directory %s does not exist; pass %s %s", dir, make, dir);
-    if (is_gguf_file(dir)) return gguf_model_check(dir, err);
+    const size_t dl = strlen(dir);
+    if (is_gguf_file(dir) || (S_ISREG(st.st_mode) && dl > 5 && strcmp(dir + dl - 5, ".gguf") == 0))
+        return gguf_model_check(dir, err);   /* a .gguf without the magic: the reader says what is wrong */
     if (!S_ISDIR(st.st_mode)) {
         char parent[4096];
         snprintf(parent, sizeof parent, "%s", dir);

@@ -174,12 +174,15 @@ def special_ids(cfg, tc, added, vocab):
 # ---------------------------------------------------------------- conversion
 
 def convert(src, dst, outtype="f32", pre=None, permute_qk=True, drop=(), extra_kv=(), alignment=None,
-            override_types=None, version=3, vocab_only=False):
+            override_types=None, version=3, vocab_only=False, drop_kv=(), set_kv=None, mutate=None, offset_fn=None):
     """Write src (a checkpoint directory) as dst.gguf. pre: tokenizer.ggml.pre (default: the family's
     llama.cpp name); permute_qk=False writes LLaDA's q / k unpermuted (a file the real converter never
     writes: for showing that the loader undoes the permutation); drop: GGUF tensor names left out;
     extra_kv: more (key, type, value) metadata; override_types: {GGUF name: ggml type id} forced;
-    vocab_only: metadata only, no tensors (the converter's --vocab-only).
+    vocab_only: metadata only, no tensors (the converter's --vocab-only). For files a converter
+    would not write (the bad-file tests): drop_kv: keys left out; set_kv: {key: (type, value)}
+    replacing a key's value (or adding it); mutate(name, array) -> array: a tensor changed before
+    it is encoded; offset_fn(i, offset) -> offset: tensor i's recorded data offset changed.
     Returns {GGUF name: (type, float64 values as stored, dims)} for the tests."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     hf_arch = cfg["architectures"][0]
@@ -277,6 +280,8 @@ def convert(src, dst, outtype="f32", pre=None, permute_qk=True, drop=(), extra_k
                 t = gw.T_F16      # the converter's QuantError fallback
         if override_types and g in override_types:
             t = override_types[g]
+        if mutate:
+            a = np.asarray(mutate(g, a), dtype=np.float32)
         dims = list(reversed(a.shape))
         if t in (gw.T_Q4_K, gw.T_Q6_K):   # only for refusal tests: zero blocks of the right size
             per_block, unit = gw.TYPE_BLOCK[t]
@@ -293,7 +298,13 @@ def convert(src, dst, outtype="f32", pre=None, permute_qk=True, drop=(), extra_k
         else:
             vals = a.astype(np.float64)
         stored[g] = (t, vals, dims)
-    w.write(dst, version=version, alignment=alignment)
+    w.kv = [kv for kv in w.kv if kv[0] not in drop_kv]
+    for key, (t, v) in (set_kv or {}).items():
+        at = None
+        if isinstance(v, tuple):   # (element type, values): an array
+            at, v = v
+        w.kv = [kv for kv in w.kv if kv[0] != key] + [(key, t, v, at)]
+    w.write(dst, version=version, alignment=alignment, offset_fn=offset_fn)
     return stored
 
 

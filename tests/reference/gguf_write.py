@@ -69,16 +69,18 @@ class Writer:
                 out.append(_value(vtype, value))
         return b"".join(out)
 
-    def to_bytes(self, version=3, alignment=None):
-        """The file. alignment: the data alignment to use (default: general.alignment if set, else 32)."""
+    def to_bytes(self, version=3, alignment=None, offset_fn=None):
+        """The file. alignment: the data alignment to use (default: general.alignment if set, else 32);
+        offset_fn(i, offset) -> the offset recorded for tensor i (for corrupt files; default: its own)."""
         if alignment is None:
             alignment = next((v for k, t, v, _ in self.kv if k == "general.alignment"), 32)
         head = [b"GGUF", struct.pack("<IQQ", version, len(self.tensors), len(self.kv)), self.metadata_bytes()]
         offset = 0
         infos, datas = [], []
         for name, dims, ttype, data in self.tensors:
+            rec = offset_fn(len(infos), offset) if offset_fn else offset
             infos.append(_str(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) +
-                         struct.pack("<IQ", ttype, offset))
+                         struct.pack("<IQ", ttype, rec))
             pad = (-len(data)) % alignment
             datas.append(data + b"\0" * pad)
             offset += len(data) + pad

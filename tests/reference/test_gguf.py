@@ -82,6 +82,12 @@ for name, preset, args in CASES:
             report(same(a, b), f"logits {name}, {dtype} -> GGUF {dtype.upper()}, {k} kernels",
                    f"max |diff| {float(np.max(np.abs(a - b))) if a.shape == b.shape else 'shape'}")
 
+# a bf16 checkpoint converted with --outtype f32: the same values, so identical on the fp32 kernels
+d = os.path.join(TMP, "llada_tiny_bf16")
+gc.convert(d, os.path.join(TMP, "bf16_as_f32.gguf"), "f32")
+report(same(logits(d, TOKENS), logits(os.path.join(TMP, "bf16_as_f32.gguf"), TOKENS)),
+       "logits llada tiny, bf16 -> GGUF F32, fp32 kernels")
+
 d = os.path.join(TMP, "llada_tiny_f32")
 a = logits(d, TOKENS, extra=["--tp", "2"])
 b = logits(d + ".gguf", TOKENS, extra=["--tp", "2"])
