@@ -60,8 +60,6 @@ int checkpoint_index_parse(const char *json, size_t len, const char *label, char
 void checkpoint_free(checkpoint *ck) {
     for (int i = 0; i < ck->n_files; i++) safetensors_free(&ck->files[i]);
     free(ck->files);
-    for (int i = 0; i < ck->n_bufs; i++) free(ck->bufs[i]);
-    free(ck->bufs);
     free(ck->dir);
     memset(ck, 0, sizeof *ck);
 }

@@ -18,9 +18,6 @@ typedef struct checkpoint {
                                   under their Hugging Face names: model/gguf_model.c) */
     int        n_files;
     size_t     total_bytes;    /* sum of tensor bytes */
-    void     **bufs;           /* [n_bufs] host buffers some tensors' data point into (a GGUF file's
-                                  q/k rows put back in Hugging Face order), owned */
-    int        n_bufs;
 } checkpoint;
 
 /* Parse an index file's text (fuzzable): returns the distinct shard names in first-seen order

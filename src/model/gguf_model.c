@@ -6,6 +6,7 @@
  */
 #include "model/gguf_model.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,26 +354,31 @@ static const name_map *map_name(const gguf_arch *A, const char *name, int n_laye
     return NULL;
 }
 
-/* Give up the pages of a mapped range that has been copied elsewhere (they refault from the file
- * if ever read again): the copy replaces them in memory instead of adding to it. */
-static void release_pages(const void *p, size_t n) {
+/* Rows of a q / k projection put back in Hugging Face order, in place. The converter stores, within
+ * each head of hd rows, row i*(hd/2) + j (i the half, j the pair) at row 2j + i: the interleaved
+ * rotary layout llama.cpp's LLaDA uses. The file is mapped private and read-only: the pages of the
+ * tensor are made writable, so the rows written become the process's own copies of those pages
+ * (copy-on-write) — they replace the file's pages instead of adding to them — and the file is not
+ * changed. Dropping those pages later (madvise MADV_DONTNEED, checkpoint pages a backend has copied)
+ * brings the file's permuted rows back: such a range must not be read again. */
+static int unpermute_rows(const gguf_file *f, const gguf_tensor *g, int heads, size_t row_bytes, um_err *err) {
+    const int64_t rows = g->ne[1], hd = rows / heads;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + n) / page * page;
-    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
-/* Rows of a q / k projection back in Hugging Face order. The converter stores, within each head of
- * hd rows, row i*(hd/2) + j (i the half, j the pair) at row 2j + i: the interleaved rotary layout
- * llama.cpp's LLaDA uses. */
-static void *unpermute_rows(const gguf_tensor *g, int heads, size_t row_bytes) {
-    const int64_t rows = g->n_dims == 2 ? g->ne[1] : g->ne[0], hd = rows / heads;
-    char *out = xmalloc(g->nbytes);
-    for (int64_t h = 0; h < heads; h++)
+    const uintptr_t a = (uintptr_t)g->data / page * page, b = ((uintptr_t)g->data + g->nbytes + page - 1) / page * page;
+    if (mprotect((void *)a, b - a, PROT_READ | PROT_WRITE) != 0)
+        return um_err_set(err, UM_ERR_IO, "%s: tensor '%s': cannot remap its rows for reordering: %s", f->path, g->name,
+                          strerror(errno));
+    char *base = (char *)(uintptr_t)g->data, *head = xmalloc((size_t)hd * row_bytes);
+    for (int64_t h = 0; h < heads; h++) {
+        char *rowp = base + (size_t)(h * hd) * row_bytes;
+        memcpy(head, rowp, (size_t)hd * row_bytes);
         for (int64_t i = 0; i < 2; i++)
             for (int64_t j = 0; j < hd / 2; j++)
-                memcpy(out + (size_t)(h * hd + i * (hd / 2) + j) * row_bytes,
-                       g->data + (size_t)(h * hd + 2 * j + i) * row_bytes, row_bytes);
-    return out;
+                memcpy(rowp + (size_t)(i * (hd / 2) + j) * row_bytes, head + (size_t)(2 * j + i) * row_bytes, row_bytes);
+    }
+    free(head);
+    mprotect((void *)a, b - a, PROT_READ);   /* back to read-only; failing leaves it writable, harmless */
+    return 0;
 }
 
 static void fill_tensor(st_tensor *t, const gguf_tensor *g, const char *name, const void *data, int64_t rows,
@@ -394,9 +400,10 @@ static void fill_tensor(st_tensor *t, const gguf_tensor *g, const char *name, co
     t->offset = g->offset;
 }
 
-/* One GGUF tensor as the Hugging Face tensor(s) it stands for, appended to L. */
+/* One GGUF tensor as the Hugging Face tensor(s) it stands for, appended to L; reorder: put permuted
+ * q / k rows back (0: only check them, no tensor data is touched). */
 static int add_tensor(const gguf_file *f, const model_config *c, const gguf_arch *A, const gguf_tensor *g,
-                      tensor_list *L, checkpoint *ck, um_err *err) {
+                      tensor_list *L, int reorder, um_err *err) {
     int layer;
     const name_map *m = map_name(A, g->name, c->n_layers, &layer);
     if (!m)
@@ -427,19 +434,14 @@ static int add_tensor(const gguf_file *f, const model_config *c, const gguf_arch
         return 0;
     }
     snprintf(name, sizeof name, m->hf, layer);
-    const void *data = g->data;
     if (m->kind == NAME_PERMUTE_Q || m->kind == NAME_PERMUTE_K) {
         const int heads = m->kind == NAME_PERMUTE_Q ? c->n_heads : c->n_kv_heads;
         if (rows % heads != 0 || (rows / heads) % 2 != 0)
             return um_err_set(err, UM_ERR_FORMAT, "%s: tensor '%s' has %" PRId64 " rows, not %d heads of an even size",
                               f->path, g->name, rows, heads);
-        void *buf = unpermute_rows(g, heads, dtype_row_bytes(g->type, cols));
-        release_pages(g->data, g->nbytes);
-        ck->bufs = xrealloc(ck->bufs, (size_t)(ck->n_bufs + 1) * sizeof *ck->bufs);
-        ck->bufs[ck->n_bufs++] = buf;
-        data = buf;
+        if (reorder && unpermute_rows(f, g, heads, dtype_row_bytes(g->type, cols), err) != 0) return -1;
     }
-    fill_tensor(list_add(L), g, name, data, rows, cols, want_dims);
+    fill_tensor(list_add(L), g, name, g->data, rows, cols, want_dims);
     return 0;
 }
 
@@ -654,7 +656,7 @@ int gguf_model_load(const char *path, model *m, um_err *err) {
     if (!A || read_config(&f, A, &m->cfg, err) != 0) goto done;
     m->ck.dir = xstrdup(path);
     for (int i = 0; i < f.n_tensors; i++)
-        if (add_tensor(&f, &m->cfg, A, &f.tensors[i], &L, &m->ck, err) != 0) goto done;
+        if (add_tensor(&f, &m->cfg, A, &f.tensors[i], &L, 1, err) != 0) goto done;
     if (load_tokenizer(&f, A, &m->tok, &m->chat, err) != 0 || resolve_ids(&f, A, m->tok, &m->cfg, err) != 0) goto done;
     /* the tensors become the checkpoint's one file, which takes over the mapping */
     st_file *sf = xcalloc(1, sizeof *sf);
@@ -693,7 +695,13 @@ int gguf_model_tokenizer(const char *path, tokenizer **tok, chat_template **chat
 int gguf_model_check(const char *path, um_err *err) {
     gguf_file f;
     if (gguf_open(path, &f, err) != 0) return -1;
-    int rc = arch_of(&f, err) ? 0 : -1;
+    model_config c;
+    tensor_list L = {0};
+    const gguf_arch *A = arch_of(&f, err);
+    int rc = A && read_config(&f, A, &c, err) == 0 ? 0 : -1;
+    for (int i = 0; rc == 0 && i < f.n_tensors; i++) rc = add_tensor(&f, &c, A, &f.tensors[i], &L, 0, err);
+    for (int i = 0; i < L.n; i++) free(L.t[i].name);
+    free(L.t);
     gguf_free(&f);
     return rc;
 }

@@ -8,8 +8,9 @@
  *
  * Tensor types F32, F16, BF16, Q8_0 and Q4_0 are used as they are (quantized ones reach the backend
  * as DTYPE_Q8_0 / DTYPE_Q4_0); any other type of a tensor the model uses is refused by name. The
- * converter's LLaDA q/k row permutation (its rotary layout) is undone into host copies; the MoE
- * experts stacked in one tensor become per-expert views.
+ * converter's LLaDA q/k row permutation (its rotary layout) is undone in place, in the process's
+ * private (copy-on-write) pages of the mapping; the MoE experts stacked in one tensor become
+ * per-expert views.
  * Does not: bind tensors to the forward pass (model/llada.c), read LLaDA2 (llama.cpp's converter
  * has no such architecture). Load time, any thread.
  */
@@ -27,7 +28,9 @@ int gguf_model_tokenizer(const char *path, struct tokenizer **tok, struct chat_t
 /* The GGUF name of the Hugging Face tensor name hf of an architecture ("blk.3.attn_q.weight"), in
  * buf, for messages; NULL when it has none. */
 const char *gguf_model_file_name(enum model_arch arch, const char *hf, char *buf, size_t cap);
-/* Parse the file's header (metadata and tensor infos) without loading: a malformed file is an error. */
+/* What can be checked without touching tensor data or parsing the tokenizer (cheap: before a server
+ * listens): the container, the architecture, the config from the metadata, and every tensor's
+ * name, type and rank — a malformed file, an unsupported type (named) or architecture is an error. */
 int gguf_model_check(const char *path, um_err *err);
 
 #endif /* UM_GGUF_MODEL_H */
