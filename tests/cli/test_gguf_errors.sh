@@ -92,6 +92,22 @@ import gguf_convert as gc, gguf_write as gw
 gc.convert(sys.argv[2], sys.argv[3], "q8_0", override_types={"output.weight": gw.T_Q6_K})
 EOF
 expect_rc "Q6_K LM head (llama-quantize's default for output.weight)" 1 "q6k\.gguf: tensor output\.weight has type Q6_K, which unmask does not support; supported: F32, F16, BF16, Q8_0, Q4_0" -- run_logits "$F"
+# every other type of the spec (K-quants, I-quants, the older block types, integers, F64): one file
+# each, refused naming the tensor and the type
+"$PY" - "$REF" "$TMP/wide" "$TMP" <<'EOF' >"$TMP/refused_types" || exit 1
+import sys
+sys.path.insert(0, sys.argv[1])
+import gguf_convert as gc, gguf_write as gw
+for tid, (name, _, _) in sorted(gw.REFUSED_TYPES.items()):
+    gc.convert(sys.argv[2], f"{sys.argv[3]}/type-{name}.gguf", "f32", override_types={"blk.1.ffn_down.weight": tid})
+    print(name)
+EOF
+[ "$(wc -l <"$TMP/refused_types")" -ge 15 ] || { echo "FAIL: the writer made $(wc -l <"$TMP/refused_types") refused-type files"; exit 1; }
+while read -r T; do
+    expect_rc "type $T refused" 1 "type-$T\\.gguf: tensor blk\\.1\\.ffn_down\\.weight has type $T, which unmask does not support; supported: F32, F16, BF16, Q8_0, Q4_0" -- run_logits "$TMP/type-$T.gguf"
+done <"$TMP/refused_types"
+expect_rc "serve, K-quant: refused before listening" 2 "--model: .*type-Q5_K\\.gguf: tensor blk\\.1\\.ffn_down\\.weight has type Q5_K" -- "$BIN" serve --model "$TMP/type-Q5_K.gguf" --port 0 --host 127.0.0.1
+
 F=$(gguf shape "mutate=lambda n, a: a[:32] if n == 'blk.0.attn_v.weight' else a")
 expect_rc "wrong tensor shape" 1 "shape\.gguf: tensor 'blk\.0\.attn_v\.weight' has shape \{64, 32\}, expected \{64, 64\}" -- run_logits "$F"
 F=$(gguf rank "mutate=lambda n, a: a.reshape(-1) if n == 'blk.1.ffn_up.weight' else a")

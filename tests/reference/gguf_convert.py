@@ -283,7 +283,7 @@ def convert(src, dst, outtype="f32", pre=None, permute_qk=True, drop=(), extra_k
         if mutate:
             a = np.asarray(mutate(g, a), dtype=np.float32)
         dims = list(reversed(a.shape))
-        if t in (gw.T_Q4_K, gw.T_Q6_K):   # only for refusal tests: zero blocks of the right size
+        if t in gw.REFUSED_TYPES:   # only for refusal tests: zero blocks of the right size
             per_block, unit = gw.TYPE_BLOCK[t]
             data = bytes(a.size // per_block * unit)
         else:

@@ -25,6 +25,16 @@ TYPE_BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_0: (32, 18), T_Q8_0: (32, 34), 
               T_Q6_K: (256, 210), T_BF16: (1, 2)}
 TYPE_NAME = {T_F32: "F32", T_F16: "F16", T_Q4_0: "Q4_0", T_Q8_0: "Q8_0", T_Q4_K: "Q4_K", T_Q6_K: "Q6_K",
              T_BF16: "BF16"}
+# Types the writer cannot encode, for refusal tests only (zero bytes of the type's block size): the
+# spec's id, name and (elements, bytes) per block.
+REFUSED_TYPES = {3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 10: ("Q2_K", 256, 84),
+                 11: ("Q3_K", 256, 110), 13: ("Q5_K", 256, 176), 16: ("IQ2_XXS", 256, 66), 20: ("IQ4_NL", 32, 18),
+                 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 28: ("F64", 1, 8), 35: ("TQ2_0", 256, 66),
+                 39: ("MXFP4", 32, 17)}
+for _id, (_name, _el, _by) in REFUSED_TYPES.items():
+    TYPE_BLOCK[_id] = (_el, _by)
+    TYPE_NAME[_id] = _name
+REFUSED_TYPES.update({T_Q4_K: ("Q4_K", 256, 144), T_Q6_K: ("Q6_K", 256, 210)})
 
 
 def _str(s):
