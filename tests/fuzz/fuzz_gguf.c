@@ -1,9 +1,10 @@
 /*
  * fuzz_gguf.c — libFuzzer target for GGUF files: the reader (model/gguf.c) on the raw bytes, every
- * metadata value read back through the typed accessors, then — the bytes written to a file — the
- * whole load of a model from it (model_load: config from the metadata, tensor mapping, tokenizer,
- * chat template, binding) and the tokenizer alone. Nothing may crash, leak or read outside the buffer: a bad file is an
- * error. Seeds: tests/fuzz/corpus/fuzz_gguf/ (small files written by tests/reference/gguf_convert.py).
+ * metadata value read back through the typed accessors, then — the bytes written to a file — serve's
+ * check before listening (model_dir_check), the whole load of a model from it (model_load: config
+ * from the metadata, tensor mapping, tokenizer, chat template, binding) and the tokenizer alone.
+ * Nothing may crash, leak or read outside the buffer: a bad file is an error. Seeds:
+ * tests/fuzz/corpus/fuzz_gguf/ (small files written by tests/reference/gguf_convert.py).
  * Build and run with scripts/fuzz.sh (FUZZ_ONLY=gguf).
  */
 #include <stddef.h>
@@ -55,6 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!fp) return 0;
     const int ok = fwrite(data, 1, size, fp) == size;
     fclose(fp);
+    if (ok) (void)model_dir_check(path, NULL);
     model m;
     if (ok && model_load(path, &m, NULL) == 0) model_free(&m);
     struct tokenizer *tok;
