@@ -38,6 +38,7 @@ int backend_has(const backend *be, unsigned caps) {
         have |= BACKEND_CAP_DEVICE_DECODE;
     if (o->comm_join) have |= BACKEND_CAP_COMM;
     if (o->moe_prepare && o->moe_release && o->moe_workspace && o->moe_forward) have |= BACKEND_CAP_MOE;
+    if (o->quant_weights) have |= BACKEND_CAP_QUANT;
     return (have & caps) == caps;
 }
 
@@ -88,6 +89,9 @@ int backend_weight_upload(backend *be, const bweight_src *src, bweight *out, um_
     return be->ops->weight_upload(be, src, out, err);
 }
 void backend_weight_free(backend *be, bweight *w) { be->ops->weight_free(be, w); }
+int backend_weight_keeps_source(backend *be, const bweight *w) {
+    return be->ops->weight_keeps_source ? be->ops->weight_keeps_source(be, w) : 1;
+}
 void *backend_act_alloc(backend *be, size_t n) { return be->ops->act_alloc(be, n); }
 void backend_act_free(backend *be, void *p) { be->ops->act_free(be, p); }
 void backend_act_to_host(backend *be, const void *src, size_t n, float *dst) { be->ops->act_to_host(be, src, n, dst); }

@@ -38,15 +38,22 @@ typedef struct bweight {
 } bweight;
 
 /* Host data of one weight handed to backend_weight_upload: a dense row-major [rows, cols] array.
- * The caller has checked that type is F32, BF16 or F16 and that the shape matches the data. */
+ * The caller has checked that type is F32, BF16 or F16 — or, on a backend with BACKEND_CAP_QUANT,
+ * Q8_0 / Q4_0 (rows of cols / 32 blocks, util/quant.h; cols a multiple of 32) — and that the shape
+ * matches the data. */
 typedef struct bweight_src {
     const char *name;        /* for messages (the checkpoint tensor's name); not owned */
     const void *data;        /* host memory, rows * cols elements of type; not owned. A host backend
-                                may keep a view into it: it must outlive the bweight */
-    enum dtype  type;        /* DTYPE_F32, DTYPE_BF16 or DTYPE_F16 */
+                                may keep a view into it: it must outlive the bweight (unless
+                                backend_weight_keeps_source says the backend took a copy) */
+    enum dtype  type;        /* DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0 or DTYPE_Q4_0 */
     int64_t     rows, cols;  /* vectors: rows = 1 */
     int         rows_only;   /* 1: only ever read by row (backend_embed), never a matmul operand, so a
                                 backend need not build its matmul layout (CPU: bf16 packing) */
+    enum dtype  quant;       /* DTYPE_Q8_0 / DTYPE_Q4_0 (BACKEND_CAP_QUANT only): a matrix operand
+                                stored quantized to this type, from a float source (a source already
+                                quantized keeps its own type). Any other value (zero-initialised:
+                                F32): stored as the backend stores type */
 } bweight_src;
 
 /* Attention over a batch of variable-length sequences packed row after row (varlen layout).
@@ -133,6 +140,9 @@ enum backend_cap {
     BACKEND_CAP_COMM          = 1 << 4, /* backend_comm_join: collectives on the device (NCCL) */
     BACKEND_CAP_MOE           = 1 << 5, /* backend_moe_*: a MoE layer's routing, dispatch and expert
                                            GEMMs on the device, without the host */
+    BACKEND_CAP_QUANT         = 1 << 6, /* block-quantized weights (Q8_0, Q4_0): weight_upload takes
+                                           them (or quantizes, bweight_src.quant) and every op reads
+                                           them (the CPU backend; docs/cpu-kernels.md) */
 };
 /* 1 when the backend offers every capability in caps (a mask of backend_cap). */
 int backend_has(const backend *be, unsigned caps);
@@ -161,6 +171,10 @@ size_t backend_trim(backend *be);
  * -1 + err (UM_ERR_RESOURCE) when device memory runs out; the caller frees with weight_free. */
 int   backend_weight_upload(backend *be, const bweight_src *src, bweight *out, um_err *err);
 void  backend_weight_free(backend *be, bweight *w);
+/* 1 when the backend still reads the host memory w was uploaded from (a view: it must live, and its
+ * pages may be read, as long as w); 0 when it made its own copy (packed or quantized on the CPU,
+ * device memory), so the caller may free that memory or drop its pages now. */
+int   backend_weight_keeps_source(backend *be, const bweight *w);
 /* Activation buffers of n elements in backend_act_dtype (freed with backend_act_free). */
 void *backend_act_alloc(backend *be, size_t n);
 void  backend_act_free(backend *be, void *p);

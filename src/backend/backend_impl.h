@@ -55,6 +55,11 @@ typedef struct backend_ops {
     /* (optional, not a capability) host loop on the backend's threads (backend_host_parallel_for);
      * NULL: the calling thread runs every chunk */
     void  (*host_parallel_for)(backend *be, int64_t n, int64_t grain, backend_range_fn fn, void *arg);
+    /* (optional, not a capability) backend_weight_keeps_source; NULL: always 1 (views kept) */
+    int   (*weight_keeps_source)(backend *be, const bweight *w);
+    /* BACKEND_CAP_QUANT (a flag, not a member function): 1 when weight_upload takes Q8_0 / Q4_0
+     * sources and bweight_src.quant, and every op reads such weights */
+    int   quant_weights;
 
     /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */
     /* (optional) free / total device memory in bytes */

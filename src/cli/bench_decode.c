@@ -115,7 +115,7 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
                    .none_at = -1, .prefill_chunk = -1, .device = "cpu", .device_loop = "on"};
     arg_spec specs[] = {
         {"decode", ARG_FLAG, &o->decode_flag, "(selects this benchmark)"},
-        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory or GGUF file [required]"},
         {"batch", ARG_STR, &o->batch_s, "comma-separated batch sizes [1,8]"},
         {"gen", ARG_INT, &o->gen, "gen_length [128]"},
         {"block", ARG_INT, &o->block, "block_length [32]"},

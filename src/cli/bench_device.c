@@ -149,7 +149,7 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
                      .prompt = 64, .graph = 1, .bw_mib = 2048, .threshold = 0.9, .peak_n = 8192};
     arg_spec specs[] = {
         {"device", ARG_STR, &o->device, "cuda or cuda:N [cuda:0]"},
-        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory or GGUF file [required]"},
         {"batch", ARG_STR, &o->batch_s, "comma-separated batch sizes [1,8,32]"},
         {"gen", ARG_INT, &o->gen, "generated (masked) positions per sequence [256]"},
         {"block", ARG_INT, &o->block, "block length [32]"},

@@ -158,7 +158,7 @@ static int bs_opts_parse(bs_opts *o, int argc, char **argv) {
     o->requests = 4, o->gen = 32, o->block = 8, o->max_batch = 8;
     arg_spec specs[] = {
         {"serve", ARG_FLAG, &o->serve_flag, "(mode selector)"},
-        {"model", ARG_STR, &o->model_dir, "checkpoint directory (required unless --url)"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory or GGUF file (required unless --url)"},
         {"clients", ARG_STR, &o->clients_s, "comma-separated numbers of concurrent WebSocket clients [1,8,32]"},
         {"requests", ARG_INT, &o->requests, "generations per client, one after another [4]"},
         {"gen-length", ARG_INT, &o->gen, "gen_length per request [32]"},

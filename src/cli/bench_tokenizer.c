@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/bench.h"
+#include "model/model.h"
 #include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
@@ -149,7 +150,7 @@ int bench_tokenizer(int argc, char **argv) {
     const char *dir = NULL, *file = NULL;
     int reps = 3, mb = 4;
     arg_spec specs[] = {
-        {"model", ARG_STR, &dir, "directory with tokenizer.json or vocab.json + merges.txt [required]"},
+        {"model", ARG_STR, &dir, "checkpoint directory (tokenizer.json or vocab.json + merges.txt) or GGUF file [required]"},
         {"file", ARG_STR, &file, "text to encode (default: generated English-like text)"},
         {"mb", ARG_INT, &mb, "size of the generated text in MB [4]"},
         {"reps", ARG_INT, &reps, "timed repetitions (best is reported) [3]"},
@@ -180,8 +181,9 @@ int bench_tokenizer(int argc, char **argv) {
     }
     uint64_t t0 = time_now_ns();
     tokenizer *tok;
-    if (tokenizer_load_dir(dir, &tok, &err) != 0 || !tok) {
-        fprintf(stderr, "error: %s\n", tok ? err.msg : "no tokenizer files in the model directory");
+    const int lrc = model_tokenizer_load(dir, &tok, NULL, &err);
+    if (lrc != 0 || !tok) {
+        fprintf(stderr, "error: %s\n", lrc != 0 ? err.msg : "the model has no tokenizer");
         free(text);
         return 1;
     }

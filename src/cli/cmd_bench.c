@@ -61,7 +61,7 @@ typedef struct bf_opts {
 static int bf_opts_parse(bf_opts *o, int argc, char **argv) {
     *o = (bf_opts){.seq_s = "64,256,1024", .reps = 3, .batch = 1, .warmup = 1, .tp = 1};
     arg_spec specs[] = {
-        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory or GGUF file [required]"},
         {"seq", ARG_STR, &o->seq_s, "comma-separated sequence lengths [64,256,1024]"},
         {"batch", ARG_INT, &o->batch, "sequences packed per forward [1]"},
         {"threads", ARG_INT, &o->threads, "CPU threads (0 = all cores) [0]"},

@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/jsonl.h"
+#include "model/model.h"
 #include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
@@ -67,7 +68,7 @@ int cmd_detokenize(int argc, char **argv) {
     const char *dir = NULL, *ids_s = NULL, *jsonl = NULL;
     int skip = 0;
     arg_spec specs[] = {
-        {"model", ARG_STR, &dir, "directory with tokenizer.json or vocab.json + merges.txt [required]"},
+        {"model", ARG_STR, &dir, "checkpoint directory (tokenizer.json or vocab.json + merges.txt) or GGUF file [required]"},
         {"ids", ARG_STR, &ids_s, "comma-separated token ids [required]"},
         {"jsonl", ARG_STR, &jsonl, "file with a JSON array of ids per line: print a JSON string for each"},
         {"skip-special", ARG_FLAG, &skip, "drop special tokens"},
@@ -87,13 +88,14 @@ int cmd_detokenize(int argc, char **argv) {
     }
     um_err err = {0};
     tokenizer *tok;
-    if (tokenizer_load_dir(dir, &tok, &err) != 0) {
+    if (model_tokenizer_load(dir, &tok, NULL, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         free(list);
         return 1;
     }
     if (!tok) {
-        fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt)\n", dir);
+        fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt; in a GGUF file "
+                        "tokenizer.ggml.*)\n", dir);
         free(list);
         return 1;
     }

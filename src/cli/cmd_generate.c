@@ -255,7 +255,7 @@ static void gen_opts_init(gen_opts *o) {
 /* Parses argv into o. -1 to go on, else the exit code (0 after --help, 2 on a parse error). */
 static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
     const arg_spec head[] = {
-        {"model", ARG_STR, &o->model_dir, "checkpoint directory [required]"},
+        {"model", ARG_STR, &o->model_dir, "checkpoint directory or GGUF file [required]"},
         {"prompt", ARG_STR, &o->prompt,
          "prompt text, wrapped in the chat template when the model has one (the APIs' prompt is raw; see --raw)"},
         {"messages", ARG_STR, &o->messages, "JSON file: an array of {\"role\", \"content\"} messages"},

@@ -23,7 +23,7 @@ int cmd_logits(int argc, char **argv) {
     int threads = 0, tp = 1, block_length = -1;
     const char *device = "cpu", *cpu_kernels = NULL;
     arg_spec specs[] = {
-        {"model", ARG_STR, &model_dir, "checkpoint directory [required]"},
+        {"model", ARG_STR, &model_dir, "checkpoint directory or GGUF file [required]"},
         {"tokens", ARG_STR, &tokens_s, "comma-separated token ids, e.g. 1,2,3 [required]"},
         {"out", ARG_STR, &out, "output .npy file (float32 [rows, vocab]) [required]"},
         {"positions", ARG_STR, &positions_s, "comma-separated row indices whose logits to write [all]"},

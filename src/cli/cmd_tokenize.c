@@ -16,6 +16,8 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/jsonl.h"
+#include "model/gguf.h"
+#include "model/model.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -54,11 +56,11 @@ static int read_stdin(char **out, size_t *out_len) {
 
 /* --chat file: a JSON array of messages, or {"messages": [...], "add_generation_prompt": bool, ...}
  * (then every key becomes a template variable). */
-static int render_chat(const char *dir, const tokenizer *tok, const char *path, int no_gen, char **text,
+static int render_chat(const char *dir, const chat_template *tmpl, const char *path, int no_gen, char **text,
                        um_err *err) {
-    chat_template *tmpl = NULL;
-    if (chat_template_load_dir(dir, tok, &tmpl, err) != 0) return -1;
-    if (!tmpl) return um_err_set(err, UM_ERR_INVALID_ARG, "%s: no chat_template in tokenizer_config.json", dir);
+    if (!tmpl)
+        return um_err_set(err, UM_ERR_INVALID_ARG, "%s: no chat template (tokenizer_config.json's chat_template, or a "
+                          "GGUF file's tokenizer.chat_template)", dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     int rc;
@@ -74,7 +76,6 @@ static int render_chat(const char *dir, const tokenizer *tok, const char *path, 
         rc = um_err_param(err, "chat", "%s: expected an array of {role, content} messages", path);
     }
     json_decref(j);
-    chat_template_free(tmpl);
     return rc;
 }
 
@@ -129,7 +130,7 @@ int cmd_tokenize(int argc, char **argv) {
     const char *dir = NULL, *text_arg = NULL, *file = NULL, *chat = NULL, *jsonl = NULL;
     int no_special = 0, verbose = 0, lossy = 0, render = 0, no_gen = 0;
     arg_spec specs[] = {
-        {"model", ARG_STR, &dir, "directory with tokenizer.json or vocab.json + merges.txt [required]"},
+        {"model", ARG_STR, &dir, "checkpoint directory (tokenizer.json or vocab.json + merges.txt) or GGUF file [required]"},
         {"text", ARG_STR, &text_arg, "text to tokenize (default: --file, else stdin)"},
         {"file", ARG_STR, &file, "read the text from this file"},
         {"jsonl", ARG_STR, &jsonl, "file of JSON strings, one per line: print one id line for each"},
@@ -158,12 +159,23 @@ int cmd_tokenize(int argc, char **argv) {
     }
     um_err err = {0};
     tokenizer *tok = NULL;
-    if (!render && tokenizer_load_dir(dir, &tok, &err) != 0) { /* --render needs only the template */
+    chat_template *tmpl = NULL;
+    int lrc;
+    if (gguf_path_is_gguf(dir)) {
+        lrc = model_tokenizer_load(dir, &tok, chat ? &tmpl : NULL, &err);
+    } else {   /* --render needs only the template */
+        lrc = !render ? tokenizer_load_dir(dir, &tok, &err) : 0;
+        if (lrc == 0 && chat) lrc = chat_template_load_dir(dir, tok, &tmpl, &err);
+    }
+    if (lrc != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
+        tokenizer_free(tok);
         return 1;
     }
     if (!tok && !render) {
-        fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt)\n", dir);
+        fprintf(stderr, "error: %s: no tokenizer files (tokenizer.json or vocab.json + merges.txt; in a GGUF file "
+                        "tokenizer.ggml.*)\n", dir);
+        chat_template_free(tmpl);
         return 1;
     }
     char *text = NULL;
@@ -174,7 +186,7 @@ int cmd_tokenize(int argc, char **argv) {
         goto out;
     }
     if (chat) {
-        if (render_chat(dir, tok, chat, no_gen, &text, &err) != 0) {
+        if (render_chat(dir, tmpl, chat, no_gen, &text, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.msg);
             goto out;
         }
@@ -212,6 +224,7 @@ int cmd_tokenize(int argc, char **argv) {
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:
     free(text);
+    chat_template_free(tmpl);
     tokenizer_free(tok);
     return rc;
 }

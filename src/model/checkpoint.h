@@ -14,7 +14,8 @@
 
 typedef struct checkpoint {
     char      *dir;            /* owned */
-    st_file   *files;          /* [n_files] mmapped shards, owned */
+    st_file   *files;          /* [n_files] mmapped shards, owned (a GGUF file: one, its tensors
+                                  under their Hugging Face names: model/gguf_model.c) */
     int        n_files;
     size_t     total_bytes;    /* sum of tensor bytes */
 } checkpoint;

@@ -21,23 +21,29 @@
 
 const st_tensor *llada_bind_one(const model *m, const char *name, int64_t d0, int64_t d1, um_err *err) {
     const st_tensor *t = checkpoint_find(&m->ck, name);
+    char label[160];
     if (!t) {
-        um_err_set(err, UM_ERR_FORMAT, "%s: missing tensor '%s'", m->dir, name);
+        um_err_set(err, UM_ERR_FORMAT, "%s: missing tensor '%s'", m->dir, model_tensor_label(m, name, label, sizeof label));
         return NULL;
     }
     int ok = d1 < 0 ? (t->ndim == 1 && t->shape[0] == d0)
                     : (t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1);
     if (!ok) {
-        char got[128] = "[", *p = got + 1;
+        /* a GGUF file lists dimensions innermost first, as llama.cpp prints them: {cols, rows} */
+        const int rev = m->gguf;
+        const int64_t want[2] = {d0, d1};
+        const int nw = d1 < 0 ? 1 : 2;
+        char got[128], exp[64], *p = got;
+        p += snprintf(p, sizeof got, "%s", rev ? "{" : "[");
         for (int i = 0; i < t->ndim && p < got + 100; i++)
-            p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        snprintf(p, (size_t)(got + sizeof got - p), "]");
-        if (d1 < 0)
-            um_err_set(err, UM_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld]", m->dir, name, got,
-                       (long long)d0);
-        else
-            um_err_set(err, UM_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected [%lld, %lld]", m->dir, name,
-                       got, (long long)d0, (long long)d1);
+            p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "",
+                          (long long)t->shape[rev ? t->ndim - 1 - i : i]);
+        snprintf(p, (size_t)(got + sizeof got - p), "%s", rev ? "}" : "]");
+        if (nw == 1) snprintf(exp, sizeof exp, rev ? "{%lld}" : "[%lld]", (long long)d0);
+        else snprintf(exp, sizeof exp, rev ? "{%lld, %lld}" : "[%lld, %lld]", (long long)want[rev ? 1 : 0],
+                      (long long)want[rev ? 0 : 1]);
+        um_err_set(err, UM_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s", m->dir,
+                   model_tensor_label(m, name, label, sizeof label), got, exp);
         return NULL;
     }
     if (t->type == DTYPE_OTHER) {
@@ -248,14 +254,33 @@ typedef struct llada_scratch {
     moe_scratch *moe;      /* MoE sublayer workspace (moe.c), NULL until a MoE layer runs */
 } llada_scratch;
 
+int llada_weight_type_check(backend *be, const st_tensor *t, um_err *err) {
+    if (!dtype_is_quant(t->type) || backend_has(be, BACKEND_CAP_QUANT)) return 0;
+    return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' is %s, and the %s backend has no kernels for quantized "
+                      "weights (the CPU backend has)", t->name, t->type_name, backend_name(be));
+}
+
+/* A block-quantized weight (Q8_0, Q4_0) is only ever cut between its blocks: a slice of it (a
+ * tensor-parallel shard, a part of a fused weight) must have a multiple of DTYPE_QBLOCK columns. */
+static int check_block_slice(const model *m, const st_tensor *t, int64_t cols, um_err *err) {
+    if (!dtype_is_quant(t->type) || cols % DTYPE_QBLOCK == 0) return 0;
+    char label[160];
+    return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' (%s) cannot be cut into slices of %lld columns: a slice "
+                      "of a quantized weight holds whole blocks of %d",
+                      m ? model_tensor_label(m, t->name, label, sizeof label) : t->name, t->type_name, (long long)cols,
+                      DTYPE_QBLOCK);
+}
+
 /* Hand rows x cols elements of checkpoint tensor t at data (t's own, or a slice/copy of it) to the
  * backend as {data, dtype, shape}; the checkpoint's dtype and element count are checked here. */
 static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols,
                        int64_t n_elems, int rows_only, bweight *w, um_err *err) {
     memset(w, 0, sizeof *w);
-    if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16)
-        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16 and F16 are supported",
-                          t->name, t->type_name);
+    if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16 && !dtype_is_quant(t->type))
+        return um_err_set(err, UM_ERR_UNSUPPORTED,
+                          "tensor '%s' has dtype %s; only F32, BF16, F16, Q8_0 and Q4_0 are supported", t->name,
+                          t->type_name);
+    if (check_block_slice(NULL, t, cols, err) != 0 || llada_weight_type_check(be, t, err) != 0) return -1;
     if (rows <= 0 || cols <= 0 || rows * cols != n_elems)
         return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
                           (long long)n_elems, (long long)rows, (long long)cols);
@@ -280,23 +305,23 @@ static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enu
     const int W = ctx->shard.world, r = ctx->shard.rank;
     if (split == SPLIT_NONE || W <= 1) return upload(ctx->be, t, out, err);
     if (t->ndim == 1) {   /* a bias of row-split outputs: the same element range as the rows */
-        CHECK(split == SPLIT_ROWS);
+        CHECK(split == SPLIT_ROWS && !dtype_is_quant(t->type));   /* vectors are never quantized */
         const int64_t ln = t->shape[0] / W;
         return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * ln) * dtype_size(t->type), 1, ln, ln, 0,
                            out, err);
     }
     CHECK(t->ndim == 2);
     const int64_t rows = t->shape[0], cols = t->shape[1];
-    const size_t es = dtype_size(t->type);
+    const size_t rb = dtype_row_bytes(t->type, cols);   /* whole rows: any dtype, quantized ones included */
     if (split == SPLIT_ROWS) {
         const int64_t lr = rows / W;
-        return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * lr) * (size_t)cols * es, lr, cols, lr * cols,
-                           0, out, err);
+        return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * lr) * rb, lr, cols, lr * cols, 0, out, err);
     }
     const int64_t lc = cols / W;
-    char *buf = xmalloc((size_t)(rows * lc) * es);
-    for (int64_t i = 0; i < rows; i++)
-        memcpy(buf + (size_t)(i * lc) * es, (const char *)t->data + (size_t)(i * cols + r * lc) * es, (size_t)lc * es);
+    if (check_block_slice(ctx->m, t, lc, err) != 0) return -1;
+    const size_t lb = dtype_row_bytes(t->type, lc), off = dtype_row_bytes(t->type, r * lc);
+    char *buf = xmalloc((size_t)rows * lb);
+    for (int64_t i = 0; i < rows; i++) memcpy(buf + (size_t)i * lb, (const char *)t->data + (size_t)i * rb + off, lb);
     w->parts = xrealloc(w->parts, (size_t)(w->n_parts + 1) * sizeof *w->parts);
     w->parts[w->n_parts++] = buf;
     return upload_data(ctx->be, t, buf, rows, lc, rows * lc, 0, out, err);
@@ -326,7 +351,7 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
             const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
             const int64_t lq = qd / TW, lkv = kvd / TW;
             const int64_t cols = L->qkv->shape[1];
-            const size_t rb = (size_t)cols * dtype_size(L->qkv->type);
+            const size_t rb = dtype_row_bytes(L->qkv->type, cols);
             const char *base = L->qkv->data;
             if (upload_data(be, L->qkv, base + (size_t)(r * lq) * rb, lq, cols, lq * cols, 0, &W->q, err) ||
                 upload_data(be, L->qkv, base + (size_t)(qd + r * lkv) * rb, lkv, cols, lkv * cols, 0, &W->k, err) ||

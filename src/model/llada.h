@@ -11,6 +11,8 @@ int  llada_tensors_bind(model *m, um_err *err);      /* find + shape-check every
 /* Find tensor `name` with shape [d0] (d1 < 0) or [d0, d1] and a usable dtype; NULL + err naming it. */
 const st_tensor *llada_bind_one(const model *m, const char *name, int64_t d0, int64_t d1, um_err *err);
 void llada_tensors_free(model *m);
+/* 0 when backend be can hold t's dtype; a quantized tensor (Q8_0, Q4_0) needs BACKEND_CAP_QUANT. */
+int  llada_weight_type_check(backend *be, const st_tensor *t, um_err *err);
 int  llada_ctx_init(model_ctx *ctx, um_err *err);    /* upload weights to ctx->be */
 void llada_ctx_free(model_ctx *ctx);
 /* Batch already validated by model_forward. */

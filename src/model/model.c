@@ -10,8 +10,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "text/chat_template.h"
+#include "model/gguf.h"
+#include "model/gguf_model.h"
 #include "model/llada.h"
+#include "text/chat_template.h"
 #include "model/model_kv.h"
 #include "model/model_tp.h"
 #include "text/tokenizer.h"
@@ -29,21 +31,30 @@ static int load_json_file(const char *dir, const char *name, int required, char 
     return file_read_all(path, CONFIG_MAX_BYTES, text, len, err);
 }
 
+/* 1 when path is a regular file that starts with the GGUF magic. */
+static int is_gguf_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && gguf_path_is_gguf(path);
+}
+
 int model_dir_check(const char *dir, um_err *err) {
-    static const char make[] = "a Hugging Face checkpoint directory (config.json + model.safetensors), or make a small "
-                               "test model with: unmask make-model --out";
+    static const char make[] = "a Hugging Face checkpoint directory (config.json + model.safetensors) or a GGUF file, or "
+                               "make a small test model with: unmask make-model --out";
     struct stat st;
     char path[4096];
     if (stat(dir, &st) != 0)
         return um_err_set(err, UM_ERR_IO, "model directory %s does not exist; pass %s %s", dir, make, dir);
+    const size_t dl = strlen(dir);
+    if (is_gguf_file(dir) || (S_ISREG(st.st_mode) && dl > 5 && strcmp(dir + dl - 5, ".gguf") == 0))
+        return gguf_model_check(dir, err);   /* a .gguf without the magic: the reader says what is wrong */
     if (!S_ISDIR(st.st_mode)) {
         char parent[4096];
         snprintf(parent, sizeof parent, "%s", dir);
         char *slash = strrchr(parent, '/');
         if (slash) *slash = 0;
         else snprintf(parent, sizeof parent, ".");
-        return um_err_set(err, UM_ERR_IO, "%s is a file, not a model directory; pass the directory that holds it: %s",
-                          dir, parent[0] ? parent : "/");
+        return um_err_set(err, UM_ERR_IO, "%s is a file, not a model directory or a GGUF file; pass the directory that "
+                          "holds it: %s", dir, parent[0] ? parent : "/");
     }
     path_join(path, sizeof path, dir, "config.json");
     if (!file_exists(path))
@@ -60,29 +71,36 @@ int model_dir_check(const char *dir, um_err *err) {
     return 0;
 }
 
-int model_load(const char *dir, model *m, um_err *err) {
-    memset(m, 0, sizeof *m);
+/* config.json (+ generation_config.json), the safetensors files, the tokenizer files. */
+static int load_dir(const char *dir, model *m, um_err *err) {
     if (model_dir_check(dir, err) != 0) return -1;
-    m->dir = xstrdup(dir);
     char *text;
     size_t len;
     char path[4096];
     path_join(path, sizeof path, dir, "config.json");
-    if (load_json_file(dir, "config.json", 1, &text, &len, err) != 0) goto fail;
+    if (load_json_file(dir, "config.json", 1, &text, &len, err) != 0) return -1;
     int rc = model_config_parse(text, len, path, &m->cfg, err);
     free(text);
-    if (rc != 0) goto fail;
-    if (load_json_file(dir, "generation_config.json", 0, &text, &len, err) != 0) goto fail;
+    if (rc != 0) return -1;
+    if (load_json_file(dir, "generation_config.json", 0, &text, &len, err) != 0) return -1;
     if (text) {
         path_join(path, sizeof path, dir, "generation_config.json");
         rc = model_config_apply_generation(text, len, path, &m->cfg, err);
         free(text);
-        if (rc != 0) goto fail;
+        if (rc != 0) return -1;
     }
-    if (checkpoint_open(dir, &m->ck, err) != 0) goto fail;
+    if (checkpoint_open(dir, &m->ck, err) != 0) return -1;
+    if (tokenizer_load_dir(dir, &m->tok, err) != 0) return -1;
+    if (m->tok && chat_template_load_dir(dir, m->tok, &m->chat, err) != 0) return -1;
+    return 0;
+}
+
+int model_load(const char *dir, model *m, um_err *err) {
+    memset(m, 0, sizeof *m);
+    m->dir = xstrdup(dir);
+    m->gguf = is_gguf_file(dir);
+    if ((m->gguf ? gguf_model_load(dir, m, err) : load_dir(dir, m, err)) != 0) goto fail;
     if (llada_tensors_bind(m, err) != 0) goto fail;
-    if (tokenizer_load_dir(dir, &m->tok, err) != 0) goto fail;
-    if (m->tok && chat_template_load_dir(dir, m->tok, &m->chat, err) != 0) goto fail;
     if (m->cfg.n_experts > 0) {   /* MoE families: ids the config leaves out come from the tokenizer */
         if (m->tok && m->cfg.mask_id < 0) m->cfg.mask_id = tokenizer_token_id(m->tok, "<|mask|>");
         if (m->tok && m->cfg.eos_id < 0) m->cfg.eos_id = tokenizer_token_id(m->tok, "<|endoftext|>");
@@ -101,6 +119,24 @@ int model_load(const char *dir, model *m, um_err *err) {
 fail:
     model_free(m);
     return -1;
+}
+
+int model_tokenizer_load(const char *path, tokenizer **tok, chat_template **chat, um_err *err) {
+    *tok = NULL;
+    if (chat) *chat = NULL;
+    if (is_gguf_file(path)) return gguf_model_tokenizer(path, tok, chat, err);
+    if (tokenizer_load_dir(path, tok, err) != 0) return -1;
+    if (*tok && chat && chat_template_load_dir(path, *tok, chat, err) != 0) {
+        tokenizer_free(*tok);
+        *tok = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+const char *model_tensor_label(const model *m, const char *name, char *buf, size_t cap) {
+    const char *g = m->gguf ? gguf_model_file_name(m->cfg.arch, name, buf, cap) : NULL;
+    return g ? g : name;
 }
 
 void model_free(model *m) {

@@ -2,7 +2,7 @@
  * model.h — a loaded checkpoint (host side) and a model bound to a backend for forward passes.
  *
  * model_load(): config.json (+ generation_config.json), the safetensors checkpoint (mmapped) and,
- * when present, the tokenizer files. It validates that every tensor the architecture needs exists
+ * when present, the tokenizer files — or a GGUF file holding all of it (model/gguf_model.h). It validates that every tensor the architecture needs exists
  * with the expected shape and a usable dtype, naming the tensor in the error.
  * model_ctx: the model's weights uploaded to one backend plus that backend's scratch buffers; one
  * engine thread drives a model_ctx at a time. The host model is shared read-only by all ctxs.
@@ -64,7 +64,9 @@ typedef struct llada_tensors {
 } llada_tensors;
 
 typedef struct model {
-    char                 *dir;       /* owned */
+    char                 *dir;       /* owned: the checkpoint directory, or the GGUF file */
+    int                   gguf;      /* 1: loaded from a GGUF file (model/gguf_model.c): messages name
+                                        its tensors by their GGUF names */
     model_config          cfg;
     checkpoint            ck;
     llada_tensors         llada;     /* every architecture (the names differ, model/llada.c) */
@@ -72,6 +74,7 @@ typedef struct model {
     struct chat_template *chat;      /* NULL when tokenizer_config.json has no chat_template */
 } model;
 
+/* dir: a checkpoint directory, or a GGUF file (model/gguf_model.h: llama.cpp's converter output). */
 int  model_load(const char *dir, model *m, um_err *err);
 /* Checks that dir looks like a checkpoint directory before anything else is done with it (no
  * reading beyond stat): it exists, is a directory, has config.json and model.safetensors or
@@ -79,6 +82,12 @@ int  model_load(const char *dir, model *m, um_err *err);
  * to run or pass instead, e.g. for a path to config.json itself: its directory. model_load()
  * calls it first; `serve` calls it before it starts listening. */
 int  model_dir_check(const char *dir, um_err *err);
+/* The tokenizer and chat template of a checkpoint directory or GGUF file, without the weights
+ * (*tok NULL when there is none; chat may be NULL when not wanted). */
+int  model_tokenizer_load(const char *path, struct tokenizer **tok, struct chat_template **chat, um_err *err);
+/* The name of tensor `name` (a Hugging Face name) in m's files, for messages: name itself, or its
+ * GGUF name (in buf) for a GGUF model. */
+const char *model_tensor_label(const model *m, const char *name, char *buf, size_t cap);
 void model_free(model *m);
 
 /* ---------------------------------------------------------------- forward */

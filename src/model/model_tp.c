@@ -231,13 +231,10 @@ void model_tp_fingerprint(const model *m, const model_tp_opts *o, uint8_t out[MO
     for (int f = 0; f < m->ck.n_files; f++) {
         const st_file *sf = &m->ck.files[f];
         const unsigned char *base = sf->map.data;
-        uint64_t flen = sf->map.len, hlen = 0;
+        uint64_t flen = sf->map.len;
         hw = fnv(hw, &flen, sizeof flen);
-        if (base && flen >= 8) {
-            for (int i = 7; i >= 0; i--) hlen = hlen << 8 | base[i];
-            if (hlen > flen - 8) hlen = flen - 8;
-            hw = fnv(hw, base + 8, (size_t)hlen);   /* the JSON header: names, dtypes, shapes, offsets */
-        }
+        if (base && sf->header_len <= flen)   /* the header: names, dtypes, shapes, offsets (and GGUF metadata) */
+            hw = fnv(hw, base, sf->header_len);
         for (int t = 0; t < sf->n_tensors; t++) {
             const st_tensor *st = &sf->tensors[t];
             nt++;

@@ -103,6 +103,7 @@ struct moe_layer_w {
 static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols, bweight *w,
                        um_err *err) {
     memset(w, 0, sizeof *w);
+    if (llada_weight_type_check(be, t, err) != 0) return -1;
     const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols};
     return backend_weight_upload(be, &src, w, err);
 }
@@ -112,10 +113,11 @@ static int upload_t(backend *be, const st_tensor *t, bweight *w, um_err *err) {
                        err);
 }
 
-/* Rows [r*R/W, (r+1)*R/W) of a 2-d tensor: a view. */
+/* Rows [r*R/W, (r+1)*R/W) of a 2-d tensor: a view (whole rows: any dtype, quantized ones included). */
 static int upload_rows(backend *be, const st_tensor *t, int r, int W, bweight *w, um_err *err) {
     const int64_t lr = t->shape[0] / W, cols = t->shape[1];
-    return upload_data(be, t, (const char *)t->data + (size_t)(r * lr * cols) * dtype_size(t->type), lr, cols, w, err);
+    return upload_data(be, t, (const char *)t->data + (size_t)(r * lr) * dtype_row_bytes(t->type, cols), lr, cols, w,
+                       err);
 }
 
 moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, const model_shard *shard,
@@ -150,11 +152,17 @@ moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_laye
     if (t->sh_gate && W > 1) {   /* rows of gate / up, the matching columns of down (copied) */
         CHECK(t->sh_gate->shape[0] % W == 0);   /* model_ctx_init_shard checked shared_ffn */
         const int64_t d = t->sh_down->shape[0], cols = t->sh_down->shape[1], lc = cols / W;
-        const size_t es = dtype_size(t->sh_down->type);
-        char *part = xmalloc((size_t)(d * lc) * es);
+        const enum dtype ty = t->sh_down->type;
+        if (dtype_is_quant(ty) && lc % DTYPE_QBLOCK != 0) {
+            um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' (%s) cannot be cut into slices of %lld columns: a slice "
+                       "of a quantized weight holds whole blocks of %d", t->sh_down->name, t->sh_down->type_name,
+                       (long long)lc, DTYPE_QBLOCK);
+            goto fail;
+        }
+        const size_t rb = dtype_row_bytes(ty, cols), lb = dtype_row_bytes(ty, lc), off = dtype_row_bytes(ty, r * lc);
+        char *part = xmalloc((size_t)d * lb);
         for (int64_t i = 0; i < d; i++)
-            memcpy(part + (size_t)(i * lc) * es, (const char *)t->sh_down->data + (size_t)(i * cols + r * lc) * es,
-                   (size_t)lc * es);
+            memcpy(part + (size_t)i * lb, (const char *)t->sh_down->data + (size_t)i * rb + off, lb);
         w->sh_down_part = part;
         if (upload_rows(be, t->sh_gate, r, W, &w->sh_gate, err) || upload_rows(be, t->sh_up, r, W, &w->sh_up, err) ||
             upload_data(be, t->sh_down, part, d, lc, &w->sh_down, err))

@@ -199,8 +199,9 @@ int safetensors_parse(const uint8_t *buf, size_t len, const char *label, st_file
         safetensors_free(f);
         return -1;
     }
-    qsort(f->tensors, (size_t)f->n_tensors, sizeof(st_tensor), cmp_name);
+    safetensors_sort(f);
     f->path = xstrdup(label);
+    f->header_len = 8 + (size_t)hlen;
     return 0;
 }
 
@@ -214,6 +215,8 @@ int safetensors_open(const char *path, st_file *f, um_err *err) {
     f->map = map;
     return 0;
 }
+
+void safetensors_sort(st_file *f) { qsort(f->tensors, (size_t)f->n_tensors, sizeof(st_tensor), cmp_name); }
 
 const st_tensor *safetensors_find(const st_file *f, const char *name) {
     int lo = 0, hi = f->n_tensors - 1;

@@ -39,6 +39,8 @@ typedef struct st_file {
     file_map   map;                    /* the mapping (len 0 when parsed from a caller buffer) */
     st_tensor *tensors;                /* [n_tensors], owned, sorted by name */
     int        n_tensors;
+    size_t     header_len;             /* bytes before the data section (a checkpoint fingerprint
+                                          hashes them: model_tp.c) */
 } st_file;
 
 /* Parse buf[0..len). On error fills err ("<label>: problem") and leaves *f empty. label names the
@@ -47,6 +49,9 @@ int  safetensors_parse(const uint8_t *buf, size_t len, const char *label, st_fil
 int  safetensors_open(const char *path, st_file *f, um_err *err);
 void safetensors_free(st_file *f);
 const st_tensor *safetensors_find(const st_file *f, const char *name);
+/* Sort f->tensors by name (what safetensors_find's binary search needs): for a file whose tensor
+ * list was built another way (a GGUF file's, model/gguf_model.c). */
+void safetensors_sort(st_file *f);
 
 /* Writer: used by make-model and tests. Tensors are laid out contiguously in the order given (the
  * header is space-padded to a multiple of 8 bytes, like the reference writer). */

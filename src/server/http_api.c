@@ -387,7 +387,8 @@ static void gauges_register(http_api *a) {
                            gauge_store, &a->gauges[1]);
 }
 
-/* /v1/models id: --served-model-name, else the model directory's last component. */
+/* /v1/models id: --served-model-name, else the model directory's last component (a GGUF file's
+ * name without ".gguf"). */
 static void served_name_set(http_api *a, const server_config *cfg) {
     if (cfg->served_model_name) {
         snprintf(a->served_name, sizeof a->served_name, "%s", cfg->served_model_name);
@@ -398,6 +399,7 @@ static void served_name_set(http_api *a, const server_config *cfg) {
     while (n > 1 && m[n - 1] == '/') n--;
     const char *b = m + n;
     while (b > m && b[-1] != '/') b--;
+    if (m + n - b > 5 && strncmp(m + n - 5, ".gguf", 5) == 0) n -= 5;
     snprintf(a->served_name, sizeof a->served_name, "%.*s", (int)(m + n - b), b);
 }
 

@@ -96,7 +96,7 @@ static int parse_gpus(server_config *c, const setting *s, const char *text, um_e
 #define F(field) offsetof(server_config, field)
 #define INF 1e300
 static const setting k_settings[] = {
-    {"model", SET_STR, F(model), "models/unmask-code-13m", 0, 0, "checkpoint directory", NULL, NULL, 0, NULL},
+    {"model", SET_STR, F(model), "models/unmask-code-13m", 0, 0, "checkpoint directory or GGUF file", NULL, NULL, 0, NULL},
     {"host", SET_STR, F(host), "127.0.0.1", 0, 0, "listen address: 127.0.0.1, 0.0.0.0, ::, localhost", NULL, NULL, 0, NULL},
     {"port", SET_INT, F(port), "8080", 0, 65535, "listen port, 0 = any free port (printed)", NULL, NULL, 0, NULL},
     {"web-root", SET_STR, F(web_root), "web", 0, 0, "directory of the browser UI", NULL, NULL, 0, NULL},

@@ -23,9 +23,7 @@
 
 #define BUILTIN_MERGES 1200
 
-static const char BAILING_REGEX[] =
-    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|"
-    "\\s+(?!\\S)|\\s+";
+#define BAILING_REGEX tokenizer_split_regex(TOKENIZER_SPLIT_BAILING)
 
 /* Verbatim from LLaDA-8B-Instruct's tokenizer_config.json. */
 static const char LLADA_CHAT_TEMPLATE[] =
@@ -324,9 +322,7 @@ int tokenizer_write_builtin_ling(const char *dir, tokenizer_special *sp, um_err 
 /* ---------------------------------------------------------------- Qwen2 / Dream layout */
 
 /* The Qwen2 pre-tokenizer regex (the slow Qwen2 / Dream tokenizer's). */
-static const char QWEN2_REGEX[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-    "\\s+(?!\\S)|\\s+";
+#define QWEN2_REGEX tokenizer_split_regex(TOKENIZER_SPLIT_QWEN2)
 
 /* Verbatim from Dream-v0-Instruct-7B's tokenizer_config.json (Qwen2.5 ChatML with a default system
  * prompt and tool calls). */

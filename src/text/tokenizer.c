@@ -6,7 +6,8 @@
  * lossy UTF-8 repair; an incremental decoder; loading tokenizer.json or vocab.json + merges.txt.
  *
  * Not here: post-processors (no BOS/EOS is added), truncation/padding, offsets, WordPiece /
- * Unigram / WordLevel models (rejected with UM_ERR_UNSUPPORTED), the built-in tokenizer
+ * Unigram / WordLevel models (rejected with UM_ERR_UNSUPPORTED), reading GGUF files (model/ hands
+ * their tokenizer arrays to tokenizer_load_vocab), the built-in tokenizer
  * (bpe_builtin.c), chat templates (chat_template.c).
  *
  * Threads: loading on any one thread; a loaded tokenizer is shared read-only (bpe.c guards its
@@ -36,6 +37,18 @@ static const char GPT2_PATTERN[] =
 static const char QWEN2_PATTERN[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+/* LLaDA's and the Ling / Bailing family's Split regex (their tokenizer.json). */
+static const char BAILING_PATTERN[] =
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|"
+    "\\s+(?!\\S)|\\s+";
+
+const char *tokenizer_split_regex(enum tokenizer_split s) {
+    switch (s) {
+    case TOKENIZER_SPLIT_QWEN2: return QWEN2_PATTERN;
+    case TOKENIZER_SPLIT_BAILING: return BAILING_PATTERN;
+    default: return GPT2_PATTERN;
+    }
+}
 
 enum split_behavior { SB_REMOVED, SB_ISOLATED, SB_MERGED_PREV, SB_MERGED_NEXT, SB_CONTIGUOUS };
 enum pt_kind { PT_SPLIT, PT_BYTELEVEL };
@@ -826,6 +839,15 @@ static int add_merge_strings(tokenizer *t, const char *a, size_t al, const char 
     return 0;
 }
 
+/* One merge given as the string "a b" (exactly one space). */
+static int add_merge_line(tokenizer *t, const char *s, size_t len, uint32_t rank, const char *label, um_err *err) {
+    const char *sp = memchr(s, ' ', len);
+    if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - s)))
+        return um_err_set(err, UM_ERR_FORMAT, "%s: merge %u \"%.*s\" is not \"a b\"", label, rank,
+                          (int)(len > 40 ? 40 : len), s);
+    return add_merge_strings(t, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp + 1 - s), rank, label, err);
+}
+
 static int parse_merges(tokenizer *t, const json_t *merges, const char *label, um_err *err) {
     if (!merges || json_is_null(merges)) return 0;
     if (!json_is_array(merges)) return fmt_err(err, label, "model.merges must be an array");
@@ -834,14 +856,7 @@ static int parse_merges(tokenizer *t, const json_t *merges, const char *label, u
     json_array_foreach(merges, i, m) {
         if (i >= UINT32_MAX) return fmt_err(err, label, "too many merges");
         if (json_is_string(m)) {
-            const char *s = json_string_value(m);
-            size_t len = json_string_length(m);
-            const char *sp = memchr(s, ' ', len);
-            if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - s)))
-                return um_err_set(err, UM_ERR_FORMAT, "%s: merge %zu \"%.40s\" is not \"a b\"", label, i, s);
-            if (add_merge_strings(t, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp + 1 - s), (uint32_t)i, label,
-                                  err) != 0)
-                return -1;
+            if (add_merge_line(t, json_string_value(m), json_string_length(m), (uint32_t)i, label, err) != 0) return -1;
         } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
                    json_is_string(json_array_get(m, 1))) {
             const json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
@@ -935,6 +950,71 @@ int tokenizer_load_json(const char *buf, size_t len, const char *label, tokenize
     tokenizer *t = tok_new();
     int rc = parse_tokenizer_json(t, root, label, err);
     json_decref(root);
+    if (rc == 0) rc = tok_finish(t, label, err);
+    if (rc != 0) {
+        tok_destroy(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+/* ================================================================ arrays (GGUF metadata) */
+
+/* The split steps of v: [NFC], the regex (GPT-2's inside ByteLevel, as HF's use_regex does), the
+ * byte-level mapping. */
+static int vocab_pretok(tokenizer *t, const tokenizer_vocab *v, const char *label, um_err *err) {
+    if (v->nfc) t->norm[t->n_norm++] = NORM_NFC;
+    if (v->split == TOKENIZER_SPLIT_GPT2) {
+        t->pre[0] = (pretok){.kind = PT_BYTELEVEL, .behavior = SB_ISOLATED};
+        if (uregex_compile(GPT2_PATTERN, sizeof GPT2_PATTERN - 1, &t->pre[0].re, err) != 0) return -1;
+        t->n_pre = 1;
+    } else {
+        const char *re = tokenizer_split_regex(v->split);
+        if (add_regex_step(t, re, strlen(re), SB_ISOLATED, 0, label, err) != 0) return -1;
+        t->pre[t->n_pre++] = (pretok){.kind = PT_BYTELEVEL, .behavior = SB_ISOLATED};
+    }
+    t->bpe.byte_level = 1;
+    return 0;
+}
+
+static int vocab_tokens(tokenizer *t, const tokenizer_vocab *v, const char *label, um_err *err) {
+    if (v->n_tokens <= 0 || v->n_tokens > TOKENIZER_MAX_ID)
+        return um_err_set(err, UM_ERR_FORMAT, "%s: %d tokens (1 to %d are valid)", label, v->n_tokens, TOKENIZER_MAX_ID);
+    strmap_free(&t->bpe.vocab);
+    strmap_init(&t->bpe.vocab, (size_t)v->n_tokens);
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        const int32_t kind = v->kind ? v->kind[i] : TOKENIZER_TOKEN_NORMAL;
+        if (kind < TOKENIZER_TOKEN_NORMAL || kind > TOKENIZER_TOKEN_BYTE)
+            return um_err_set(err, UM_ERR_FORMAT, "%s: token %d has unknown type %d", label, i, kind);
+        if (kind == TOKENIZER_TOKEN_UNUSED) continue;
+        const char *p = v->token[i];
+        const size_t len = v->token_len[i];
+        if (len == 0) return um_err_set(err, UM_ERR_FORMAT, "%s: token %d is empty", label, i);
+        const int32_t other = strmap_get(&t->bpe.vocab, p, len);
+        if (other >= 0)
+            return um_err_set(err, UM_ERR_FORMAT, "%s: tokens %d and %d are both \"%.*s\"", label, other, i,
+                              (int)(len > 40 ? 40 : len), p);
+        CHECK(bpe_add_piece(&t->bpe, i, p, len) == 0);   /* ids are distinct */
+        if (kind == TOKENIZER_TOKEN_CONTROL || kind == TOKENIZER_TOKEN_USER_DEFINED)
+            add_added(t, p, len, i, kind == TOKENIZER_TOKEN_CONTROL, 0, 0, 0, 0);
+    }
+    return 0;
+}
+
+int tokenizer_load_vocab(const tokenizer_vocab *v, const char *label, tokenizer **out, um_err *err) {
+    *out = NULL;
+    tokenizer *t = tok_new();
+    int rc = vocab_tokens(t, v, label, err);
+    for (int64_t i = 0; rc == 0 && i < v->n_merges; i++) {
+        if (i >= UINT32_MAX) rc = fmt_err(err, label, "too many merges");
+        else rc = add_merge_line(t, v->merge[i], v->merge_len[i], (uint32_t)i, label, err);
+    }
+    if (rc == 0) rc = vocab_pretok(t, v, label, err);
+    const char *const names[] = {"bos_token", "eos_token", "pad_token", "unk_token", "mask_token"};
+    const char *const values[] = {v->bos_token, v->eos_token, v->pad_token, v->unk_token, v->mask_token};
+    for (int i = 0; rc == 0 && i < 5; i++)
+        if (values[i]) config_token_set(t, names[i], values[i]);
     if (rc == 0) rc = tok_finish(t, label, err);
     if (rc != 0) {
         tok_destroy(t);

@@ -2,7 +2,8 @@
  * tokenizer.h — text <-> token ids for the tokenizers real checkpoints ship: a Hugging Face
  * tokenizer.json (byte-level BPE: added tokens, NFC/Sequence normalizers, Split/ByteLevel
  * pre-tokenizers, BPE model, ByteLevel decoder) or GPT-2 style vocab.json + merges.txt (+ the
- * added tokens of added_tokens.json / tokenizer_config.json, NFC + Qwen2 regex as Dream does).
+ * added tokens of added_tokens.json / tokenizer_config.json, NFC + Qwen2 regex as Dream does), or
+ * the same byte-level BPE given as arrays (a GGUF file's tokenizer.ggml.* metadata: model/gguf_model.c).
  *
  * Not here: chat templates (chat_template.h), post-processors (templates that add BOS — callers
  * encode with "add_special_tokens=False" semantics, as the reference code does), other models
@@ -32,6 +33,46 @@ int  tokenizer_load_dir(const char *dir, tokenizer **out, um_err *err);
 /* Parse a tokenizer.json held in memory (buf need not be NUL-terminated). label names the source
  * in error messages. Safe on arbitrary bytes (fuzzable). */
 int  tokenizer_load_json(const char *buf, size_t len, const char *label, tokenizer **out, um_err *err);
+/* The pre-tokenizer split regexes known by name; each is followed by the byte-level mapping. */
+enum tokenizer_split {
+    TOKENIZER_SPLIT_GPT2,       /* GPT-2's ByteLevel regex */
+    TOKENIZER_SPLIT_QWEN2,      /* Qwen2 / Dream (with NFC before it: tokenizer_vocab.nfc) */
+    TOKENIZER_SPLIT_BAILING,    /* LLaDA and the Ling / Bailing family (LLaDA-MoE, LLaDA2) */
+};
+/* The regex of a split (the same text HF tokenizer.json files carry). */
+const char *tokenizer_split_regex(enum tokenizer_split s);
+
+/* Token kinds, numbered as GGUF's tokenizer.ggml.token_type. */
+enum tokenizer_token_kind {
+    TOKENIZER_TOKEN_NORMAL = 1,        /* a BPE vocabulary entry */
+    TOKENIZER_TOKEN_UNKNOWN = 2,       /* read as NORMAL */
+    TOKENIZER_TOKEN_CONTROL = 3,       /* an added token marked special */
+    TOKENIZER_TOKEN_USER_DEFINED = 4,  /* an added token not marked special */
+    TOKENIZER_TOKEN_UNUSED = 5,        /* an id with no token (padding rows): not in the vocabulary */
+    TOKENIZER_TOKEN_BYTE = 6,          /* read as NORMAL */
+};
+
+/* A byte-level BPE tokenizer given as arrays. Added tokens (CONTROL, USER_DEFINED) are matched
+ * before the split as HF matches added tokens with lstrip / rstrip / single_word / normalized all
+ * false; every token that is not UNUSED is also a BPE vocabulary entry. */
+typedef struct tokenizer_vocab {
+    int32_t              n_tokens;    /* ids 0..n_tokens-1 */
+    const char *const   *token;       /* [n_tokens] vocabulary strings (byte-level form), token_len bytes each */
+    const uint32_t      *token_len;   /* [n_tokens] */
+    const int32_t       *kind;        /* [n_tokens] enum tokenizer_token_kind, or NULL: all NORMAL */
+    int64_t              n_merges;    /* merge rank = index */
+    const char *const   *merge;       /* [n_merges] "left right" */
+    const uint32_t      *merge_len;   /* [n_merges] */
+    enum tokenizer_split split;
+    int                  nfc;         /* 1: normalize text to NFC before splitting */
+    const char          *bos_token, *eos_token, *pad_token, *unk_token, *mask_token;   /* token strings
+                                         for tokenizer_config_token (NULL: none) */
+} tokenizer_vocab;
+
+/* Build a tokenizer from arrays (copied; safe on arbitrary contents). label names the source in
+ * error messages (UM_ERR_FORMAT: empty or repeated token strings, a bad token kind, merges that are
+ * not "a b" or name tokens not in the vocabulary). */
+int  tokenizer_load_vocab(const tokenizer_vocab *v, const char *label, tokenizer **out, um_err *err);
 /* Free a tokenizer and everything it owns (vocabulary, merges, regexes, word cache). NULL is a
  * no-op. No other thread may still be using tok. */
 void tokenizer_free(tokenizer *tok);

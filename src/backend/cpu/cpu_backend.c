@@ -2,8 +2,9 @@
  * cpu_backend.c — the CPU backend: fp32 activations in ordinary host memory; BF16 weights packed
  * once at upload for the bf16 kernels (cpu_gemm.h) when this CPU has them, else used in place from
  * the mmapped checkpoint and widened per tile inside the fp32 matmul (F32 weights are read in
- * place; F16 take the fp32 path); one thread pool (cpu_pool.h) for every parallel loop,
- * single-threaded OpenBLAS inside its tasks.
+ * place; F16 take the fp32 path); matrices quantized to Q8_0 / Q4_0 at upload (or uploaded so)
+ * repacked for the int8 kernels (cpu_qgemm.h), their only copy; one thread pool (cpu_pool.h) for
+ * every parallel loop, single-threaded OpenBLAS inside its tasks.
  * This file: init/free, weights, buffers, the fused linear op and the element-wise ops (embed,
  * rmsnorm, rope, swiglu, add, get_rows, store_rows). matmul is in cpu_matmul.c, attention in
  * cpu_attention.c.
@@ -28,6 +29,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/cpu_mem.h"
 #include "util/log.h"
+#include "util/quant.h"
 #include "util/timeutil.h"
 
 /* Below this many elements an element-wise op runs on the calling thread only: handing it out
@@ -56,6 +58,16 @@ void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_
     cpu_pool_run(ci->pool, (n + grain - 1) / grain, parallel ? 0 : 1, range_task, &r);
 }
 
+void *cpu_qbuf_reserve(cpu_impl *ci, int64_t n, int64_t kpad) {
+    const size_t bytes = cpu_qact_bytes(n, kpad);
+    if (bytes > ci->qbuf_cap) {
+        cpu_mem_free(ci->qbuf);
+        ci->qbuf_cap = bytes + bytes / 4;
+        ci->qbuf = cpu_mem_alloc(ci->qbuf_cap);
+    }
+    return ci->qbuf;
+}
+
 uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n) {
     if (n > ci->abuf_cap) {
         cpu_mem_free(ci->abuf);
@@ -75,7 +87,11 @@ float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n) {
 }
 
 CPU_HOT_CLONES void cpu_weight_to_f32(const bweight *w, size_t off, size_t n, float *dst) {
-    if (w->type == DTYPE_F32) {
+    if (dtype_is_quant(w->type)) {   /* a view of GGUF-layout rows (a quantized embedding), whole blocks */
+        CHECK(!cpu_weight_qpacked(w) && off % DTYPE_QBLOCK == 0 && n % DTYPE_QBLOCK == 0);
+        quant_row_dequantize(w->type, (const uint8_t *)w->data + dtype_row_bytes(w->type, (int64_t)off), dst,
+                             (int64_t)n);
+    } else if (w->type == DTYPE_F32) {
         memcpy(dst, (const float *)w->data + off, n * sizeof(float));
     } else if (w->type == DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)w->data + off;
@@ -97,12 +113,33 @@ static int wants_packing(const cpu_impl *ci, const bweight_src *src) {
     return ci->gemm && src->type == DTYPE_BF16 && !src->rows_only;
 }
 
+/* The quantized type a matrix is stored in: its own when the source is quantized, else the one the
+ * caller asks for; 0 (DTYPE_F32) when it stays as it is. Gather-only weights are not repacked (a
+ * quantized embedding stays a view of its blocks, dequantized row by row). */
+static enum dtype quant_of(const bweight_src *src) {
+    if (src->rows_only) return DTYPE_F32;
+    if (dtype_is_quant(src->type)) return src->type;
+    return dtype_is_quant(src->quant) ? src->quant : DTYPE_F32;
+}
+
 static int cpu_weight_upload(backend *be, const bweight_src *src, bweight *out, um_err *err) {
     (void)err;
     cpu_impl *ci = cpu_impl_of(be);
     memset(out, 0, sizeof *out);
-    CHECK((src->type == DTYPE_F32 || src->type == DTYPE_BF16 || src->type == DTYPE_F16) && src->rows > 0 &&
-          src->cols > 0);
+    CHECK((src->type == DTYPE_F32 || src->type == DTYPE_BF16 || src->type == DTYPE_F16 || dtype_is_quant(src->type)) &&
+          src->rows > 0 && src->cols > 0);
+    CHECK(!dtype_is_quant(src->type) || src->cols % DTYPE_QBLOCK == 0);
+    const enum dtype q = quant_of(src);
+    if (dtype_is_quant(q)) {   /* the packed quantized blocks are the only copy kept */
+        cpu_wmem *m = xcalloc(1, sizeof *m);
+        cpu_qpacked_init(&m->qpacked, q, src->data, src->type, src->rows, src->cols, ci->pool);
+        *out = (bweight){.data = m->qpacked.p, .type = q, .rows = src->rows, .cols = src->cols, .owned = m};
+        return 0;
+    }
+    if (dtype_is_quant(src->type)) {   /* a gather-only view of quantized rows */
+        *out = (bweight){.data = src->data, .type = src->type, .rows = src->rows, .cols = src->cols};
+        return 0;
+    }
     const size_t es = dtype_size(src->type), nbytes = (size_t)(src->rows * src->cols) * es;
     out->type = src->type;
     out->rows = src->rows;
@@ -127,10 +164,21 @@ static void cpu_weight_free(backend *be, bweight *w) {
     cpu_wmem *m = w->owned;
     if (m) {
         cpu_packed_free(&m->packed);
+        cpu_qpacked_free(&m->qpacked);
         cpu_mem_free(m->copy);
         free(m);
     }
     memset(w, 0, sizeof *w);
+}
+
+/* A quantized or bf16-packed matrix is all its products read; anything else reads bweight.data (a
+ * packed [1, C] vector is also a norm weight, read through data). */
+static int cpu_weight_keeps_source(backend *be, const bweight *w) {
+    (void)be;
+    const cpu_wmem *m = w->owned;
+    if (m && m->qpacked.p) return 0;
+    if (m && m->packed.p && !m->copy && w->rows > 1) return 0;
+    return !(m && m->copy);
 }
 
 /* Activation buffers and KV cache slots: big ones come back from the cache with their pages mapped */
@@ -148,8 +196,39 @@ static void cpu_act_to_host(backend *be, const void *src, size_t n, float *dst) 
 /* backend_linear: on packed weights, the input is cast to bf16 once (RMSNorm included) and every
  * product of the op is one run of the GEMM layer with its epilogue; anything else runs as the
  * single ops (the fp32 reference path). */
+/* backend_linear on quantized weights (every w[j] quantized, of one type): the input quantized once
+ * (RMSNorm included), every product one run of the quantized layer with its epilogue. */
+static void cpu_linear_quant(cpu_impl *ci, const blinear *op, const cpu_qpacked *const *qw) {
+    if (op->n <= 0) return;
+    cpu_qact a;
+    cpu_act_to_q8(ci->pool, op->x, op->n, op->w[0]->cols, qw[0]->kpad, op->norm, op->eps,
+                  cpu_qbuf_reserve(ci, op->n, qw[0]->kpad), &a);
+    cpu_qgemm_out outs[3];
+    int n_out = 1;
+    memset(outs, 0, sizeof outs);
+    if (op->epi == BLIN_STORE) {
+        n_out = op->n_w;
+        for (int j = 0; j < n_out; j++) outs[j] = (cpu_qgemm_out){.w = qw[j], .epi = CPU_EPI_STORE, .y = op->y[j]};
+    } else if (op->epi == BLIN_ADD) {
+        CHECK(op->n_w == 1);
+        outs[0] = (cpu_qgemm_out){.w = qw[0], .epi = CPU_EPI_ADD, .y = op->y[0]};
+    } else {
+        CHECK(op->n_w == 2);
+        outs[0] = (cpu_qgemm_out){.w = qw[0], .w2 = qw[1], .epi = CPU_EPI_SWIGLU, .y = op->y[0]};
+    }
+    cpu_qgemm_run(ci->pool, ci->qgemm, &a, op->n, outs, n_out);
+}
+
 static void cpu_linear(backend *be, const blinear *op) {
     cpu_impl *ci = cpu_impl_of(be);
+    const cpu_qpacked *qw[3] = {NULL, NULL, NULL};
+    int quant = op->n_w >= 1 && op->n_w <= 3;
+    for (int j = 0; quant && j < op->n_w; j++)
+        quant = (qw[j] = cpu_weight_qpacked(op->w[j])) != NULL && qw[j]->type == qw[0]->type;
+    if (quant) {
+        cpu_linear_quant(ci, op, qw);
+        return;
+    }
     const cpu_packed *pw[3] = {NULL, NULL, NULL};
     int packed = ci->gemm != NULL && op->n_w >= 1 && op->n_w <= 3;
     for (int j = 0; packed && j < op->n_w; j++) packed = (pw[j] = cpu_weight_packed(op->w[j])) != NULL;
@@ -408,6 +487,7 @@ static void cpu_free(backend *be) {
     free(ci->wtile);
     free(ci->scores);
     cpu_mem_free(ci->abuf);
+    cpu_mem_free(ci->qbuf);
     cpu_mem_free(ci->attn_kv.p);
     free(ci->rope_pos);
     cpu_mem_free(ci->rope_cos);
@@ -470,6 +550,8 @@ static const backend_ops k_cpu_ops = {
     .free = cpu_free,
     .linear = cpu_linear,
     .host_parallel_for = cpu_host_parallel_for,
+    .weight_keeps_source = cpu_weight_keeps_source,
+    .quant_weights = 1,
     .event_new = cpu_event_new,
     .event_free = cpu_event_free,
     .event_record = cpu_event_record,
@@ -510,11 +592,14 @@ backend *backend_cpu_init(int n_threads) {
     ci->gemm = ci->kernels == BACKEND_CPU_KERNELS_AMX          ? &cpu_gemm_amx
                : ci->kernels == BACKEND_CPU_KERNELS_AVX512BF16 ? &cpu_gemm_avx512bf16
                                                                : NULL;
+    const enum cpu_qkernels qk = cpu_qkernels_resolve();
+    ci->qgemm = cpu_qkernels_family(qk);
     ci->wtile = xcalloc((size_t)n_threads, sizeof *ci->wtile);
     ci->scores = xcalloc((size_t)n_threads, sizeof *ci->scores);
-    size_t dl = strlen(backend_cpu_kernels_name(ci->kernels)) + 32;
+    size_t dl = strlen(backend_cpu_kernels_name(ci->kernels)) + strlen(cpu_qkernels_name(qk)) + 64;
     ci->description = xmalloc(dl);
-    snprintf(ci->description, dl, "cpu (%s kernels)", backend_cpu_kernels_name(ci->kernels));
+    snprintf(ci->description, dl, "cpu (%s kernels; quantized weights: %s)", backend_cpu_kernels_name(ci->kernels),
+             cpu_qkernels_name(qk));
     be->ops = &k_cpu_ops;
     be->name = "cpu";
     be->description = ci->description;

@@ -1,7 +1,7 @@
 /*
  * cpu_features.c — run-time CPU probes (cpuid leaves 1 and 7, XCR0 through xgetbv, the Linux AMX
- * tile-data permission) and the process-wide choice of the bf16 kernel path (cpu_features.h,
- * backend.h "CPU kernels").
+ * tile-data permission) and the process-wide choices of the bf16 kernel path (cpu_features.h,
+ * backend.h "CPU kernels") and of the int8 family of quantized weights (cpu_qkernels_*).
  *
  * Does not: run kernels. On a non-x86 build every bf16 path reports absent and AUTO means fp32.
  * Threading: probes once under pthread_once (any thread); the selection is written by the main
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_qgemm.h"
 #include "util/log.h"
 
 #if defined(__x86_64__)
@@ -54,20 +55,27 @@ static void features_probe(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     const int osxsave = (c >> 27) & 1;
+    const int fma_f16c = ((c >> 12) & 1) && ((c >> 29) & 1);                    /* FMA, F16C */
     unsigned long long xcr0 = osxsave ? xcr0_read() : 0;
+    const int os_avx = (xcr0 & 0x6) == 0x6;                                      /* SSE, AVX (ymm) */
     const int os_avx512 = (xcr0 & 0xe6) == 0xe6;              /* SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM */
     const int os_tiles = ((xcr0 >> 17) & 3) == 3;             /* XTILECFG, XTILEDATA */
     if (__get_cpuid_max(0, NULL) < 7) return;
     __cpuid_count(7, 0, a, b, c, d);
     const int avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);   /* F, BW, VL */
     const int amx = ((d >> 22) & 1) && ((d >> 24) & 1);                        /* AMX-BF16, AMX-TILE */
+    const int avx2 = (b >> 5) & 1, vnni512 = (c >> 11) & 1;                    /* AVX2, AVX512_VNNI */
     const unsigned max_sub = a;
-    int bf16 = 0;
+    int bf16 = 0, avxvnni = 0;
     if (max_sub >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         bf16 = (a >> 5) & 1;                                                   /* AVX512_BF16 */
+        avxvnni = (a >> 4) & 1;                                                /* AVX-VNNI */
     }
     g_feat.avx512bf16 = avx512 && bf16 && os_avx512;
+    g_feat.avx2 = avx2 && fma_f16c && os_avx;
+    g_feat.avxvnni = g_feat.avx2 && avxvnni;
+    g_feat.avx512vnni = avx512 && vnni512 && os_avx512 && fma_f16c;
     if (!amx) {
         snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "the CPU has no AMX-BF16");
     } else if (!os_tiles) {
@@ -105,6 +113,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void tria
     const __m512 acc = _mm512_dpbf16_ps(_mm512_set1_ps(1.0f), (__m512bh)_mm512_set1_epi16(0x3f80),
                                         (__m512bh)_mm512_set1_epi16(0x3f80));
     _mm512_storeu_ps((float *)out, acc);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void trial_avx512vnni(void) {
+    volatile int32_t out[16];
+    const __m512i acc = _mm512_dpbusd_epi32(_mm512_set1_epi32(1), _mm512_set1_epi8(2), _mm512_set1_epi8(3));
+    _mm512_storeu_si512((void *)out, acc);
+}
+
+__attribute__((target("avx2,avxvnni"))) static void trial_avxvnni(void) {
+    volatile int32_t out[8];
+    const __m256i acc = _mm256_dpbusd_avx_epi32(_mm256_set1_epi32(1), _mm256_set1_epi8(2), _mm256_set1_epi8(3));
+    _mm256_storeu_si256((void *)out, acc);
 }
 
 static void trial_fault_ill(void) { __asm__ volatile("ud2"); }
@@ -152,6 +172,8 @@ static void features_trials(void) {
             snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "AMX without AVX512-BF16");
         }
     }
+    if (g_feat.avx512vnni && trial_run("avx512vnni", trial_avx512vnni) != 0) g_feat.avx512vnni = 0;
+    if (g_feat.avxvnni && trial_run("avxvnni", trial_avxvnni) != 0) g_feat.avxvnni = 0;
     if (g_feat.amx_bf16 && (sig = trial_run("amx", trial_amx)) != 0) {
         g_feat.amx_bf16 = 0;
         snprintf(g_feat.amx_why, sizeof g_feat.amx_why,
@@ -172,6 +194,9 @@ static void features_init(void) {
     features_probe();
     features_trials();
     if (!cpu_gemm_avx512bf16.block) g_feat.avx512bf16 = 0;   /* this compiler built no such kernels */
+    if (!cpu_qgemm_avx2.block) g_feat.avx2 = 0;
+    if (!cpu_qgemm_avxvnni.block) g_feat.avxvnni = 0;
+    if (!cpu_qgemm_avx512vnni.block) g_feat.avx512vnni = 0;
     if (g_feat.amx_bf16 && (!cpu_gemm_amx.block || !g_feat.avx512bf16)) {
         g_feat.amx_bf16 = 0;
         snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "this build has no AMX kernels");
@@ -247,4 +272,77 @@ enum backend_cpu_kernels cpu_kernels_resolve(void) {
         }
     }
     return k == BACKEND_CPU_KERNELS_AUTO ? kernels_best() : k;
+}
+
+/* ---------------------------------------------------------------- the quantized weights' kernels */
+
+static const char *const k_qnames[] = {
+    [CPU_QKERNELS_AUTO] = "auto",
+    [CPU_QKERNELS_SCALAR] = "scalar",
+    [CPU_QKERNELS_AVX2] = "avx2",
+    [CPU_QKERNELS_AVXVNNI] = "avxvnni",
+    [CPU_QKERNELS_AVX512VNNI] = "avx512vnni",
+};
+static int g_qselected = -1;   /* -1: nothing selected (UNMASK_CPU_QKERNELS or AUTO) */
+
+int cpu_qkernels_parse(const char *name, enum cpu_qkernels *out) {
+    for (int k = 0; k < (int)(sizeof k_qnames / sizeof k_qnames[0]); k++)
+        if (name && strcmp(name, k_qnames[k]) == 0) {
+            *out = (enum cpu_qkernels)k;
+            return 0;
+        }
+    return -1;
+}
+
+const char *cpu_qkernels_name(enum cpu_qkernels k) {
+    return (int)k >= 0 && (int)k < (int)(sizeof k_qnames / sizeof k_qnames[0]) ? k_qnames[k] : "?";
+}
+
+static int qkernels_check(enum cpu_qkernels k, um_err *err) {
+    const cpu_features *f = cpu_features_get();
+    const int have = k == CPU_QKERNELS_AVX2         ? f->avx2
+                     : k == CPU_QKERNELS_AVXVNNI    ? f->avxvnni
+                     : k == CPU_QKERNELS_AVX512VNNI ? f->avx512vnni
+                                                    : 1;
+    if (!have)
+        return um_err_param(err, "cpu-qkernels", "int8 kernels %s: this CPU (or OS, or build) lacks %s; use auto, "
+                            "scalar or one it has", cpu_qkernels_name(k),
+                            k == CPU_QKERNELS_AVX2 ? "AVX2/FMA/F16C" : k == CPU_QKERNELS_AVXVNNI ? "AVX-VNNI" : "AVX512-VNNI");
+    return 0;
+}
+
+int cpu_qkernels_select(enum cpu_qkernels k, um_err *err) {
+    if (qkernels_check(k, err) != 0) return -1;
+    g_qselected = (int)k;
+    return 0;
+}
+
+enum cpu_qkernels cpu_qkernels_resolve(void) {
+    enum cpu_qkernels k = CPU_QKERNELS_AUTO;
+    if (g_qselected >= 0) {
+        k = (enum cpu_qkernels)g_qselected;
+    } else {
+        const char *env = getenv("UNMASK_CPU_QKERNELS");
+        if (env && *env) {
+            um_err err = {0};
+            if (cpu_qkernels_parse(env, &k) != 0)
+                UM_FATAL("UNMASK_CPU_QKERNELS=%s: unknown kernel family (auto, avx512vnni, avxvnni, avx2, scalar)", env);
+            if (qkernels_check(k, &err) != 0) UM_FATAL("UNMASK_CPU_QKERNELS=%s: %s", env, err.msg);
+        }
+    }
+    if (k != CPU_QKERNELS_AUTO) return k;
+    const cpu_features *f = cpu_features_get();
+    return f->avx512vnni ? CPU_QKERNELS_AVX512VNNI
+           : f->avxvnni  ? CPU_QKERNELS_AVXVNNI
+           : f->avx2     ? CPU_QKERNELS_AVX2
+                         : CPU_QKERNELS_SCALAR;
+}
+
+const cpu_qgemm_kernel *cpu_qkernels_family(enum cpu_qkernels k) {
+    switch (k) {
+    case CPU_QKERNELS_AVX2: return &cpu_qgemm_avx2;
+    case CPU_QKERNELS_AVXVNNI: return &cpu_qgemm_avxvnni;
+    case CPU_QKERNELS_AVX512VNNI: return &cpu_qgemm_avx512vnni;
+    default: return &cpu_qgemm_scalar;
+    }
 }

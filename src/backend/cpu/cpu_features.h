@@ -4,6 +4,7 @@
  * AMX-BF16 tiles, AVX512-BF16 (vdpbf16ps), or the fp32 reference (OpenBLAS sgemm on weights widened
  * per tile). Process-wide: the path chosen by backend_cpu_kernels_select() (the --cpu-kernels
  * flag) or the UNMASK_CPU_KERNELS environment variable applies to CPU backends created afterwards.
+ * Likewise the int8 kernel family of Q8_0 / Q4_0 weights (cpu_qkernels_*, UNMASK_CPU_QKERNELS).
  *
  * Does not: run any kernel (cpu_gemm*.c do), know about weights or threads.
  * Threading: the probes are computed once (thread-safe, pthread_once); select() is called by the
@@ -21,6 +22,10 @@ typedef struct cpu_features {
     int avx512bf16_fault;     /* 0, or the signal vdpbf16ps raised in its trial though cpuid and XCR0
                                  said yes (SIGILL, SIGSEGV) */
     char amx_why[96]; /* why amx_bf16 is 0 (empty when it is 1) */
+    /* the int8 kernels of quantized weights (cpu_qgemm.h) */
+    int avx2;         /* AVX2 + FMA + F16C, ymm state enabled by the OS */
+    int avxvnni;      /* AVX-VNNI (vpdpbusd on ymm) besides avx2 */
+    int avx512vnni;   /* AVX512F+BW+VL+VNNI, zmm/opmask state enabled, F16C + FMA */
 } cpu_features;
 
 /* The probe results (computed on first call: cpuid/XCR0/arch_prctl, then one trial of each bf16
@@ -31,5 +36,29 @@ const cpu_features *cpu_features_get(void);
  * available (AMX, then AVX512-BF16, then fp32). Never AUTO. Aborts (UM_FATAL) when
  * UNMASK_CPU_KERNELS names an unknown or unavailable path: that is impossible setup. */
 enum backend_cpu_kernels cpu_kernels_resolve(void);
+
+/* ---------------------------------------------------------------- quantized weights' kernels
+ * The kernel family of Q8_0 / Q4_0 products (cpu_qgemm.h). AUTO: the best this CPU has
+ * (AVX512-VNNI, AVX-VNNI, AVX2, scalar). Chosen per process like the bf16 path: cpu_qkernels_select()
+ * (tests, benchmarks), else the UNMASK_CPU_QKERNELS environment variable, else AUTO. */
+enum cpu_qkernels {
+    CPU_QKERNELS_AUTO,
+    CPU_QKERNELS_SCALAR,
+    CPU_QKERNELS_AVX2,
+    CPU_QKERNELS_AVXVNNI,
+    CPU_QKERNELS_AVX512VNNI,
+};
+struct cpu_qgemm_kernel;
+/* "auto", "scalar", "avx2", "avxvnni", "avx512vnni" -> *out: 0, or -1 when unknown. */
+int  cpu_qkernels_parse(const char *name, enum cpu_qkernels *out);
+const char *cpu_qkernels_name(enum cpu_qkernels k);
+/* Use family k in the CPU backends created from now on; -1 + err (param "cpu-qkernels") saying what
+ * this CPU lacks. */
+int  cpu_qkernels_select(enum cpu_qkernels k, um_err *err);
+/* The family backends created now use (never AUTO). Aborts (UM_FATAL) when UNMASK_CPU_QKERNELS
+ * names an unknown or unavailable family: impossible setup. */
+enum cpu_qkernels cpu_qkernels_resolve(void);
+/* Its kernels. */
+const struct cpu_qgemm_kernel *cpu_qkernels_family(enum cpu_qkernels k);
 
 #endif /* UM_CPU_FEATURES_H */

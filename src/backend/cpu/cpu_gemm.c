@@ -135,10 +135,9 @@ void cpu_act_to_bf16(cpu_pool *pool, const float *x, int64_t n, int64_t cols, in
 
 /* ---------------------------------------------------------------- epilogues */
 
-/* m rows of the block buffer c ([m][64]) into y (rows ldy apart), ncols columns. SWIGLU: the gate
- * is c[i][0..half), the up product c[i][half..2 half). bias: [ncols] (zeros when there is none). */
-CPU_WIDE_CLONES static void epi_rows(enum cpu_epi epi, const float *c, int m, int ncols, int half, const float *bias,
-                                     float *y, int64_t ldy) {
+/* cpu_gemm.h */
+CPU_WIDE_CLONES void cpu_gemm_epi_rows(enum cpu_epi epi, const float *c, int m, int ncols, int half,
+                                       const float *bias, float *y, int64_t ldy) {
     for (int i = 0; i < m; i++) {
         const float *ci = c + i * 64;
         float *yi = y + i * ldy;
@@ -233,7 +232,7 @@ static void gemm_task(void *arg, int64_t t, int slot) {
                                pf ? nxt.ng : 0);
             else
                 r->k->block(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c);
-            epi_rows(out->epi, c, mb, (int)cur.ncols, cur.half, bias, out->y + i0 * R + cur.col0, R);
+            cpu_gemm_epi_rows(out->epi, c, mb, (int)cur.ncols, cur.half, bias, out->y + i0 * R + cur.col0, R);
         }
         if (has_next) cur = nxt;
     }

@@ -74,6 +74,12 @@ typedef struct cpu_gemm_out {
     float            *y;       /* [m, w.rows] */
 } cpu_gemm_out;
 
+/* The epilogue of a block: m rows of the block buffer c ([m][64]) into y (rows ldy apart), ncols
+ * columns. SWIGLU: the gate is c[i][0..half), the up product c[i][half..2 half). bias: [ncols]
+ * (zeros when there is none). Shared with the quantized layer (cpu_qgemm.h). */
+void cpu_gemm_epi_rows(enum cpu_epi epi, const float *c, int m, int ncols, int half, const float *bias, float *y,
+                       int64_t ldy);
+
 /* Pack a BF16 weight [rows, cols] (row-major, any alignment) into *out (allocated). Parallel over
  * groups on the pool. */
 void cpu_packed_init(cpu_packed *out, const uint16_t *w, int64_t rows, int64_t cols, cpu_pool *pool);

@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_mem.h"
 #include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_qgemm.h"
 
 /* One growable f32 buffer per pool slot, padded to a cache line against false sharing. */
 typedef struct cpu_tbuf {
@@ -28,10 +29,12 @@ typedef struct cpu_tbuf {
 
 /* What bweight.owned points to for a CPU weight: the aligned copy of a misaligned source and the
  * packed layout of the bf16 kernels. bweight.data stays the row-major view (embed rows and the
- * fp32 path read it). */
+ * fp32 path read it) — except for a quantized matrix (qpacked), whose packed blocks are its only
+ * copy: bweight.data then points at them and nothing reads the source. */
 typedef struct cpu_wmem {
     void       *copy;       /* aligned copy of the source, or NULL (data is a view of the source) */
     cpu_packed  packed;     /* packed.p == NULL: not packed */
+    cpu_qpacked qpacked;    /* qpacked.p == NULL: not quantized (cpu_qgemm.h) */
 } cpu_wmem;
 
 typedef struct cpu_impl {
@@ -41,6 +44,9 @@ typedef struct cpu_impl {
     const cpu_gemm_kernel *gemm;        /* the bf16 kernel family, NULL on the fp32 path */
     uint16_t *abuf;         /* bf16 activations of the current product (cpu_gemm.h layout) */
     size_t    abuf_cap;     /* elements */
+    const cpu_qgemm_kernel *qgemm;   /* the int8 family of quantized weights (never NULL) */
+    void     *qbuf;         /* quantized activations of the current product (cpu_qact_bytes) */
+    size_t    qbuf_cap;     /* bytes */
     cpu_tbuf *wtile;        /* [n_threads] converted weight tiles (fp32 matmul) */
     cpu_tbuf *scores;       /* [n_threads] attention score tiles */
     cpu_tbuf  attn_kv;      /* bf16 attention: every (sequence, kv head)'s packed K and Vᵀ (driving thread) */
@@ -65,6 +71,12 @@ static inline const cpu_packed *cpu_weight_packed(const bweight *w) {
     return m && m->packed.p ? &m->packed : NULL;
 }
 
+/* The quantized packed layout of w, or NULL when w is not a quantized matrix. */
+static inline const cpu_qpacked *cpu_weight_qpacked(const bweight *w) {
+    const cpu_wmem *m = (const cpu_wmem *)w->owned;
+    return m && m->qpacked.p ? &m->qpacked : NULL;
+}
+
 /* Hot element-wise loops get an AVX2/FMA clone next to the baseline one, picked at load time
  * (GCC function multi-versioning via ifunc), so the binary still runs on any x86-64.
  * Not under ThreadSanitizer: GCC instruments the ifunc resolvers, which the dynamic loader runs
@@ -85,6 +97,8 @@ void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_
 
 /* Room for n bf16 activation elements in ci->abuf. */
 uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n);
+/* Room for n rows of kpad inputs quantized (cpu_act_to_q8) in ci->qbuf. */
+void *cpu_qbuf_reserve(cpu_impl *ci, int64_t n, int64_t kpad);
 
 /* Grow thread slot b to at least n floats (contents not kept). */
 float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n);

@@ -1,7 +1,9 @@
 /*
- * cpu_matmul.c — y[n, R] = x[n, C] · Wᵀ (+ bias) for a weight W[R, C] in F32, BF16 or F16.
+ * cpu_matmul.c — y[n, R] = x[n, C] · Wᵀ (+ bias) for a weight W[R, C] in F32, BF16, F16, Q8_0 or Q4_0.
  *
- * A weight packed for the bf16 kernels (cpu_gemm.h) runs there: x cast to bf16 once, one GEMM run.
+ * A quantized weight (Q8_0 / Q4_0, cpu_qgemm.h) runs on the int8 kernels: x quantized per row block
+ * once, one run. A weight packed for the bf16 kernels (cpu_gemm.h) runs there: x cast to bf16 once,
+ * one GEMM run.
  * Everything else is the fp32 reference path: the output is cut into tiles of W rows (and, when W
  * has too few rows to keep every slot busy, also into chunks of x rows). Each pool slot takes a
  * tile, converts that slice of W to f32 in its own scratch buffer (BF16/F16 only; F32 weights are
@@ -93,6 +95,14 @@ void cpu_matmul(backend *be, const void *x, const bweight *w, const bweight *bia
     cpu_impl *ci = cpu_impl_of(be);
     CHECK(w->rows > 0 && w->cols > 0);
     CHECK(!bias || bias->rows * bias->cols == w->rows);
+    const cpu_qpacked *qw = cpu_weight_qpacked(w);
+    if (qw) {   /* quantized: activations quantized per row block, int8 products (cpu_qgemm.h) */
+        cpu_qact a;
+        cpu_act_to_q8(ci->pool, x, n, w->cols, qw->kpad, NULL, 0.0f, cpu_qbuf_reserve(ci, n, qw->kpad), &a);
+        const cpu_qgemm_out out = {.w = qw, .epi = CPU_EPI_STORE, .bias = bias, .y = y};
+        cpu_qgemm_run(ci->pool, ci->qgemm, &a, n, &out, 1);
+        return;
+    }
     const cpu_packed *pw = ci->gemm ? cpu_weight_packed(w) : NULL;
     if (!pw) {
         matmul_fp32(ci, x, w, bias, n, y);
