@@ -217,7 +217,14 @@ void api_policy_free(api_policy *p) {
     api_policy_init(p);
 }
 
+void api_policy_bind(api_policy *pol, const model *m) {
+    pol->bound = NULL;
+    pol->defaults = api_policy_params(pol, m);
+    pol->bound = m;
+}
+
 decode_params api_policy_params(const api_policy *pol, const model *m) {
+    if (pol->bound == m) return pol->defaults;
     decode_params p = decode_params_for_serving(m, pol->cache);
     if (pol->algo) {
         decode_params saved = p;

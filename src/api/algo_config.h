@@ -43,16 +43,22 @@ int algo_config_load(const char *path, json_t **out, um_err *err);
  * config's decoder defaults and the default KV cache. One per server instance; read-only while
  * serving (any thread). */
 typedef struct api_policy {
-    api_limits lim;
-    json_t    *algo;   /* --algorithm-config overrides (owned), or NULL */
-    int        cache;  /* --cache: an enum decode_cache, or DECODE_CACHE_AUTO */
+    api_limits    lim;
+    json_t       *algo;     /* --algorithm-config overrides (owned), or NULL */
+    int           cache;    /* --cache: an enum decode_cache, or DECODE_CACHE_AUTO */
+    const model  *bound;    /* api_policy_bind's model (not owned), or NULL */
+    decode_params defaults; /* with bound: what api_policy_params returns for it */
 } api_policy;
 
 /* Defaults, no overrides, DECODE_CACHE_AUTO. */
 void api_policy_init(api_policy *p);
 void api_policy_free(api_policy *p);
 /* decode_params_for_serving(m, p->cache) with p's algorithm-config overrides applied (the
- * algorithm config's "cache" wins over p->cache): the defaults every request starts from. */
+ * algorithm config's "cache" wins over p->cache): the defaults every request starts from. For the
+ * model p is bound to, a copy of what api_policy_bind computed. */
 decode_params api_policy_params(const api_policy *p, const model *m);
+/* Computes p's defaults for m once (a server, when its model is loaded, before it serves): requests
+ * then copy them instead of computing them again. */
+void api_policy_bind(api_policy *p, const model *m);
 
 #endif /* UM_ALGO_CONFIG_H */

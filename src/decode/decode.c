@@ -35,18 +35,7 @@ static decode_params params_for_model(const model *m, int *cache_set) {
     /* Dream denoises the whole generation at once (no blocks): an unset block_length settles to
      * gen_length (decode_params_settle) */
     if (m->cfg.arch == MODEL_ARCH_DREAM) p.block_length = m->cfg.max_seq;
-    if (!m->dir) return p;
-    char path[4096];
-    path_join(path, sizeof path, m->dir, "generation_config.json");
-    if (!file_exists(path)) return p;
-    json_error_t jerr;
-    json_t *g = json_load_file(path, 0, &jerr);
-    if (!g || !json_is_object(g)) {
-        json_decref(g);
-        return p;
-    }
-    decode_params_apply_generation(&p, g, cache_set);
-    json_decref(g);
+    decode_params_apply_generation(&p, m->gen_config, cache_set);
     /* a step count meant for a longer default generation (Dream: steps 512) would make every
      * request that only sets gen_length invalid: fall back to auto */
     if (p.steps > p.gen_length) p.steps = 0;

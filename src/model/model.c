@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "model/gguf.h"
 #include "model/gguf_model.h"
 #include "model/llada.h"
@@ -86,6 +88,11 @@ static int load_dir(const char *dir, model *m, um_err *err) {
     if (text) {
         path_join(path, sizeof path, dir, "generation_config.json");
         rc = model_config_apply_generation(text, len, path, &m->cfg, err);
+        if (rc == 0) {
+            json_t *g = json_loadb(text, len, 0, NULL);
+            if (json_is_object(g)) m->gen_config = g;
+            else json_decref(g);
+        }
         free(text);
         if (rc != 0) return -1;
     }
@@ -145,6 +152,7 @@ void model_free(model *m) {
     if (m->tok) tokenizer_free(m->tok);
     llada_tensors_free(m);
     checkpoint_free(&m->ck);
+    json_decref(m->gen_config);
     free(m->dir);
     memset(m, 0, sizeof *m);
 }

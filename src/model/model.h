@@ -72,6 +72,9 @@ typedef struct model {
     llada_tensors         llada;     /* every architecture (the names differ, model/llada.c) */
     struct tokenizer     *tok;       /* NULL when the checkpoint ships no tokenizer files */
     struct chat_template *chat;      /* NULL when tokenizer_config.json has no chat_template */
+    struct json_t        *gen_config; /* generation_config.json as read at load (a JSON object, owned),
+                                         or NULL: the decode defaults it names (decode.c) come from
+                                         here, never from the file again */
 } model;
 
 /* dir: a checkpoint directory, or a GGUF file (model/gguf_model.h: llama.cpp's converter output). */

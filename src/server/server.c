@@ -489,6 +489,7 @@ static void *loader_main(void *arg) {
     uint64_t t0 = time_now_ns();
     if (model_load(c->model, &s->m, err) != 0) goto fail;
     s->model_loaded = 1;
+    api_policy_bind(&s->policy, &s->m); /* the serving defaults, once: requests copy them */
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
     if ((s->max_seq = effective_max_seq(c, &s->m, err)) < 0) goto fail;
     if (c->tp > 1 && model_tp_check(&s->m, c->tp, err) != 0) goto fail;

@@ -10,6 +10,7 @@
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BIN, Client, TMP, checkGeneration, makeModelOnce, startServer } from './harness.mjs';
@@ -118,3 +119,40 @@ describe('ws Dream', () => {
     await c.close();
   });
 });
+
+// The serving defaults are computed once, when the model loads: editing generation_config.json
+// while serving changes nothing (the file is not read again per session or request).
+describe('ws Dream: serving defaults are read once', () => {
+  let srv, model;
+  before(async () => {
+    model = path.join(TMP, `model-ws-dream-edit-${process.pid}`);
+    fs.rmSync(model, { recursive: true, force: true });
+    fs.cpSync(makeModelOnce(path.join(TMP, 'model-ws-dream'), ['--preset', 'dream-tiny']), model, { recursive: true });
+    srv = await startServer({ model });
+  });
+  after(async () => {
+    const r = await srv.stop();
+    fs.rmSync(model, { recursive: true, force: true });
+    assert.equal(r.code, 0, `server exits 0 on SIGTERM, stderr: ${srv.stderr}`);
+  });
+
+  test('an edited generation_config.json does not change the defaults of a running server', async () => {
+    const a = new Client(srv.wsUrl);
+    assert.equal((await a.session()).defaults.decoder, 'origin', 'from the file at load');
+    await a.close();
+    const file = path.join(model, 'generation_config.json');
+    const g = JSON.parse(fs.readFileSync(file, 'utf8'));
+    fs.writeFileSync(file, JSON.stringify({ ...g, alg: 'entropy', eps: 0.25, temperature: 1.5 }));
+    const b = new Client(srv.wsUrl);
+    const s = await b.session();
+    assert.equal(s.defaults.decoder, 'origin', 'a new session: the defaults of the load');
+    assert.equal(s.defaults.eps, 0.001);
+    assert.equal(s.defaults.temperature, g.temperature ?? 0);
+    b.send({ type: 'generate', id: 'x', prompt_ids: [5, 6, 7], gen_length: 8, steps: 4 });
+    const acc = await b.wait((m) => m.type === 'accepted' && m.id === 'x');
+    assert.equal(acc.params.decoder, 'origin', 'a request: the defaults of the load');
+    await b.done('x');
+    await b.close();
+  });
+});
+
