@@ -13,7 +13,8 @@
  *
  * Not here: queues, admission, cancellation policy, transports (sched/, server/, api/). Cancel =
  * the scheduler stops passing the sequence to decode_step (and may call decode_seq_finish() to
- * emit its final `done` event). JSON encoding of events / parameters: decode/event_json.h.
+ * emit its final `done` event). The parameters' types, names and table: decode/params.h; JSON
+ * encoding of events: decode/event_json.h.
  *
  * Threads: a decode_seq belongs to one thread at a time (the engine thread once scheduled).
  * decode_step() runs on the thread that owns the model_ctx; it keeps a per-thread scratch buffer
@@ -28,127 +29,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decode/params.h"
 #include "model/model.h"
 #include "util/err.h"
 
 /* ---------------------------------------------------------------- parameters */
 
-enum decode_decoder {
-    DECODER_LOW_CONFIDENCE, /* A1: fixed steps, commit the k most confident masked positions */
-    DECODER_RANDOM,         /* A1 'random' remasking: k positions chosen uniformly at random */
-    DECODER_THRESHOLD,      /* A2/A4: commit every masked position with confidence >= threshold,
-                               always at least the most confident one; no fixed step count */
-    DECODER_FACTOR,         /* A3: commit the n highest with c(n) >= 1 - factor/(n+1) */
-    DECODER_HIERARCHY,      /* A5: per run of consecutive masks its local maximum (> low_threshold
-                               when set), plus every c > threshold, plus the global argmax */
-    DECODER_CREDIT,         /* A6: threshold (A4) on logits + credit_alpha * log(1 + M), M a
-                               per-block credit table [block_length x vocab] */
-    /* Dream's diffusion_generate algorithms (alg = ...): Dream's step schedule (timesteps
-     * linspace(1, eps, steps+1); step i commits int(n_masked * (1 - s/t)), the last step all that
-     * remain; a step may commit none), positions chosen by confidence (alg_temp > 0: sampled) */
-    DECODER_ORIGIN,         /* each masked position independently with probability 1 - s/t */
-    DECODER_MASKGIT_PLUS,   /* confidence = top-1 probability */
-    DECODER_TOPK_MARGIN,    /* confidence = top-1 minus top-2 probability */
-    DECODER_ENTROPY,        /* confidence = sum p log(p + 1e-10) (negative entropy) */
-    DECODER_JOINT_THRESHOLD, /* LLaDA2.1 token editing (SGLang JointThreshold): masked positions with
-                               confidence > threshold (at least the most confident one) are written
-                               (mask-to-token), and already written positions of the block whose
-                               argmax differs with confidence > edit_threshold are rewritten
-                               (token-to-token); once no mask is left up to max_post_steps edit-only
-                               steps follow; the block ends when a step writes nothing */
-    DECODER_HIERARCHY_BLOCK, /* Fast-dLLM v2 / SGLang HierarchyBlock: the block's sub-blocks of
-                               sub_block_length positions are decoded in order; each step commits the
-                               current sub-block's masked positions with confidence > threshold, else
-                               its most confident one; with token_shift position p is predicted from
-                               logits row p - 1, and a block whose first position is masked begins
-                               with a step that commits only it (the previous block's last row's
-                               token: the inherited token) */
-    DECODER_COUNT_
-};
 
-enum decode_layout {
-    DECODE_LAYOUT_LLADA,    /* blocks start right after the prompt: [Lp + b*B, Lp + (b+1)*B) */
-    DECODE_LAYOUT_ALIGNED,  /* blocks at multiples of B; the first holds the prompt tail */
-    DECODE_LAYOUT_COUNT_
-};
-
-/* KV caches across steps (docs/decode.md "KV caches"). A *refresh* step runs the whole canvas and
- * keeps every layer's keys/values; the other steps run only a window of rows, attending over the
- * cache with the window's rows replaced by fresh ones. */
-enum decode_cache {
-    DECODE_CACHE_NONE,      /* every step runs the whole canvas (the reference) */
-    DECODE_CACHE_PREFIX,    /* window = the active block and every position after it (Fast-dLLM) */
-    DECODE_CACHE_DUAL,      /* window = the active block's rows only (Fast-dLLM dual cache) */
-    DECODE_CACHE_VICINITY,  /* window = the block widened by prefix_look / after_look positions
-                               (dInfer vicinity refresh); 0 / 0 is dual */
-    DECODE_CACHE_COUNT_
-};
-
-typedef struct decode_params {
-    int      gen_length;             /* masked positions after the prompt; default 128 */
-    int      block_length;           /* B; default 32 */
-    int      steps;                  /* fixed-step decoders: forward passes in total, spread over the
-                                        blocks; 0 = auto (one token per step = gen_length); default 0.
-                                        Ignored by threshold/factor (they run until the block is full) */
-    int      steps_per_block;        /* fixed-step decoders: steps of every block, overriding steps;
-                                        0 = unset (steps decides); default 0. On block-causal
-                                        (LLaDA2) models also the threshold decoder's quota schedule */
-    enum decode_decoder decoder;     /* default DECODER_LOW_CONFIDENCE */
-    double   threshold;              /* threshold / credit / hierarchy_block decoder tau, hierarchy
-                                        tau_high; in (0, 1];
-                                        default 0.9 */
-    double   factor;                 /* factor decoder f, > 0; default 1.0 */
-    double   low_threshold;          /* hierarchy decoder tau_low, in [0, 1]; 0 = off; default 0 */
-    double   credit_alpha;           /* credit decoder alpha (logit boost), >= 0; default 0.7 */
-    double   credit_gamma;           /* credit decoder gamma (credit = p^gamma), >= 0; default 0.2 */
-    double   credit_decay;           /* credit decoder beta (per-step decay), in [0, 1]; default 0.8 */
-    double   temperature;            /* 0 ... DECODE_MAX_TEMPERATURE; 0 = greedy (argmax); default 0 */
-    int      top_k;                  /* sample only among the k best tokens; 0 = off; default 0 */
-    double   top_p;                  /* nucleus sampling mass, in (0, 1]; 1 = off; default 1 */
-    uint64_t seed;                   /* rng key for temperature > 0 and the random decoder; default 0 */
-    double   cfg_scale;              /* classifier-free guidance, >= 0; 0 = off; default 0 */
-    int      logits_eos_inf;         /* 1: logits[eos_id] = -inf before sampling; default 0 */
-    int      confidence_eos_eot_inf; /* 1: the reference quirk: confidence computed with
-                                        logits[eot_id] = -inf (x0 == eot -> confidence 0); default 0 */
-    enum decode_layout layout;       /* default DECODE_LAYOUT_LLADA */
-    int      stop_at_eos;            /* 1: finish at the end of the block that holds the first
-                                        EOS/EOT; default 1 */
-    int      stream_drafts;          /* 1: step events carry drafts for still-masked positions of the
-                                        active block; default 0 */
-    int      draft_every;            /* with stream_drafts: drafts on every N-th step of the
-                                        sequence (step % N == 0); >= 1; default 1 */
-    enum decode_cache cache;         /* default DECODE_CACHE_NONE */
-    int      cache_refresh;          /* with a cache: also refresh once the cache is this many steps
-                                        old inside a block (1 = every step, which is no cache);
-                                        0 = only when a block begins; >= 0; default 0 */
-    int      prefix_look;            /* vicinity: positions before the block recomputed every step;
-                                        0 .. context; default 0 */
-    int      after_look;             /* vicinity: positions after the block recomputed every step;
-                                        0 .. context; default 0 */
-    int      warmup_steps;           /* with a cache: the sequence's first N steps run without one
-                                        (and keep none); >= 0; default 0 */
-    int      prefill_chunk;          /* block-diffusion (block-causal) models with a cache: a refresh
-                                        prefills the prefix before the active block in forwards of
-                                        at most this many rows (whole blocks, at least one block);
-                                        0 = the whole prefix and the block in one forward;
-                                        0 .. context; default 256 */
-    double   alg_temp;               /* Dream decoders: 0 = commit the most confident positions;
-                                        > 0: sample them from softmax(confidence / alg_temp);
-                                        0 .. 100; default 0 */
-    double   eps;                    /* Dream decoders: the schedule's last timestep, in (0, 1);
-                                        default 0.001 */
-    double   edit_threshold;         /* joint_threshold: confidence a rewrite of a written position
-                                        needs (tau_edit), in [0, 1]; default 0 */
-    int      max_post_steps;         /* joint_threshold: edit-only steps after a block's last mask,
-                                        0 .. 1000; default 16 */
-    int      sub_block_length;       /* hierarchy_block: positions per sub-block, counted from the
-                                        block's start; 1 .. context; default 8 */
-    int      token_shift;            /* hierarchy_block: 1 = position p is predicted from logits row
-                                        p - 1 (and a masked first block position is inherited),
-                                        0 = from row p; default 1 */
-} decode_params;
-
-decode_params decode_params_default(void);
 /* Defaults for model m: decode_params_default() overridden by the checkpoint's
  * generation_config.json keys when present (temperature, top_k, top_p, steps, gen_length |
  * max_new_tokens, block_length, threshold, cfg_scale, decoder, cache, cache_refresh, prefix_look,
@@ -162,8 +49,6 @@ decode_params decode_params_for_model(const model *m);
  * `unmask generate` and the reference comparisons keep `none`). */
 #define DECODE_CACHE_AUTO (-1)
 decode_params decode_params_for_serving(const model *m, int cache);
-/* The largest sampling temperature any transport accepts (OpenAI's range, 0 ... 2). */
-#define DECODE_MAX_TEMPERATURE 2.0
 /* The ranges that need no model or prompt (every parameter's own range, in the parameter
  * table's order); the transports call it while parsing, decode_params_validate calls it first.
  * Errors as decode_params_validate's. */
@@ -173,15 +58,9 @@ int decode_params_check(const decode_params *p, um_err *err);
  * the allowed range and the value, e.g. "steps must be between 4 and 128 (gen_length), got 2". */
 int decode_params_validate(const decode_params *p, const model_config *cfg, int n_prompt, um_err *err);
 
-const char *decode_decoder_name(enum decode_decoder d);          /* "low_confidence", ... */
 /* 1 for decoders that may rewrite positions they already wrote (joint_threshold): their step
  * events carry revised commits, and text is final only per finished block. */
 int         decode_decoder_edits(enum decode_decoder d);
-int         decode_decoder_parse(const char *name, enum decode_decoder *out); /* 0 / -1 */
-const char *decode_layout_name(enum decode_layout l);            /* "llada" | "aligned" */
-int         decode_layout_parse(const char *name, enum decode_layout *out);   /* 0 / -1 */
-const char *decode_cache_name(enum decode_cache c);              /* "none" | "prefix" | "dual" | "vicinity" */
-int         decode_cache_parse(const char *name, enum decode_cache *out);     /* 0 / -1 */
 
 /* ---------------------------------------------------------------- events */
 

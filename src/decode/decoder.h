@@ -63,7 +63,6 @@ typedef struct decoder_view {
 } decoder_view;
 
 typedef struct decoder_ops {
-    const char *name;
     unsigned    flags;                 /* DECODER_F_* */
     size_t      state_size;            /* zeroed state allocated per sequence (0 = none) */
     /* called before the first step of each block (optional) */

@@ -13,7 +13,57 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "decode/decoder.h"
+
+/* ---------------------------------------------------------------- names of enum values */
+
+/* The one list of decoder names (enum order: help, messages and parsing walk it). */
+static const char *const k_decoder_names[DECODER_COUNT_] = {
+    [DECODER_LOW_CONFIDENCE] = "low_confidence", [DECODER_RANDOM] = "random",
+    [DECODER_THRESHOLD] = "threshold",           [DECODER_FACTOR] = "factor",
+    [DECODER_HIERARCHY] = "hierarchy",           [DECODER_CREDIT] = "credit",
+    [DECODER_ORIGIN] = "origin",                 [DECODER_MASKGIT_PLUS] = "maskgit_plus",
+    [DECODER_TOPK_MARGIN] = "topk_margin",       [DECODER_ENTROPY] = "entropy",
+    [DECODER_JOINT_THRESHOLD] = "joint_threshold", [DECODER_HIERARCHY_BLOCK] = "hierarchy_block",
+};
+static const char *const k_layout_names[DECODE_LAYOUT_COUNT_] = {"llada", "aligned"};
+static const char *const k_cache_names[DECODE_CACHE_COUNT_] = {"none", "prefix", "dual", "vicinity"};
+
+/* Index of name in names[0..n), or -1 (the enum <-> name tables above). */
+static int name_index(const char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+const char *decode_decoder_name(enum decode_decoder d) {
+    return (int)d >= 0 && d < DECODER_COUNT_ ? k_decoder_names[d] : "unknown";
+}
+
+int decode_decoder_parse(const char *name, enum decode_decoder *out) {
+    const int i = name_index(k_decoder_names, DECODER_COUNT_, name);
+    if (i >= 0) *out = (enum decode_decoder)i;
+    return i >= 0 ? 0 : -1;
+}
+
+const char *decode_layout_name(enum decode_layout l) {
+    return (int)l >= 0 && l < DECODE_LAYOUT_COUNT_ ? k_layout_names[l] : "unknown";
+}
+
+int decode_layout_parse(const char *name, enum decode_layout *out) {
+    const int i = name_index(k_layout_names, DECODE_LAYOUT_COUNT_, name);
+    if (i >= 0) *out = (enum decode_layout)i;
+    return i >= 0 ? 0 : -1;
+}
+
+const char *decode_cache_name(enum decode_cache c) {
+    return (int)c >= 0 && c < DECODE_CACHE_COUNT_ ? k_cache_names[c] : "unknown";
+}
+
+int decode_cache_parse(const char *name, enum decode_cache *out) {
+    const int i = name_index(k_cache_names, DECODE_CACHE_COUNT_, name);
+    if (i >= 0) *out = (enum decode_cache)i;
+    return i >= 0 ? 0 : -1;
+}
 
 /* ---------------------------------------------------------------- JSON values */
 
