@@ -85,6 +85,10 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
     for (int64_t i = 0; i < R * C; i++) w[i] = f32_to_bf16(urand(-1, 1));
     cpu_packed pw;
     cpu_packed_init(&pw, w, R, C, pool);
+    /* the activations in the family's type: bf16, or the same values as fp32 */
+    float *af = xcalloc((size_t)(GEMM_MB * kpad), sizeof *af);
+    for (int64_t i = 0; i < GEMM_MB * kpad; i++) af[i] = bf16_to_f32(a[i]);
+    const void *act = k->act_f32 ? (const void *)af : (const void *)a;
     _Alignas(64) float c[GEMM_MB * 64];
     double worst = 0;
     int pf_runs = 0, pf_diff = 0;
@@ -93,12 +97,12 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
         for (int ng = 1; ng <= 4; ng++) {
             const uint16_t *b[4];
             for (int j = 0; j < ng; j++) b[j] = pw.p + (int64_t)(3 - j) * kpad * 16;   /* groups in reverse */
-            k->block(a, kpad, m, b, ng, kpad, c);
+            k->block(act, kpad, m, b, ng, kpad, c);
             if (k->block_pf) {   /* prefetching the next panel's groups changes nothing */
                 _Alignas(64) float c2[GEMM_MB * 64];
                 const uint16_t *next[4];
                 for (int j = 0; j < 4; j++) next[j] = pw.p + (int64_t)j * kpad * 16;
-                k->block_pf(a, kpad, m, b, ng, kpad, c2, next, 1 + (m + ng) % 4);
+                k->block_pf(act, kpad, m, b, ng, kpad, c2, next, 1 + (m + ng) % 4);
                 for (int i = 0; i < m; i++)   /* columns 16 ng .. 63 are not written */
                     pf_diff += memcmp(c + i * 64, c2 + i * 64, (size_t)ng * 16 * sizeof *c) != 0;
                 pf_runs++;
@@ -121,6 +125,7 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
     if (k->block_pf) TEST_CHECK(pf_runs > 0 && pf_diff == 0, "%s block_pf: %d rows of %d blocks differ from block", k->name, pf_diff, pf_runs);
     cpu_packed_free(&pw);
     free(a);
+    free(af);
     free(w);
 }
 
@@ -319,7 +324,7 @@ static backend *backend_with(enum backend_cpu_kernels kern, const cpu_gemm_kerne
     um_err err = {0};
     TEST_CHECK(backend_cpu_kernels_select(kern, &err) == 0, "select %s", backend_cpu_kernels_name(kern));
     backend *be = backend_cpu_init(n_threads);
-    if (gemm) ((cpu_impl *)be->impl)->gemm = gemm;
+    if (gemm) ((cpu_impl *)be->impl)->gemm = ((cpu_impl *)be->impl)->attn = gemm;
     return be;
 }
 
@@ -347,6 +352,94 @@ static void test_threads_identical(enum backend_cpu_kernels kern, const cpu_gemm
     TEST_CHECK(memcmp(out[0], out[1], (size_t)n * F * sizeof(float)) == 0, "%s: 1 vs 2 threads differ", path);
     free(out[0]);
     free(out[1]);
+}
+
+/* ---------------------------------------------------------------- dispatch by shape */
+
+/* One backend_linear (epi, with norm for STORE/SWIGLU) of n rows on backend be with fresh weights and
+ * inputs drawn from seed: the outputs, [n, rows of the first weight] floats (malloc'd). */
+static float *run_linear(backend *be, enum blinear_epi epi, int n, int d, int F, uint64_t seed) {
+    g_ctr = seed;
+    const int nw = epi == BLIN_SWIGLU ? 2 : 1, in = epi == BLIN_ADD ? F : d, out = epi == BLIN_ADD ? d : F;
+    tw w[2], norm;
+    for (int j = 0; j < nw; j++) tw_make(be, &w[j], out, in, 0);
+    tw_make(be, &norm, 1, in, 0);
+    float *x = be->ops->act_alloc(be, (size_t)n * in), *tmp = be->ops->act_alloc(be, (size_t)n * (in + out));
+    float *y = xmalloc((size_t)n * out * sizeof *y);
+    for (int64_t i = 0; i < (int64_t)n * in; i++) x[i] = urand(-1, 1);
+    for (int64_t i = 0; i < (int64_t)n * out; i++) y[i] = urand(-1, 1);   /* the residual of ADD */
+    blinear op = {.x = x, .n = n, .norm = epi == BLIN_ADD ? NULL : &norm.w, .eps = 1e-5f, .epi = epi, .n_w = nw,
+                  .w = {&w[0].w, &w[1].w}, .y = {y}, .tmp_h = tmp, .tmp_y = tmp + (size_t)n * in};
+    backend_linear(be, &op);
+    be->ops->act_free(be, x);
+    be->ops->act_free(be, tmp);
+    for (int j = 0; j < nw; j++) tw_free(be, &w[j]);
+    tw_free(be, &norm);
+    return y;
+}
+
+/* The plan AUTO gets on an AVX2-only CPU (cpu_dispatch.c), built here on any CPU with AVX2: products
+ * of up to gemm_max_m rows run on the AVX2 family and give exactly what --cpu-kernels avx2 gives,
+ * products of more rows run on the fp32 path (on the packed weights) and give exactly what
+ * --cpu-kernels fp32 gives (unpacked weights), for every epilogue. */
+static void test_dispatch(void) {
+    um_err err = {0};
+    if (backend_cpu_kernels_select(BACKEND_CPU_KERNELS_AVX2, &err) != 0) {
+        printf("SKIP dispatch by shape: %s\n", err.msg);
+        return;
+    }
+    backend *fp = backend_with(BACKEND_CPU_KERNELS_FP32, NULL, 2), *av = backend_with(BACKEND_CPU_KERNELS_AVX2, NULL, 2);
+    backend *au = backend_with(BACKEND_CPU_KERNELS_FP32, NULL, 2);
+    cpu_impl *ci = au->impl;
+    cpu_dispatch_init(ci, BACKEND_CPU_KERNELS_AUTO, 1);
+    au->description = ci->description;
+    const int64_t mx = ci->gemm_max_m;
+    TEST_CHECK(backend_cpu_kernels_of(au) == BACKEND_CPU_KERNELS_AUTO && mx >= 1 && mx < 100000, "auto plan: max %lld rows",
+               (long long)mx);
+    TEST_CHECK(cpu_dispatch_gemm(ci, 1, 768, 768) == &cpu_gemm_avx2 && cpu_dispatch_gemm(ci, mx, 768, 768) == &cpu_gemm_avx2 &&
+               cpu_dispatch_gemm(ci, mx + 1, 768, 768) == NULL, "auto: avx2 up to %lld rows, fp32 above", (long long)mx);
+    TEST_CHECK(strstr(backend_description(au), "auto") != NULL, "description names the dispatch: %s", backend_description(au));
+    const int ns[] = {1, 7, (int)mx, (int)mx + 1, (int)mx + 37};
+    const enum blinear_epi epis[] = {BLIN_STORE, BLIN_ADD, BLIN_SWIGLU};
+    int bad = 0, runs = 0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (int e = 0; e < 3; e++) {
+            const int n = ns[i], d = 80, F = 144;
+            const size_t cnt = (size_t)n * (epis[e] == BLIN_ADD ? d : F);
+            float *ya = run_linear(au, epis[e], n, d, F, 500 + (uint64_t)i);
+            float *yr = run_linear(n <= mx ? av : fp, epis[e], n, d, F, 500 + (uint64_t)i);
+            const int same = memcmp(ya, yr, cnt * sizeof *ya) == 0;
+            if (!same) printf("auto differs from %s: n=%d epilogue %d\n", n <= mx ? "avx2" : "fp32", n, (int)epis[e]);
+            bad += !same;
+            runs++;
+            free(ya);
+            free(yr);
+        }
+    TEST_CHECK(bad == 0, "auto: %d of %d ops differ from the path the dispatch names", bad, runs);
+    /* a matmul the same way */
+    for (int s = 0; s < 2; s++) {
+        const int n = s ? (int)mx + 5 : 3, R = 70, C = 90;
+        float *y[2];
+        backend *bes[2] = {au, s ? fp : av};
+        for (int b = 0; b < 2; b++) {
+            g_ctr = 900;
+            tw w;
+            tw_make(bes[b], &w, R, C, 0);
+            float *x = bes[b]->ops->act_alloc(bes[b], (size_t)n * C);
+            y[b] = bes[b]->ops->act_alloc(bes[b], (size_t)n * R);
+            for (int64_t i = 0; i < (int64_t)n * C; i++) x[i] = urand(-1, 1);
+            bes[b]->ops->matmul(bes[b], x, &w.w, NULL, n, y[b]);
+            bes[b]->ops->act_free(bes[b], x);
+            tw_free(bes[b], &w);
+        }
+        TEST_CHECK(memcmp(y[0], y[1], (size_t)n * R * sizeof(float)) == 0, "auto matmul n=%d equals %s", n, s ? "fp32" : "avx2");
+        au->ops->act_free(au, y[0]);
+        bes[1]->ops->act_free(bes[1], y[1]);
+    }
+    backend_free(fp);
+    backend_free(av);
+    backend_free(au);
+    printf("ran dispatch by shape (avx2 up to %lld rows, fp32 above)\n", (long long)mx);
 }
 
 /* Every check on path kern; with gemm, on that kernel family instead of the path's own. */
@@ -377,6 +470,8 @@ int main(void) {
     cpu_pool *pool = cpu_pool_init(2, 0);
     test_pack(pool);
     cpu_pool_free(pool);
+    test_path(BACKEND_CPU_KERNELS_AVX2, NULL);
+    test_dispatch();
     test_path(BACKEND_CPU_KERNELS_AVX512BF16, NULL);
     test_path(BACKEND_CPU_KERNELS_AMX, NULL);
     /* the AMX kernel on emulated tiles (blocks under 16 rows are its AVX512-BF16 fallback) */

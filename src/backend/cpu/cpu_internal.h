@@ -37,10 +37,12 @@ typedef struct cpu_wmem {
 typedef struct cpu_impl {
     int       n_threads;
     cpu_pool *pool;         /* the one pool every parallel loop of this backend runs on */
-    enum backend_cpu_kernels kernels;   /* never AUTO */
-    const cpu_gemm_kernel *gemm;        /* the bf16 kernel family, NULL on the fp32 path */
-    uint16_t *abuf;         /* bf16 activations of the current product (cpu_gemm.h layout) */
-    size_t    abuf_cap;     /* elements */
+    enum backend_cpu_kernels kernels;   /* the path of every product, or AUTO: chosen per product by shape */
+    const cpu_gemm_kernel *gemm;        /* the bf16 kernel family of (some) products, NULL: fp32 only */
+    int64_t   gemm_max_m;   /* products of more rows than this run on the fp32 path (INT64_MAX: none) */
+    const cpu_gemm_kernel *attn;        /* attention's kernel family, NULL: fp32 sgemms */
+    void     *abuf;         /* activations of the current product (cpu_gemm.h layout, the family's type) */
+    size_t    abuf_cap;     /* bytes */
     cpu_tbuf *wtile;        /* [n_threads] converted weight tiles (fp32 matmul) */
     cpu_tbuf *scores;       /* [n_threads] attention score tiles */
     cpu_tbuf  attn_kv;      /* bf16 attention: every (sequence, kv head)'s packed K and Vᵀ (driving thread) */
@@ -78,13 +80,24 @@ static inline const cpu_packed *cpu_weight_packed(const bweight *w) {
 #define CPU_WIDE_CLONES
 #endif
 
+/* The dispatch (cpu_dispatch.c): sets ci->kernels, gemm, gemm_max_m, attn and the description
+ * (replacing an earlier one) for the resolved setting k (cpu_kernels_resolve(); automatic: it came
+ * from AUTO); before any weight is uploaded (packing follows ci->gemm). */
+void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic);
+/* The kernel family that runs a product of m rows x n outputs x k inputs on packed weights, or NULL:
+ * the fp32 path (OpenBLAS sgemm on the weights widened tile by tile). */
+static inline const cpu_gemm_kernel *cpu_dispatch_gemm(const cpu_impl *ci, int64_t m, int64_t n, int64_t k) {
+    (void)n, (void)k;
+    return m <= ci->gemm_max_m ? ci->gemm : NULL;
+}
+
 /* Run fn(arg, lo, hi) over [0, n) in chunks of `grain` on the backend's pool (on the calling
  * thread alone when parallel is 0: small loops cost more to hand out than they save). */
 typedef void (*cpu_range_fn)(void *arg, int64_t lo, int64_t hi);
 void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_range_fn fn, void *arg);
 
-/* Room for n bf16 activation elements in ci->abuf. */
-uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n);
+/* Room for n bytes of activations in ci->abuf. */
+void *cpu_abuf_reserve(cpu_impl *ci, size_t n);
 
 /* Grow thread slot b to at least n floats (contents not kept). */
 float *cpu_tbuf_reserve(cpu_tbuf *b, size_t n);

@@ -1,0 +1,58 @@
+/*
+ * cpu_dispatch.c — which kernel runs each product of a CPU backend, by the product's shape and this
+ * CPU's ISA (docs/cpu-kernels.md, "Dispatch by shape", has the measurements behind every number).
+ *
+ *   setting     CPU                    products of BF16 weights                  attention
+ *   auto        AMX usable             AMX (its blocks under 16 rows: AVX512-BF16)  AMX
+ *   auto        AVX512-BF16            AVX512-BF16 at every shape                 AVX512-BF16
+ *   auto        AVX2 + FMA only        AVX2 up to AVX2_MAX_M rows, fp32 above     AVX2
+ *   auto        neither                fp32                                       fp32
+ *   a path      (checked by cpu_features) that path at every shape              that path
+ *
+ * fp32 means OpenBLAS sgemm on the weights widened tile by tile (from the packed copy where there is
+ * one, cpu_matmul.c) with fp32 activations — exactly what `--cpu-kernels fp32` computes.
+ *
+ * Does not: probe the CPU (cpu_features.c), run kernels.
+ * Threading: init runs once per backend on the thread creating it; the tables are read-only.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/cpu_internal.h"
+#include "util/log.h"
+
+/* AVX2-only CPUs: products of up to this many rows run on the AVX2 bf16 family, more on fp32. */
+static int64_t avx2_max_m(void) {
+    const char *e = getenv("UM_DEV_AVX2_MAX_M");   /* development only: removed before commit */
+    return e ? atoll(e) : 64;
+}
+
+void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic) {
+    ci->kernels = k;
+    ci->gemm_max_m = INT64_MAX;
+    switch (k) {
+    case BACKEND_CPU_KERNELS_AMX: ci->gemm = &cpu_gemm_amx; break;
+    case BACKEND_CPU_KERNELS_AVX512BF16: ci->gemm = &cpu_gemm_avx512bf16; break;
+    case BACKEND_CPU_KERNELS_AVX2: ci->gemm = &cpu_gemm_avx2; break;
+    case BACKEND_CPU_KERNELS_FP32: ci->gemm = NULL; break;
+    case BACKEND_CPU_KERNELS_AUTO:   /* only an AVX2-only CPU resolves to AUTO (cpu_kernels_resolve) */
+        CHECK(cpu_features_get()->avx2);
+        ci->gemm = &cpu_gemm_avx2;
+        ci->gemm_max_m = avx2_max_m();
+        break;
+    }
+    ci->attn = ci->gemm;
+    const char *ea = getenv("UM_DEV_ATTN");   /* development only: removed before commit */
+    if (ea && ci->gemm) ci->attn = ea[0] == 'f' ? NULL : ci->gemm;
+    char d[128];
+    if (k == BACKEND_CPU_KERNELS_AUTO)
+        snprintf(d, sizeof d, "cpu (auto: avx2 kernels up to %lld rows, fp32 above)", (long long)ci->gemm_max_m);
+    else if (automatic)
+        snprintf(d, sizeof d, "cpu (auto: %s kernels for every product)", backend_cpu_kernels_name(k));
+    else
+        snprintf(d, sizeof d, "cpu (%s kernels)", backend_cpu_kernels_name(k));
+    free(ci->description);
+    ci->description = xstrdup(d);
+}
