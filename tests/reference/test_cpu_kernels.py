@@ -10,9 +10,10 @@ such ties). Shapes cover odd sizes (inputs not a multiple of 32, outputs not a m
 64, an odd SwiGLU width), GQA, head_dim 128 and a long sequence. Each bf16 path must also be
 deterministic: 1 vs 2 threads and a --positions subset give bit-identical rows. A path this CPU
 lacks is skipped with the reason the binary gives. `auto` on the AVX2 stand-in (its dispatch, the
-row count N up to which products run on avx2, read from the bench header) must meet the bf16
-tolerance on every model, give exactly --cpu-kernels avx2's logits for T <= N, and differ from them
-for T > N (its products ran on fp32 there). Prints one line per check and "N passed, N failed".
+row count N up to which products run on avx2, read from the bench header; attention on fp32) must
+meet the bf16 tolerance on every model of at most N tokens (and err > 1e-4: the avx2 products ran),
+and give exactly --cpu-kernels fp32's logits for T > N (every product and attention ran on fp32).
+Prints one line per check and "N passed, N failed".
 """
 import os
 import re
@@ -118,7 +119,7 @@ def auto_max_rows(model_dir):
 
 
 def check_auto_stand_in(models):
-    """auto on the AVX2 stand-in: accuracy everywhere, and the dispatch seen from outside."""
+    """auto on the AVX2 stand-in: accuracy, and the dispatch seen from outside."""
     why = check("avx2", "(forced, stand-in)", models[0][1], 8, seed=9, env=STAND_IN)
     if why:
         print(f"SKIP auto on the AVX2 stand-in: {why}", flush=True)
@@ -127,17 +128,19 @@ def check_auto_stand_in(models):
     report(n is not None and n >= 1, "auto stand-in: bench header names the dispatch", f"avx2 up to {n} rows")
     if n is None:
         return
+    # up to N rows every product runs on avx2 (bf16 rounding of the activations)
     for i, (name, m, T) in enumerate(models):
-        check("auto", name, m, T, seed=i, env=STAND_IN, label="auto (AVX2 stand-in)")
-    # at and below N rows every product runs on avx2: the same bits as forcing avx2; above, not
-    for T in sorted({1, min(n, 61), n + 1, n + 150}):
+        if T <= n:
+            check("auto", name, m, T, seed=i, env=STAND_IN, label="auto (AVX2 stand-in)")
+    # above N rows every product (and attention) runs on fp32: the same bits as forcing fp32
+    for T in (n + 1, n + 150):
         tokens = np.random.default_rng(T).integers(0, 300, size=T)
         auto, _ = run_logits(models[0][1], tokens, "auto", env=STAND_IN)
-        avx2, _ = run_logits(models[0][1], tokens, "avx2", env=STAND_IN)
-        same = np.array_equal(auto, avx2)
-        report(same == (T <= n), f"auto stand-in T={T} vs --cpu-kernels avx2",
-               f"{'identical' if same else 'different'} (expected {'identical' if T <= n else 'different'}: "
-               f"products of {'up to' if T <= n else 'more than'} {n} rows)")
+        fp32, _ = run_logits(models[0][1], tokens, "fp32", env=STAND_IN)
+        same = np.array_equal(auto, fp32)
+        report(same, f"auto stand-in T={T} vs --cpu-kernels fp32",
+               "identical (products of more than N rows run on fp32)" if same else
+               f"differ: max {float(np.max(np.abs(auto - fp32))):.3e}")
 
 
 def main():

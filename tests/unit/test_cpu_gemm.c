@@ -3,13 +3,15 @@
  * double-precision loops written here:
  *   - the branch-free f32 -> bf16 cast equals util/dtype.h's on specials and 2M random bit patterns;
  *   - packing puts every weight element where the documented layout says (odd shapes, zero padding);
- *   - per available path (avx512bf16, amx — a path this CPU lacks is skipped, saying why — and
- *     the AMX kernel on the software tile unit of amx_emu.h, wherever AVX512-BF16 runs):
+ *   - per available path (avx2, avx512bf16, amx — a path this CPU lacks is skipped, saying why —
+ *     and the AMX kernel on the software tile unit of amx_emu.h, wherever AVX512-BF16 runs):
  *     the raw kernel block for every row count 1..GEMM_MB and 1..4 groups; backend matmul (odd
  *     shapes, bias, misaligned weight data) and the fused linear op (q/k/v with RMSNorm, residual
  *     add, SwiGLU, the LM head) against references computed from the bf16-rounded inputs the
  *     kernels see (so the tolerance is fp32 accumulation, not bf16); a weight without a packed
- *     layout in the op falls back to the single ops; 1 and 2 threads give bit-identical results.
+ *     layout in the op falls back to the single ops; 1 and 2 threads give bit-identical results;
+ *   - auto's dispatch by shape on an AVX2-only CPU (cpu_dispatch.c): avx2 up to the crossover, fp32
+ *     above, seen both as bit-identity with the forced paths and against the double references.
  * Single thread driving each backend.
  */
 #include <math.h>
@@ -156,15 +158,16 @@ static void tw_free(backend *be, tw *t) {
     free(t->vals);
 }
 
-/* worst |y - ref| / sum|terms| over n x R, ref = bias + bf16(x) . w^T in double */
-static double matmul_err(const float *x, const tw *w, const float *bias, const float *y, int n) {
+/* worst |y - ref| / sum|terms| over n x R, ref = bias + bf16(x) . w^T in double (round_x 0: x . w^T,
+ * what the fp32 path computes) */
+static double matmul_err_r(const float *x, const tw *w, const float *bias, const float *y, int n, int round_x) {
     const int64_t R = w->w.rows, C = w->w.cols;
     double worst = 0;
     for (int i = 0; i < n; i++)
         for (int64_t r = 0; r < R; r++) {
             double acc = bias ? bias[r] : 0, mag = bias ? fabs(bias[r]) : 0;
             for (int64_t c = 0; c < C; c++) {
-                double p = (double)bf(x[i * C + c]) * w->vals[r * C + c];
+                double p = (double)(round_x ? bf(x[i * C + c]) : x[i * C + c]) * w->vals[r * C + c];
                 acc += p;
                 mag += fabs(p);
             }
@@ -172,6 +175,10 @@ static double matmul_err(const float *x, const tw *w, const float *bias, const f
             if (e > worst) worst = e;
         }
     return worst;
+}
+
+static double matmul_err(const float *x, const tw *w, const float *bias, const float *y, int n) {
+    return matmul_err_r(x, w, bias, y, n, 1);
 }
 
 static void test_matmul(backend *be, const char *path) {
@@ -435,6 +442,36 @@ static void test_dispatch(void) {
         TEST_CHECK(memcmp(y[0], y[1], (size_t)n * R * sizeof(float)) == 0, "auto matmul n=%d equals %s", n, s ? "fp32" : "avx2");
         au->ops->act_free(au, y[0]);
         bes[1]->ops->act_free(bes[1], y[1]);
+    }
+    /* from outside, against the double reference, on both sides of the crossover (odd sizes: rows
+     * not a multiple of the AVX2 kernel's 5, 97 outputs, 259 inputs): up to mx rows auto meets the
+     * reference of bf16-rounded activations at fp32 accumulation and misses the unrounded one (the
+     * avx2 family ran), above mx it meets the unrounded one (fp32 ran); forced avx2 meets the rounded
+     * reference at every row count */
+    const int nr[] = {1, 4, 7, 13, (int)mx - 1, (int)mx, (int)mx + 1, (int)mx + 3};
+    for (size_t s = 0; s < sizeof nr / sizeof nr[0]; s++) {
+        const int n = nr[s], R = 97, C = 259;
+        if (n < 1) continue;
+        backend *bes[2] = {au, av};
+        for (int b = 0; b < 2; b++) {
+            g_ctr = 1300 + (uint64_t)s;
+            tw w;
+            tw_make(bes[b], &w, R, C, 0);
+            float *x = bes[b]->ops->act_alloc(bes[b], (size_t)n * C), *y = bes[b]->ops->act_alloc(bes[b], (size_t)n * R);
+            for (int64_t i = 0; i < (int64_t)n * C; i++) x[i] = urand(-1, 1);
+            bes[b]->ops->matmul(bes[b], x, &w.w, NULL, n, y);
+            const double er = matmul_err_r(x, &w, NULL, y, n, 1), eu = matmul_err_r(x, &w, NULL, y, n, 0);
+            if (b == 1)
+                TEST_CHECK(er < 1e-5, "forced avx2 n=%d R=%d C=%d: worst %.3e against bf16(x) . w", n, R, C, er);
+            else if (n <= mx)
+                TEST_CHECK(er < 1e-5 && eu > 1e-5, "auto n=%d <= %lld runs avx2: %.3e against bf16(x) . w, %.3e against x . w",
+                           n, (long long)mx, er, eu);
+            else
+                TEST_CHECK(eu < 1e-5, "auto n=%d > %lld runs fp32: %.3e against x . w", n, (long long)mx, eu);
+            bes[b]->ops->act_free(bes[b], x);
+            bes[b]->ops->act_free(bes[b], y);
+            tw_free(bes[b], &w);
+        }
     }
     backend_free(fp);
     backend_free(av);

@@ -9,13 +9,17 @@
  *            cast included) on a model's products — q/k/v fused, attn_out + residual, gate/up +
  *            SwiGLU, down + residual, LM head — at M = 1, 32, 256, 1024 rows (--ms): GFLOP/s, % of
  *            the path's peak x threads, and for M = 1 the weight bytes per second vs the bandwidth
+ *   attn     each path's attention (backend_attention: the bf16 paths pack K/Vᵀ and run the kernel
+ *            blocks, fp32 runs two sgemms per item) on one sequence of a model's heads: a full
+ *            forward's (L queries over L keys, L = 64, 256, 1024) and a cached decode step's
+ *            (32 queries over 160 keys, batch 1 and 8)
  *   denormal the backend's SwiGLU loop with and without FTZ/DAZ (GCC's branch-free sigmoid computes a
  *            hidden denormal for ordinary gates)
  * Timings are the minimum over --reps runs (the machine may be shared); everything measured on one
  * thread uses thread CPU time (a busy machine cannot stretch it), several threads wall time.
  * Not a test: prints tables, asserts nothing.
  *
- * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|denormal]
+ * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|attn|denormal]
  *                          [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] [--ms 1,32,256,1024]
  * UNMASK_CPU_ISA=avx2 makes an AVX-512 machine pass for an AVX2-only one (docs/cpu-kernels.md).
  * --only gemm skips the peaks (no "of peak" column).
@@ -360,6 +364,62 @@ static void run_gemm(int threads, int reps, int d, int F, int V, const peaks *pk
     }
 }
 
+/* ---------------------------------------------------------------- attention */
+
+/* n_seqs sequences of nq queries over nk keys each (the queries are the last nq key positions), the
+ * model's heads (hd 64, d / 64 heads, no GQA): ms per call, the minimum over the reps. */
+static double bench_attn(backend *be, int d, int n_seqs, int nq, int nk, int reps, int threads) {
+    const int hd = 64, H = d / hd, n_q = n_seqs * nq, n_k = n_seqs * nk;
+    int32_t *qs = xmalloc((size_t)(n_seqs + 1) * sizeof *qs), *ks = xmalloc((size_t)(n_seqs + 1) * sizeof *ks);
+    for (int s = 0; s <= n_seqs; s++) qs[s] = s * nq, ks[s] = s * nk;
+    float *q = backend_act_alloc(be, (size_t)n_q * d), *k = backend_act_alloc(be, (size_t)n_k * d);
+    float *v = backend_act_alloc(be, (size_t)n_k * d), *o = backend_act_alloc(be, (size_t)n_q * d);
+    for (size_t i = 0; i < (size_t)n_q * d; i++) q[i] = (float)(rng_u01(1, 2, i) - 0.5);
+    for (size_t i = 0; i < (size_t)n_k * d; i++) {
+        k[i] = (float)(rng_u01(1, 3, i) - 0.5);
+        v[i] = (float)(rng_u01(1, 4, i) - 0.5);
+    }
+    attn_params p = {.n_seqs = n_seqs, .q_start = qs, .k_start = ks, .n_heads = H, .n_kv_heads = H, .head_dim = hd,
+                     .scale = 0.125f};
+    double (*clock_s)(void) = threads == 1 ? cpu_s : now_s;
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = clock_s();
+        backend_attention(be, &p, q, k, v, o);
+        double t = clock_s() - t0;
+        if (r && t < best) best = t;
+    }
+    backend_act_free(be, q);
+    backend_act_free(be, k);
+    backend_act_free(be, v);
+    backend_act_free(be, o);
+    free(qs);
+    free(ks);
+    return best * 1e3;
+}
+
+static void run_attn(int threads, int reps, int d, const char *only_path) {
+    const enum backend_cpu_kernels paths[] = {BACKEND_CPU_KERNELS_FP32, BACKEND_CPU_KERNELS_AVX2,
+                                              BACKEND_CPU_KERNELS_AVX512BF16, BACKEND_CPU_KERNELS_AMX};
+    const int shapes[][3] = {{1, 64, 64}, {1, 256, 256}, {1, 1024, 1024}, {1, 32, 160}, {8, 32, 160}};
+    for (int p = 0; p < 4; p++) {
+        um_err err = {0};
+        if (only_path && strcmp(only_path, backend_cpu_kernels_name(paths[p])) != 0) continue;
+        if (backend_cpu_kernels_select(paths[p], &err) != 0) continue;
+        backend *be = backend_cpu_init(threads);
+        printf("attention, path %s: %s, %d threads, %d heads of 64\n", backend_cpu_kernels_name(paths[p]),
+               backend_description(be), threads, d / 64);
+        printf("  %-10s %6s %6s %9s\n", "sequences", "q", "keys", "ms");
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            printf("  %-10d %6d %6d %9.3f\n", shapes[s][0], shapes[s][1], shapes[s][2],
+                   bench_attn(be, d, shapes[s][0], shapes[s][1], shapes[s][2], reps * (shapes[s][1] < 1024 ? 10 : 2),
+                              threads));
+        printf("\n");
+        backend_free(be);
+        fflush(stdout);
+    }
+}
+
 /* ---------------------------------------------------------------- denormals */
 
 /* the SwiGLU loop of the backend (cpu_backend.c swiglu_range), here to time it in both FP modes */
@@ -421,7 +481,7 @@ int main(int argc, char **argv) {
             for (char *t = strtok(argv[i + 1], ","); t && n_ms < 32; t = strtok(NULL, ",")) Ms[n_ms++] = atoi(t);
         } else {
             fprintf(stderr, "usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] "
-                            "[--only peaks|gemm|denormal] [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] "
+                            "[--only peaks|gemm|attn|denormal] [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] "
                             "[--ms 1,32,256,1024]\n");
             return 2;
         }
@@ -431,8 +491,9 @@ int main(int argc, char **argv) {
     backend_free(probe);
     peaks pk;
     memset(&pk, 0, sizeof pk);
-    if (!only || strcmp(only, "gemm") != 0) run_peaks(threads, reps, &pk);   /* --only gemm: no % of peak */
+    if (!only || strcmp(only, "peaks") == 0) run_peaks(threads, reps, &pk);   /* --only gemm: no % of peak */
     if (!only || strcmp(only, "gemm") == 0) run_gemm(threads, reps, d, F, V, &pk, path, Ms, n_ms);
+    if (!only || strcmp(only, "attn") == 0) run_attn(threads, reps, d, path);
     if (!only || strcmp(only, "denormal") == 0) run_denormal(reps);
     return 0;
 }

@@ -5,7 +5,7 @@
  *   setting     CPU                    products of BF16 weights                  attention
  *   auto        AMX usable             AMX (its blocks under 16 rows: AVX512-BF16)  AMX
  *   auto        AVX512-BF16            AVX512-BF16 at every shape                 AVX512-BF16
- *   auto        AVX2 + FMA only        AVX2 up to AVX2_MAX_M rows, fp32 above     AVX2
+ *   auto        AVX2 + FMA only        AVX2 up to AVX2_MAX_M rows, fp32 above     fp32
  *   auto        neither                fp32                                       fp32
  *   a path      (checked by cpu_features) that path at every shape              that path
  *
@@ -23,11 +23,9 @@
 #include "backend/cpu/cpu_internal.h"
 #include "util/log.h"
 
-/* AVX2-only CPUs: products of up to this many rows run on the AVX2 bf16 family, more on fp32. */
-static int64_t avx2_max_m(void) {
-    const char *e = getenv("UM_DEV_AVX2_MAX_M");   /* development only: removed before commit */
-    return e ? atoll(e) : 64;
-}
+/* AVX2-only CPUs: products of up to this many rows run on the AVX2 bf16 family, more on fp32
+ * (OpenBLAS). Measured crossover, docs/cpu-kernels.md "Dispatch by shape". */
+#define AVX2_MAX_M 256
 
 void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic) {
     ci->kernels = k;
@@ -40,12 +38,13 @@ void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic) 
     case BACKEND_CPU_KERNELS_AUTO:   /* only an AVX2-only CPU resolves to AUTO (cpu_kernels_resolve) */
         CHECK(cpu_features_get()->avx2);
         ci->gemm = &cpu_gemm_avx2;
-        ci->gemm_max_m = avx2_max_m();
+        ci->gemm_max_m = AVX2_MAX_M;
         break;
     }
-    ci->attn = ci->gemm;
-    const char *ea = getenv("UM_DEV_ATTN");   /* development only: removed before commit */
-    if (ea && ci->gemm) ci->attn = ea[0] == 'f' ? NULL : ci->gemm;
+    /* attention: on the bf16 family of a forced path or of AMX / AVX512-BF16; on an AVX2-only CPU the
+     * fp32 sgemms (the AVX2 family has no more FMA throughput than OpenBLAS, and its K/V pack and
+     * casts made it 0-25 % slower at every measured shape) */
+    ci->attn = k == BACKEND_CPU_KERNELS_AUTO ? NULL : ci->gemm;
     char d[128];
     if (k == BACKEND_CPU_KERNELS_AUTO)
         snprintf(d, sizeof d, "cpu (auto: avx2 kernels up to %lld rows, fp32 above)", (long long)ci->gemm_max_m);
