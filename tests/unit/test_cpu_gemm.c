@@ -443,14 +443,21 @@ static void test_dispatch(void) {
         au->ops->act_free(au, y[0]);
         bes[1]->ops->act_free(bes[1], y[1]);
     }
-    /* from outside, against the double reference, on both sides of the crossover (odd sizes: rows
-     * not a multiple of the AVX2 kernel's 5, 97 outputs, 259 inputs): up to mx rows auto meets the
-     * reference of bf16-rounded activations at fp32 accumulation and misses the unrounded one (the
-     * avx2 family ran), above mx it meets the unrounded one (fp32 ran); forced avx2 meets the rounded
-     * reference at every row count */
-    const int nr[] = {1, 4, 7, 13, (int)mx - 1, (int)mx, (int)mx + 1, (int)mx + 3};
-    for (size_t s = 0; s < sizeof nr / sizeof nr[0]; s++) {
-        const int n = nr[s], R = 97, C = 259;
+    /* from outside, against the double reference, on both sides of each crossover (odd sizes: rows
+     * not a multiple of the AVX2 kernel's 5, 97 / 33 outputs, 259 / wide_k + 3 inputs): where the
+     * dispatch names avx2, auto meets the reference of bf16-rounded activations at fp32 accumulation
+     * and misses the unrounded one (the avx2 family ran); above, it meets the unrounded one (fp32
+     * ran); forced avx2 meets the rounded reference at every row count */
+    const int64_t mw = ci->gemm_max_m_wide, wk = ci->gemm_wide_k;
+    TEST_CHECK(wk > 768 && wk < 100000 && mw >= mx && cpu_dispatch_gemm(ci, mw, 768, wk) == &cpu_gemm_avx2 &&
+                   cpu_dispatch_gemm(ci, mw + 1, 768, wk) == NULL && cpu_dispatch_gemm(ci, mx + 1, 768, wk - 1) == NULL,
+               "auto: avx2 up to %lld rows from %lld inputs", (long long)mw, (long long)wk);
+    const int cases[][3] = {{1, 97, 259},  {4, 97, 259},       {7, 97, 259},           {13, 97, 259},
+                            {(int)mx - 1, 97, 259}, {(int)mx, 97, 259}, {(int)mx + 1, 97, 259}, {(int)mx + 3, 97, 259},
+                            {(int)mx + 1, 33, (int)wk + 3}, {(int)mw, 33, (int)wk + 3}, {(int)mw + 1, 33, (int)wk + 3}};
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
+        const int n = cases[s][0], R = cases[s][1], C = cases[s][2];
+        const int64_t lim = C >= wk ? mw : mx;
         if (n < 1) continue;
         backend *bes[2] = {au, av};
         for (int b = 0; b < 2; b++) {
@@ -463,11 +470,11 @@ static void test_dispatch(void) {
             const double er = matmul_err_r(x, &w, NULL, y, n, 1), eu = matmul_err_r(x, &w, NULL, y, n, 0);
             if (b == 1)
                 TEST_CHECK(er < 1e-5, "forced avx2 n=%d R=%d C=%d: worst %.3e against bf16(x) . w", n, R, C, er);
-            else if (n <= mx)
-                TEST_CHECK(er < 1e-5 && eu > 1e-5, "auto n=%d <= %lld runs avx2: %.3e against bf16(x) . w, %.3e against x . w",
-                           n, (long long)mx, er, eu);
+            else if (n <= lim)
+                TEST_CHECK(er < 1e-5 && eu > 1e-5, "auto n=%d <= %lld (C=%d) runs avx2: %.3e against bf16(x) . w, %.3e against x . w",
+                           n, (long long)lim, C, er, eu);
             else
-                TEST_CHECK(eu < 1e-5, "auto n=%d > %lld runs fp32: %.3e against x . w", n, (long long)mx, eu);
+                TEST_CHECK(eu < 1e-5, "auto n=%d > %lld (C=%d) runs fp32: %.3e against x . w", n, (long long)lim, C, eu);
             bes[b]->ops->act_free(bes[b], x);
             bes[b]->ops->act_free(bes[b], y);
             tw_free(bes[b], &w);
@@ -476,7 +483,7 @@ static void test_dispatch(void) {
     backend_free(fp);
     backend_free(av);
     backend_free(au);
-    printf("ran dispatch by shape (avx2 up to %lld rows, fp32 above)\n", (long long)mx);
+    printf("ran dispatch by shape (avx2 up to %lld rows, %lld from %lld inputs, fp32 above)\n", (long long)mx, (long long)mw, (long long)wk);
 }
 
 /* Every check on path kern; with gemm, on that kernel family instead of the path's own. */

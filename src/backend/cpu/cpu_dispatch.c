@@ -5,7 +5,8 @@
  *   setting     CPU                    products of BF16 weights                  attention
  *   auto        AMX usable             AMX (its blocks under 16 rows: AVX512-BF16)  AMX
  *   auto        AVX512-BF16            AVX512-BF16 at every shape                 AVX512-BF16
- *   auto        AVX2 + FMA only        AVX2 up to AVX2_MAX_M rows, fp32 above     fp32
+ *   auto        AVX2 + FMA only        AVX2 up to AVX2_MAX_M rows (AVX2_MAX_M_WIDE  fp32
+ *                                      from AVX2_WIDE_K inputs), fp32 above
  *   auto        neither                fp32                                       fp32
  *   a path      (checked by cpu_features) that path at every shape              that path
  *
@@ -23,13 +24,18 @@
 #include "backend/cpu/cpu_internal.h"
 #include "util/log.h"
 
-/* AVX2-only CPUs: products of up to this many rows run on the AVX2 bf16 family, more on fp32
- * (OpenBLAS). Measured crossover, docs/cpu-kernels.md "Dispatch by shape". */
-#define AVX2_MAX_M 256
+/* AVX2-only CPUs: products of up to AVX2_MAX_M rows run on the AVX2 bf16 family, more on fp32
+ * (OpenBLAS); products of at least AVX2_WIDE_K inputs up to AVX2_MAX_M_WIDE rows. The measured
+ * crossovers (docs/cpu-kernels.md "Dispatch by shape"): on 768 inputs the fp32 path won the wide
+ * products (gate/up, LM head) from about 128 rows; on 2048+ inputs the AVX2 family was still ahead,
+ * or level, at 256 rows. */
+#define AVX2_MAX_M 96
+#define AVX2_WIDE_K 2048
+#define AVX2_MAX_M_WIDE 256
 
 void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic) {
     ci->kernels = k;
-    ci->gemm_max_m = INT64_MAX;
+    ci->gemm_max_m = ci->gemm_max_m_wide = ci->gemm_wide_k = INT64_MAX;
     switch (k) {
     case BACKEND_CPU_KERNELS_AMX: ci->gemm = &cpu_gemm_amx; break;
     case BACKEND_CPU_KERNELS_AVX512BF16: ci->gemm = &cpu_gemm_avx512bf16; break;
@@ -39,15 +45,18 @@ void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic) 
         CHECK(cpu_features_get()->avx2);
         ci->gemm = &cpu_gemm_avx2;
         ci->gemm_max_m = AVX2_MAX_M;
+        ci->gemm_wide_k = AVX2_WIDE_K;
+        ci->gemm_max_m_wide = AVX2_MAX_M_WIDE;
         break;
     }
     /* attention: on the bf16 family of a forced path or of AMX / AVX512-BF16; on an AVX2-only CPU the
-     * fp32 sgemms (the AVX2 family has no more FMA throughput than OpenBLAS, and its K/V pack and
-     * casts made it 0-25 % slower at every measured shape) */
+     * fp32 sgemms (measured: neither side ahead at every shape, docs/cpu-kernels.md; fp32 keeps the
+     * attention of a dispatched forward the reference path's) */
     ci->attn = k == BACKEND_CPU_KERNELS_AUTO ? NULL : ci->gemm;
-    char d[128];
+    char d[160];
     if (k == BACKEND_CPU_KERNELS_AUTO)
-        snprintf(d, sizeof d, "cpu (auto: avx2 kernels up to %lld rows, fp32 above)", (long long)ci->gemm_max_m);
+        snprintf(d, sizeof d, "cpu (auto: avx2 kernels up to %lld rows, fp32 above; up to %lld rows from %lld inputs)",
+                 (long long)ci->gemm_max_m, (long long)ci->gemm_max_m_wide, (long long)ci->gemm_wide_k);
     else if (automatic)
         snprintf(d, sizeof d, "cpu (auto: %s kernels for every product)", backend_cpu_kernels_name(k));
     else

@@ -40,6 +40,8 @@ typedef struct cpu_impl {
     enum backend_cpu_kernels kernels;   /* the path of every product, or AUTO: chosen per product by shape */
     const cpu_gemm_kernel *gemm;        /* the bf16 kernel family of (some) products, NULL: fp32 only */
     int64_t   gemm_max_m;   /* products of more rows than this run on the fp32 path (INT64_MAX: none) */
+    int64_t   gemm_wide_k;      /* products of at least this many inputs use gemm_max_m_wide instead */
+    int64_t   gemm_max_m_wide;  /* rows, as gemm_max_m, for products of gemm_wide_k or more inputs */
     const cpu_gemm_kernel *attn;        /* attention's kernel family, NULL: fp32 sgemms */
     void     *abuf;         /* activations of the current product (cpu_gemm.h layout, the family's type) */
     size_t    abuf_cap;     /* bytes */
@@ -80,15 +82,15 @@ static inline const cpu_packed *cpu_weight_packed(const bweight *w) {
 #define CPU_WIDE_CLONES
 #endif
 
-/* The dispatch (cpu_dispatch.c): sets ci->kernels, gemm, gemm_max_m, attn and the description
+/* The dispatch (cpu_dispatch.c): sets ci->kernels, gemm, the row limits, attn and the description
  * (replacing an earlier one) for the resolved setting k (cpu_kernels_resolve(); automatic: it came
  * from AUTO); before any weight is uploaded (packing follows ci->gemm). */
 void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic);
 /* The kernel family that runs a product of m rows x n outputs x k inputs on packed weights, or NULL:
  * the fp32 path (OpenBLAS sgemm on the weights widened tile by tile). */
 static inline const cpu_gemm_kernel *cpu_dispatch_gemm(const cpu_impl *ci, int64_t m, int64_t n, int64_t k) {
-    (void)n, (void)k;
-    return m <= ci->gemm_max_m ? ci->gemm : NULL;
+    (void)n;
+    return m <= (k >= ci->gemm_wide_k ? ci->gemm_max_m_wide : ci->gemm_max_m) ? ci->gemm : NULL;
 }
 
 /* Run fn(arg, lo, hi) over [0, n) in chunks of `grain` on the backend's pool (on the calling
