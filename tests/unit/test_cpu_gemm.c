@@ -471,8 +471,9 @@ static void test_dispatch(void) {
             if (b == 1)
                 TEST_CHECK(er < 1e-5, "forced avx2 n=%d R=%d C=%d: worst %.3e against bf16(x) . w", n, R, C, er);
             else if (n <= lim)
-                TEST_CHECK(er < 1e-5 && eu > 1e-5, "auto n=%d <= %lld (C=%d) runs avx2: %.3e against bf16(x) . w, %.3e against x . w",
-                           n, (long long)lim, C, er, eu);
+                TEST_CHECK(er < 1e-5 && eu > 1e-5,
+                           "auto n=%d <= %lld (C=%d) runs avx2: %.3e against bf16(x) . w, %.3e against x . w", n,
+                           (long long)lim, C, er, eu);
             else
                 TEST_CHECK(eu < 1e-5, "auto n=%d > %lld (C=%d) runs fp32: %.3e against x . w", n, (long long)lim, C, eu);
             bes[b]->ops->act_free(bes[b], x);
@@ -483,7 +484,8 @@ static void test_dispatch(void) {
     backend_free(fp);
     backend_free(av);
     backend_free(au);
-    printf("ran dispatch by shape (avx2 up to %lld rows, %lld from %lld inputs, fp32 above)\n", (long long)mx, (long long)mw, (long long)wk);
+    printf("ran dispatch by shape (avx2 up to %lld rows, %lld from %lld inputs, fp32 above)\n", (long long)mx,
+           (long long)mw, (long long)wk);
 }
 
 /* Every check on path kern; with gemm, on that kernel family instead of the path's own. */
