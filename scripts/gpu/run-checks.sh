@@ -230,7 +230,7 @@ do_lease() {
   fi
   # CPU kernel paths on this CPU (each bf16 path is tried under a SIGILL handler before use)
   "$BUILD/unmask" make-model --out "$UNMASK_TEST_TMP/tiny" --preset tiny --quiet
-  for k in amx avx512bf16 fp32; do
+  for k in amx avx512bf16 avx2 fp32; do
     echo -n "cpu-kernels $k: "
     "$BUILD/unmask" logits --model "$UNMASK_TEST_TMP/tiny" --tokens 1,2,3 --out "$UNMASK_TEST_TMP/k.npy" --cpu-kernels $k 2>&1 | tail -1
     echo "rc ${PIPESTATUS[0]}"

@@ -93,24 +93,29 @@ backend *backend_cpu_init(int n_threads);
 void     backend_cpu_probe(void);
 
 /* CPU kernels: what the CPU backend's matrix products of BF16 weights run on (docs/cpu-kernels.md).
- * AMX: AMX-BF16 tiles; AVX512BF16: vdpbf16ps; both keep the weights bf16 (packed once at upload),
- * cast activations to bf16 and accumulate in fp32 (results within bf16 rounding of the fp32 path).
+ * AMX: AMX-BF16 tiles; AVX512BF16: vdpbf16ps; AVX2: fp32 FMAs on the bf16 weights widened in
+ * registers; the three keep the weights bf16 (packed once at upload), cast activations to bf16 and
+ * accumulate in fp32 (results within bf16 rounding of the fp32 path).
  * FP32: OpenBLAS sgemm on weights widened to f32 tile by tile — the numerical reference, and the
- * path of F32/F16 weights under every setting. AUTO: the best this CPU has (AMX, AVX512BF16, FP32). */
+ * path of F32/F16 weights under every setting. AUTO: chosen per product by its shape and this CPU's
+ * ISA (AMX, else AVX512BF16 for every product; with AVX2 only, AVX2 for products of few rows and
+ * FP32 above a measured row count; else FP32). Any other value forces that path for every product. */
 enum backend_cpu_kernels {
     BACKEND_CPU_KERNELS_AUTO,
     BACKEND_CPU_KERNELS_FP32,
     BACKEND_CPU_KERNELS_AVX512BF16,
     BACKEND_CPU_KERNELS_AMX,
+    BACKEND_CPU_KERNELS_AVX2,
 };
-/* "auto", "fp32", "avx512bf16", "amx" -> *out: 0, or -1 when the name is unknown. */
+/* "auto", "fp32", "avx512bf16", "amx", "avx2" -> *out: 0, or -1 when the name is unknown. */
 int         backend_cpu_kernels_parse(const char *name, enum backend_cpu_kernels *out);
 const char *backend_cpu_kernels_name(enum backend_cpu_kernels k);
 /* Use kernels k in the CPU backends created from now on (process-wide; the main thread, before
  * any backend exists; without a call the UNMASK_CPU_KERNELS environment variable, else AUTO).
  * -1 + err (param "cpu-kernels") saying what this CPU lacks when k cannot run here. */
 int         backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err);
-/* The kernels a backend's products use: never AUTO; FP32 for a non-CPU backend. */
+/* The kernels a backend's products use: the one path that runs all of them, AUTO when they are
+ * chosen per product by shape (an AVX2-only CPU); FP32 for a non-CPU backend. */
 enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be);
 /* The backend a --device flag names: NULL/"cpu" -> CPU with n_threads, "cuda" / "cuda:N" -> that
  * GPU (backend/cuda/). NULL + err (naming the device) when it is unknown or cannot be opened. */

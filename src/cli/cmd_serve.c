@@ -60,8 +60,9 @@ static const char k_usage[] =
     "others join, print that they joined and exit when node 0 stops (SIGINT/SIGTERM on a follower asks node 0\n"
     "to stop the whole group; a second signal ends the follower at once).\n"
     "\n"
-    "--cpu-kernels auto|amx|avx512bf16|fp32: the CPU backend's matrix kernels for bf16 weights\n"
-    "(docs/cpu-kernels.md) [auto: the best this CPU has].";
+    "--cpu-kernels auto|amx|avx512bf16|avx2|fp32: the CPU backend's matrix kernels for bf16 weights\n"
+    "(docs/cpu-kernels.md) [auto: per product by shape and ISA: amx, else avx512bf16; with AVX2 only,\n"
+    "avx2 for products of few rows and fp32 above a measured row count].";
 
 int cmd_serve(int argc, char **argv) {
     if (cli_cpu_kernels_take(&argc, argv) != 0) return 2;   /* not a server setting: the process's CPU kernels */

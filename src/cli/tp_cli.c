@@ -89,7 +89,7 @@ int cli_cpu_kernels_apply(const char *name) {
     enum backend_cpu_kernels k;
     um_err err = {0};
     if (backend_cpu_kernels_parse(name, &k) != 0) {
-        fprintf(stderr, "error: --cpu-kernels: unknown kernel path '%s' (auto, amx, avx512bf16, fp32)\n", name);
+        fprintf(stderr, "error: --cpu-kernels: unknown kernel path '%s' (auto, amx, avx512bf16, avx2, fp32)\n", name);
         return -1;
     }
     if (backend_cpu_kernels_select(k, &err) != 0) {
@@ -104,7 +104,7 @@ int cli_cpu_kernels_take(int *argc, char **argv) {
         int k = strcmp(argv[i], "--cpu-kernels") == 0 ? 2 : strncmp(argv[i], "--cpu-kernels=", 14) == 0 ? 1 : 0;
         if (!k) continue;
         if (k == 2 && i + 1 >= *argc) {
-            fprintf(stderr, "error: --cpu-kernels needs a value (auto, amx, avx512bf16, fp32)\n");
+            fprintf(stderr, "error: --cpu-kernels needs a value (auto, amx, avx512bf16, avx2, fp32)\n");
             return -1;
         }
         if (cli_cpu_kernels_apply(k == 2 ? argv[i + 1] : argv[i] + 14) != 0) return -1;

@@ -32,10 +32,13 @@ void cli_model_ctx_close(cli_model_ctx *c);
  * dividing the model), 1 otherwise (no GPU, does not fit, ...). */
 int  cli_model_ctx_exit_code(const um_err *err);
 
-/* The --cpu-kernels flag (auto | amx | avx512bf16 | fp32; NULL = not given): the kernel path of the
- * CPU backends this process creates (backend.h). 0, or -1 with the message printed (exit 2) when
- * the name is unknown or this CPU lacks the path. */
-#define CLI_CPU_KERNELS_HELP "CPU matrix kernels: auto | amx | avx512bf16 | fp32 (docs/cpu-kernels.md) [auto]"
+/* The --cpu-kernels flag (auto | amx | avx512bf16 | avx2 | fp32; NULL = not given): the kernel path
+ * of the CPU backends this process creates (backend.h). 0, or -1 with the message printed (exit 2)
+ * when the name is unknown or this CPU lacks the path. */
+#define CLI_CPU_KERNELS_HELP                                                                                 \
+    "CPU matrix kernels: auto | amx | avx512bf16 | avx2 | fp32; auto picks per product by shape and ISA: "  \
+    "amx, else avx512bf16, else (AVX2 only) avx2 for products of few rows and fp32 above "                 \
+    "(docs/cpu-kernels.md) [auto]"
 int  cli_cpu_kernels_apply(const char *name);
 /* For a command whose own parser does not know the flag (serve): finds --cpu-kernels NAME or
  * --cpu-kernels=NAME in argv, applies it and removes it from argv / *argc. 0 or -1 as above. */

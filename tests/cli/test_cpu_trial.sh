@@ -3,7 +3,8 @@
 # AVX512-BF16 or AMX in cpuid and XCR0 and still fault on the first instruction (SIGILL; seen on a
 # lent GPU machine's AMX). UNMASK_FAULT_CPU_TRIAL=PATH makes that path's trial fault on purpose:
 # forcing the path must then fail with one clear line (not a crash), and `auto` must fall back to
-# the next path and give the same logits as forcing that path. PATH:segv fakes the other signal
+# what the CPU has next and give the same logits as that (after AMX: forcing avx512bf16; after
+# AVX512-BF16: auto as on an AVX2-only CPU, UNMASK_CPU_ISA=avx2, which dispatches by shape). PATH:segv fakes the other signal
 # Linux sends when it cannot enable a state component on first use (SIGSEGV). Run for each bf16 path this CPU
 # has; a path the CPU lacks is named as not checked here (its trial never runs on such a CPU).
 set -u
@@ -22,8 +23,9 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo)
 has() { [[ " $flags " == *" $1 "* ]]; }
 
 checked=0
-# path  cpuid flag(s)  the path auto falls back to when this one faults
-for row in "avx512bf16 avx512_bf16 fp32" "amx amx_bf16 avx512bf16"; do
+# path  cpuid flag(s)  what auto falls back to when this one faults (a path, or isa=LEVEL: auto under
+# UNMASK_CPU_ISA=LEVEL)
+for row in "avx512bf16 avx512_bf16 isa=avx2" "amx amx_bf16 avx512bf16"; do
     read -r path flag next <<<"$row"
     if ! has "$flag"; then
         echo "note: this CPU has no $flag: the $path trial is not checked here"
@@ -39,7 +41,12 @@ for row in "avx512bf16 avx512_bf16 fp32" "amx amx_bf16 avx512bf16"; do
         --cpu-kernels "$path"
     ok "$path: auto after a faulting trial runs" env UNMASK_FAULT_CPU_TRIAL="$path" "$BIN" logits --model "$TMP/m" \
         --tokens "$TOK" --out "$TMP/auto_$path.npy"
-    ok "$path: reference run on $next" logits "$TMP/next_$path.npy" --cpu-kernels "$next"
+    if [[ "$next" == isa=* ]]; then
+        ok "$path: reference run of auto on UNMASK_CPU_ISA=${next#isa=}" env UNMASK_CPU_ISA="${next#isa=}" \
+            "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/next_$path.npy"
+    else
+        ok "$path: reference run on $next" logits "$TMP/next_$path.npy" --cpu-kernels "$next"
+    fi
     if cmp -s "$TMP/auto_$path.npy" "$TMP/next_$path.npy"; then
         passed=$((passed + 1)); echo "PASS $path: auto fell back to $next (identical logits)"
     else

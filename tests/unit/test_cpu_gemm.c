@@ -3,13 +3,15 @@
  * double-precision loops written here:
  *   - the branch-free f32 -> bf16 cast equals util/dtype.h's on specials and 2M random bit patterns;
  *   - packing puts every weight element where the documented layout says (odd shapes, zero padding);
- *   - per available path (avx512bf16, amx — a path this CPU lacks is skipped, saying why — and
- *     the AMX kernel on the software tile unit of amx_emu.h, wherever AVX512-BF16 runs):
+ *   - per available path (avx2, avx512bf16, amx — a path this CPU lacks is skipped, saying why —
+ *     and the AMX kernel on the software tile unit of amx_emu.h, wherever AVX512-BF16 runs):
  *     the raw kernel block for every row count 1..GEMM_MB and 1..4 groups; backend matmul (odd
  *     shapes, bias, misaligned weight data) and the fused linear op (q/k/v with RMSNorm, residual
  *     add, SwiGLU, the LM head) against references computed from the bf16-rounded inputs the
  *     kernels see (so the tolerance is fp32 accumulation, not bf16); a weight without a packed
- *     layout in the op falls back to the single ops; 1 and 2 threads give bit-identical results.
+ *     layout in the op falls back to the single ops; 1 and 2 threads give bit-identical results;
+ *   - auto's dispatch by shape on an AVX2-only CPU (cpu_dispatch.c): avx2 up to the crossover, fp32
+ *     above, seen both as bit-identity with the forced paths and against the double references.
  * Single thread driving each backend.
  */
 #include <math.h>
@@ -85,6 +87,10 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
     for (int64_t i = 0; i < R * C; i++) w[i] = f32_to_bf16(urand(-1, 1));
     cpu_packed pw;
     cpu_packed_init(&pw, w, R, C, pool);
+    /* the activations in the family's type: bf16, or the same values as fp32 */
+    float *af = xcalloc((size_t)(GEMM_MB * kpad), sizeof *af);
+    for (int64_t i = 0; i < GEMM_MB * kpad; i++) af[i] = bf16_to_f32(a[i]);
+    const void *act = k->act_f32 ? (const void *)af : (const void *)a;
     _Alignas(64) float c[GEMM_MB * 64];
     double worst = 0;
     int pf_runs = 0, pf_diff = 0;
@@ -93,12 +99,12 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
         for (int ng = 1; ng <= 4; ng++) {
             const uint16_t *b[4];
             for (int j = 0; j < ng; j++) b[j] = pw.p + (int64_t)(3 - j) * kpad * 16;   /* groups in reverse */
-            k->block(a, kpad, m, b, ng, kpad, c);
+            k->block(act, kpad, m, b, ng, kpad, c);
             if (k->block_pf) {   /* prefetching the next panel's groups changes nothing */
                 _Alignas(64) float c2[GEMM_MB * 64];
                 const uint16_t *next[4];
                 for (int j = 0; j < 4; j++) next[j] = pw.p + (int64_t)j * kpad * 16;
-                k->block_pf(a, kpad, m, b, ng, kpad, c2, next, 1 + (m + ng) % 4);
+                k->block_pf(act, kpad, m, b, ng, kpad, c2, next, 1 + (m + ng) % 4);
                 for (int i = 0; i < m; i++)   /* columns 16 ng .. 63 are not written */
                     pf_diff += memcmp(c + i * 64, c2 + i * 64, (size_t)ng * 16 * sizeof *c) != 0;
                 pf_runs++;
@@ -121,6 +127,7 @@ static void test_block(const cpu_gemm_kernel *k, cpu_pool *pool) {
     if (k->block_pf) TEST_CHECK(pf_runs > 0 && pf_diff == 0, "%s block_pf: %d rows of %d blocks differ from block", k->name, pf_diff, pf_runs);
     cpu_packed_free(&pw);
     free(a);
+    free(af);
     free(w);
 }
 
@@ -151,15 +158,16 @@ static void tw_free(backend *be, tw *t) {
     free(t->vals);
 }
 
-/* worst |y - ref| / sum|terms| over n x R, ref = bias + bf16(x) . w^T in double */
-static double matmul_err(const float *x, const tw *w, const float *bias, const float *y, int n) {
+/* worst |y - ref| / sum|terms| over n x R, ref = bias + bf16(x) . w^T in double (round_x 0: x . w^T,
+ * what the fp32 path computes) */
+static double matmul_err_r(const float *x, const tw *w, const float *bias, const float *y, int n, int round_x) {
     const int64_t R = w->w.rows, C = w->w.cols;
     double worst = 0;
     for (int i = 0; i < n; i++)
         for (int64_t r = 0; r < R; r++) {
             double acc = bias ? bias[r] : 0, mag = bias ? fabs(bias[r]) : 0;
             for (int64_t c = 0; c < C; c++) {
-                double p = (double)bf(x[i * C + c]) * w->vals[r * C + c];
+                double p = (double)(round_x ? bf(x[i * C + c]) : x[i * C + c]) * w->vals[r * C + c];
                 acc += p;
                 mag += fabs(p);
             }
@@ -167,6 +175,10 @@ static double matmul_err(const float *x, const tw *w, const float *bias, const f
             if (e > worst) worst = e;
         }
     return worst;
+}
+
+static double matmul_err(const float *x, const tw *w, const float *bias, const float *y, int n) {
+    return matmul_err_r(x, w, bias, y, n, 1);
 }
 
 static void test_matmul(backend *be, const char *path) {
@@ -319,7 +331,7 @@ static backend *backend_with(enum backend_cpu_kernels kern, const cpu_gemm_kerne
     um_err err = {0};
     TEST_CHECK(backend_cpu_kernels_select(kern, &err) == 0, "select %s", backend_cpu_kernels_name(kern));
     backend *be = backend_cpu_init(n_threads);
-    if (gemm) ((cpu_impl *)be->impl)->gemm = gemm;
+    if (gemm) ((cpu_impl *)be->impl)->gemm = ((cpu_impl *)be->impl)->attn = gemm;
     return be;
 }
 
@@ -347,6 +359,133 @@ static void test_threads_identical(enum backend_cpu_kernels kern, const cpu_gemm
     TEST_CHECK(memcmp(out[0], out[1], (size_t)n * F * sizeof(float)) == 0, "%s: 1 vs 2 threads differ", path);
     free(out[0]);
     free(out[1]);
+}
+
+/* ---------------------------------------------------------------- dispatch by shape */
+
+/* One backend_linear (epi, with norm for STORE/SWIGLU) of n rows on backend be with fresh weights and
+ * inputs drawn from seed: the outputs, [n, rows of the first weight] floats (malloc'd). */
+static float *run_linear(backend *be, enum blinear_epi epi, int n, int d, int F, uint64_t seed) {
+    g_ctr = seed;
+    const int nw = epi == BLIN_SWIGLU ? 2 : 1, in = epi == BLIN_ADD ? F : d, out = epi == BLIN_ADD ? d : F;
+    tw w[2], norm;
+    for (int j = 0; j < nw; j++) tw_make(be, &w[j], out, in, 0);
+    tw_make(be, &norm, 1, in, 0);
+    float *x = be->ops->act_alloc(be, (size_t)n * in), *tmp = be->ops->act_alloc(be, (size_t)n * (in + out));
+    float *y = xmalloc((size_t)n * out * sizeof *y);
+    for (int64_t i = 0; i < (int64_t)n * in; i++) x[i] = urand(-1, 1);
+    for (int64_t i = 0; i < (int64_t)n * out; i++) y[i] = urand(-1, 1);   /* the residual of ADD */
+    blinear op = {.x = x, .n = n, .norm = epi == BLIN_ADD ? NULL : &norm.w, .eps = 1e-5f, .epi = epi, .n_w = nw,
+                  .w = {&w[0].w, &w[1].w}, .y = {y}, .tmp_h = tmp, .tmp_y = tmp + (size_t)n * in};
+    backend_linear(be, &op);
+    be->ops->act_free(be, x);
+    be->ops->act_free(be, tmp);
+    for (int j = 0; j < nw; j++) tw_free(be, &w[j]);
+    tw_free(be, &norm);
+    return y;
+}
+
+/* The plan AUTO gets on an AVX2-only CPU (cpu_dispatch.c), built here on any CPU with AVX2: products
+ * of up to gemm_max_m rows run on the AVX2 family and give exactly what --cpu-kernels avx2 gives,
+ * products of more rows run on the fp32 path (on the packed weights) and give exactly what
+ * --cpu-kernels fp32 gives (unpacked weights), for every epilogue. */
+static void test_dispatch(void) {
+    um_err err = {0};
+    if (backend_cpu_kernels_select(BACKEND_CPU_KERNELS_AVX2, &err) != 0) {
+        printf("SKIP dispatch by shape: %s\n", err.msg);
+        return;
+    }
+    backend *fp = backend_with(BACKEND_CPU_KERNELS_FP32, NULL, 2), *av = backend_with(BACKEND_CPU_KERNELS_AVX2, NULL, 2);
+    backend *au = backend_with(BACKEND_CPU_KERNELS_FP32, NULL, 2);
+    cpu_impl *ci = au->impl;
+    cpu_dispatch_init(ci, BACKEND_CPU_KERNELS_AUTO, 1, cpu_qkernels_resolve());
+    au->description = ci->description;
+    const int64_t mx = ci->gemm_max_m;
+    TEST_CHECK(backend_cpu_kernels_of(au) == BACKEND_CPU_KERNELS_AUTO && mx >= 1 && mx < 100000, "auto plan: max %lld rows",
+               (long long)mx);
+    TEST_CHECK(cpu_dispatch_gemm(ci, 1, 768, 768) == &cpu_gemm_avx2 && cpu_dispatch_gemm(ci, mx, 768, 768) == &cpu_gemm_avx2 &&
+               cpu_dispatch_gemm(ci, mx + 1, 768, 768) == NULL, "auto: avx2 up to %lld rows, fp32 above", (long long)mx);
+    TEST_CHECK(strstr(backend_description(au), "auto") != NULL, "description names the dispatch: %s", backend_description(au));
+    const int ns[] = {1, 7, (int)mx, (int)mx + 1, (int)mx + 37};
+    const enum blinear_epi epis[] = {BLIN_STORE, BLIN_ADD, BLIN_SWIGLU};
+    int bad = 0, runs = 0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (int e = 0; e < 3; e++) {
+            const int n = ns[i], d = 80, F = 144;
+            const size_t cnt = (size_t)n * (epis[e] == BLIN_ADD ? d : F);
+            float *ya = run_linear(au, epis[e], n, d, F, 500 + (uint64_t)i);
+            float *yr = run_linear(n <= mx ? av : fp, epis[e], n, d, F, 500 + (uint64_t)i);
+            const int same = memcmp(ya, yr, cnt * sizeof *ya) == 0;
+            if (!same) printf("auto differs from %s: n=%d epilogue %d\n", n <= mx ? "avx2" : "fp32", n, (int)epis[e]);
+            bad += !same;
+            runs++;
+            free(ya);
+            free(yr);
+        }
+    TEST_CHECK(bad == 0, "auto: %d of %d ops differ from the path the dispatch names", bad, runs);
+    /* a matmul the same way */
+    for (int s = 0; s < 2; s++) {
+        const int n = s ? (int)mx + 5 : 3, R = 70, C = 90;
+        float *y[2];
+        backend *bes[2] = {au, s ? fp : av};
+        for (int b = 0; b < 2; b++) {
+            g_ctr = 900;
+            tw w;
+            tw_make(bes[b], &w, R, C, 0);
+            float *x = bes[b]->ops->act_alloc(bes[b], (size_t)n * C);
+            y[b] = bes[b]->ops->act_alloc(bes[b], (size_t)n * R);
+            for (int64_t i = 0; i < (int64_t)n * C; i++) x[i] = urand(-1, 1);
+            bes[b]->ops->matmul(bes[b], x, &w.w, NULL, n, y[b]);
+            bes[b]->ops->act_free(bes[b], x);
+            tw_free(bes[b], &w);
+        }
+        TEST_CHECK(memcmp(y[0], y[1], (size_t)n * R * sizeof(float)) == 0, "auto matmul n=%d equals %s", n, s ? "fp32" : "avx2");
+        au->ops->act_free(au, y[0]);
+        bes[1]->ops->act_free(bes[1], y[1]);
+    }
+    /* from outside, against the double reference, on both sides of each crossover (odd sizes: rows
+     * not a multiple of the AVX2 kernel's 5, 97 / 33 outputs, 259 / wide_k + 3 inputs): where the
+     * dispatch names avx2, auto meets the reference of bf16-rounded activations at fp32 accumulation
+     * and misses the unrounded one (the avx2 family ran); above, it meets the unrounded one (fp32
+     * ran); forced avx2 meets the rounded reference at every row count */
+    const int64_t mw = ci->gemm_max_m_wide, wk = ci->gemm_wide_k;
+    TEST_CHECK(wk > 768 && wk < 100000 && mw >= mx && cpu_dispatch_gemm(ci, mw, 768, wk) == &cpu_gemm_avx2 &&
+                   cpu_dispatch_gemm(ci, mw + 1, 768, wk) == NULL && cpu_dispatch_gemm(ci, mx + 1, 768, wk - 1) == NULL,
+               "auto: avx2 up to %lld rows from %lld inputs", (long long)mw, (long long)wk);
+    const int cases[][3] = {{1, 97, 259},  {4, 97, 259},       {7, 97, 259},           {13, 97, 259},
+                            {(int)mx - 1, 97, 259}, {(int)mx, 97, 259}, {(int)mx + 1, 97, 259}, {(int)mx + 3, 97, 259},
+                            {(int)mx + 1, 33, (int)wk + 3}, {(int)mw, 33, (int)wk + 3}, {(int)mw + 1, 33, (int)wk + 3}};
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
+        const int n = cases[s][0], R = cases[s][1], C = cases[s][2];
+        const int64_t lim = C >= wk ? mw : mx;
+        if (n < 1) continue;
+        backend *bes[2] = {au, av};
+        for (int b = 0; b < 2; b++) {
+            g_ctr = 1300 + (uint64_t)s;
+            tw w;
+            tw_make(bes[b], &w, R, C, 0);
+            float *x = bes[b]->ops->act_alloc(bes[b], (size_t)n * C), *y = bes[b]->ops->act_alloc(bes[b], (size_t)n * R);
+            for (int64_t i = 0; i < (int64_t)n * C; i++) x[i] = urand(-1, 1);
+            bes[b]->ops->matmul(bes[b], x, &w.w, NULL, n, y);
+            const double er = matmul_err_r(x, &w, NULL, y, n, 1), eu = matmul_err_r(x, &w, NULL, y, n, 0);
+            if (b == 1)
+                TEST_CHECK(er < 1e-5, "forced avx2 n=%d R=%d C=%d: worst %.3e against bf16(x) . w", n, R, C, er);
+            else if (n <= lim)
+                TEST_CHECK(er < 1e-5 && eu > 1e-5,
+                           "auto n=%d <= %lld (C=%d) runs avx2: %.3e against bf16(x) . w, %.3e against x . w", n,
+                           (long long)lim, C, er, eu);
+            else
+                TEST_CHECK(eu < 1e-5, "auto n=%d > %lld (C=%d) runs fp32: %.3e against x . w", n, (long long)lim, C, eu);
+            bes[b]->ops->act_free(bes[b], x);
+            bes[b]->ops->act_free(bes[b], y);
+            tw_free(bes[b], &w);
+        }
+    }
+    backend_free(fp);
+    backend_free(av);
+    backend_free(au);
+    printf("ran dispatch by shape (avx2 up to %lld rows, %lld from %lld inputs, fp32 above)\n", (long long)mx,
+           (long long)mw, (long long)wk);
 }
 
 /* Every check on path kern; with gemm, on that kernel family instead of the path's own. */
@@ -377,6 +516,8 @@ int main(void) {
     cpu_pool *pool = cpu_pool_init(2, 0);
     test_pack(pool);
     cpu_pool_free(pool);
+    test_path(BACKEND_CPU_KERNELS_AVX2, NULL);
+    test_dispatch();
     test_path(BACKEND_CPU_KERNELS_AVX512BF16, NULL);
     test_path(BACKEND_CPU_KERNELS_AMX, NULL);
     /* the AMX kernel on emulated tiles (blocks under 16 rows are its AVX512-BF16 fallback) */

@@ -7,7 +7,7 @@
  * forwards, default positions, out_rows, scratch reuse) on a small make-model checkpoint. All on
  * the fp32 kernel path (--cpu-kernels fp32), the numerical reference; the bf16 kernels are
  * tests/unit/test_cpu_gemm.c's, except attention, which also runs on each bf16 path this CPU has
- * and on the AMX kernel over emulated tiles (amx_emu.h).
+ * (avx2, avx512bf16, amx) and on the AMX kernel over emulated tiles (amx_emu.h).
  * Single thread driving the backend (its pool slots run inside).
  */
 #include <immintrin.h>
@@ -540,8 +540,9 @@ int main(void) {
     backend_free(be1);
     /* attention on the bf16 kernel paths this CPU has (q, k, v and probabilities in bf16: the
      * GPU path's attention tolerance) */
-    const enum backend_cpu_kernels bf16_paths[] = {BACKEND_CPU_KERNELS_AVX512BF16, BACKEND_CPU_KERNELS_AMX};
-    for (int i = 0; i < 2; i++) {
+    const enum backend_cpu_kernels bf16_paths[] = {BACKEND_CPU_KERNELS_AVX2, BACKEND_CPU_KERNELS_AVX512BF16,
+                                                   BACKEND_CPU_KERNELS_AMX};
+    for (int i = 0; i < 3; i++) {
         if (backend_cpu_kernels_select(bf16_paths[i], &err) != 0) {
             printf("SKIP attention on %s: %s\n", backend_cpu_kernels_name(bf16_paths[i]), err.msg);
             continue;
@@ -563,7 +564,7 @@ int main(void) {
         g_attn_tol = 1e-2;
         for (int t = 1; t <= 2; t++) {
             backend *bb = backend_cpu_init(t);
-            ((cpu_impl *)bb->impl)->gemm = &cpu_gemm_amx_emulated;
+            ((cpu_impl *)bb->impl)->gemm = ((cpu_impl *)bb->impl)->attn = &cpu_gemm_amx_emulated;
             test_attention(bb);
             backend_free(bb);
         }

@@ -8,9 +8,16 @@ each number is the minimum over rounds of each run's own minimum over --reps. Pr
 ms of each and the ratios (lower is better for unmask / torch).
 
   forward: --seq 1,32,256,1024 --batch 1,8          (logits for every row, as `unmask bench`)
-  decode:  --decode --gen 128 --block 32 --batch 1,8 [--max-blocks N]   (low_confidence, dual cache)
-usage: compare_torch.py --unmask BIN [--base BIN] --model DIR [--threads N] [--rounds 3] [--reps 2]
-       [--kernels auto] [--torch-dtype both]
+  decode:  --decode --gen 128 --block 32 --batch 1,8 [--max-blocks N] [--cache dual|none]
+           (low_confidence; both sides use the same cache mode)
+  baseline: --base BIN (another build, its default kernels) and/or --base-kernels K (the baseline
+           runs with --cpu-kernels K; without --base, the same --unmask binary: e.g. today's fp32
+           path against auto)
+  --isa avx2: every run as on an AVX2-only CPU: UNMASK_CPU_ISA=avx2 for unmask, OPENBLAS_CORETYPE=Haswell
+           for OpenBLAS, ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 for PyTorch — an
+           emulation on this CPU (its caches, clock and memory stay this CPU's)
+usage: compare_torch.py --unmask BIN [--base BIN] [--base-kernels K] --model DIR [--threads N] [--rounds 3]
+       [--reps 2] [--kernels auto] [--torch-dtype both] [--isa avx2]
 """
 import argparse
 import json
@@ -22,25 +29,28 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+ENV = dict(os.environ)   # every run's environment (--isa adds the caps)
+
+
 def unmask_forward(binary, model, L, B, threads, reps, kernels):
     cmd = [binary, "bench", "--model", model, "--seq", str(L), "--batch", str(B), "--threads", str(threads),
            "--reps", str(reps), "--warmup", "1"]
     if kernels:
         cmd += ["--cpu-kernels", kernels]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV).stdout
     row = [ln for ln in out.splitlines() if re.match(rf"\s+{L}\s+{B}\s", ln)][-1].split()
     return float(row[4])   # min ms
 
 
 def unmask_decode(binary, model, B, a, kernels):
     cmd = [binary, "bench", "--decode", "--model", model, "--batch", str(B), "--gen", str(a.gen), "--block",
-           str(a.block), "--prompt", str(a.prompt), "--decoders", "low_confidence", "--cache", "dual",
+           str(a.block), "--prompt", str(a.prompt), "--decoders", "low_confidence", "--cache", a.cache,
            "--threads", str(a.threads), "--reps", str(a.reps)]
     if a.max_blocks:
         cmd += ["--max-blocks", str(a.max_blocks)]
     if kernels:
         cmd += ["--cpu-kernels", kernels]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV).stdout
     row = [ln for ln in out.splitlines() if ln.startswith("low_confidence")][-1].split()
     return float(row[9])   # ms/step
 
@@ -48,7 +58,7 @@ def unmask_decode(binary, model, B, a, kernels):
 def peer(model, a, extra):
     cmd = [sys.executable, os.path.join(HERE, "torch_peer.py"), "--model", model, "--threads", str(a.threads),
            "--reps", str(a.reps), "--dtype", a.torch_dtype, "--json"] + extra
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV).stdout
     r = json.loads(out.strip().splitlines()[-1])
     return r["best_ms"], r["best"]
 
@@ -57,6 +67,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--unmask", required=True)
     ap.add_argument("--base")
+    ap.add_argument("--base-kernels", default="")
+    ap.add_argument("--isa", default="", choices=["", "avx2"])
+    ap.add_argument("--cache", default="dual", choices=["dual", "none"])
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seq", default="1,32,256,1024")
@@ -71,6 +84,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--max-blocks", type=int, default=0)
     a = ap.parse_args()
+    if a.isa == "avx2":
+        ENV.update(UNMASK_CPU_ISA="avx2", OPENBLAS_CORETYPE="Haswell", ATEN_CPU_CAPABILITY="avx2",
+                   ONEDNN_MAX_CPU_ISA="AVX2", DNNL_MAX_CPU_ISA="AVX2")
+    if a.base_kernels and not a.base:
+        a.base = a.unmask
     batches = [int(b) for b in a.batch.split(",")]
     shapes = [(B, None) for B in batches] if a.decode else \
         [(B, int(L)) for B in batches for L in a.seq.split(",")]
@@ -81,13 +99,14 @@ def main():
             if a.decode:
                 r["unmask"] = min(r["unmask"], unmask_decode(a.unmask, a.model, B, a, a.kernels))
                 if a.base:
-                    r["base"] = min(r["base"], unmask_decode(a.base, a.model, B, a, ""))
+                    r["base"] = min(r["base"], unmask_decode(a.base, a.model, B, a, a.base_kernels))
                 t, dt = peer(a.model, a, ["--decode", "--batch", str(B), "--gen", str(a.gen), "--block", str(a.block),
-                                          "--prompt", str(a.prompt), "--max-blocks", str(a.max_blocks)])
+                                          "--prompt", str(a.prompt), "--max-blocks", str(a.max_blocks),
+                                          "--cache", a.cache])
             else:
                 r["unmask"] = min(r["unmask"], unmask_forward(a.unmask, a.model, L, B, a.threads, a.reps, a.kernels))
                 if a.base:
-                    r["base"] = min(r["base"], unmask_forward(a.base, a.model, L, B, a.threads, a.reps, ""))
+                    r["base"] = min(r["base"], unmask_forward(a.base, a.model, L, B, a.threads, a.reps, a.base_kernels))
                 t, dt = peer(a.model, a, ["--seq", str(L), "--batch", str(B)])
             if t < r["torch"]:
                 r["torch"], r["dtype"] = t, dt

@@ -2,20 +2,27 @@
  * cpu_kernels_bench.c — microbenchmarks of the CPU backend's kernel paths against this machine's
  * measured limits (docs/perf.md, "CPU kernels"):
  *   peaks    register-only loops of the instruction each path is built on, one thread:
- *            fp32 FMA (zmm where AVX-512 exists, else ymm), vdpbf16ps, tdpbf16ps (AMX, where
+ *            fp32 FMA (ymm, and zmm where AVX-512 exists), vdpbf16ps, tdpbf16ps (AMX, where
  *            present); OpenBLAS sgemm 1024^3 on 1 and all threads; memory read bandwidth
- *   gemm     each path (fp32 / avx512bf16 / amx, the ones this CPU has) through the backend's own
- *            ops (activation cast included) on a model's products — q/k/v fused, attn_out + residual,
- *            gate/up + SwiGLU, down + residual, LM head — at M = 1, 32, 256, 1024 rows: GFLOP/s, % of
+ *   gemm     each path (fp32 / avx2 / avx512bf16 / amx, the ones this CPU has, and auto: the
+ *            per-shape dispatch the backend would use) through the backend's own ops (activation
+ *            cast included) on a model's products — q/k/v fused, attn_out + residual, gate/up +
+ *            SwiGLU, down + residual, LM head — at M = 1, 32, 256, 1024 rows (--ms): GFLOP/s, % of
  *            the path's peak x threads, and for M = 1 the weight bytes per second vs the bandwidth
+ *   attn     each path's attention (backend_attention: the bf16 paths pack K/Vᵀ and run the kernel
+ *            blocks, fp32 runs two sgemms per item) on one sequence of a model's heads: a full
+ *            forward's (L queries over L keys, L = 64, 256, 1024) and a cached decode step's
+ *            (32 queries over 160 keys, batch 1 and 8)
  *   denormal the backend's SwiGLU loop with and without FTZ/DAZ (GCC's branch-free sigmoid computes a
  *            hidden denormal for ordinary gates)
  * Timings are the minimum over --reps runs (the machine may be shared); everything measured on one
  * thread uses thread CPU time (a busy machine cannot stretch it), several threads wall time.
  * Not a test: prints tables, asserts nothing.
  *
- * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|denormal]
- *                          [--path fp32|avx512bf16|amx] [--cold 1]
+ * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|attn|denormal]
+ *                          [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] [--ms 1,32,256,1024]
+ * UNMASK_CPU_ISA=avx2 makes an AVX-512 machine pass for an AVX2-only one (docs/cpu-kernels.md).
+ * --only gemm skips the peaks (no "of peak" column).
  * --cold 1: every M runs over enough weight copies (> 128 MiB) that they come from memory, as in a
  * model's forward (by default only M = 1 does; the others reuse one copy from cache)
  * Main thread (+ the backends' pool slots).
@@ -210,15 +217,18 @@ static double mem_bw(int threads, int reps) {
 }
 
 typedef struct peaks {
-    double fma, dpbf16, amx, sgemm1, sgemm_all, bw1, bw_all;
+    double fma, fma256, dpbf16, amx, sgemm1, sgemm_all, bw1, bw_all;
 } peaks;
 
 static void run_peaks(int threads, int reps, peaks *pk) {
     const cpu_features *f = cpu_features_get();
     float sink = 0;
     memset(pk, 0, sizeof *pk);
+    const int zmm = __builtin_cpu_supports("avx512f") && !(f->hidden & CPU_HID_AVX512BF16);
     for (int r = 0; r < 3; r++) {   /* best of 3: a shared core only ever lowers these */
-        double v = __builtin_cpu_supports("avx512f") ? peak_fma512(&sink) : peak_fma256(&sink);
+        double v = peak_fma256(&sink);
+        pk->fma256 = v > pk->fma256 ? v : pk->fma256;
+        v = zmm ? peak_fma512(&sink) : v;
         pk->fma = v > pk->fma ? v : pk->fma;
         v = f->avx512bf16 ? peak_dpbf16(&sink) : 0;
         pk->dpbf16 = v > pk->dpbf16 ? v : pk->dpbf16;
@@ -232,7 +242,8 @@ static void run_peaks(int threads, int reps, peaks *pk) {
     pk->bw1 = mem_bw(1, reps);
     pk->bw_all = mem_bw(threads, reps);
     printf("peaks (one core unless noted; sink %g)\n", (double)sink);
-    printf("  fp32 FMA (%s)          %8.1f GFLOP/s\n", __builtin_cpu_supports("avx512f") ? "zmm" : "ymm", pk->fma * 1e-9);
+    printf("  fp32 FMA (ymm)          %8.1f GFLOP/s\n", pk->fma256 * 1e-9);
+    if (zmm) printf("  fp32 FMA (zmm)          %8.1f GFLOP/s\n", pk->fma * 1e-9);
     if (pk->dpbf16) printf("  vdpbf16ps               %8.1f GFLOP/s\n", pk->dpbf16 * 1e-9);
     else printf("  vdpbf16ps               (no AVX512-BF16)\n");
     if (pk->amx) printf("  tdpbf16ps (AMX)         %8.1f GFLOP/s\n", pk->amx * 1e-9);
@@ -308,8 +319,10 @@ static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, 
         if (r && t < best) best = t;
     }
     double gf = flops / best;
-    printf("  %-18s %5d %9.3f %9.1f %7.1f%%", k_op_names[op], M, best * 1e3, gf * 1e-9, 100.0 * gf / (peak * threads));
-    if (M == 1) printf("   %6.1f GB/s = %5.1f%% of %d-thread bandwidth", bytes / best * 1e-9, 100.0 * bytes / best / bw, threads);
+    printf("  %-18s %5d %9.3f %9.1f", k_op_names[op], M, best * 1e3, gf * 1e-9);
+    if (peak > 0) printf(" %7.1f%%", 100.0 * gf / (peak * threads));
+    else printf(" %8s", "-");
+    if (M == 1 && bw > 0) printf("   %6.1f GB/s = %5.1f%% of %d-thread bandwidth", bytes / best * 1e-9, 100.0 * bytes / best / bw, threads);
     printf("\n");
     if (l.epi == BLIN_ADD) backend_act_free(be, l.y[0]);
     for (int j = 0; j < n_w; j++) backend_act_free(be, y[j]);
@@ -321,25 +334,86 @@ static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, 
     backend_act_free(be, tmp);
 }
 
-static void run_gemm(int threads, int reps, int d, int F, int V, const peaks *pk, const char *only_path) {
-    const enum backend_cpu_kernels paths[] = {BACKEND_CPU_KERNELS_FP32, BACKEND_CPU_KERNELS_AVX512BF16,
-                                              BACKEND_CPU_KERNELS_AMX};
-    const int Ms[] = {1, 32, 256, 1024};
-    for (int p = 0; p < 3; p++) {
+static void run_gemm(int threads, int reps, int d, int F, int V, const peaks *pk, const char *only_path,
+                     const int *Ms, int n_ms) {
+    const enum backend_cpu_kernels paths[] = {BACKEND_CPU_KERNELS_FP32, BACKEND_CPU_KERNELS_AVX2,
+                                              BACKEND_CPU_KERNELS_AVX512BF16, BACKEND_CPU_KERNELS_AMX,
+                                              BACKEND_CPU_KERNELS_AUTO};
+    for (int p = 0; p < 5; p++) {
         um_err err = {0};
         if (only_path && strcmp(only_path, backend_cpu_kernels_name(paths[p])) != 0) continue;
         if (backend_cpu_kernels_select(paths[p], &err) != 0) {
             printf("path %s: skipped (%s)\n\n", backend_cpu_kernels_name(paths[p]), err.msg);
             continue;
         }
-        double peak = paths[p] == BACKEND_CPU_KERNELS_FP32 ? pk->sgemm1 : paths[p] == BACKEND_CPU_KERNELS_AMX ? pk->amx
-                                                                                                           : pk->dpbf16;
         backend *be = backend_cpu_init(threads);
-        printf("path %s, %d threads, d %d, ffn %d, vocab %d; %% of %s x threads\n", backend_cpu_kernels_name(paths[p]),
-               threads, d, F, V, paths[p] == BACKEND_CPU_KERNELS_FP32 ? "the 1-thread sgemm peak" : "the instruction peak");
+        /* auto: the path it resolved to, or (dispatch by shape) the 1-thread sgemm peak */
+        const enum backend_cpu_kernels k = backend_cpu_kernels_of(be);
+        double peak = k == BACKEND_CPU_KERNELS_AMX ? pk->amx : k == BACKEND_CPU_KERNELS_AVX512BF16 ? pk->dpbf16
+                      : k == BACKEND_CPU_KERNELS_AVX2 ? pk->fma256 : pk->sgemm1;
+        printf("path %s: %s, %d threads, d %d, ffn %d, vocab %d; %% of %s x threads\n",
+               backend_cpu_kernels_name(paths[p]), backend_description(be), threads, d, F, V,
+               k == BACKEND_CPU_KERNELS_AVX2 ? "the ymm FMA peak" : peak == pk->sgemm1 ? "the 1-thread sgemm peak"
+                                                                                       : "the instruction peak");
         printf("  %-18s %5s %9s %9s %8s\n", "product", "M", "ms", "GFLOP/s", "of peak");
         for (int op = 0; op < OP_COUNT; op++)
-            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) bench_op(be, op, Ms[m], d, F, V, reps, peak, pk->bw_all, threads);
+            for (int m = 0; m < n_ms; m++) bench_op(be, op, Ms[m], d, F, V, reps, peak, pk->bw_all, threads);
+        printf("\n");
+        backend_free(be);
+        fflush(stdout);
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* n_seqs sequences of nq queries over nk keys each (the queries are the last nq key positions), the
+ * model's heads (hd 64, d / 64 heads, no GQA): ms per call, the minimum over the reps. */
+static double bench_attn(backend *be, int d, int n_seqs, int nq, int nk, int reps, int threads) {
+    const int hd = 64, H = d / hd, n_q = n_seqs * nq, n_k = n_seqs * nk;
+    int32_t *qs = xmalloc((size_t)(n_seqs + 1) * sizeof *qs), *ks = xmalloc((size_t)(n_seqs + 1) * sizeof *ks);
+    for (int s = 0; s <= n_seqs; s++) qs[s] = s * nq, ks[s] = s * nk;
+    float *q = backend_act_alloc(be, (size_t)n_q * d), *k = backend_act_alloc(be, (size_t)n_k * d);
+    float *v = backend_act_alloc(be, (size_t)n_k * d), *o = backend_act_alloc(be, (size_t)n_q * d);
+    for (size_t i = 0; i < (size_t)n_q * d; i++) q[i] = (float)(rng_u01(1, 2, i) - 0.5);
+    for (size_t i = 0; i < (size_t)n_k * d; i++) {
+        k[i] = (float)(rng_u01(1, 3, i) - 0.5);
+        v[i] = (float)(rng_u01(1, 4, i) - 0.5);
+    }
+    attn_params p = {.n_seqs = n_seqs, .q_start = qs, .k_start = ks, .n_heads = H, .n_kv_heads = H, .head_dim = hd,
+                     .scale = 0.125f};
+    double (*clock_s)(void) = threads == 1 ? cpu_s : now_s;
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = clock_s();
+        backend_attention(be, &p, q, k, v, o);
+        double t = clock_s() - t0;
+        if (r && t < best) best = t;
+    }
+    backend_act_free(be, q);
+    backend_act_free(be, k);
+    backend_act_free(be, v);
+    backend_act_free(be, o);
+    free(qs);
+    free(ks);
+    return best * 1e3;
+}
+
+static void run_attn(int threads, int reps, int d, const char *only_path) {
+    const enum backend_cpu_kernels paths[] = {BACKEND_CPU_KERNELS_FP32, BACKEND_CPU_KERNELS_AVX2,
+                                              BACKEND_CPU_KERNELS_AVX512BF16, BACKEND_CPU_KERNELS_AMX};
+    const int shapes[][3] = {{1, 64, 64}, {1, 256, 256}, {1, 1024, 1024}, {1, 32, 160}, {8, 32, 160}};
+    for (int p = 0; p < 4; p++) {
+        um_err err = {0};
+        if (only_path && strcmp(only_path, backend_cpu_kernels_name(paths[p])) != 0) continue;
+        if (backend_cpu_kernels_select(paths[p], &err) != 0) continue;
+        backend *be = backend_cpu_init(threads);
+        printf("attention, path %s: %s, %d threads, %d heads of 64\n", backend_cpu_kernels_name(paths[p]),
+               backend_description(be), threads, d / 64);
+        printf("  %-10s %6s %6s %9s\n", "sequences", "q", "keys", "ms");
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            printf("  %-10d %6d %6d %9.3f\n", shapes[s][0], shapes[s][1], shapes[s][2],
+                   bench_attn(be, d, shapes[s][0], shapes[s][1], shapes[s][2], reps * (shapes[s][1] < 1024 ? 10 : 2),
+                              threads));
         printf("\n");
         backend_free(be);
         fflush(stdout);
@@ -392,6 +466,7 @@ static void run_denormal(int reps) {
 int main(int argc, char **argv) {
     int threads = 0, reps = 3, d = 768, F = 2048, V = 8192;
     const char *only = NULL, *path = NULL;
+    int Ms[32] = {1, 32, 256, 1024}, n_ms = 4;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
@@ -401,9 +476,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
         else if (strcmp(argv[i], "--cold") == 0) g_cold = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--path") == 0) path = argv[i + 1];
-        else {
+        else if (strcmp(argv[i], "--ms") == 0) {
+            n_ms = 0;
+            for (char *t = strtok(argv[i + 1], ","); t && n_ms < 32; t = strtok(NULL, ",")) Ms[n_ms++] = atoi(t);
+        } else {
             fprintf(stderr, "usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] "
-                            "[--only peaks|gemm|denormal] [--path fp32|avx512bf16|amx]\n");
+                            "[--only peaks|gemm|attn|denormal] [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] "
+                            "[--ms 1,32,256,1024]\n");
             return 2;
         }
     }
@@ -411,8 +490,10 @@ int main(int argc, char **argv) {
     threads = backend_n_threads(probe);
     backend_free(probe);
     peaks pk;
-    run_peaks(threads, reps, &pk);
-    if (!only || strcmp(only, "gemm") == 0) run_gemm(threads, reps, d, F, V, &pk, path);
+    memset(&pk, 0, sizeof pk);
+    if (!only || strcmp(only, "peaks") == 0) run_peaks(threads, reps, &pk);   /* --only gemm: no % of peak */
+    if (!only || strcmp(only, "gemm") == 0) run_gemm(threads, reps, d, F, V, &pk, path, Ms, n_ms);
+    if (!only || strcmp(only, "attn") == 0) run_attn(threads, reps, d, path);
     if (!only || strcmp(only, "denormal") == 0) run_denormal(reps);
     return 0;
 }

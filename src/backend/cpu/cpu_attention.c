@@ -8,8 +8,9 @@
  * queries can see. GQA: q-head h reads kv-head h / (n_heads / n_kv_heads). A query with no visible
  * key at all gets a zero output row. Two paths:
  *   fp32  (the reference; --cpu-kernels fp32): both products are single-threaded sgemms.
- *   bf16  (the bf16 kernel paths): first one pool run packs every (sequence, kv head)'s K and Vᵀ
- *         in the GEMM layer's layout (cpu_gemm.h: keys, resp. head dims, are the "outputs"); then
+ *   bf16  (a bf16 kernel family, the one cpu_dispatch.c gives ci->attn): first one pool run packs
+ *         every (sequence, kv head)'s K and Vᵀ in the GEMM layer's layout (cpu_gemm.h: keys, resp.
+ *         head dims, are the "outputs"); then
  *         per item Q and P are cast to bf16 and both products run on the kernel family's blocks
  *         (fp32 accumulation), 48-query tiles — the same numerics as attention on bf16 tiles on a GPU.
  *
@@ -193,10 +194,16 @@ static void attn_pack_task(void *arg, int64_t t, int slot) {
     }
 }
 
+/* One activation row for kernel family k: bf16(x[0..n)), zeros to npad, in k's element type. */
+static void row_cast(const cpu_gemm_kernel *k, const float *x, int64_t n, int64_t npad, void *dst) {
+    if (k->act_f32) cpu_row_to_bf16_f32(x, n, npad, NULL, 1.0f, dst);
+    else cpu_row_to_bf16(x, n, npad, NULL, 1.0f, dst);
+}
+
 static void attn_task_bf16(void *arg, int64_t wi, int slot) {
     const attn_run *r = arg;
     const attn_params *p = r->p;
-    const cpu_gemm_kernel *kern = r->ci->gemm;
+    const cpu_gemm_kernel *kern = r->ci->attn;
     const int H = p->n_heads, hd = p->head_dim, group = H / p->n_kv_heads, ldq = H * hd, hdp = r->hdp;
     const attn_item *it = &r->items[wi / H];
     const int h = (int)(wi % H), kvh = h / group, nq = it->nq;
@@ -214,11 +221,13 @@ static void attn_task_bf16(void *arg, int64_t wi, int slot) {
     const uint16_t *kg = r->kpk + r->kofs[it->seq] + kvh * nk16 * hdp;
     const uint16_t *vg = r->vpk + r->vofs[it->seq] + kvh * hd16 * nk32;
     float *S = cpu_tbuf_reserve(&r->ci->scores[slot], (size_t)nq * (size_t)nv);
-    uint16_t *qb = (uint16_t *)cpu_tbuf_reserve(&r->ci->wtile[slot], (size_t)(nq * (hdp + nv32) + 1) / 2);
-    uint16_t *pb = qb + (size_t)nq * hdp;
+    /* Q and P rows in the family's activation type (bf16, or bf16 values as fp32) */
+    const size_t asz = cpu_gemm_act_size(kern);
+    char *qb = (char *)cpu_tbuf_reserve(&r->ci->wtile[slot], ((size_t)nq * (size_t)(hdp + nv32) * asz + 3) / 4);
+    char *pb = qb + (size_t)nq * (size_t)hdp * asz;
     _Alignas(64) float c[GEMM_MB * 64];
-    for (int i = 0; i < nq; i++) cpu_row_to_bf16(r->q + (size_t)(it->q0 + i) * ldq + (size_t)h * hd, hd, hdp, NULL, 1.0f,
-                                                 qb + (size_t)i * hdp);
+    for (int i = 0; i < nq; i++) row_cast(kern, r->q + (size_t)(it->q0 + i) * ldq + (size_t)h * hd, hd, hdp,
+                                          qb + (size_t)i * (size_t)hdp * asz);
     if (kern->begin) kern->begin();
     for (int64_t j0 = 0; j0 < nv; j0 += 64) {   /* S = Q Kᵀ, 64 keys (4 packed groups) at a time */
         const uint16_t *b[4];
@@ -233,7 +242,7 @@ static void attn_task_bf16(void *arg, int64_t wi, int slot) {
         }
     }
     mask_softmax(p, it, k0, nv, S, nv);
-    for (int i = 0; i < nq; i++) cpu_row_to_bf16(S + (int64_t)i * nv, nv, nv32, NULL, 1.0f, pb + (size_t)i * nv32);
+    for (int i = 0; i < nq; i++) row_cast(kern, S + (int64_t)i * nv, nv, nv32, pb + (size_t)i * (size_t)nv32 * asz);
     for (int d0 = 0; d0 < hd; d0 += 64) {   /* O = P V, 64 head dims at a time */
         const uint16_t *b[4];
         const int ng = (int)((hd16 - d0) / 16 < 4 ? (hd16 - d0) / 16 : 4), w = hd - d0 < 64 ? hd - d0 : 64;
@@ -279,7 +288,7 @@ void cpu_attention(backend *be, const attn_params *p, const void *q, const void 
     CHECK(!p->block_causal || (p->q_pos && p->k_pos));
     CHECK(!p->k_seq == !p->v_seq);
     CHECK(hd <= ATTN_MAX_HEAD_DIM);
-    const int bf16 = ci->gemm != NULL;
+    const int bf16 = ci->attn != NULL;
 
     int n_q = p->q_start[p->n_seqs];
     int qt = bf16 ? GEMM_MB : 64;

@@ -68,11 +68,11 @@ void *cpu_qbuf_reserve(cpu_impl *ci, int64_t n, int64_t kpad) {
     return ci->qbuf;
 }
 
-uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n) {
+void *cpu_abuf_reserve(cpu_impl *ci, size_t n) {
     if (n > ci->abuf_cap) {
         cpu_mem_free(ci->abuf);
         ci->abuf_cap = n + n / 4;
-        ci->abuf = cpu_mem_alloc(ci->abuf_cap * sizeof *ci->abuf);
+        ci->abuf = cpu_mem_alloc(ci->abuf_cap);
     }
     return ci->abuf;
 }
@@ -193,9 +193,6 @@ static void cpu_act_to_host(backend *be, const void *src, size_t n, float *dst) 
 
 /* ---------------------------------------------------------------- the fused linear op */
 
-/* backend_linear: on packed weights, the input is cast to bf16 once (RMSNorm included) and every
- * product of the op is one run of the GEMM layer with its epilogue; anything else runs as the
- * single ops (the fp32 reference path). */
 /* backend_linear on quantized weights (every w[j] quantized, of one type): the input quantized once
  * (RMSNorm included), every product one run of the quantized layer with its epilogue. */
 static void cpu_linear_quant(cpu_impl *ci, const blinear *op, const cpu_qpacked *const *qw) {
@@ -219,6 +216,10 @@ static void cpu_linear_quant(cpu_impl *ci, const blinear *op, const cpu_qpacked 
     cpu_qgemm_run(ci->pool, ci->qgemm, &a, op->n, outs, n_out);
 }
 
+/* backend_linear: on quantized weights the quantized layer; on packed weights whose shape the
+ * dispatch gives a kernel family, the input is cast to the family's activations once (RMSNorm
+ * included) and every product of the op is one run of the GEMM layer with its epilogue; anything
+ * else runs as the single ops (the fp32 path). */
 static void cpu_linear(backend *be, const blinear *op) {
     cpu_impl *ci = cpu_impl_of(be);
     const cpu_qpacked *qw[3] = {NULL, NULL, NULL};
@@ -230,16 +231,17 @@ static void cpu_linear(backend *be, const blinear *op) {
         return;
     }
     const cpu_packed *pw[3] = {NULL, NULL, NULL};
-    int packed = ci->gemm != NULL && op->n_w >= 1 && op->n_w <= 3;
+    int packed = op->n_w >= 1 && op->n_w <= 3;
     for (int j = 0; packed && j < op->n_w; j++) packed = (pw[j] = cpu_weight_packed(op->w[j])) != NULL;
-    if (!packed) {
+    const cpu_gemm_kernel *k = packed ? cpu_dispatch_gemm(ci, op->n, op->w[0]->rows, op->w[0]->cols) : NULL;
+    if (!k) {
         backend_linear_unfused(be, op);
         return;
     }
     if (op->n <= 0) return;
     const int64_t C = op->w[0]->cols, kpad = pw[0]->kpad;
-    uint16_t *a = cpu_abuf_reserve(ci, (size_t)op->n * (size_t)kpad);
-    cpu_act_to_bf16(ci->pool, op->x, op->n, C, kpad, op->norm, op->eps, a);
+    void *a = cpu_abuf_reserve(ci, (size_t)op->n * (size_t)kpad * cpu_gemm_act_size(k));
+    cpu_act_to_bf16(ci->pool, k, op->x, op->n, C, kpad, op->norm, op->eps, a);
     cpu_gemm_out outs[3];
     int n_out = 1;
     memset(outs, 0, sizeof outs);
@@ -253,7 +255,7 @@ static void cpu_linear(backend *be, const blinear *op) {
         CHECK(op->n_w == 2);
         outs[0] = (cpu_gemm_out){.w = pw[0], .w2 = pw[1], .epi = CPU_EPI_SWIGLU, .y = op->y[0]};
     }
-    cpu_gemm_run(ci->pool, ci->gemm, a, kpad, op->n, outs, n_out);
+    cpu_gemm_run(ci->pool, k, a, kpad, op->n, outs, n_out);
 }
 
 /* ---------------------------------------------------------------- element-wise ops */
@@ -588,18 +590,11 @@ backend *backend_cpu_init(int n_threads) {
     ci->n_threads = n_threads;
     cpu_mem_cache_init(&ci->act_cache);
     ci->pool = cpu_pool_init(n_threads, pin_wanted());
-    ci->kernels = cpu_kernels_resolve();
-    ci->gemm = ci->kernels == BACKEND_CPU_KERNELS_AMX          ? &cpu_gemm_amx
-               : ci->kernels == BACKEND_CPU_KERNELS_AVX512BF16 ? &cpu_gemm_avx512bf16
-                                                               : NULL;
-    const enum cpu_qkernels qk = cpu_qkernels_resolve();
-    ci->qgemm = cpu_qkernels_family(qk);
+    int automatic = 0;
+    const enum backend_cpu_kernels k = cpu_kernels_resolve(&automatic);
+    cpu_dispatch_init(ci, k, automatic, cpu_qkernels_resolve());
     ci->wtile = xcalloc((size_t)n_threads, sizeof *ci->wtile);
     ci->scores = xcalloc((size_t)n_threads, sizeof *ci->scores);
-    size_t dl = strlen(backend_cpu_kernels_name(ci->kernels)) + strlen(cpu_qkernels_name(qk)) + 64;
-    ci->description = xmalloc(dl);
-    snprintf(ci->description, dl, "cpu (%s kernels; quantized weights: %s)", backend_cpu_kernels_name(ci->kernels),
-             cpu_qkernels_name(qk));
     be->ops = &k_cpu_ops;
     be->name = "cpu";
     be->description = ci->description;

@@ -54,10 +54,10 @@ static unsigned long long xcr0_read(void) {
 static void features_probe(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
-    const int osxsave = (c >> 27) & 1;
+    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     const int fma_f16c = ((c >> 12) & 1) && ((c >> 29) & 1);                    /* FMA, F16C */
     unsigned long long xcr0 = osxsave ? xcr0_read() : 0;
-    const int os_avx = (xcr0 & 0x6) == 0x6;                                      /* SSE, AVX (ymm) */
+    const int os_ymm = (xcr0 & 0x6) == 0x6;                                      /* SSE, AVX state */
     const int os_avx512 = (xcr0 & 0xe6) == 0xe6;              /* SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM */
     const int os_tiles = ((xcr0 >> 17) & 3) == 3;             /* XTILECFG, XTILEDATA */
     if (__get_cpuid_max(0, NULL) < 7) return;
@@ -73,7 +73,7 @@ static void features_probe(void) {
         avxvnni = (a >> 4) & 1;                                                /* AVX-VNNI */
     }
     g_feat.avx512bf16 = avx512 && bf16 && os_avx512;
-    g_feat.avx2 = avx2 && fma_f16c && os_avx;
+    g_feat.avx2 = avx && avx2 && fma_f16c && os_ymm;                          /* AVX2 + FMA + F16C */
     g_feat.avxvnni = g_feat.avx2 && avxvnni;
     g_feat.avx512vnni = avx512 && vnni512 && os_avx512 && fma_f16c;
     if (!amx) {
@@ -189,12 +189,43 @@ static void features_probe(void) { snprintf(g_feat.amx_why, sizeof g_feat.amx_wh
 static void features_trials(void) {}
 #endif
 
+/* UNMASK_CPU_ISA: hide what lies above a level, as if the CPU lacked it (docs/cpu-kernels.md: the
+ * AVX2-only stand-in on an AVX-512 machine). Runs before the trials, so hidden paths are never tried. */
+static void features_cap(void) {
+    static const char *const levels[] = {"baseline", "avx2", "avx512bf16", "amx"};
+    const char *env = getenv("UNMASK_CPU_ISA");
+    if (!env || !*env) return;
+    int lvl = -1;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(env, levels[i]) == 0) lvl = i;
+    if (lvl < 0) UM_FATAL("UNMASK_CPU_ISA=%s: unknown level (baseline, avx2, avx512bf16, amx)", env);
+    snprintf(g_feat.isa_cap, sizeof g_feat.isa_cap, "%s", env);
+    if (lvl < 3 && g_feat.amx_bf16) {
+        g_feat.amx_bf16 = 0;
+        g_feat.hidden |= CPU_HID_AMX;
+        snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "UNMASK_CPU_ISA=%s hides AMX", env);
+    }
+    if (lvl < 2 && g_feat.avx512bf16) {
+        g_feat.avx512bf16 = 0;
+        g_feat.hidden |= CPU_HID_AVX512BF16;
+    }
+    if (lvl < 2 && (g_feat.avx512vnni || g_feat.avxvnni)) { /* an AVX2-class CPU has no VNNI (Zen 3) */
+        g_feat.avx512vnni = g_feat.avxvnni = 0;
+        g_feat.hidden |= CPU_HID_VNNI;
+    }
+    if (lvl < 1 && g_feat.avx2) {
+        g_feat.avx2 = 0;
+        g_feat.hidden |= CPU_HID_AVX2;
+    }
+}
+
 static void features_init(void) {
     memset(&g_feat, 0, sizeof g_feat);
     features_probe();
+    features_cap();
     features_trials();
     if (!cpu_gemm_avx512bf16.block) g_feat.avx512bf16 = 0;   /* this compiler built no such kernels */
-    if (!cpu_qgemm_avx2.block) g_feat.avx2 = 0;
+    if (!cpu_gemm_avx2.block || !cpu_qgemm_avx2.block) g_feat.avx2 = 0;
     if (!cpu_qgemm_avxvnni.block) g_feat.avxvnni = 0;
     if (!cpu_qgemm_avx512vnni.block) g_feat.avx512vnni = 0;
     if (g_feat.amx_bf16 && (!cpu_gemm_amx.block || !g_feat.avx512bf16)) {
@@ -217,6 +248,7 @@ static const char *const k_names[] = {
     [BACKEND_CPU_KERNELS_FP32] = "fp32",
     [BACKEND_CPU_KERNELS_AVX512BF16] = "avx512bf16",
     [BACKEND_CPU_KERNELS_AMX] = "amx",
+    [BACKEND_CPU_KERNELS_AVX2] = "avx2",
 };
 
 int backend_cpu_kernels_parse(const char *name, enum backend_cpu_kernels *out) {
@@ -232,18 +264,46 @@ const char *backend_cpu_kernels_name(enum backend_cpu_kernels k) {
     return (int)k >= 0 && (int)k < (int)(sizeof k_names / sizeof k_names[0]) ? k_names[k] : "?";
 }
 
+/* "auto, avx512bf16, avx2 or fp32": the settings that do run here, for messages. */
+static const char *kernels_usable(char *buf, size_t n) {
+    const cpu_features *f = cpu_features_get();
+    const char *names[5];
+    int k = 0;
+    names[k++] = "auto";
+    if (f->amx_bf16) names[k++] = "amx";
+    if (f->avx512bf16) names[k++] = "avx512bf16";
+    if (f->avx2) names[k++] = "avx2";
+    names[k++] = "fp32";
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < k && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i == 0 ? "" : i == k - 1 ? " or " : ", ", names[i]);
+    return buf;
+}
+
 /* 0 when path k runs on this CPU, else -1 + err saying what is missing. */
 static int kernels_check(enum backend_cpu_kernels k, um_err *err) {
     const cpu_features *f = cpu_features_get();
+    char use[64];
+    kernels_usable(use, sizeof use);
+    if (k == BACKEND_CPU_KERNELS_AVX2 && !f->avx2)
+        return f->hidden & CPU_HID_AVX2
+                   ? um_err_param(err, "cpu-kernels", "--cpu-kernels avx2: UNMASK_CPU_ISA=%s hides AVX2; use %s",
+                                  f->isa_cap, use)
+                   : um_err_param(err, "cpu-kernels", "--cpu-kernels avx2: this CPU (or OS) has no AVX2 and FMA; use %s",
+                                  use);
+    if (k == BACKEND_CPU_KERNELS_AVX512BF16 && (f->hidden & CPU_HID_AVX512BF16))
+        return um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: UNMASK_CPU_ISA=%s hides AVX512-BF16; use %s",
+                            f->isa_cap, use);
     if (k == BACKEND_CPU_KERNELS_AVX512BF16 && !f->avx512bf16)
         return f->avx512bf16_fault
                    ? um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: AVX512-BF16 instructions fault (%s) "
-                                  "on this CPU though cpuid and XCR0 allow them (a VM?); use auto or fp32",
-                                  sig_name(f->avx512bf16_fault))
+                                  "on this CPU though cpuid and XCR0 allow them (a VM?); use %s",
+                                  sig_name(f->avx512bf16_fault), use)
                    : um_err_param(err, "cpu-kernels", "--cpu-kernels avx512bf16: this CPU (or OS) has no AVX512-BF16 "
-                                  "(vdpbf16ps); use auto or fp32");
+                                  "(vdpbf16ps); use %s", use);
     if (k == BACKEND_CPU_KERNELS_AMX && !f->amx_bf16)
-        return um_err_param(err, "cpu-kernels", "--cpu-kernels amx: %s; use auto, avx512bf16 or fp32", f->amx_why);
+        return um_err_param(err, "cpu-kernels", "--cpu-kernels amx: %s; use %s", f->amx_why, use);
     return 0;
 }
 
@@ -253,12 +313,16 @@ int backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err) {
     return 0;
 }
 
+/* AUTO on this CPU: one path for every product where one is best at every shape, else AUTO (the
+ * products are dispatched by shape, cpu_dispatch.h). */
 static enum backend_cpu_kernels kernels_best(void) {
     const cpu_features *f = cpu_features_get();
-    return f->amx_bf16 ? BACKEND_CPU_KERNELS_AMX : f->avx512bf16 ? BACKEND_CPU_KERNELS_AVX512BF16 : BACKEND_CPU_KERNELS_FP32;
+    return f->amx_bf16 ? BACKEND_CPU_KERNELS_AMX : f->avx512bf16 ? BACKEND_CPU_KERNELS_AVX512BF16
+                                                                 : f->avx2 ? BACKEND_CPU_KERNELS_AUTO
+                                                                           : BACKEND_CPU_KERNELS_FP32;
 }
 
-enum backend_cpu_kernels cpu_kernels_resolve(void) {
+enum backend_cpu_kernels cpu_kernels_resolve(int *automatic) {
     enum backend_cpu_kernels k = BACKEND_CPU_KERNELS_AUTO;
     if (g_selected >= 0) {
         k = (enum backend_cpu_kernels)g_selected;
@@ -267,10 +331,11 @@ enum backend_cpu_kernels cpu_kernels_resolve(void) {
         if (env && *env) {
             um_err err = {0};
             if (backend_cpu_kernels_parse(env, &k) != 0)
-                UM_FATAL("UNMASK_CPU_KERNELS=%s: unknown kernel path (auto, amx, avx512bf16, fp32)", env);
+                UM_FATAL("UNMASK_CPU_KERNELS=%s: unknown kernel path (auto, amx, avx512bf16, avx2, fp32)", env);
             if (kernels_check(k, &err) != 0) UM_FATAL("UNMASK_CPU_KERNELS=%s: %s", env, err.msg);
         }
     }
+    if (automatic) *automatic = k == BACKEND_CPU_KERNELS_AUTO;
     return k == BACKEND_CPU_KERNELS_AUTO ? kernels_best() : k;
 }
 

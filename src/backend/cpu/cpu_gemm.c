@@ -77,6 +77,25 @@ void cpu_packed_free(cpu_packed *pw) {
     memset(pw, 0, sizeof *pw);
 }
 
+/* fp32 bit patterns over the float tile (a bf16 is the high half of its fp32) */
+typedef uint32_t packed_word __attribute__((may_alias));
+
+CPU_HOT_CLONES void cpu_packed_widen(const cpu_packed *pw, int64_t g0, int64_t ng, float *dst) {
+    const int64_t kp2 = pw->kpad / 2, C = pw->cols, ld = 16 * ng;
+    packed_word *d = (packed_word *)dst;
+    for (int64_t kk = 0; kk < (C + 1) / 2; kk++)
+        for (int64_t g = 0; g < ng; g++) {
+            const packed_word *src = (const packed_word *)pw->p + ((g0 + g) * kp2 + kk) * 16;
+            packed_word *de = d + 2 * kk * ld + 16 * g;
+#pragma omp simd
+            for (int r = 0; r < 16; r++) de[r] = src[r] << 16;
+            if (2 * kk + 1 < C) {
+#pragma omp simd
+                for (int r = 0; r < 16; r++) de[ld + r] = src[r] & 0xffff0000u;
+            }
+        }
+}
+
 /* ---------------------------------------------------------------- activations -> bf16 */
 
 CPU_WIDE_CLONES void cpu_row_to_bf16(const float *x, int64_t cols, int64_t kpad, const float *w, float scale,
@@ -91,6 +110,18 @@ CPU_WIDE_CLONES void cpu_row_to_bf16(const float *x, int64_t cols, int64_t kpad,
     for (int64_t j = cols; j < kpad; j++) dst[j] = 0;
 }
 
+CPU_WIDE_CLONES void cpu_row_to_bf16_f32(const float *x, int64_t cols, int64_t kpad, const float *w, float scale,
+                                         float *dst) {
+    if (w) {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; j++) dst[j] = cpu_bits_f32((uint32_t)cpu_f32_to_bf16(w[j] * (x[j] * scale)) << 16);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; j++) dst[j] = cpu_bits_f32((uint32_t)cpu_f32_to_bf16(x[j]) << 16);
+    }
+    for (int64_t j = cols; j < kpad; j++) dst[j] = 0.0f;
+}
+
 CPU_WIDE_CLONES static float row_sumsq(const float *x, int64_t n) {
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
@@ -103,7 +134,8 @@ typedef struct act_run {
     int64_t      n, cols, kpad, rows_per;
     const float *normw;     /* [cols] or NULL */
     float        eps;
-    uint16_t    *dst;
+    int          f32;       /* dst holds fp32, else bf16 */
+    void        *dst;
 } act_run;
 
 static void act_task(void *arg, int64_t t, int slot) {
@@ -113,12 +145,13 @@ static void act_task(void *arg, int64_t t, int slot) {
         const float *xr = r->x + i * r->cols;
         float scale = 1.0f;
         if (r->normw) scale = 1.0f / sqrtf(row_sumsq(xr, r->cols) / (float)r->cols + r->eps);
-        cpu_row_to_bf16(xr, r->cols, r->kpad, r->normw, scale, r->dst + i * r->kpad);
+        if (r->f32) cpu_row_to_bf16_f32(xr, r->cols, r->kpad, r->normw, scale, (float *)r->dst + i * r->kpad);
+        else cpu_row_to_bf16(xr, r->cols, r->kpad, r->normw, scale, (uint16_t *)r->dst + i * r->kpad);
     }
 }
 
-void cpu_act_to_bf16(cpu_pool *pool, const float *x, int64_t n, int64_t cols, int64_t kpad, const bweight *norm,
-                     float eps, uint16_t *dst) {
+void cpu_act_to_bf16(cpu_pool *pool, const cpu_gemm_kernel *k, const float *x, int64_t n, int64_t cols, int64_t kpad,
+                     const bweight *norm, float eps, void *dst) {
     if (n <= 0) return;
     float *wf = NULL;
     if (norm) {
@@ -128,7 +161,8 @@ void cpu_act_to_bf16(cpu_pool *pool, const float *x, int64_t n, int64_t cols, in
     }
     /* about 64k elements per task: big enough to be worth a hand-off, small enough to balance */
     int64_t rows_per = (65536 + cols - 1) / cols;
-    act_run r = {.x = x, .n = n, .cols = cols, .kpad = kpad, .rows_per = rows_per, .normw = wf, .eps = eps, .dst = dst};
+    act_run r = {.x = x, .n = n, .cols = cols, .kpad = kpad, .rows_per = rows_per, .normw = wf, .eps = eps,
+                 .f32 = k->act_f32, .dst = dst};
     cpu_pool_run(pool, (n + rows_per - 1) / rows_per, 0, act_task, &r);
     free(wf);
 }
@@ -158,7 +192,8 @@ CPU_WIDE_CLONES void cpu_gemm_epi_rows(enum cpu_epi epi, const float *c, int m, 
 
 typedef struct gemm_run {
     const cpu_gemm_kernel *k;
-    const uint16_t        *a;
+    const char            *a;              /* activations (k's element type) */
+    size_t                 asz;            /* bytes per activation element */
     int64_t                lda, m;
     const cpu_gemm_out    *outs;
     int64_t                pan_start[5];   /* panels of outs[0..o) */
@@ -227,11 +262,11 @@ static void gemm_task(void *arg, int64_t t, int slot) {
         for (int64_t i0 = i_lo; i0 < i_hi; i0 += GEMM_MB) {
             const int mb = (int)min64(GEMM_MB, i_hi - i0);
             const int pf = has_next && i0 == i_lo;   /* the panel's first block fetches the next one */
+            const void *a = r->a + (size_t)(i0 * r->lda) * r->asz;
             if (r->k->block_pf)
-                r->k->block_pf(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c, pf ? nxt.b : NULL,
-                               pf ? nxt.ng : 0);
+                r->k->block_pf(a, r->lda, mb, cur.b, cur.ng, out->w->kpad, c, pf ? nxt.b : NULL, pf ? nxt.ng : 0);
             else
-                r->k->block(r->a + i0 * r->lda, r->lda, mb, cur.b, cur.ng, out->w->kpad, c);
+                r->k->block(a, r->lda, mb, cur.b, cur.ng, out->w->kpad, c);
             cpu_gemm_epi_rows(out->epi, c, mb, (int)cur.ncols, cur.half, bias, out->y + i0 * R + cur.col0, R);
         }
         if (has_next) cur = nxt;
@@ -239,11 +274,11 @@ static void gemm_task(void *arg, int64_t t, int slot) {
     if (r->k->end) r->k->end();
 }
 
-void cpu_gemm_run(cpu_pool *pool, const cpu_gemm_kernel *k, const uint16_t *a, int64_t lda, int64_t m,
+void cpu_gemm_run(cpu_pool *pool, const cpu_gemm_kernel *k, const void *a, int64_t lda, int64_t m,
                   const cpu_gemm_out *outs, int n_out) {
     CHECK(n_out >= 1 && n_out <= 4 && k->block);
     if (m <= 0) return;
-    gemm_run r = {.k = k, .a = a, .lda = lda, .m = m, .outs = outs};
+    gemm_run r = {.k = k, .a = a, .asz = cpu_gemm_act_size(k), .lda = lda, .m = m, .outs = outs};
     for (int o = 0; o < n_out; o++) {
         const cpu_gemm_out *out = &outs[o];
         CHECK(out->w && out->w->kpad == outs[0].w->kpad && out->w->kpad <= lda);

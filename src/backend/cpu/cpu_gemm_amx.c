@@ -111,8 +111,9 @@ AMX_TARGET static void amx_16x2(const uint16_t *a, int64_t lda, const uint16_t *
     if (b1) _tile_stored(1, c1, sc);
 }
 
-AMX_TARGET static void amx_block(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
+AMX_TARGET static void amx_block(const void *act, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
                                  float *c) {
+    const uint16_t *a = act;
     int i = 0;
     for (; i + 32 <= m; i += 32)
         for (int j = 0; j < ng; j += 2)

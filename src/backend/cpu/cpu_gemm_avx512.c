@@ -87,8 +87,9 @@ static const ukernel_fn k_uk[6][4] = {UK_ROW(1), UK_ROW(2), UK_ROW(3), UK_ROW(4)
  * groups from memory; it prefetches its own streams PF_AHEAD pairs ahead. The later passes find them
  * in cache and prefetch the next panel's groups instead, spread over those passes (with a single
  * pass, nothing of the next panel is fetched). */
-static void avx512_block_pf(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
+static void avx512_block_pf(const void *act, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
                             float *c, const uint16_t *const *next, int next_ng) {
+    const uint16_t *a = act;
     const int passes = (m + 5) / 6;
     const int later = passes - 1;
     int given = 0;   /* next-panel streams handed to passes so far */
@@ -106,7 +107,7 @@ static void avx512_block_pf(const uint16_t *a, int64_t lda, int m, const uint16_
     }
 }
 
-static void avx512_block(const uint16_t *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
+static void avx512_block(const void *a, int64_t lda, int m, const uint16_t *const *b, int ng, int64_t kpad,
                          float *c) {
     avx512_block_pf(a, lda, m, b, ng, kpad, c, NULL, 0);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_mem.h"
 #include "backend/cpu/cpu_pool.h"
@@ -40,10 +41,14 @@ typedef struct cpu_wmem {
 typedef struct cpu_impl {
     int       n_threads;
     cpu_pool *pool;         /* the one pool every parallel loop of this backend runs on */
-    enum backend_cpu_kernels kernels;   /* never AUTO */
-    const cpu_gemm_kernel *gemm;        /* the bf16 kernel family, NULL on the fp32 path */
-    uint16_t *abuf;         /* bf16 activations of the current product (cpu_gemm.h layout) */
-    size_t    abuf_cap;     /* elements */
+    enum backend_cpu_kernels kernels;   /* the path of every product, or AUTO: chosen per product by shape */
+    const cpu_gemm_kernel *gemm;        /* the bf16 kernel family of (some) products, NULL: fp32 only */
+    int64_t   gemm_max_m;   /* products of more rows than this run on the fp32 path (INT64_MAX: none) */
+    int64_t   gemm_wide_k;      /* products of at least this many inputs use gemm_max_m_wide instead */
+    int64_t   gemm_max_m_wide;  /* rows, as gemm_max_m, for products of gemm_wide_k or more inputs */
+    const cpu_gemm_kernel *attn;        /* attention's kernel family, NULL: fp32 sgemms */
+    void     *abuf;         /* activations of the current product (cpu_gemm.h layout, the family's type) */
+    size_t    abuf_cap;     /* bytes */
     const cpu_qgemm_kernel *qgemm;   /* the int8 family of quantized weights (never NULL) */
     void     *qbuf;         /* quantized activations of the current product (cpu_qact_bytes) */
     size_t    qbuf_cap;     /* bytes */
@@ -90,13 +95,25 @@ static inline const cpu_qpacked *cpu_weight_qpacked(const bweight *w) {
 #define CPU_WIDE_CLONES
 #endif
 
+/* The dispatch (cpu_dispatch.c): sets ci->kernels, gemm, the row limits, attn, the int8 family of
+ * quantized weights (qk, cpu_qkernels_resolve()) and the description (replacing an earlier one) for
+ * the resolved setting k (cpu_kernels_resolve(); automatic: it came from AUTO); before any weight
+ * is uploaded (packing follows ci->gemm). */
+void cpu_dispatch_init(cpu_impl *ci, enum backend_cpu_kernels k, int automatic, enum cpu_qkernels qk);
+/* The kernel family that runs a product of m rows x n outputs x k inputs on packed weights, or NULL:
+ * the fp32 path (OpenBLAS sgemm on the weights widened tile by tile). */
+static inline const cpu_gemm_kernel *cpu_dispatch_gemm(const cpu_impl *ci, int64_t m, int64_t n, int64_t k) {
+    (void)n;
+    return m <= (k >= ci->gemm_wide_k ? ci->gemm_max_m_wide : ci->gemm_max_m) ? ci->gemm : NULL;
+}
+
 /* Run fn(arg, lo, hi) over [0, n) in chunks of `grain` on the backend's pool (on the calling
  * thread alone when parallel is 0: small loops cost more to hand out than they save). */
 typedef void (*cpu_range_fn)(void *arg, int64_t lo, int64_t hi);
 void cpu_parallel_for(cpu_impl *ci, int64_t n, int64_t grain, int parallel, cpu_range_fn fn, void *arg);
 
-/* Room for n bf16 activation elements in ci->abuf. */
-uint16_t *cpu_abuf_reserve(cpu_impl *ci, size_t n);
+/* Room for n bytes of activations in ci->abuf. */
+void *cpu_abuf_reserve(cpu_impl *ci, size_t n);
 /* Room for n rows of kpad inputs quantized (cpu_act_to_q8) in ci->qbuf. */
 void *cpu_qbuf_reserve(cpu_impl *ci, int64_t n, int64_t kpad);
 
