@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/openai.h"
 #include "util/log.h"
 #include "util/strbuf.h"
 
@@ -22,7 +23,7 @@ static int opt_string(const json_t *o, const char *k, const char **out, oai_erro
 
 int infill_parse(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
                  oai_error *e) {
-    api_gen_init(g, API_KIND_INFILL, defaults);
+    api_gen_init(g, API_KIND_INFILL, &api_dialect_infill, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;
     int rc = -1;
@@ -160,3 +161,25 @@ json_t *infill_final(const char *model_name, int index, const api_track *t, int 
     json_decref(o);
     return sel;
 }
+
+/* ---------------------------------------------------------------- the dialect */
+
+static void infill_event(api_resp *r, api_choice *c, int flags, int slow, json_t *out) {
+    (void)slow;
+    if (flags & TRACK_TEXT) {
+        size_t n = 0;
+        const char *d = api_track_take(c->t, &n);
+        if (n) json_array_append_new(out, infill_chunk(c->index, d, n, c->t, c->n_prompt));
+    }
+    if (api_choice_clean_end(c, flags))
+        json_array_append_new(out, infill_final(r->model, c->index, c->t, c->n_prompt, r->prompt_text, r->settings, 1,
+                                                NULL));
+}
+
+static json_t *infill_body(api_resp *r) {
+    if (r->warmup || r->n == 0) return infill_final(r->model, 0, NULL, 0, r->prompt_text, r->settings, 0, r->response_fields);
+    return infill_final(r->model, r->c[0].index, r->c[0].t, r->c[0].n_prompt, r->prompt_text, r->settings, 0,
+                        r->response_fields);
+}
+
+const api_dialect api_dialect_infill = {.sse_done = 0, .event = infill_event, .body = infill_body};

@@ -31,7 +31,7 @@
 
 #include <jansson.h>
 
-#include "api/openai.h"
+#include "api/gen.h"
 
 int infill_parse(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
                  oai_error *e);
@@ -44,5 +44,8 @@ json_t *infill_chunk(int index, const char *delta, size_t len, const api_track *
  * text was streamed). response_fields (may be NULL) selects and flattens fields. */
 json_t *infill_final(const char *model_name, int index, const api_track *t, int n_prompt, const char *prompt,
                      const json_t *settings, int streaming, const json_t *response_fields);
+
+/* llama.cpp's /infill encoders (its streams end without "data: [DONE]"). */
+extern const api_dialect api_dialect_infill;
 
 #endif /* UM_INFILL_H */

@@ -11,7 +11,7 @@
 
 int sglang_parse_generate(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
                           api_gen *g, oai_error *e) {
-    api_gen_init(g, API_KIND_GENERATE, defaults);
+    api_gen_init(g, API_KIND_GENERATE, &api_dialect_sglang, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;
     int rc = -1;
@@ -118,3 +118,24 @@ json_t *sglang_chunk(const char *rid, int index, int with_index, const api_track
     if (with_index) json_object_set_new(o, "index", json_integer(index));
     return o;
 }
+
+/* ---------------------------------------------------------------- the dialect */
+
+static void sglang_event(api_resp *r, api_choice *c, int flags, int slow, json_t *out) {
+    (void)slow;
+    if (!(flags & (TRACK_TEXT | TRACK_DONE)) || ((flags & TRACK_DONE) && !api_choice_clean_end(c, flags))) return;
+    size_t n;
+    api_track_take(c->t, &n);
+    json_array_append_new(out, sglang_chunk(r->rid, c->index, r->prompts_list, c->t, c->n_prompt, api_resp_elapsed_s(r), 1));
+}
+
+static json_t *sglang_body(api_resp *r) {
+    if (!r->prompts_list && r->n == 1)
+        return sglang_chunk(r->rid, 0, 0, r->c[0].t, r->c[0].n_prompt, api_resp_elapsed_s(r), 0);
+    json_t *a = json_array();
+    for (int i = 0; i < r->n; i++)
+        json_array_append_new(a, sglang_chunk(r->rid, r->c[i].index, 1, r->c[i].t, r->c[i].n_prompt, api_resp_elapsed_s(r), 0));
+    return a;
+}
+
+const api_dialect api_dialect_sglang = {.sse_done = 1, .event = sglang_event, .body = sglang_body};

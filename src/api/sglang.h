@@ -22,7 +22,7 @@
 
 #include <jansson.h>
 
-#include "api/openai.h"
+#include "api/gen.h"
 
 int sglang_parse_generate(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
                           api_gen *g, oai_error *e);
@@ -31,5 +31,8 @@ int sglang_parse_generate(const char *body, size_t len, const decode_params *def
  * streaming: finish_reason stays null until t is done. */
 json_t *sglang_chunk(const char *rid, int index, int with_index, const api_track *t, int n_prompt, double e2e_s,
                      int streaming);
+
+/* SGLang's encoders (cumulative stream chunks, a list body for a list request). */
+extern const api_dialect api_dialect_sglang;
 
 #endif /* UM_SGLANG_H */

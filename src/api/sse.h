@@ -6,7 +6,7 @@
  * of headroom, so the service thread can lws_write() it in place, one chunk per WRITEABLE.
  * out_queue is a FIFO of such chunks (a response body in pieces).
  *
- * Not here: HTTP headers, lws calls, event -> JSON (api/openai.c etc.). Pure data structures;
+ * Not here: HTTP headers, lws calls, event -> JSON (api/gen.c and the dialects). Pure data structures;
  * an out_queue belongs to one thread at a time (the lws service thread in the server).
  */
 #ifndef UM_SSE_H
