@@ -60,8 +60,24 @@ int model_dir_check(const char *dir, um_err *err) {
     return 0;
 }
 
+int model_quant_parse(const char *name, enum dtype *out) {
+    static const struct {
+        const char *name;
+        enum dtype  type;
+    } k[] = {{"bf16", DTYPE_BF16}, {"q8_0", DTYPE_Q8_0}, {"q4_0", DTYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (name && strcmp(name, k[i].name) == 0) {
+            *out = k[i].type;
+            return 0;
+        }
+    return -1;
+}
+
+const char *model_quant_name(enum dtype q) { return q == DTYPE_Q8_0 ? "q8_0" : q == DTYPE_Q4_0 ? "q4_0" : "bf16"; }
+
 int model_load(const char *dir, model *m, um_err *err) {
     memset(m, 0, sizeof *m);
+    m->quant = DTYPE_BF16;
     if (model_dir_check(dir, err) != 0) return -1;
     m->dir = xstrdup(dir);
     char *text;
@@ -113,6 +129,14 @@ void model_free(model *m) {
     memset(m, 0, sizeof *m);
 }
 
+int model_quant_check(const model *m, backend *be, um_err *err) {
+    if (!dtype_is_quant(m->quant) || backend_has(be, BACKEND_CAP_QUANT)) return 0;
+    return um_err_param(err, "quant",
+                        "--quant %s: %s (%s) has no kernels for quantized weights yet; use --quant bf16 there "
+                        "(quantized weights run on the CPU)",
+                        model_quant_name(m->quant), backend_name(be), backend_description(be));
+}
+
 int model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err) {
     return model_ctx_init_shard(ctx, m, be, NULL, err);
 }
@@ -122,6 +146,7 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
     ctx->m = m;
     ctx->be = be;
     ctx->shard.world = 1;
+    if (model_quant_check(m, be, err) != 0) return -1;
     if (shard && shard->world > 1) {
         const model_config *c = &m->cfg;
         int W = shard->world;
