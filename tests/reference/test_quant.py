@@ -3,7 +3,8 @@ written from the GGUF / ggml definitions of Q8_0 and Q4_0 (not from the C code):
 
   Q8_0: blocks of 32; d = max|x| / 127 (float32), q = round-half-away(x / d) as int8; bytes: d as
         IEEE half (little-endian), then the 32 quants.
-  Q4_0: blocks of 32; m = the value of largest magnitude (the first one), d = m / -8,
+  Q4_0: blocks of 32; m = the value of largest magnitude (the first one; +0.0 for a block of zeros),
+        d = m / -8,
         q = min(15, trunc(x * (1/d) + 8.5)) in [0, 15]; bytes: d as half, then 16 bytes, byte j =
         q[j] | q[j + 16] << 4.
   Products (docs/cpu-kernels.md): activations quantized per row block of 32 to int8 with a float32
@@ -11,8 +12,8 @@ written from the GGUF / ggml definitions of Q8_0 and Q4_0 (not from the C code):
   dot product).
 
 Checks:
-  1. `unmask quantize --out` writes exactly the spec's bytes (random rows, zero rows, ties, wide
-     ranges), both types;
+  1. `unmask quantize --out` writes exactly the spec's bytes (random rows, zero rows, exact ties and
+     equal maxima, wide ranges), both types;
   2. `unmask quantize --x` (y = x . W^T on the CPU's quantized kernels) equals the spec product to
      float32 accumulation (<= 1e-5 relative), on every int8 kernel family this CPU has
      (UNMASK_CPU_QKERNELS; one it lacks is skipped, saying why);
@@ -60,8 +61,9 @@ def spec_quantize(w, kind):
         payload = q.view(np.uint8)
         qi = q.astype(np.int64)
     else:
-        idx = np.argmax(np.abs(b), axis=-1)
+        idx = np.argmax(np.abs(b), axis=-1)   # the first of equal magnitudes
         m = np.take_along_axis(b, idx[..., None], axis=-1)[..., 0]
+        m = np.where(np.abs(m) > 0, m, np.float32(0.0))   # no |x| above 0: the scan keeps its start, +0.0
         d = (m / np.float32(-8)).astype(np.float32)
         inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
         v = ((b * inv[..., None]).astype(np.float32) + np.float32(8.5)).astype(np.float32)
@@ -114,6 +116,18 @@ def test_quantize_cli():
     x = rng.standard_normal((9, C)).astype(np.float32)
     np.save(npy_path("w.npy"), w)
     np.save(npy_path("x.npy"), x)
+    # many exact ties and equal maxima: small integers over 4, and blocks of zeros of either sign
+    ties = (rng.integers(-20, 21, size=(600, 512)) / 4).astype(np.float32)
+    ties[7, :64] = -0.0
+    ties[8, :32] = 0.0
+    np.save(npy_path("ties.npy"), ties)
+    for kind in ["q8_0", "q4_0"]:
+        out = npy_path(f"{kind}_ties.bin")
+        subprocess.run([BIN, "quantize", "--in", npy_path("ties.npy"), "--type", kind, "--out", out], check=True)
+        ours, want = np.fromfile(out, dtype=np.uint8), spec_quantize(ties, kind)[0].reshape(-1)
+        nbad = int(np.sum(ours != want)) if ours.size == want.size else -1
+        report(nbad == 0, f"{kind} bytes, ties", f"600 x 512 values in steps of 1/4 and zero blocks: {nbad} of "
+               f"{want.size} bytes differ from the spec")
     for kind in ["q8_0", "q4_0"]:
         out = npy_path(f"{kind}.bin")
         subprocess.run([BIN, "quantize", "--in", npy_path("w.npy"), "--type", kind, "--out", out], check=True)

@@ -10,7 +10,12 @@ ms of each and the ratios (lower is better for unmask / torch).
   forward: --seq 1,32,256,1024 --batch 1,8          (logits for every row, as `unmask bench`)
   decode:  --decode --gen 128 --block 32 --batch 1,8 [--max-blocks N]   (low_confidence, dual cache)
 usage: compare_torch.py --unmask BIN [--base BIN] --model DIR [--threads N] [--rounds 3] [--reps 2]
-       [--kernels auto] [--torch-dtype both]
+       [--kernels auto] [--torch-dtype both] [--quant bf16,q8_0,q4_0]
+
+--quant LIST runs unmask once per weight type of the list (`--quant`, one column each, interleaved
+with the rest) and prints each one's speed-up over PyTorch (PyTorch ms / unmask ms). The int8
+kernel family follows UNMASK_CPU_QKERNELS; PyTorch's vector ISA ATEN_CPU_CAPABILITY (both are
+inherited from the environment).
 """
 import argparse
 import json
@@ -22,17 +27,19 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def unmask_forward(binary, model, L, B, threads, reps, kernels):
+def unmask_forward(binary, model, L, B, threads, reps, kernels, quant=""):
     cmd = [binary, "bench", "--model", model, "--seq", str(L), "--batch", str(B), "--threads", str(threads),
            "--reps", str(reps), "--warmup", "1"]
     if kernels:
         cmd += ["--cpu-kernels", kernels]
+    if quant:
+        cmd += ["--quant", quant]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     row = [ln for ln in out.splitlines() if re.match(rf"\s+{L}\s+{B}\s", ln)][-1].split()
     return float(row[4])   # min ms
 
 
-def unmask_decode(binary, model, B, a, kernels):
+def unmask_decode(binary, model, B, a, kernels, quant=""):
     cmd = [binary, "bench", "--decode", "--model", model, "--batch", str(B), "--gen", str(a.gen), "--block",
            str(a.block), "--prompt", str(a.prompt), "--decoders", "low_confidence", "--cache", "dual",
            "--threads", str(a.threads), "--reps", str(a.reps)]
@@ -40,6 +47,8 @@ def unmask_decode(binary, model, B, a, kernels):
         cmd += ["--max-blocks", str(a.max_blocks)]
     if kernels:
         cmd += ["--cpu-kernels", kernels]
+    if quant:
+        cmd += ["--quant", quant]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     row = [ln for ln in out.splitlines() if ln.startswith("low_confidence")][-1].split()
     return float(row[9])   # ms/step
@@ -70,7 +79,10 @@ def main():
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--max-blocks", type=int, default=0)
+    ap.add_argument("--quant", default="", help="comma-separated weight types, one unmask column each")
     a = ap.parse_args()
+    if a.quant:
+        return main_quant(a)
     batches = [int(b) for b in a.batch.split(",")]
     shapes = [(B, None) for B in batches] if a.decode else \
         [(B, int(L)) for B in batches for L in a.seq.split(",")]
@@ -106,6 +118,38 @@ def main():
         if a.base:
             row += f" {r['base'] / max(r['torch'], 1e-3):.2f} | {r['base'] / max(r['unmask'], 1e-3):.1f}x |"
         print(row)
+
+
+def main_quant(a):
+    """One unmask column per --quant type, interleaved with PyTorch in every round."""
+    quants = a.quant.split(",")
+    batches = [int(b) for b in a.batch.split(",")]
+    shapes = [(B, None) for B in batches] if a.decode else [(B, int(L)) for B in batches for L in a.seq.split(",")]
+    best = {}
+    for rnd in range(a.rounds):
+        for B, L in shapes:
+            r = best.setdefault((B, L), dict({q: 1e30 for q in quants}, torch=1e30, dtype="?"))
+            for q in quants:
+                t = unmask_decode(a.unmask, a.model, B, a, a.kernels, q) if a.decode else \
+                    unmask_forward(a.unmask, a.model, L, B, a.threads, a.reps, a.kernels, q)
+                r[q] = min(r[q], t)
+            extra = ["--decode", "--batch", str(B), "--gen", str(a.gen), "--block", str(a.block), "--prompt",
+                     str(a.prompt), "--max-blocks", str(a.max_blocks)] if a.decode else ["--seq", str(L), "--batch",
+                                                                                            str(B)]
+            t, dt = peer(a.model, a, extra)
+            if t < r["torch"]:
+                r["torch"], r["dtype"] = t, dt
+            print(f"round {rnd + 1}: batch {B} {'decode' if a.decode else f'seq {L}'}: {r}", file=sys.stderr,
+                  flush=True)
+    unit = "ms/step" if a.decode else "ms"
+    head = "| batch | " + ("" if a.decode else "seq | ") + "".join(f"unmask {q} {unit} | " for q in quants)
+    head += f"PyTorch {unit} (dtype) | " + "".join(f"{q}: PyTorch / unmask | " for q in quants)
+    print(head.rstrip())
+    print("|" + "---|" * (head.count("|") - 1))
+    for (B, L), r in best.items():
+        row = f"| {B} | " + ("" if a.decode else f"{L} | ") + "".join(f"{r[q]:.1f} | " for q in quants)
+        row += f"{r['torch']:.1f} ({r['dtype']}) | " + "".join(f"{r['torch'] / max(r[q], 1e-3):.2f}x | " for q in quants)
+        print(row.rstrip())
 
 
 if __name__ == "__main__":
