@@ -20,6 +20,7 @@ static const struct {
     {"serve", cmd_serve, "run the server (WebSocket + HTTP APIs + browser UI)"},
     {"generate", cmd_generate, "generate text from a prompt on the command line"},
     {"logits", cmd_logits, "write logits for a token sequence as a .npy file"},
+    {"quantize", cmd_quantize, "quantize a matrix to Q8_0 / Q4_0 blocks (and multiply by it) as the CPU does"},
     {"tokenize", cmd_tokenize, "print the token ids of a text or chat"},
     {"detokenize", cmd_detokenize, "print the text of token ids"},
     {"make-model", cmd_make_model, "write a small random checkpoint in the LLaDA layout"},

@@ -96,7 +96,8 @@ static int run_one(model_ctx *ctx, decode_device *dd, const model *m, const deco
 
 /* Flags of `bench --decode`, and the lists parsed from them. */
 typedef struct bd_opts {
-    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *device, *device_loop;
+    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *device, *device_loop, *quant_s;
+    enum dtype quant;                          /* --quant, parsed */
     int    gen, block, steps, prompt_len, threads, decode_flag, reps, profile;
     int    cache_refresh, prefix_look, after_look, warmup, max_blocks, prefill_chunk;
     double threshold, factor, temperature;
@@ -137,6 +138,7 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
          "block-causal models with a cache: rows per prompt-prefill forward, 0 = one forward [the default, 256]"},
         {"max-blocks", ARG_INT, &o->max_blocks, "time only the first N blocks of each sequence, 0 = all [0]"},
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"quant", ARG_STR, &o->quant_s, CLI_QUANT_HELP},
         {"device", ARG_STR, &o->device, "cpu | cuda | cuda:N [cpu]"},
         {"device-loop", ARG_STR, &o->device_loop,
          "CUDA: on = device-resident decode loop for the sequences it supports (as the server), off = host loop [on]"},
@@ -190,7 +192,7 @@ static int bd_parse_caches(bd_opts *o) {
 /* Checks the flags and parses the lists (after --cpu-kernels is applied). 0, or 2 with the message
  * printed. */
 static int bd_opts_validate(bd_opts *o) {
-    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0) return 2;
+    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0 || cli_quant_parse(o->quant_s, &o->quant) != 0) return 2;
     if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
@@ -240,9 +242,9 @@ static int bd_validate_params(const bd_opts *o, const decode_params *base, const
 
 /* Prints the benchmark's header lines and the table's column names. */
 static void bd_print_header(const bd_opts *o, const model *m, backend *be) {
-    printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d), backend %s, %d threads\n", o->model_dir,
-           model_arch_name(m->cfg.arch), m->cfg.d_model, m->cfg.n_layers, m->cfg.n_embd_rows, backend_description(be),
-           backend_n_threads(be));
+    printf("decode benchmark: %s (%s, d_model %d, %d layers, vocab %d, %s weights), backend %s, %d threads\n",
+           o->model_dir, model_arch_name(m->cfg.arch), m->cfg.d_model, m->cfg.n_layers, m->cfg.n_embd_rows,
+           model_quant_name(m->quant), backend_description(be), backend_n_threads(be));
     printf("prompt %d tokens, gen_length %d, block_length %d, steps %d, temperature %g, EOS early stop off%s\n",
            o->prompt_len, o->gen, o->block, o->steps ? o->steps : o->gen, o->temperature,
            o->max_blocks ? "; timed: the first blocks only" : "");
@@ -326,6 +328,7 @@ int bench_decode(int argc, char **argv) {
         free(o.batches);
         return 1;
     }
+    m.quant = o.quant;
     decode_params base = bd_base_params(&o, &m);
     if (bd_validate_params(&o, &base, &m, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);

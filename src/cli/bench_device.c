@@ -18,6 +18,7 @@
 #include "decode/device_step.h"
 #include "cli/args.h"
 #include "cli/bench.h"
+#include "cli/tp_cli.h"
 #include "decode/decode.h"
 #include "model/model.h"
 #include "util/dtype.h"
@@ -135,7 +136,8 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
 
 /* Flags of `bench --device`, and the parsed --batch list. */
 typedef struct bdev_opts {
-    const char *device, *model_dir, *batch_s, *dec_s;
+    const char *device, *model_dir, *batch_s, *dec_s, *quant_s;
+    enum dtype quant;   /* --quant, parsed: only bf16 is accepted on a GPU */
     int    gen, block, prompt, steps, graph, bw_mib, profile, peak_n;
     double threshold;
     enum decode_decoder dec;
@@ -161,6 +163,7 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
         {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
         {"peak-n", ARG_INT, &o->peak_n, "size n of the n x n x n bf16 matmul whose measured rate sets the compute floor, 0 = none (on the CPU emulator use a small n such as 64) [8192]"},
         {"profile", ARG_INT, &o->profile, "1: after each row, time every op with events (steps launched op by op, no graph) and print the table [0]"},
+        {"quant", ARG_STR, &o->quant_s, "bf16 only: GPUs have no kernels for quantized weights yet [bf16]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -175,6 +178,13 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
 /* Checks the flags and parses --decoder and --batch (--steps 0 becomes --gen). 0, or 2 with the
  * message printed. */
 static int bdev_opts_validate(bdev_opts *o) {
+    if (cli_quant_parse(o->quant_s, &o->quant) != 0) return 2;
+    if (dtype_is_quant(o->quant)) {
+        fprintf(stderr, "error: --quant %s: GPUs have no kernels for quantized weights yet; use --quant bf16 with "
+                        "--device %s (quantized weights run on the CPU: bench --decode / bench without --device)\n",
+                o->quant_s, o->device);
+        return 2;
+    }
     if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;

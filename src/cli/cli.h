@@ -12,6 +12,7 @@ void cli_process_init(void);
 
 int cmd_make_model(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);

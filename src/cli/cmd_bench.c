@@ -51,7 +51,8 @@ static double forward_gflop(const model_config *c, int seq, int batch, int out_r
 
 /* Flags of the forward benchmark, and the parsed --seq list. */
 typedef struct bf_opts {
-    const char *model_dir, *seq_s, *cpu_kernels;
+    const char *model_dir, *seq_s, *cpu_kernels, *quant_s;
+    enum dtype quant;   /* --quant, parsed */
     int  threads, reps, batch, warmup, out_rows, tp;
     int *seqs;    /* [n_seqs], owned */
     int  n_seqs;
@@ -70,6 +71,7 @@ static int bf_opts_parse(bf_opts *o, int argc, char **argv) {
         {"out-rows", ARG_INT, &o->out_rows, "logit rows per sequence (0 = all; the decode loop uses a block) [0]"},
         {"tp", ARG_INT, &o->tp, "tensor-parallel ranks: CPU threads of one process, --threads split over them [1]"},
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"quant", ARG_STR, &o->quant_s, CLI_QUANT_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -83,7 +85,7 @@ static int bf_opts_parse(bf_opts *o, int argc, char **argv) {
 
 /* Applies --cpu-kernels, checks the flags and parses --seq. 0, or 2 with the message printed. */
 static int bf_opts_validate(bf_opts *o) {
-    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0) return 2;
+    if (cli_cpu_kernels_apply(o->cpu_kernels) != 0 || cli_quant_parse(o->quant_s, &o->quant) != 0) return 2;
     if (!o->model_dir) {
         fprintf(stderr, "error: --model DIR is required (see --help)\n");
         return 2;
@@ -105,11 +107,12 @@ static int bf_opts_validate(bf_opts *o) {
 /* Prints the header lines (model, backend, settings) and the table's column names. */
 static void bf_print_header(const bf_opts *o, const model *m, backend *be) {
     const model_config *c = &m->cfg;
-    const st_tensor *q0 = m->llada.layers[0].q_proj;
-    printf("unmask bench (forward): %s — %.1fM params, %s weights, d_model %d, %d layers, %d/%d heads, ffn %d, "
+    const st_tensor *q0 = m->llada.lm_head;   /* (layers[0].q_proj is NULL with a fused qkv) */
+    printf("unmask bench (forward): %s — %.1fM params, %s weights%s%s, d_model %d, %d layers, %d/%d heads, ffn %d, "
            "vocab rows %d\n",
-           o->model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name, c->d_model, c->n_layers, c->n_heads,
-           c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
+           o->model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name,
+           dtype_is_quant(m->quant) ? " quantized to " : "", dtype_is_quant(m->quant) ? model_quant_name(m->quant) : "",
+           c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
     printf("backend %s, %d threads%s, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
            "load average %.2f\n\n",
            backend_description(be), backend_n_threads(be), o->tp > 1 ? " per rank x tp" : "", o->warmup, o->reps,
@@ -176,6 +179,7 @@ static int bench_forward(int argc, char **argv) {
         free(o.seqs);
         return 1;
     }
+    m.quant = o.quant;
     const model_config *c = &m.cfg;
     for (int i = 0; i < o.n_seqs; i++)
         if (o.seqs[i] > c->max_seq) {

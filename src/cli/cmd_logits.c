@@ -21,7 +21,7 @@
 int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
     int threads = 0, tp = 1, block_length = -1;
-    const char *device = "cpu", *cpu_kernels = NULL;
+    const char *device = "cpu", *cpu_kernels = NULL, *quant_s = NULL;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory or GGUF file [required]"},
         {"tokens", ARG_STR, &tokens_s, "comma-separated token ids, e.g. 1,2,3 [required]"},
@@ -35,15 +35,18 @@ int cmd_logits(int argc, char **argv) {
         {"device", ARG_STR, &device, "cpu | cuda | cuda:N; with --tp: cuda:0,cuda:1,... [cpu]"},
         {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs) [1]"},
         {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
+        {"quant", ARG_STR, &quant_s, CLI_QUANT_HELP},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
                        "usage: unmask logits --model DIR --tokens 1,2,3 --out FILE.npy [--positions i,j]\n"
-                       "                     [--key-valid 1,1,0] [--block-length B] [--threads N] [--device D] [--tp N]\n\n"
+                       "                     [--key-valid 1,1,0] [--block-length B] [--threads N] [--device D] [--tp N]\n"
+                       "                     [--quant bf16|q8_0|q4_0]\n\n"
                        "Runs one forward pass and writes float32 logits as a NumPy .npy file.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
-    if (cli_cpu_kernels_apply(cpu_kernels) != 0) return 2;
+    enum dtype quant;
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0 || cli_quant_parse(quant_s, &quant) != 0) return 2;
     if (!model_dir || !tokens_s || !out) {
         fprintf(stderr, "error: --model, --tokens and --out are required (see --help)\n");
         return 2;
@@ -85,6 +88,7 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
+    m.quant = quant;
     cli_model_ctx mc;
     if (cli_model_ctx_open(&mc, &m, device, tp, threads, (uint64_t)n, 0, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);

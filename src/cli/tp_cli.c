@@ -1,7 +1,7 @@
 /*
  * tp_cli.c — open the model_ctx of a CLI subcommand, with or without --tp (tp_cli.h): one backend +
  * fit check + ctx, or a tensor-parallel group (model/model_tp.h) whose leader is the ctx; and the
- * --cpu-kernels flag every model-running subcommand shares; the process-wide start (cli_process_init).
+ * --cpu-kernels and --quant flags every model-running subcommand shares; the process-wide start (cli_process_init).
  * Does not: parse flags, load the model, run forwards (the subcommands do). Main thread.
  */
 #include "cli/tp_cli.h"
@@ -19,13 +19,19 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
     if (!device) device = "cpu";
     if (tp < 1 || tp > MODEL_TP_MAX_LOCAL)
         return um_err_param(err, "tp", "--tp must be in [1, %d], got %d", MODEL_TP_MAX_LOCAL, tp);
+    if (dtype_is_quant(m->quant) && strcmp(device, "cpu") != 0)   /* before a GPU is opened (or found missing) */
+        return um_err_param(err, "quant",
+                            "--quant %s: GPUs have no kernels for quantized weights yet; use --quant bf16 with --device %s "
+                            "(quantized weights run on the CPU)",
+                            model_quant_name(m->quant), device);
     if (tp == 1) {
         if (strchr(device, ','))
             return um_err_param(err, "device", "--device %s lists several GPUs: this command runs one model (add --tp N "
                                 "to split it over them)", device);
         c->be = backend_init_device(device, threads, err);
         if (!c->be) return -1;
-        if (model_fit_check(c->be, m, 1, fit_tokens, 0, kv_rows, err) != 0 || model_ctx_init(&c->own, m, c->be, err) != 0) {
+        if (model_quant_check(m, c->be, err) != 0 || model_fit_check(c->be, m, 1, fit_tokens, 0, kv_rows, err) != 0 ||
+            model_ctx_init(&c->own, m, c->be, err) != 0) {
             backend_free(c->be);
             c->be = NULL;
             return -1;
@@ -111,6 +117,16 @@ int cli_cpu_kernels_take(int *argc, char **argv) {
         memmove(argv + i, argv + i + k, (size_t)(*argc - i - k + 1) * sizeof *argv);   /* keeps argv[argc] = NULL */
         *argc -= k;
         i--;
+    }
+    return 0;
+}
+
+int cli_quant_parse(const char *name, enum dtype *out) {
+    *out = DTYPE_BF16;
+    if (!name) return 0;
+    if (model_quant_parse(name, out) != 0) {
+        fprintf(stderr, "error: --quant: unknown weight type '%s' (%s)\n", name, MODEL_QUANT_NAMES);
+        return -1;
     }
     return 0;
 }

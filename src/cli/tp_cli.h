@@ -44,4 +44,11 @@ int  cli_cpu_kernels_apply(const char *name);
  * --cpu-kernels=NAME in argv, applies it and removes it from argv / *argc. 0 or -1 as above. */
 int  cli_cpu_kernels_take(int *argc, char **argv);
 
+/* The --quant flag (bf16 | q8_0 | q4_0; NULL = bf16): how the matrices are stored (model.quant).
+ * 0 with *out set, or -1 with the message printed (exit 2). */
+#define CLI_QUANT_HELP                                                                                          \
+    "weights of the matrix products: bf16 = as the checkpoint stores them, q8_0 | q4_0 = quantized at load, "   \
+    "8 / 4.5 bits per weight (CPU only; docs/cpu-kernels.md) [bf16]"
+int  cli_quant_parse(const char *name, enum dtype *out);
+
 #endif /* UM_CLI_TP_CLI_H */

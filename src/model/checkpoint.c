@@ -158,3 +158,7 @@ const st_tensor *checkpoint_find(const checkpoint *ck, const char *name) {
     }
     return NULL;
 }
+
+void checkpoint_release(const checkpoint *ck, const void *p, size_t n) {
+    for (int i = 0; i < ck->n_files; i++) file_map_release(&ck->files[i].map, p, n);
+}

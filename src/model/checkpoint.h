@@ -28,5 +28,8 @@ int  checkpoint_open(const char *dir, checkpoint *ck, um_err *err);
 void checkpoint_free(checkpoint *ck);
 /* The tensor with this name, or NULL. */
 const st_tensor *checkpoint_find(const checkpoint *ck, const char *name);
+/* Drop this process's pages of the checkpoint's mappings inside [p, p + n) (file_map_release): for
+ * tensor bytes a backend has copied (packed, quantized). Memory outside the mappings is ignored. */
+void checkpoint_release(const checkpoint *ck, const void *p, size_t n);
 
 #endif /* UM_CHECKPOINT_H */

@@ -16,6 +16,7 @@
 #include "model/model_kv.h"
 #include "model/moe.h"
 #include "util/log.h"
+#include "util/timeutil.h"
 
 /* ---------------------------------------------------------------- tensor binding */
 
@@ -254,96 +255,141 @@ typedef struct llada_scratch {
     moe_scratch *moe;      /* MoE sublayer workspace (moe.c), NULL until a MoE layer runs */
 } llada_scratch;
 
-int llada_weight_type_check(backend *be, const st_tensor *t, um_err *err) {
-    if (!dtype_is_quant(t->type) || backend_has(be, BACKEND_CAP_QUANT)) return 0;
-    return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' is %s, and the %s backend has no kernels for quantized "
-                      "weights (the CPU backend has)", t->name, t->type_name, backend_name(be));
+/* ---------------------------------------------------------------- upload */
+
+/* Bytes of n elements of t's type. */
+static uint64_t tensor_bytes(const st_tensor *t, int64_t n) { return (uint64_t)dtype_row_bytes(t->type, n); }
+
+/* A progress line per tenth of a quantizing load of at least 1 GiB (rank 0 of a group only). */
+static void loader_progress(llada_loader *ld) {
+    if (ld->total < (1ull << 30) || ld->ctx->shard.rank != 0) return;
+    const int tenth = (int)(10 * ld->done / ld->total);
+    if (tenth <= ld->shown) return;
+    ld->shown = tenth;
+    log_info("quantizing weights to %s: %d%% (%.2f of %.2f GiB read), %.1f s", model_quant_name(ld->quant),
+             tenth * 10 < 100 ? tenth * 10 : 100, (double)ld->done / (1u << 30), (double)ld->total / (1u << 30),
+             (double)(time_now_ns() - ld->t0_ns) * 1e-9);
 }
 
-/* A block-quantized weight (Q8_0, Q4_0) is only ever cut between its blocks: a slice of it (a
- * tensor-parallel shard, a part of a fused weight) must have a multiple of DTYPE_QBLOCK columns. */
-static int check_block_slice(const model *m, const st_tensor *t, int64_t cols, um_err *err) {
-    if (!dtype_is_quant(t->type) || cols % DTYPE_QBLOCK == 0) return 0;
-    char label[160];
-    return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' (%s) cannot be cut into slices of %lld columns: a slice "
-                      "of a quantized weight holds whole blocks of %d",
-                      m ? model_tensor_label(m, t->name, label, sizeof label) : t->name, t->type_name, (long long)cols,
-                      DTYPE_QBLOCK);
-}
-
-/* Hand rows x cols elements of checkpoint tensor t at data (t's own, or a slice/copy of it) to the
- * backend as {data, dtype, shape}; the checkpoint's dtype and element count are checked here. */
-static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols,
-                       int64_t n_elems, int rows_only, bweight *w, um_err *err) {
+int llada_upload(llada_loader *ld, const st_tensor *t, const void *data, int64_t rows, int64_t cols, int64_t n_elems,
+                 enum llada_wkind kind, bweight *w, um_err *err) {
+    backend *be = ld->ctx->be;
     memset(w, 0, sizeof *w);
     if (t->type != DTYPE_F32 && t->type != DTYPE_BF16 && t->type != DTYPE_F16 && !dtype_is_quant(t->type))
-        return um_err_set(err, UM_ERR_UNSUPPORTED,
-                          "tensor '%s' has dtype %s; only F32, BF16, F16, Q8_0 and Q4_0 are supported", t->name,
-                          t->type_name);
-    if (check_block_slice(NULL, t, cols, err) != 0 || llada_weight_type_check(be, t, err) != 0) return -1;
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; only F32, BF16, F16, Q8_0 and Q4_0 are supported",
+                          t->name, t->type_name);
+    if (dtype_is_quant(t->type) && !backend_has(be, BACKEND_CAP_QUANT))
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' is %s: the %s backend takes F32, BF16 and F16 weights only",
+                          t->name, dtype_name(t->type), backend_name(be));
     if (rows <= 0 || cols <= 0 || rows * cols != n_elems)
         return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld x %lld", t->name,
                           (long long)n_elems, (long long)rows, (long long)cols);
+    if (dtype_is_quant(t->type) && cols % DTYPE_QBLOCK != 0)
+        return um_err_set(err, UM_ERR_FORMAT, "tensor '%s' is %s with rows of %lld elements, not whole blocks of %d",
+                          t->name, dtype_name(t->type), (long long)cols, DTYPE_QBLOCK);
+    const int quantize = kind == LLADA_W_MATRIX && dtype_is_quant(ld->quant) && !dtype_is_quant(t->type);
     const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols,
-                             .rows_only = rows_only};
-    return backend_weight_upload(be, &src, w, err);
+                             .rows_only = kind == LLADA_W_GATHER, .quant = quantize ? ld->quant : DTYPE_F32};
+    if (backend_weight_upload(be, &src, w, err) != 0) return -1;
+    const uint64_t bytes = tensor_bytes(t, n_elems);
+    if (!backend_weight_keeps_source(be, w)) checkpoint_release(&ld->ctx->m->ck, data, bytes);
+    if (quantize) {
+        ld->done += bytes;
+        ld->qbytes += (uint64_t)rows * dtype_row_bytes(ld->quant, (cols + DTYPE_QBLOCK - 1) / DTYPE_QBLOCK * DTYPE_QBLOCK);
+        loader_progress(ld);
+    }
+    return 0;
 }
 
-/* rows_only: the weight is only gathered by row (the embedding), never multiplied */
-static int upload_as(backend *be, const st_tensor *t, int rows_only, bweight *w, um_err *err) {
-    int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
-    int64_t cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
-    return upload_data(be, t, t->data, rows, cols, t->n_elems, rows_only, w, err);
+static int upload(llada_loader *ld, const st_tensor *t, enum llada_wkind kind, bweight *w, um_err *err) {
+    const int64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    return llada_upload(ld, t, t->data, rows, cols, t->n_elems, kind, w, err);
 }
-
-static int upload(backend *be, const st_tensor *t, bweight *w, um_err *err) { return upload_as(be, t, 0, w, err); }
 
 /* Upload t, or this rank's slice of it: SPLIT_ROWS rows [r*R/W, (r+1)*R/W) (a view of the
- * checkpoint), SPLIT_COLS columns [r*C/W, (r+1)*C/W) (gathered into a host copy kept in w->parts). */
-static int upload_part(model_ctx *ctx, llada_weights *w, const st_tensor *t, enum shard_split split, bweight *out,
-                       um_err *err) {
+ * checkpoint), SPLIT_COLS columns [r*C/W, (r+1)*C/W) (gathered into a host copy, kept in w->parts
+ * while the backend reads it). A quantized tensor's columns split on block boundaries only. */
+static int upload_part(llada_loader *ld, llada_weights *w, const st_tensor *t, enum shard_split split,
+                       enum llada_wkind kind, bweight *out, um_err *err) {
+    const model_ctx *ctx = ld->ctx;
     const int W = ctx->shard.world, r = ctx->shard.rank;
-    if (split == SPLIT_NONE || W <= 1) return upload(ctx->be, t, out, err);
+    if (split == SPLIT_NONE || W <= 1) return upload(ld, t, kind, out, err);
     if (t->ndim == 1) {   /* a bias of row-split outputs: the same element range as the rows */
         CHECK(split == SPLIT_ROWS && !dtype_is_quant(t->type));   /* vectors are never quantized */
         const int64_t ln = t->shape[0] / W;
-        return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * ln) * dtype_size(t->type), 1, ln, ln, 0,
-                           out, err);
+        return llada_upload(ld, t, (const char *)t->data + tensor_bytes(t, r * ln), 1, ln, ln, kind, out, err);
     }
     CHECK(t->ndim == 2);
     const int64_t rows = t->shape[0], cols = t->shape[1];
-    const size_t rb = dtype_row_bytes(t->type, cols);   /* whole rows: any dtype, quantized ones included */
+    const size_t rb = dtype_row_bytes(t->type, cols);
     if (split == SPLIT_ROWS) {
         const int64_t lr = rows / W;
-        return upload_data(ctx->be, t, (const char *)t->data + (size_t)(r * lr) * rb, lr, cols, lr * cols, 0, out, err);
+        return llada_upload(ld, t, (const char *)t->data + (size_t)(r * lr) * rb, lr, cols, lr * cols, kind, out, err);
     }
     const int64_t lc = cols / W;
-    if (check_block_slice(ctx->m, t, lc, err) != 0) return -1;
+    char label[160];
+    if (dtype_is_quant(t->type) && lc % DTYPE_QBLOCK != 0)
+        return um_err_param(err, "tp",
+                            "--tp %d: tensor '%s' is %s and its %lld columns would split into %lld per rank, not whole "
+                            "blocks of %d; use a --tp that divides %lld blocks, or an unquantized checkpoint",
+                            W, model_tensor_label(ctx->m, t->name, label, sizeof label), dtype_name(t->type),
+                            (long long)cols, (long long)lc, DTYPE_QBLOCK, (long long)(cols / DTYPE_QBLOCK));
     const size_t lb = dtype_row_bytes(t->type, lc), off = dtype_row_bytes(t->type, r * lc);
     char *buf = xmalloc((size_t)rows * lb);
     for (int64_t i = 0; i < rows; i++) memcpy(buf + (size_t)i * lb, (const char *)t->data + (size_t)i * rb + off, lb);
+    if (llada_upload(ld, t, buf, rows, lc, rows * lc, kind, out, err) != 0) {
+        free(buf);
+        return -1;
+    }
+    checkpoint_release(&ctx->m->ck, t->data, (size_t)rows * rb);   /* every row was read for the slice */
+    if (!backend_weight_keeps_source(ctx->be, out)) {
+        free(buf);
+        return 0;
+    }
     w->parts = xrealloc(w->parts, (size_t)(w->n_parts + 1) * sizeof *w->parts);
     w->parts[w->n_parts++] = buf;
-    return upload_data(ctx->be, t, buf, rows, lc, rows * lc, 0, out, err);
+    return 0;
+}
+
+/* Source bytes of the matrices this ctx quantizes (the progress line's total). */
+static uint64_t quantized_bytes(const model_ctx *ctx) {
+    const model_config *c = &ctx->m->cfg;
+    const llada_tensors *t = &ctx->m->llada;
+    const uint64_t W = ctx->shard.world > 1 ? (uint64_t)ctx->shard.world : 1;
+    uint64_t n = t->lm_head->nbytes;
+    for (int l = 0; l < c->n_layers; l++) {
+        const llada_layer_tensors *L = &t->layers[l];
+        const st_tensor *split[] = {L->qkv, L->q_proj, L->k_proj, L->v_proj, L->attn_out, L->ff_proj, L->up_proj, L->ff_out};
+        for (size_t i = 0; i < sizeof split / sizeof split[0]; i++) n += split[i] ? split[i]->nbytes / W : 0;
+        if (L->moe) {
+            const moe_layer_tensors *M = L->moe;
+            for (int e = 0; e < c->n_experts; e++) n += (M->gate[e]->nbytes + M->up[e]->nbytes + M->down[e]->nbytes) / W;
+            if (M->sh_gate) n += (M->sh_gate->nbytes + M->sh_up->nbytes + M->sh_down->nbytes) / W;
+        }
+    }
+    return n;
 }
 
 int llada_ctx_init(model_ctx *ctx, um_err *err) {
     const model *m = ctx->m;
     const model_config *c = &m->cfg;
-    backend *be = ctx->be;
     llada_weights *w = xcalloc(1, sizeof *w);
     w->layers = xcalloc((size_t)c->n_layers, sizeof *w->layers);
     ctx->weights = w;
     ctx->scratch = xcalloc(1, sizeof(llada_scratch));
+    llada_loader ld = {.ctx = ctx, .quant = m->quant, .t0_ns = time_now_ns()};
+    if (dtype_is_quant(ld.quant)) ld.total = quantized_bytes(ctx);
     const llada_tensors *t = &m->llada;
-    if (upload_as(be, t->wte, 1, &w->wte, err) || upload(be, t->ln_f, &w->ln_f, err) ||
-        upload(be, t->lm_head, &w->lm_head, err))
+    /* the embedding stays a view: only the rows of tokens seen become resident (docs/cpu-kernels.md) */
+    if (upload(&ld, t->wte, LLADA_W_GATHER, &w->wte, err) || upload(&ld, t->ln_f, LLADA_W_PLAIN, &w->ln_f, err) ||
+        upload(&ld, t->lm_head, LLADA_W_MATRIX, &w->lm_head, err))
         goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_tensors *L = &t->layers[l];
         llada_layer_w *W = &w->layers[l];
-        if (upload(be, L->attn_norm, &W->attn_norm, err) ||
-            upload_part(ctx, w, L->attn_out, SPLIT_COLS, &W->attn_out, err) || upload(be, L->ff_norm, &W->ff_norm, err))
+        if (upload(&ld, L->attn_norm, LLADA_W_PLAIN, &W->attn_norm, err) ||
+            upload_part(&ld, w, L->attn_out, SPLIT_COLS, LLADA_W_MATRIX, &W->attn_out, err) ||
+            upload(&ld, L->ff_norm, LLADA_W_PLAIN, &W->ff_norm, err))
             goto fail;
         if (L->qkv) {   /* fused query_key_value: three row ranges of it (views), q | k | v — with tensor
                            parallelism this rank's heads of each */
@@ -353,30 +399,37 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
             const int64_t cols = L->qkv->shape[1];
             const size_t rb = dtype_row_bytes(L->qkv->type, cols);
             const char *base = L->qkv->data;
-            if (upload_data(be, L->qkv, base + (size_t)(r * lq) * rb, lq, cols, lq * cols, 0, &W->q, err) ||
-                upload_data(be, L->qkv, base + (size_t)(qd + r * lkv) * rb, lkv, cols, lkv * cols, 0, &W->k, err) ||
-                upload_data(be, L->qkv, base + (size_t)(qd + kvd + r * lkv) * rb, lkv, cols, lkv * cols, 0, &W->v,
-                            err))
+            if (llada_upload(&ld, L->qkv, base + (size_t)(r * lq) * rb, lq, cols, lq * cols, LLADA_W_MATRIX, &W->q, err) ||
+                llada_upload(&ld, L->qkv, base + (size_t)(qd + r * lkv) * rb, lkv, cols, lkv * cols, LLADA_W_MATRIX,
+                             &W->k, err) ||
+                llada_upload(&ld, L->qkv, base + (size_t)(qd + kvd + r * lkv) * rb, lkv, cols, lkv * cols,
+                             LLADA_W_MATRIX, &W->v, err))
                 goto fail;
-        } else if (upload_part(ctx, w, L->q_proj, SPLIT_ROWS, &W->q, err) ||
-                   upload_part(ctx, w, L->k_proj, SPLIT_ROWS, &W->k, err) ||
-                   upload_part(ctx, w, L->v_proj, SPLIT_ROWS, &W->v, err)) {
+        } else if (upload_part(&ld, w, L->q_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->q, err) ||
+                   upload_part(&ld, w, L->k_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->k, err) ||
+                   upload_part(&ld, w, L->v_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->v, err)) {
             goto fail;
         }
-        if (L->q_norm && (upload(be, L->q_norm, &W->qn, err) || upload(be, L->k_norm, &W->kn, err))) goto fail;
+        if (L->q_norm && (upload(&ld, L->q_norm, LLADA_W_PLAIN, &W->qn, err) ||
+                          upload(&ld, L->k_norm, LLADA_W_PLAIN, &W->kn, err)))
+            goto fail;
         if (L->moe) {
-            if (!(W->moe = moe_layer_upload(be, c, L->moe, &ctx->shard, err))) goto fail;
+            if (!(W->moe = moe_layer_upload(&ld, L->moe, err))) goto fail;
             if (!moe_layer_on_device(W->moe)) ctx->host_sync = 1;
-        } else if (upload_part(ctx, w, L->ff_proj, SPLIT_ROWS, &W->gate, err) ||
-                   upload_part(ctx, w, L->up_proj, SPLIT_ROWS, &W->up, err) ||
-                   upload_part(ctx, w, L->ff_out, SPLIT_COLS, &W->down, err)) {
+        } else if (upload_part(&ld, w, L->ff_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->gate, err) ||
+                   upload_part(&ld, w, L->up_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->up, err) ||
+                   upload_part(&ld, w, L->ff_out, SPLIT_COLS, LLADA_W_MATRIX, &W->down, err)) {
             goto fail;
         }
-        if (L->q_bias && (upload_part(ctx, w, L->q_bias, SPLIT_ROWS, &W->qb, err) ||
-                          upload_part(ctx, w, L->k_bias, SPLIT_ROWS, &W->kb, err) ||
-                          upload_part(ctx, w, L->v_bias, SPLIT_ROWS, &W->vb, err)))
+        if (L->q_bias && (upload_part(&ld, w, L->q_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->qb, err) ||
+                          upload_part(&ld, w, L->k_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->kb, err) ||
+                          upload_part(&ld, w, L->v_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->vb, err)))
             goto fail;
     }
+    if (dtype_is_quant(ld.quant) && ctx->shard.rank == 0)
+        log_info("%s: weights quantized to %s in %.1f s: %.2f GiB read, %.2f GiB kept", m->dir,
+                 model_quant_name(ld.quant), (double)(time_now_ns() - ld.t0_ns) * 1e-9, (double)ld.done / (1u << 30),
+                 (double)ld.qbytes / (1u << 30));
     return 0;
 fail:
     um_err_prefix(err, "%s", m->dir);

@@ -73,6 +73,21 @@ int model_dir_check(const char *dir, um_err *err) {
     return 0;
 }
 
+int model_quant_parse(const char *name, enum dtype *out) {
+    static const struct {
+        const char *name;
+        enum dtype  type;
+    } k[] = {{"bf16", DTYPE_BF16}, {"q8_0", DTYPE_Q8_0}, {"q4_0", DTYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (name && strcmp(name, k[i].name) == 0) {
+            *out = k[i].type;
+            return 0;
+        }
+    return -1;
+}
+
+const char *model_quant_name(enum dtype q) { return q == DTYPE_Q8_0 ? "q8_0" : q == DTYPE_Q4_0 ? "q4_0" : "bf16"; }
+
 /* config.json (+ generation_config.json), the safetensors files, the tokenizer files. */
 static int load_dir(const char *dir, model *m, um_err *err) {
     if (model_dir_check(dir, err) != 0) return -1;
@@ -104,6 +119,7 @@ static int load_dir(const char *dir, model *m, um_err *err) {
 
 int model_load(const char *dir, model *m, um_err *err) {
     memset(m, 0, sizeof *m);
+    m->quant = DTYPE_BF16;
     m->dir = xstrdup(dir);
     m->gguf = is_gguf_file(dir);
     if ((m->gguf ? gguf_model_load(dir, m, err) : load_dir(dir, m, err)) != 0) goto fail;
@@ -157,6 +173,28 @@ void model_free(model *m) {
     memset(m, 0, sizeof *m);
 }
 
+int model_quant_check(const model *m, backend *be, um_err *err) {
+    if (!dtype_is_quant(m->quant)) return 0;
+    if (!backend_has(be, BACKEND_CAP_QUANT))
+        return um_err_param(err, "quant",
+                            "--quant %s: %s (%s) has no kernels for quantized weights yet; use --quant bf16 there "
+                            "(quantized weights run on the CPU)",
+                            model_quant_name(m->quant), backend_name(be), backend_description(be));
+    /* weights stored quantized are never requantized: another block type would round twice */
+    for (int f = 0; f < m->ck.n_files; f++)
+        for (int i = 0; i < m->ck.files[f].n_tensors; i++) {
+            const st_tensor *t = &m->ck.files[f].tensors[i];
+            if (!dtype_is_quant(t->type) || t->type == m->quant) continue;
+            char label[160];
+            return um_err_param(err, "quant",
+                                "--quant %s: tensor '%s' is stored as %s and is never requantized (rounding twice); "
+                                "use --quant bf16 (keep the stored types) or %s, or quantize the float checkpoint",
+                                model_quant_name(m->quant), model_tensor_label(m, t->name, label, sizeof label),
+                                dtype_name(t->type), model_quant_name(t->type));
+        }
+    return 0;
+}
+
 int model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err) {
     return model_ctx_init_shard(ctx, m, be, NULL, err);
 }
@@ -166,6 +204,7 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
     ctx->m = m;
     ctx->be = be;
     ctx->shard.world = 1;
+    if (model_quant_check(m, be, err) != 0) return -1;
     if (shard && shard->world > 1) {
         const model_config *c = &m->cfg;
         int W = shard->world;

@@ -75,10 +75,21 @@ typedef struct model {
     struct json_t        *gen_config; /* generation_config.json as read at load (a JSON object, owned),
                                          or NULL: the decode defaults it names (decode.c) come from
                                          here, never from the file again */
+    enum dtype            quant;     /* how model_ctx_init stores the matrices of products (attention
+                                        q/k/v/o, MLP, experts, shared experts, LM head): DTYPE_Q8_0 /
+                                        DTYPE_Q4_0 = quantized once at load, the only copy kept (a
+                                        backend with BACKEND_CAP_QUANT); DTYPE_BF16 (model_load's
+                                        default) = as the checkpoint stores them. The caller sets it
+                                        (--quant) between model_load and model_ctx_init. */
 } model;
 
 /* dir: a checkpoint directory, or a GGUF file (model/gguf_model.h: llama.cpp's converter output). */
 int  model_load(const char *dir, model *m, um_err *err);
+/* --quant names: "bf16" -> DTYPE_BF16, "q8_0" -> DTYPE_Q8_0, "q4_0" -> DTYPE_Q4_0; 0, or -1 when the
+ * name is unknown. model_quant_name is the inverse. */
+#define MODEL_QUANT_NAMES "bf16, q8_0, q4_0"
+int         model_quant_parse(const char *name, enum dtype *out);
+const char *model_quant_name(enum dtype q);
 /* Checks that dir looks like a checkpoint directory before anything else is done with it (no
  * reading beyond stat): it exists, is a directory, has config.json and model.safetensors or
  * model.safetensors.index.json. On failure -1 with err (UM_ERR_IO) saying what is wrong and what
@@ -145,6 +156,12 @@ typedef struct model_ctx {
                                    graph; 0: the forward only enqueues work */
 } model_ctx;
 
+/* 0 when be can hold m's weights as m->quant asks, else -1 + err (param "quant": a backend without
+ * BACKEND_CAP_QUANT, a GPU today; or a tensor the checkpoint stores in another block type than
+ * m->quant — stored Q8_0 / Q4_0 run as stored, never requantized). model_ctx_init checks it;
+ * callers check it before a fit check. */
+int  model_quant_check(const model *m, backend *be, um_err *err);
+/* Uploads m's weights to be (quantized when m->quant asks; model_quant_check first). */
 int  model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err);
 /* As model_ctx_init for one rank of a tensor-parallel group (heads / FFN width must divide by
  * world: -1 + UM_ERR_UNSUPPORTED otherwise). */

@@ -99,31 +99,24 @@ struct moe_layer_w {
                                             NULL: routing on the host */
 };
 
-/* Upload rows x cols elements of t at data (t's own, or a slice / copy of it). */
-static int upload_data(backend *be, const st_tensor *t, const void *data, int64_t rows, int64_t cols, bweight *w,
-                       um_err *err) {
-    memset(w, 0, sizeof *w);
-    if (llada_weight_type_check(be, t, err) != 0) return -1;
-    const bweight_src src = {.name = t->name, .data = data, .type = t->type, .rows = rows, .cols = cols};
-    return backend_weight_upload(be, &src, w, err);
+static int upload_t(llada_loader *ld, const st_tensor *t, enum llada_wkind kind, bweight *w, um_err *err) {
+    const int64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    return llada_upload(ld, t, t->data, rows, cols, t->n_elems, kind, w, err);
 }
 
-static int upload_t(backend *be, const st_tensor *t, bweight *w, um_err *err) {
-    return upload_data(be, t, t->data, t->ndim == 2 ? t->shape[0] : 1, t->ndim == 2 ? t->shape[1] : t->shape[0], w,
-                       err);
-}
-
-/* Rows [r*R/W, (r+1)*R/W) of a 2-d tensor: a view (whole rows: any dtype, quantized ones included). */
-static int upload_rows(backend *be, const st_tensor *t, int r, int W, bweight *w, um_err *err) {
+/* Rows [r*R/W, (r+1)*R/W) of a 2-d matrix: a view. */
+static int upload_rows(llada_loader *ld, const st_tensor *t, int r, int W, bweight *w, um_err *err) {
     const int64_t lr = t->shape[0] / W, cols = t->shape[1];
-    return upload_data(be, t, (const char *)t->data + (size_t)(r * lr) * dtype_row_bytes(t->type, cols), lr, cols, w,
-                       err);
+    return llada_upload(ld, t, (const char *)t->data + (size_t)(r * lr) * dtype_row_bytes(t->type, cols), lr, cols,
+                        lr * cols, LLADA_W_MATRIX, w, err);
 }
 
-moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, const model_shard *shard,
-                              um_err *err) {
+moe_layer_w *moe_layer_upload(llada_loader *ld, const moe_layer_tensors *t, um_err *err) {
+    backend *be = ld->ctx->be;
+    const model_config *c = &ld->ctx->m->cfg;
+    const model_shard *shard = &ld->ctx->shard;
     const int E = c->n_experts;
-    const int W = shard && shard->world > 1 ? shard->world : 1, r = W > 1 ? shard->rank : 0;
+    const int W = shard->world > 1 ? shard->world : 1, r = W > 1 ? shard->rank : 0;
     moe_layer_w *w = xcalloc(1, sizeof *w);
     w->gate = xcalloc((size_t)E, sizeof *w->gate);
     w->up = xcalloc((size_t)E, sizeof *w->up);
@@ -131,18 +124,20 @@ moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_laye
     w->world = W;
     w->e0 = (int)((int64_t)E * r / W);
     w->e1 = (int)((int64_t)E * (r + 1) / W);
-    if (upload_t(be, t->router, &w->router, err)) goto fail;
+    if (upload_t(ld, t->router, LLADA_W_PLAIN, &w->router, err)) goto fail;
     if (t->expert_bias) {
         w->bias = xmalloc((size_t)E * sizeof *w->bias);
         dtype_to_f32(t->expert_bias->type, t->expert_bias->data, w->bias, (size_t)E);
     }
     for (int e = w->e0; e < w->e1; e++)
-        if (upload_t(be, t->gate[e], &w->gate[e], err) || upload_t(be, t->up[e], &w->up[e], err) ||
-            upload_t(be, t->down[e], &w->down[e], err))
+        if (upload_t(ld, t->gate[e], LLADA_W_MATRIX, &w->gate[e], err) ||
+            upload_t(ld, t->up[e], LLADA_W_MATRIX, &w->up[e], err) ||
+            upload_t(ld, t->down[e], LLADA_W_MATRIX, &w->down[e], err))
             goto fail;
     if (t->sh_gate && W == 1 &&
-        (upload_t(be, t->sh_gate, &w->sh_gate, err) || upload_t(be, t->sh_up, &w->sh_up, err) ||
-         upload_t(be, t->sh_down, &w->sh_down, err)))
+        (upload_t(ld, t->sh_gate, LLADA_W_MATRIX, &w->sh_gate, err) ||
+         upload_t(ld, t->sh_up, LLADA_W_MATRIX, &w->sh_up, err) ||
+         upload_t(ld, t->sh_down, LLADA_W_MATRIX, &w->sh_down, err)))
         goto fail;
     const bmoe_desc desc = {.router = c->router == MODEL_ROUTER_SOFTMAX ? BMOE_SOFTMAX : BMOE_SIGMOID_GROUP,
                             .n_experts = E, .top_k = c->moe_top_k, .n_group = c->n_group,
@@ -151,22 +146,27 @@ moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_laye
     w->dev = backend_moe_prepare(be, &desc);
     if (t->sh_gate && W > 1) {   /* rows of gate / up, the matching columns of down (copied) */
         CHECK(t->sh_gate->shape[0] % W == 0);   /* model_ctx_init_shard checked shared_ffn */
-        const int64_t d = t->sh_down->shape[0], cols = t->sh_down->shape[1], lc = cols / W;
-        const enum dtype ty = t->sh_down->type;
-        if (dtype_is_quant(ty) && lc % DTYPE_QBLOCK != 0) {
-            um_err_set(err, UM_ERR_UNSUPPORTED, "tensor '%s' (%s) cannot be cut into slices of %lld columns: a slice "
-                       "of a quantized weight holds whole blocks of %d", t->sh_down->name, t->sh_down->type_name,
-                       (long long)lc, DTYPE_QBLOCK);
+        const st_tensor *sd = t->sh_down;
+        const int64_t d = sd->shape[0], cols = sd->shape[1], lc = cols / W;
+        if (dtype_is_quant(sd->type) && lc % DTYPE_QBLOCK != 0) {
+            um_err_param(err, "tp", "--tp %d: tensor '%s' is %s and its %lld columns would split into %lld per rank, "
+                         "not whole blocks of %d", W, sd->name, dtype_name(sd->type), (long long)cols, (long long)lc,
+                         DTYPE_QBLOCK);
             goto fail;
         }
-        const size_t rb = dtype_row_bytes(ty, cols), lb = dtype_row_bytes(ty, lc), off = dtype_row_bytes(ty, r * lc);
+        const size_t rb = dtype_row_bytes(sd->type, cols), lb = dtype_row_bytes(sd->type, lc);
+        const size_t off = dtype_row_bytes(sd->type, r * lc);
         char *part = xmalloc((size_t)d * lb);
-        for (int64_t i = 0; i < d; i++)
-            memcpy(part + (size_t)i * lb, (const char *)t->sh_down->data + (size_t)i * rb + off, lb);
+        for (int64_t i = 0; i < d; i++) memcpy(part + (size_t)i * lb, (const char *)sd->data + (size_t)i * rb + off, lb);
         w->sh_down_part = part;
-        if (upload_rows(be, t->sh_gate, r, W, &w->sh_gate, err) || upload_rows(be, t->sh_up, r, W, &w->sh_up, err) ||
-            upload_data(be, t->sh_down, part, d, lc, &w->sh_down, err))
+        if (upload_rows(ld, t->sh_gate, r, W, &w->sh_gate, err) || upload_rows(ld, t->sh_up, r, W, &w->sh_up, err) ||
+            llada_upload(ld, sd, part, d, lc, d * lc, LLADA_W_MATRIX, &w->sh_down, err))
             goto fail;
+        checkpoint_release(&ld->ctx->m->ck, sd->data, (size_t)d * rb);
+        if (!backend_weight_keeps_source(be, &w->sh_down)) {   /* the backend copied it */
+            free(w->sh_down_part);
+            w->sh_down_part = NULL;
+        }
     }
     return w;
 fail:

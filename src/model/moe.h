@@ -29,13 +29,14 @@ void moe_tensors_free(llada_layer_tensors *L);
 
 /* A MoE layer's weights on the backend (opaque; moe.c). */
 typedef struct moe_layer_w moe_layer_w;
-/* Upload layer tensors t (and keep a host f32 copy of the expert bias). shard (NULL or world 1:
- * everything) = rank r of W (expert + tensor parallel, docs/parallel.md "Mixture of experts"): the
- * router and bias whole, only the experts [E*r/W, E*(r+1)/W), and a 1/W slice of the shared
- * expert's width (rows of its gate/up, the matching columns of its down; shared_ffn % W == 0).
- * NULL + err on failure. */
-moe_layer_w *moe_layer_upload(backend *be, const model_config *c, const moe_layer_tensors *t, const model_shard *shard,
-                              um_err *err);
+struct llada_loader;
+/* Upload layer tensors t to the loader's ctx (and keep a host f32 copy of the expert bias); the
+ * experts and the shared expert are matrices (quantized when the model asks), the router is not. The
+ * ctx's shard (world 1: everything) = rank r of W (expert + tensor parallel, docs/parallel.md
+ * "Mixture of experts"): the router and bias whole, only the experts [E*r/W, E*(r+1)/W), and a 1/W
+ * slice of the shared expert's width (rows of its gate/up, the matching columns of its down;
+ * shared_ffn % W == 0). NULL + err on failure. */
+moe_layer_w *moe_layer_upload(struct llada_loader *ld, const moe_layer_tensors *t, um_err *err);
 void         moe_layer_free(backend *be, const model_config *c, moe_layer_w *w);
 
 /* 1 when the layer's routed experts run on the backend's device dispatch (BACKEND_CAP_MOE): its

@@ -490,6 +490,7 @@ static void *loader_main(void *arg) {
     if (model_load(c->model, &s->m, err) != 0) goto fail;
     s->model_loaded = 1;
     api_policy_bind(&s->policy, &s->m); /* the serving defaults, once: requests copy them */
+    CHECK(model_quant_parse(c->quant, &s->m.quant) == 0);   /* server_config_check validated it */
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
     if ((s->max_seq = effective_max_seq(c, &s->m, err)) < 0) goto fail;
     if (c->tp > 1 && model_tp_check(&s->m, c->tp, err) != 0) goto fail;
@@ -568,6 +569,7 @@ fail:
 int server_follow(const server_config *c, um_err *err) {
     model m;
     if (model_load(c->model, &m, err) != 0) return 1;
+    CHECK(model_quant_parse(c->quant, &m.quant) == 0);
     int rc = 1;
     if (effective_max_seq(c, &m, err) < 0) goto out;
     char devs[MODEL_TP_MAX_LOCAL][64];

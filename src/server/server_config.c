@@ -17,6 +17,7 @@
 
 #include "backend/comm.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/model_tp.h"
 #include "util/fileio.h"
 #include "util/log.h"
@@ -120,6 +121,9 @@ static const setting k_settings[] = {
     {"max-batch", SET_INT, F(max_batch), "8", 1, 4096, "sequences per decode step per engine", NULL, NULL, 0, NULL},
     {"device-loop", SET_ONOFF, F(device_loop), "on", 0, 1,
      "CUDA: on = device-resident decode loop where supported, off = host loop (docs/decode.md)", NULL, NULL, 0, NULL},
+    {"quant", SET_STR, F(quant), "bf16", 0, 0,
+     "weights of the matrix products: bf16 = as the checkpoint stores them, q8_0 | q4_0 = quantized at load, 8 / 4.5 "
+     "bits per weight (CPU only; docs/cpu-kernels.md)", NULL, NULL, 0, NULL},
     {"max-queue", SET_INT, F(max_queue), "256", 0, 1000000, "requests waiting beyond free batch slots; more -> queue_full",
      NULL, NULL, 0, NULL},
     {"max-paused", SET_INT, F(max_paused), "-1", -1, 4096,
@@ -556,6 +560,14 @@ int server_config_check(const server_config *c, um_err *err) {
         }
     }
     if (server_config_check_parallel(c, err) != 0) return -1;
+    enum dtype quant;
+    if (model_quant_parse(c->quant, &quant) != 0)
+        return um_err_param(err, "quant", "--quant must be one of %s, got '%s'", MODEL_QUANT_NAMES,
+                            c->quant ? c->quant : "");
+    if (dtype_is_quant(quant) && server_config_is_cuda(c))
+        return um_err_param(err, "quant",
+                            "--quant %s: GPUs have no kernels for quantized weights yet; use --quant bf16 with --device "
+                            "%s (quantized weights run on the CPU)", c->quant, c->devices);
     if (!!c->tls_cert != !!c->tls_key)
         return um_err_param(err, c->tls_cert ? "tls_key" : "tls_cert", "--tls-cert and --tls-key must be given together");
     if (c->tls_cert && !file_exists(c->tls_cert))

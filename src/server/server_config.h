@@ -33,6 +33,8 @@ typedef struct server_config {
     int    max_batch;             /* sequences per decode step per engine */
     int    device_loop;           /* 1: CUDA engines run eligible sequences on the device-resident
                                      decode loop (docs/decode.md); 0: always the host loop */
+    char  *quant;                 /* weights of the matrix products: "bf16" (as stored), "q8_0" or
+                                     "q4_0" (quantized at load; CPU engines only) */
     int    max_queue;             /* requests waiting for admission (all engines) */
     int    max_paused;            /* sequences one engine may hold paused at a step boundary so that
                                      a caller with nothing running (or an attached session) goes

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,17 @@ int file_map_open(const char *path, file_map *map, um_err *err) {
     }
     close(fd);
     return 0;
+}
+
+void file_map_release(const file_map *map, const void *p, size_t n) {
+    const uintptr_t base = (uintptr_t)map->data, end = base + map->len, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    if (!map->data || hi <= base || lo >= end) return;
+    lo = lo < base ? base : lo;
+    hi = hi > end ? end : hi;
+    lo = (lo + page - 1) / page * page;   /* whole pages only: a neighbour's bytes stay mapped */
+    hi = hi / page * page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 void file_map_close(file_map *map) {

@@ -33,6 +33,11 @@ typedef struct file_map {
 
 int  file_map_open(const char *path, file_map *map, um_err *err);
 void file_map_close(file_map *map);
+/* Drop this process's pages of the mapping that lie wholly inside [p, p + n) (madvise DONTNEED): they
+ * stop counting in its resident set and are read from the file again if touched again, so the bytes
+ * seen never change. For data copied elsewhere (a weight quantized or packed at load). Bytes outside
+ * the mapping are ignored. */
+void file_map_release(const file_map *map, const void *p, size_t n);
 
 /* dst = dir + "/" + name, truncated safely; returns dst. */
 char *path_join(char *dst, size_t cap, const char *dir, const char *name);

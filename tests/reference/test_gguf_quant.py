@@ -134,7 +134,23 @@ gq = os.path.join(TMP, "tiny.q8_0.gguf")
 gc.convert(tiny, gq, "q8_0")
 r = subprocess.run([BIN, "logits", "--model", gq, "--tokens", "1,2,3", "--out", os.path.join(TMP, "o.npy"), "--tp", "4"],
                    capture_output=True, text=True)
-report(r.returncode not in (0,) and r.returncode < 128 and "slices of 16 columns" in r.stderr and "Q8_0" in r.stderr,
+report(r.returncode not in (0,) and r.returncode < 128 and "split into 16 per rank" in r.stderr and "Q8_0" in r.stderr,
        "--tp 4 on 64-wide Q8_0 rows: refused (a slice would cut a block)", r.stderr.strip()[:200])
+
+# --quant on GGUF files: float matrices are quantized at load exactly as a directory's are; stored
+# Q8_0 / Q4_0 matrices are never requantized (another --quant is refused naming the tensor)
+gb = os.path.join(TMP, "llada.f32.gguf")
+gc.convert(os.path.join(TMP, "llada"), gb, "f32")
+for qt in ("q8_0", "q4_0"):
+    from_dir = logits(os.path.join(TMP, "llada"), TOKENS, ["--quant", qt])
+    from_gguf = logits(gb, TOKENS, ["--quant", qt])
+    report(np.array_equal(from_dir, from_gguf), f"--quant {qt} on an F32 GGUF == the same weights' directory",
+           f"max abs diff {np.max(np.abs(from_dir - from_gguf)):.3e}")
+same = logits(g, TOKENS, ["--quant", "q8_0"])
+report(np.array_equal(same, logits(g, TOKENS)), "--quant q8_0 on a Q8_0 GGUF: the stored blocks as they are")
+r = subprocess.run([BIN, "logits", "--model", g, "--tokens", "1,2,3", "--out", os.path.join(TMP, "o.npy"),
+                    "--quant", "q4_0"], capture_output=True, text=True)
+report(r.returncode not in (0,) and r.returncode < 128 and "stored as Q8_0" in r.stderr and "never requantized" in r.stderr,
+       "--quant q4_0 on a Q8_0 GGUF: refused naming the tensor and both types", r.stderr.strip()[:240])
 
 sys.exit(report.finish())

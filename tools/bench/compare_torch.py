@@ -17,7 +17,12 @@ ms of each and the ratios (lower is better for unmask / torch).
            for OpenBLAS, ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 for PyTorch — an
            emulation on this CPU (its caches, clock and memory stay this CPU's)
 usage: compare_torch.py --unmask BIN [--base BIN] [--base-kernels K] --model DIR [--threads N] [--rounds 3]
-       [--reps 2] [--kernels auto] [--torch-dtype both] [--isa avx2]
+       [--reps 2] [--kernels auto] [--torch-dtype both] [--isa avx2] [--quant bf16,q8_0,q4_0]
+
+--quant LIST runs unmask once per weight type of the list (`--quant`, one column each, interleaved
+with the rest) and prints each one's speed-up over PyTorch (PyTorch ms / unmask ms). The int8
+kernel family follows UNMASK_CPU_QKERNELS; PyTorch's vector ISA ATEN_CPU_CAPABILITY (both are
+inherited from the environment; --isa avx2 sets them).
 """
 import argparse
 import json
@@ -32,17 +37,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = dict(os.environ)   # every run's environment (--isa adds the caps)
 
 
-def unmask_forward(binary, model, L, B, threads, reps, kernels):
+def unmask_forward(binary, model, L, B, threads, reps, kernels, quant=""):
     cmd = [binary, "bench", "--model", model, "--seq", str(L), "--batch", str(B), "--threads", str(threads),
            "--reps", str(reps), "--warmup", "1"]
     if kernels:
         cmd += ["--cpu-kernels", kernels]
+    if quant:
+        cmd += ["--quant", quant]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV).stdout
     row = [ln for ln in out.splitlines() if re.match(rf"\s+{L}\s+{B}\s", ln)][-1].split()
     return float(row[4])   # min ms
 
 
-def unmask_decode(binary, model, B, a, kernels):
+def unmask_decode(binary, model, B, a, kernels, quant=""):
     cmd = [binary, "bench", "--decode", "--model", model, "--batch", str(B), "--gen", str(a.gen), "--block",
            str(a.block), "--prompt", str(a.prompt), "--decoders", "low_confidence", "--cache", a.cache,
            "--threads", str(a.threads), "--reps", str(a.reps)]
@@ -50,6 +57,8 @@ def unmask_decode(binary, model, B, a, kernels):
         cmd += ["--max-blocks", str(a.max_blocks)]
     if kernels:
         cmd += ["--cpu-kernels", kernels]
+    if quant:
+        cmd += ["--quant", quant]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=ENV).stdout
     row = [ln for ln in out.splitlines() if ln.startswith("low_confidence")][-1].split()
     return float(row[9])   # ms/step
@@ -83,10 +92,13 @@ def main():
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--max-blocks", type=int, default=0)
+    ap.add_argument("--quant", default="", help="comma-separated weight types, one unmask column each")
     a = ap.parse_args()
     if a.isa == "avx2":
         ENV.update(UNMASK_CPU_ISA="avx2", OPENBLAS_CORETYPE="Haswell", ATEN_CPU_CAPABILITY="avx2",
-                   ONEDNN_MAX_CPU_ISA="AVX2", DNNL_MAX_CPU_ISA="AVX2")
+                   ONEDNN_MAX_CPU_ISA="AVX2", DNNL_MAX_CPU_ISA="AVX2", UNMASK_CPU_QKERNELS="avx2")
+    if a.quant:
+        return main_quant(a)
     if a.base_kernels and not a.base:
         a.base = a.unmask
     batches = [int(b) for b in a.batch.split(",")]
@@ -125,6 +137,38 @@ def main():
         if a.base:
             row += f" {r['base'] / max(r['torch'], 1e-3):.2f} | {r['base'] / max(r['unmask'], 1e-3):.1f}x |"
         print(row)
+
+
+def main_quant(a):
+    """One unmask column per --quant type, interleaved with PyTorch in every round."""
+    quants = a.quant.split(",")
+    batches = [int(b) for b in a.batch.split(",")]
+    shapes = [(B, None) for B in batches] if a.decode else [(B, int(L)) for B in batches for L in a.seq.split(",")]
+    best = {}
+    for rnd in range(a.rounds):
+        for B, L in shapes:
+            r = best.setdefault((B, L), dict({q: 1e30 for q in quants}, torch=1e30, dtype="?"))
+            for q in quants:
+                t = unmask_decode(a.unmask, a.model, B, a, a.kernels, q) if a.decode else \
+                    unmask_forward(a.unmask, a.model, L, B, a.threads, a.reps, a.kernels, q)
+                r[q] = min(r[q], t)
+            extra = ["--decode", "--batch", str(B), "--gen", str(a.gen), "--block", str(a.block), "--prompt",
+                     str(a.prompt), "--max-blocks", str(a.max_blocks)] if a.decode else ["--seq", str(L), "--batch",
+                                                                                            str(B)]
+            t, dt = peer(a.model, a, extra)
+            if t < r["torch"]:
+                r["torch"], r["dtype"] = t, dt
+            print(f"round {rnd + 1}: batch {B} {'decode' if a.decode else f'seq {L}'}: {r}", file=sys.stderr,
+                  flush=True)
+    unit = "ms/step" if a.decode else "ms"
+    head = "| batch | " + ("" if a.decode else "seq | ") + "".join(f"unmask {q} {unit} | " for q in quants)
+    head += f"PyTorch {unit} (dtype) | " + "".join(f"{q}: PyTorch / unmask | " for q in quants)
+    print(head.rstrip())
+    print("|" + "---|" * (head.count("|") - 1))
+    for (B, L), r in best.items():
+        row = f"| {B} | " + ("" if a.decode else f"{L} | ") + "".join(f"{r[q]:.1f} | " for q in quants)
+        row += f"{r['torch']:.1f} ({r['dtype']}) | " + "".join(f"{r['torch'] / max(r[q], 1e-3):.2f}x | " for q in quants)
+        print(row.rstrip())
 
 
 if __name__ == "__main__":

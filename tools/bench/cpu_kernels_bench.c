@@ -3,7 +3,8 @@
  * measured limits (docs/perf.md, "CPU kernels"):
  *   peaks    register-only loops of the instruction each path is built on, one thread:
  *            fp32 FMA (ymm, and zmm where AVX-512 exists), vdpbf16ps, tdpbf16ps (AMX, where
- *            present); OpenBLAS sgemm 1024^3 on 1 and all threads; memory read bandwidth
+ *            present), and the int8 steps of quantized weights: vpdpbusd zmm / ymm, vpmaddubsw +
+ *            vpmaddwd + vpaddd ymm; OpenBLAS sgemm 1024^3 on 1 and all threads; memory read bandwidth
  *   gemm     each path (fp32 / avx2 / avx512bf16 / amx, the ones this CPU has, and auto: the
  *            per-shape dispatch the backend would use) through the backend's own ops (activation
  *            cast included) on a model's products — q/k/v fused, attn_out + residual, gate/up +
@@ -21,8 +22,12 @@
  *
  * usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] [--only peaks|gemm|attn|denormal]
  *                          [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] [--ms 1,32,256,1024]
+ *                          [--quant q8_0|q4_0 [--qkernels FAMILY]]
  * UNMASK_CPU_ISA=avx2 makes an AVX-512 machine pass for an AVX2-only one (docs/cpu-kernels.md).
- * --only gemm skips the peaks (no "of peak" column).
+ * --only gemm skips the peaks (no "of peak" column) unless --quant is given.
+ * --quant: the gemm table on weights quantized at upload, run by the int8 family --qkernels names
+ * (auto, avx512vnni, avxvnni, avx2, scalar); GOP/s count 2 operations per weight and row as GFLOP/s
+ * do, "of peak" is against that family's int8 instruction peak, and M = 1 counts the quantized bytes
  * --cold 1: every M runs over enough weight copies (> 128 MiB) that they come from memory, as in a
  * model's forward (by default only M = 1 does; the others reuse one copy from cache)
  * Main thread (+ the backends' pool slots).
@@ -105,6 +110,50 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(float *s
     *sink += _mm512_reduce_add_ps(a[0]);
     return 24.0 * 32 * 2 * PEAK_ITERS / t;   /* 16 lanes x 2 products x (mul + add) */
 }
+
+/* int8 multiply-adds per second x 2 (one "operation" per multiply and per add, as flops are counted).
+ * Written in assembly: GCC kept an array of integer vector accumulators in memory (a store per
+ * instruction) and measured the store port instead. The register values are whatever they are:
+ * integer arithmetic runs at one speed for all of them. */
+#define R4(op, a, b, c) op " " a ", " b ", " c "\n\t"
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_dpbusd512(void) {
+    double t0 = cpu_s();
+    for (long it = 0; it < PEAK_ITERS; it++)
+        __asm__ volatile(
+#define D(n) R4("vpdpbusd", "%%zmm30", "%%zmm31", "%%zmm" #n)
+            D(0) D(1) D(2) D(3) D(4) D(5) D(6) D(7) D(8) D(9) D(10) D(11) D(12) D(13) D(14) D(15) D(16) D(17) D(18)
+            D(19) D(20) D(21) D(22) D(23)
+#undef D
+            ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+            "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23");
+    return 24.0 * 64 * 2 * PEAK_ITERS / (cpu_s() - t0);
+}
+
+__attribute__((target("avx2,avxvnni"))) static double peak_dpbusd256(void) {
+    double t0 = cpu_s();
+    for (long it = 0; it < PEAK_ITERS; it++)
+        __asm__ volatile(
+#define D(n) R4("%{vex%} vpdpbusd", "%%ymm14", "%%ymm15", "%%ymm" #n)
+            D(0) D(1) D(2) D(3) D(4) D(5) D(6) D(7) D(8) D(9) D(10) D(11)
+#undef D
+            ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+    return 12.0 * 32 * 2 * PEAK_ITERS / (cpu_s() - t0);
+}
+
+/* the AVX2 step as the kernel issues it: vpmaddubsw (byte pairs to int16), vpmaddwd by ones (to
+ * int32), vpaddd into an accumulator; 6 independent steps per iteration */
+__attribute__((target("avx2"))) static double peak_maddubs256(void) {
+    double t0 = cpu_s();
+    for (long it = 0; it < PEAK_ITERS; it++)
+        __asm__ volatile(
+#define D(t, acc) R4("vpmaddubsw", "%%ymm15", "%%ymm14", "%%ymm" #t) R4("vpmaddwd", "%%ymm13", "%%ymm" #t, "%%ymm" #t) \
+    R4("vpaddd", "%%ymm" #t, "%%ymm" #acc, "%%ymm" #acc)
+            D(6, 0) D(7, 1) D(8, 2) D(9, 3) D(10, 4) D(11, 5)
+#undef D
+            ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+    return 6.0 * 32 * 2 * PEAK_ITERS / (cpu_s() - t0);
+}
+#undef R4
 
 #if defined(__GNUC__) && !defined(__clang__)
 typedef struct bench_tilecfg {
@@ -218,6 +267,7 @@ static double mem_bw(int threads, int reps) {
 
 typedef struct peaks {
     double fma, fma256, dpbf16, amx, sgemm1, sgemm_all, bw1, bw_all;
+    double dpbusd512, dpbusd256, maddubs256;   /* int8 operations per second, one core */
 } peaks;
 
 static void run_peaks(int threads, int reps, peaks *pk) {
@@ -236,6 +286,12 @@ static void run_peaks(int threads, int reps, peaks *pk) {
         v = f->amx_bf16 ? peak_amx() : 0;
         pk->amx = v > pk->amx ? v : pk->amx;
 #endif
+        v = f->avx512vnni ? peak_dpbusd512() : 0;
+        pk->dpbusd512 = v > pk->dpbusd512 ? v : pk->dpbusd512;
+        v = f->avxvnni ? peak_dpbusd256() : 0;
+        pk->dpbusd256 = v > pk->dpbusd256 ? v : pk->dpbusd256;
+        v = f->avx2 ? peak_maddubs256() : 0;
+        pk->maddubs256 = v > pk->maddubs256 ? v : pk->maddubs256;
     }
     pk->sgemm1 = sgemm_gflops(1, reps);
     pk->sgemm_all = sgemm_gflops(threads, reps);
@@ -248,6 +304,9 @@ static void run_peaks(int threads, int reps, peaks *pk) {
     else printf("  vdpbf16ps               (no AVX512-BF16)\n");
     if (pk->amx) printf("  tdpbf16ps (AMX)         %8.1f GFLOP/s\n", pk->amx * 1e-9);
     else printf("  tdpbf16ps (AMX)         (%s)\n", f->amx_why);
+    printf("  vpdpbusd zmm            %8.1f GOP/s\n", pk->dpbusd512 * 1e-9);
+    printf("  vpdpbusd ymm            %8.1f GOP/s\n", pk->dpbusd256 * 1e-9);
+    printf("  vpmaddubsw+vpmaddwd ymm %8.1f GOP/s\n", pk->maddubs256 * 1e-9);
     printf("  OpenBLAS sgemm 1024^3   %8.1f GFLOP/s, %d threads %8.1f\n", pk->sgemm1 * 1e-9, threads,
            pk->sgemm_all * 1e-9);
     printf("  memory read             %8.1f GB/s, %d threads %8.1f\n\n", pk->bw1 * 1e-9, threads, pk->bw_all * 1e-9);
@@ -260,10 +319,13 @@ typedef struct bench_w {
     bweight   w;
 } bench_w;
 
+static enum dtype g_quant = DTYPE_BF16;   /* --quant: matrices quantized at upload */
+
 static void bw_make(backend *be, bench_w *b, int64_t rows, int64_t cols, uint64_t seed) {
     b->mem = xmalloc((size_t)(rows * cols) * 2);
     for (int64_t i = 0; i < rows * cols; i++) b->mem[i] = f32_to_bf16((float)(rng_u01(seed, 1, (uint64_t)i) - 0.5) * 0.1f);
-    bweight_src src = {.name = "bench", .data = b->mem, .type = DTYPE_BF16, .rows = rows, .cols = cols};
+    bweight_src src = {.name = "bench", .data = b->mem, .type = DTYPE_BF16, .rows = rows, .cols = cols,
+                       .quant = rows > 1 ? g_quant : DTYPE_F32};
     um_err err = {0};
     CHECK(backend_weight_upload(be, &src, &b->w, &err) == 0);
 }
@@ -288,7 +350,8 @@ static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, 
     double flops = 0, bytes = 0;
     for (int j = 0; j < n_w; j++) {
         flops += 2.0 * M * (double)shapes[op][j][0] * (double)shapes[op][j][1];
-        bytes += 2.0 * (double)shapes[op][j][0] * (double)shapes[op][j][1];
+        bytes += (double)shapes[op][j][0] * (double)dtype_row_bytes(dtype_is_quant(g_quant) ? g_quant : DTYPE_BF16,
+                                                                   shapes[op][j][1]);
     }
     int copies = M == 1 || g_cold ? (int)(COLD_BYTES / bytes) + 1 : 1;
     bench_w *w = xmalloc((size_t)(copies * 3) * sizeof *w);
@@ -332,6 +395,30 @@ static void bench_op(backend *be, int op, int M, int d, int F, int V, int reps, 
     bw_free(be, &norm);
     backend_act_free(be, x);
     backend_act_free(be, tmp);
+}
+
+/* The gemm table on quantized weights: the int8 family qk (its instruction peak). */
+static void run_qgemm(int threads, int reps, int d, int F, int V, const peaks *pk, enum cpu_qkernels qk,
+                      const int *Ms, int n_ms) {
+    um_err err = {0};
+    if (cpu_qkernels_select(qk, &err) != 0) {
+        printf("int8 kernels %s: skipped (%s)\n\n", cpu_qkernels_name(qk), err.msg);
+        return;
+    }
+    qk = cpu_qkernels_resolve();
+    const double peak = qk == CPU_QKERNELS_AVX512VNNI ? pk->dpbusd512 : qk == CPU_QKERNELS_AVXVNNI ? pk->dpbusd256
+                        : qk == CPU_QKERNELS_AVX2     ? pk->maddubs256
+                                                      : pk->fma;
+    backend *be = backend_cpu_init(threads);
+    printf("%s weights, int8 kernels %s, %d threads, d %d, ffn %d, vocab %d; GOP/s, %% of the %s peak x threads\n",
+           dtype_name(g_quant), cpu_qkernels_name(qk), threads, d, F, V,
+           qk == CPU_QKERNELS_SCALAR ? "fp32 FMA" : "int8 instruction");
+    printf("  %-18s %5s %9s %9s %8s\n", "product", "M", "ms", "GOP/s", "of peak");
+    for (int op = 0; op < OP_COUNT; op++)
+        for (int m = 0; m < n_ms; m++) bench_op(be, op, Ms[m], d, F, V, reps, peak, pk->bw_all, threads);
+    printf("\n");
+    backend_free(be);
+    fflush(stdout);
 }
 
 static void run_gemm(int threads, int reps, int d, int F, int V, const peaks *pk, const char *only_path,
@@ -465,7 +552,7 @@ static void run_denormal(int reps) {
 
 int main(int argc, char **argv) {
     int threads = 0, reps = 3, d = 768, F = 2048, V = 8192;
-    const char *only = NULL, *path = NULL;
+    const char *only = NULL, *path = NULL, *qk_s = "auto";
     int Ms[32] = {1, 32, 256, 1024}, n_ms = 4;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
@@ -479,21 +566,30 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--ms") == 0) {
             n_ms = 0;
             for (char *t = strtok(argv[i + 1], ","); t && n_ms < 32; t = strtok(NULL, ",")) Ms[n_ms++] = atoi(t);
-        } else {
+        } else if (strcmp(argv[i], "--quant") == 0) g_quant = strcmp(argv[i + 1], "q4_0") == 0 ? DTYPE_Q4_0 : DTYPE_Q8_0;
+        else if (strcmp(argv[i], "--qkernels") == 0) qk_s = argv[i + 1];
+        else {
             fprintf(stderr, "usage: cpu_kernels_bench [--threads N] [--reps N] [--d D] [--ffn F] [--vocab V] "
                             "[--only peaks|gemm|attn|denormal] [--path fp32|avx2|avx512bf16|amx|auto] [--cold 1] "
-                            "[--ms 1,32,256,1024]\n");
+                            "[--ms 1,32,256,1024] [--quant q8_0|q4_0 [--qkernels auto|avx512vnni|avxvnni|avx2|scalar]]\n");
             return 2;
         }
+    }
+    enum cpu_qkernels qk;
+    if (cpu_qkernels_parse(qk_s, &qk) != 0) {
+        fprintf(stderr, "--qkernels: unknown family %s\n", qk_s);
+        return 2;
     }
     backend *probe = backend_cpu_init(threads);   /* resolves threads = 0 to the allowed CPUs */
     threads = backend_n_threads(probe);
     backend_free(probe);
     peaks pk;
     memset(&pk, 0, sizeof pk);
-    if (!only || strcmp(only, "peaks") == 0) run_peaks(threads, reps, &pk);   /* --only gemm: no % of peak */
-    if (!only || strcmp(only, "gemm") == 0) run_gemm(threads, reps, d, F, V, &pk, path, Ms, n_ms);
-    if (!only || strcmp(only, "attn") == 0) run_attn(threads, reps, d, path);
+    const int quant = dtype_is_quant(g_quant);
+    if (!only || strcmp(only, "peaks") == 0 || quant) run_peaks(threads, reps, &pk);   /* --only gemm: no % of peak */
+    if ((!only || strcmp(only, "gemm") == 0) && quant) run_qgemm(threads, reps, d, F, V, &pk, qk, Ms, n_ms);
+    else if (!only || strcmp(only, "gemm") == 0) run_gemm(threads, reps, d, F, V, &pk, path, Ms, n_ms);
+    if (!quant && (!only || strcmp(only, "attn") == 0)) run_attn(threads, reps, d, path);
     if (!only || strcmp(only, "denormal") == 0) run_denormal(reps);
     return 0;
 }

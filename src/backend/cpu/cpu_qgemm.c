@@ -16,6 +16,9 @@
 /* The branch-free helpers in cpu_internal.h only vectorise when float compares may be if-converted;
  * nothing here relies on floating-point exception flags. */
 #pragma GCC optimize("no-trapping-math")
+/* the activations' rounding is (x * id + 1.5 * 2^23) - 1.5 * 2^23 with x * id rounded first, in
+ * every clone: no fused multiply-add there */
+#pragma GCC optimize("fp-contract=off")
 
 #include "backend/cpu/cpu_qgemm.h"
 
@@ -37,18 +40,16 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Bytes of one GGUF block: 34 (Q8_0) or 18 (Q4_0). */
 static size_t gguf_block_bytes(enum dtype t) { return dtype_row_bytes(t, DTYPE_QBLOCK); }
 
-/* Row rr (< 16) of group grp from nb GGUF blocks at src. */
+/* Row rr (< 16) of group grp from nb GGUF blocks at src: its scale, and its quants 4 bytes (one step
+ * of 4 inputs, Q4_0: two steps' nibbles) at a time into the 16-row lines. */
 static void group_put_row(uint8_t *grp, enum dtype t, int rr, const uint8_t *src, int64_t nb) {
     const size_t bb = gguf_block_bytes(t);
+    const int lines = t == DTYPE_Q8_0 ? 8 : 4;
     for (int64_t b = 0; b < nb; b++, src += bb) {
         uint16_t *d = (uint16_t *)cpu_qblock_d(grp, t, b);
-        uint8_t *qs = (uint8_t *)cpu_qblock_qs(grp, t, b);
+        uint8_t *qs = (uint8_t *)cpu_qblock_qs(grp, t, b) + rr * 4;
         memcpy(&d[rr], src, 2);
-        if (t == DTYPE_Q8_0) {
-            for (int k = 0; k < 32; k++) qs[(k / 4) * 64 + rr * 4 + k % 4] = src[2 + k];
-        } else {
-            for (int j = 0; j < 16; j++) qs[(j / 4) * 64 + rr * 4 + j % 4] = src[2 + j];
-        }
+        for (int s = 0; s < lines; s++) memcpy(qs + s * 64, src + 2 + 4 * s, 4);
     }
 }
 
@@ -81,7 +82,7 @@ static void qpack_task(void *arg, int64_t g, int slot) {
     const qpack_run *r = arg;
     const cpu_qpacked *w = r->w;
     uint8_t *grp = w->p + g * w->gbytes;
-    memset(grp, 0, (size_t)w->gbytes);
+    if (16 * g + 16 > w->rows) memset(grp, 0, (size_t)w->gbytes);   /* rows past R: zero weights, zero scales */
     const int quantize = !dtype_is_quant(r->src_type);
     float *f = quantize ? xcalloc((size_t)w->kpad, sizeof *f) : NULL;   /* zeros past cols stay */
     uint8_t *blocks = quantize ? xmalloc(dtype_row_bytes(w->type, w->kpad)) : NULL;

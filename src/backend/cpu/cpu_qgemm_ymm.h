@@ -11,8 +11,10 @@
  *   AVX2:     vpmaddubsw also multiplies unsigned by signed bytes, but adds pairs into saturating
  *             int16, so q + 128 (up to 255 x 127 x 2) would overflow. Q8_0 takes |q| as the unsigned
  *             operand and x with q's sign as the signed one (|q| <= 128, |x| <= 127: a pair is at most
- *             32512, no saturation); Q4_0 takes the nibble (at most 15 x 127 x 2) and the -8 sum(x)
- *             start. vpmaddwd by ones widens the pairs into int32.
+ *             32512, no saturation), and vpmaddwd by ones widens each step's pairs into int32. Q4_0
+ *             takes the nibble and the -8 sum(x) start; its pairs are small (at most 2 x 15 x 127 =
+ *             3810), so a block's 8 steps add up in int16 (at most 30480, no wrap) and one vpmaddwd
+ *             per block widens them.
  * Threading: pure functions, run on pool slots.
  */
 #ifndef QY_VNNI
@@ -46,14 +48,26 @@ QY_TARGET __attribute__((always_inline)) static inline void QY(ukernel)(const in
     const int corr = QY_VNNI ? (Q4 ? 8 : 128) : (Q4 ? 8 : 0);
     const __m256i m80 = _mm256_set1_epi8((char)0x80), m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     (void)m80;
-    for (int64_t bk = 0; bk < a->nb; bk++) {
+    /* the rows' quants, sums and scales, read through locals (c's stores would otherwise make GCC
+     * reload a's fields every block) */
+    const int8_t *xq[4];
+    const int32_t *xs[4];
+    const float *xd[4];
+    const int64_t nb = a->nb;
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++) {
+        xq[i] = a->q + (i0 + i) * a->kpad;
+        xs[i] = a->s + (i0 + i) * nb;
+        xd[i] = a->d + (i0 + i) * nb;
+    }
+    for (int64_t bk = 0; bk < nb; bk++) {
         const uint8_t *qs = cpu_qblock_qs(g, t, bk);
         const int8_t *xb[4];
         __m256i acc[4][2];
 #pragma GCC unroll 4
         for (int i = 0; i < MR; i++) {
-            xb[i] = a->q + (i0 + i) * a->kpad + 32 * bk;
-            acc[i][0] = acc[i][1] = _mm256_set1_epi32(-a->s[(i0 + i) * a->nb + bk] * corr);
+            xb[i] = xq[i] + 32 * bk;
+            acc[i][0] = acc[i][1] = _mm256_set1_epi32(-xs[i][bk] * corr);
         }
         if (!Q4) {
 #pragma GCC unroll 8
@@ -77,6 +91,43 @@ QY_TARGET __attribute__((always_inline)) static inline void QY(ukernel)(const in
                     for (int v = 0; v < 2; v++) acc[i][v] = QY(step)(0, acc[i][v], w[v], aw[v], x, ones);
                 }
             }
+        } else if (!QY_VNNI) {
+            /* AVX2 Q4_0: the block's 8 vpmaddubsw results (each pair at most 2 x 15 x 127 = 3810) are
+             * summed in int16 (at most 30480: no wrap), widened by one vpmaddwd per block, not per step */
+            __m256i a16[4][2];
+#pragma GCC unroll 4
+            for (int i = 0; i < MR; i++) a16[i][0] = a16[i][1] = _mm256_setzero_si256();
+            /* not unrolled: GCC hoisted the 4 unrolled steps' loads and spilled ~50 ymm per block
+             * (1.35-1.5x slower, cpu_kernels_bench); the VNNI and Q8_0 loops gain from unrolling */
+#pragma GCC unroll 1
+            for (int p = 0; p < 4; p++) {
+                __m256i raw[2], w[2];
+#pragma GCC unroll 2
+                for (int v = 0; v < 2; v++) {
+                    raw[v] = _mm256_load_si256((const void *)(qs + 64 * p + 32 * v));
+                    w[v] = _mm256_and_si256(raw[v], m0f);
+                }
+#pragma GCC unroll 4
+                for (int i = 0; i < MR; i++) {
+                    const __m256i x = QY(bcast4)(xb[i] + 4 * p);
+#pragma GCC unroll 2
+                    for (int v = 0; v < 2; v++) a16[i][v] = _mm256_add_epi16(a16[i][v], _mm256_maddubs_epi16(w[v], x));
+                }
+#pragma GCC unroll 2
+                for (int v = 0; v < 2; v++) w[v] = _mm256_and_si256(_mm256_srli_epi16(raw[v], 4), m0f);
+#pragma GCC unroll 4
+                for (int i = 0; i < MR; i++) {
+                    const __m256i x = QY(bcast4)(xb[i] + 16 + 4 * p);
+#pragma GCC unroll 2
+                    for (int v = 0; v < 2; v++) a16[i][v] = _mm256_add_epi16(a16[i][v], _mm256_maddubs_epi16(w[v], x));
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+                for (int v = 0; v < 2; v++)   /* the start value set above, applied here: fewer live registers */
+                    acc[i][v] = _mm256_add_epi32(_mm256_set1_epi32(-xs[i][bk] * corr),
+                                                 _mm256_madd_epi16(a16[i][v], ones));
         } else {
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
@@ -108,7 +159,7 @@ QY_TARGET __attribute__((always_inline)) static inline void QY(ukernel)(const in
         for (int v = 0; v < 2; v++) dw[v] = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(d + 8 * v)));
 #pragma GCC unroll 4
         for (int i = 0; i < MR; i++) {
-            const __m256 dx = _mm256_set1_ps(a->d[(i0 + i) * a->nb + bk]);
+            const __m256 dx = _mm256_set1_ps(xd[i][bk]);
 #pragma GCC unroll 2
             for (int v = 0; v < 2; v++) {
                 float *ci = c + i * 64 + 8 * v;
