@@ -124,14 +124,14 @@ json_t *infill_final(const char *model_name, int index, const api_track *t, int 
     const char *stop_type = !fin ? "none" : sw ? "word" : strcmp(fin, "length") == 0 ? "limit" : "eos";
     const json_t *u = t ? api_track_usage(t) : NULL;
     const json_t *tm = t ? api_track_timings(t) : NULL;
-    double predicted_n = u ? num(u, "completion_tokens") : 0;
+    const json_int_t predicted_n = u ? json_integer_value(json_object_get(u, "completion_tokens")) : 0; /* a count */
     double predicted_ms = num(tm, "decode_ms"), prompt_ms = num(tm, "first_event_ms");
-    json_t *timings = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "prompt_n", n_prompt, "prompt_ms", prompt_ms,
+    json_t *timings = json_pack("{s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "prompt_n", n_prompt, "prompt_ms", prompt_ms,
                                 "prompt_per_token_ms", n_prompt ? prompt_ms / n_prompt : 0.0, "prompt_per_second",
                                 prompt_ms > 0 ? n_prompt * 1000.0 / prompt_ms : 0.0, "predicted_n", predicted_n,
                                 "predicted_ms", predicted_ms, "predicted_per_token_ms",
-                                predicted_n > 0 ? predicted_ms / predicted_n : 0.0, "predicted_per_second",
-                                predicted_ms > 0 ? predicted_n * 1000.0 / predicted_ms : 0.0);
+                                predicted_n > 0 ? predicted_ms / (double)predicted_n : 0.0, "predicted_per_second",
+                                predicted_ms > 0 ? (double)predicted_n * 1000.0 / predicted_ms : 0.0);
     json_t *o = json_object();
     json_object_set_new(o, "index", json_integer(index));
     json_object_set_new(o, "content", streaming ? json_string("") : oai_json_string_lossy(text, len));
@@ -139,7 +139,7 @@ json_t *infill_final(const char *model_name, int index, const api_track *t, int 
     json_object_set_new(o, "id_slot", json_integer(-1));
     json_object_set_new(o, "stop", json_true());
     json_object_set_new(o, "model", json_string(model_name ? model_name : "unmask"));
-    json_object_set_new(o, "tokens_predicted", json_integer((json_int_t)predicted_n));
+    json_object_set_new(o, "tokens_predicted", json_integer(predicted_n));
     json_object_set_new(o, "tokens_evaluated", json_integer(n_prompt));
     json_object_set_new(o, "generation_settings", settings ? json_deep_copy(settings) : json_object());
     json_object_set_new(o, "prompt", prompt ? oai_json_string_lossy(prompt, strlen(prompt)) : json_string(""));

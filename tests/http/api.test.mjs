@@ -85,6 +85,15 @@ test('llama.cpp /infill shaped like llama.vscode: native infill, warm-up, respon
   assert.ok(['eos', 'limit', 'word'].includes(o.stop_type));
   assert.ok(o.tokens_evaluated > 10, 'prefix + extra + suffix evaluated');
   for (const k of ['prompt_n', 'prompt_ms', 'predicted_n', 'predicted_ms', 'predicted_per_second']) assert.equal(typeof o.timings[k], 'number');
+  // counts are JSON integers, not 96.0: llama.vim formats timings.predicted_n with %d (E805 on a float)
+  const countsAreIntegers = (text, where) => {
+    for (const k of ['prompt_n', 'predicted_n', 'tokens_predicted', 'tokens_evaluated', 'tokens_cached', 'index', 'id_slot']) {
+      for (const m of text.matchAll(new RegExp(`"${k}":\\s*([^,}\\s]+)`, 'g')))
+        assert.match(m[1], /^-?\d+$/, `${where}: ${k} is written as an integer, got ${m[1]}`);
+    }
+  };
+  assert.match(r.text, /"predicted_n":/);
+  countsAreIntegers(r.text, '/infill');
   assert.ok(o.generation_settings && typeof o.generation_settings.gen_length === 'number');
   // llama.vim's context warm-up: n_predict 0 answers at once and generates nothing
   const t0 = Date.now();
@@ -98,6 +107,7 @@ test('llama.cpp /infill shaped like llama.vscode: native infill, warm-up, respon
   // streaming /infill: deltas then a final object with stop: true, no [DONE]
   const s = await post(`${srv.url}/infill`, { ...base, stream: true });
   const recs = parseSSE(s.text).map((x) => JSON.parse(x.data));
+  countsAreIntegers(s.text, 'streamed /infill');
   assert.equal(recs.at(-1).stop, true);
   assert.ok(recs.slice(0, -1).every((x) => x.stop === false));
   assert.equal(recs.at(-1).content, '');
