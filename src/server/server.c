@@ -668,6 +668,16 @@ static int policy_setup(server *s, um_err *err) {
     s->policy.lim.max_seq = cfg->max_seq; /* 0 = the model's context */
     if (cache_setting(cfg->cache, &s->policy.cache, err) != 0) return -1;
     if (cfg->algorithm_config && algo_config_load(cfg->algorithm_config, &s->policy.algo, err) != 0) return -1;
+    enum decode_decoder d;
+    if (cfg->dllm_algorithm && decode_decoder_parse_any(cfg->dllm_algorithm, &d) == 0) { /* checked by the config */
+        if (!s->policy.algo) s->policy.algo = json_object();
+        const char *named = json_string_value(json_object_get(s->policy.algo, "decoder"));
+        if (named && strcmp(named, decode_decoder_name(d)) != 0)
+            return um_err_param(err, "dllm_algorithm",
+                                "--dllm-algorithm %s is the %s decoder, but %s names algorithm %s; give the algorithm once",
+                                cfg->dllm_algorithm, decode_decoder_name(d), cfg->algorithm_config, named);
+        json_object_set_new(s->policy.algo, "decoder", json_string(decode_decoder_name(d)));
+    }
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/comm.h"
+#include "decode/params.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/model_tp.h"
@@ -98,6 +99,7 @@ static int parse_gpus(server_config *c, const setting *s, const char *text, um_e
 #define INF 1e300
 static const setting k_settings[] = {
     {"model", SET_STR, F(model), "models/unmask-code-13m", 0, 0, "checkpoint directory or GGUF file", NULL, NULL, 0, NULL},
+    {"model-path", SET_STR, F(model), "", 0, 0, "SGLang's name for --model", NULL, NULL, SETTING_CLI_ONLY, NULL},
     {"host", SET_STR, F(host), "127.0.0.1", 0, 0, "listen address: 127.0.0.1, 0.0.0.0, ::, localhost", NULL, NULL, 0, NULL},
     {"port", SET_INT, F(port), "8080", 0, 65535, "listen port, 0 = any free port (printed)", NULL, NULL, 0, NULL},
     {"web-root", SET_STR, F(web_root), "web", 0, 0, "directory of the browser UI", NULL, NULL, 0, NULL},
@@ -178,6 +180,12 @@ static const setting k_settings[] = {
     {"algorithm-config", SET_STR, F(algorithm_config), "", 0, 0,
      "server-wide decoder defaults, YAML (flat key: value) or JSON, like SGLang's --dllm-algorithm-config", NULL, NULL, 0,
      NULL},
+    {"dllm-algorithm-config", SET_STR, F(algorithm_config), "", 0, 0, "SGLang's name for --algorithm-config", NULL, NULL,
+     SETTING_CLI_ONLY, NULL},
+    {"dllm-algorithm", SET_STR, F(dllm_algorithm), "", 0, 0,
+     "decoder of every request, by its name or SGLang's (LowConfidence = threshold, JointThreshold, HierarchyBlock); "
+     "its parameters: --algorithm-config",
+     "the model's", NULL, 0, NULL},
     {"cache", SET_STR, F(cache), "auto", 0, 0,
      "default KV cache of requests: auto (the model's generation_config.json, else dual) | none | prefix | dual | vicinity",
      NULL, NULL, 0, NULL},
@@ -560,6 +568,14 @@ int server_config_check(const server_config *c, um_err *err) {
         }
     }
     if (server_config_check_parallel(c, err) != 0) return -1;
+    enum decode_decoder dec;
+    if (c->dllm_algorithm && decode_decoder_parse_any(c->dllm_algorithm, &dec) != 0) {
+        char names[256];
+        decode_decoder_list(names, sizeof names, ", ", " or ");
+        return um_err_param(err, "dllm_algorithm",
+                            "--dllm-algorithm must be LowConfidence, JointThreshold, HierarchyBlock or one of %s, got "
+                            "'%.64s'", names, c->dllm_algorithm);
+    }
     enum dtype quant;
     if (model_quant_parse(c->quant, &quant) != 0)
         return um_err_param(err, "quant", "--quant must be one of %s, got '%s'", MODEL_QUANT_NAMES,

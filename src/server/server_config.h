@@ -62,6 +62,7 @@ typedef struct server_config {
     double rate_burst;            /* bucket size, 0 = 2 x rate_limit (at least 1) */
     char  *cors_origin;           /* allowed browser Origin ("*" = any), or NULL: no CORS */
     char  *algorithm_config;      /* decoder defaults file (YAML or JSON), or NULL */
+    char  *dllm_algorithm;        /* decoder of every request by our name or SGLang's, or NULL */
     char  *cache;                 /* requests' default KV cache: auto | none | prefix | dual | vicinity */
     char  *webhook_secret;        /* HMAC key of job webhooks, or NULL ($UNMASK_WEBHOOK_SECRET) */
     char  *trusted_proxies;       /* CIDR list of reverse proxies whose X-Forwarded-For is believed */

@@ -34,6 +34,41 @@ test('--algorithm-config (YAML) sets the decoder defaults; requests still overri
   }
 });
 
+test("SGLang's launch flags as SGLang users type them: --model-path, --dllm-algorithm, --dllm-algorithm-config", async () => {
+  const dir = fs.mkdtempSync(path.join(TMP, 'sglang-launch-'));
+  const cfg = path.join(dir, 'config.yaml');
+  fs.writeFileSync(cfg, 'threshold: 0.95\nblock_size: 32\n');
+  // unmask serve --model-path DIR --dllm-algorithm LowConfidence --dllm-algorithm-config ./config.yaml --host 0.0.0.0 --port P
+  // (port 0: any free port; the working directory holds the default job store)
+  const srv = await startServer([], {
+    cwd: dir,
+    base: ['--model-path', makeModel(), '--dllm-algorithm', 'LowConfidence', '--dllm-algorithm-config', './config.yaml',
+      '--host', '0.0.0.0', '--port', '0'],
+  });
+  try {
+    const r = (await post(`${srv.url}/generate`, { text: 'def f(x):', sampling_params: { max_new_tokens: 64 } })).json();
+    assert.equal(typeof r.text, 'string');
+    const g = (await post(`${srv.url}/infill`, { input_prefix: 'a', input_suffix: 'b', n_predict: 64 })).json();
+    assert.equal(g.generation_settings.decoder, 'threshold', 'LowConfidence is the threshold decoder');
+    assert.equal(g.generation_settings.threshold, 0.95, 'threshold from the config file');
+    assert.equal(g.generation_settings.block_length, 32, 'block_size from the config file');
+  } finally {
+    await srv.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  // an unknown algorithm, or a config naming another one, stops the server before it listens
+  const bad = spawnSync(BIN, ['serve', '--store', 'memory', '--model-path', makeModel(), '--port', '0', '--dllm-algorithm', 'Greedy'],
+    { encoding: 'utf8', timeout: 20000 });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--dllm-algorithm must be LowConfidence, JointThreshold, HierarchyBlock or one of .*got 'Greedy'/);
+  const other = path.join(TMP, 'sglang-other.yaml');
+  fs.writeFileSync(other, 'algorithm: random\n');
+  const clash = spawnSync(BIN, ['serve', '--store', 'memory', '--model-path', makeModel(), '--port', '0', '--dllm-algorithm', 'LowConfidence',
+    '--dllm-algorithm-config', other], { encoding: 'utf8', timeout: 20000 });
+  assert.notEqual(clash.status, 0);
+  assert.match(clash.stderr, /--dllm-algorithm LowConfidence is the threshold decoder, but .* names algorithm random/);
+});
+
 test('a bad algorithm config stops `unmask serve` with file:line and the key', () => {
   const cfg = path.join(TMP, 'http-algo-bad.yaml');
   fs.writeFileSync(cfg, 'threshold: 0.9\nthreshhold: 0.8\n');

@@ -30,8 +30,12 @@ export { until };
 
 // Start `unmask serve` with extra flags; resolves once GET /health answers 200. bin: another build
 // of unmask (sanitizers.mjs: the ASan one).
-export async function startServer(args = [], { model = makeModel(), env = {}, bin = BIN } = {}) {
-  const proc = spawn(bin, ['serve', '--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1', ...args], {
+// base: the flags before args (default: a memory store, model, loopback, any free port, 1 thread);
+// cwd: the server's working directory.
+export async function startServer(args = [], { model = makeModel(), env = {}, bin = BIN, base = null, cwd = undefined } = {}) {
+  base ??= ['--store', 'memory', '--model', model, '--host', '127.0.0.1', '--port', '0', '--threads', '1'];
+  const proc = spawn(bin, ['serve', ...base, ...args], {
+    cwd,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
