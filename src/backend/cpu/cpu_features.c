@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_gemm.h"
-#include "backend/cpu/cpu_qgemm.h"
+#include "backend/cpu/cpu_build.h"
 #include "util/log.h"
 
 #if defined(__x86_64__)
@@ -224,11 +223,9 @@ static void features_init(void) {
     features_probe();
     features_cap();
     features_trials();
-    if (!cpu_gemm_avx512bf16.block) g_feat.avx512bf16 = 0;   /* this compiler built no such kernels */
-    if (!cpu_gemm_avx2.block || !cpu_qgemm_avx2.block) g_feat.avx2 = 0;
-    if (!cpu_qgemm_avxvnni.block) g_feat.avxvnni = 0;
-    if (!cpu_qgemm_avx512vnni.block) g_feat.avx512vnni = 0;
-    if (g_feat.amx_bf16 && (!cpu_gemm_amx.block || !g_feat.avx512bf16)) {
+    if (!UM_CPU_BUILD_X86) /* this compiler built no such kernels */
+        g_feat.avx2 = g_feat.avx512bf16 = g_feat.avxvnni = g_feat.avx512vnni = 0;
+    if (g_feat.amx_bf16 && (!UM_CPU_BUILD_AMX || !g_feat.avx512bf16)) {
         g_feat.amx_bf16 = 0;
         snprintf(g_feat.amx_why, sizeof g_feat.amx_why, "this build has no AMX kernels");
     }
@@ -401,13 +398,4 @@ enum cpu_qkernels cpu_qkernels_resolve(void) {
            : f->avxvnni  ? CPU_QKERNELS_AVXVNNI
            : f->avx2     ? CPU_QKERNELS_AVX2
                          : CPU_QKERNELS_SCALAR;
-}
-
-const cpu_qgemm_kernel *cpu_qkernels_family(enum cpu_qkernels k) {
-    switch (k) {
-    case CPU_QKERNELS_AVX2: return &cpu_qgemm_avx2;
-    case CPU_QKERNELS_AVXVNNI: return &cpu_qgemm_avxvnni;
-    case CPU_QKERNELS_AVX512VNNI: return &cpu_qgemm_avx512vnni;
-    default: return &cpu_qgemm_scalar;
-    }
 }

@@ -59,7 +59,6 @@ enum cpu_qkernels {
     CPU_QKERNELS_AVXVNNI,
     CPU_QKERNELS_AVX512VNNI,
 };
-struct cpu_qgemm_kernel;
 /* "auto", "scalar", "avx2", "avxvnni", "avx512vnni" -> *out: 0, or -1 when unknown. */
 int  cpu_qkernels_parse(const char *name, enum cpu_qkernels *out);
 const char *cpu_qkernels_name(enum cpu_qkernels k);
@@ -69,7 +68,5 @@ int  cpu_qkernels_select(enum cpu_qkernels k, um_err *err);
 /* The family backends created now use (never AUTO). Aborts (UM_FATAL) when UNMASK_CPU_QKERNELS
  * names an unknown or unavailable family: impossible setup. */
 enum cpu_qkernels cpu_qkernels_resolve(void);
-/* Its kernels. */
-const struct cpu_qgemm_kernel *cpu_qkernels_family(enum cpu_qkernels k);
 
 #endif /* UM_CPU_FEATURES_H */

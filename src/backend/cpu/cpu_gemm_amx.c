@@ -19,6 +19,7 @@
  */
 #include <string.h>
 
+#include "backend/cpu/cpu_build.h"
 #include "backend/cpu/cpu_gemm.h"
 
 #if defined(UM_AMX_EMULATE)
@@ -28,7 +29,7 @@
 #define CPU_GEMM_AMX cpu_gemm_amx_emulated
 #define AMX_NAME "amx (emulated tiles)"
 #define AMX_COMPILED 1
-#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#elif UM_CPU_BUILD_AMX
 #include <immintrin.h>
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))

@@ -18,8 +18,9 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_build.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if UM_CPU_BUILD_X86
 #include <immintrin.h>
 
 #define AVX512BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cpu/cpu_build.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_mem.h"
@@ -82,18 +83,6 @@ static inline const cpu_qpacked *cpu_weight_qpacked(const bweight *w) {
     return m && m->qpacked.p ? &m->qpacked : NULL;
 }
 
-/* Hot element-wise loops get an AVX2/FMA clone next to the baseline one, picked at load time
- * (GCC function multi-versioning via ifunc), so the binary still runs on any x86-64.
- * Not under ThreadSanitizer: GCC instruments the ifunc resolvers, which the dynamic loader runs
- * before libtsan is initialised (SIGSEGV at startup). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define CPU_HOT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-/* the loops around the bf16 kernels (casts, epilogues) also get an AVX-512 clone */
-#define CPU_WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CPU_HOT_CLONES
-#define CPU_WIDE_CLONES
-#endif
 
 /* The dispatch (cpu_dispatch.c): sets ci->kernels, gemm, the row limits, attn, the int8 family of
  * quantized weights (qk, cpu_qkernels_resolve()) and the description (replacing an earlier one) for

@@ -352,3 +352,12 @@ void cpu_qgemm_run(cpu_pool *pool, const cpu_qgemm_kernel *k, const cpu_qact *a,
     r.n_mc = (m + r.mc - 1) / r.mc;
     cpu_pool_run(pool, n_pg * r.n_mc, 0, qgemm_task, &r);
 }
+
+const cpu_qgemm_kernel *cpu_qkernels_family(enum cpu_qkernels k) {
+    switch (k) {
+    case CPU_QKERNELS_AVX2: return &cpu_qgemm_avx2;
+    case CPU_QKERNELS_AVXVNNI: return &cpu_qgemm_avxvnni;
+    case CPU_QKERNELS_AVX512VNNI: return &cpu_qgemm_avx512vnni;
+    default: return &cpu_qgemm_scalar;
+    }
+}

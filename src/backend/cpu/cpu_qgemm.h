@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_gemm.h"
 
 typedef struct cpu_pool cpu_pool;
@@ -114,5 +115,8 @@ typedef struct cpu_qgemm_out {
  * as one parallel run on the pool (panels of 64 outputs, rows in chunks, as cpu_gemm_run). */
 void cpu_qgemm_run(cpu_pool *pool, const cpu_qgemm_kernel *k, const cpu_qact *a, int64_t m, const cpu_qgemm_out *outs,
                    int n_out);
+
+/* The kernels of int8 family k (cpu_features.h: cpu_qkernels_resolve() picks k). */
+const cpu_qgemm_kernel *cpu_qkernels_family(enum cpu_qkernels k);
 
 #endif /* UM_CPU_QGEMM_H */

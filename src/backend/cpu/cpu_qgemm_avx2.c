@@ -10,8 +10,9 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_qgemm.h"
+#include "backend/cpu/cpu_build.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if UM_CPU_BUILD_X86
 #include <immintrin.h>
 
 #define QY_VNNI 0
