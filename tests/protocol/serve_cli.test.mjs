@@ -53,7 +53,7 @@ test('a wrong --model is refused before anything else, saying what to pass inste
   fs.mkdirSync(noWeights, { recursive: true });
   fs.copyFileSync(path.join(model, 'config.json'), path.join(noWeights, 'config.json'));
   const cases = [
-    [path.join(model, 'config.json'), new RegExp(`is a file, not a model directory; pass the directory that holds it: ${model}$`, 'm')],
+    [path.join(model, 'config.json'), new RegExp(`is a file, not a model directory or a GGUF file; pass the directory that holds it: ${model}$`, 'm')],
     [empty, /has no config\.json; pass a Hugging Face checkpoint directory .*make-model --out NEW_DIR/],
     [noWeights, /has config\.json but no weights \(model\.safetensors/],
     [path.join(TMP, 'no-such-model'), /does not exist; .*make-model --out/],
