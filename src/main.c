@@ -23,7 +23,7 @@ static const struct {
     {"quantize", cmd_quantize, "quantize a matrix to Q8_0 / Q4_0 blocks (and multiply by it) as the CPU does"},
     {"tokenize", cmd_tokenize, "print the token ids of a text or chat"},
     {"detokenize", cmd_detokenize, "print the text of token ids"},
-    {"make-model", cmd_make_model, "write a small random checkpoint in the LLaDA layout"},
+    {"make-model", cmd_make_model, "write a random-weight test checkpoint in a real layout (LLaDA, Dream, LLaDA-MoE, LLaDA2)"},
     {"bench", cmd_bench, "benchmark forward, decode, tokenizer or server"},
 };
 

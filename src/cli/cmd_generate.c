@@ -395,6 +395,10 @@ int cmd_generate(int argc, char **argv) {
     if ((o.suffix_s || o.suffix_ids_s) && (rc = build_suffix(&m, o.suffix_s, o.suffix_ids_s, &sfx, &n_sfx)) != 0)
         goto done;
     rc = 2;
+    if (n_ids == 0 && n_sfx == 0) { /* the servers' check, in their words */
+        fprintf(stderr, "error: the prompt is empty\n");
+        goto done;
+    }
     s = n_sfx ? decode_seq_create_infill(&m, &p, ids, n_ids, sfx, n_sfx, &err) : decode_seq_create(&m, &p, ids, n_ids, &err);
     if (!s) {
         fprintf(stderr, "error: %s\n", err.msg);

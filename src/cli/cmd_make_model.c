@@ -21,7 +21,7 @@ int cmd_make_model(int argc, char **argv) {
     int experts = 0, experts_per_tok = 0, expert_bias = -1, first_dense = -1, moe_ffn = 0;
     arg_spec specs[] = {
         {"out", ARG_STR, &out, "output directory (created if missing) [required]"},
-        {"preset", ARG_STR, &preset, "tiny | demo (bundled) | small (~100M params) | 8b (LLaDA-8B shape) | dream-tiny | dream-7b (Dream layout) | lladamoe-tiny | lladamoe-7b (LLaDA-MoE layout) | llada2-tiny | llada2-mini | llada2-flash (LLaDA2.0 layout) [tiny]"},
+        {"preset", ARG_STR, &preset, "tiny | demo (random, quick on 2 cores; the bundled models/unmask-code-13m is trained, not made here) | small (~100M params) | 8b (LLaDA-8B shape) | dream-tiny | dream-7b (Dream layout) | lladamoe-tiny | lladamoe-7b (LLaDA-MoE layout) | llada2-tiny | llada2-mini | llada2-flash (LLaDA2.0 layout) [tiny]"},
         {"dtype", ARG_STR, &dtype, "bf16 | f32 | f16 [bf16]"},
         {"seed", ARG_INT, &seed, "weight seed [1234]"},
         {"d-model", ARG_INT, &d_model, "override hidden size"},

@@ -25,6 +25,12 @@ expect() {
     fi
 }
 P="--prompt-ids 1,2,3,4"
+# an empty prompt is refused as the servers refuse it (--raw: the APIs' prompt, no chat template)
+MT="$TMP/model-tok"
+"$BIN" make-model --out "$MT" --quiet --dtype f32 --max-seq 256 || { echo "make-model failed"; exit 1; }
+out=$("$BIN" generate --model "$MT" --threads 1 --raw --prompt "" --gen-length 4 2>&1 >/dev/null); rc=$?
+if [ "$rc" -eq 2 ] && [[ "$out" == *"the prompt is empty"* ]]; then pass=$((pass + 1)); echo "PASS empty prompt -> $rc: $out"
+else fail=$((fail + 1)); echo "FAIL empty prompt -> rc $rc: '$out'"; fi
 expect 2 "gen_length must be between 1 and 252 (context 256 minus 4 prompt tokens), got 0" $P --gen-length 0
 expect 2 "gen_length must be between 1 and 252" $P --gen-length 253
 expect 2 "gen_length must be between 1 and 252" $P --gen-length -5
