@@ -74,7 +74,8 @@ typedef struct child {
     int   out_fd;   /* its stdout */
 } child;
 
-static int spawn(const char *const *argv, child *c, int quiet_stderr) {
+/* Runs argv with its stdout on a pipe (c->out_fd) and its stderr on err_fd (-1: ours). */
+static int spawn(const char *const *argv, child *c, int err_fd) {
     int p[2];
     if (pipe(p) != 0) return -1;
     pid_t pid = fork();
@@ -83,10 +84,7 @@ static int spawn(const char *const *argv, child *c, int quiet_stderr) {
         dup2(p[1], 1);
         close(p[0]);
         close(p[1]);
-        if (quiet_stderr) {
-            FILE *f = freopen("/dev/null", "w", stderr);
-            (void)f;
-        }
+        if (err_fd >= 0) dup2(err_fd, 2);
         execvp(argv[0], (char *const *)argv);
         fprintf(stderr, "error: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -232,11 +230,15 @@ static int bs_server_start(const bs_opts *o, child *srv, int *port, char *wsurl,
     char mb[16], th[16];
     snprintf(mb, sizeof mb, "%d", o->max_batch);
     snprintf(th, sizeof th, "%d", o->threads);
+    /* its own job store in memory: a bench must not need (or touch) the default store, which a
+     * running `unmask serve` in the same directory holds locked */
     const char *sargv[] = {o->self,      "serve", "--model", o->model_dir, "--port", "0", "--host", "127.0.0.1",
                            "--web-root", o->web,  "--max-batch", mb,       "--threads", th, "--max-queue", "100000",
-                           "--max-session-generations", "64", NULL};
-    if (spawn(sargv, srv, 1) != 0) {
+                           "--max-session-generations", "64", "--store", "memory", NULL};
+    FILE *log = tmpfile(); /* the child's stderr: shown when it does not start */
+    if (!log || spawn(sargv, srv, fileno(log)) != 0) {
         fprintf(stderr, "error: cannot start the server\n");
+        if (log) fclose(log);
         return 1;
     }
     char *out = read_output(srv, "/  (open", 30);
@@ -244,10 +246,19 @@ static int bs_server_start(const bs_opts *o, child *srv, int *port, char *wsurl,
     *port = p ? atoi(p + 10) : 0;
     free(out);
     if (*port <= 0) {
-        fprintf(stderr, "error: the server did not start (try `unmask serve --model %s`)\n", o->model_dir);
         stop_child(srv);
+        char msg[2048] = "";
+        fflush(log);
+        long end = (fseek(log, 0, SEEK_END), ftell(log));
+        fseek(log, end > (long)sizeof msg - 1 ? end - (long)sizeof msg + 1 : 0, SEEK_SET);
+        size_t n = fread(msg, 1, sizeof msg - 1, log);
+        msg[n] = 0;
+        while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+        fprintf(stderr, "error: the server did not start%s%s\n", n ? "; it said:\n" : " (and said nothing)", msg);
+        fclose(log);
         return 1;
     }
+    fclose(log); /* its later logs go to the unlinked file until it exits */
     char *h = NULL;
     for (int i = 0; i < 1200 && !(h = http_get_local(*port, "/health")); i++) sleep_ms(50);
     free(h);
@@ -271,7 +282,7 @@ static json_t *bs_run_load(const bs_opts *o, const char *wsurl, int n_clients) {
     nargv[k] = NULL;
     child node = {0};
     json_t *res = NULL;
-    if (spawn(nargv, &node, 0) == 0) {
+    if (spawn(nargv, &node, -1) == 0) {
         char *out = read_output(&node, NULL, 3600);
         int st = 0;
         waitpid(node.pid, &st, 0);
