@@ -384,9 +384,13 @@ struct api_track {
     int              step, block, n_blocks, masks_left, committed;
     int              editing;      /* the decoder rewrites written positions: text only from finished blocks */
     int              final_upto;   /* editing: generated positions [0, final_upto) are final (block events) */
+    int              n_indent;     /* > 0: the text ends at the first line indented less (llama.cpp) */
+    size_t           indent_at;    /* n_indent: where the next newline is looked for */
+    int              indent_cut;   /* n_indent ended the text */
 };
 
 void api_track_set_editing(api_track *t) { t->editing = 1; }
+void api_track_set_indent(api_track *t, int n_indent) { t->n_indent = n_indent; }
 
 api_track *api_track_new(int G, const model *m, char *const *stop, int n_stop) {
     api_track *t = xcalloc(1, sizeof *t);
@@ -482,6 +486,29 @@ static int check_stop(api_track *t, size_t from) {
     return 1;
 }
 
+/* n_indent, as llama.cpp's /infill applies it: on the first line after a newline that has content
+ * (any character other than a space or tab) indented by fewer than n_indent spaces / tabs, the
+ * text ends where that content starts. 1 when it was cut just now. */
+static int check_indent(api_track *t) {
+    if (t->n_indent <= 0 || t->indent_cut) return 0;
+    for (;;) {
+        const char *nl = t->text.n > t->indent_at ? memchr(t->text.p + t->indent_at, '\n', t->text.n - t->indent_at) : NULL;
+        if (!nl) return 0;
+        size_t pos = (size_t)(nl - t->text.p) + 1;
+        int ind = 0;
+        while (pos < t->text.n && (t->text.p[pos] == ' ' || t->text.p[pos] == '\t')) pos++, ind++;
+        if (pos >= t->text.n) return 0; /* the line has no content yet */
+        if (ind < t->n_indent) {
+            t->text.n = pos;
+            t->text.p[pos] = 0;
+            if (t->taken > t->text.n) t->taken = t->text.n;
+            t->indent_cut = 1;
+            return 1;
+        }
+        t->indent_at = (size_t)(nl - t->text.p) + 1;
+    }
+}
+
 static void finish_as(api_track *t, const char *reason) {
     t->done = 1;
     snprintf(t->finish, sizeof t->finish, "%s", reason);
@@ -564,6 +591,10 @@ int api_track_event(api_track *t, const json_t *ev) {
         if (check_stop(t, from)) {
             if (!t->done) flags |= TRACK_STOP;
             finish_as(t, "stop");
+            flags |= TRACK_DONE;
+        } else if (check_indent(t)) { /* llama.cpp reports it as a limit */
+            if (!t->done) flags |= TRACK_STOP;
+            finish_as(t, "length");
             flags |= TRACK_DONE;
         }
     }
@@ -683,6 +714,7 @@ api_resp *api_resp_new(const api_gen *g, const api_seq *seqs, int n, const model
         int G = seqs[i].seq ? decode_seq_params(seqs[i].seq)->gen_length : g->params.gen_length;
         r->c[i].t = api_track_new(G, m, r->stop, r->n_stop);
         if (decode_decoder_edits(g->params.decoder)) api_track_set_editing(r->c[i].t);
+        if (g->n_indent > 0) api_track_set_indent(r->c[i].t, g->n_indent);
         r->c[i].index = seqs[i].index;
         r->c[i].prompt = seqs[i].prompt;
         r->c[i].n_prompt = seqs[i].n_prompt + seqs[i].n_suffix;

@@ -79,6 +79,7 @@ typedef struct api_gen {
     /* /infill */
     int         warmup;           /* n_predict == 0: answer at once, generate nothing */
     json_t     *response_fields;  /* array of "a/b" paths (owned) or NULL */
+    int         n_indent;         /* > 0: end at the first line indented less (llama.cpp's n_indent) */
     /* /generate */
     char        rid[128];         /* client request id ("" = generated) */
 } api_gen;
@@ -161,6 +162,10 @@ void       api_track_free(api_track *t);
 /* The request's decoder rewrites positions it wrote (decode_decoder_edits): committed text is only
  * taken from finished blocks, so the append-only stream never sends text that changes later. */
 void       api_track_set_editing(api_track *t);
+/* llama.cpp's n_indent (> 0): the text ends at the first line after a newline whose content is
+ * indented by fewer than n_indent spaces / tabs (cut where that content starts); the choice then
+ * finishes as "length" and its generation is cancelled like a stop string's. */
+void       api_track_set_indent(api_track *t, int n_indent);
 enum { TRACK_TEXT = 1, TRACK_FRAME = 2, TRACK_DONE = 4, TRACK_STOP = 8 };
 /* Apply one event; returns TRACK_* flags: TEXT new safe text, FRAME the canvas changed (step),
  * DONE finished (this or an earlier stop hit), STOP a stop string was found just now. */

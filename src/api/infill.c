@@ -79,6 +79,14 @@ int infill_parse(const char *body, size_t len, const decode_params *defaults, co
             }
         if (json_array_size(rf)) g->response_fields = json_incref((json_t *)rf);
     }
+    long long ni = 0;
+    int have = api_get_int_field(o, "n_indent", &ni, e);
+    if (have < 0) goto out;
+    if (have && (ni < 0 || ni > 1000000)) {
+        oai_error_set(e, 400, "invalid_value", "n_indent", "n_indent must be between 0 (off) and 1000000, got %lld", ni);
+        goto out;
+    }
+    g->n_indent = (int)ni;
     if (api_parse_params(g, o, lim, e)) goto out;
     rc = 0;
 out:
