@@ -38,7 +38,7 @@
 #include <sys/socket.h>
 
 #include "server/metrics.h"
-#include "server/server_internal.h"
+#include "server/http_wire.h"
 #include "util/log.h"
 #include "util/netaddr.h"
 #include "util/timeutil.h"
@@ -94,6 +94,7 @@ struct conn_guard {
     int              n_exempt;
     struct metrics  *metrics;
     struct lws_context *ctx;      /* NULL before start / after stop */
+    conn_guard_late_body_fn late_body; /* the HTTP layer's 408 for a late body, or NULL */
     int              stopped;
     guard_addr      *buckets[GUARD_BUCKETS];
     guard_conn      *conns;       /* every record */
@@ -261,7 +262,7 @@ static void on_deadline(guard_conn *r) {
     g->st.timed_out++;
     if (g->metrics) metrics_conn_limit(g->metrics, "request_timeout");
     if (r->head_done) { /* the body is late: http.c answers 408 (and closes) */
-        if (http_request_timeout(r->wsi)) r->state = GUARD_ANSWER;
+        if (g->late_body && g->late_body(r->wsi)) r->state = GUARD_ANSWER;
         else conn_kill(r);
         return;
     }
@@ -341,6 +342,8 @@ conn_guard *conn_guard_new(const server_config *cfg, struct metrics *m, um_err *
     g->metrics = m;
     return g;
 }
+
+void conn_guard_set_late_body(conn_guard *g, conn_guard_late_body_fn fn) { g->late_body = fn; }
 
 void conn_guard_start(conn_guard *g, struct lws_context *ctx) {
     g->ctx = ctx;

@@ -41,6 +41,11 @@ conn_guard *conn_guard_new(const server_config *cfg, struct metrics *m, um_err *
 void        conn_guard_free(conn_guard *g);
 /* The lws context the timers run on (after it is created; before any connection). */
 void conn_guard_start(conn_guard *g, struct lws_context *ctx);
+/* Who answers a request whose deadline passed while its body was arriving (the HTTP layer:
+ * http_request_timeout): 1 after answering 408 (the connection closes after it), 0 when wsi holds
+ * no such request (the connection is then closed). Set before start. */
+typedef int (*conn_guard_late_body_fn)(struct lws *wsi);
+void conn_guard_set_late_body(conn_guard *g, conn_guard_late_body_fn fn);
 /* Before the lws context is destroyed: every timer cancelled, no answer written any more. */
 void conn_guard_stop(conn_guard *g);
 void conn_guard_get_stats(const conn_guard *g, conn_guard_stats *out);

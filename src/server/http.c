@@ -1,7 +1,8 @@
 /*
  * http.c — the lws "http" protocol (protocols[0]): request framing checks, route table dispatch,
  * request bodies, queued responses and streams written one lws_write per WRITEABLE, static files
- * for unclaimed GETs, and the hub wake-up (LWS_CALLBACK_EVENT_WAIT_CANCELLED arrives here).
+ * for unclaimed GETs. What it needs of the server (routes, limits, the web root, the connection
+ * guard) comes with the http_router, the vhost's user data; it knows nothing else of the server.
  *
  * Pipelining. libwebsockets 4.1.6 cannot run a pipelined request safely: bytes that arrive
  * before the current response is complete are fed back through the current request's callbacks
@@ -31,6 +32,8 @@
  * Not here: route handlers (routes.c and other route modules), static path checks (static.c),
  * WebSocket (ws.c), per-address caps and deadlines (conn_guard.c). Threads: lws service thread only.
  */
+#include "server/http.h"
+
 #include <ctype.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -38,7 +41,9 @@
 #include <string.h>
 
 #include "server/conn_guard.h"
-#include "server/server_internal.h"
+#include "server/http_wire.h"
+#include "server/server_config.h"
+#include "server/static.h"
 #include "util/json_util.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -53,7 +58,7 @@
 
 struct http_conn {
     struct lws *wsi;
-    server     *srv;
+    http_router *rt;            /* the vhost's routes (not owned) */
     int         rx_paused;      /* lws_rx_flow_control(wsi, 0) is in force (see rx_update) */
     int         closing;        /* the last response is written: close once lws flushed it */
     int         lingering;      /* our side is shut down; dropping input until the client closes */
@@ -100,6 +105,10 @@ size_t http_conn_size(void) { return sizeof(http_conn); }
 
 /* One server's routes and middleware (server.c owns it; service thread after setup). */
 struct http_router {
+    struct server    *srv;                        /* handed to handlers as http_req.srv (opaque here) */
+    const server_config *cfg;                     /* limits: message bytes, request timeout */
+    struct conn_guard *guard;                     /* connection limits, or NULL */
+    const char       *web_root;                   /* static files' root, or NULL (not owned) */
     const http_route *sets[HTTP_MAX_ROUTE_SETS];  /* route tables, each ending with {NULL} */
     void             *users[HTTP_MAX_ROUTE_SETS]; /* their http_req.user */
     int               n_sets;
@@ -107,15 +116,31 @@ struct http_router {
     int               inflight;                   /* responses set up and not yet completely written */
 };
 
-http_router *http_router_new(void) { return xcalloc(1, sizeof(http_router)); }
+http_router *http_router_new(struct server *srv, const server_config *cfg) {
+    http_router *r = xcalloc(1, sizeof(http_router));
+    r->srv = srv;
+    r->cfg = cfg;
+    return r;
+}
+
+void http_router_set_limits(http_router *r, struct conn_guard *guard, const char *web_root) {
+    r->guard = guard;
+    r->web_root = web_root;
+}
+
+/* The router of wsi's vhost (the vhost's user data; every callback's wsi has a vhost, the fake wsi
+ * of a broadcast included). */
+static http_router *router_at(struct lws *wsi) {
+    struct lws_vhost *vh = lws_get_vhost(wsi);
+    return vh ? lws_vhost_user(vh) : NULL;
+}
 void http_router_free(http_router *r) { free(r); }
 
-static http_router *router_of(http_conn *c) { return server_router(c->srv); }
+static http_router *router_of(http_conn *c) { return c->rt; }
 
-int http_responses_in_flight(server *s) { return server_router(s)->inflight; }
+int http_responses_in_flight(const http_router *r) { return r->inflight; }
 
-void http_set_middleware(server *s, const http_middleware *mw) {
-    http_router *r = server_router(s);
+void http_set_middleware(http_router *r, const http_middleware *mw) {
     if (mw) r->mw = *mw;
     else memset(&r->mw, 0, sizeof r->mw);
 }
@@ -128,8 +153,7 @@ void http_add_header(http_conn *c, const char *line) {
 const http_route *http_conn_route(const http_conn *c) { return c->route; }
 const char *http_conn_method(const http_conn *c) { return c->method_name; }
 
-void http_routes_add(server *s, const http_route *routes, void *user) {
-    http_router *r = server_router(s);
+void http_routes_add(http_router *r, const http_route *routes, void *user) {
     for (int i = 0; i < r->n_sets; i++)
         if (r->sets[i] == routes) return;
     CHECK(r->n_sets < HTTP_MAX_ROUTE_SETS);
@@ -137,8 +161,7 @@ void http_routes_add(server *s, const http_route *routes, void *user) {
     r->sets[r->n_sets++] = routes;
 }
 
-void http_routes_allowed(server *s, const char *path, unsigned flags, char *allow, size_t cap) {
-    const http_router *rt = server_router(s);
+void http_routes_allowed(const http_router *rt, const char *path, unsigned flags, char *allow, size_t cap) {
     allow[0] = 0;
     for (int i = 0; i < rt->n_sets; i++)
         for (const http_route *r = rt->sets[i]; r->path; r++) {
@@ -675,7 +698,7 @@ static int run_handler(http_conn *c) {
         .path = c->path,
         .body = c->body ? c->body : "",
         .body_len = c->body_len,
-        .srv = c->srv,
+        .srv = c->rt->srv,
         .user = c->route_user,
     };
     int rc = c->route->fn(c, &rq);
@@ -699,7 +722,7 @@ static int answer_error(http_conn *c, int status, const char *code, const char *
 static int answer_static(http_conn *c) {
     txn_dispatch(c);
     static_file f;
-    int status = static_lookup(server_web_root(c->srv), c->path, &f);
+    int status = static_lookup(c->rt->web_root, c->path, &f);
     if (status) { /* static.c decided on an error status: answer in JSON */
         const char *msg = status == 404 ? "not found" : status == 403 ? "forbidden" : "bad request";
         return answer_error(c, status, status == 404 ? "not_found" : status == 403 ? "forbidden" : "bad_path", msg, 0);
@@ -852,7 +875,7 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
     const http_router *rt = router_of(c);
     c->route = route_find(rt, c->method_name, c->path, &path_known, &c->route_user);
     if (rt->mw.before) {
-        http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->srv,
+        http_req rq = {.method = c->method, .method_name = c->method_name, .path = c->path, .body = "", .srv = c->rt->srv,
                        .user = rt->mw.user};
         if (rt->mw.before(c, &rq, c->route)) {
             txn_dispatch(c);
@@ -864,7 +887,7 @@ static int on_http(http_conn *c, const char *uri, size_t len) {
         }
     }
     if (f.status) return answer_error(c, f.status, f.code, f.msg, 1);
-    const server_config *cfg = server_cfg(c->srv);
+    const server_config *cfg = c->rt->cfg;
     if ((unsigned long long)f.want > cfg->max_message_bytes) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", cfg->max_message_bytes);
@@ -885,7 +908,7 @@ static int on_body(http_conn *c, const void *in, size_t len) {
     if (!c->in_txn) return 0;
     if (c->dispatched) /* an answered request's unread body, or an lws re-delivery */
         return c->close_after ? 0 : on_pipelined(c);
-    const server_config *cfg = server_cfg(c->srv);
+    const server_config *cfg = c->rt->cfg;
     if (c->body_len + len > cfg->max_message_bytes)
         return answer_error(c, 413, "body_too_large", "the request body is too large", 1);
     if (c->body_len + len + 1 > c->body_cap) {
@@ -908,37 +931,13 @@ static int on_body_complete(http_conn *c) {
 
 /* ---------------------------------------------------------------- answers below the HTTP layer */
 
-/* The reason phrase of the statuses answered without lws's header helpers. */
-static const char *raw_phrase(int status) {
-    switch (status) {
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    default: return "Error";
-    }
-}
-
-size_t http_error_bytes(char *buf, size_t cap, int status, const char *code, const char *msg, const char *extra_headers) {
-    json_t *o = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type", "invalid_request_error", "param",
-                          "code", code);
-    char *body = json_dumps(o, UM_JSON_COMPACT);
-    json_decref(o);
-    CHECK(body);
-    int n = snprintf(buf, cap,
-                     "HTTP/1.1 %d %s\r\nServer: unmask\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\nCache-Control: no-store\r\n%s\r\n%s\n",
-                     status, raw_phrase(status), strlen(body) + 1, extra_headers ? extra_headers : "", body);
-    free(body);
-    CHECK(n > 0 && (size_t)n < cap); /* our messages are short */
-    return (size_t)n;
-}
-
 int http_request_timeout(struct lws *wsi) {
     const struct lws_protocols *p = lws_get_protocol(wsi);
     http_conn *c = p && p->callback == http_lws_cb ? lws_wsi_user(wsi) : NULL;
     if (!c || c->wsi != wsi || !c->in_txn || c->dispatched || c->lingering) return 0;
     char msg[160];
     snprintf(msg, sizeof msg, "the request body did not arrive within %g s (--request-timeout)",
-             server_cfg(c->srv)->request_timeout_s);
+             c->rt->cfg->request_timeout_s);
     if (answer_error(c, 408, "request_timeout", msg, 1) != 0) return 0;
     return 1;
 }
@@ -959,7 +958,7 @@ static void raw_answer(http_conn *c, const char *head, size_t len) {
     if (target[0] == '/') { /* a path: its routes' methods, GET/HEAD for the static files otherwise */
         char path[sizeof target];
         snprintf(path, sizeof path, "%.*s", (int)strcspn(target, "?#"), target);
-        http_routes_allowed(c->srv, path, 0, allow, sizeof allow);
+        http_routes_allowed(c->rt, path, 0, allow, sizeof allow);
         if (!allow[0]) snprintf(allow, sizeof allow, "GET, HEAD");
     } else { /* CONNECT's host:port (or nothing): no resource here, say what the server takes */
         snprintf(allow, sizeof allow, "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
@@ -977,11 +976,12 @@ static void raw_answer(http_conn *c, const char *head, size_t len) {
 }
 
 /* Raw role callbacks of such a connection (see raw_answer). */
-static int on_raw(http_conn *c, struct lws *wsi, server *s, enum lws_callback_reasons reason, const void *in, size_t len) {
+static int on_raw(http_conn *c, struct lws *wsi, http_router *rt, enum lws_callback_reasons reason, const void *in,
+                  size_t len) {
     switch (reason) {
     case LWS_CALLBACK_RAW_ADOPT:
         c->wsi = wsi;
-        c->srv = s;
+        c->rt = rt;
         c->raw = 1;
         conn_guard_open(wsi); /* answered at once: no deadline */
         raw_answer(c, "", 0);
@@ -1026,12 +1026,8 @@ int http_confirm_upgrade(struct lws *wsi) {
 
 int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     http_conn *c = user;
-    server *s = lws_context_user(lws_get_context(wsi));
+    http_router *rt = router_at(wsi);
     switch (reason) {
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        /* not tied to a wsi (fake wsi, no pss): only the server state is touched */
-        if (s) server_on_wake(s);
-        return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
         return http_confirm_upgrade(wsi);
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
@@ -1043,15 +1039,15 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         return -1;
     /* connection limits (conn_guard.h): protocols[0] hears of every accepted socket */
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
-        return s && server_conn_guard(s) ? conn_guard_on_accept(server_conn_guard(s), user) : 0;
+        return rt && rt->guard ? conn_guard_on_accept(rt->guard, user) : 0;
     case LWS_CALLBACK_WSI_CREATE:
-        if (s && server_conn_guard(s)) conn_guard_on_wsi_create(server_conn_guard(s), wsi);
+        if (rt && rt->guard) conn_guard_on_wsi_create(rt->guard, wsi);
         return 0;
     case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: /* (normally on the default protocol, ws.c) */
-        if (s && server_conn_guard(s)) conn_guard_on_adopt(server_conn_guard(s), wsi);
+        if (rt && rt->guard) conn_guard_on_adopt(rt->guard, wsi);
         return 0;
     case LWS_CALLBACK_WSI_DESTROY:
-        if (s && server_conn_guard(s)) conn_guard_on_wsi_destroy(server_conn_guard(s), wsi);
+        if (rt && rt->guard) conn_guard_on_wsi_destroy(rt->guard, wsi);
         return 0;
     case LWS_CALLBACK_SSL_INFO:
         conn_guard_on_tls_info(wsi, ((const struct lws_ssl_info *)in)->where);
@@ -1060,7 +1056,7 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
     case LWS_CALLBACK_RAW_RX:
     case LWS_CALLBACK_RAW_WRITEABLE:
         if (!c) return -1;
-        return on_raw(c, wsi, s, reason, in, len);
+        return on_raw(c, wsi, rt, reason, in, len);
     case LWS_CALLBACK_RAW_CLOSE:
         if (c) {
             conn_free(c);
@@ -1073,7 +1069,7 @@ int http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, v
         if (c->in_txn && c->dispatched) /* lws re-delivers the current request: pipelined bytes */
             return on_pipelined(c);
         c->wsi = wsi;
-        c->srv = s;
+        c->rt = rt;
         return on_http(c, in, len) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_BODY:
         if (!c) return -1;

@@ -6,7 +6,7 @@
  * Adding routes (e.g. OpenAI/SGLang APIs in another file):
  *   static int h_generate(http_conn *c, const http_req *rq) { my_api *a = rq->user; ... }
  *   static const http_route k_routes[] = {{"POST", "/generate", 0, h_generate}, {NULL}};
- *   http_routes_add(srv, k_routes, my_api);   (once, before server_run)
+ *   http_routes_add(server_router(srv), k_routes, my_api);   (once, before server_run)
  * Routes and middleware belong to one server instance (no process-wide tables). A handler must
  * produce exactly one response: http_respond*() (possibly later, from a request's deliver hook on
  * the service thread) or http_stream_begin() + http_stream_write()* + http_stream_end(). Returning
@@ -23,10 +23,37 @@
 #define UM_HTTP_H
 
 #include <jansson.h>
+#include <libwebsockets.h>
 #include <stddef.h>
 
-struct lws;
+#include "server/server_config.h"
+
 struct server;
+struct conn_guard;
+
+/* Request head limits (server.c sets them on the lws context, http.c answers 431 / 414). */
+#define HTTP_HEADER_BYTES (32 << 10) /* all request header bytes, per connection while parsing */
+#define HTTP_TOKEN_LIMIT  8192       /* one header's (or the URI's) bytes */
+
+/* ---------------------------------------------------------------- the router
+ * One server's routes, middleware and what the HTTP layer needs of it (its limits, the connection
+ * guard, the web root): server.c creates it and makes it its vhost's user data; route modules add
+ * their routes to it. */
+typedef struct http_router http_router;
+/* srv is handed to handlers as http_req.srv; cfg gives the message size and request timeout. */
+http_router *http_router_new(struct server *srv, const server_config *cfg);
+/* The connection guard (NULL: none) and the web root (NULL: no static files); before serving. */
+void         http_router_set_limits(http_router *r, struct conn_guard *guard, const char *web_root);
+void         http_router_free(http_router *r);
+
+/* The lws "http" protocol (protocols[0]) of the router's vhost, its per-connection size. */
+int    http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+size_t http_conn_size(void);
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to allow (path /ws), 1 after answering 404, -1 to close. */
+int    http_confirm_upgrade(struct lws *wsi);
+/* The deadline of the request on wsi passed while its body was arriving: 1 after answering 408
+ * (the connection closes after it), 0 when wsi holds no such request (conn_guard's late-body hook). */
+int    http_request_timeout(struct lws *wsi);
 
 typedef struct http_conn http_conn;
 
@@ -57,7 +84,7 @@ typedef struct http_route {
 /* Register routes on server s (array ending with a {NULL} entry; must stay valid); their handlers
  * get user as rq->user. Main thread, before server_run. Exact matches win over prefixes; longer
  * prefixes win over shorter ones. Adding the same array again does nothing. */
-void http_routes_add(struct server *s, const http_route *routes, void *user);
+void http_routes_add(http_router *r, const http_route *routes, void *user);
 
 /* ---------------------------------------------------------------- middleware */
 
@@ -73,19 +100,19 @@ typedef struct http_middleware {
     void (*after)(http_conn *c, int status, void *user);
     void  *user;
 } http_middleware;
-void http_set_middleware(struct server *s, const http_middleware *mw);
+void http_set_middleware(http_router *r, const http_middleware *mw);
 /* Add a "Name: value" header to the current transaction's response, whatever answers it. */
 void http_add_header(http_conn *c, const char *line);
 /* The methods of s's routes that have all of flags and claim path, as "GET, POST" into allow
  * ("" when none). */
-void http_routes_allowed(struct server *s, const char *path, unsigned flags, char *allow, size_t cap);
+void http_routes_allowed(const http_router *r, const char *path, unsigned flags, char *allow, size_t cap);
 /* The current transaction's route (NULL: none) and method name. */
 const http_route *http_conn_route(const http_conn *c);
 const char       *http_conn_method(const http_conn *c);
 
 /* Responses set up but not completely written yet, over all of s's connections (graceful shutdown
  * waits for 0 so that no answer is cut off). */
-int http_responses_in_flight(struct server *s);
+int http_responses_in_flight(const http_router *r);
 
 /* ---------------------------------------------------------------- request helpers */
 

@@ -272,7 +272,7 @@ static int mw_before(http_conn *c, const http_req *rq, const http_route *route) 
     if (!route && (rq->method == HTTP_GET || rq->method == HTTP_HEAD)) {
         /* a GET on one of our POST-only paths would fall through to the static files: 405 instead */
         char allow[64] = "";
-        http_routes_allowed(rq->srv, rq->path, HTTP_ROUTE_API, allow, sizeof allow);
+        http_routes_allowed(server_router(rq->srv), rq->path, HTTP_ROUTE_API, allow, sizeof allow);
         if (allow[0]) {
             char line[96], msg[160];
             snprintf(line, sizeof line, "Allow: %s", allow);
@@ -480,13 +480,13 @@ http_api *http_api_create(server *s, um_err *err) {
     jobs_recover(a);
     a->created = (long)time(NULL);
     gauges_register(a);
-    http_routes_add(s, k_api_routes, a);
+    http_routes_add(server_router(s), k_api_routes, a);
     http_gen_register(a);
     http_jobs_register(a);
     static const http_middleware mw_template = {mw_before, mw_after, NULL};
     http_middleware mw = mw_template;
     mw.user = a;
-    http_set_middleware(s, &mw);
+    http_set_middleware(server_router(s), &mw);
     server_set_drain(s, a->shutdown_grace, drain_begin, drain_idle, a);
     server_set_on_ready(s, jobs_on_ready, a);
     server_set_on_wake(s, jobs_on_wake, a);

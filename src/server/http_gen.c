@@ -336,4 +336,4 @@ static const http_route k_gen_routes[] = {
     {NULL, NULL, 0, NULL, 0},
 };
 
-void http_gen_register(http_api *a) { http_routes_add(a->srv, k_gen_routes, a); }
+void http_gen_register(http_api *a) { http_routes_add(server_router(a->srv), k_gen_routes, a); }

@@ -750,4 +750,4 @@ static const http_route k_job_routes[] = {
     {NULL, NULL, 0, NULL, 0},
 };
 
-void http_jobs_register(http_api *a) { http_routes_add(a->srv, k_job_routes, a); }
+void http_jobs_register(http_api *a) { http_routes_add(server_router(a->srv), k_job_routes, a); }

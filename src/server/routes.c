@@ -118,5 +118,5 @@ static const http_route k_core_routes[] = {
 };
 
 void routes_core_register(server *s) {
-    http_routes_add(s, k_core_routes, NULL);
+    http_routes_add(server_router(s), k_core_routes, NULL);
 }

@@ -42,6 +42,7 @@
 #include "server/metrics.h"
 #include "server/prep.h"
 #include "server/server_internal.h"
+#include "server/static.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -185,7 +186,6 @@ metrics *server_metrics(server *s) { return s->metrics; }
 callers *server_callers(server *s) { return s->callers; }
 conn_guard *server_conn_guard(server *s) { return s->guard; }
 const api_policy *server_policy(const server *s) { return &s->policy; }
-const char *server_web_root(const server *s) { return s->web_root; }
 
 void server_set_ws_auth(server *s, server_ws_auth_fn fn, void *user) {
     s->ws_auth = fn;
@@ -688,7 +688,7 @@ server *server_create(const server_config *cfg, um_err *err) {
     pthread_mutex_init(&s->hub_lock, NULL);
     pthread_cond_init(&s->hub_cv, NULL);
     s->hub_tail = &s->hub_head;
-    s->router = http_router_new();
+    s->router = http_router_new(s, cfg);
     s->metrics = metrics_new();
     s->callers = callers_new(cfg);
     if (!(s->guard = conn_guard_new(cfg, s->metrics, err))) {
@@ -707,6 +707,8 @@ server *server_create(const server_config *cfg, um_err *err) {
         server_free(s);
         return NULL;
     }
+    http_router_set_limits(s->router, s->guard, s->web_root);
+    conn_guard_set_late_body(s->guard, http_request_timeout);
     routes_core_register(s);
     s->ws = ws_state_create(s);
     return s;
@@ -770,6 +772,7 @@ static int server_listen(server *s, um_err *err) {
 
     memset(&info, 0, sizeof info);
     info.vhost_name = "unmask";
+    info.user = s->router; /* the HTTP layer's view of this server (http.h) */
     info.port = cfg->port;
     info.iface = host_is_any(host) ? NULL : host;
     info.protocols = s->protocols;
@@ -857,7 +860,7 @@ static int drain_done(server *s, double deadline) {
     sched_stats st;
     sched_get_stats(s->sc, &st);
     if (atomic_load(&g_signalled) > 1) return 1;
-    if (st.queued == 0 && st.active == 0 && prep_pool_busy(s->prep) == 0 && http_responses_in_flight(s) == 0 &&
+    if (st.queued == 0 && st.active == 0 && prep_pool_busy(s->prep) == 0 && http_responses_in_flight(s->router) == 0 &&
         ws_flushed(s->ws) && (!s->drain_idle || s->drain_idle(s, s->drain_user))) {
         log_info("drained: every request finished");
         return 1;

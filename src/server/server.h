@@ -52,6 +52,8 @@ const model  *server_model(const server *s);
 sched        *server_sched(server *s);
 /* The longest prompt + gen (+ suffix) the server accepts (--max-seq, else the model's maximum);
  * 0 until server_ready(). */
+/* Its HTTP routes and middleware (server/http.h: route modules add theirs here). */
+struct http_router *server_router(server *s);
 int           server_max_seq(const server *s);
 
 /* Submit r (r->deliver / r->owner set by the caller): sched_submit on the running scheduler, or

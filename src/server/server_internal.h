@@ -15,9 +15,6 @@
  * LWS_CALLBACK_EVENT_WAIT_CANCELLED (wake-ups coalesce: this always takes everything). */
 void server_on_wake(server *s);
 
-/* Request head limits (server.c sets them on the lws context, http.c answers 431 / 414). */
-#define HTTP_HEADER_BYTES (32 << 10) /* all request header bytes, per connection while parsing */
-#define HTTP_TOKEN_LIMIT  8192       /* one header's (or the URI's) bytes */
 /* TLS 1.2 cipher suites: ECDHE/DHE key exchange with AES-GCM or ChaCha20-Poly1305 only. */
 #define TLS12_CIPHERS                                                                                     \
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"             \
@@ -34,41 +31,8 @@ int  server_ws_auth(server *s, struct lws *wsi, char *who, size_t cap);
 /* routes.c: GET /health and GET /stats on s. */
 void routes_core_register(server *s);
 
-/* http.c: one server's routes and middleware (server.c owns it, reaches it with server_router). */
-typedef struct http_router http_router;
-http_router *http_router_new(void);
-void         http_router_free(http_router *r);
-http_router *server_router(server *s);
-int    http_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
-size_t http_conn_size(void);
-/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: 0 to allow (path /ws), 1 after answering 404, -1 to close. */
-int    http_confirm_upgrade(struct lws *wsi);
-
-/* http.c, for conn_guard.c: the bytes of a complete JSON error answer that closes the connection
- * ("HTTP/1.1 status ... Connection: close", extra_headers: NULL or "Name: value\r\n" lines) into
- * buf (cap >= 512); returns their length. */
-size_t http_error_bytes(char *buf, size_t cap, int status, const char *code, const char *msg,
-                        const char *extra_headers);
-/* The deadline of the request on wsi passed while its body was arriving: 1 after answering 408
- * (the connection closes after it), 0 when wsi holds no such request. */
-int    http_request_timeout(struct lws *wsi);
-
-/* server.c: the connection limits (server/conn_guard.h). */
+/* server.c: the connection limits (server/conn_guard.h), for ws.c. */
 struct conn_guard *server_conn_guard(server *s);
-
-/* static.c: the file for path (decoded, starting with '/') under the web root. */
-typedef struct static_file {
-    char       *data;   /* whole file, owned by the caller (free) */
-    size_t      len;    /* bytes */
-    const char *mime;   /* static string */
-} static_file;
-/* The file for path under root (static_root_resolve's result): 0 and *out filled, or the HTTP
- * status to answer (400, 403, 404) with *out empty. */
-int   static_lookup(const char *root, const char *path, static_file *out);
-/* The web root's realpath (malloc'd), once at startup; NULL with err when it is not a directory. */
-char *static_root_resolve(const char *web_root, um_err *err);
-/* server.c: the resolved web root (NULL: none). */
-const char *server_web_root(const server *s);
 
 /* ws.c */
 int    ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);

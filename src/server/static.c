@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "server/server_internal.h"
+#include "server/static.h"
 #include "util/log.h"
 
 #define STATIC_MAX_BYTES (16u << 20) /* larger files under the web root answer 404 */

@@ -9,6 +9,8 @@
  * follows it (on_resume_remote, session.h: followed sessions; server/ws_store.h).
  * Close codes: 1009 message too big, 1007 invalid UTF-8 (lws), 1013 too many sessions,
  * 4001 session resumed on another connection, 4008 session buffer overflow.
+ * The server's wake-up (LWS_CALLBACK_EVENT_WAIT_CANCELLED, broadcast to every protocol) is taken
+ * here: it drains the hub whose events mostly feed these sessions (server_on_wake).
  *
  * A `generate` is parsed and tokenized on a preparation worker (server/prep.h: prep_run, the only
  * code here that runs off the service thread; it touches nothing but its ws_prep); its result
@@ -570,6 +572,10 @@ static void on_closed(ws_state *w, ws_conn *c) {
 int ws_lws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     ws_conn *c = user;
     server *srv = lws_context_user(lws_get_context(wsi));
+    if (reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED) { /* a broadcast: fake wsi, no pss */
+        if (srv) server_on_wake(srv); /* the hub's engine events, readiness, the sessions' live events */
+        return 0;
+    }
     ws_state *w = srv ? server_ws(srv) : NULL;
     if (!w) return 0;
     switch (reason) {

@@ -14,7 +14,7 @@ import { test, before, after, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { TMP, startServer, makeModel } from '../http/server.mjs';
+import { TMP, startServer, makeModel, until } from '../http/server.mjs';
 import { Client, checkGeneration, checkSeqContiguous } from '../protocol/harness.mjs';
 import { startRedis, startNginx, redisCmd } from './infra.mjs';
 
@@ -131,8 +131,12 @@ test('A SIGKILLed mid-generation: the resume on B replays, then error replica_lo
   checkSeqContiguous(assert, got, L + 1); // the replay and the error continue the session's seq
   assert.equal(got.at(-1), lost, 'replica_lost ends the stream');
   assert.ok(!got.some((m) => m.type === 'done'), 'no done for a generation that did not finish');
-  const log = await storedLog(token);
-  // everything A stored, then B's replica_lost (written to the log too)
+  // everything A stored, then B's replica_lost (written to the log too: B's store writer runs beside
+  // its socket, so the client can read the error a moment before it is in Redis)
+  const log = await until('the replica_lost event in the stored log', async () => {
+    const l = await storedLog(token);
+    return l.length >= lost.seq ? l : null;
+  });
   assert.deepEqual([...seen.filter((m) => m.seq <= L), ...got], log);
   // what A stored is replayed as A sent it; events A sent past L but had not stored yet when it was
   // killed (its writer batches behind the socket) died with it, and replica_lost takes the next seq
