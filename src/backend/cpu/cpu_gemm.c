@@ -25,7 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_build.h"
+#include "backend/cpu/cpu_elem.h"
 #include "backend/cpu/cpu_mem.h"
 #include "backend/cpu/cpu_pool.h"
 #include "util/log.h"
