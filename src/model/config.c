@@ -483,3 +483,25 @@ long long model_config_n_params(const model_config *c) {
     long long emb = (long long)c->n_embd_rows * d;
     return emb * (c->weight_tying ? 1 : 2) + c->n_layers * attn + n_dense * dense + (c->n_layers - n_dense) * moe + d;
 }
+
+int model_config_check_tp(const model_config *c, const char *label, int tp, um_err *err) {
+    if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
+    if (c->n_experts > 0 && (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp || c->shared_ffn % tp)) {
+        /* MoE: experts are split in ranges (any count), the shared expert by its width */
+        um_err_param(err, "tp",
+                     "--tp %d: expert/tensor parallelism needs n_heads (%d), n_kv_heads (%d), the dense MLP width "
+                     "(%d) and the shared expert width (%d) of %s divisible by %d",
+                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->shared_ffn, label, tp);
+        if (err) err->code = UM_ERR_UNSUPPORTED;
+        return -1;
+    }
+    if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp) {
+        um_err_param(err, "tp",
+                     "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of %s "
+                     "divisible by %d",
+                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, label, tp);
+        if (err) err->code = UM_ERR_UNSUPPORTED;
+        return -1;
+    }
+    return 0;
+}

@@ -86,4 +86,8 @@ const char *model_arch_name(enum model_arch arch);
 /* Parameter count implied by the config (for bench and make-model messages). */
 long long model_config_n_params(const model_config *cfg);
 
+/* tp (tensor-parallel ranks) must divide n_heads, n_kv_heads and the MLP width (and the shared
+ * expert's): -1 + UM_ERR_UNSUPPORTED (param "tp") naming them; label names the model. */
+int model_config_check_tp(const model_config *c, const char *label, int tp, um_err *err);
+
 #endif /* UM_CONFIG_H */

@@ -705,3 +705,8 @@ int gguf_model_check(const char *path, um_err *err) {
     gguf_free(&f);
     return rc;
 }
+
+const char *model_tensor_label(const model *m, const char *name, char *buf, size_t cap) {
+    const char *g = m->gguf ? gguf_model_file_name(m->cfg.arch, name, buf, cap) : NULL;
+    return g ? g : name;
+}

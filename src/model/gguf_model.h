@@ -17,7 +17,7 @@
 #ifndef UM_GGUF_MODEL_H
 #define UM_GGUF_MODEL_H
 
-#include "model/model.h"
+#include "model/model_types.h"
 
 /* Fill m->cfg, m->ck, m->tok and m->chat from the GGUF file at path (m zeroed by the caller; on
  * error the caller frees m). */
@@ -32,5 +32,9 @@ const char *gguf_model_file_name(enum model_arch arch, const char *hf, char *buf
  * listens): the container, the architecture, the config from the metadata, and every tensor's
  * name, type and rank — a malformed file, an unsupported type (named) or architecture is an error. */
 int gguf_model_check(const char *path, um_err *err);
+
+/* The name of tensor `name` (a Hugging Face name) in m's files, for messages: name itself, or its
+ * GGUF name (in buf) for a GGUF model. */
+const char *model_tensor_label(const model *m, const char *name, char *buf, size_t cap);
 
 #endif /* UM_GGUF_MODEL_H */

@@ -17,7 +17,6 @@
 #include "model/llada.h"
 #include "text/chat_template.h"
 #include "model/model_kv.h"
-#include "model/model_tp.h"
 #include "text/tokenizer.h"
 #include "util/fileio.h"
 #include "util/log.h"
@@ -72,21 +71,6 @@ int model_dir_check(const char *dir, um_err *err) {
                           dir);
     return 0;
 }
-
-int model_quant_parse(const char *name, enum dtype *out) {
-    static const struct {
-        const char *name;
-        enum dtype  type;
-    } k[] = {{"bf16", DTYPE_BF16}, {"q8_0", DTYPE_Q8_0}, {"q4_0", DTYPE_Q4_0}};
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (name && strcmp(name, k[i].name) == 0) {
-            *out = k[i].type;
-            return 0;
-        }
-    return -1;
-}
-
-const char *model_quant_name(enum dtype q) { return q == DTYPE_Q8_0 ? "q8_0" : q == DTYPE_Q4_0 ? "q4_0" : "bf16"; }
 
 /* config.json (+ generation_config.json), the safetensors files, the tokenizer files. */
 static int load_dir(const char *dir, model *m, um_err *err) {
@@ -157,11 +141,6 @@ int model_tokenizer_load(const char *path, tokenizer **tok, chat_template **chat
     return 0;
 }
 
-const char *model_tensor_label(const model *m, const char *name, char *buf, size_t cap) {
-    const char *g = m->gguf ? gguf_model_file_name(m->cfg.arch, name, buf, cap) : NULL;
-    return g ? g : name;
-}
-
 void model_free(model *m) {
     if (!m) return;
     if (m->chat) chat_template_free(m->chat);
@@ -211,7 +190,7 @@ int model_ctx_init_shard(model_ctx *ctx, const model *m, backend *be, const mode
         if (shard->rank < 0 || shard->rank >= W || !shard->comm)
             return um_err_set(err, UM_ERR_INTERNAL, "shard rank %d of %d (comm %s)", shard->rank, W,
                               shard->comm ? "set" : "missing");
-        if (model_tp_check_config(c, m->dir, W, err) != 0) return -1;
+        if (model_config_check_tp(c, m->dir, W, err) != 0) return -1;
         ctx->shard = *shard;
     }
     if (llada_ctx_init(ctx, err) != 0) return -1;
@@ -281,13 +260,13 @@ static int forward_validate(const model_ctx *ctx, const fwd_batch *b, um_err *er
 
 int model_forward(model_ctx *ctx, const fwd_batch *b, float *logits, um_err *err) {
     if (forward_validate(ctx, b, err) != 0) return -1;
-    if (ctx->tp) model_tp_send_batch(ctx->tp, b);   /* the followers run their shards alongside */
+    if (ctx->tp) ctx->tp_send(ctx->tp, b);   /* the followers run their shards alongside */
     return llada_forward(ctx, b, logits, err);
 }
 
 int model_forward_dev(model_ctx *ctx, const fwd_batch *b, const void **logits, um_err *err) {
     if (forward_validate(ctx, b, err) != 0) return -1;
     if (b->n_out == 0) return um_err_set(err, UM_ERR_INTERNAL, "a KV-cache fill runs through model_forward");
-    if (ctx->tp) model_tp_send_batch(ctx->tp, b);
+    if (ctx->tp) ctx->tp_send(ctx->tp, b);
     return llada_forward_dev(ctx, b, logits, err);
 }

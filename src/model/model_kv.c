@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "model/model_types.h"
 #include "model/model_kv.h"
 #include "util/log.h"
 

@@ -91,29 +91,7 @@ struct model_tp {
 
 /* ---------------------------------------------------------------- sizing */
 
-int model_tp_check_config(const model_config *c, const char *label, int tp, um_err *err) {
-    if (tp < 1) return um_err_param(err, "tp", "--tp must be >= 1, got %d", tp);
-    if (c->n_experts > 0 && (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp || c->shared_ffn % tp)) {
-        /* MoE: experts are split in ranges (any count), the shared expert by its width */
-        um_err_param(err, "tp",
-                     "--tp %d: expert/tensor parallelism needs n_heads (%d), n_kv_heads (%d), the dense MLP width "
-                     "(%d) and the shared expert width (%d) of %s divisible by %d",
-                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->shared_ffn, label, tp);
-        if (err) err->code = UM_ERR_UNSUPPORTED;
-        return -1;
-    }
-    if (c->n_heads % tp || c->n_kv_heads % tp || c->ffn_hidden % tp) {
-        um_err_param(err, "tp",
-                     "--tp %d: tensor parallelism needs n_heads (%d), n_kv_heads (%d) and the MLP width (%d) of %s "
-                     "divisible by %d",
-                     tp, c->n_heads, c->n_kv_heads, c->ffn_hidden, label, tp);
-        if (err) err->code = UM_ERR_UNSUPPORTED;
-        return -1;
-    }
-    return 0;
-}
-
-int model_tp_check(const model *m, int tp, um_err *err) { return model_tp_check_config(&m->cfg, m->dir, tp, err); }
+int model_tp_check(const model *m, int tp, um_err *err) { return model_config_check_tp(&m->cfg, m->dir, tp, err); }
 
 uint64_t model_weight_bytes(const model *m, int world) {
     const model_config *c = &m->cfg;
@@ -685,6 +663,7 @@ model_tp *model_tp_create(const model *m, const model_tp_opts *o, um_err *err) {
         return NULL;
     }
     t->ctx.tp = g;
+    t->ctx.tp_send = model_tp_send_batch;
     /* --- stop lock { */
     pthread_mutex_lock(&g->stop_lock);
     g->leader_ok = 1;

@@ -76,10 +76,6 @@ void       model_tp_fingerprint_describe(const void *node0, const void *theirs, 
 /* Called by model_forward / model_forward_dev on the leader (engine thread). */
 void       model_tp_send_batch(model_tp *g, const fwd_batch *b);
 
-/* tp must divide n_heads, n_kv_heads and the MLP width: -1 + UM_ERR_UNSUPPORTED (param "tp")
- * naming them. The _config form needs only config.json (label names the model in the message). */
-int        model_tp_check(const model *m, int tp, um_err *err);
-int        model_tp_check_config(const model_config *c, const char *label, int tp, um_err *err);
 
 /* ---------------------------------------------------------------- memory sizing */
 
@@ -96,5 +92,8 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens);
  * held at once, 0 = none. Host-memory backends: 0. */
 int        model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, uint64_t kv_rows,
                            um_err *err);
+
+/* tp must divide m's n_heads, n_kv_heads and MLP width (model_config_check_tp on its config). */
+int        model_tp_check(const model *m, int tp, um_err *err);
 
 #endif /* UM_MODEL_TP_H */

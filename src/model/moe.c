@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "backend/comm.h"
-#include "model/llada.h"
+#include "model/llada_weights.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------- binding */

@@ -12,7 +12,8 @@
 #define UM_MOE_H
 
 #include "backend/backend.h"
-#include "model/model.h"
+#include "model/llada_weights.h"
+#include "model/model_types.h"
 
 /* Tensor names of one architecture's MoE layers: printf patterns, %d = layer (then expert). */
 typedef struct moe_names {

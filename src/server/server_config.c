@@ -605,7 +605,7 @@ int server_config_check_model(const server_config *c, um_err *err) {
     int rc = model_config_parse(text, len, path, &mc, &ignore);
     free(text);
     if (rc != 0) return 0;   /* the loader reports a bad config.json with the rest of the checkpoint */
-    if (c->tp > 1 && model_tp_check_config(&mc, c->model, c->tp, err) != 0) return -1;
+    if (c->tp > 1 && model_config_check_tp(&mc, c->model, c->tp, err) != 0) return -1;
     if (c->max_seq > mc.max_seq)
         return um_err_param(err, "max_seq",
                             "--max-seq %d exceeds the model's maximum sequence length %d (max_sequence_length in %s)",
