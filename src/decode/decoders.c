@@ -1,10 +1,10 @@
 /*
  * decoders.c — the decoders behind decoder.h: low_confidence and random (A1, fixed steps with the
  * reference quota), threshold (A2/A4), factor (A3), hierarchy (A5), credit (A6), joint_threshold
- * (A9), hierarchy_block (A10) and Dream's
- * origin / maskgit_plus / topk_margin / entropy (its diffusion_generate schedule and confidences). Pure functions of the view and their small
- * per-sequence state; they never touch the canvas themselves. Not here: sampling / confidence
- * (decode.c), block iteration. Engine thread.
+ * (A9), hierarchy_block (A10) and Dream's origin / maskgit_plus / topk_margin / entropy (its
+ * diffusion_generate schedule). Pure functions of the view and their small per-sequence state; they
+ * never touch the canvas themselves. Not here: sampling and confidences (sample.c), block iteration
+ * (decode.c), the decoders' names (params.c). Engine thread.
  */
 #include "decode/decoder.h"
 

@@ -1,7 +1,8 @@
 /*
- * server_internal.h — glue between the server's own files (server.c, http.c, static.c, ws.c,
- * session.c): the lws callbacks and hooks that carry lws types. Route modules use http.h only.
- * Threads: lws service thread only.
+ * server_internal.h — glue between server.c and the files built on its lifecycle (ws.c and session.c
+ * through session.h, routes.c, http_api.c): the wake-up, the WebSocket auth hook, the ws state, TLS
+ * suites. The HTTP layer (http.c, static.c, http_wire.c, conn_guard.c) does not use it: it reaches
+ * the server only through its router (http.h). Threads: lws service thread only.
  */
 #ifndef UM_SERVER_INTERNAL_H
 #define UM_SERVER_INTERNAL_H
