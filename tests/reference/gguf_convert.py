@@ -32,44 +32,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_write as gw  # noqa: E402
+from st_read import read_checkpoint_raw  # noqa: E402
 
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
 FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}   # llama.cpp's LLAMA_FTYPE_*
-
-
-def read_safetensors_raw(path):
-    """{name: (dtype string, numpy array in its own dtype; BF16 as float32 values)} of one file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        buf = raw[base + b:base + e]
-        dt = info["dtype"]
-        if dt == "F32":
-            a = np.frombuffer(buf, dtype="<f4")
-        elif dt == "F16":
-            a = np.frombuffer(buf, dtype="<f2")
-        elif dt == "BF16":
-            a = gw.bf16_to_f32(np.frombuffer(buf, dtype="<u2"))
-        else:
-            raise ValueError(f"{path}: {name}: dtype {dt}")
-        out[name] = (dt, a.reshape(info["shape"]))
-    return out
-
-
-def read_checkpoint_raw(d):
-    idx = os.path.join(d, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
-    t = {}
-    for fn in files:
-        t.update(read_safetensors_raw(os.path.join(d, fn)))
-    return t
 
 
 # ---------------------------------------------------------------- names

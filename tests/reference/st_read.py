@@ -10,8 +10,9 @@ import os
 import numpy as np
 
 
-def read_file(path):
-    """Return {name: np.ndarray(float64)} for every tensor in one .safetensors file."""
+def read_file_raw(path):
+    """{name: (dtype string, np.ndarray of its own dtype: F32 / F16, BF16 as the float32 values it
+    holds; shaped)} for every tensor in one .safetensors file."""
     with open(path, "rb") as f:
         raw = f.read()
     n = int.from_bytes(raw[:8], "little")
@@ -33,12 +34,17 @@ def read_file(path):
             a = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:
             raise ValueError(f"{path}: tensor {name}: unsupported dtype {dt}")
-        out[name] = a.astype(np.float64).reshape(shape)
+        out[name] = (dt, a.reshape(shape))
     return out
 
 
-def read_checkpoint(model_dir):
-    """All tensors of a checkpoint directory (single file or index + shards)."""
+def read_file(path):
+    """Return {name: np.ndarray(float64)} for every tensor in one .safetensors file."""
+    return {k: a.astype(np.float64) for k, (_, a) in read_file_raw(path).items()}
+
+
+def read_checkpoint_raw(model_dir):
+    """All tensors of a checkpoint directory (single file or index + shards), as read_file_raw."""
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -47,9 +53,14 @@ def read_checkpoint(model_dir):
         shards = ["model.safetensors"]
     tensors = {}
     for s in shards:
-        part = read_file(os.path.join(model_dir, s))
+        part = read_file_raw(os.path.join(model_dir, s))
         for k in part:
             if k in tensors:
                 raise ValueError(f"tensor {k} appears in two shards")
         tensors.update(part)
     return tensors
+
+
+def read_checkpoint(model_dir):
+    """All tensors of a checkpoint directory (single file or index + shards), as float64."""
+    return {k: a.astype(np.float64) for k, (_, a) in read_checkpoint_raw(model_dir).items()}
