@@ -20,19 +20,7 @@
 // flood samples met it, and the scheduler's pause counters. Needs npm `ws`
 // (tests/node_modules).
 
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '..', 'tests', 'package.json'));
-let WebSocket;
-try {
-  WebSocket = require('ws');
-} catch {
-  console.error('error: npm package "ws" not found; run `npm ci` in tests/ (scripts/install-deps.sh does)');
-  process.exit(2);
-}
+import WebSocket from './ws.mjs';
 
 function parseArgs(argv) {
   const o = { url: null, keyA: null, keyB: null, flood: 150, tokens: 256, bRequests: 5, idle: 5, prompt: 'def f(x):',

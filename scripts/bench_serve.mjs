@@ -9,19 +9,7 @@
 // JSON object: wall time, generated tokens, tokens/s, latency percentiles (send -> accepted,
 // send -> first step event, send -> done) and frame counts. Needs npm `ws` (tests/node_modules).
 
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const require = createRequire(path.join(here, '..', 'tests', 'package.json'));
-let WebSocket;
-try {
-  WebSocket = require('ws');
-} catch {
-  console.error('error: npm package "ws" not found; run `npm ci` in tests/ (scripts/install-deps.sh does)');
-  process.exit(2);
-}
+import WebSocket from './ws.mjs';
 
 function parseArgs(argv) {
   const o = { url: null, clients: 8, requests: 4, genLength: 32, blockLength: 8, steps: 0, drafts: false, promptLen: 16, eos: false, timeoutS: 600 };
