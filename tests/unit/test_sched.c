@@ -219,6 +219,19 @@ static void trio_wait(trio *t) {
     for (int i = 0; i < 3; i++) wait_done(&t->got[i]);
 }
 
+/* The trio with the engine never held (B submitted at once): every run to its end, then the
+ * scheduler's counters, and the scheduler freed. */
+static sched_stats trio_run_free(sched *s, trio *t) {
+    trio_start(s, t);
+    submit(s, t->r[2]);
+    gate_release(0);
+    trio_wait(t);
+    sched_stats st;
+    sched_get_stats(s, &st);
+    sched_free(s);
+    return st;
+}
+
 static void trio_free(trio *t) {
     for (int i = 0; i < 3; i++) {
         strbuf_free(&t->got[i].commits);
@@ -280,13 +293,7 @@ static void test_no_pause(model_ctx *ctx, const model *m, decode_params p) {
     sched *s = sched_make(ctx, 2, 0, 0);
     trio t;
     trio_init(&t, m, j, 2);
-    trio_start(s, &t);
-    submit(s, t.r[2]);
-    gate_release(0);
-    trio_wait(&t);
-    sched_stats st;
-    sched_get_stats(s, &st);
-    sched_free(s);
+    const sched_stats st = trio_run_free(s, &t);
     TEST_CHECK(st.preempted == 0, "max_paused 0: %llu pauses", (unsigned long long)st.preempted);
     TEST_CHECK(t.got[2].first_step > t.got[0].done || t.got[2].first_step > t.got[1].done,
                "max_paused 0: B waits for a free slot (first step %d, A done %d %d)", t.got[2].first_step,
@@ -373,13 +380,7 @@ static void test_kv_budget(model_ctx *ctx, const model *m, decode_params p) {
     const sched_req *a1 = t.r[0];
     TEST_CHECK(a1->kv_rows == decode_seq_kv_rows(a1->seq) && a1->kv_rows > 0, "kv_rows %d", a1->kv_rows);
     sched *s = sched_make(ctx, 2, 2, (long)(t.r[0]->kv_rows + t.r[1]->kv_rows + t.r[2]->kv_rows - 1));
-    trio_start(s, &t);
-    submit(s, t.r[2]);
-    gate_release(0);
-    trio_wait(&t);
-    sched_stats st;
-    sched_get_stats(s, &st);
-    sched_free(s);
+    const sched_stats st = trio_run_free(s, &t);
     TEST_CHECK(st.preempted == 0, "kv budget: %llu pauses beyond the budget", (unsigned long long)st.preempted);
     trio_free(&t);
 }
