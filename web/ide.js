@@ -4,11 +4,12 @@
 // suggestion is drawn as ghost text at the cursor while it denoises: the /v1/fim/completions route
 // streams whole-canvas frames ("diffusing": true), the llama.cpp /infill route streams committed
 // deltas. Tab inserts exactly the suggested text between prefix and suffix, Esc (or typing,
-// clicking) dismisses it. Not here: the chat UI (app.js).
+// clicking) dismisses it. Not here: the chat UI (app.js), the API key and authenticated fetch (api.js).
 
 import { initTheme } from './theme.js';
+import { postJson } from './api.js';
+import { $ } from './dom.js';
 
-const $ = (id) => document.getElementById(id);
 const editor = $('editor');
 const layer = $('ghost-layer');
 const status = $('ide-status');
@@ -93,16 +94,13 @@ async function suggest() {
   layer.dataset.route = route;
   draw(n);
   setStatus('denoising…');
-  const headers = { 'content-type': 'application/json' };
-  const key = localStorage.getItem('unmask.apiKey');
-  if (key) headers.authorization = `Bearer ${key}`;
   const url = route === 'fim' ? '/v1/fim/completions' : '/infill';
   const body = route === 'fim'
     ? { prompt: s.prefix, suffix: s.suffix, max_tokens: n, stream: true, diffusing: true }
     : { input_prefix: s.prefix, input_suffix: s.suffix, n_predict: n, stream: true };
   const t0 = performance.now();
   try {
-    const r = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), signal: s.ctrl.signal });
+    const r = await postJson(url, body, s.ctrl.signal);
     if (!r.ok) {
       const j = await r.json().catch(() => ({}));
       throw new Error(j.error ? j.error.message : `HTTP ${r.status}`);

@@ -3,9 +3,10 @@
 // with the turn (and persisted); Replay renders that trace: a scrubber over its step frames showing
 // the canvas after step k (masks, drafts, committed tokens, block boundaries — the live canvas's
 // own renderer, canvas.js), play / pause, a speed control, and a per-block timeline (steps and
-// milliseconds per block, from the events' arrival times). Not here: the live view (app.js).
+// milliseconds per block, from the events' arrival times). Not here: the live view (runs.js).
 
 import { GenCanvas } from './canvas.js';
+import { el } from './dom.js';
 
 // Compact trace, version 1:
 //   {v:1, n:gen_length, B:block_length, np:prompt_tokens, layout, ids:showIds, nb:n_blocks,
@@ -96,13 +97,6 @@ export function blockTimeline(trace) {
     }
   }
   return rows;
-}
-
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
 }
 
 export class Replay {

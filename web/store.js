@@ -3,7 +3,7 @@
 // and each finished answer's denoising trace in a compact form (see replay.js). Saving is
 // debounced, and flushed when an answer finishes and when the page goes away; when the browser's
 // quota is hit, the traces shrink (first without drafts, then without traces at all) so the text
-// history survives. Not here: rendering (app.js).
+// history survives. Not here: rendering (transcript.js).
 
 export const CONVS_KEY = 'unmask.conversations.v1';
 export const CURRENT_KEY = 'unmask.currentConversation';
@@ -76,6 +76,17 @@ export class ConversationStore {
 
   get(id) {
     return this.convs.find((c) => c.id === id) || null;
+  }
+
+  // The conversation that holds turn (null: none, e.g. it was deleted).
+  convOf(turn) {
+    return this.convs.find((c) => c.turns.includes(turn)) || null;
+  }
+
+  // The user turn an assistant turn answers (null: none).
+  userTurnOf(answer) {
+    const conv = this.convOf(answer);
+    return (conv && conv.turns.find((x) => x.id === answer.replyTo)) || null;
   }
 
   newTurn(conv, turn, afterId) {
