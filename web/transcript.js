@@ -192,6 +192,8 @@ function toggleReplay(v, btn) {
   v.replay = new Replay(v.replayBox, v.turn.trace);
   btn.setAttribute('aria-expanded', 'true');
   btn.classList.add('on');
+  // it opens under the answer, below the fold when the answer is the last one: bring it into view
+  v.replay.root.scrollIntoView({ block: 'nearest' });
 }
 
 async function copyText(text, btn) {
