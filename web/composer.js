@@ -1,8 +1,9 @@
 // composer.js — the prompt box and its modes: Chat, Complete (raw prompt, no chat template) and
 // Infill (code with a <FILL> marker); Enter sends, Shift+Enter is a new line; the box grows with its
-// text. A base checkpoint (no chat template, e.g. the bundled code model) turns Chat off and opens
-// in Complete with a code-shaped example and code suggestions. Not here: what a send does
-// (runs.js).
+// text, which is kept as a draft in localStorage (a reload shows what was typed, an empty box
+// stays empty). A base checkpoint (no chat template, e.g. the bundled code model) turns Chat off and
+// opens in Complete with code suggestions, and on a first visit (no draft yet) a code-shaped example
+// in the box. Not here: what a send does (runs.js).
 
 import { $, el, toast } from './dom.js';
 import { FILL } from './transcript.js';
@@ -13,6 +14,8 @@ const CODE_EXAMPLES = [
   'def fibonacci(n):\n    """Return the first n Fibonacci numbers."""\n    numbers = [0, 1]\n',
 ];
 const INFILL_EXAMPLE = 'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n<FILL>\n\n    def pop(self):\n        return self.items.pop()\n';
+
+const DRAFT_KEY = 'unmask.draft';
 
 let mode = 'chat';
 let base = false;          // the model has no chat template: completion / infill only
@@ -31,13 +34,24 @@ function submit(text) {
   return true;
 }
 
+// Put text in the box (and keep it as the draft).
+function setText(text) {
+  $('prompt').value = text;
+  saveDraft();
+  autosize();
+}
+
+function saveDraft() {
+  localStorage.setItem(DRAFT_KEY, $('prompt').value);
+}
+
 export function setMode(m) {
   const t = $('prompt');
   if (m === 'infill' && mode !== 'infill' && !t.value.includes(FILL) &&
       (!t.value.trim() || CODE_EXAMPLES.includes(t.value))) {
-    t.value = INFILL_EXAMPLE;
+    setText(INFILL_EXAMPLE);
   } else if (m === 'raw' && mode === 'infill' && t.value === INFILL_EXAMPLE) {
-    t.value = CODE_EXAMPLES[0];
+    setText(CODE_EXAMPLES[0]);
   }
   mode = m;
   for (const b of document.querySelectorAll('.mode-switch .seg')) b.classList.toggle('active', b.dataset.mode === m);
@@ -66,12 +80,8 @@ export function setBaseModel(isBase) {
       return c;
     }));
   }
-  const t = $('prompt');
   if (mode === 'chat') setMode('raw');
-  if (!t.value) {
-    t.value = CODE_EXAMPLES[0];
-    autosize();
-  }
+  if (!$('prompt').value && localStorage.getItem(DRAFT_KEY) === null) setText(CODE_EXAMPLES[0]);   // a first visit
 }
 
 function autosize() {
@@ -83,7 +93,12 @@ function autosize() {
 export function initComposer(send) {
   onSend = send;
   const t = $('prompt');
-  t.addEventListener('input', autosize);
+  t.value = localStorage.getItem(DRAFT_KEY) || '';
+  autosize();
+  t.addEventListener('input', () => {
+    autosize();
+    saveDraft();
+  });
   t.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -93,8 +108,7 @@ export function initComposer(send) {
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
     const text = t.value;
-    t.value = '';
-    autosize();
+    setText('');
     submit(text);
     t.focus();
   });

@@ -1,8 +1,9 @@
 // transcript.js — the conversation on screen: one view per turn (user bubbles; assistant cards with
 // badge, meta, actions, progress bar, body and replay area), the finished answer's body (Markdown
 // for chat, the code view for Complete / Infill) with Copy, Regenerate and Replay, the empty
-// state's hero, and keeping the newest text in view. Live generations draw into these views
-// (runs.js). Not here: sending and the generation lifecycle (runs.js), storage (store.js).
+// state's hero, and keeping the newest text in view (also when the composer below grows). Live
+// generations draw into these views (runs.js). Not here: sending and the generation lifecycle
+// (runs.js), storage (store.js).
 
 import { $, el, button } from './dom.js';
 import { heroAnimation } from './canvas.js';
@@ -26,11 +27,32 @@ export function initTranscript(conversationStore, turnActions) {
   store = conversationStore;
   actions = turnActions;
   heroEl = $('hero');
+  followEnd($('transcript'));
 }
 
 export function splitFill(text) {
   const at = text.indexOf(FILL);
   return at < 0 ? [text, ''] : [text.slice(0, at), text.slice(at + FILL.length)];
+}
+
+const NEAR_END_PX = 160;
+// The transcript shows its end and should keep doing so: it was scrolled there (by scrollToEnd or
+// the reader) and the reader has not scrolled up since.
+let pinned = true;
+
+// When the transcript's box shrinks (the composer below it grows: a restored draft, the base model's
+// example, a long message being typed), a transcript that showed its end scrolls along, so the last
+// answer is not left behind the composer. A reader who scrolled up stays where they are.
+function followEnd(t) {
+  let lastTop = t.scrollTop;
+  t.addEventListener('scroll', () => {
+    if (t.scrollHeight - t.scrollTop - t.clientHeight < NEAR_END_PX) pinned = true;
+    else if (t.scrollTop < lastTop - 1) pinned = false;   // scrolled up (a smooth scroll down only grows it)
+    lastTop = t.scrollTop;
+  });
+  new ResizeObserver(() => {
+    if (pinned) scrollToEnd(true);
+  }).observe(t);
 }
 
 // Keep the newest text in view (unless the reader scrolled up). Once per animation frame: reading
@@ -44,8 +66,11 @@ export function scrollToEnd(force) {
   scrollPending = !!force;
   requestAnimationFrame(() => {
     const t = $('transcript');
-    const near = t.scrollHeight - t.scrollTop - t.clientHeight < 160;
-    if (scrollPending || near) t.scrollTop = t.scrollHeight;
+    const near = t.scrollHeight - t.scrollTop - t.clientHeight < NEAR_END_PX;
+    if (scrollPending || near) {
+      t.scrollTop = t.scrollHeight;
+      pinned = true;
+    }
     scrollPending = null;
   });
 }

@@ -2,7 +2,9 @@
 // code model without a chat template), in headless Chromium against the real server: the page opens
 // in Complete mode with a code-shaped example prompt (Chat is disabled), the completion denoises in
 // the canvas after the prompt and its committed text is Python (keywords, not noise), and Infill
-// fills the <FILL> marker between the prefix and the suffix. Screenshots go to $UNMASK_TEST_TMP.
+// fills the <FILL> marker between the prefix and the suffix; after a reload the composer keeps the
+// typed draft (the example only on a first visit) and the last answer stays in view above it.
+// Screenshots go to $UNMASK_TEST_TMP.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -83,6 +85,43 @@ describe('browser UI on the bundled code model', () => {
     assert.deepEqual(ctxs, [before, after], 'prefix and suffix around the fill');
     const fill = await msg.locator('.fill').textContent();
     assert.ok(fill.trim().length > 0, 'the hole is filled');
+    assert.deepEqual(problems, []);
+  });
+
+  // After a reload: the composer holds what the user typed (not the example again), an emptied
+  // composer stays empty (the example is for a first visit only), and the last answer is in view
+  // above the composer although the composer grew to fit the restored draft.
+  test('a reload keeps the typed draft, shows the example only on a first visit, and the last answer above the composer', async () => {
+    const draft = 'def mean(values):\n    """Return the average of values."""\n    total = 0\n    for v in values:\n        total += v\n\n\n';
+    await page.click('.seg[data-mode="raw"]');
+    await page.fill('#prompt', draft);
+    await page.reload();
+    await page.waitForSelector('#model-pill.ready');
+    await page.waitForSelector('.seg[data-mode="raw"].active');
+    const geo = () => page.evaluate(() => {
+      const t = document.getElementById('transcript');
+      const tb = t.getBoundingClientRect();
+      return { overflow: t.scrollHeight - t.clientHeight, scrollTop: t.scrollTop, transcriptBottom: tb.bottom,
+        composerTop: document.getElementById('composer').getBoundingClientRect().top,
+        answerBottom: [...document.querySelectorAll('.msg.bot')].at(-1).getBoundingClientRect().bottom };
+    });
+    // the smooth scroll to the end may still run: wait for the answer to be in view (or time out)
+    await page.waitForFunction(() => {
+      const t = document.getElementById('transcript').getBoundingClientRect();
+      return [...document.querySelectorAll('.msg.bot')].at(-1).getBoundingClientRect().bottom <= t.bottom + 1;
+    }, null, { timeout: 15000, polling: 'raf' }).catch(() => {});
+    const g = await geo();
+    assert.ok(g.overflow > 0, `the transcript overflows (${JSON.stringify(g)})`);
+    assert.ok(g.transcriptBottom <= g.composerTop + 1, 'the transcript ends where the composer starts');
+    assert.ok(g.answerBottom <= g.transcriptBottom + 1,
+      `the last answer ends at ${g.answerBottom} px, behind the composer from ${g.transcriptBottom} px (scrolled ${g.scrollTop} of ${g.overflow} px)`);
+    await page.screenshot({ path: path.join(shots, 'code-model-reload.png') });
+    assert.equal(await page.inputValue('#prompt'), draft, 'the composer keeps what was typed');
+    await page.fill('#prompt', '');
+    await page.reload();
+    await page.waitForSelector('#model-pill.ready');
+    await page.waitForSelector('.seg[data-mode="raw"].active');
+    assert.equal(await page.inputValue('#prompt'), '', 'an emptied composer stays empty: the example is only for a first visit');
     assert.deepEqual(problems, []);
   });
 });

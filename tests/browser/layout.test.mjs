@@ -2,7 +2,8 @@
 // headless Chromium against the real server (tiny chat model): Replay opened under the last answer
 // is scrolled into the transcript's visible box; the replay canvas keeps every block (the active
 // block's highlight included) inside its box, also for code tokens that are long runs of spaces
-// (which pre-wrap would let hang past the right edge).
+// (which pre-wrap would let hang past the right edge); a composer that grows (a long draft) keeps
+// the last answer in view above it instead of hiding its end.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -141,6 +142,41 @@ describe('browser UI layout', () => {
     assert.ok(sawActive, 'some frame shows an active block');
     await scrub.fill('1');
     await page.screenshot({ path: path.join(shots, 'layout-replay-active.png') });
+    assert.deepEqual(problems, []);
+  });
+
+  test('a composer that grows keeps the last answer in view above it', async () => {
+    await page.evaluate((c) => {
+      localStorage.setItem('unmask.conversations.v1', JSON.stringify([c]));
+      localStorage.setItem('unmask.currentConversation', c.id);
+    }, conversation(4));
+    await page.reload();
+    await page.waitForSelector('#conn[data-state="open"]');
+    const atEnd = `() => {
+      const t = document.getElementById('transcript');
+      return t.scrollHeight > t.clientHeight && t.scrollTop >= t.scrollHeight - t.clientHeight - 1;
+    }`;
+    assert.ok(await settles(page, atEnd), 'the transcript overflows and opens at its end');
+    const before = await box('#composer');
+    // a long draft (Shift+Enter lines) grows the composer and shrinks the transcript
+    await page.focus('#prompt');
+    for (let i = 0; i < 6; i++) {
+      await page.keyboard.type(`line ${i}`);
+      await page.keyboard.press('Shift+Enter');
+    }
+    const grown = await box('#composer');
+    assert.ok(before.top - grown.top > 60, `the composer grew: its top moved from ${before.top} to ${grown.top} px`);
+    const visible = `() => {
+      const t = document.getElementById('transcript').getBoundingClientRect();
+      const a = [...document.querySelectorAll('.msg.bot')].at(-1).getBoundingClientRect();
+      return a.bottom <= t.bottom + 1;
+    }`;
+    await settles(page, visible);
+    const t = await box('#transcript');
+    const a = await box('.msg.bot');
+    assert.ok(t.bottom <= grown.top + 1, 'the transcript ends where the composer starts');
+    assert.ok(a.bottom <= t.bottom + 1, `the last answer ends at ${a.bottom} px, hidden behind the composer that starts at ${t.bottom} px`);
+    await page.screenshot({ path: path.join(shots, 'layout-composer-grown.png') });
     assert.deepEqual(problems, []);
   });
 });
