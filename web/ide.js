@@ -3,8 +3,9 @@
 // the prefix and the text after it as the suffix (native infilling, docs/http-api.md). The
 // suggestion is drawn as ghost text at the cursor while it denoises: the /v1/fim/completions route
 // streams whole-canvas frames ("diffusing": true), the llama.cpp /infill route streams committed
-// deltas. Tab inserts exactly the suggested text between prefix and suffix, Esc (or typing,
-// clicking) dismisses it. Not here: the chat UI (app.js), the API key and authenticated fetch (api.js).
+// deltas. Tab inserts exactly the suggested text between prefix and suffix (a leading space the
+// cursor's indentation already provides is not doubled), Esc (or typing, clicking) dismisses it.
+// Not here: the chat UI (app.js), the API key and authenticated fetch (api.js).
 
 import { initTheme } from './theme.js';
 import { postJson } from './api.js';
@@ -32,7 +33,7 @@ function draw(masks = 0) {
     return;
   }
   $('ghost-prefix').textContent = sug.prefix;
-  $('ghost').textContent = sug.text;
+  $('ghost').textContent = insertion(sug);
   $('ghost-masks').textContent = '·'.repeat(Math.max(0, masks));
   $('ghost-suffix').textContent = sug.suffix;
   layer.dataset.state = sug.error ? 'error' : sug.ready ? 'ready' : 'denoising';
@@ -40,6 +41,13 @@ function draw(masks = 0) {
   layer.hidden = false;
   editor.classList.add('suggesting');
   layer.scrollTop = editor.scrollTop;
+}
+
+// What Tab inserts: the suggestion, less its first space when the text before the cursor already
+// ends in one (the cursor sits in indentation or after a space, and the model's first token carries
+// a word's leading space: " return" after 8 spaces would indent by 9).
+function insertion(s) {
+  return /[ \t]$/.test(s.prefix) && s.text.startsWith(' ') ? s.text.slice(1) : s.text;
 }
 
 function dismiss(why) {
@@ -55,11 +63,12 @@ function accept() {
   if (!s || !s.ready) return false;
   sug = null;
   draw();
-  editor.value = s.prefix + s.text + s.suffix;
-  const at = s.prefix.length + s.text.length;
+  const text = insertion(s);
+  editor.value = s.prefix + text + s.suffix;
+  const at = s.prefix.length + text.length;
   editor.focus();
   editor.setSelectionRange(at, at);
-  setStatus(`Inserted ${s.text.length} characters.`);
+  setStatus(`Inserted ${text.length} characters.`);
   return true;
 }
 

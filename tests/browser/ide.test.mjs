@@ -2,8 +2,10 @@
 // against the real server: Ctrl+Space at the cursor asks for an infill suggestion, the ghost text
 // appears at the cursor (between the prefix and the suffix) and denoises in place (frames with
 // masks still open, then final), the suggestion is exactly what the server answers for that prefix
-// and suffix, Tab inserts exactly it between prefix and suffix, Esc dismisses without changing the
-// code; both routes (/v1/fim/completions with denoising frames, llama.cpp /infill).
+// and suffix (a leading space the indentation at the cursor already provides is not doubled, a word's
+// space is kept), Tab inserts exactly it between prefix and suffix, Esc dismisses without changing
+// the code; both routes (/v1/fim/completions with denoising frames, llama.cpp /infill); the editor
+// does not move when the status line changes.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -103,13 +105,20 @@ describe('IDE demo page', () => {
     assert.equal(ref.status, 200);
     const expected = ref.json.choices[0].text;
     assert.ok(expected.length > 0, 'the model fills this gap with something');
-    assert.equal(parts.ghost, expected, 'the ghost text is the server\'s fill');
+    // PREFIX ends in the method body's indentation and the fill starts with a word's space: the
+    // suggestion is the fill without that space, which the indentation already provides
+    assert.ok(expected.startsWith(' ') && !expected.startsWith('  '), `the fill starts with one space: ${JSON.stringify(expected)}`);
+    const shown = expected.slice(1);
+    assert.equal(parts.ghost, shown, 'the ghost text is the server\'s fill, its space not doubled');
     // the editor itself is unchanged until Tab
     assert.equal(await page.inputValue('#editor'), PREFIX + SUFFIX);
     await page.keyboard.press('Tab');
-    assert.equal(await page.inputValue('#editor'), PREFIX + expected + SUFFIX, 'Tab inserts exactly the suggestion at the cursor');
+    const code = await page.inputValue('#editor');
+    assert.equal(code, PREFIX + shown + SUFFIX, 'Tab inserts exactly the suggestion at the cursor');
+    const line = code.split('\n')[PREFIX.split('\n').length - 1];
+    assert.match(line, /^ {8}\S/, `the method body's first line is indented by 8 spaces: ${JSON.stringify(line)}`);
     const caret = await page.evaluate(() => document.getElementById('editor').selectionStart);
-    assert.equal(caret, PREFIX.length + expected.length, 'the cursor ends after the inserted text');
+    assert.equal(caret, PREFIX.length + shown.length, 'the cursor ends after the inserted text');
     assert.equal(await page.locator('#ghost-layer').isVisible(), false, 'the ghost is gone');
     assert.deepEqual(problems, []);
   });
@@ -136,10 +145,50 @@ describe('IDE demo page', () => {
     const parts = await layerParts();
     const ref = await postJson(srv.base, '/infill', { input_prefix: PREFIX, input_suffix: SUFFIX, n_predict: 16 });
     assert.equal(ref.status, 200);
-    assert.ok(ref.json.content.length > 0);
-    assert.equal(parts.ghost, ref.json.content);
+    const fill = ref.json.content;
+    assert.ok(fill.startsWith(' ') && !fill.startsWith('  '), `the fill starts with one space: ${JSON.stringify(fill)}`);
+    assert.equal(parts.ghost, fill.slice(1), 'the streamed fill, its space not doubled after the indentation');
     await page.keyboard.press('Tab');
-    assert.equal(await page.inputValue('#editor'), PREFIX + ref.json.content + SUFFIX);
+    assert.equal(await page.inputValue('#editor'), PREFIX + fill.slice(1) + SUFFIX);
+    assert.deepEqual(problems, []);
+  });
+
+  test('a suggestion keeps its leading space after a word: only a space the cursor already has is dropped', async () => {
+    await page.selectOption('#route', 'fim');
+    const prefix = `${PREFIX}self.items.append(item)\n\n    def size(self):\n        return`;
+    await setCode(prefix, SUFFIX);
+    await page.keyboard.press('Control+Space');
+    await page.waitForSelector('#ghost-layer[data-state="ready"]', { timeout: 60000 });
+    const ref = await postJson(srv.base, '/v1/fim/completions', { prompt: prefix, suffix: SUFFIX, max_tokens: 16 });
+    const fill = ref.json.choices[0].text;
+    assert.ok(fill.startsWith(' '), `the fill starts with a space: ${JSON.stringify(fill)}`);
+    assert.equal((await layerParts()).ghost, fill);
+    await page.keyboard.press('Tab');
+    const code = await page.inputValue('#editor');
+    assert.equal(code, prefix + fill + SUFFIX, 'after "return" the space is the word\'s own: kept');
+    assert.match(code, /return \S/);
+    assert.deepEqual(problems, []);
+  });
+
+  test('the editor does not move when the status line changes', async () => {
+    await page.selectOption('#route', 'fim');
+    await setCode(PREFIX, SUFFIX);
+    // the editor's top at every change of the status line, from now on
+    await page.evaluate(() => {
+      const ed = document.getElementById('ide-editor');
+      const st = document.getElementById('ide-status');
+      window.__tops = [{ text: st.textContent, top: ed.getBoundingClientRect().top }];
+      new MutationObserver(() => window.__tops.push({ text: st.textContent, top: ed.getBoundingClientRect().top }))
+        .observe(st, { childList: true, characterData: true, subtree: true });
+    });
+    await page.keyboard.press('Control+Space');
+    await page.waitForSelector('#ghost-layer[data-state="ready"]', { timeout: 60000 });
+    await page.waitForFunction(() => /ready|nothing/.test(document.getElementById('ide-status').textContent));
+    await page.keyboard.press('Escape');
+    await page.waitForFunction(() => document.getElementById('ide-status').textContent === 'Dismissed.');
+    const tops = await page.evaluate(() => window.__tops);
+    assert.ok(new Set(tops.map((t) => t.text)).size >= 3, `the status changed: ${JSON.stringify(tops)}`);
+    for (const t of tops) assert.equal(t.top, tops[0].top, `the editor stays at ${tops[0].top} px; with "${t.text}" it was at ${t.top} px`);
     assert.deepEqual(problems, []);
   });
 });
