@@ -1,7 +1,8 @@
 // canvas.js — renders one generation's denoising canvas: every generated position is a span that
 // is a mask placeholder, a draft (faint, opacity from confidence) or a committed token; positions
 // are grouped into blocks, and a finalized block is marked. Applies the protocol's step / block /
-// done events (docs/protocol.md). Not here: the protocol (client.js), the page (app.js).
+// done events (docs/protocol.md). Not here: the protocol (client.js), the page (runs.js and
+// replay.js draw with it).
 
 export class GenCanvas {
   // opts: { genLength, blockLength, nPrompt, layout: 'llada' | 'aligned', showIds }

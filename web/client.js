@@ -5,7 +5,7 @@
 // what it has processed (so the server can release its replay buffer), and reports everything as
 // DOM events: 'status' {state, attempt}, 'session' {token, model, defaults, limits, resumed},
 // 'message' {msg} (every server event, in seq order), 'lost' {ids} (generations that could not be
-// resumed). Not here: rendering (canvas.js, app.js).
+// resumed). Not here: rendering (canvas.js, runs.js).
 
 const HANDSHAKE_TIMEOUT_MS = 6000;
 const RESUME_FAIL_CODES = new Set(['unknown_session', 'session_overflow', 'resume_not_allowed']);

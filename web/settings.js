@@ -81,7 +81,9 @@ function syncOutputs() {
   };
   for (const [k, e] of fields) {
     if (isStream(e)) continue;
-    const byDecoder = reads ? !reads.includes(k) : (k === 'threshold' || k === 'sub_block_length') && unused[k];
+    // with the server's map: a parameter some decoder reads is dimmed when the chosen one does not
+    const mapped = reads && Object.values(decoderFields).some((names) => Array.isArray(names) && names.includes(k));
+    const byDecoder = mapped ? !reads.includes(k) : (k === 'threshold' || k === 'sub_block_length') && unused[k];
     const byCache = (k === 'cache_refresh' || k === 'prefix_look' || k === 'after_look') && unused[k];
     e.closest('.field').classList.toggle('dim', byDecoder || byCache);
   }

@@ -217,8 +217,10 @@ function toggleReplay(v, btn) {
   v.replay = new Replay(v.replayBox, v.turn.trace);
   btn.setAttribute('aria-expanded', 'true');
   btn.classList.add('on');
-  // it opens under the answer, below the fold when the answer is the last one: bring it into view
-  v.replay.root.scrollIntoView({ block: 'nearest' });
+  // it opens under the answer, below the fold when the answer is the last one: bring it into view,
+  // with the card's end when the whole card fits
+  const fits = v.art.getBoundingClientRect().height <= $('transcript').clientHeight;
+  (fits ? v.art : v.replay.root).scrollIntoView({ block: 'nearest' });
 }
 
 async function copyText(text, btn) {
