@@ -66,6 +66,33 @@ def main():
         ok("strong_compiled" in r and "strong_compile_s" in r, f"{what}: says whether / how long it compiled",
            json.dumps(r))
 
+    # the lease's table: unmask's `bench --decode` rows beside both peers' rows, one line per shape
+    logs = []
+    for cache, dec, mb in (("dual", "threshold", "2"), ("none", "low_confidence", "1")):
+        u = subprocess.run([BIN, "bench", "--decode", "--model", models["tiny"], "--batch", "1,2", "--prompt", "16",
+                            "--gen", "32", "--block", "16", "--max-blocks", mb, "--decoders", dec, "--threshold", "0.9",
+                            "--cache", cache, "--threads", "2"], capture_output=True, text=True, timeout=300)
+        logs.append(os.path.join(tmp, f"unmask_{cache}.log"))
+        with open(logs[-1], "w") as f:
+            f.write(u.stdout)
+    with open(os.path.join(tmp, "peers.jsonl"), "w") as f:
+        f.write(p.stdout)
+    t = subprocess.run([sys.executable, os.path.join(SRC, "tools", "bench", "peer_table.py")] + logs +
+                       [os.path.join(tmp, "peers.jsonl")], capture_output=True, text=True, timeout=60)
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in t.stdout.splitlines()
+             if ln.startswith("| dual cache") or ln.startswith("| no cache")]
+    ok(t.returncode == 0 and len(cells) == 4, "peer table: a line per cache mode and batch", t.stdout + t.stderr)
+    for c in cells:
+        try:
+            u_ms, s_ms, e_ms = float(c[3]), float(c[4]), float(c[5])
+            # unmask prints ms/step to 0.1 ms: the ratio is checked where that is precise enough
+            good = u_ms >= 0 and s_ms > 0 and e_ms > 0 and c[9] == "yes" and \
+                (u_ms < 1 or abs(float(c[6].rstrip("×")) - s_ms / u_ms) <= 0.01 * s_ms / u_ms + 0.01)
+        except (ValueError, IndexError):
+            good = False
+        ok(good, f"peer table {c[0]} batch {c[2] if len(c) > 2 else '?'}: unmask, compiled and eager ms/step, "
+           "compiled / unmask, same tokens", " | ".join(c))
+
     for bad, what in ((["--cache", "fast"], "--cache"), (["--decoder", "greedy"], "--decoder"),
                       (["--cache", "dual,none", "--max-blocks", "1,2,3"], "--max-blocks"),
                       (["--check", BIN, "--device", "cuda"], "--check")):

@@ -631,7 +631,8 @@ def bench_decode_row(m, S, fns, est, cache, decoder, max_blocks, B, dtypes, peer
     for peer in peers:
         t_est = est.run(peer, cache, B) + (est.compiles(cache, B) if peer == "strong" else 0.0)
         if over_budget(t_est):
-            r[peer + "_skipped"] = f"budget: ~{t_est:.0f} s more would end past --budget-s {args.budget_s:.0f}"
+            r[peer + "_skipped"] = (f"budget: {time.perf_counter() - T0:.0f} s used + ~{t_est:.0f} s expected > "
+                                    f"--budget-s {args.budget_s:.0f}")
             note(f"{peer} peer, cache {cache}, batch {B}: skipped ({r[peer + '_skipped']})")
             continue
         if args.device == "cuda":
