@@ -467,13 +467,14 @@ def compile_how():
 
 
 class StepFn:
-    """One step kind of the strong peer under torch.compile (fullgraph, static shapes). If compiling
-    or the first run fails, it says so (stderr and STRONG["compiled"]) and runs the plain function."""
+    """One step kind of the strong peer under torch.compile (fullgraph). If compiling or one of the
+    first 3 calls (compile, CUDA graph warm-up, recording) fails, it says so (stderr and
+    STRONG["compiled"]) and runs the plain function from then on."""
 
     def __init__(self, fn):
         self.fn = fn
         self.call = fn
-        self.first = True
+        self.tries = 3
         self.graphs = STRONG["mode"] == "reduce-overhead"
         if STRONG["mode"]:
             self.call = torch.compile(fn, mode=STRONG["mode"], fullgraph=True)
@@ -481,9 +482,9 @@ class StepFn:
     def __call__(self, *a):
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()   # each step is a new run of its graph
-        if not self.first:
+        if self.tries == 0 or self.call is self.fn:
             return self.call(*a)
-        self.first = False
+        self.tries -= 1
         try:
             return self.call(*a)
         except Exception as e:   # noqa: BLE001 — any compiler failure: run uncompiled, say why
