@@ -495,6 +495,15 @@ class StepFn:
             return self.fn(*a)
 
 
+def cudagraph_skips():
+    """How many times inductor ran a compiled graph without CUDA graphs (it logs why on stderr)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["inductor"].get("cudagraph_skips", 0))
+    except (ImportError, KeyError, AttributeError):
+        return -1
+
+
 STRONG = {}   # mode (torch.compile mode or None), compiled (what the rows say)
 
 
@@ -568,13 +577,14 @@ def act_dtype(dtype):
     return torch.bfloat16 if args.device == "cuda" or dtype == "bf16" else torch.float32
 
 
-def timed(fn, reps, dtype, warm=True):
-    """min seconds of fn over reps (a first, untimed run warms up when warm)."""
+def timed(fn, reps, dtype, warm=True, grad=torch.inference_mode):
+    """min seconds of fn over reps (a first, untimed run warms up when warm). The strong peer runs
+    under torch.no_grad, as when it was compiled (the grad mode is part of a graph's guards)."""
     best = float("inf")
     for r in range(reps + int(warm)):
         sync()
         t0 = time.perf_counter()
-        with torch.inference_mode(), autocast(dtype):
+        with grad(), autocast(dtype):
             fn()
         sync()
         t = time.perf_counter() - t0
@@ -598,7 +608,7 @@ def bench_forward(m, S, peer, L, B, reps, dtype):
         first = time.perf_counter() - t
         fn(ids)
         fn(ids)
-    return timed(lambda: fn(ids), reps, dtype, warm=False), {"compile_s": first}
+    return timed(lambda: fn(ids), reps, dtype, warm=False, grad=torch.no_grad), {"compile_s": first}
 
 
 def over_budget(estimate_s):
@@ -664,6 +674,8 @@ def bench_decode_row(m, S, fns, est, cache, decoder, max_blocks, B, dtypes, peer
                     est.compiled.update((k, B > 1) for k in kinds)
                     r["strong_compile_s"] = round(first, 2)
                     r["strong_warmup_s"] = round(rest, 2)
+                    if STRONG["mode"] == "reduce-overhead":   # compiled, but run without CUDA graphs?
+                        r["strong_cudagraph_skips"] = cudagraph_skips()
                     t = float("inf")
                     for _ in range(args.reps):
                         sync()
