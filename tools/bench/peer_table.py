@@ -75,6 +75,8 @@ def main(files):
         how = r.get("strong_compiled")
         if s is not None and how and not how.startswith("reduce-overhead") and how != "default":
             note(key, f"the strong peer ran uncompiled: {how}")
+        if r.get("strong_masks_left", 0) > 0:
+            note(key, f"WRONG: the strong peer left {r['strong_masks_left']} masks in its decoded blocks")
         if r.get("strong_cudagraph_skips", 0) > 0:
             note(key, "inductor skipped CUDA graphs for some step (the peer's stderr says why)")
         if u is None:

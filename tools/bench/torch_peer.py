@@ -685,6 +685,9 @@ def bench_decode_row(m, S, fns, est, cache, decoder, max_blocks, B, dtypes, peer
                         t = min(t, time.perf_counter() - t0)
                 canvas = S.canvas.clone()
                 r["strong_compiled"] = STRONG["compiled"]
+                # every decoded position committed (else the steps did not run on this canvas)
+                r["strong_masks_left"] = int((canvas[:, args.prompt:args.prompt + n_blocks * args.block]
+                                              == m.mask_id).sum())
             est.wall[(peer, cache)] = (B, t)
             r[f"{peer}_{dt}_ms_per_step"] = 1e3 * t / fwd
             r[f"{peer}_{dt}_tokens_per_s"] = B * n_blocks * args.block / t
