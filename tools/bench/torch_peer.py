@@ -781,6 +781,10 @@ def main():
             # larger batches share one), and room for a compile per step kind and shape
             if hasattr(dyn, "force_nn_module_property_static_shapes"):
                 dyn.force_nn_module_property_static_shapes = False
+            # eps and the threshold are constants: as float inputs they would reach the graph as CPU
+            # scalars, and one CPU input makes inductor run it without CUDA graphs
+            if hasattr(dyn, "specialize_float"):
+                dyn.specialize_float = True
             for k in ("cache_size_limit", "recompile_limit"):
                 if hasattr(dyn, k):
                     setattr(dyn, k, max(getattr(dyn, k), 64))
