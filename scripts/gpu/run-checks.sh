@@ -2,14 +2,18 @@
 # run-checks.sh — run ON THE GPU MACHINE (an H100/H200 lent through the device `run` tool, with
 # carry: [".deps"] prepared here by scripts/gpu/prepare-deps.sh). One command does everything:
 #     bash scripts/gpu/run-checks.sh            (= all)
-# or one stage per call: build | parity | sanitize | bench | all | lease. `all` can exceed the tool's
+# or one stage per call: build | parity | sanitize | bench | all | lease | peers. `all` can exceed the tool's
 # 10-minute limit: prefer one call per stage (each stage builds what it needs on a fresh machine).
-#   lease     everything that matters, in priority order, inside one call of LEASE_S seconds [420]
+#   lease     everything that matters, in priority order, inside one call of LEASE_S seconds [560]
 #             (a lent machine has 15 minutes in all): parity, the 8B bench + per-op profile, the
-#             decode benches beside the PyTorch peer, the device suites, the families, memcheck;
-#             each step is skipped or cut short when the time left is too little. Meant to run on
+#             decode benches beside the PyTorch peers (eager and compiled, one table: lease_peers),
+#             the device suites, the families, memcheck; each step is skipped or cut short when the
+#             time left is too little. Meant to run on
 #             the prebuilt bundle (scripts/gpu/pack.sh, carry [".gpucarry"]): no build there.
 #             LEASE_BENCH=0: the checks only (no 8B checkpoint, no benches).
+#   peers     the lease's peer part alone (unmask's decode rows, eager + compiled peer, the table)
+#             in LEASE_S seconds: a second call when the lease's table misses compiled rows
+#             (PEER_BATCH=8,32: only the missing batch sizes)
 #   build     configure CMake against .deps (pkg-config sysroot, OpenSSL root, LD_LIBRARY_PATH) and
 #             build unmask, gpu_parity and the unit tests into build-gpu/ (kept between calls on a warm
 #             machine); run the C unit tests (CPU numerics + the CUDA init test with a real device)
@@ -24,7 +28,8 @@
 #   bench     unmask bench --device cuda:0 on an 8B-shaped bf16 model (make-model --preset 8b, in
 #             /tmp, reused while the machine stays warm) at batch 1/8/32, gen 256, block 32:
 #             ms/step, tokens/s, HBM floor; then bench --decode --device cuda:0 (no cache / dual cache +
-#             threshold, prompt 256) beside the PyTorch peer tools/bench/torch_peer.py --device cuda
+#             threshold, prompt 256) beside the PyTorch peers tools/bench/torch_peer.py --device cuda --peer
+#             both (eager, and compiled: torch.compile reduce-overhead), one table by tools/bench/peer_table.py
 #             (UNMASK_BENCH_PEER=0 skips that part)
 # Logs go to $OUT (the run tool brings them back) or build-gpu/logs/. Exit status != 0 if any stage failed.
 set -uo pipefail
@@ -146,21 +151,21 @@ do_bench() {
     tee "$LOGS/bench.log"
   local rc=${PIPESTATUS[0]}
   [ "${UNMASK_BENCH_PEER:-1}" = 1 ] || return $rc
-  # the same decodes side by side with the PyTorch peer (tools/bench/torch_peer.py: eager bf16, SDPA):
-  # the reference decode (no cache, one token per step) and Fast-dLLM's dual cache + threshold 0.9,
-  # prompt 256, gen 256, block 32, the first 2 blocks timed
-  stage "bench: unmask vs PyTorch peer, no-cache low_confidence and dual-cache threshold"
+  # the same decodes side by side with the PyTorch peers (tools/bench/torch_peer.py: eager bf16, and
+  # strong = fused weights + SDPA + device-side commit + torch.compile reduce-overhead): the reference
+  # decode (no cache, one token per step) and Fast-dLLM's dual cache + threshold 0.9, prompt 256,
+  # gen 256, block 32, the first 2 blocks timed
+  stage "bench: unmask vs PyTorch peers, no-cache low_confidence and dual-cache threshold"
   "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --prompt 256 --gen 256 \
     --block 32 --max-blocks 2 --decoders low_confidence --cache none 2>&1 | tee "$LOGS/bench_decode_none.log" || rc=1
   "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --batch 1,8,32 --prompt 256 --gen 256 \
     --block 32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual 2>&1 |
     tee "$LOGS/bench_decode_dual.log" || rc=1
-  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B" --decode --batch 1,8,32 --prompt 256 \
-      --gen 256 --block 32 --max-blocks 2 --reps 1 --cache none --decoder low_confidence 2>&1 | tee "$LOGS/peer_none.log"
-    python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B" --decode --batch 1,8,32 --prompt 256 \
-      --gen 256 --block 32 --max-blocks 2 --reps 1 --cache dual --decoder threshold --threshold 0.9 2>&1 |
-      tee "$LOGS/peer_dual.log"
+  if env -u LD_LIBRARY_PATH python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    env -u LD_LIBRARY_PATH python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B" --decode --json \
+      --peer both --batch 1,8,32 --prompt 256 --gen 256 --block 32 --max-blocks 2 --reps 1 --cache none,dual \
+      --decoder low_confidence,threshold --threshold 0.9 | tee "$LOGS/peers.jsonl"
+    python3 "$ROOT/tools/bench/peer_table.py" "$LOGS/bench_decode_none.log" "$LOGS/bench_decode_dual.log" "$LOGS/peers.jsonl"
   else
     echo "run-checks: no PyTorch with CUDA here: the peer rows are missing"
   fi
@@ -171,7 +176,7 @@ do_bench() {
 # Each step runs under `timeout` of at most the time left (LEASE_S from the start) and is skipped
 # when less than its minimum is left; everything is logged to $LOGS/lease.log (the tool brings back
 # at most 8 files), a summary of each step's outcome is printed last.
-LEASE_S=${LEASE_S:-420}
+LEASE_S=${LEASE_S:-560}
 SUMMARY=()
 T0=$SECONDS
 left() { echo $((LEASE_S - (SECONDS - T0))); }
@@ -206,13 +211,64 @@ families() {
 }
 
 
+# "${TEE_TO[@]}" FILE CMD...: CMD's stdout into FILE too (a command, so `step` can time it out)
+TEE_TO=(bash -c '"${@:2}" | tee "$1"; exit ${PIPESTATUS[0]}' _)
+
+# unmask's two decode steps and the PyTorch peers on the 8B checkpoint, then one table. The peers run
+# in one process for both cache modes (one load): per batch and mode the eager peer, then the strong
+# one (its compile and warm-up timed apart). Their time is min(LEASE_PEER_S, what is left -
+# LEASE_TAIL_S, which is kept for the steps after them); inside it, torch_peer.py --budget-s skips
+# the rows whose expected time (a compile per new step kind, ~60 s until one is measured) would not
+# fit, and every finished row is kept. peer_table.py prints unmask's and both peers' ms/step in one
+# table (repeated after the lease summary). PEER_BATCH: the batch sizes [1,8,32].
+LEASE_PEER_S=${LEASE_PEER_S:-330}
+LEASE_TAIL_S=${LEASE_TAIL_S:-120}
+PEER_BATCH=${PEER_BATCH:-1,8,32}   # the batch sizes of the table
+lease_peers() {
+  rm -f "$UNMASK_TEST_TMP"/unmask_{dual,none}.log "$UNMASK_TEST_TMP"/peers.jsonl "$UNMASK_TEST_TMP"/peer_table.md
+  local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 --batch "$PEER_BATCH")
+  step "decode dual threshold (2 blocks)" 20 60 "${TEE_TO[@]}" "$UNMASK_TEST_TMP/unmask_dual.log" "$BUILD/unmask" "${D[@]}" --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
+  step "decode none low_conf (1 block)" 30 90 "${TEE_TO[@]}" "$UNMASK_TEST_TMP/unmask_none.log" "$BUILD/unmask" "${D[@]}" --max-blocks 1 --decoders low_confidence --cache none
+  local pb; pb=$(( $(left) - LEASE_TAIL_S )); [ "$pb" -gt "$LEASE_PEER_S" ] && pb=$LEASE_PEER_S
+  # the peers run with the image's own libraries (none of .deps)
+  local peer=(env -u LD_LIBRARY_PATH python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B")
+  local P=(--decode --json --peer both --batch "$PEER_BATCH" --prompt 256 --gen 256 --block 32 --reps 1
+           --cache dual,none --decoder threshold,low_confidence --threshold 0.9 --max-blocks 2,1)
+  if [ "$pb" -lt 60 ]; then
+    SUMMARY+=("SKIP  peers (only ${pb}s of peer time left)"); echo "[lease] skip peers"
+  else
+    step "peers: eager + compiled, dual + none" 60 "$pb" "${TEE_TO[@]}" "$UNMASK_TEST_TMP/peers.jsonl" "${peer[@]}" "${P[@]}" --budget-s $((pb - 15))
+  fi
+  step "table: unmask vs compiled vs eager peer" 1 20 "${TEE_TO[@]}" "$UNMASK_TEST_TMP/peer_table.md" python3 "$ROOT/tools/bench/peer_table.py" \
+    "$UNMASK_TEST_TMP/unmask_dual.log" "$UNMASK_TEST_TMP/unmask_none.log" "$UNMASK_TEST_TMP/peers.jsonl"
+}
+
+print_summary() {
+  echo; echo "==================== $1 summary ($((SECONDS - T0))s) ===================="
+  printf '%s\n' "${SUMMARY[@]}"
+  [ -s "$UNMASK_TEST_TMP/peer_table.md" ] && { echo; echo "ms per step (8B, prompt 256, gen 256, block 32):"; cat "$UNMASK_TEST_TMP/peer_table.md"; }
+  return 0
+}
+
+# peers: unmask's decode rows and both peers only, in a call of its own (LEASE_S seconds, no tail):
+# on a machine still warm from a lease the 8B checkpoint is already in /tmp
+do_peers() {
+  ensure_built || return 1
+  if [ ! -f "$MODEL8B/config.json" ]; then
+    echo "writing $MODEL8B (make-model --preset 8b, ~16 GB)"
+    "$BUILD/unmask" make-model --out "$MODEL8B" --preset 8b --quiet || return 1
+  fi
+  LEASE_TAIL_S=0 lease_peers
+  print_summary peers
+  return $fail
+}
+
 # the lease's last steps (sanitizers, the CPU kernel bench) and its summary
 lease_tail() {
   step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
   step "cpu kernels bench (16 threads)" 30 90 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
   step "racecheck gpu_parity --quick" 40 200 compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
-  echo; echo "==================== lease summary ($((SECONDS - T0))s) ===================="
-  printf '%s\n' "${SUMMARY[@]}"
+  print_summary lease
 }
 
 do_lease() {
@@ -250,20 +306,16 @@ do_lease() {
   local B=(bench --device cuda:0 --model "$MODEL8B" --block 32)
   step "bench 8B b1/8/32 (64 steps)" 30 120 "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 64
   step "profile 8B b1 + b32" 20 60 "$BUILD/unmask" "${B[@]}" --batch 1,32 --gen 256 --steps 16 --profile 1
+  # unmask's decode steps beside the PyTorch peers (tools/bench/torch_peer.py: eager, and strong =
+  # fused weights + SDPA + device-side commit + torch.compile reduce-overhead), then one table
+  lease_peers
   local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32)
-  step "decode dual threshold (2 blocks)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
   step "profile dual b1 + b8 (1 block, host loop)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
   # A/B: the same-shape products of each linear op (q/k/v, gate/up) as one batched GEMM (docs/gpu.md)
   step "decode dual, batched linear" 20 60 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
   step "profile dual b1, batched linear" 15 40 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
   step "bench 8B b1/8/32 batched linear" 20 90 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 32
-  step "decode none low_conf (1 block)" 30 90 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 1 --decoders low_confidence --cache none
   step "profile none b1 (canvas 512, host loop)" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders low_confidence --cache none --profile 1
-  # the PyTorch peer runs with the image's own libraries (none of .deps)
-  local peer=(env -u LD_LIBRARY_PATH python3 "$ROOT/tools/bench/torch_peer.py" --device cuda --model "$MODEL8B")
-  local P=(--decode --batch 1,8,32 --prompt 256 --gen 256 --block 32 --reps 1)
-  step "peer none low_conf (1 block)" 40 120 "${peer[@]}" "${P[@]}" --max-blocks 1 --cache none --decoder low_confidence
-  step "peer dual threshold (2 blocks)" 30 90 "${peer[@]}" "${P[@]}" --max-blocks 2 --cache dual --decoder threshold --threshold 0.9
   lease_tail
   return $fail
 }
@@ -276,9 +328,10 @@ case "$STAGE" in
   bench) run do_bench ;;
   families) families || fail=1 ;;
   lease) do_lease 2>&1 | tee "$LOGS/lease.log"; fail=${PIPESTATUS[0]} ;;
+  peers) do_peers 2>&1 | tee "$LOGS/peers.log"; fail=${PIPESTATUS[0]} ;;
   all)
     if do_build; then run do_parity; run do_sanitize; run do_bench; else fail=1; fi ;;
-  *) echo "usage: run-checks.sh [all|build|parity|sanitize|bench|lease]"; exit 2 ;;
+  *) echo "usage: run-checks.sh [all|build|parity|sanitize|bench|lease|peers]"; exit 2 ;;
 esac
 echo
 [ $fail -eq 0 ] && echo "run-checks: ALL OK ($STAGE)" || echo "run-checks: FAILURES ($STAGE)"
