@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
@@ -88,7 +89,15 @@ int cli_model_ctx_exit_code(const um_err *err) {
     return err->param[0] ? 2 : 1;
 }
 
-void cli_process_init(void) { backend_cpu_probe(); }
+int cli_process_init(void) {
+    um_err err = {0};
+    if (fault_init_env(&err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 2;
+    }
+    backend_cpu_probe();
+    return 0;
+}
 
 int cli_cpu_kernels_apply(const char *name) {
     if (!name) return 0;

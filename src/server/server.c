@@ -34,7 +34,6 @@
 
 #include "backend/backend.h"
 #include "decode/decode.h"
-#include "decode/fault_inject.h"
 #include "model/model_tp.h"
 #include "api/algo_config.h"
 #include "server/callers.h"
@@ -82,7 +81,6 @@ struct server {
     int             n_engines;
     int             max_seq;       /* effective --max-seq (tokens), set by the loader */
     sched          *sc;
-    decode_faults  *faults;         /* TEST HOOK rules (UNMASK_FAULT_FORWARD_FAIL), NULL = off */
 
     int             stop;          /* service thread: leave the loop */
 
@@ -542,11 +540,6 @@ static void *loader_main(void *arg) {
                      .device_rows = device_rows_of(c, &s->m),
                      .on_step = on_sched_step,
                      .on_step_user = s};
-    s->faults = decode_faults_from_env();   /* test hook: NULL unless UNMASK_FAULT_FORWARD_FAIL is set */
-    if (s->faults) {
-        so.step_check = decode_faults_check;
-        so.step_check_user = s->faults;
-    }
     s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);
     log_info("loaded %s in %.0f ms: %d replica%s x tp %d%s, max seq %d", c->model, time_ms_since(t0), s->n_engines,
              s->n_engines == 1 ? "" : "s", c->tp, c->nnodes > 1 ? " (multi-node)" : "", s->max_seq);
@@ -601,8 +594,6 @@ out:
 
 static void engines_free(server *s) {
     if (s->sc) sched_free(s->sc);
-    decode_faults_free(s->faults);
-    s->faults = NULL;
     s->sc = NULL;
     for (int i = 0; i < s->n_engines; i++) {
         if (s->tps && s->tps[i]) model_tp_free(s->tps[i]);   /* stops its followers, frees the leader */
