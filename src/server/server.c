@@ -470,6 +470,13 @@ static int device_rows_of(const server_config *c, const model *m) {
     return c->max_batch * (p.block_length > 0 ? p.block_length : 32);
 }
 
+/* --cpu-pin and --cuda-linear: the options of every backend this process opens from now on. */
+static void backend_options_select_of(const server_config *c) {
+    backend_options o = {.cpu_pin = c->cpu_pin};
+    CHECK(backend_cuda_linear_parse(c->cuda_linear, &o.cuda_linear) == 0);   /* server_config_check validated it */
+    backend_options_select(&o);
+}
+
 /* --max-seq against the model: the effective limit, or -1 + err. */
 static int effective_max_seq(const server_config *c, const model *m, um_err *err) {
     if (c->max_seq > m->cfg.max_seq)
@@ -489,6 +496,7 @@ static void *loader_main(void *arg) {
     s->model_loaded = 1;
     api_policy_bind(&s->policy, &s->m); /* the serving defaults, once: requests copy them */
     CHECK(model_quant_parse(c->quant, &s->m.quant) == 0);   /* server_config_check validated it */
+    backend_options_select_of(c);
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
     if ((s->max_seq = effective_max_seq(c, &s->m, err)) < 0) goto fail;
     if (c->tp > 1 && model_tp_check(&s->m, c->tp, err) != 0) goto fail;
@@ -563,6 +571,7 @@ int server_follow(const server_config *c, um_err *err) {
     model m;
     if (model_load(c->model, &m, err) != 0) return 1;
     CHECK(model_quant_parse(c->quant, &m.quant) == 0);
+    backend_options_select_of(c);
     int rc = 1;
     if (effective_max_seq(c, &m, err) < 0) goto out;
     char devs[MODEL_TP_MAX_LOCAL][64];
