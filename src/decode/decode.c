@@ -1191,7 +1191,8 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     step_layout_rows(&ly, seqs, n);
     uint64_t t0;
     const uint64_t t_prefill = time_now_ns();   /* a prefill is part of the step's forward time */
-    if (decode_forward_fault(seqs, n, 0, err) != 0 || step_prefill(ctx, seqs, n, &ly, err) != 0 || step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
+    if (decode_forward_fault(seqs, n, 0, err) != 0 || step_prefill(ctx, seqs, n, &ly, err) != 0 ||
+        step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
         step_layout_free(&ly);
         return -1;
     }

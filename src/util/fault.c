@@ -24,13 +24,13 @@ typedef struct forward_rule {
 } forward_rule;
 
 static struct {
-    forward_rule *rule;    /* [n], owned */
+    forward_rule *rule;        /* FORWARD_FAIL: [n] rules, owned; n = 0: off */
     int           n;
-    char         *file;    /* STORE_FAIL: writes fail while this file exists (owned), NULL = off */
-    char          trial[32]; /* CPU_TRIAL: the path whose trial faults, "" = off */
+    char         *file;        /* STORE_FAIL: writes fail while this file exists (owned), NULL = off */
+    char          trial[32];   /* CPU_TRIAL: the path whose trial faults, "" = off */
     int           trial_segv;  /* CPU_TRIAL: 1 = with SIGSEGV, 0 = SIGILL */
     int           nccl_rank;   /* NCCL_INIT_RANK: the rank whose init fails, -1 = off */
-} g_fault = {NULL, 0, NULL, "", 0, -1};
+} g_fault = {NULL, 0, NULL, "", 0, -1};   /* written by fault_set / fault_reset only (fault.h: threads) */
 
 /* ---------------------------------------------------------------- parsing */
 
@@ -121,9 +121,11 @@ static int trial_parse(const char *v, um_err *err) {
     const char *colon = strchr(v, ':');
     const size_t n = colon ? (size_t)(colon - v) : strlen(v);
     int known = 0;
-    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) known |= strlen(paths[i]) == n && strncmp(v, paths[i], n) == 0;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        known |= strlen(paths[i]) == n && strncmp(v, paths[i], n) == 0;
     if (!known || (colon && strcmp(colon, ":segv") != 0))
-        return bad(err, FAULT_CPU_TRIAL, v, "expected PATH or PATH:segv, PATH one of amx, avx512bf16, avx512vnni, avxvnni, fp32");
+        return bad(err, FAULT_CPU_TRIAL, v,
+                   "expected PATH or PATH:segv, PATH one of amx, avx512bf16, avx512vnni, avxvnni, fp32");
     snprintf(g_fault.trial, sizeof g_fault.trial, "%.*s", (int)n, v);
     g_fault.trial_segv = colon != NULL;
     /* no warning: what it does is reported where it happens (the one-line --cpu-kernels error

@@ -43,8 +43,9 @@ enum fault_hit_kind {
 };
 
 /* Every point from its environment variable (unset or "" = off); FORWARD_FAIL and STORE_FAIL log a
- * TEST HOOK warning when on (the others' failures name their variable where they happen). 0, or -1 + err (UM_ERR_INVALID_ARG, param = the variable) for the first malformed
- * value; the points parsed before it stay on. */
+ * TEST HOOK warning when on (the others' failures name their variable where they happen). 0, or
+ * -1 + err (UM_ERR_INVALID_ARG, param = the variable) for the first malformed value; the points
+ * parsed before it stay on. */
 int  fault_init_env(um_err *err);
 /* Point p from value (NULL or "" = off), replacing what it had. 0, or -1 + err as above (p keeps
  * its previous rules). */
