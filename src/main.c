@@ -52,7 +52,8 @@ static void omp_spin_policy_apply(char **argv) {
 
 int main(int argc, char **argv) {
     omp_spin_policy_apply(argv);
-    cli_process_init();
+    const int rc = cli_process_init();
+    if (rc != 0) return rc;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -293,7 +293,7 @@ do_lease() {
   done
   step "test_cpu_gemm (CPU kernel paths)" 20 60 "$BUILD/test_cpu_gemm"
   step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
-  step "gpu_parity --quick, batched linear" 30 90 env UNMASK_CUDA_LINEAR=batched "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
+  step "gpu_parity --quick, batched linear" 30 90 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP" --cuda-linear batched
   step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
   step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
   step "device robustness" 15 60 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_robust_gpu"
@@ -312,9 +312,9 @@ do_lease() {
   local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32)
   step "profile dual b1 + b8 (1 block, host loop)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
   # A/B: the same-shape products of each linear op (q/k/v, gate/up) as one batched GEMM (docs/gpu.md)
-  step "decode dual, batched linear" 20 60 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual
-  step "profile dual b1, batched linear" 15 40 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
-  step "bench 8B b1/8/32 batched linear" 20 90 env UNMASK_CUDA_LINEAR=batched "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 32
+  step "decode dual, batched linear" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual --cuda-linear batched
+  step "profile dual b1, batched linear" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1 --cuda-linear batched
+  step "bench 8B b1/8/32 batched linear" 20 90 "$BUILD/unmask" "${B[@]}" --batch 1,8,32 --gen 256 --steps 32 --cuda-linear batched
   step "profile none b1 (canvas 512, host loop)" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders low_confidence --cache none --profile 1
   lease_tail
   return $fail

@@ -86,8 +86,32 @@ int      backend_device_parse(const char *device, int *index);
 /* 1 when device names a are b are the same device ("cuda" and "cuda:0"); 0 otherwise or when either
  * is unknown. */
 int      backend_device_same(const char *a, const char *b);
-/* CPU backend (backend/cpu/). n_threads <= 0 means all cores. */
+/* How the CUDA backend runs the products of one linear op (q/k/v, gate/up) whose weights share a
+ * shape (docs/gpu.md): SEPARATE, one GEMM per weight (the default); BATCHED, one batched GEMM. */
+enum backend_cuda_linear {
+    BACKEND_CUDA_LINEAR_SEPARATE,
+    BACKEND_CUDA_LINEAR_BATCHED,
+};
+#define BACKEND_CUDA_LINEAR_NAMES "separate, batched"
+/* "separate", "batched" -> *out: 0, or -1 when the name is unknown. */
+int      backend_cuda_linear_parse(const char *name, enum backend_cuda_linear *out);
+
+/* What the operator chooses about the backends a process opens: serve's --cpu-pin / --cuda-linear
+ * (server/server_config.c), the same flags of logits, generate and bench. The zeroed struct is the
+ * default of every field. */
+typedef struct backend_options {
+    int                      cpu_pin;     /* CPU: 1 = pool slot i pinned to the i-th CPU the process
+                                             may use; 0 = not pinned (docs/cpu-kernels.md) */
+    enum backend_cuda_linear cuda_linear; /* CUDA: the linear ops' GEMMs (above) */
+} backend_options;
+/* Use o for the backends backend_init_device opens from now on (process-wide, as
+ * backend_cpu_kernels_select: before any backend is opened, on the thread that then opens them). */
+void     backend_options_select(const backend_options *o);
+
+/* CPU backend (backend/cpu/). n_threads <= 0 means all cores. backend_cpu_init: the default
+ * options; backend_cpu_init_opts: o's CPU fields (NULL = defaults). */
 backend *backend_cpu_init(int n_threads);
+backend *backend_cpu_init_opts(int n_threads, const backend_options *o);
 /* Probes this CPU's features now (else the first CPU backend or kernel choice does): the probe's
  * trials fork, so a process calls it early, before it starts threads of its own. */
 void     backend_cpu_probe(void);
@@ -118,7 +142,8 @@ int         backend_cpu_kernels_select(enum backend_cpu_kernels k, um_err *err);
  * chosen per product by shape (an AVX2-only CPU); FP32 for a non-CPU backend. */
 enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be);
 /* The backend a --device flag names: NULL/"cpu" -> CPU with n_threads, "cuda" / "cuda:N" -> that
- * GPU (backend/cuda/). NULL + err (naming the device) when it is unknown or cannot be opened. */
+ * GPU (backend/cuda/), with the options of backend_options_select. NULL + err (naming the device)
+ * when it is unknown or cannot be opened. */
 backend *backend_init_device(const char *device, int n_threads, um_err *err);
 /* Free the backend and everything it still owns (NULL: no-op). Weights and activation buffers
  * must have been freed before. */

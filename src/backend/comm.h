@@ -79,8 +79,9 @@ int   comm_nccl_unique_id(uint8_t id[COMM_NCCL_ID_BYTES], um_err *err);
  * 0): the init is polled (ncclCommGetAsyncError) and aborted (ncclCommAbort) -> NULL + err when
  * cancelled(user) becomes true (another rank failed before joining: the group can never form), or
  * after timeout_ms (<= 0: 600000), so one failed rank cannot leave the others blocked in
- * ncclCommInitRank. cancelled may be NULL. Test hook (off by default): UNMASK_FAULT_NCCL_INIT_RANK=R
- * makes global rank R fail here before it joins, as a rank whose device or NCCL init fails would. */
+ * ncclCommInitRank. cancelled may be NULL. Test hook FAULT_NCCL_INIT_RANK (util/fault.h; off by
+ * default; UNMASK_FAULT_NCCL_INIT_RANK=R) makes global rank R fail here before it joins, as a rank
+ * whose device or NCCL init fails would. */
 comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, int device, void *stream,
                      int (*cancelled)(void *user), void *user, int timeout_ms, um_err *err);
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int tp, int threads, uint64_t fit_tokens,
@@ -88,7 +89,15 @@ int cli_model_ctx_exit_code(const um_err *err) {
     return err->param[0] ? 2 : 1;
 }
 
-void cli_process_init(void) { backend_cpu_probe(); }
+int cli_process_init(void) {
+    um_err err = {0};
+    if (fault_init_env(&err) != 0) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 2;
+    }
+    backend_cpu_probe();
+    return 0;
+}
 
 int cli_cpu_kernels_apply(const char *name) {
     if (!name) return 0;
@@ -102,6 +111,21 @@ int cli_cpu_kernels_apply(const char *name) {
         fprintf(stderr, "error: %s\n", err.msg);
         return -1;
     }
+    return 0;
+}
+
+int cli_backend_options_apply(const char *cpu_pin, const char *cuda_linear) {
+    backend_options o = {0};
+    if (cpu_pin && strcmp(cpu_pin, "on") != 0 && strcmp(cpu_pin, "off") != 0) {
+        fprintf(stderr, "error: --cpu-pin must be on or off, got '%s'\n", cpu_pin);
+        return -1;
+    }
+    o.cpu_pin = cpu_pin && strcmp(cpu_pin, "on") == 0;
+    if (cuda_linear && backend_cuda_linear_parse(cuda_linear, &o.cuda_linear) != 0) {
+        fprintf(stderr, "error: --cuda-linear must be one of %s, got '%s'\n", BACKEND_CUDA_LINEAR_NAMES, cuda_linear);
+        return -1;
+    }
+    backend_options_select(&o);
     return 0;
 }
 

@@ -6,6 +6,7 @@
  */
 #include "decode/decode.h"
 
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "decode/sample.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
+#include "util/fault.h"
 #include "util/fileio.h"
 #include "util/log.h"
 #include "util/strbuf.h"
@@ -1167,6 +1169,17 @@ static void step_sample(backend *be, decode_seq **seqs, int n, const step_layout
     free(jobs);
 }
 
+int decode_forward_fault(decode_seq *const *seqs, int n, int ahead, um_err *err) {
+    for (int i = 0; i < n; i++) {
+        const decode_seq *s = seqs[i];
+        if (!s || s->done) continue;
+        if (fault_hit(FAULT_FORWARD_FAIL, &(fault_at){.seed = s->p.seed, .steps = s->step + ahead}))
+            return um_err_set(err, UM_ERR_INTERNAL, "forward pass failed (injected by %s, seed %" PRIu64 ")",
+                              fault_name(FAULT_FORWARD_FAIL), s->p.seed);
+    }
+    return 0;
+}
+
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
     int V = ctx->m->cfg.n_embd_rows;
     step_layout ly;
@@ -1178,7 +1191,8 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     step_layout_rows(&ly, seqs, n);
     uint64_t t0;
     const uint64_t t_prefill = time_now_ns();   /* a prefill is part of the step's forward time */
-    if (step_prefill(ctx, seqs, n, &ly, err) != 0 || step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
+    if (decode_forward_fault(seqs, n, 0, err) != 0 || step_prefill(ctx, seqs, n, &ly, err) != 0 ||
+        step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
         step_layout_free(&ly);
         return -1;
     }

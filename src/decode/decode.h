@@ -210,8 +210,16 @@ void decode_seq_finish(decode_seq *s, enum decode_finish reason, const char *err
  * then BLOCK when the block completed, then DONE when finished) delivered to sink in seqs order.
  * Every sequence must have been created for ctx->m.
  * Returns 0, or -1 with err when the forward failed (no sequence changed state; the caller
- * typically finishes them with DECODE_FINISH_ERROR). */
+ * typically finishes them with DECODE_FINISH_ERROR). The test hook FAULT_FORWARD_FAIL fails it
+ * here, before its forward (decode_forward_fault). */
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err);
+/* The forward seam's test hook, FAULT_FORWARD_FAIL (util/fault.h; UNMASK_FAULT_FORWARD_FAIL): 0, or
+ * -1 + err (UM_ERR_INTERNAL, "forward pass failed (injected by UNMASK_FAULT_FORWARD_FAIL, seed S)")
+ * when a rule says the batched forward over seqs[0..n) fails (NULL and done entries skipped).
+ * ahead: steps each sequence has taken beyond decode_seq_steps() (the device loop's steps still in
+ * flight; 0 on the host). decode_step and decode_device_step ask it where their forward would fail
+ * and fail the same way; nothing else changes when the hook is on. */
+int decode_forward_fault(decode_seq *const *seqs, int n, int ahead, um_err *err);
 
 /* ---------------------------------------------------------------- step records
  *

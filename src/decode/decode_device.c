@@ -150,7 +150,7 @@ void decode_device_get_stats(const decode_device *dd, decode_device_stats *out) 
 void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device_stats *now,
                                    const decode_device_stats *seen) {
 #define ADD(f) sum->f += now->f - seen->f
-    ADD(steps), ADD(rebuilds), ADD(rebuild_join), ADD(rebuild_leave), ADD(rebuild_cancel);
+    ADD(steps), ADD(steps_overlapped), ADD(rebuilds), ADD(rebuild_join), ADD(rebuild_leave), ADD(rebuild_cancel);
     ADD(rebuild_ineligible), ADD(graph_captures), ADD(graph_replays), ADD(graph_stale), ADD(records);
     ADD(lm_rows), ADD(lm_rows_masked), ADD(steps_applied), ADD(step_ms_total);
 #undef ADD
@@ -352,6 +352,7 @@ static void dev_enqueued(decode_device *dd, uint64_t t0, device_step_stats *cs) 
     dd->produced++;
     dd->batch_steps++;
     dd->st.steps++;
+    dd->st.steps_overlapped += device_step_pending(dd->cd) > 1;   /* the one before it still in flight */
     device_step_get_stats(dd->cd, cs);
 }
 
@@ -444,6 +445,13 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         dd->st.rebuild_leave += (uint64_t)why.leave;
         dd->st.rebuild_cancel += (uint64_t)why.cancel;
         dd->st.rebuild_ineligible += (uint64_t)why.ineligible;
+    }
+    /* the forward seam's test hook (decode_forward_fault): the step fails as a failing enqueue below
+     * would, its sequences' steps in flight counted as taken */
+    if (decode_forward_fault(dd->slot, dd->n_slot, device_step_pending(dd->cd), err) != 0) {
+        decode_device_drain(dd, sink);
+        dev_drop(dd);
+        return -1;
     }
     if (dd->planned) {
         int rc = dev_planned_step(dd, sink, err);

@@ -31,6 +31,9 @@ typedef struct decode_device decode_device;
 
 typedef struct decode_device_stats {
     uint64_t steps;           /* device steps enqueued */
+    uint64_t steps_overlapped; /* of those, enqueued while the step before was still in flight (its
+                                  records applied while the GPU runs this one); none when every step
+                                  is drained before the next is enqueued */
     uint64_t rebuilds;        /* device batches built (set changes) */
     /* why: a rebuild counts under each cause present (their sum can exceed rebuilds) */
     uint64_t rebuild_join;       /* a sequence not in the previous batch (incl. the first build) */

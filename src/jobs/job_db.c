@@ -10,6 +10,7 @@
 
 #include <sqlite3.h>
 
+#include "util/fault.h"
 #include "util/log.h"
 
 #define JOB_DB_SCHEMA 1
@@ -33,7 +34,6 @@ struct job_db {
     long          tx_errors;     /* write_errors when the open transaction began */
     char          last_error[200];
     char         *path;          /* owned, for messages */
-    char         *fault_file;    /* testing hook: while this file exists, every write fails (owned) */
 };
 
 /* A failed write: counted, remembered, logged once per failing period. sqlite_error: take the
@@ -45,10 +45,10 @@ static void write_failed(job_db *d, const char *what, int sqlite_error) {
     d->failing = 1;
 }
 
-/* The testing hook UNMASK_FAULT_STORE_FAIL=FILE: writes fail while FILE exists. */
+/* The test hook FAULT_STORE_FAIL (util/fault.h): this write fails as a failing SQLite write would. */
 static int fault_now(job_db *d) {
-    if (!d->fault_file || access(d->fault_file, F_OK) != 0) return 0;
-    snprintf(d->last_error, sizeof d->last_error, "injected by UNMASK_FAULT_STORE_FAIL");
+    if (!fault_hit(FAULT_STORE_FAIL, &(fault_at){0})) return 0;
+    snprintf(d->last_error, sizeof d->last_error, "injected by %s", fault_name(FAULT_STORE_FAIL));
     return 1;
 }
 
@@ -165,11 +165,6 @@ int job_db_open(const char *path, job_db **out, um_err *err) {
         job_db_close(d);
         return -1;
     }
-    const char *fault = getenv("UNMASK_FAULT_STORE_FAIL");
-    if (fault && fault[0]) {
-        d->fault_file = xstrdup(fault);
-        log_warn("job store: UNMASK_FAULT_STORE_FAIL is set: writes fail while %s exists (testing only)", fault);
-    }
     for (int i = 0; i < ST_COUNT_; i++)
         if (sqlite3_prepare_v3(d->db, k_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i], NULL) != SQLITE_OK) {
             um_err_set(err, UM_ERR_FORMAT,
@@ -189,7 +184,6 @@ void job_db_close(job_db *d) {
     for (int i = 0; i < ST_COUNT_; i++) sqlite3_finalize(d->st[i]);
     if (d->db) sqlite3_close(d->db);
     free(d->path);
-    free(d->fault_file);
     free(d);
 }
 

@@ -2,8 +2,9 @@
  * sched.c — admission queue (round-robin over owner keys), engine threads, step-level batching.
  *
  * Not here: transports, sessions, JSON protocol (server/, api/); the decode loop (decode/).
- * Failure injection is not here: sched_opts.step_check (NULL in production) may fail a step like a
- * failing forward; decode/fault_inject.c is the test hook that uses it.
+ * Failure injection is not here: the forward-failure test hook fails decode_step / decode_device_step
+ * at their forward (decode_forward_fault), so the scheduler runs the production schedule with it on.
+ * sched_opts.step_check (NULL in production) is the unit tests' step gate.
  * Host or device loop: engine_step() is the one switch; eligible sequences on a CUDA engine go
  * through decode/decode_device.h (events one step behind the GPU), the others through decode_step.
  * Policy (sched.h): admission fair between owners (fewest running first, round robin among
@@ -404,7 +405,8 @@ static void engine_on_dev_step(void *user, double gpu_ms, int batch) { engine_co
 static void engine_step(engine *e, decode_seq **seqs, int n) {
     sched *s = e->s;
     um_err err = {0};
-    if (s->o.step_check) { /* off in production: the check sees exact step counts, so nothing may lag */
+    if (s->o.step_check) { /* unit tests' gate only (NULL in production, and with the fault hooks): the
+                            * check sees exact step counts, so nothing may lag */
         if (e->dev) decode_device_drain(e->dev, &e->sink);
         int k = 0;
         for (int i = 0; i < n; i++)

@@ -142,10 +142,11 @@ typedef struct sched_opts {
                                   hold: the device loop keeps every active-block row's logits on the
                                   GPU, and the fit check reserved this many; eligible sequences
                                   beyond it (in admission order) take the host loop. 0 = no limit */
-    sched_check_fn step_check; /* NULL in production. Tests: called on the engine thread before each
+    sched_check_fn step_check; /* NULL in production (the fault hooks do not use it: util/fault.h).
+                                  Unit tests' step gate: called on the engine thread before each
                                   batched step with its sequences (the device loop drained first, so
-                                  step counts are exact); -1 + err fails the step like a failing
-                                  forward: every sequence of it finishes with the error */
+                                  step counts are exact — a different schedule, hence tests only);
+                                  -1 + err fails the step: every sequence of it finishes with the error */
     void         *step_check_user;
     int           max_paused;  /* sequences one engine may hold paused (preemption, above); 0 = never
                                   pause (a waiting request waits for a free slot) */

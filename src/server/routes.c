@@ -86,6 +86,7 @@ static int h_stats(http_conn *c, const http_req *rq) {
         if (st.device_loop_engines > 0) {
             json_object_set_new(dl, "graph_stale", json_integer((json_int_t)st.device.graph_stale));
             json_object_set_new(dl, "steps_applied", json_integer((json_int_t)st.device.steps_applied));
+            json_object_set_new(dl, "steps_overlapped", json_integer((json_int_t)st.device.steps_overlapped));
             const decode_device_stats *d = &st.device;
             json_object_set_new(dl, "mean_step_ms",
                                 json_real(d->steps_applied ? d->step_ms_total / (double)d->steps_applied : 0.0));

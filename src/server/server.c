@@ -34,7 +34,6 @@
 
 #include "backend/backend.h"
 #include "decode/decode.h"
-#include "decode/fault_inject.h"
 #include "model/model_tp.h"
 #include "api/algo_config.h"
 #include "server/callers.h"
@@ -82,7 +81,6 @@ struct server {
     int             n_engines;
     int             max_seq;       /* effective --max-seq (tokens), set by the loader */
     sched          *sc;
-    decode_faults  *faults;         /* TEST HOOK rules (UNMASK_FAULT_FORWARD_FAIL), NULL = off */
 
     int             stop;          /* service thread: leave the loop */
 
@@ -472,6 +470,13 @@ static int device_rows_of(const server_config *c, const model *m) {
     return c->max_batch * (p.block_length > 0 ? p.block_length : 32);
 }
 
+/* --cpu-pin and --cuda-linear: the options of every backend this process opens from now on. */
+static void backend_options_select_of(const server_config *c) {
+    backend_options o = {.cpu_pin = c->cpu_pin};
+    CHECK(backend_cuda_linear_parse(c->cuda_linear, &o.cuda_linear) == 0);   /* server_config_check validated it */
+    backend_options_select(&o);
+}
+
 /* --max-seq against the model: the effective limit, or -1 + err. */
 static int effective_max_seq(const server_config *c, const model *m, um_err *err) {
     if (c->max_seq > m->cfg.max_seq)
@@ -491,6 +496,7 @@ static void *loader_main(void *arg) {
     s->model_loaded = 1;
     api_policy_bind(&s->policy, &s->m); /* the serving defaults, once: requests copy them */
     CHECK(model_quant_parse(c->quant, &s->m.quant) == 0);   /* server_config_check validated it */
+    backend_options_select_of(c);
     if (!s->m.tok) log_warn("%s has no tokenizer: only prompt_ids requests will work", c->model);
     if ((s->max_seq = effective_max_seq(c, &s->m, err)) < 0) goto fail;
     if (c->tp > 1 && model_tp_check(&s->m, c->tp, err) != 0) goto fail;
@@ -542,11 +548,6 @@ static void *loader_main(void *arg) {
                      .device_rows = device_rows_of(c, &s->m),
                      .on_step = on_sched_step,
                      .on_step_user = s};
-    s->faults = decode_faults_from_env();   /* test hook: NULL unless UNMASK_FAULT_FORWARD_FAIL is set */
-    if (s->faults) {
-        so.step_check = decode_faults_check;
-        so.step_check_user = s->faults;
-    }
     s->sc = sched_create(s->ctxp, s->n_engines, &so, hub_emit, s);
     log_info("loaded %s in %.0f ms: %d replica%s x tp %d%s, max seq %d", c->model, time_ms_since(t0), s->n_engines,
              s->n_engines == 1 ? "" : "s", c->tp, c->nnodes > 1 ? " (multi-node)" : "", s->max_seq);
@@ -570,6 +571,7 @@ int server_follow(const server_config *c, um_err *err) {
     model m;
     if (model_load(c->model, &m, err) != 0) return 1;
     CHECK(model_quant_parse(c->quant, &m.quant) == 0);
+    backend_options_select_of(c);
     int rc = 1;
     if (effective_max_seq(c, &m, err) < 0) goto out;
     char devs[MODEL_TP_MAX_LOCAL][64];
@@ -601,8 +603,6 @@ out:
 
 static void engines_free(server *s) {
     if (s->sc) sched_free(s->sc);
-    decode_faults_free(s->faults);
-    s->faults = NULL;
     s->sc = NULL;
     for (int i = 0; i < s->n_engines; i++) {
         if (s->tps && s->tps[i]) model_tp_free(s->tps[i]);   /* stops its followers, frees the leader */

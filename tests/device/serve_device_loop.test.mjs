@@ -220,6 +220,8 @@ describe('serve: a bigger host-loop forward beside a captured graph', { skip: NO
 
 // The fault-injection hook (UNMASK_FAULT_FORWARD_FAIL) fails device steps like host steps: the
 // same steps stream before the error on both loops, then done(error); the next request is fine.
+// The hook does not reshape the schedule: the device loop still keeps a step in flight (a loop
+// drained before every step, as the hook once made it, would overlap none).
 describe('serve: injected forward failures on the device loop', { skip: NO_EMU }, () => {
   let dev, host;
   const SEED = 777;
@@ -238,10 +240,11 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
   async function run(srv) {
     const c = new Client(srv.wsUrl);
     await c.session();
+    // no KV cache: the device loop pipelines these (a cached batch runs host-planned steps, one in flight)
     c.send({ type: 'generate', id: 'f', prompt: 'Fail me', gen_length: 16, block_length: 4, steps: 16, seed: SEED,
-      temperature: 0.5 });
+      temperature: 0.5, cache: 'none' });
     const f = await c.done('f');
-    c.send({ type: 'generate', id: 'ok', prompt: 'Fine', gen_length: 8, block_length: 4, steps: 4, seed: 1 });
+    c.send({ type: 'generate', id: 'ok', prompt: 'Fine', gen_length: 8, block_length: 4, steps: 4, seed: 1, cache: 'none' });
     const ok = await c.done('ok');
     const steps = c.of('f').filter((m) => m.type === 'step').flatMap((m) => m.commits.map((x) => [x.index, x.token]));
     await c.close();
@@ -259,6 +262,8 @@ describe('serve: injected forward failures on the device loop', { skip: NO_EMU }
     assert.deepEqual(a.steps, b.steps, 'the same commits before the failure');
     assert.equal(a.ok.text, b.ok.text);
     assert.match(dev.stderr, /device-resident decode loop on/);
+    const d = (await settledStats(dev)).device_loop;
+    assert.ok(d.steps_overlapped > 0, `the production schedule with the hook on: steps overlapped ${JSON.stringify(d)}`);
   });
 });
 

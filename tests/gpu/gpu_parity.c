@@ -31,9 +31,10 @@
  *             confidence error of the CPU's cut counting as a near-tie); free-running CPU vs CUDA
  *             (host loop) vs CUDA (device loop) decodes, token agreement reported.
  * Prints one line per check and "gpu_parity: N checks, M failed"; exit 1 on any failure.
- * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR]   (--quick: small sizes, for
- * compute-sanitizer; --emu: --quick but the attention cases at full size — several key tiles and
- * query blocks per sequence, without the 4096-token one — for the CPU emulator). Main thread.
+ * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--cuda-linear separate|batched]
+ * (--quick: small sizes, for compute-sanitizer; --emu: --quick but the attention cases at full
+ * size — several key tiles and query blocks per sequence, without the 4096-token one — for the CPU
+ * emulator; --cuda-linear: the GPU backend's linear mode for the whole run, as serve's). Main thread.
  */
 #include <math.h>
 #include <stdio.h>
@@ -57,6 +58,7 @@
 #include "util/rng.h"
 
 static int g_checks, g_failed, g_quick, g_emu;
+static backend_options g_linear;   /* --cuda-linear: the GPU backend's options (default: separate) */
 static backend *g_cpu, *g_gpu;
 static uint64_t g_ctr;
 
@@ -282,8 +284,7 @@ static void test_linear(void) {
               {"gate/up + swiglu", 2, 1, {704, 704, 0}, 1},
               {"q/k/v GQA shapes (falls back)", 3, 0, {256, 128, 128}, 0}};
     const int in = 256, n = g_quick ? 8 : 32;
-    const char *env = getenv("UNMASK_CUDA_LINEAR");   /* the mode the rest of the run uses */
-    const int env_batched = env && strcmp(env, "batched") == 0;
+    const int run_batched = g_linear.cuda_linear == BACKEND_CUDA_LINEAR_BATCHED;   /* the rest of the run's mode */
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         float *x = rnd((size_t)n * in, -1, 1);
         pw w[3], nw;
@@ -304,7 +305,7 @@ static void test_linear(void) {
             backend_cuda_stage_stats(g_gpu, &c0, &r0);
             backend_linear(g_gpu, &op);
             backend_cuda_stage_stats(g_gpu, &c1, &r1);
-            backend_cuda_linear_batched(g_gpu, env_batched);
+            backend_cuda_linear_batched(g_gpu, run_batched);
             staged[mode] = (c1 - c0) + (r1 - r0);
             for (int j = 0; j < n_out; j++) {
                 res[mode][j] = g_down(gy[j], (size_t)n * cs[k].out[j]);
@@ -1404,15 +1405,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--emu")) g_quick = g_emu = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--tmp") && i + 1 < argc) tmp = argv[++i];
+        else if (!strcmp(argv[i], "--cuda-linear") && i + 1 < argc &&
+                 backend_cuda_linear_parse(argv[i + 1], &g_linear.cuda_linear) == 0)
+            i++;
         else {
-            fprintf(stderr, "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR]\n");
+            fprintf(stderr, "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--cuda-linear %s]\n",
+                    "separate|batched");
             return 2;
         }
     }
     if (!tmp) tmp = "/tmp";
     setvbuf(stdout, NULL, _IOLBF, 0);   /* progress stays visible when piped (ctest, scripts) */
     um_err err = {0};
-    g_gpu = backend_cuda_init(device, &err);
+    g_gpu = backend_cuda_init(device, &g_linear, &err);
     if (!g_gpu) {
         fprintf(stderr, "gpu_parity: %s\n", err.msg);
         return 1;

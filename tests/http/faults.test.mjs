@@ -1,5 +1,5 @@
 // faults.test.mjs — the engine-failure path end to end, on the real server with the test hook
-// UNMASK_FAULT_FORWARD_FAIL (docs/http-api.md, "Testing hooks"): decode steps whose batch holds a
+// UNMASK_FAULT_FORWARD_FAIL (docs/reliability.md, "Test hooks"): decode steps whose batch holds a
 // sequence with a chosen seed fail exactly as a failing backend forward does (decode_step -> -1,
 // every sequence of that step finishes with finish_reason "error").
 //

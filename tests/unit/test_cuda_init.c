@@ -22,10 +22,10 @@ int main(void) {
     TEST_CHECK(backend_cuda_parse_device(NULL) == -1, "NULL");
 
     um_err err = {0};
-    TEST_CHECK(backend_cuda_init("cpu", &err) == NULL && err.code != UM_ERR_NONE, "cpu is not a CUDA device");
+    TEST_CHECK(backend_cuda_init("cpu", NULL, &err) == NULL && err.code != UM_ERR_NONE, "cpu is not a CUDA device");
     memset(&err, 0, sizeof err);
     const int n = backend_cuda_device_count();
-    backend *be = backend_cuda_init("cuda:0", &err);
+    backend *be = backend_cuda_init("cuda:0", NULL, &err);
     if (!backend_cuda_compiled()) {
         TEST_CHECK(be == NULL && strstr(err.msg, "without CUDA"), "no CUDA compiled: %s", err.msg);
     } else if (n == 0) {
@@ -37,7 +37,7 @@ int main(void) {
         memset(&err, 0, sizeof err);
         char name[32];
         snprintf(name, sizeof name, "cuda:%d", n);
-        TEST_CHECK(backend_cuda_init(name, &err) == NULL && strstr(err.msg, "only"), "out-of-range device: %s", err.msg);
+        TEST_CHECK(backend_cuda_init(name, NULL, &err) == NULL && strstr(err.msg, "only"), "out-of-range device: %s", err.msg);
     }
 #ifdef UNMASK_HAVE_CUDA
     memset(&err, 0, sizeof err);

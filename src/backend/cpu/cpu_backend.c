@@ -548,13 +548,6 @@ enum backend_cpu_kernels backend_cpu_kernels_of(const backend *be) {
     return be->ops == &k_cpu_ops ? ((const cpu_impl *)be->impl)->kernels : BACKEND_CPU_KERNELS_FP32;
 }
 
-/* Pin the pool's slots to CPUs only when UNMASK_CPU_PIN=1 (docs/cpu-kernels.md: on a machine
- * shared with other work, pinned threads cannot move away from a busy core). */
-static int pin_wanted(void) {
-    const char *e = getenv("UNMASK_CPU_PIN");
-    return e && strcmp(e, "1") == 0;
-}
-
 /* CPUs this process may run on (taskset / cgroup aware). */
 static int cpus_allowed(void) {
     cpu_set_t set;
@@ -562,7 +555,11 @@ static int cpus_allowed(void) {
     return (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-backend *backend_cpu_init(int n_threads) {
+backend *backend_cpu_init(int n_threads) { return backend_cpu_init_opts(n_threads, NULL); }
+
+/* The pool's slots are pinned to CPUs only with o->cpu_pin (docs/cpu-kernels.md: on a machine shared
+ * with other work, pinned threads cannot move away from a busy core). */
+backend *backend_cpu_init_opts(int n_threads, const backend_options *o) {
     if (n_threads <= 0) n_threads = cpus_allowed();
     if (n_threads < 1) n_threads = 1;
     /* Parallelism comes from our pool; each BLAS call stays on the slot that makes it. */
@@ -571,7 +568,7 @@ backend *backend_cpu_init(int n_threads) {
     cpu_impl *ci = xcalloc(1, sizeof *ci);
     ci->n_threads = n_threads;
     cpu_mem_cache_init(&ci->act_cache);
-    ci->pool = cpu_pool_init(n_threads, pin_wanted());
+    ci->pool = cpu_pool_init(n_threads, o && o->cpu_pin);
     int automatic = 0;
     const enum backend_cpu_kernels k = cpu_kernels_resolve(&automatic);
     cpu_dispatch_init(ci, k, automatic, cpu_qkernels_resolve());

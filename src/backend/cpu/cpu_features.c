@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_build.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 #if defined(__x86_64__)
@@ -94,8 +95,8 @@ static void features_probe(void) {
  * SIGILL in pool threads and SIGSEGV in the main thread; Linux sends those when it cannot enable the
  * tile state on first use). Each bf16 path's instructions are run once in a forked child, in its
  * main thread and in a new thread; a path whose child dies of a signal is reported absent instead
- * of killing the process. UNMASK_FAULT_CPU_TRIAL=PATH (or PATH:segv) makes that trial fault on
- * purpose with SIGILL (SIGSEGV) (tests/cli/test_cpu_trial.sh). */
+ * of killing the process. The test hook FAULT_CPU_TRIAL (util/fault.h: UNMASK_FAULT_CPU_TRIAL=PATH
+ * or PATH:segv) makes that trial fault on purpose with SIGILL (SIGSEGV) (tests/cli/test_cpu_trial.sh). */
 __attribute__((target("amx-tile,amx-bf16"))) static void trial_amx(void) {
     _Alignas(64) uint8_t cfg[64];
     memset(cfg, 0, sizeof cfg);
@@ -139,10 +140,8 @@ static void *trial_thread(void *arg) {
 /* 0 when fn ran in the child (both threads), else the signal that ended it (SIGILL, SIGSEGV, ...).
  * Runs once, from features_init (pthread_once). */
 static int trial_run(const char *path, void (*fn)(void)) {
-    const char *fault = getenv("UNMASK_FAULT_CPU_TRIAL");
-    const size_t n = strlen(path);
-    if (fault && strncmp(fault, path, n) == 0 && (fault[n] == 0 || strcmp(fault + n, ":segv") == 0))
-        fn = fault[n] ? trial_fault_segv : trial_fault_ill;
+    const int fault = fault_hit(FAULT_CPU_TRIAL, &(fault_at){.path = path});   /* test hook (util/fault.h) */
+    if (fault != FAULT_HIT_NONE) fn = fault == FAULT_HIT_SEGV ? trial_fault_segv : trial_fault_ill;
     fflush(NULL);   /* nothing buffered is written twice */
     const pid_t pid = fork();
     if (pid < 0) return 0;   /* cannot try: trust cpuid */

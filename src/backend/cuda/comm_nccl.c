@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/fault.h"
 #include "util/log.h"
 
 #if defined(UNMASK_HAVE_CUDA) && defined(UNMASK_HAVE_NCCL)
@@ -157,10 +158,9 @@ comm *comm_nccl_init(const uint8_t id[COMM_NCCL_ID_BYTES], int rank, int world, 
         um_err_set(err, UM_ERR_RESOURCE, "NCCL rank %d: cuda:%d: %s", rank, device, cudaGetErrorString(ce));
         return NULL;
     }
-    const char *fault = getenv("UNMASK_FAULT_NCCL_INIT_RANK");   /* test hook, docs/parallel.md */
-    if (fault && *fault && atoi(fault) == rank) {
-        um_err_set(err, UM_ERR_RESOURCE, "NCCL rank %d of %d on cuda:%d: injected init failure (UNMASK_FAULT_NCCL_INIT_RANK=%d)",
-                   rank, world, device, rank);
+    if (fault_hit(FAULT_NCCL_INIT_RANK, &(fault_at){.rank = rank})) {   /* test hook (util/fault.h) */
+        um_err_set(err, UM_ERR_RESOURCE, "NCCL rank %d of %d on cuda:%d: injected init failure (%s=%d)", rank, world,
+                   device, fault_name(FAULT_NCCL_INIT_RANK), rank);
         return NULL;
     }
     ncclUniqueId u;

@@ -449,7 +449,7 @@ static void cuda_matmul(backend *be, const void *x, const bweight *w, const bwei
     }
 }
 
-/* backend_linear. With UNMASK_CUDA_LINEAR=batched, the products of an op whose weights share one
+/* backend_linear. With --cuda-linear batched (backend_options), the products of an op whose weights share one
  * shape (q/k/v without GQA, gate/up) run as one cublasGemmBatchedEx: one launch with n_w times the
  * blocks instead of n_w launches, which may fill the SMs better at the few rows of a cached step.
  * The device pointer arrays go through cuda_stage (the input and output arrays repeat every layer
@@ -867,7 +867,7 @@ int backend_cuda_device_count(void) {
     return n;
 }
 
-backend *backend_cuda_init(const char *device, um_err *err) {
+backend *backend_cuda_init(const char *device, const backend_options *o, um_err *err) {
     const int idx = backend_cuda_parse_device(device);
     if (idx < 0) {
         um_err_param(err, "device", "'%s' is not a CUDA device (expected cuda or cuda:N)", device ? device : "");
@@ -923,12 +923,7 @@ backend *backend_cuda_init(const char *device, um_err *err) {
                    "%.1f MiB needed", device, prop.name, mib(free0), gib(total0), mib(own + FIT_RESERVE_BYTES / 4));
         return NULL;
     }
-    const char *lin = getenv("UNMASK_CUDA_LINEAR");   /* benchmark switch (docs/gpu.md) */
-    if (lin && *lin && strcmp(lin, "separate") != 0 && strcmp(lin, "batched") != 0) {
-        um_err_set(err, UM_ERR_INVALID_ARG, "UNMASK_CUDA_LINEAR=%s: expected separate (the default) or batched", lin);
-        return NULL;
-    }
-    const int lin_batched = lin && strcmp(lin, "batched") == 0;
+    const int lin_batched = o && o->cuda_linear == BACKEND_CUDA_LINEAR_BATCHED;   /* benchmark switch (docs/gpu.md) */
     cuda_impl *ci = xcalloc(1, sizeof *ci);
     ci->cb = cb;
     ci->device = idx;
@@ -1177,7 +1172,8 @@ void backend_cuda_memcpy_d2h(backend *be, void *dst, const void *src, size_t byt
 int backend_cuda_compiled(void) { return 0; }
 int backend_cuda_device_count(void) { return 0; }
 
-backend *backend_cuda_init(const char *device, um_err *err) {
+backend *backend_cuda_init(const char *device, const backend_options *o, um_err *err) {
+    (void)o;
     um_err_set(err, UM_ERR_UNSUPPORTED, "%s: this unmask was built without CUDA (no nvcc at build time)",
                device ? device : "cuda");
     return NULL;

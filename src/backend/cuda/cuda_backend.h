@@ -26,9 +26,10 @@ int backend_cuda_parse_device(const char *s);
 int backend_cuda_compiled(void);
 /* Number of usable CUDA devices; 0 when built without CUDA, without a driver or without a GPU. */
 int backend_cuda_device_count(void);
-/* Open device "cuda:N": stream, cuBLAS handle, staging buffers. NULL + err when there is no such
- * device, no driver, compute capability < 9.0, or CUDA was not compiled in. */
-backend *backend_cuda_init(const char *device, um_err *err);
+/* Open device "cuda:N": stream, cuBLAS handle, staging buffers; o's CUDA fields (NULL = the
+ * defaults). NULL + err when there is no such device, no driver, compute capability < 9.0, or CUDA
+ * was not compiled in. */
+backend *backend_cuda_init(const char *device, const backend_options *o, um_err *err);
 int      backend_is_cuda(const backend *be);
 
 /* Device name and memory (bytes) of the backend's GPU. */
@@ -85,7 +86,7 @@ void   backend_cuda_attention_splits(backend *be, int n);
  * next layer) */
 void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
 /* 1: the same-shape products of a linear op (q/k/v without GQA, gate/up) as one batched GEMM, as
- * UNMASK_CUDA_LINEAR=batched; 0: one GEMM per weight (the default) */
+ * backend_options.cuda_linear BATCHED (--cuda-linear batched); 0: one GEMM per weight (the default) */
 void   backend_cuda_linear_batched(backend *be, int on);
 /* 0: every staging copies (A/B of the reuse); 1: reuse (the default) */
 void   backend_cuda_stage_reuse(backend *be, int on);

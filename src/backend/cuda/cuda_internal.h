@@ -143,7 +143,7 @@ typedef struct cuda_impl {
     int            attn_splits;        /* umk_attn_split.force: 0 auto, 1 never, n forced (tests) */
     int            force_host_moe;     /* 1: moe_prepare declines (tests: the host-routed path) */
     int            linear_batched;     /* 1: same-shape products of a linear op as one batched GEMM
-                                          (UNMASK_CUDA_LINEAR=batched; cuda_linear) */
+                                          (--cuda-linear batched; cuda_linear) */
 } cuda_impl;
 
 static inline cuda_impl *cuda_impl_of(backend *be) { return (cuda_impl *)be->impl; }
