@@ -16,6 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startServer, post, parseSSE } from './server.mjs';
+import { Client, checkGeneration } from '../protocol/harness.mjs';
 
 const MODEL = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'models', 'unmask-code-13m');
 const CTX = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8')).max_sequence_length;
@@ -87,6 +88,25 @@ test('time_limit_ms is a decode parameter of every endpoint: /v1/completions wit
     `${lim.usage.diffusion_steps} vs ${full.usage.diffusion_steps} steps`);
   assert.ok(['length', 'stop'].includes(lim.choices[0].finish_reason));
   if (lim.choices[0].finish_reason === 'length') assert.equal(lim.usage.completion_tokens, 32);
+});
+
+test('time_limit_ms on the WebSocket: the done event says time_limited, the last block is whole', async () => {
+  const c = new Client(`${srv.url.replace(/^http/, 'ws')}/ws`);
+  await c.session();
+  const gen = { type: 'generate', prompt: BODY.input_prefix, max_tokens: 96, block_length: 32, temperature: 0 };
+  c.send({ ...gen, id: 'full' });
+  c.send({ ...gen, id: 'lim', time_limit_ms: 1 });
+  const full = await c.done('full');
+  const lim = await c.done('lim');
+  checkGeneration(assert, c.msgs, 'lim');
+  assert.equal(full.time_limited, false);
+  assert.equal(lim.time_limited, true);
+  assert.ok(lim.usage.steps <= 2 && lim.usage.steps < full.usage.steps, `${lim.usage.steps} vs ${full.usage.steps} steps`);
+  const blocks = c.of('lim').filter((m) => m.type === 'block');
+  assert.deepEqual(blocks.map((b) => [b.start, b.end]), [[0, 32]], 'one block, finished');
+  assert.equal(lim.usage.committed, 32, 'every position of it committed');
+  assert.ok(['length', 'stop'].includes(lim.finish_reason));
+  await c.close();
 });
 
 test('n_cmpl: an array of completions, completion c is the one seed + c gives', async () => {
