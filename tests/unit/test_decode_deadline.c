@@ -1,11 +1,11 @@
 /*
  * test_decode_deadline.c — the time limit's last step (decode_seq_set_deadline,
- * decode_params.time_limit_ms) on tiny random f32 checkpoints (LLaDA layout, and Dream's shifted
- * logits): for every decoder, a sequence whose deadline has passed after its first step commits
+ * decode_params.time_limit_ms) on tiny random f32 checkpoints (LLaDA layout, Dream's shifted logits,
+ * LLaDA2's block-causal rules): for every decoder and cache mode, a sequence whose deadline has passed after its first step commits
  * every still-masked position of its active block in ONE step — at temperature 0 exactly the argmax
  * (mask excluded) of a full forward of the canvas it had, read through decode_seq_logit_row — then
- * finishes that block and ends (DONE time_limited, no later block); with a KV cache the same shape
- * of ending; a deadline found between blocks ends the sequence without a step; a batch-mate without
+ * finishes that block and ends (DONE time_limited, no later block) — with a KV cache the same
+ * ending (the logits then come from the cache's window); a deadline found between blocks ends the sequence without a step; a batch-mate without
  * a deadline decodes exactly as alone; and the parameter time_limit_ms (alias t_max_predict_ms)
  * sets the default deadline. No timing is asserted: deadlines are set in the past.
  */
@@ -69,10 +69,11 @@ static void on_ev(void *user, const decode_event *ev) {
 
 /* ---------------------------------------------------------------- reference */
 
-/* argmax over the vocabulary without the mask token of row `row` of a full forward of the canvas
- * x[0..L) (no cache), for every position pos[0..n): into tok. 0, or -1 on a failed forward. */
-static int ref_argmax(model_ctx *ctx, const decode_seq *s, const int32_t *x, int L, const int32_t *pos, int n,
-                      int32_t *tok) {
+/* argmax over the vocabulary without the mask token of a forward of the canvas rows x[0..L) (no
+ * cache; block_len: block-causal attention with that block size, 0 = bidirectional), at the logits
+ * row of every position pos[0..n) (decode_seq_logit_row): into tok. 0, or -1 on a failed forward. */
+static int ref_argmax(model_ctx *ctx, const decode_seq *s, const int32_t *x, int L, int block_len, const int32_t *pos,
+                      int n, int32_t *tok) {
     const model_config *cfg = &ctx->m->cfg;
     const int V = cfg->n_embd_rows;
     int32_t start[2] = {0, L}, *p = malloc((size_t)L * sizeof *p), *rows = malloc((size_t)n * sizeof *rows);
@@ -82,6 +83,7 @@ static int ref_argmax(model_ctx *ctx, const decode_seq *s, const int32_t *x, int
     fwd_batch b;
     memset(&b, 0, sizeof b);
     b.n_seqs = 1, b.seq_start = start, b.tokens = x, b.pos = p, b.n_out = n, b.out_rows = rows;
+    b.block_len = &block_len;
     um_err err = {0};
     int rc = model_forward(ctx, &b, lg, &err);
     TEST_CHECK(rc == 0, "reference forward: %s", err.msg);
@@ -100,26 +102,32 @@ static int ref_argmax(model_ctx *ctx, const decode_seq *s, const int32_t *x, int
 
 /* ---------------------------------------------------------------- cases */
 
-static decode_params params_for(enum decode_decoder d, enum decode_cache cache) {
-    decode_params p = decode_params_default();
+/* About one position per step, whatever the decoder: 2 blocks of 8 after an 8-token prompt (block
+ * 0 = positions 8..15 in both layouts). */
+static decode_params params_for(const model *m, enum decode_decoder d, enum decode_cache cache) {
+    decode_params p = decode_params_for_model(m);
     p.gen_length = 16, p.block_length = 8, p.decoder = d, p.cache = cache, p.temperature = 0;
     p.steps = 16;                  /* fixed-step decoders: one token per step */
+    p.steps_per_block = 0;
     p.threshold = 0.99;            /* threshold-like decoders: the most confident one per step */
     p.factor = 0.01;
     p.max_post_steps = 2;
     p.sub_block_length = 4;
+    p.prefix_look = 2, p.after_look = 3;
     return p;
 }
 
-static const int32_t k_prompt[5] = {7, 11, 300, 42, 5};
+#define N_PROMPT 8
+static const int32_t k_prompt[N_PROMPT] = {7, 11, 300, 42, 5, 90, 12, 401};
 
 /* One sequence: a first step, then its deadline is set in the past; the next step must be its last. */
 static void test_last_step(const model *m, model_ctx *ctx, enum decode_decoder d, enum decode_cache cache,
                            const char *what) {
-    decode_params p = params_for(d, cache);
+    decode_params p = params_for(m, d, cache);
+    const char *dn = decode_decoder_name(d), *cn = decode_cache_name(cache);
     um_err err = {0};
-    decode_seq *s = decode_seq_create(m, &p, k_prompt, 5, &err);
-    TEST_CHECK(s != NULL, "%s %s: create: %s", what, decode_decoder_name(d), err.msg);
+    decode_seq *s = decode_seq_create(m, &p, k_prompt, N_PROMPT, &err);
+    TEST_CHECK(s != NULL, "%s %s %s: create: %s", what, dn, cn, err.msg);
     if (!s) return;
     rec r;
     memset(&r, 0, sizeof r);
@@ -127,46 +135,58 @@ static void test_last_step(const model *m, model_ctx *ctx, enum decode_decoder d
     decode_sink sink = {on_ev, NULL};
     TEST_CHECK(decode_step(ctx, &s, 1, &sink, &err) == 0, "step 0: %s", err.msg);
     TEST_CHECK(decode_seq_deadline(s) == 0 && !decode_seq_expired(s, time_now_ns()), "no limit: no deadline");
+    decode_seq_cursor c;
+    decode_seq_cursor_get(s, &c);
+    const int lo = c.blk_lo[0], hi = c.blk_hi[0];
     int L;
     const int32_t *canvas = decode_seq_canvas(s, &L);
     int32_t *x = malloc((size_t)L * sizeof *x);
     memcpy(x, canvas, (size_t)L * sizeof *x);
-    /* these parameters make every decoder commit about one position per step */
-    TEST_CHECK(r.n_blocks_ev == 0, "%s %s: step 0 left block 0 in progress", what, decode_decoder_name(d));
+    if (r.n_blocks_ev == 1) {
+        /* the credit decoder under LLaDA2's rules commits the whole block at once: the deadline
+         * then finds no block in progress and the sequence ends without a step */
+        TEST_CHECK(m->cfg.block_causal > 0 && d == DECODER_CREDIT, "%s %s %s: step 0 finished block 0", what, dn, cn);
+        decode_seq_set_deadline(s, 1);
+        TEST_CHECK(decode_step(ctx, &s, 1, &sink, &err) == 0, "step: %s", err.msg);
+        TEST_CHECK(decode_seq_done(s) && r.n_steps == 1 && r.usage_steps == 1 && r.n_blocks_ev == 1 && r.time_limited,
+                   "%s %s %s: ended between blocks without a step (%d steps)", what, dn, cn, r.n_steps);
+        free(x);
+        decode_seq_free(s);
+        return;
+    }
+    TEST_CHECK(c.block == 0 && lo == N_PROMPT && hi == N_PROMPT + 8, "%s %s %s: block 0 is [%d, %d)", what, dn, cn,
+               lo, hi);
     int32_t masked[MAX_POS];
     int n_masked = 0;
-    for (int q = 5; q < 13; q++)   /* block 0: the prompt's 5 tokens, then 8 positions */
+    for (int q = lo; q < hi; q++)
         if (x[q] == m->cfg.mask_id) masked[n_masked++] = q;
     decode_seq_set_deadline(s, 1);   /* long past */
     TEST_CHECK(decode_seq_expired(s, time_now_ns()), "expired");
     const int steps_before = r.n_steps;
     TEST_CHECK(decode_step(ctx, &s, 1, &sink, &err) == 0, "last step: %s", err.msg);
-    TEST_CHECK(decode_seq_done(s) && r.n_done == 1 && !r.after_done, "%s %s: done after the deadline's step", what,
-               decode_decoder_name(d));
+    TEST_CHECK(decode_seq_done(s) && r.n_done == 1 && !r.after_done, "%s %s %s: done after the deadline's step", what,
+               dn, cn);
     TEST_CHECK(r.time_limited && (r.finish == DECODE_FINISH_LENGTH || r.finish == DECODE_FINISH_STOP),
-               "%s %s: DONE time_limited %d, finish %s", what, decode_decoder_name(d), r.time_limited,
-               decode_finish_name(r.finish));
-    {
-        /* one more step, which committed every masked position of block 0 and finished it */
-        TEST_CHECK(r.n_steps == steps_before + 1 && r.usage_steps == 2 && r.last_block == 0,
-                   "%s %s: steps %d (usage %d), last block %d", what, decode_decoder_name(d), r.n_steps, r.usage_steps,
-                   r.last_block);
-        TEST_CHECK(r.n_blocks_ev == 1 && r.committed == 8, "%s %s: %d blocks finished, %d committed", what,
-                   decode_decoder_name(d), r.n_blocks_ev, r.committed);
-        TEST_CHECK(r.last_n == n_masked, "%s %s: the last step committed %d of the %d masked positions", what,
-                   decode_decoder_name(d), r.last_n, n_masked);
-        int same_pos = r.last_n == n_masked;
-        for (int i = 0; same_pos && i < n_masked; i++) same_pos = r.last_pos[i] == masked[i];
-        TEST_CHECK(same_pos, "%s %s: the last step's positions are the masked ones", what, decode_decoder_name(d));
-        if (cache == DECODE_CACHE_NONE && same_pos && n_masked > 0) {
-            int32_t want[MAX_POS];
-            if (ref_argmax(ctx, s, x, L, masked, n_masked, want) == 0) {
-                int bad = -1;
-                for (int i = 0; i < n_masked && bad < 0; i++)
-                    if (r.last_tok[i] != want[i]) bad = i;
-                TEST_CHECK(bad < 0, "%s %s: position %d committed %d, the argmax is %d", what, decode_decoder_name(d),
-                           bad >= 0 ? masked[bad] : -1, bad >= 0 ? r.last_tok[bad] : -1, bad >= 0 ? want[bad] : -1);
-            }
+               "%s %s %s: DONE time_limited %d, finish %s", what, dn, cn, r.time_limited, decode_finish_name(r.finish));
+    /* one more step, which committed every masked position of block 0 and finished it */
+    TEST_CHECK(r.n_steps == steps_before + 1 && r.usage_steps == 2 && r.last_block == 0,
+               "%s %s %s: steps %d (usage %d), last block %d", what, dn, cn, r.n_steps, r.usage_steps, r.last_block);
+    TEST_CHECK(r.n_blocks_ev == 1 && r.committed == hi - lo, "%s %s %s: %d blocks finished, %d committed", what, dn,
+               cn, r.n_blocks_ev, r.committed);
+    int same_pos = r.last_n == n_masked;
+    for (int i = 0; same_pos && i < n_masked; i++) same_pos = r.last_pos[i] == masked[i];
+    TEST_CHECK(same_pos, "%s %s %s: the last step committed %d positions, the %d masked ones expected", what, dn, cn,
+               r.last_n, n_masked);
+    if (cache == DECODE_CACHE_NONE && same_pos && n_masked > 0) {
+        /* what the step's forward saw: the canvas (block-causal rules: up to the block's end) */
+        const int bd = m->cfg.block_causal > 0;
+        int32_t want[MAX_POS];
+        if (ref_argmax(ctx, s, x, bd ? hi : L, bd ? p.block_length : 0, masked, n_masked, want) == 0) {
+            int bad = -1;
+            for (int i = 0; i < n_masked && bad < 0; i++)
+                if (r.last_tok[i] != want[i]) bad = i;
+            TEST_CHECK(bad < 0, "%s %s: position %d committed %d, the argmax is %d", what, dn,
+                       bad >= 0 ? masked[bad] : -1, bad >= 0 ? r.last_tok[bad] : -1, bad >= 0 ? want[bad] : -1);
         }
     }
     free(x);
@@ -176,10 +196,10 @@ static void test_last_step(const model *m, model_ctx *ctx, enum decode_decoder d
 /* A deadline found between blocks ends the sequence there without a step: after block 0 finished
  * (steps 2 over 2 blocks: one step each), and before the first step. */
 static void test_between_blocks(const model *m, model_ctx *ctx) {
-    decode_params p = params_for(DECODER_LOW_CONFIDENCE, DECODE_CACHE_NONE);
+    decode_params p = params_for(m, DECODER_LOW_CONFIDENCE, DECODE_CACHE_NONE);
     p.steps = 2;
     um_err err = {0};
-    decode_seq *s = decode_seq_create(m, &p, k_prompt, 5, &err);
+    decode_seq *s = decode_seq_create(m, &p, k_prompt, N_PROMPT, &err);
     TEST_CHECK(s != NULL, "create: %s", err.msg);
     if (!s) return;
     rec r;
@@ -199,9 +219,9 @@ static void test_between_blocks(const model *m, model_ctx *ctx) {
 
 /* A deadline set before the first step ends the sequence with no step at all. */
 static void test_before_first_step(const model *m, model_ctx *ctx) {
-    decode_params p = params_for(DECODER_LOW_CONFIDENCE, DECODE_CACHE_NONE);
+    decode_params p = params_for(m, DECODER_LOW_CONFIDENCE, DECODE_CACHE_NONE);
     um_err err = {0};
-    decode_seq *s = decode_seq_create(m, &p, k_prompt, 5, &err);
+    decode_seq *s = decode_seq_create(m, &p, k_prompt, N_PROMPT, &err);
     TEST_CHECK(s != NULL, "create: %s", err.msg);
     if (!s) return;
     rec r;
@@ -219,7 +239,7 @@ static void test_before_first_step(const model *m, model_ctx *ctx) {
 
 /* A batch of two: A's deadline passes after step 1, B has none; B's commits are those of B alone. */
 static void test_batch_mate(const model *m, model_ctx *ctx, enum decode_cache cache) {
-    decode_params pa = params_for(DECODER_LOW_CONFIDENCE, cache), pb = params_for(DECODER_THRESHOLD, cache);
+    decode_params pa = params_for(m, DECODER_LOW_CONFIDENCE, cache), pb = params_for(m, DECODER_THRESHOLD, cache);
     pb.threshold = 0.5;
     const int32_t prompt_b[3] = {99, 3, 17};
     um_err err = {0};
@@ -235,7 +255,7 @@ static void test_batch_mate(const model *m, model_ctx *ctx, enum decode_cache ca
     TEST_CHECK(decode_generate(ctx, s, &sink, &err) == 0, "alone: %s", err.msg);
     decode_seq_free(s);
     decode_seq *v[2];
-    v[0] = decode_seq_create(m, &pa, k_prompt, 5, &err);
+    v[0] = decode_seq_create(m, &pa, k_prompt, N_PROMPT, &err);
     v[1] = decode_seq_create(m, &pb, prompt_b, 3, &err);
     TEST_CHECK(v[0] && v[1], "create: %s", err.msg);
     if (!v[0] || !v[1]) return;
@@ -259,7 +279,7 @@ static void test_batch_mate(const model *m, model_ctx *ctx, enum decode_cache ca
 /* time_limit_ms (and llama.cpp's t_max_predict_ms) from JSON; the default deadline counts from the
  * first step; its range. */
 static void test_param(const model *m, model_ctx *ctx) {
-    decode_params p = params_for(DECODER_LOW_CONFIDENCE, DECODE_CACHE_NONE);
+    decode_params p = params_for(m, DECODER_LOW_CONFIDENCE, DECODE_CACHE_NONE);
     um_err err = {0};
     decode_params_src src;
     memset(&src, 0, sizeof src);
@@ -277,7 +297,7 @@ static void test_param(const model *m, model_ctx *ctx) {
                    strstr(err.msg, "between 0 (off) and 86400000") != NULL,
                "range: %s", err.msg);
     p.time_limit_ms = 5000;
-    decode_seq *s = decode_seq_create(m, &p, k_prompt, 5, &err);
+    decode_seq *s = decode_seq_create(m, &p, k_prompt, N_PROMPT, &err);
     TEST_CHECK(s != NULL, "create: %s", err.msg);
     if (!s) return;
     TEST_CHECK(decode_seq_deadline(s) == 0, "no deadline before the first step");
@@ -309,10 +329,9 @@ static int run_model(const char *name, const char *preset) {
         fprintf(stderr, "model_ctx_init: %s\n", err.msg);
         return 1;
     }
-    for (int d = 0; d < DECODER_COUNT_; d++) {
-        test_last_step(&m, &ctx, (enum decode_decoder)d, DECODE_CACHE_NONE, preset);
-        test_last_step(&m, &ctx, (enum decode_decoder)d, DECODE_CACHE_DUAL, preset);
-    }
+    for (int d = 0; d < DECODER_COUNT_; d++)
+        for (int cm = 0; cm < DECODE_CACHE_COUNT_; cm++)
+            test_last_step(&m, &ctx, (enum decode_decoder)d, (enum decode_cache)cm, preset);
     if (strcmp(preset, "tiny") == 0) {
         test_before_first_step(&m, &ctx);
         test_between_blocks(&m, &ctx);
@@ -336,7 +355,8 @@ int main(void) {
     json_t *j = decode_event_to_json(&ev);
     TEST_CHECK(json_is_true(json_object_get(j, "time_limited")), "DONE JSON carries time_limited");
     json_decref(j);
-    if (run_model("test_decode_deadline_llada", "tiny") || run_model("test_decode_deadline_dream", "dream-tiny"))
+    if (run_model("test_decode_deadline_llada", "tiny") || run_model("test_decode_deadline_dream", "dream-tiny") ||
+        run_model("test_decode_deadline_llada2", "llada2-tiny"))
         return 1;
     decode_thread_scratch_free();
     return test_report();
