@@ -387,6 +387,7 @@ struct api_track {
     int              n_indent;     /* > 0: the text ends at the first line indented less (llama.cpp) */
     size_t           indent_at;    /* n_indent: where the next newline is looked for */
     int              indent_cut;   /* n_indent ended the text */
+    int              time_limited; /* DONE said the time limit ended the generation */
 };
 
 void api_track_set_editing(api_track *t) { t->editing = 1; }
@@ -563,6 +564,7 @@ int api_track_event(api_track *t, const json_t *ev) {
         t->timings = json_incref(json_object_get(ev, "timings"));
         const json_t *er = json_object_get(ev, "error");
         if (json_is_string(er)) t->error = xstrdup(json_string_value(er));
+        t->time_limited = json_is_true(json_object_get(ev, "time_limited"));
         if (fr && strcmp(fr, "error") == 0 && !t->error) t->error = xstrdup("the generation failed");
         if (t->tok && !t->text_stopped) {
             const char *p;
@@ -665,6 +667,8 @@ int api_track_steps(const api_track *t) {
     return t->usage ? (int)json_integer_value(json_object_get(t->usage, "steps")) : t->step;
 }
 
+int api_track_time_limited(const api_track *t) { return t->time_limited; }
+
 json_t *api_track_output_ids(const api_track *t) {
     json_t *a = json_array();
     for (int i = 0; i < t->n_text_ids; i++) json_array_append_new(a, json_integer(t->text_ids[i]));
@@ -704,6 +708,7 @@ api_resp *api_resp_new(const api_gen *g, const api_seq *seqs, int n, const model
     snprintf(r->rid, sizeof r->rid, "%s", r->id);
     r->response_fields = g->response_fields ? json_incref(g->response_fields) : NULL;
     r->settings = decode_params_to_json(&g->params);
+    r->n_ctx = m ? m->cfg.max_seq : 0;
     if (g->kind == API_KIND_INFILL && g->n_prompts > 0 && g->prompts[0].text) r->prompt_text = xstrdup(g->prompts[0].text);
     r->n_stop = g->n_stop;
     r->stop = xcalloc((size_t)(g->n_stop ? g->n_stop : 1), sizeof *r->stop);

@@ -180,6 +180,7 @@ const char *api_track_stop_word(const api_track *t);           /* the matched st
 const char *api_track_error(const api_track *t);
 const json_t *api_track_usage(const api_track *t);             /* DONE's usage object or NULL */
 int           api_track_steps(const api_track *t);             /* denoising steps so far (all, once done) */
+int           api_track_time_limited(const api_track *t);      /* 1: DONE said the time limit ended it */
 const json_t *api_track_timings(const api_track *t);           /* DONE's timings or NULL */
 json_t     *api_track_output_ids(const api_track *t);          /* ids of the text (new array) */
 int         api_track_done(const api_track *t);
@@ -202,6 +203,9 @@ struct api_resp {
     char          rid[128];
     json_t       *response_fields;   /* owned or NULL */
     json_t       *settings;          /* effective decode params (owned) */
+    int           n_ctx;             /* tokens one request may hold (prompt + generation + suffix):
+                                        the model's context, lowered by the caller to a server limit
+                                        (serve --max-seq); llama.cpp's generation_settings.n_ctx */
     char         *prompt_text;       /* /infill: "prompt" echo (owned) */
     api_choice   *c;
     int           n;

@@ -87,6 +87,17 @@ int infill_parse(const char *body, size_t len, const decode_params *defaults, co
         goto out;
     }
     g->n_indent = (int)ni;
+    /* llama.cpp's n_cmpl (falling back to "n", as llama.cpp does): that many completions of the one
+     * prompt, answered as an array; copies differ by seed (seed, seed + 1, ...) */
+    const char *ncf = api_field(o, "n_cmpl") ? "n_cmpl" : "n";
+    long long nc = 1;
+    have = api_get_int_field(o, ncf, &nc, e);
+    if (have < 0) goto out;
+    if (have && (nc < 1 || nc > lim->max_choices)) {
+        oai_error_set(e, 400, "invalid_value", ncf, "%s must be between 1 and %d, got %lld", ncf, lim->max_choices, nc);
+        goto out;
+    }
+    g->n = (int)nc;
     if (api_parse_params(g, o, lim, e)) goto out;
     rc = 0;
 out:
@@ -123,8 +134,9 @@ static json_t *path_get(json_t *o, const char *path) {
     return cur;
 }
 
-json_t *infill_final(const char *model_name, int index, const api_track *t, int n_prompt, const char *prompt,
-                     const json_t *settings, int streaming, const json_t *response_fields) {
+json_t *infill_final(const api_resp *r, const api_choice *c, int streaming, const json_t *response_fields) {
+    const api_track *t = c ? c->t : NULL;
+    const int n_prompt = c ? c->n_prompt : 0;
     size_t len = 0;
     const char *text = t ? api_track_text(t, &len) : "";
     const char *fin = t ? api_track_finish(t) : NULL;
@@ -134,28 +146,36 @@ json_t *infill_final(const char *model_name, int index, const api_track *t, int 
     const json_t *tm = t ? api_track_timings(t) : NULL;
     const json_int_t predicted_n = u ? json_integer_value(json_object_get(u, "completion_tokens")) : 0; /* a count */
     double predicted_ms = num(tm, "decode_ms"), prompt_ms = num(tm, "first_event_ms");
-    json_t *timings = json_pack("{s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "prompt_n", n_prompt, "prompt_ms", prompt_ms,
-                                "prompt_per_token_ms", n_prompt ? prompt_ms / n_prompt : 0.0, "prompt_per_second",
-                                prompt_ms > 0 ? n_prompt * 1000.0 / prompt_ms : 0.0, "predicted_n", predicted_n,
-                                "predicted_ms", predicted_ms, "predicted_per_token_ms",
+    /* cache_n / tokens_cached: tokens reused from an earlier request's cache — none: every position's
+     * keys and values depend on the whole canvas (bidirectional attention over prefix, hole and
+     * suffix), so no earlier request's cache is exact for this one (docs/http-api.md) */
+    json_t *timings = json_pack("{s:i, s:i, s:f, s:f, s:f, s:I, s:f, s:f, s:f}", "cache_n", 0, "prompt_n", n_prompt,
+                                "prompt_ms", prompt_ms, "prompt_per_token_ms", n_prompt ? prompt_ms / n_prompt : 0.0,
+                                "prompt_per_second", prompt_ms > 0 ? n_prompt * 1000.0 / prompt_ms : 0.0,
+                                "predicted_n", predicted_n, "predicted_ms", predicted_ms, "predicted_per_token_ms",
                                 predicted_n > 0 ? predicted_ms / (double)predicted_n : 0.0, "predicted_per_second",
                                 predicted_ms > 0 ? (double)predicted_n * 1000.0 / predicted_ms : 0.0);
+    json_t *settings = r->settings ? json_deep_copy(r->settings) : json_object();
+    json_object_set_new(settings, "n_ctx", json_integer(r->n_ctx));
     json_t *o = json_object();
-    json_object_set_new(o, "index", json_integer(index));
+    json_object_set_new(o, "index", json_integer(c ? c->index : 0));
     json_object_set_new(o, "content", streaming ? json_string("") : oai_json_string_lossy(text, len));
     json_object_set_new(o, "tokens", json_array());
     json_object_set_new(o, "id_slot", json_integer(-1));
     json_object_set_new(o, "stop", json_true());
-    json_object_set_new(o, "model", json_string(model_name ? model_name : "unmask"));
+    json_object_set_new(o, "model", json_string(r->model[0] ? r->model : "unmask"));
     json_object_set_new(o, "tokens_predicted", json_integer(predicted_n));
     json_object_set_new(o, "tokens_evaluated", json_integer(n_prompt));
-    json_object_set_new(o, "generation_settings", settings ? json_deep_copy(settings) : json_object());
-    json_object_set_new(o, "prompt", prompt ? oai_json_string_lossy(prompt, strlen(prompt)) : json_string(""));
+    json_object_set_new(o, "generation_settings", settings);
+    json_object_set_new(o, "prompt", r->prompt_text ? oai_json_string_lossy(r->prompt_text, strlen(r->prompt_text))
+                                                    : json_string(""));
     json_object_set_new(o, "has_new_line", json_boolean(memchr(text, '\n', len) != NULL));
     json_object_set_new(o, "truncated", json_false());
     json_object_set_new(o, "stop_type", json_string(stop_type));
     json_object_set_new(o, "stopping_word", json_string(sw ? sw : ""));
     json_object_set_new(o, "tokens_cached", json_integer(0));
+    json_object_set_new(o, "time_limited", json_boolean(t && api_track_time_limited(t)));
+    json_object_set_new(o, "diffusion_steps", json_integer(t ? api_track_steps(t) : 0));
     json_object_set_new(o, "timings", timings);
     if (!response_fields) return o;
     json_t *sel = json_object();
@@ -179,15 +199,16 @@ static void infill_event(api_resp *r, api_choice *c, int flags, int slow, json_t
         const char *d = api_track_take(c->t, &n);
         if (n) json_array_append_new(out, infill_chunk(c->index, d, n, c->t, c->n_prompt));
     }
-    if (api_choice_clean_end(c, flags))
-        json_array_append_new(out, infill_final(r->model, c->index, c->t, c->n_prompt, r->prompt_text, r->settings, 1,
-                                                NULL));
+    if (api_choice_clean_end(c, flags)) json_array_append_new(out, infill_final(r, c, 1, NULL));
 }
 
+/* One object, or — n_cmpl > 1 — an array of them in index order, as llama.cpp answers. */
 static json_t *infill_body(api_resp *r) {
-    if (r->warmup || r->n == 0) return infill_final(r->model, 0, NULL, 0, r->prompt_text, r->settings, 0, r->response_fields);
-    return infill_final(r->model, r->c[0].index, r->c[0].t, r->c[0].n_prompt, r->prompt_text, r->settings, 0,
-                        r->response_fields);
+    if (r->warmup || r->n == 0) return infill_final(r, NULL, 0, r->response_fields);
+    if (r->n == 1) return infill_final(r, &r->c[0], 0, r->response_fields);
+    json_t *arr = json_array();
+    for (int i = 0; i < r->n; i++) json_array_append_new(arr, infill_final(r, &r->c[i], 0, r->response_fields));
+    return arr;
 }
 
 const api_dialect api_dialect_infill = {.sse_done = 0, .event = infill_event, .body = infill_body};

@@ -279,6 +279,12 @@ struct decode_seq {
     int        kv_block;                  /* block the cache was filled in; -1: no usable cache */
     int        kv_age;                    /* steps taken since (and including) the last refresh */
 
+    /* time limit (decode_seq_set_deadline) */
+    uint64_t   deadline_ns;               /* set explicitly (time_now_ns() value), 0 = the default:
+                                             t_first_step + p.time_limit_ms */
+    int        last_step;                 /* 1: the deadline passed; the step in progress commits the
+                                             rest of the active block and ends the sequence */
+
     enum decode_finish finish;
     int        done;
     uint64_t   t_create, t_first_step, t_first_event, t_done;
@@ -471,6 +477,19 @@ const decode_params *decode_seq_params(const decode_seq *s) { return &s->p; }
 int decode_seq_steps(const decode_seq *s) { return s->step; }
 int decode_seq_blocks_done(const decode_seq *s) { return s->cur; }
 
+void decode_seq_set_deadline(decode_seq *s, uint64_t t_ns) { s->deadline_ns = t_ns; }
+
+uint64_t decode_seq_deadline(const decode_seq *s) {
+    if (s->deadline_ns) return s->deadline_ns;
+    if (s->p.time_limit_ms <= 0 || !s->t_first_step) return 0;
+    return s->t_first_step + (uint64_t)s->p.time_limit_ms * 1000000u;
+}
+
+int decode_seq_expired(const decode_seq *s, uint64_t now_ns) {
+    const uint64_t d = decode_seq_deadline(s);
+    return !s->done && d && now_ns >= d;
+}
+
 const int32_t *decode_seq_canvas(const decode_seq *s, int *len) {
     if (len) *len = s->L;
     return s->x;
@@ -605,6 +624,7 @@ static void emit_done(decode_seq *s, const decode_sink *sink, enum decode_finish
     ev.text = s->text.p;
     ev.text_len = s->text.n;
     ev.finish = reason;
+    ev.time_limited = s->last_step && (reason == DECODE_FINISH_STOP || reason == DECODE_FINISH_LENGTH);
     ev.error = error;
     ev.masks_left = s->masks_left;
     if (!s->t_first_event) s->t_first_event = s->t_done;
@@ -644,7 +664,7 @@ static void finish_block(decode_seq *s, const decode_sink *sink) {
     for (int p = lo; p < hi; p++)
         if (is_eos(s, s->x[p])) block_eos = 1;
     if (block_eos) s->saw_eos = 1;
-    int last = b + 1 >= s->n_blocks || (block_eos && s->p.stop_at_eos);
+    int last = s->last_step || b + 1 >= s->n_blocks || (block_eos && s->p.stop_at_eos);
     size_t before = s->text.n;
     for (int p = lo; p < hi && !s->text_stopped; p++) {
         int tok = s->x[p];
@@ -855,7 +875,7 @@ static void seq_apply(decode_seq *s, const decode_record *r, const decoder_view 
     ev.block_masks_left = block_left_gen;
     emit(s, sink, &ev);
 
-    int done = s->dec->block_done ? s->dec->block_done(s->dec_state, vb, block_left) : block_left == 0;
+    int done = s->last_step || (s->dec->block_done ? s->dec->block_done(s->dec_state, vb, block_left) : block_left == 0);
     if (done) finish_block(s, sink);
 }
 
@@ -877,12 +897,25 @@ void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c) {
     c->block_m0 = s->block_begun ? s->block_m0 : -1;
 }
 
-/* Host step of one sequence after the forward and sampling: the decoder chooses, the choice
- * becomes a record, the record is applied. */
+/* The last step's writes (the deadline passed): every still-masked row of the active block at its
+ * sampled x0 — whatever the decoder would choose; into w_pos / w_tok, returns the count. */
+static int seq_last_writes(decode_seq *s, int n_rows) {
+    int nw = 0;
+    for (int r = 0; r < n_rows; r++)
+        if (s->row_masked[r]) {
+            s->w_pos[nw] = s->row_pos[r];
+            s->w_tok[nw] = s->x0[r];
+            nw++;
+        }
+    return nw;
+}
+
+/* Host step of one sequence after the forward and sampling: the decoder chooses (or, on the last
+ * step of a time limit, seq_last_writes), the choice becomes a record, the record is applied. */
 static void seq_after_forward(decode_seq *s, int n_rows, const float *logits, const decode_sink *sink) {
     decoder_view v;
     seq_view(s, n_rows, logits, &v);
-    int nw = s->dec->choose(s->dec_state, &v, s->w_pos, s->w_tok);
+    int nw = s->last_step ? seq_last_writes(s, n_rows) : s->dec->choose(s->dec_state, &v, s->w_pos, s->w_tok);
     CHECK(nw >= 0 && nw <= s->cap);
     if (v.block_masks > 0 && !(s->dec->flags & DECODER_F_MAY_SKIP)) CHECK(nw >= 1);
     for (int i = 0; i < nw; i++) {
@@ -1180,8 +1213,27 @@ int decode_forward_fault(decode_seq *const *seqs, int n, int ahead, um_err *err)
     return 0;
 }
 
+/* The time limit at a step boundary: an expired sequence with a block in progress takes its last
+ * step now; one between blocks ends here with the text of its finished blocks (its tokenizer's
+ * carried bytes flushed, as at a last block). */
+static void seq_check_deadline(decode_seq *s, uint64_t now, const decode_sink *sink) {
+    if (!decode_seq_expired(s, now)) return;
+    s->last_step = 1;
+    if (s->step_in_block > 0) return;
+    if (s->has_tok && !s->text_stopped) {
+        const char *t;
+        size_t n;
+        tok_stream_flush(&s->ts, &t, &n);
+        text_append(s, t, n);
+    }
+    emit_done(s, sink, s->saw_eos ? DECODE_FINISH_STOP : DECODE_FINISH_LENGTH, NULL);
+}
+
 int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sink, um_err *err) {
     int V = ctx->m->cfg.n_embd_rows;
+    const uint64_t now = time_now_ns();
+    for (int i = 0; i < n; i++)
+        if (!seqs[i]->done) seq_check_deadline(seqs[i], now, sink);
     step_layout ly;
     step_layout_plan(&ly, ctx, seqs, n);
     if (ly.n_act == 0) {

@@ -143,6 +143,10 @@ typedef struct decode_event {
     int          block_steps;              /* BLOCK: steps this block took (`step` counts all so far) */
     /* DONE */
     enum decode_finish finish;
+    int          time_limited;    /* DONE: 1 when the sequence's deadline (decode_seq_set_deadline,
+                                     decode_params.time_limit_ms) ended it: the block in progress was
+                                     finished in one last step, later blocks were not decoded; finish
+                                     is then STOP (an EOS/EOT was committed) or LENGTH */
     const char  *error;           /* DONE with DECODE_FINISH_ERROR: the message, else NULL */
     decode_usage   usage;          /* DONE (partial values are also filled on STEP/BLOCK) */
     decode_timings timings;        /* DONE */
@@ -198,6 +202,21 @@ int  decode_seq_kv_rows(const decode_seq *s);
 int  decode_seq_steps(const decode_seq *s);
 int  decode_seq_blocks_done(const decode_seq *s);
 
+/* The sequence's deadline, a time_now_ns() value (0 = none). By default it is the start of its first
+ * step + decode_params.time_limit_ms (none while that is 0 or before the first step); set_deadline
+ * overrides it (t_ns 0: back to that default). Once a step boundary finds the deadline passed
+ * (decode_step), the sequence takes its last step: every still-masked position of the active
+ * block is committed at the step's sampled token x0 (the argmax at temperature 0) instead of the
+ * decoder's choice, the block is finished and DONE follows (time_limited = 1; finish STOP when an
+ * EOS/EOT was committed, else LENGTH). A boundary with no block in progress (none of its steps
+ * taken yet) ends the sequence there without a step. The other sequences of the batch are not
+ * affected. Only decode_step applies it: a step engine that cannot (the device loop) hands an
+ * expired sequence to decode_step (the scheduler does). */
+void     decode_seq_set_deadline(decode_seq *s, uint64_t t_ns);
+uint64_t decode_seq_deadline(const decode_seq *s);
+/* 1 when s is not done and its deadline has passed at now_ns (its next step is its last). */
+int      decode_seq_expired(const decode_seq *s, uint64_t now_ns);
+
 /* Finish a sequence that will not be stepped again: emits DONE with reason (CANCELLED or ERROR;
  * error = message or NULL) carrying the text of the blocks finalized so far. No-op when already
  * done. */
@@ -208,6 +227,8 @@ void decode_seq_finish(decode_seq *s, enum decode_finish reason, const char *err
 /* One denoising step for every not-done sequence in seqs[0..n) (done ones are skipped): ONE
  * batched model_forward, then per sequence: sampling, its decoder's commits, and its events (STEP,
  * then BLOCK when the block completed, then DONE when finished) delivered to sink in seqs order.
+ * A sequence whose deadline has passed takes its last step (decode_seq_set_deadline), or ends
+ * before the forward when no block of it is in progress.
  * Every sequence must have been created for ctx->m.
  * Returns 0, or -1 with err when the forward failed (no sequence changed state; the caller
  * typically finishes them with DECODE_FINISH_ERROR). The test hook FAULT_FORWARD_FAIL fails it

@@ -78,6 +78,7 @@ json_t *decode_event_to_json(const decode_event *ev) {
     case DECODE_EVENT_DONE:
         json_object_set_new(o, "type", json_string("done"));
         json_object_set_new(o, "finish_reason", json_string(decode_finish_name(ev->finish)));
+        json_object_set_new(o, "time_limited", json_boolean(ev->time_limited));
         json_object_set_new(o, "text", str_n(ev->text, ev->text_len));
         json_object_set_new(o, "error", ev->error ? json_string(ev->error) : json_null());
         json_object_set_new(o, "usage", usage_json(&ev->usage));

@@ -12,7 +12,7 @@
  *    "drafts":[{"pos":13,"index":3,"id":17,"text":"x","confidence":0.41,"special":false}],   (only when streamed)
  *    "progress":{"steps":4,"masks_left":120,"block_masks_left":28,"committed":8}}
  *   {"type":"block","block":0,"start":0,"end":32,"text":"...","steps":32}
- *   {"type":"done","finish_reason":"stop","text":"...","error":null,
+ *   {"type":"done","finish_reason":"stop","time_limited":false,"text":"...","error":null,
  *    "usage":{"prompt_tokens":9,"completion_tokens":40,"total_tokens":49,"steps":64,"committed":64},
  *    "timings":{"first_event_ms":..,"total_ms":..,"decode_ms":..,"tokens_per_s":..}}
  */

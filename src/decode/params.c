@@ -209,6 +209,11 @@ static const dp_field k_fields[] = {
     {"prefill_chunk", DP_INT, DPF(prefill_chunk), "prefill-chunk", 0, 256, DR_BETWEEN, 0, 1000000, 0,
      NOTES(" (one forward)", NULL), 0,
      "block-diffusion models with a cache: rows per prompt-prefill forward (whole blocks), 0 = one forward", NULL},
+    {"time_limit_ms", DP_INT, DPF(time_limit_ms), "time-limit-ms", 0, 0, DR_BETWEEN, 0, 86400000, 0,
+     NOTES(" (off)", NULL), 0,
+     "time budget of the denoising in ms from its first step: then the block in progress is finished in one "
+     "last step and the generation ends; 0 = off",
+     NULL},
 };
 #undef NOTES
 #undef DPF
@@ -342,6 +347,7 @@ static const struct {
     {"diffusion_steps", "steps", 0},             /* Inception / Mercury */
     {"alg", "decoder", ALIAS_GEN_CONFIG},        /* Dream's diffusion_generate */
     {"drafts", "stream_drafts", 0},              /* the WebSocket protocol's short name */
+    {"t_max_predict_ms", "time_limit_ms", ALIAS_NEG_UNSET}, /* llama.cpp (-1 / 0 = off) */
 };
 
 static int field_index(const char *name) {

@@ -133,6 +133,12 @@ typedef struct decode_params {
     int      token_shift;            /* hierarchy_block: 1 = position p is predicted from logits row
                                         p - 1 (and a masked first block position is inherited),
                                         0 = from row p; default 1 */
+    int      time_limit_ms;          /* wall-clock budget of the denoising, ms, counted from the start
+                                        of the sequence's first step (queue time excluded); once it
+                                        has passed, the block in progress is finished in one last
+                                        step (every masked position at its current prediction) and
+                                        the generation ends (decode_seq_set_deadline); 0 = off;
+                                        0 .. 86400000; default 0 (llama.cpp's t_max_predict_ms) */
 } decode_params;
 
 /* The built-in defaults (the table's). */
@@ -169,7 +175,7 @@ typedef struct decode_params_src {
  *   temperature, top_k (-1 = off = 0), top_p, seed, cfg_scale, logits_eos_inf,
  *   confidence_eos_eot_inf, block_layout ("llada" | "aligned"), stop_at_eos, stream_drafts
  *   (drafts), draft_every, cache ("none" | "prefix" | "dual" | "vicinity"), cache_refresh,
- *   prefix_look, after_look, warmup_steps.
+ *   prefix_look, after_look, warmup_steps, time_limit_ms (t_max_predict_ms: negative = not given).
  * When a body has an alias and the canonical name, the canonical name wins.
  * A field of the wrong JSON type or an unknown enum name: -1, UM_ERR_INVALID_ARG naming the field
  * as the request spelled it. Ranges are not checked here: decode_params_validate() does.

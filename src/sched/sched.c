@@ -420,9 +420,13 @@ static void engine_step(engine *e, decode_seq **seqs, int n) {
     }
     int nd = 0, nh = 0;
     long rows = 0; /* LM-head rows of the device batch: within sched_opts.device_rows */
+    /* a sequence past its deadline takes its last step on the host loop (decode_step's; leaving the
+     * device batch applies its pending device step first) */
+    const uint64_t now = time_now_ns();
     for (int i = 0; i < n; i++) {
         const long b = decode_seq_params(seqs[i])->block_length;
-        if (e->dev && decode_device_eligible(e->ctx, seqs[i]) && (s->o.device_rows <= 0 || rows + b <= s->o.device_rows)) {
+        if (e->dev && decode_device_eligible(e->ctx, seqs[i]) && !decode_seq_expired(seqs[i], now) &&
+            (s->o.device_rows <= 0 || rows + b <= s->o.device_rows)) {
             e->dseqs[nd++] = seqs[i];
             rows += b;
         } else {

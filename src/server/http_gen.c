@@ -196,6 +196,8 @@ gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, i
     gs->srv = a->srv;
     gs->stream = g->stream;
     gs->resp = api_resp_new(g, seqs, n, m, a->served_name);
+    const int max_seq = server_policy(a->srv)->lim.max_seq;   /* what one request may hold here */
+    if (max_seq > 0 && max_seq < gs->resp->n_ctx) gs->resp->n_ctx = max_seq;
     gs->n = n;
     gs->ch = xcalloc((size_t)(n ? n : 1), sizeof *gs->ch);
     for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;
