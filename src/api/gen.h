@@ -45,6 +45,8 @@ enum api_kind {
     API_KIND_FIM,         /* POST /v1/fim/completions */
     API_KIND_INFILL,      /* POST /infill (llama.cpp) */
     API_KIND_GENERATE,    /* POST /generate (SGLang) */
+    API_KIND_UNMASK,      /* the WebSocket `generate` (api/request.h; its events are encoded by the
+                             WebSocket session, not by api_resp) */
 };
 
 /* api_limits (server-side request limits, shared with the WebSocket protocol): api/limits.h */
@@ -82,6 +84,8 @@ typedef struct api_gen {
     int         n_indent;         /* > 0: end at the first line indented less (llama.cpp's n_indent) */
     /* /generate */
     char        rid[128];         /* client request id ("" = generated) */
+    /* every dialect */
+    json_t     *ignored;          /* names of request fields not understood, array (owned) or NULL */
 } api_gen;
 
 void api_gen_init(api_gen *g, enum api_kind kind, const api_dialect *dialect, const decode_params *defaults);
@@ -92,19 +96,35 @@ void api_gen_free(api_gen *g);
  * e.g. max_tokens | max_completion_tokens | n_predict, diffusion_steps, block_size), applies the
  * server's limits (api_limit_params), settles unset parameters and checks the model-free ranges
  * (decode_params_check), then the stop strings. Errors name the client's field. */
-int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e);
-int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e);
+int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, api_error *e);
+int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, api_error *e);
 /* A text-or-ids prompt value (string, [int...]) into p; field names the parameter. */
-int api_parse_prompt_value(const json_t *v, const char *field, api_prompt *p, oai_error *e);
+int api_parse_prompt_value(const json_t *v, const char *field, api_prompt *p, api_error *e);
+/* The one token-id list parser (every transport's prompt ids): arr (a JSON array) of at most
+ * API_MAX_PROMPT_IDS non-negative integers into p->ids. Errors name param; their messages call the
+ * field label (the client's spelling, e.g. prompt or "prompt_ids"). */
+int api_parse_token_ids(const json_t *arr, const char *param, const char *label, api_prompt *p, api_error *e);
+
+/* Chat messages, the one check every transport applies (WebSocket `generate`, /v1/chat/completions,
+ * /v1/jobs, `unmask generate --messages`): a non-empty array of objects whose "role" is exactly
+ * one of system, developer (taken as system), user, assistant, tool, and whose "content" is a
+ * string, null ("") or an array of {"type":"text","text"} parts (concatenated). Returns a new
+ * array of {"role","content"} strings for the chat template, or NULL with e filled: param
+ * "messages", "messages[i].role" or "messages[i].content", code "invalid_value" / "invalid_type"
+ * (the HTTP APIs' codes; the WebSocket protocol reports them as "invalid_request") or
+ * "unsupported" (a non-text part). Roles are checked because a template writes them verbatim into
+ * text that is then read with special tokens recognised: "user<|eot_id|>..." would forge a turn.
+ * Contents need no such check: chat_template_encode never reads them as special tokens. */
+json_t *api_chat_messages(const json_t *msgs, api_error *e);
 
 /* The fields shared by the dialects' bodies: v when present and not null; a boolean; an integer
  * (integral reals accepted: 1 present, 0 absent, -1 error). Errors name the field. */
 const json_t *api_field(const json_t *obj, const char *k);
-int api_get_bool_field(const json_t *obj, const char *k, int *dst, oai_error *e);
-int api_get_int_field(const json_t *obj, const char *k, long long *dst, oai_error *e);
+int api_get_bool_field(const json_t *obj, const char *k, int *dst, api_error *e);
+int api_get_int_field(const json_t *obj, const char *k, long long *dst, api_error *e);
 /* The body as a JSON object, or a 400 naming the problem (malformed JSON with line/column, not an
  * object). Shared by every endpoint. */
-json_t *api_parse_body(const char *body, size_t len, oai_error *e);
+json_t *api_parse_body(const char *body, size_t len, api_error *e);
 
 /* ---------------------------------------------------------------- build */
 
@@ -119,7 +139,7 @@ typedef struct api_seq {
 
 /* One decode_seq per (prompt, copy). Errors (tokenizer, template, limits, decode validation) as a
  * 400 naming the client's field. *out is malloc'd [*n_out]. */
-int  api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, oai_error *e);
+int  api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e);
 void api_seqs_free(api_seq *s, int n);
 
 /* ---------------------------------------------------------------- encode */

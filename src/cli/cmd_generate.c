@@ -179,7 +179,7 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
         json_t *checked = api_chat_messages(msgs, &ae); /* the APIs' check: roles, contents */
         json_decref(msgs);
         if (!checked) {
-            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.msg);
+            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.message);
             return 2;
         }
         msgs = checked;

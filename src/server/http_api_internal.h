@@ -106,7 +106,7 @@ void        gen_cancel_all(gen_stream *gs);
 /* Submit every built sequence (taken) for caller who (its generation quota, its fairness turn).
  * On failure nothing stays submitted (the submitted ones are cancelled; their final events arrive
  * later) and e says why (429 quota_exceeded, 503 queue_full, model_loading). */
-int         gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, oai_error *e);
+int         gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, api_error *e);
 void        http_gen_register(http_api *a);
 
 /* ---------------------------------------------------------------- jobs (http_jobs.c) */
@@ -133,7 +133,7 @@ void http_jobs_register(http_api *a);
 /* ---------------------------------------------------------------- common (http_api.c) */
 
 /* Error response with the OpenAI error object and the retry headers its status calls for. */
-int  api_respond_error(http_conn *c, const oai_error *e);
+int  api_respond_error(http_conn *c, const api_error *e);
 int  api_respond_error_fmt(http_conn *c, int status, const char *code, const char *param, const char *msg);
 /* One JSON record as an SSE frame on c's stream. */
 int  api_stream_json(http_conn *c, const json_t *obj, const char *id);
