@@ -13,8 +13,8 @@
 
 /* Top-level fields a generation request may carry besides the decode parameters (others are
  * reported back as ignored). */
-static const char *const k_known_fields[] = {"type", "event_id", "id", "prompt", "messages", "prompt_ids", "params",
-                                             "stream", NULL};
+static const char *const k_known_fields[] = {"type", "event_id", "id", "prompt", "messages", "prompt_ids", "suffix",
+                                             "params", "stream", NULL};
 
 static int known_field(const char *k) {
     if (decode_param_canonical(k)) return 1;
@@ -29,14 +29,16 @@ static int as_invalid_request(api_error *e) {
     return -1;
 }
 
-/* The prompt (exactly one of prompt, messages, prompt_ids) into g. */
+/* The prompt (exactly one of prompt, messages, prompt_ids) and the suffix into g. */
 static int parse_prompt(const model *m, const json_t *obj, api_gen *g, api_error *e) {
     const json_t *prompt = json_object_get(obj, "prompt");
     const json_t *msgs = json_object_get(obj, "messages");
     const json_t *pids = json_object_get(obj, "prompt_ids");
+    const json_t *sfx = json_object_get(obj, "suffix");
     if (json_is_null(prompt)) prompt = NULL;
     if (json_is_null(msgs)) msgs = NULL;
     if (json_is_null(pids)) pids = NULL;
+    if (json_is_null(sfx)) sfx = NULL;
     int given = !!prompt + !!msgs + !!pids;
     if (given != 1)
         return api_error_set(e, "invalid_request", "prompt",
@@ -63,6 +65,16 @@ static int parse_prompt(const model *m, const json_t *obj, api_gen *g, api_error
             g->prompts[0].text = xstrndup(json_string_value(prompt), json_string_length(prompt));
             g->n_prompts = 1;
         }
+    }
+    if (sfx) {
+        if (!json_is_string(sfx))
+            return api_error_set(e, "invalid_request", "suffix", "\"suffix\" must be a string, got %s",
+                                 oai_json_type_name(sfx));
+        if (msgs)
+            return api_error_set(e, "invalid_request", "suffix",
+                                 "\"suffix\" goes with \"prompt\" or \"prompt_ids\" (infilling), not with \"messages\"");
+        if (!m->tok) return api_error_set(e, "unsupported", "suffix", "this model has no tokenizer; it cannot read \"suffix\"");
+        if (json_string_length(sfx) > 0) g->suffix = xstrndup(json_string_value(sfx), json_string_length(sfx));
     }
     return 0;
 }

@@ -9,6 +9,9 @@
  *   "messages":   [{"role","content"},...] rendered with the model's chat template
  *                 (add_generation_prompt = true), or
  *   "prompt_ids": [int,...] token ids,
+ * optionally "suffix": text after the hole (infilling, as /v1/completions' suffix and /infill's
+ * input_suffix: prompt ++ masks ++ suffix, special-token strings read as plain text), with
+ * "prompt" or "prompt_ids";
  * plus decode parameters at the top level and/or inside "params" (event_json.h field names), and
  * "stream": {"drafts": bool, "draft_every": N, "every": N} (every: send one step event per N
  * denoising steps, merging the ones in between).
