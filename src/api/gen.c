@@ -310,38 +310,15 @@ static int tokenize(const api_gen *g, const model *m, const char *text, int pars
     return 0;
 }
 
-/* Chat messages -> prompt text with the model's chat template (or a plain fallback). */
-static char *render_chat(const api_gen *g, const model *m, api_error *e) {
-    if (m->chat) {
-        char *out = NULL;
-        um_err ue = {0};
-        if (chat_template_render(m->chat, g->messages, 1, &out, &ue) != 0) {
-            um_err_prefix(&ue, "chat template");
-            snprintf(ue.param, sizeof ue.param, "messages");
-            oai_error_from_um(e, &ue);
-            return NULL;
-        }
-        return out;
-    }
-    /* no template: "role: content" lines and an assistant cue */
-    strbuf buf = STRBUF_INIT;
-    for (size_t i = 0; i <= json_array_size(g->messages); i++) {
-        const char *role = "assistant", *content = "";
-        if (i < json_array_size(g->messages)) {
-            const json_t *mo = json_array_get(g->messages, i);
-            role = json_string_value(json_object_get(mo, "role"));
-            content = json_string_value(json_object_get(mo, "content"));
-        }
-        strbuf_printf(&buf, i < json_array_size(g->messages) ? "%s: %s\n" : "%s:%s", role, content);
-    }
-    return strbuf_take(&buf, NULL);
+int api_check_chat(const model *m, api_error *e) {
+    if (m->chat) return 0;
+    return api_error_set(e, "unsupported", "messages",
+                         "this model has no chat template; send \"prompt\" (raw text) instead");
 }
 
-/* The chat prompt's ids: with a chat template, message contents are never read as special tokens
- * (chat_template_encode); the plain fallback text (no template) has none of its own, so nothing
- * in it is. */
-static int chat_tokenize(const api_gen *g, const model *m, const char *text, int32_t **ids, int *n, api_error *e) {
-    if (!m->chat) return tokenize(g, m, text, 0, "messages", ids, n, e);
+/* The chat prompt's ids: message contents are never read as special tokens
+ * (chat_template_encode). */
+static int chat_tokenize(const api_gen *g, const model *m, int32_t **ids, int *n, api_error *e) {
     if (!m->tok)
         return oai_error_set(e, 400, "unsupported", "messages", "this model has no tokenizer; send token ids instead of text");
     um_err ue = {0};
@@ -387,13 +364,8 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
         int n = 0;
         char *text = NULL;
         if (g->messages) {
-            /* the rendered text is only needed to echo it (the HTTP fallback without a template
-             * tokenizes it) */
-            if (!ws || !m->chat) {
-                text = render_chat(g, m, e);
-                if (!text) goto fail;
-            }
-            if (chat_tokenize(g, m, text, &ids, &n, e)) {
+            if (api_check_chat(m, e) != 0) goto fail; /* no "role: content" fallback: docs/http-api.md */
+            if (chat_tokenize(g, m, &ids, &n, e)) {
                 free(text);
                 goto fail;
             }

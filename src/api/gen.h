@@ -117,6 +117,10 @@ int api_parse_token_ids(const json_t *arr, const char *param, const char *label,
  * Contents need no such check: chat_template_encode never reads them as special tokens. */
 json_t *api_chat_messages(const json_t *msgs, api_error *e);
 
+/* Chat needs the model's chat template: 0, or -1 with the one error every transport gives
+ * (code "unsupported", param "messages", HTTP 400; no "role: content" fallback). */
+int api_check_chat(const model *m, api_error *e);
+
 /* The fields shared by the dialects' bodies: v when present and not null; a boolean; an integer
  * (integral reals accepted: 1 present, 0 absent, -1 error). Errors name the field. */
 const json_t *api_field(const json_t *obj, const char *k);

@@ -57,9 +57,7 @@ static int parse_prompt(const model *m, const json_t *obj, api_gen *g, api_error
                                  "this model has no tokenizer; send \"prompt_ids\" instead");
         if (msgs) {
             if (!(g->messages = api_chat_messages(msgs, e))) return as_invalid_request(e);
-            if (!m->chat)
-                return api_error_set(e, "unsupported", "messages",
-                                     "this model has no chat template; send \"prompt\" (raw text) instead");
+            if (api_check_chat(m, e) != 0) return -1;
         } else {
             if (!json_is_string(prompt)) return api_error_set(e, "invalid_request", "prompt", "\"prompt\" must be a string");
             g->prompts[0].text = xstrndup(json_string_value(prompt), json_string_length(prompt));

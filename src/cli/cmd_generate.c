@@ -183,8 +183,8 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
             return 2;
         }
         msgs = checked;
-        if (!m->chat) {
-            fprintf(stderr, "error: --messages needs a chat template, and the model at %s has none\n", m->dir);
+        if (api_check_chat(m, &ae) != 0) { /* the servers' refusal, in their words */
+            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.message);
             json_decref(msgs);
             return 2;
         }

@@ -99,5 +99,21 @@ out=$("$BIN" generate --model "$C" --threads 1 --messages "$TMP/ok.json" --gen-l
 if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS developer role + text parts"
 else fail=$((fail + 1)); echo "FAIL developer role + text parts: $out"; fi
 
+# a model without a chat template refuses --messages with the servers' error (tests/protocol/
+# no_chat_template.test.mjs checks the WebSocket and HTTP side), and --prompt still works (raw)
+NC="$TMP/no-chat"
+rm -rf "$NC" && cp -r "$C" "$NC"
+python3 -c 'import json,sys; f=sys.argv[1]; d=json.load(open(f)); del d["chat_template"]; json.dump(d, open(f, "w"))' \
+    "$NC/tokenizer_config.json"
+printf '[{"role":"user","content":"hi"}]' > "$TMP/hi.json"
+out=$("$BIN" generate --model "$NC" --threads 1 --messages "$TMP/hi.json" --gen-length 4 2>&1 >/dev/null)
+rc=$?
+if [ "$rc" -eq 2 ] && [[ "$out" == "error: --messages $TMP/hi.json: this model has no chat template; send \"prompt\" (raw text) instead" ]]; then
+    pass=$((pass + 1)); echo "PASS no chat template: $out"
+else fail=$((fail + 1)); echo "FAIL no chat template: rc $rc, '$out'"; fi
+out=$("$BIN" generate --model "$NC" --threads 1 --prompt hi --gen-length 4 --json 2>&1 | tail -1)
+if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS no chat template, --prompt"
+else fail=$((fail + 1)); echo "FAIL no chat template, --prompt: $out"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
