@@ -47,6 +47,7 @@ void api_gen_free(api_gen *g) {
     free(g->stop);
     json_decref(g->response_fields);
     json_decref(g->ignored);
+    json_decref(g->unused);
     memset(g, 0, sizeof *g);
 }
 
@@ -343,7 +344,15 @@ static const char *prompt_param_of(const api_gen *g, int i) {
     }
 }
 
-int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e) {
+json_t *api_gen_ignored(const api_gen *g) {
+    if (!json_array_size(g->ignored) && !json_array_size(g->unused)) return NULL;
+    json_t *a = json_array();
+    if (g->ignored) json_array_extend(a, g->ignored);
+    if (g->unused) json_array_extend(a, g->unused);
+    return a;
+}
+
+int api_gen_build(api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e) {
     *out = NULL;
     *n_out = 0;
     int ws = g->kind == API_KIND_UNMASK; /* the WebSocket's wording for an empty prompt, its param names */
@@ -357,6 +366,9 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
     decode_params p = g->params;
     if (g->diffusing) p.stream_drafts = 1;
     decode_params_settle(&p, &g->src);
+    json_decref(g->unused);
+    g->unused = NULL;
+    decode_params_unused(&p, &g->src, &m->cfg, &g->unused);
     int k = 0;
     for (int i = 0; i < n_prompts; i++) {
         const char *prompt_param = prompt_param_of(g, i);

@@ -86,6 +86,8 @@ typedef struct api_gen {
     char        rid[128];         /* client request id ("" = generated) */
     /* every dialect */
     json_t     *ignored;          /* names of request fields not understood, array (owned) or NULL */
+    json_t     *unused;           /* build: the decode parameters the request set that its decoder
+                                     does not read on the model, as spelled (owned) or NULL */
 } api_gen;
 
 void api_gen_init(api_gen *g, enum api_kind kind, const api_dialect *dialect, const decode_params *defaults);
@@ -142,8 +144,12 @@ typedef struct api_seq {
 } api_seq;
 
 /* One decode_seq per (prompt, copy). Errors (tokenizer, template, limits, decode validation) as a
- * 400 naming the client's field. *out is malloc'd [*n_out]. */
-int  api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e);
+ * 400 naming the client's field. *out is malloc'd [*n_out]. Also lists in g->unused the decode
+ * parameters the request set that its decoder does not read on m (decode_params_unused). */
+int  api_gen_build(api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e);
+/* What every transport reports as ignored (WebSocket accepted.ignored_fields, the HTTP APIs'
+ * x-unmask-ignored-fields header): g->ignored then g->unused, a new array, or NULL when empty. */
+json_t *api_gen_ignored(const api_gen *g);
 void api_seqs_free(api_seq *s, int n);
 
 /* ---------------------------------------------------------------- encode */

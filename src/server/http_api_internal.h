@@ -89,6 +89,7 @@ struct gen_stream {
     gen_choice *ch;           /* [n] */
     int         n, n_live;    /* choices; choices whose final event is still to come */
     int         stream;       /* SSE response */
+    char       *ignored_hdr;  /* "x-unmask-ignored-fields: a, b" for the response (owned) or NULL */
     int         ended;        /* the response is complete (or abandoned) */
     char        job_id[40];   /* "" = an HTTP request */
     char       *job_owner;    /* owned */

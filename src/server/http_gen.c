@@ -26,11 +26,13 @@
 #include "server/metrics.h"
 #include "server/gen_prep.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 
 #define SLOW_CLIENT_BYTES (1u << 20)   /* queued SSE bytes beyond which diffusing frames are skipped */
 
 void gen_free(gen_stream *gs) {
     free(gs->who);
+    free(gs->ignored_hdr);
     api_resp_free(gs->resp);
     free(gs->ch);
     free(gs->job_owner);
@@ -88,7 +90,8 @@ static void gen_complete(gen_stream *gs) {
     } else if (err) {
         api_respond_error_fmt(c, 500, "generation_failed", NULL, err);
     } else {
-        http_respond_json(c, 200, api_resp_body(gs->resp), NULL);
+        const char *hdrs[] = {gs->ignored_hdr, NULL};
+        http_respond_json(c, 200, api_resp_body(gs->resp), hdrs);
     }
     http_stream_on_close(c, NULL, NULL);
     gs->c = NULL;
@@ -195,6 +198,19 @@ gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, i
     gs->srv = a->srv;
     gs->stream = g->stream;
     gs->resp = api_resp_new(g, seqs, n, m, a->served_name);
+    json_t *ign = api_gen_ignored(g);
+    if (ign) { /* request fields the server does not use: the WebSocket's accepted.ignored_fields */
+        strbuf h = STRBUF_INIT;
+        strbuf_puts(&h, "x-unmask-ignored-fields: ");
+        size_t i;
+        json_t *v;
+        json_array_foreach(ign, i, v) {
+            if (i) strbuf_puts(&h, ", ");
+            strbuf_puts(&h, json_string_value(v));
+        }
+        gs->ignored_hdr = strbuf_take(&h, NULL);
+        json_decref(ign);
+    }
     gs->n = n;
     gs->ch = xcalloc((size_t)(n ? n : 1), sizeof *gs->ch);
     for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;
@@ -227,7 +243,7 @@ static int gen_start(http_conn *c, http_api *a, const api_gen *g, const model *m
     if (gs->stream) {
         char idh[96];
         snprintf(idh, sizeof idh, "x-unmask-id: %s", api_resp_id(gs->resp));
-        const char *hdrs[] = {k_sse_headers[0], idh, NULL};
+        const char *hdrs[] = {k_sse_headers[0], idh, gs->ignored_hdr, NULL};
         http_stream_begin(c, 200, "text/event-stream", hdrs);
         json_t *out = json_array();
         api_resp_begin(gs->resp, out);

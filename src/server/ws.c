@@ -110,6 +110,7 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
         json_object_set_new(mi, "chat_template", json_boolean(m->chat != NULL));
         decode_params p = api_policy_params(server_policy(srv), m);
         json_object_set_new(o, "defaults", decode_params_to_json(&p));
+        json_object_set_new(o, "decoder_fields", decode_decoder_fields(&p, &m->cfg)); /* what each decoder reads */
     }
     json_object_set_new(o, "model", mi);
     json_object_set_new(o, "limits",
@@ -185,8 +186,10 @@ static void prep_done(prep_job *j) {
             /* events cannot be delivered before we return to the service loop: safe to attach now */
             session_gen_start(g, r, p->opts.stream_every);
             json_t *params = decode_params_to_json(&p->gp.g.params);
+            json_t *ignored = api_gen_ignored(&p->gp.g);
             json_t *acc = api_ev_accepted(g->id, p->event_id, qpos, p->gp.seqs[0].n_prompt + p->gp.seqs[0].n_suffix,
-                                          params, p->gp.g.ignored);
+                                          params, ignored);
+            json_decref(ignored);
             if (server_cfg(srv)->traces_max_bytes > 0) {
                 trace_begin(s->w->traces, s->who, s->token, g->id, params, g->trace_id);
                 json_object_set_new(acc, "trace_id", json_string(g->trace_id));
