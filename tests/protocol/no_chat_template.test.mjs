@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Client, TMP, startServer, tinyModel } from './harness.mjs';
+import { Client, TMP, postJson, startServer, tinyModel } from './harness.mjs';
 
 const MESSAGE = 'this model has no chat template; send "prompt" (raw text) instead';
 
@@ -24,11 +24,6 @@ function modelWithoutTemplate() {
   fs.writeFileSync(f, JSON.stringify(cfg));
   for (const extra of ['chat_template.jinja', 'chat_template.json']) fs.rmSync(path.join(dir, extra), { force: true });
   return dir;
-}
-
-async function postJson(base, p, body) {
-  const r = await fetch(`${base}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  return { status: r.status, body: await r.json() };
 }
 
 describe('chat without a chat template: the same error everywhere', () => {

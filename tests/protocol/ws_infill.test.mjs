@@ -5,17 +5,12 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Client, checkGeneration, startServer, tinyModel } from './harness.mjs';
+import { Client, checkGeneration, postJson, startServer, tinyModel } from './harness.mjs';
 
 const PROMPT = 'def add(a, b):\n    ';
 const SUFFIX = '\n\nprint(add(1, 2))\n';
 const DECODE = { seed: 11, steps: 8, block_length: 8 };
 const G = 16;
-
-async function postJson(base, path, body) {
-  const r = await fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  return { status: r.status, body: await r.json() };
-}
 
 describe('WebSocket generate with a suffix (infilling)', () => {
   let srv;
