@@ -100,6 +100,9 @@ struct gen_stream {
     gen_stream *next_run;     /* api->job_runs list (submitted jobs, started or still waiting for a batch slot) */
 };
 
+/* "x-unmask-ignored-fields: a, b" (malloc'd) naming what request g set that the server does not
+ * use (api_gen_ignored: after the build), or NULL. The names are the table's, never client bytes. */
+char       *gen_ignored_header(const api_gen *g);
 /* A new stream of n choices for request g (its response state from seqs). */
 gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, int n, const model *m);
 void        gen_free(gen_stream *gs);

@@ -192,25 +192,28 @@ int gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, api_error 
 
 typedef int (*gen_parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, api_error *);
 
+char *gen_ignored_header(const api_gen *g) {
+    json_t *ign = api_gen_ignored(g);
+    if (!ign) return NULL;
+    strbuf h = STRBUF_INIT;
+    strbuf_puts(&h, "x-unmask-ignored-fields: ");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ign, i, v) {
+        if (i) strbuf_puts(&h, ", ");
+        strbuf_puts(&h, json_string_value(v));
+    }
+    json_decref(ign);
+    return strbuf_take(&h, NULL);
+}
+
 gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, int n, const model *m) {
     gen_stream *gs = xcalloc(1, sizeof *gs);
     gs->api = a;
     gs->srv = a->srv;
     gs->stream = g->stream;
     gs->resp = api_resp_new(g, seqs, n, m, a->served_name);
-    json_t *ign = api_gen_ignored(g);
-    if (ign) { /* request fields the server does not use: the WebSocket's accepted.ignored_fields */
-        strbuf h = STRBUF_INIT;
-        strbuf_puts(&h, "x-unmask-ignored-fields: ");
-        size_t i;
-        json_t *v;
-        json_array_foreach(ign, i, v) {
-            if (i) strbuf_puts(&h, ", ");
-            strbuf_puts(&h, json_string_value(v));
-        }
-        gs->ignored_hdr = strbuf_take(&h, NULL);
-        json_decref(ign);
-    }
+    gs->ignored_hdr = gen_ignored_header(g);
     gs->n = n;
     gs->ch = xcalloc((size_t)(n ? n : 1), sizeof *gs->ch);
     for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;

@@ -461,8 +461,13 @@ static void job_create_done(job_prep *p) {
     json_t *obj = job_store_get_json(a->jobs, id, p->who);
     char loc[96];
     snprintf(loc, sizeof loc, "Location: /v1/jobs/%s", id);
-    const char *hdrs[] = {loc, existed ? "Idempotent-Replayed: true" : NULL, NULL};
+    char *ignored = gen_ignored_header(&p->g); /* what the validation build found unused */
+    const char *hdrs[4] = {loc, NULL, NULL, NULL};
+    int nh = 1;
+    if (existed) hdrs[nh++] = "Idempotent-Replayed: true";
+    if (ignored) hdrs[nh++] = ignored;
     http_respond_json(c, 202, obj, hdrs);
+    free(ignored);
 }
 
 static void job_prep_done(prep_job *j) {

@@ -3,7 +3,7 @@
 // served model (a block-diffusion model's threshold decoder reads steps; a LLaDA model's does not),
 // and a parameter the request set that its decoder does not read is reported like any ignored
 // field — WebSocket accepted.ignored_fields, the HTTP APIs' x-unmask-ignored-fields header
-// (streaming or not), in the name the client used.
+// (streaming or not, and POST /v1/jobs' 202), in the name the client used.
 
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -74,6 +74,9 @@ describe('decoder fields on a LLaDA model', () => {
     const sg = await postJson(srv.base, '/generate', { text: 'hi', sampling_params: { max_new_tokens: 8, block_size: 8, decoder: 'threshold', steps: 4, eps: 0.01 } });
     assert.equal(sg.status, 200, sg.text);
     assert.equal(sg.headers.get('x-unmask-ignored-fields'), 'steps, eps');
+    const job = await postJson(srv.base, '/v1/jobs', body);
+    assert.equal(job.status, 202, job.text);
+    assert.equal(job.headers.get('x-unmask-ignored-fields'), 'diffusion_steps', 'POST /v1/jobs');
     const lc = await postJson(srv.base, '/v1/completions', { ...body, decoder: 'low_confidence' });
     assert.equal(lc.status, 200, lc.text);
     assert.equal(lc.headers.get('x-unmask-ignored-fields'), null, 'nothing ignored: no header');
