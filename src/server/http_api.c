@@ -238,7 +238,7 @@ static int cors_headers(const http_api *a, http_conn *c) {
     http_add_header(c, line);
     if (!any) http_add_header(c, "Vary: Origin");
     http_add_header(c, "Access-Control-Expose-Headers: x-request-id, retry-after, retry-after-ms, x-should-retry, "
-                       "x-unmask-id, location");
+                       "x-unmask-id, x-unmask-ignored-fields, location");
     return 1;
 }
 
