@@ -1,9 +1,10 @@
 /*
- * gen.c — the request core every HTTP generation API sits on (gen.h): the request model and its
+ * gen.c — the request core every generation transport sits on (gen.h): the request model and its
  * shared field parsers, building decode sequences, the per-choice event tracker, and the response
  * object whose records the request's dialect encodes (openai.c, sglang.c, infill.c install their
  * encoders through api_dialect; this file calls none of them by name).
- * Pure; any thread (the server calls it on the lws service thread).
+ * Pure; any thread (the server parses and encodes on the lws service thread, builds on a
+ * preparation worker).
  */
 #include "api/gen.h"
 

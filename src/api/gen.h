@@ -1,13 +1,14 @@
 /*
- * gen.h — the request core of the HTTP generation APIs: the request model, the response object and
- * the per-choice tracker every dialect sits on. The dialects — OpenAI /v1/chat/completions and
+ * gen.h — the request core of every generation transport: the request model, the response object
+ * and the per-choice tracker every dialect sits on. The dialects — OpenAI /v1/chat/completions and
  * /v1/completions (api/openai.h), SGLang /generate (api/sglang.h), llama.cpp /infill and
- * /v1/fim/completions (api/infill.h) — parse their bodies into an api_gen naming their encoders
- * (api_dialect); the core never calls a dialect by name.
+ * /v1/fim/completions (api/infill.h), the WebSocket `generate` (api/request.h; its events are
+ * encoded by the WebSocket session, so it names no encoders) — parse their bodies into an api_gen
+ * naming their encoders (api_dialect); the core never calls a dialect by name.
  *
  * Three stages, all pure (no sockets, no lws; the model is read-only):
  *   1. parse: request JSON -> api_gen (types and ranges checked with the client's own field names;
- *      OpenAI error object on failure, e.g. "diffusion_steps must be between 1 and 1024, got 2000").
+ *      api_error on failure, e.g. "diffusion_steps must be between 1 and 1024, got 2000").
  *   2. build: api_gen + model -> one decode_seq per choice (chat template, tokenizer, native
  *      infilling canvas prompt ++ masks ++ suffix, decode_params_validate).
  *   3. encode: decode events (the JSON objects of decode/event_json.h, as the scheduler delivers
@@ -23,7 +24,8 @@
  *     step, block, n_blocks, masks_left, state: one char per generated position, c = committed,
  *     d = draft (model's current guess), m = still masked}; the last frame has the final text.
  *
- * Threads: any (the server uses them on the lws service thread).
+ * Threads: any (the server parses and encodes on the lws service thread and builds on a
+ * preparation worker: server/gen_prep.h).
  */
 #ifndef UM_API_GEN_H
 #define UM_API_GEN_H
