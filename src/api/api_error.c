@@ -1,5 +1,5 @@
 /*
- * api_error.c — oai_error: the OpenAI error object and status mapping (see api_error.h). Pure, any thread.
+ * api_error.c — api_error: setters, the OpenAI error object and status mapping (see api_error.h). Pure, any thread.
  */
 #include "api/api_error.h"
 
@@ -46,7 +46,7 @@ const char *oai_status_reason(int status) {
     return "Error";
 }
 
-int oai_error_set(oai_error *e, int status, const char *code, const char *param, const char *fmt, ...) {
+int oai_error_set(api_error *e, int status, const char *code, const char *param, const char *fmt, ...) {
     if (!e) return -1;
     memset(e, 0, sizeof *e);
     e->status = status;
@@ -60,7 +60,30 @@ int oai_error_set(oai_error *e, int status, const char *code, const char *param,
     return -1;
 }
 
-int oai_error_from_um(oai_error *e, const um_err *err) {
+int api_error_vset(api_error *e, const char *code, const char *param, const char *fmt, va_list ap) {
+    if (!e) return -1;
+    memset(e, 0, sizeof *e);
+    e->status = 400;
+    snprintf(e->type, sizeof e->type, "%s", oai_error_type_for_status(400));
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return -1;
+}
+
+int api_error_set(api_error *e, const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    api_error_vset(e, code, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int api_error_from(api_error *e, const char *code, const um_err *err) {
+    return api_error_set(e, code, err->param, "%s", err->msg);
+}
+
+int oai_error_from_um(api_error *e, const um_err *err) {
     int status = 500;
     const char *code = "internal_error";
     switch (err->code) {
@@ -77,7 +100,7 @@ int oai_error_from_um(oai_error *e, const um_err *err) {
                          err->msg[0] ? err->msg : um_err_code_name(err->code));
 }
 
-int oai_error_should_retry(const oai_error *e) {
+int oai_error_should_retry(const api_error *e) {
     /* the SDKs also retry 409 (lock timeouts); our 409s (a finished job) are permanent */
     return e->status == 408 || e->status == 429 || e->status >= 500;
 }
@@ -148,7 +171,7 @@ const char *oai_json_type_name(const json_t *v) {
 
 static json_t *str_or_null(const char *s) { return s[0] ? oai_json_string_lossy(s, strlen(s)) : json_null(); }
 
-json_t *oai_error_json(const oai_error *e) {
+json_t *oai_error_json(const api_error *e) {
     json_t *inner = json_object();
     json_object_set_new(inner, "message", oai_json_string_lossy(e->message, strlen(e->message)));
     json_object_set_new(inner, "type", json_string(e->type[0] ? e->type : oai_error_type_for_status(e->status)));
@@ -159,7 +182,7 @@ json_t *oai_error_json(const oai_error *e) {
     return o;
 }
 
-char *oai_error_body(const oai_error *e, size_t *len) {
+char *oai_error_body(const api_error *e, size_t *len) {
     json_t *o = oai_error_json(e);
     char *s = json_dumps(o, UM_JSON_COMPACT);
     json_decref(o);

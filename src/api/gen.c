@@ -1,9 +1,10 @@
 /*
- * gen.c — the request core every HTTP generation API sits on (gen.h): the request model and its
+ * gen.c — the request core every generation transport sits on (gen.h): the request model and its
  * shared field parsers, building decode sequences, the per-choice event tracker, and the response
  * object whose records the request's dialect encodes (openai.c, sglang.c, infill.c install their
  * encoders through api_dialect; this file calls none of them by name).
- * Pure; any thread (the server calls it on the lws service thread).
+ * Pure; any thread (the server parses and encodes on the lws service thread, builds on a
+ * preparation worker).
  */
 #include "api/gen.h"
 
@@ -16,7 +17,6 @@
 
 #include <openssl/rand.h>
 
-#include "api/request.h"
 #include "decode/event_json.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -25,7 +25,6 @@
 #include "util/timeutil.h"
 
 #define API_MAX_STOP_BYTES 256
-#define API_MAX_PROMPT_IDS (1 << 20)
 
 /* ================================================================ request model */
 
@@ -48,10 +47,12 @@ void api_gen_free(api_gen *g) {
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->stop);
     json_decref(g->response_fields);
+    json_decref(g->ignored);
+    json_decref(g->unused);
     memset(g, 0, sizeof *g);
 }
 
-json_t *api_parse_body(const char *body, size_t len, oai_error *e) {
+json_t *api_parse_body(const char *body, size_t len, api_error *e) {
     if (len == 0) {
         oai_error_set(e, 400, "invalid_json", NULL, "the request body is empty; send a JSON object");
         return NULL;
@@ -76,7 +77,7 @@ const json_t *api_field(const json_t *obj, const char *k) {
     return v && !json_is_null(v) ? v : NULL;
 }
 
-int api_get_bool_field(const json_t *obj, const char *k, int *dst, oai_error *e) {
+int api_get_bool_field(const json_t *obj, const char *k, int *dst, api_error *e) {
     const json_t *v = api_field(obj, k);
     if (!v) return 0;
     if (!json_is_boolean(v))
@@ -86,7 +87,7 @@ int api_get_bool_field(const json_t *obj, const char *k, int *dst, oai_error *e)
 }
 
 /* An integer field (integral reals accepted). 1 = present, 0 = absent, -1 = error. */
-int api_get_int_field(const json_t *obj, const char *k, long long *dst, oai_error *e) {
+int api_get_int_field(const json_t *obj, const char *k, long long *dst, api_error *e) {
     const json_t *v = api_field(obj, k);
     if (!v) return 0;
     if (json_is_integer(v)) {
@@ -100,7 +101,7 @@ int api_get_int_field(const json_t *obj, const char *k, long long *dst, oai_erro
     return oai_error_set(e, 400, "invalid_type", k, "%s must be an integer, got %s", k, oai_json_type_name(v));
 }
 
-int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e) {
+int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, api_error *e) {
     if (!v || json_is_null(v)) return 0;
     const json_t *one = json_is_string(v) ? v : NULL;
     size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
@@ -126,7 +127,7 @@ int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error
 
 static void client_names(const api_gen *g, um_err *ue);
 
-int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e) {
+int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, api_error *e) {
     decode_params *p = &g->params;
     json_t *body = json_copy((json_t *)obj); /* shallow: to drop fields read here */
     const json_t *np = api_field(body, "n_predict");
@@ -151,33 +152,113 @@ int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_e
     return api_parse_stop(g, api_field(obj, "stop"), lim, e);
 }
 
-int api_parse_prompt_value(const json_t *v, const char *fieldname, api_prompt *p, oai_error *e) {
+int api_parse_token_ids(const json_t *v, const char *param, const char *label, api_prompt *p, api_error *e) {
+    memset(p, 0, sizeof *p);
+    size_t n = json_array_size(v);
+    if (n > API_MAX_PROMPT_IDS)
+        return oai_error_set(e, 400, "invalid_value", param, "%s has %zu token ids, at most %d are allowed", label, n,
+                             API_MAX_PROMPT_IDS);
+    p->ids = xmalloc((n ? n : 1) * sizeof *p->ids);
+    p->n_ids = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+            free(p->ids);
+            p->ids = NULL;
+            return oai_error_set(e, 400, "invalid_type", param, "%s[%zu] must be a non-negative integer token id", label,
+                                 i);
+        }
+        p->ids[i] = (int32_t)json_integer_value(x);
+    }
+    return 0;
+}
+
+int api_parse_prompt_value(const json_t *v, const char *fieldname, api_prompt *p, api_error *e) {
     memset(p, 0, sizeof *p);
     if (json_is_string(v)) {
         p->text = xstrndup(json_string_value(v), json_string_length(v));
         return 0;
     }
-    if (json_is_array(v)) {
-        size_t n = json_array_size(v);
-        if (n > API_MAX_PROMPT_IDS)
-            return oai_error_set(e, 400, "invalid_value", fieldname, "%s has %zu token ids, at most %d are allowed",
-                                 fieldname, n, API_MAX_PROMPT_IDS);
-        p->ids = xmalloc((n ? n : 1) * sizeof *p->ids);
-        p->n_ids = (int)n;
-        for (size_t i = 0; i < n; i++) {
-            const json_t *x = json_array_get(v, i);
-            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
-                free(p->ids);
-                p->ids = NULL;
-                return oai_error_set(e, 400, "invalid_type", fieldname, "%s[%zu] must be a non-negative integer token id",
-                                     fieldname, i);
-            }
-            p->ids[i] = (int32_t)json_integer_value(x);
-        }
-        return 0;
-    }
+    if (json_is_array(v)) return api_parse_token_ids(v, fieldname, fieldname, p, e);
     return oai_error_set(e, 400, "invalid_type", fieldname, "%s must be a string or an array of token ids, got %s",
                          fieldname, oai_json_type_name(v));
+}
+
+/* One message's content as text: a string, null (""), or text parts concatenated. NULL + e
+ * filled otherwise. */
+static json_t *message_text(const json_t *content, size_t i, api_error *e) {
+    if (!content || json_is_null(content)) return json_string("");
+    if (json_is_string(content)) return json_incref((json_t *)content);
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (!json_is_array(content)) {
+        api_error_set(e, "invalid_type", param, "%s must be a string or an array of content parts, got %s", param,
+                      oai_json_type_name(content));
+        return NULL;
+    }
+    strbuf buf = STRBUF_INIT;
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        const json_t *part = json_array_get(content, k);
+        const json_t *type = json_object_get(part, "type");
+        const json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type)) {
+            strbuf_free(&buf);
+            api_error_set(e, "invalid_type", param, "%s[%zu] must be an object with a \"type\"", param, k);
+            return NULL;
+        }
+        if (strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
+            strbuf_free(&buf);
+            api_error_set(e, "unsupported", param, "%s[%zu]: content parts of type '%.32s' are not supported (text only)",
+                          param, k, json_string_value(type));
+            return NULL;
+        }
+        strbuf_put(&buf, json_string_value(text), json_string_length(text));
+    }
+    json_t *s = json_stringn(strbuf_str(&buf), buf.n);
+    strbuf_free(&buf);
+    return s;
+}
+
+json_t *api_chat_messages(const json_t *msgs, api_error *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        api_error_set(e, "invalid_value", "messages", "messages must be a non-empty array of {role, content} objects");
+        return NULL;
+    }
+    json_t *out = json_array();
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *mo = json_array_get(msgs, i);
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        const json_t *role = json_is_object(mo) ? json_object_get(mo, "role") : NULL;
+        if (!json_is_string(role)) {
+            api_error_set(e, "invalid_type", param, "messages[%zu] must be an object with a string \"role\"", i);
+            json_decref(out);
+            return NULL;
+        }
+        /* exact names only: the template writes the role as is, and the rendered text is read with
+         * special tokens recognised (a role is not a place for free text) */
+        const char *rs = json_string_value(role);
+        size_t rn = json_string_length(role);
+        int known = strlen(rs) == rn; /* no NUL inside */
+        if (known && strcmp(rs, "developer") == 0) rs = "system";
+        if (!known || (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))) {
+            json_t *shown = oai_json_string_lossy(json_string_value(role), rn < 32 ? rn : 32);
+            char *q = json_dumps(shown, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+            json_decref(shown);
+            api_error_set(e, "invalid_value", param, "%s must be one of system, developer, user, assistant, tool, got %s%s",
+                          param, q ? q : "?", rn > 32 ? " (its first 32 bytes)" : "");
+            free(q);
+            json_decref(out);
+            return NULL;
+        }
+        json_t *text = message_text(json_object_get(mo, "content"), i, e);
+        if (!text) {
+            json_decref(out);
+            return NULL;
+        }
+        json_array_append_new(out, json_pack("{s:s, s:o}", "role", rs, "content", text));
+    }
+    return out;
 }
 
 /* ================================================================ build */
@@ -197,13 +278,25 @@ static void client_names(const api_gen *g, um_err *ue) {
     decode_params_src src = g->src;
     const char *len_name = g->kind == API_KIND_INFILL     ? "n_predict"
                            : g->kind == API_KIND_GENERATE ? "max_new_tokens"
+                           : g->kind == API_KIND_UNMASK   ? "gen_length"
                                                           : "max_tokens";
     if (!decode_params_src_get(&src, "gen_length")) decode_params_src_set(&src, "gen_length", len_name);
     decode_params_err_rename(ue, &src);
 }
 
-static int tokenize(const model *m, const char *text, int parse_special, const char *param, int32_t **ids, int *n,
-                    oai_error *e) {
+/* A per-request failure of the build (tokenizer, template, decode validation) as the request's
+ * transport reports it: the HTTP APIs by the um_err's kind (oai_error_from_um), the WebSocket as
+ * invalid_request. context: the failure may be "does not fit the context" (context_length_exceeded). */
+static int build_error(const api_gen *g, const um_err *ue, int context, api_error *e) {
+    int ctx = context && api_is_context_error(ue);
+    if (g->kind == API_KIND_UNMASK) return api_error_from(e, ctx ? API_CODE_CONTEXT_LENGTH : "invalid_request", ue);
+    oai_error_from_um(e, ue);
+    if (ctx) snprintf(e->code, sizeof e->code, "%s", API_CODE_CONTEXT_LENGTH);
+    return -1;
+}
+
+static int tokenize(const api_gen *g, const model *m, const char *text, int parse_special, const char *param,
+                    int32_t **ids, int *n, api_error *e) {
     *ids = NULL;
     *n = 0;
     if (!text[0]) return 0;
@@ -213,44 +306,21 @@ static int tokenize(const model *m, const char *text, int parse_special, const c
     size_t nn = 0;
     if (tokenizer_encode(m->tok, text, strlen(text), parse_special, ids, &nn, &ue) != 0) {
         snprintf(ue.param, sizeof ue.param, "%s", param);
-        return oai_error_from_um(e, &ue);
+        return build_error(g, &ue, 0, e);
     }
     *n = (int)nn;
     return 0;
 }
 
-/* Chat messages -> prompt text with the model's chat template (or a plain fallback). */
-static char *render_chat(const api_gen *g, const model *m, oai_error *e) {
-    if (m->chat) {
-        char *out = NULL;
-        um_err ue = {0};
-        if (chat_template_render(m->chat, g->messages, 1, &out, &ue) != 0) {
-            um_err_prefix(&ue, "chat template");
-            snprintf(ue.param, sizeof ue.param, "messages");
-            oai_error_from_um(e, &ue);
-            return NULL;
-        }
-        return out;
-    }
-    /* no template: "role: content" lines and an assistant cue */
-    strbuf buf = STRBUF_INIT;
-    for (size_t i = 0; i <= json_array_size(g->messages); i++) {
-        const char *role = "assistant", *content = "";
-        if (i < json_array_size(g->messages)) {
-            const json_t *mo = json_array_get(g->messages, i);
-            role = json_string_value(json_object_get(mo, "role"));
-            content = json_string_value(json_object_get(mo, "content"));
-        }
-        strbuf_printf(&buf, i < json_array_size(g->messages) ? "%s: %s\n" : "%s:%s", role, content);
-    }
-    return strbuf_take(&buf, NULL);
+int api_check_chat(const model *m, api_error *e) {
+    if (m->chat) return 0;
+    return api_error_set(e, "unsupported", "messages",
+                         "this model has no chat template; send \"prompt\" (raw text) instead");
 }
 
-/* The chat prompt's ids: with a chat template, message contents are never read as special tokens
- * (chat_template_encode); the plain fallback text (no template) has none of its own, so nothing
- * in it is. */
-static int chat_tokenize(const api_gen *g, const model *m, const char *text, int32_t **ids, int *n, oai_error *e) {
-    if (!m->chat) return tokenize(m, text, 0, "messages", ids, n, e);
+/* The chat prompt's ids: message contents are never read as special tokens
+ * (chat_template_encode). */
+static int chat_tokenize(const api_gen *g, const model *m, int32_t **ids, int *n, api_error *e) {
     if (!m->tok)
         return oai_error_set(e, 400, "unsupported", "messages", "this model has no tokenizer; send token ids instead of text");
     um_err ue = {0};
@@ -258,49 +328,76 @@ static int chat_tokenize(const api_gen *g, const model *m, const char *text, int
     if (chat_template_encode(m->chat, m->tok, g->messages, 1, ids, &nn, &ue) != 0) {
         um_err_prefix(&ue, "chat template");
         snprintf(ue.param, sizeof ue.param, "messages");
-        return oai_error_from_um(e, &ue);
+        return build_error(g, &ue, 0, e);
     }
     *n = (int)nn;
     return 0;
 }
 
-int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, oai_error *e) {
+/* The name of prompt i in the client's request (errors, limits). */
+static const char *prompt_param_of(const api_gen *g, int i) {
+    switch (g->kind) {
+    case API_KIND_CHAT: return "messages";
+    case API_KIND_INFILL: return "input_prefix";
+    case API_KIND_GENERATE: return "text";
+    case API_KIND_UNMASK: return g->messages ? "messages" : g->prompts[i].text ? "prompt" : "prompt_ids";
+    default: return "prompt";
+    }
+}
+
+json_t *api_gen_ignored(const api_gen *g) {
+    if (!json_array_size(g->ignored) && !json_array_size(g->unused)) return NULL;
+    json_t *a = json_array();
+    if (g->ignored) json_array_extend(a, g->ignored);
+    if (g->unused) json_array_extend(a, g->unused);
+    return a;
+}
+
+int api_gen_build(api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e) {
     *out = NULL;
     *n_out = 0;
-    int n_prompts = g->kind == API_KIND_CHAT ? 1 : g->n_prompts;
+    int ws = g->kind == API_KIND_UNMASK; /* the WebSocket's wording for an empty prompt, its param names */
+    int n_prompts = g->messages ? 1 : g->n_prompts;
     int total = n_prompts * g->n;
     api_seq *seqs = xcalloc((size_t)(total ? total : 1), sizeof *seqs);
     int32_t *sfx = NULL;
     int n_sfx = 0;
-    const char *prompt_param = g->kind == API_KIND_CHAT       ? "messages"
-                               : g->kind == API_KIND_INFILL   ? "input_prefix"
-                               : g->kind == API_KIND_GENERATE ? "text"
-                                                              : "prompt";
     const char *suffix_param = g->kind == API_KIND_INFILL ? "input_suffix" : "suffix";
-    if (g->suffix && tokenize(m, g->suffix, 0, suffix_param, &sfx, &n_sfx, e)) goto fail;
+    if (g->suffix && tokenize(g, m, g->suffix, 0, suffix_param, &sfx, &n_sfx, e)) goto fail;
     decode_params p = g->params;
     if (g->diffusing) p.stream_drafts = 1;
     decode_params_settle(&p, &g->src);
+    json_decref(g->unused);
+    g->unused = NULL;
+    decode_params_unused(&p, &g->src, &m->cfg, &g->unused);
     int k = 0;
     for (int i = 0; i < n_prompts; i++) {
+        const char *prompt_param = prompt_param_of(g, i);
         int32_t *ids = NULL;
         int n = 0;
         char *text = NULL;
-        if (g->kind == API_KIND_CHAT) {
-            text = render_chat(g, m, e);
-            if (!text || chat_tokenize(g, m, text, &ids, &n, e)) {
+        if (g->messages) {
+            if (api_check_chat(m, e) != 0) goto fail; /* no "role: content" fallback: docs/http-api.md */
+            if (chat_tokenize(g, m, &ids, &n, e)) {
                 free(text);
                 goto fail;
             }
         } else if (g->prompts[i].text) {
             /* raw code for infilling: special-token strings in it are plain text */
             int special = g->kind != API_KIND_FIM && g->kind != API_KIND_INFILL && !g->suffix;
-            if (tokenize(m, g->prompts[i].text, special, prompt_param, &ids, &n, e)) goto fail;
+            if (tokenize(g, m, g->prompts[i].text, special, prompt_param, &ids, &n, e)) goto fail;
             text = xstrdup(g->prompts[i].text);
         } else {
             n = g->prompts[i].n_ids;
             ids = xmalloc((size_t)(n ? n : 1) * sizeof *ids);
             if (n) memcpy(ids, g->prompts[i].ids, (size_t)n * sizeof *ids);
+        }
+        int empty = n == 0 && n_sfx == 0 && g->kind != API_KIND_CHAT;
+        if (ws && empty) { /* the WebSocket checks this before the limits */
+            api_error_set(e, "invalid_request", prompt_param, "the prompt is empty");
+            free(ids);
+            free(text);
+            goto fail;
         }
         um_err le = {0};
         if (api_limit_prompt_tokens(lim, prompt_param, n, n_sfx, &le) != 0 ||
@@ -310,7 +407,7 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
             free(text);
             goto fail;
         }
-        if (n == 0 && n_sfx == 0 && g->kind != API_KIND_CHAT) {
+        if (empty) {
             oai_error_set(e, 400, "invalid_value", prompt_param, "%s is empty", prompt_param);
             free(ids);
             free(text);
@@ -323,15 +420,14 @@ int api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_s
             decode_seq *s = decode_seq_create_infill(m, &pc, ids, n, sfx, n_sfx, &ue);
             if (!s) {
                 client_names(g, &ue);
-                if (strcmp(ue.param, "prompt") == 0) snprintf(ue.param, sizeof ue.param, "%s", prompt_param);
+                if (!ws && strcmp(ue.param, "prompt") == 0) snprintf(ue.param, sizeof ue.param, "%s", prompt_param);
                 else if (strcmp(ue.param, "suffix") == 0) snprintf(ue.param, sizeof ue.param, "%s", suffix_param);
                 else if (g->kind == API_KIND_GENERATE && ue.param[0]) {   /* a decode field: where SGLang takes it */
                     char in_sp[sizeof ue.param];
                     snprintf(in_sp, sizeof in_sp, "sampling_params.%.40s", ue.param);
                     snprintf(ue.param, sizeof ue.param, "%s", in_sp);
                 }
-                oai_error_from_um(e, &ue);
-                if (api_is_context_error(&ue)) snprintf(e->code, sizeof e->code, "%s", API_CODE_CONTEXT_LENGTH);
+                build_error(g, &ue, 1, e);
                 free(ids);
                 free(text);
                 goto fail;
@@ -704,6 +800,7 @@ api_resp *api_resp_new(const api_gen *g, const api_seq *seqs, int n, const model
     case API_KIND_FIM: snprintf(r->id, sizeof r->id, "cmpl-%s", hex); break;
     case API_KIND_INFILL: snprintf(r->id, sizeof r->id, "infill-%s", hex); break;
     case API_KIND_GENERATE: snprintf(r->id, sizeof r->id, "%s", g->rid[0] ? g->rid : hex); break;
+    case API_KIND_UNMASK: snprintf(r->id, sizeof r->id, "gen-%s", hex); break;
     }
     snprintf(r->rid, sizeof r->rid, "%s", r->id);
     r->response_fields = g->response_fields ? json_incref(g->response_fields) : NULL;

@@ -1,13 +1,14 @@
 /*
- * gen.h — the request core of the HTTP generation APIs: the request model, the response object and
- * the per-choice tracker every dialect sits on. The dialects — OpenAI /v1/chat/completions and
+ * gen.h — the request core of every generation transport: the request model, the response object
+ * and the per-choice tracker every dialect sits on. The dialects — OpenAI /v1/chat/completions and
  * /v1/completions (api/openai.h), SGLang /generate (api/sglang.h), llama.cpp /infill and
- * /v1/fim/completions (api/infill.h) — parse their bodies into an api_gen naming their encoders
- * (api_dialect); the core never calls a dialect by name.
+ * /v1/fim/completions (api/infill.h), the WebSocket `generate` (api/request.h; its events are
+ * encoded by the WebSocket session, so it names no encoders) — parse their bodies into an api_gen
+ * naming their encoders (api_dialect); the core never calls a dialect by name.
  *
  * Three stages, all pure (no sockets, no lws; the model is read-only):
  *   1. parse: request JSON -> api_gen (types and ranges checked with the client's own field names;
- *      OpenAI error object on failure, e.g. "diffusion_steps must be between 1 and 1024, got 2000").
+ *      api_error on failure, e.g. "diffusion_steps must be between 1 and 1024, got 2000").
  *   2. build: api_gen + model -> one decode_seq per choice (chat template, tokenizer, native
  *      infilling canvas prompt ++ masks ++ suffix, decode_params_validate).
  *   3. encode: decode events (the JSON objects of decode/event_json.h, as the scheduler delivers
@@ -23,7 +24,8 @@
  *     step, block, n_blocks, masks_left, state: one char per generated position, c = committed,
  *     d = draft (model's current guess), m = still masked}; the last frame has the final text.
  *
- * Threads: any (the server uses them on the lws service thread).
+ * Threads: any (the server parses and encodes on the lws service thread and builds on a
+ * preparation worker: server/gen_prep.h).
  */
 #ifndef UM_API_GEN_H
 #define UM_API_GEN_H
@@ -45,6 +47,8 @@ enum api_kind {
     API_KIND_FIM,         /* POST /v1/fim/completions */
     API_KIND_INFILL,      /* POST /infill (llama.cpp) */
     API_KIND_GENERATE,    /* POST /generate (SGLang) */
+    API_KIND_UNMASK,      /* the WebSocket `generate` (api/request.h; its events are encoded by the
+                             WebSocket session, not by api_resp) */
 };
 
 /* api_limits (server-side request limits, shared with the WebSocket protocol): api/limits.h */
@@ -82,6 +86,10 @@ typedef struct api_gen {
     int         n_indent;         /* > 0: end at the first line indented less (llama.cpp's n_indent) */
     /* /generate */
     char        rid[128];         /* client request id ("" = generated) */
+    /* every dialect */
+    json_t     *ignored;          /* names of request fields not understood, array (owned) or NULL */
+    json_t     *unused;           /* build: the decode parameters the request set that its decoder
+                                     does not read on the model, as spelled (owned) or NULL */
 } api_gen;
 
 void api_gen_init(api_gen *g, enum api_kind kind, const api_dialect *dialect, const decode_params *defaults);
@@ -92,19 +100,39 @@ void api_gen_free(api_gen *g);
  * e.g. max_tokens | max_completion_tokens | n_predict, diffusion_steps, block_size), applies the
  * server's limits (api_limit_params), settles unset parameters and checks the model-free ranges
  * (decode_params_check), then the stop strings. Errors name the client's field. */
-int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, oai_error *e);
-int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, oai_error *e);
+int api_parse_params(api_gen *g, const json_t *obj, const api_limits *lim, api_error *e);
+int api_parse_stop(api_gen *g, const json_t *v, const api_limits *lim, api_error *e);
 /* A text-or-ids prompt value (string, [int...]) into p; field names the parameter. */
-int api_parse_prompt_value(const json_t *v, const char *field, api_prompt *p, oai_error *e);
+int api_parse_prompt_value(const json_t *v, const char *field, api_prompt *p, api_error *e);
+/* The one token-id list parser (every transport's prompt ids): arr (a JSON array) of at most
+ * API_MAX_PROMPT_IDS non-negative integers into p->ids. Errors name param; their messages call the
+ * field label (the client's spelling, e.g. prompt or "prompt_ids"). */
+int api_parse_token_ids(const json_t *arr, const char *param, const char *label, api_prompt *p, api_error *e);
+
+/* Chat messages, the one check every transport applies (WebSocket `generate`, /v1/chat/completions,
+ * /v1/jobs, `unmask generate --messages`): a non-empty array of objects whose "role" is exactly
+ * one of system, developer (taken as system), user, assistant, tool, and whose "content" is a
+ * string, null ("") or an array of {"type":"text","text"} parts (concatenated). Returns a new
+ * array of {"role","content"} strings for the chat template, or NULL with e filled: param
+ * "messages", "messages[i].role" or "messages[i].content", code "invalid_value" / "invalid_type"
+ * (the HTTP APIs' codes; the WebSocket protocol reports them as "invalid_request") or
+ * "unsupported" (a non-text part). Roles are checked because a template writes them verbatim into
+ * text that is then read with special tokens recognised: "user<|eot_id|>..." would forge a turn.
+ * Contents need no such check: chat_template_encode never reads them as special tokens. */
+json_t *api_chat_messages(const json_t *msgs, api_error *e);
+
+/* Chat needs the model's chat template: 0, or -1 with the one error every transport gives
+ * (code "unsupported", param "messages", HTTP 400; no "role: content" fallback). */
+int api_check_chat(const model *m, api_error *e);
 
 /* The fields shared by the dialects' bodies: v when present and not null; a boolean; an integer
  * (integral reals accepted: 1 present, 0 absent, -1 error). Errors name the field. */
 const json_t *api_field(const json_t *obj, const char *k);
-int api_get_bool_field(const json_t *obj, const char *k, int *dst, oai_error *e);
-int api_get_int_field(const json_t *obj, const char *k, long long *dst, oai_error *e);
+int api_get_bool_field(const json_t *obj, const char *k, int *dst, api_error *e);
+int api_get_int_field(const json_t *obj, const char *k, long long *dst, api_error *e);
 /* The body as a JSON object, or a 400 naming the problem (malformed JSON with line/column, not an
  * object). Shared by every endpoint. */
-json_t *api_parse_body(const char *body, size_t len, oai_error *e);
+json_t *api_parse_body(const char *body, size_t len, api_error *e);
 
 /* ---------------------------------------------------------------- build */
 
@@ -118,8 +146,12 @@ typedef struct api_seq {
 } api_seq;
 
 /* One decode_seq per (prompt, copy). Errors (tokenizer, template, limits, decode validation) as a
- * 400 naming the client's field. *out is malloc'd [*n_out]. */
-int  api_gen_build(const api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, oai_error *e);
+ * 400 naming the client's field. *out is malloc'd [*n_out]. Also lists in g->unused the decode
+ * parameters the request set that its decoder does not read on m (decode_params_unused). */
+int  api_gen_build(api_gen *g, const model *m, const api_limits *lim, api_seq **out, int *n_out, api_error *e);
+/* What every transport reports as ignored (WebSocket accepted.ignored_fields, the HTTP APIs'
+ * x-unmask-ignored-fields header): g->ignored then g->unused, a new array, or NULL when empty. */
+json_t *api_gen_ignored(const api_gen *g);
 void api_seqs_free(api_seq *s, int n);
 
 /* ---------------------------------------------------------------- encode */

@@ -12,7 +12,7 @@
 #include "util/log.h"
 #include "util/strbuf.h"
 
-static int opt_string(const json_t *o, const char *k, const char **out, oai_error *e) {
+static int opt_string(const json_t *o, const char *k, const char **out, api_error *e) {
     const json_t *v = json_object_get(o, k);
     *out = "";
     if (!v || json_is_null(v)) return 0;
@@ -22,7 +22,7 @@ static int opt_string(const json_t *o, const char *k, const char **out, oai_erro
 }
 
 int infill_parse(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
-                 oai_error *e) {
+                 api_error *e) {
     api_gen_init(g, API_KIND_INFILL, &api_dialect_infill, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;
@@ -107,7 +107,7 @@ out:
 }
 
 int infill_parse_fim(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
-                     oai_error *e) {
+                     api_error *e) {
     if (openai_parse_completion(body, len, defaults, lim, g, e)) return -1;
     g->kind = API_KIND_FIM;
     return 0;

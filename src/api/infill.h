@@ -38,9 +38,9 @@
 #include "api/gen.h"
 
 int infill_parse(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
-                 oai_error *e);
+                 api_error *e);
 int infill_parse_fim(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
-                     oai_error *e);
+                     api_error *e);
 
 /* A streamed /infill delta. */
 json_t *infill_chunk(int index, const char *delta, size_t len, const api_track *t, int n_prompt);

@@ -22,6 +22,7 @@
 #include "util/err.h"
 
 #define API_CODE_CONTEXT_LENGTH "context_length_exceeded"
+#define API_MAX_PROMPT_IDS (1 << 20)   /* token ids one request's prompt may list (every transport) */
 
 /* Server-side limits applied while parsing/building (0 = no extra limit). */
 typedef struct api_limits {

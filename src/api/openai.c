@@ -16,7 +16,7 @@
 /* ================================================================ requests */
 
 /* model, n, stream, stream_options, diffusing, logprobs: fields common to the OpenAI endpoints. */
-static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *lim, oai_error *e) {
+static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *lim, api_error *e) {
     const json_t *v = api_field(o, "model");
     if (v && !json_is_string(v))
         return oai_error_set(e, 400, "invalid_type", "model", "model must be a string, got %s", oai_json_type_name(v));
@@ -47,7 +47,7 @@ static int parse_openai_common(api_gen *g, const json_t *o, const api_limits *li
 }
 
 int openai_parse_chat(const char *body, size_t len, const decode_params *defaults, const api_limits *lim, api_gen *g,
-                      oai_error *e) {
+                      api_error *e) {
     api_gen_init(g, API_KIND_CHAT, &api_dialect_openai, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;
@@ -57,11 +57,7 @@ int openai_parse_chat(const char *body, size_t len, const decode_params *default
         oai_error_set(e, 400, "missing_required_parameter", "messages", "messages is required");
         goto out;
     }
-    api_error ae;
-    if (!(g->messages = api_chat_messages(msgs, &ae))) {
-        oai_error_set(e, 400, ae.code, ae.param, "%s", ae.msg);
-        goto out;
-    }
+    if (!(g->messages = api_chat_messages(msgs, e))) goto out;
     if (parse_openai_common(g, o, lim, e)) goto out;
     rc = 0;
 out:
@@ -70,7 +66,7 @@ out:
 }
 
 int openai_parse_completion(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
-                            api_gen *g, oai_error *e) {
+                            api_gen *g, api_error *e) {
     api_gen_init(g, API_KIND_COMPLETION, &api_dialect_openai, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;

@@ -13,9 +13,9 @@
 
 /* Parsers of the OpenAI endpoints. body/len is the raw request body. */
 int openai_parse_chat(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
-                      api_gen *g, oai_error *e);
+                      api_gen *g, api_error *e);
 int openai_parse_completion(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
-                            api_gen *g, oai_error *e);
+                            api_gen *g, api_error *e);
 
 extern const api_dialect api_dialect_openai;
 

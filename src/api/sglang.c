@@ -10,7 +10,7 @@
 #include "util/log.h"
 
 int sglang_parse_generate(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
-                          api_gen *g, oai_error *e) {
+                          api_gen *g, api_error *e) {
     api_gen_init(g, API_KIND_GENERATE, &api_dialect_sglang, defaults);
     json_t *o = api_parse_body(body, len, e);
     if (!o) return -1;

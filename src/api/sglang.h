@@ -25,7 +25,7 @@
 #include "api/gen.h"
 
 int sglang_parse_generate(const char *body, size_t len, const decode_params *defaults, const api_limits *lim,
-                          api_gen *g, oai_error *e);
+                          api_gen *g, api_error *e);
 
 /* One response object for choice index (with_index: add "index", and suffix the rid with _index).
  * streaming: finish_reason stays null until t is done. */

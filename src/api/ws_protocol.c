@@ -146,8 +146,8 @@ static void utf8_clean(char *s) {
 }
 
 json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_id) {
-    char msg[sizeof e->msg], param[sizeof e->param];
-    snprintf(msg, sizeof msg, "%s", e->msg);
+    char msg[sizeof e->message], param[sizeof e->param];
+    snprintf(msg, sizeof msg, "%s", e->message);
     snprintf(param, sizeof param, "%s", e->param);
     utf8_clean(msg);
     utf8_clean(param);
@@ -155,7 +155,7 @@ json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_i
     json_object_set_new(o, "type", json_string("error"));
     if (gen_id && gen_id[0]) json_object_set_new(o, "id", json_string(gen_id));
     if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
-    json_object_set_new(o, "error", json_pack("{s:s,s:s,s:o}", "code", e->code ? e->code : "error", "message", msg,
+    json_object_set_new(o, "error", json_pack("{s:s,s:s,s:o}", "code", e->code[0] ? e->code : "error", "message", msg,
                                               "param", param[0] ? json_string(param) : json_null()));
     return o;
 }

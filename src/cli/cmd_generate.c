@@ -179,12 +179,12 @@ static int build_prompt(const model *m, const char *prompt, const char *messages
         json_t *checked = api_chat_messages(msgs, &ae); /* the APIs' check: roles, contents */
         json_decref(msgs);
         if (!checked) {
-            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.msg);
+            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.message);
             return 2;
         }
         msgs = checked;
-        if (!m->chat) {
-            fprintf(stderr, "error: --messages needs a chat template, and the model at %s has none\n", m->dir);
+        if (api_check_chat(m, &ae) != 0) { /* the servers' refusal, in their words */
+            fprintf(stderr, "error: --messages %s: %s\n", messages_file, ae.message);
             json_decref(msgs);
             return 2;
         }
@@ -317,19 +317,26 @@ static int gen_opts_validate(gen_opts *o) {
 }
 
 /* Overrides the model's decode defaults in *p with the flags given, read like a request's fields
- * (decode_params_apply_json + settle). 0, or 2 with the message printed. */
+ * with the checks the servers apply, in their order and words: the request limits at their
+ * defaults (api/limits.h: a length 1 ... 8192, steps 0 ... 1024), settle, the model-free ranges
+ * (the model's own checks follow in decode_seq_create). 0, or 2 with the message printed. */
 static int gen_params_apply(const gen_opts *o, decode_params *p) {
     json_t *j = decode_flags_to_json(&o->decode);
     if (!j) return 2;
     decode_params_src src = {0};
     um_err err = {0};
+    api_limits lim = api_limits_default();
     int rc = decode_params_apply_json(p, j, &src, &err);
     json_decref(j);
+    if (rc == 0) rc = api_limit_params(&lim, p, &src, &err);
+    if (rc == 0) {
+        decode_params_settle(p, &src);
+        rc = decode_params_check(p, &err);
+    }
     if (rc != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 2;
     }
-    decode_params_settle(p, &src);
     return 0;
 }
 

@@ -59,6 +59,7 @@ decode_params decode_params_for_serving(const model *m, int cache) {
 
 int decode_decoder_edits(enum decode_decoder d) { return d == DECODER_JOINT_THRESHOLD; }
 
+
 const char *decode_finish_name(enum decode_finish f) {
     switch (f) {
     case DECODE_FINISH_NONE: return "none";
@@ -92,6 +93,32 @@ static int uses_steps(const decode_params *p, const model_config *cfg) {
     if ((int)p->decoder < 0 || p->decoder >= DECODER_COUNT_) return 0;
     return (decoder_get(p->decoder)->flags & DECODER_F_FIXED_STEPS) ||
            (p->decoder == DECODER_THRESHOLD && params_bd(p, cfg));
+}
+
+void decode_params_unused(const decode_params *p, const decode_params_src *src, const model_config *cfg,
+                          json_t **names) {
+    int bd = params_bd(p, cfg);
+    for (int i = 0; i < decode_param_count(); i++) {
+        if (!src->name[i] || decode_param_read_by(i, p->decoder, bd)) continue;
+        if (!*names) *names = json_array();
+        json_array_append_new(*names, json_string(src->name[i]));
+    }
+}
+
+json_t *decode_decoder_fields(const decode_params *defaults, const model_config *cfg) {
+    int bd = params_bd(defaults, cfg);
+    json_t *o = json_object();
+    for (int d = 0; d < DECODER_COUNT_; d++) {
+        json_t *a = json_array();
+        for (int i = 0; i < decode_param_count(); i++) {
+            if (!decode_param_read_by(i, (enum decode_decoder)d, bd)) continue;
+            decode_param_desc desc;
+            decode_param_at(i, &desc);
+            json_array_append_new(a, json_string(desc.name));
+        }
+        json_object_set_new(o, decode_decoder_name((enum decode_decoder)d), a);
+    }
+    return o;
 }
 
 /* Block bounds of the decoded region [n_prompt, end) for layout p. Returns the block count; lo/hi

@@ -62,6 +62,17 @@ int decode_params_validate(const decode_params *p, const model_config *cfg, int 
  * events carry revised commits, and text is final only per finished block. */
 int         decode_decoder_edits(enum decode_decoder d);
 
+/* The decode parameters the request set (src: the names it used) that p's decoder does not read
+ * on a model with config cfg (the parameter table's decoders column, with the block-diffusion
+ * rules of cfg + p's layout): their names as the request spelled them are appended to *names
+ * (a JSON array, created when NULL), in table order. */
+void        decode_params_unused(const decode_params *p, const decode_params_src *src, const model_config *cfg,
+                                 json_t **names);
+/* {"<decoder>": ["<parameter>", ...], ...}: for every decoder, the canonical names (those of
+ * decode_params_to_json) of the parameters it reads on a model with config cfg when requests start
+ * from defaults (their layout decides the block-diffusion rules). New reference. */
+json_t     *decode_decoder_fields(const decode_params *defaults, const model_config *cfg);
+
 /* ---------------------------------------------------------------- events */
 
 enum decode_event_type {

@@ -132,7 +132,19 @@ typedef struct dp_field {
     int           gen_config; /* 1: a checkpoint's generation_config.json may set it */
     const char   *help;       /* one line for --help; the default follows in brackets (not DP_BOOL) */
     const char   *def_note;   /* words after the default inside the brackets, or NULL */
+    unsigned      decoders;   /* DEC() set of the decoders that read it; 0 = every decoder (lengths,
+                                 sampling, caches, streaming: not a decoder's own) */
+    unsigned      bd_decoders; /* more decoders that read it under the block-diffusion rules
+                                  (a block-causal model, aligned layout: LLaDA2; decode.c) */
 } dp_field;
+
+/* Sets of decoders, for the table's decoders columns (the truth is decoders.c's k_decoders flags
+ * and what each choose() reads). */
+#define DEC(d) (1u << (d))
+#define DEC_DREAM (DEC(DECODER_ORIGIN) | DEC(DECODER_MASKGIT_PLUS) | DEC(DECODER_TOPK_MARGIN) | DEC(DECODER_ENTROPY))
+#define DEC_FIXED (DEC(DECODER_LOW_CONFIDENCE) | DEC(DECODER_RANDOM) | DEC_DREAM) /* DECODER_F_FIXED_STEPS */
+#define DEC_TAU (DEC(DECODER_THRESHOLD) | DEC(DECODER_HIERARCHY) | DEC(DECODER_CREDIT) | DEC(DECODER_JOINT_THRESHOLD) | \
+                 DEC(DECODER_HIERARCHY_BLOCK))
 
 #define DPF(f) offsetof(decode_params, f)
 #define NOTES(l, h) l, h
@@ -142,37 +154,43 @@ static const dp_field k_fields[] = {
     {"block_length", DP_INT, DPF(block_length), "block-length", 0, 32, DR_NONE, 0, 0, 0, NOTES(NULL, NULL), 1,
      "block length B", ", at most the generation length"},
     {"steps", DP_INT, DPF(steps), "steps", 0, 0, DR_NONE, 0, 0, 0, NOTES(NULL, NULL), 1,
-     "fixed-step decoders: total steps, 0 = gen-length", NULL},
+     "fixed-step decoders: total steps, 0 = gen-length", NULL, DEC_FIXED, DEC(DECODER_THRESHOLD)},
     {"steps_per_block", DP_INT, DPF(steps_per_block), "steps-per-block", 0, 0, DR_BETWEEN, 0, 1000000, 0,
      NOTES(" (unset: steps decides)", NULL), 0,
-     "fixed-step decoders (LLaDA2: also threshold): steps of every block, overriding steps; 0 = unset", NULL},
+     "fixed-step decoders (LLaDA2: also threshold): steps of every block, overriding steps; 0 = unset", NULL,
+     DEC_FIXED, DEC(DECODER_THRESHOLD)},
     {"decoder", DP_DECODER, DPF(decoder), "decoder", 0, DECODER_LOW_CONFIDENCE, DR_NONE, 0, 0, 0, NOTES(NULL, NULL),
      1, NULL /* the decoders' names, made from their table */, "; Dream checkpoints: their alg"},
     {"threshold", DP_NUM, DPF(threshold), "threshold", 0, 0.9, DR_IN, 0, 1, DR_LO_OPEN, NOTES(NULL, NULL), 1,
-     "threshold/credit/hierarchy_block: tau, hierarchy: tau_high; in (0,1]", NULL},
+     "threshold/credit/hierarchy_block: tau, hierarchy: tau_high; in (0,1]", NULL, DEC_TAU},
     {"factor", DP_NUM, DPF(factor), "factor", 0, 1.0, DR_MIN, 0, 0, DR_LO_OPEN | DR_FINITE, NOTES(NULL, NULL), 0,
-     "factor decoder: f > 0", NULL},
+     "factor decoder: f > 0", NULL, DEC(DECODER_FACTOR)},
     {"low_threshold", DP_NUM, DPF(low_threshold), "low-threshold", 0, 0.0, DR_IN, 0, 1, 0,
-     NOTES(" (0 = off)", NULL), 0, "hierarchy decoder: tau_low in [0,1], 0 = off", NULL},
+     NOTES(" (0 = off)", NULL), 0, "hierarchy decoder: tau_low in [0,1], 0 = off", NULL,
+     DEC(DECODER_HIERARCHY)},
     {"credit_alpha", DP_NUM, DPF(credit_alpha), "credit-alpha", 0, 0.7, DR_BETWEEN, 0, 100, 0, NOTES(NULL, NULL),
-     0, "credit decoder: alpha (logit boost) in [0,100]", NULL},
+     0, "credit decoder: alpha (logit boost) in [0,100]", NULL, DEC(DECODER_CREDIT)},
     {"credit_gamma", DP_NUM, DPF(credit_gamma), "credit-gamma", 0, 0.2, DR_BETWEEN, 0, 100, 0, NOTES(NULL, NULL),
-     0, "credit decoder: gamma (credit p^gamma) in [0,100]", NULL},
+     0, "credit decoder: gamma (credit p^gamma) in [0,100]", NULL, DEC(DECODER_CREDIT)},
     {"credit_decay", DP_NUM, DPF(credit_decay), "credit-decay", 0, 0.8, DR_IN, 0, 1, 0, NOTES(NULL, NULL), 0,
-     "credit decoder: beta (decay per step) in [0,1]", NULL},
+     "credit decoder: beta (decay per step) in [0,1]", NULL, DEC(DECODER_CREDIT)},
     {"alg_temp", DP_NUM, DPF(alg_temp), "alg-temp", 0, 0.0, DR_BETWEEN, 0, 100, 0, NOTES(" (off)", NULL), 1,
-     "Dream decoders: sample positions from softmax(confidence / alg_temp), 0 = most confident; in [0,100]", NULL},
+     "Dream decoders: sample positions from softmax(confidence / alg_temp), 0 = most confident; in [0,100]", NULL,
+     DEC_DREAM & ~DEC(DECODER_ORIGIN)},
     {"eps", DP_NUM, DPF(eps), "eps", 0, 1e-3, DR_IN, 0, 1, DR_LO_OPEN | DR_HI_OPEN, NOTES(NULL, NULL), 1,
-     "Dream decoders: last timestep of linspace(1, eps, steps+1), in (0,1)", NULL},
+     "Dream decoders: last timestep of linspace(1, eps, steps+1), in (0,1)", NULL, DEC_DREAM},
     {"edit_threshold", DP_NUM, DPF(edit_threshold), "edit-threshold", 0, 0.0, DR_IN, 0, 1, 0, NOTES(NULL, NULL), 0,
-     "joint_threshold: confidence a rewrite of a written position needs, in [0,1]", NULL},
+     "joint_threshold: confidence a rewrite of a written position needs, in [0,1]", NULL,
+     DEC(DECODER_JOINT_THRESHOLD)},
     {"max_post_steps", DP_INT, DPF(max_post_steps), "max-post-steps", 0, 16, DR_BETWEEN, 0, 1000, 0,
-     NOTES(NULL, NULL), 0, "joint_threshold: edit-only steps after a block's last mask, 0..1000", NULL},
+     NOTES(NULL, NULL), 0, "joint_threshold: edit-only steps after a block's last mask, 0..1000", NULL,
+     DEC(DECODER_JOINT_THRESHOLD)},
     {"sub_block_length", DP_INT, DPF(sub_block_length), "sub-block-length", 0, 8, DR_NONE, 0, 0, 0,
-     NOTES(NULL, NULL), 0, "hierarchy_block: positions per sub-block, decoded in order", NULL},
+     NOTES(NULL, NULL), 0, "hierarchy_block: positions per sub-block, decoded in order", NULL,
+     DEC(DECODER_HIERARCHY_BLOCK)},
     {"token_shift", DP_INT, DPF(token_shift), "token-shift", 0, 1, DR_PAIR, 0, 1, 0, NOTES(NULL, NULL), 0,
      "hierarchy_block: 1 = position p predicted from logits row p-1 (first block position inherited), 0 = row p",
-     NULL},
+     NULL, DEC(DECODER_HIERARCHY_BLOCK)},
     {"temperature", DP_NUM, DPF(temperature), "temperature", 0, 0.0, DR_BETWEEN, 0, DECODE_MAX_TEMPERATURE, 0,
      NOTES(NULL, NULL), 1, "sampling temperature in [0,2], 0 = greedy", NULL},
     {"top_k", DP_INT, DPF(top_k), "top-k", 0, 0, DR_NONE, 0, 0, 0, NOTES(NULL, NULL), 1,
@@ -447,6 +465,13 @@ const char *decode_param_canonical(const char *name) {
 }
 
 int decode_param_count(void) { return N_FIELDS; }
+
+int decode_param_read_by(int i, enum decode_decoder d, int bd) {
+    if (i < 0 || i >= N_FIELDS) return 0;
+    const dp_field *f = &k_fields[i];
+    if (!f->decoders) return 1;
+    return ((f->decoders | (bd ? f->bd_decoders : 0u)) & DEC(d)) != 0;
+}
 
 /* Each row's help line with its default in brackets, made once. */
 static char g_help[N_FIELDS][320];

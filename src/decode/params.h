@@ -217,6 +217,12 @@ typedef struct decode_param_desc {
 } decode_param_desc;
 int  decode_param_count(void);
 void decode_param_at(int i, decode_param_desc *d);   /* 0 <= i < decode_param_count() */
+/* 1 when decoder d reads parameter i (table order): the table's decoders column. Parameters that
+ * are no decoder's own (lengths, sampling, caches, streaming, ...) are read by every decoder. bd:
+ * the block-diffusion rules (a block-causal model with the aligned layout: LLaDA2), under which
+ * the threshold decoder also runs a step budget (steps, steps_per_block). decode.h's
+ * decode_params_unused / decode_decoder_fields apply it to a model. */
+int  decode_param_read_by(int i, enum decode_decoder d, int bd);
 
 /* decode_params -> JSON object with the canonical names (new reference). */
 json_t *decode_params_to_json(const decode_params *p);

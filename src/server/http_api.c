@@ -44,7 +44,7 @@ decode_params api_defaults(const http_api *a, const model *m) { return api_polic
 
 /* ================================================================ responses */
 
-int api_respond_error(http_conn *c, const oai_error *e) {
+int api_respond_error(http_conn *c, const api_error *e) {
     char ra[48], ram[48], retry[32];
     const char *hdrs[6];
     int n = 0;
@@ -62,20 +62,20 @@ int api_respond_error(http_conn *c, const oai_error *e) {
 }
 
 int api_respond_error_fmt(http_conn *c, int status, const char *code, const char *param, const char *msg) {
-    oai_error e;
+    api_error e;
     oai_error_set(&e, status, code, param, "%s", msg);
     return api_respond_error(c, &e);
 }
 
 int api_respond_loading(http_conn *c) {
-    oai_error e;
+    api_error e;
     oai_error_set(&e, 503, "model_loading", NULL, "the model is still loading; retry shortly");
     e.retry_after_ms = 1000;
     return api_respond_error(c, &e);
 }
 
 int api_respond_shutting_down(http_conn *c) {
-    oai_error e;
+    api_error e;
     oai_error_set(&e, 503, "shutting_down", NULL, "the server is shutting down and accepts no new work");
     e.retry_after_ms = 5000;
     return api_respond_error(c, &e);
@@ -238,7 +238,7 @@ static int cors_headers(const http_api *a, http_conn *c) {
     http_add_header(c, line);
     if (!any) http_add_header(c, "Vary: Origin");
     http_add_header(c, "Access-Control-Expose-Headers: x-request-id, retry-after, retry-after-ms, x-should-retry, "
-                       "x-unmask-id, location");
+                       "x-unmask-id, x-unmask-ignored-fields, location");
     return 1;
 }
 
@@ -299,7 +299,7 @@ static int mw_before(http_conn *c, const http_req *rq, const http_route *route) 
         }
         return 0;
     }
-    oai_error e;
+    api_error e;
     if (!(route->flags & HTTP_ROUTE_NO_AUTH)) {
         char h[512], tok[AUTH_KEY_MAX + 2]; /* room for one byte more than any key: a longer one never matches */
         int hl = http_header(c, "authorization", h, sizeof h); /* -2: too long, or a NUL inside */

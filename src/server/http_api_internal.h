@@ -89,6 +89,7 @@ struct gen_stream {
     gen_choice *ch;           /* [n] */
     int         n, n_live;    /* choices; choices whose final event is still to come */
     int         stream;       /* SSE response */
+    char       *ignored_hdr;  /* "x-unmask-ignored-fields: a, b" for the response (owned) or NULL */
     int         ended;        /* the response is complete (or abandoned) */
     char        job_id[40];   /* "" = an HTTP request */
     char       *job_owner;    /* owned */
@@ -99,6 +100,9 @@ struct gen_stream {
     gen_stream *next_run;     /* api->job_runs list (submitted jobs, started or still waiting for a batch slot) */
 };
 
+/* "x-unmask-ignored-fields: a, b" (malloc'd) naming what request g set that the server does not
+ * use (api_gen_ignored: after the build), or NULL. The names are the table's, never client bytes. */
+char       *gen_ignored_header(const api_gen *g);
 /* A new stream of n choices for request g (its response state from seqs). */
 gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, int n, const model *m);
 void        gen_free(gen_stream *gs);
@@ -106,7 +110,7 @@ void        gen_cancel_all(gen_stream *gs);
 /* Submit every built sequence (taken) for caller who (its generation quota, its fairness turn).
  * On failure nothing stays submitted (the submitted ones are cancelled; their final events arrive
  * later) and e says why (429 quota_exceeded, 503 queue_full, model_loading). */
-int         gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, oai_error *e);
+int         gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, api_error *e);
 void        http_gen_register(http_api *a);
 
 /* ---------------------------------------------------------------- jobs (http_jobs.c) */
@@ -133,7 +137,7 @@ void http_jobs_register(http_api *a);
 /* ---------------------------------------------------------------- common (http_api.c) */
 
 /* Error response with the OpenAI error object and the retry headers its status calls for. */
-int  api_respond_error(http_conn *c, const oai_error *e);
+int  api_respond_error(http_conn *c, const api_error *e);
 int  api_respond_error_fmt(http_conn *c, int status, const char *code, const char *param, const char *msg);
 /* One JSON record as an SSE frame on c's stream. */
 int  api_stream_json(http_conn *c, const json_t *obj, const char *id);

@@ -2,7 +2,7 @@
  * http_gen.c — the generation endpoints: POST /v1/chat/completions, /v1/completions,
  * /v1/fim/completions (OpenAI / Mistral FIM), /generate (SGLang), /infill (llama.cpp).
  *
- * A request: parse (api/) -> build one decode_seq per choice on a preparation worker (server/prep.h:
+ * A request: parse (api/, here) -> build one decode_seq per choice on a preparation worker (server/gen_prep.h:
  * chat template + tokenizer off the service thread) -> one sched_req each, submitted through the
  * server; the scheduler's events come back on the service thread through the request's deliver
  * hook (gen_deliver), are encoded by api_resp and written as SSE records (stream) or, once every
@@ -11,8 +11,7 @@
  * (http_jobs.c).
  *
  * Not here: request parsing and response shapes (api/), the middleware (http_api.c).
- * Threads: the lws service thread, except http_prep_run (a preparation worker: it only builds
- * from its own http_prep).
+ * Threads: the lws service thread (the build runs on a preparation worker: server/gen_prep.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +24,15 @@
 #include "server/http_api_internal.h"
 #include "server/callers.h"
 #include "server/metrics.h"
-#include "server/prep.h"
+#include "server/gen_prep.h"
 #include "util/log.h"
+#include "util/strbuf.h"
 
 #define SLOW_CLIENT_BYTES (1u << 20)   /* queued SSE bytes beyond which diffusing frames are skipped */
 
 void gen_free(gen_stream *gs) {
     free(gs->who);
+    free(gs->ignored_hdr);
     api_resp_free(gs->resp);
     free(gs->ch);
     free(gs->job_owner);
@@ -67,7 +68,7 @@ static void gen_complete(gen_stream *gs) {
     const char *err = api_resp_error(gs->resp);
     if (gs->stream) {
         if (err) {
-            oai_error e;
+            api_error e;
             oai_error_set(&e, 500, "generation_failed", NULL, "%s", err);
             json_t *eo = oai_error_json(&e);
             api_stream_json(c, eo, NULL);
@@ -89,7 +90,8 @@ static void gen_complete(gen_stream *gs) {
     } else if (err) {
         api_respond_error_fmt(c, 500, "generation_failed", NULL, err);
     } else {
-        http_respond_json(c, 200, api_resp_body(gs->resp), NULL);
+        const char *hdrs[] = {gs->ignored_hdr, NULL};
+        http_respond_json(c, 200, api_resp_body(gs->resp), hdrs);
     }
     http_stream_on_close(c, NULL, NULL);
     gs->c = NULL;
@@ -145,7 +147,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
     if (final) jobs_pump(a); /* a slot freed: waiting jobs may start */
 }
 
-int gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, oai_error *e) {
+int gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, api_error *e) {
     callers *cs = server_callers(gs->srv);
     int limit = 0, held = 0;
     if (callers_take(cs, who, CALLER_GENERATIONS, n, &limit, &held) != 0) {
@@ -188,7 +190,22 @@ int gen_submit(gen_stream *gs, api_seq *seqs, int n, const char *who, oai_error 
     return 0;
 }
 
-typedef int (*gen_parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, oai_error *);
+typedef int (*gen_parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, api_error *);
+
+char *gen_ignored_header(const api_gen *g) {
+    json_t *ign = api_gen_ignored(g);
+    if (!ign) return NULL;
+    strbuf h = STRBUF_INIT;
+    strbuf_puts(&h, "x-unmask-ignored-fields: ");
+    size_t i;
+    json_t *v;
+    json_array_foreach(ign, i, v) {
+        if (i) strbuf_puts(&h, ", ");
+        strbuf_puts(&h, json_string_value(v));
+    }
+    json_decref(ign);
+    return strbuf_take(&h, NULL);
+}
 
 gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, int n, const model *m) {
     gen_stream *gs = xcalloc(1, sizeof *gs);
@@ -198,6 +215,7 @@ gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, i
     gs->resp = api_resp_new(g, seqs, n, m, a->served_name);
     const int max_seq = server_policy(a->srv)->lim.max_seq;   /* what one request may hold here */
     if (max_seq > 0 && max_seq < gs->resp->n_ctx) gs->resp->n_ctx = max_seq;
+    gs->ignored_hdr = gen_ignored_header(g);
     gs->n = n;
     gs->ch = xcalloc((size_t)(n ? n : 1), sizeof *gs->ch);
     for (int i = 0; i < n; i++) gs->ch[i].gs = gs, gs->ch[i].i = i;
@@ -208,7 +226,7 @@ gen_stream *gen_stream_new(http_api *a, const api_gen *g, const api_seq *seqs, i
  * caller frees seqs afterwards (submitted ones are taken). */
 static int gen_start(http_conn *c, http_api *a, const api_gen *g, const model *m, api_seq *seqs, int n,
                      const char *who) {
-    oai_error e;
+    api_error e;
     memset(&e, 0, sizeof e);
     gen_stream *gs = gen_stream_new(a, g, seqs, n, m);
     gs->c = c;
@@ -230,7 +248,7 @@ static int gen_start(http_conn *c, http_api *a, const api_gen *g, const model *m
     if (gs->stream) {
         char idh[96];
         snprintf(idh, sizeof idh, "x-unmask-id: %s", api_resp_id(gs->resp));
-        const char *hdrs[] = {k_sse_headers[0], idh, NULL};
+        const char *hdrs[] = {k_sse_headers[0], idh, gs->ignored_hdr, NULL};
         http_stream_begin(c, 200, "text/event-stream", hdrs);
         json_t *out = json_array();
         api_resp_begin(gs->resp, out);
@@ -243,32 +261,19 @@ static int gen_start(http_conn *c, http_api *a, const api_gen *g, const model *m
 }
 
 /* A generation request being built (chat template, tokenizer, decode_seqs: tens of ms for a large
- * prompt) on a preparation worker (server/prep.h), so the service thread keeps serving others. */
+ * prompt) on a preparation worker (server/gen_prep.h), so the service thread keeps serving others. */
 typedef struct http_prep {
-    prep_job     job;        /* first member */
+    gen_prep     gp;         /* first member: the request and the worker's results */
     http_conn   *c;          /* service thread: NULL once the client went away */
     http_api    *api;
-    const model *m;
-    api_gen      g;          /* the parsed request (owned; the worker only reads it) */
     char         who[API_WHO_MAX]; /* the caller */
-    /* worker results */
-    int          rc;
-    api_seq     *seqs;       /* owned */
-    int          n;
-    oai_error    e;
 } http_prep;
-
-/* Preparation worker: pure build. */
-static void http_prep_run(prep_job *j) {
-    http_prep *p = (http_prep *)j;
-    p->rc = api_gen_build(&p->g, p->m, &server_policy(p->api->srv)->lim, &p->seqs, &p->n, &p->e);
-}
 
 /* The client went away while its request was being built: drop the result. */
 static void http_prep_on_close(void *user) {
     http_prep *p = user;
     p->c = NULL;
-    atomic_store(&p->job.cancel, 1);
+    atomic_store(&p->gp.job.cancel, 1);
 }
 
 /* Service thread: answer the error or start the generation. */
@@ -278,11 +283,10 @@ static void http_prep_done(prep_job *j) {
     if (c) {
         http_stream_on_close(c, NULL, NULL);
         if (j->skipped) api_respond_shutting_down(c);
-        else if (p->rc != 0) api_respond_error(c, &p->e);
-        else gen_start(c, p->api, &p->g, p->m, p->seqs, p->n, p->who);
+        else if (p->gp.rc != 0) api_respond_error(c, &p->gp.e);
+        else gen_start(c, p->api, &p->gp.g, p->gp.m, p->gp.seqs, p->gp.n, p->who);
     }
-    api_seqs_free(p->seqs, p->n);
-    api_gen_free(&p->g);
+    gen_prep_release(&p->gp);
     free(p);
 }
 
@@ -293,7 +297,7 @@ static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn pars
     const model *m = server_model(rq->srv);
     if (!m) return api_respond_loading(c);
     api_gen g;
-    oai_error e;
+    api_error e;
     memset(&e, 0, sizeof e);
     decode_params defaults = api_defaults(a, m);
     if (parse(rq->body, rq->body_len, &defaults, &server_policy(rq->srv)->lim, &g, &e) != 0) {
@@ -309,17 +313,16 @@ static int handle_generation(http_conn *c, const http_req *rq, gen_parse_fn pars
         return rc;
     }
     http_prep *p = xcalloc(1, sizeof *p);
-    p->job.owner_key = owner;
-    p->job.run = http_prep_run;
-    p->job.done = http_prep_done;
+    gen_prep_init(&p->gp, owner, http_prep_done);
+    p->gp.m = m;
+    p->gp.lim = &server_policy(rq->srv)->lim;
+    p->gp.g = g; /* moved */
     p->c = c;
     p->api = a;
-    p->m = m;
-    p->g = g; /* moved */
     snprintf(p->who, sizeof p->who, "%s", who);
     http_respond_later(c);
     http_stream_on_close(c, http_prep_on_close, p);
-    server_prep(rq->srv, &p->job);
+    server_prep(rq->srv, &p->gp.job);
     return 0;
 }
 

@@ -56,7 +56,7 @@ static int sub_flush(job_sub *s) {
         um_err ue = {0};
         int n = job_store_events_since(s->api->jobs, s->id, s->last, 256, &ev, &term, &ue);
         if (n < 0) {
-            oai_error e;
+            api_error e;
             oai_error_set(&e, 410, "events_expired", ue.param, "%s", ue.msg);
             json_t *eo = oai_error_json(&e);
             api_stream_json(s->c, eo, NULL);
@@ -247,7 +247,7 @@ typedef struct job_prep {
     int          rc;
     api_seq     *seqs;       /* owned */
     int          n;
-    oai_error    e;
+    api_error    e;
 } job_prep;
 
 /* Preparation worker: pure build (validation keeps nothing of it). */
@@ -316,7 +316,7 @@ static void job_start_done(job_prep *p) {
     snprintf(gs->job_id, sizeof gs->job_id, "%s", id);
     gs->job_owner = xstrdup(p->who);
     gs->ended = 1; /* no HTTP response */
-    oai_error e;
+    api_error e;
     if (gen_submit(gs, p->seqs, n, p->who, &e) != 0) { /* scheduler full or the owner's quota: retry later */
         if (gs->n_live == 0) gen_free(gs);
         else gs->submit_failed = 1; /* the cancelled choices' final events free it */
@@ -395,7 +395,7 @@ void jobs_pump(http_api *a) {
 static void job_create_done(job_prep *p) {
     http_api *a = p->api;
     http_conn *c = p->c;
-    oai_error e;
+    api_error e;
     if (!c) return; /* the client went away before its job was created: no job */
     http_stream_on_close(c, NULL, NULL);
     if (p->job.skipped) {
@@ -461,8 +461,13 @@ static void job_create_done(job_prep *p) {
     json_t *obj = job_store_get_json(a->jobs, id, p->who);
     char loc[96];
     snprintf(loc, sizeof loc, "Location: /v1/jobs/%s", id);
-    const char *hdrs[] = {loc, existed ? "Idempotent-Replayed: true" : NULL, NULL};
+    char *ignored = gen_ignored_header(&p->g); /* what the validation build found unused */
+    const char *hdrs[4] = {loc, NULL, NULL, NULL};
+    int nh = 1;
+    if (existed) hdrs[nh++] = "Idempotent-Replayed: true";
+    if (ignored) hdrs[nh++] = ignored;
     http_respond_json(c, 202, obj, hdrs);
+    free(ignored);
 }
 
 static void job_prep_done(prep_job *j) {
@@ -484,7 +489,7 @@ static void job_prep_on_close(void *user) {
 static int h_jobs_create(http_conn *c, const http_req *rq) {
     http_api *a = rq->user;
     const model *m = server_model(rq->srv);
-    oai_error e;
+    api_error e;
     if (!m) return api_respond_loading(c);
     json_t *o = api_parse_body(rq->body, rq->body_len, &e);
     if (!o) return api_respond_error(c, &e);

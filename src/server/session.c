@@ -446,7 +446,7 @@ static void gen_free(ws_gen *g) {
     if (g->counted) callers_give(server_callers(g->sess->w->srv), g->sess->who, CALLER_GENERATIONS, 1);
     if (g->prep) { /* still being prepared: its result is dropped when it comes back */
         g->prep->gen = NULL;
-        atomic_store(&g->prep->job.cancel, 1);
+        atomic_store(&g->prep->gp.job.cancel, 1);
         g->prep = NULL;
     }
     if (g->pending_step) g->pending_step->gen = NULL;

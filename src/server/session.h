@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #include "api/ws_protocol.h"
-#include "server/prep.h"
+#include "server/gen_prep.h"
 #include "server/callers.h"
 #include "server/server_internal.h"
 #include "server/trace.h"
@@ -92,20 +92,15 @@ struct ws_frame {
     int            written_once;
 };
 
-/* A generation being prepared (parsed + tokenized) on a preparation worker (server/prep.h); ws.c
- * fills it and consumes the result. The worker reads mdl/root and writes rc/req/err only. */
+/* A generation being built (tokenized) on a preparation worker (server/gen_prep.h); ws.c parses
+ * the request into it and consumes the result. The worker touches gp only. */
 struct ws_prep {
-    prep_job        job;           /* first member */
+    gen_prep        gp;            /* first member: the parsed request, the worker's build */
     ws_gen         *gen;           /* service thread: NULL once the generation is gone (dropped) */
     ws_conn        *conn;          /* service thread: the connection whose later messages wait for its
                                     * reply (ws_conn.waiting); NULL once that connection closed */
-    const model    *mdl;
-    const struct api_policy *policy; /* the server's (read-only) */
-    json_t         *root;          /* the generate message (owned) */
+    api_gen_opts    opts;          /* stream.every */
     char            event_id[API_EVENT_ID_MAX + 1];
-    int             rc;            /* worker: api_gen_request_parse result */
-    api_gen_request req;
-    api_error       err;
 };
 
 struct ws_gen {

@@ -12,15 +12,15 @@
  * The server's wake-up (LWS_CALLBACK_EVENT_WAIT_CANCELLED, broadcast to every protocol) is taken
  * here: it drains the hub whose events mostly feed these sessions (server_on_wake).
  *
- * A `generate` is parsed and tokenized on a preparation worker (server/prep.h: prep_run, the only
- * code here that runs off the service thread; it touches nothing but its ws_prep); its result
- * comes back to prep_done on the service thread, which submits it and sends `accepted` (or the
- * error). A cancel meanwhile is applied right after submission; a vanished session drops it.
+ * A `generate` is parsed here (api/request.h: the HTTP APIs' request core, so an error answers at
+ * once) and built — tokenizer, chat template — on a preparation worker (server/gen_prep.h); the
+ * result comes back to prep_done, which submits it and sends `accepted` (or the error). A cancel
+ * meanwhile is applied right after submission; a vanished session drops it.
  * Meanwhile the connection's later messages wait (conn_message): one connection's messages are
  * handled in order, one at a time, so its replies come in the order of its messages.
  *
  * Not here: session buffering/replay (session.c), JSON shapes (api/ws_protocol.c), request
- * parsing (api/request.c). Threads: lws service thread, except prep_run (a preparation worker).
+ * parsing (api/request.c), building (server/gen_prep.c, on a worker). Threads: lws service thread.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -110,6 +110,7 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
         json_object_set_new(mi, "chat_template", json_boolean(m->chat != NULL));
         decode_params p = api_policy_params(server_policy(srv), m);
         json_object_set_new(o, "defaults", decode_params_to_json(&p));
+        json_object_set_new(o, "decoder_fields", decode_decoder_fields(&p, &m->cfg)); /* what each decoder reads */
     }
     json_object_set_new(o, "model", mi);
     json_object_set_new(o, "limits",
@@ -135,17 +136,8 @@ static void push_error(ws_session *s, const char *code, const char *param, const
 
 /* ---------------------------------------------------------------- generate: preparation */
 
-/* Preparation worker: JSON -> limits -> prompt tokens -> decode_seq (pure; no session access). */
-static void prep_run(prep_job *j) {
-    ws_prep *p = (ws_prep *)j;
-    p->rc = api_gen_request_parse(p->mdl, p->root, p->policy, &p->req, &p->err);
-    json_decref(p->root);
-    p->root = NULL;
-}
-
 static void prep_free(ws_prep *p) {
-    if (p->root) json_decref(p->root);
-    api_gen_request_free(&p->req);
+    gen_prep_release(&p->gp);
     free(p);
 }
 
@@ -175,12 +167,13 @@ static void prep_done(prep_job *j) {
         push_error(s, "shutting_down", NULL, p->event_id, g->id,
                    "the server is shutting down: running generations finish, new ones are refused");
         session_gen_remove(g);
-    } else if (p->rc != 0) {
-        session_push(s, api_ev_error(&p->err, p->event_id, g->id));
+    } else if (p->gp.rc != 0) {
+        session_push(s, api_ev_error(&p->gp.e, p->event_id, g->id));
         session_gen_remove(g);
     } else {
-        sched_req *r = sched_req_create(p->req.seq, s->key);
-        p->req.seq = NULL;
+        CHECK(p->gp.n == 1);
+        sched_req *r = sched_req_create(p->gp.seqs[0].seq, s->key);
+        p->gp.seqs[0].seq = NULL;
         if (!s->conn) server_set_background(srv, r, 1); /* its client left while it was prepared */
         int qpos = 0;
         um_err err = {0};
@@ -191,12 +184,17 @@ static void prep_done(prep_job *j) {
             session_gen_remove(g);
         } else {
             /* events cannot be delivered before we return to the service loop: safe to attach now */
-            session_gen_start(g, r, p->req.stream_every);
-            json_t *acc = api_ev_accepted(g->id, p->event_id, qpos, p->req.n_prompt, p->req.params, p->req.ignored);
+            session_gen_start(g, r, p->opts.stream_every);
+            json_t *params = decode_params_to_json(&p->gp.g.params);
+            json_t *ignored = api_gen_ignored(&p->gp.g);
+            json_t *acc = api_ev_accepted(g->id, p->event_id, qpos, p->gp.seqs[0].n_prompt + p->gp.seqs[0].n_suffix,
+                                          params, ignored);
+            json_decref(ignored);
             if (server_cfg(srv)->traces_max_bytes > 0) {
-                trace_begin(s->w->traces, s->who, s->token, g->id, p->req.params, g->trace_id);
+                trace_begin(s->w->traces, s->who, s->token, g->id, params, g->trace_id);
                 json_object_set_new(acc, "trace_id", json_string(g->trace_id));
             }
+            json_decref(params);
             session_push(s, acc);
             if (g->cancel_pending) server_cancel(srv, r); /* its `done` ("cancelled") follows */
         }
@@ -254,24 +252,26 @@ static void on_generate(ws_state *w, ws_conn *c, ws_session *s, api_msg *m) {
                    limit, callers_res_flag(CALLER_GENERATIONS));
         return;
     }
-    /* parse + tokenize on a preparation worker (a 1 MB prompt takes tens of ms): the generation
-     * exists from now on (its id is taken, cancel works); `accepted` or an error follows */
     ws_gen *g = session_gen_add(s, id);
     g->counted = 1; /* the generation taken above; given back when g is freed */
     ws_prep *p = xcalloc(1, sizeof *p);
-    p->job.owner_key = s->key;
-    p->job.run = prep_run;
-    p->job.done = prep_done;
+    if (api_gen_parse_ws(mdl, m->root, server_policy(srv), &p->gp.g, &p->opts, &p->gp.e) != 0) {
+        session_push(s, api_ev_error(&p->gp.e, m->event_id, g->id));
+        session_gen_remove(g);
+        prep_free(p);
+        return;
+    }
+    /* tokenize on a preparation worker (a 1 MB prompt takes tens of ms): the generation exists
+     * from now on (its id is taken, cancel works); `accepted` or an error follows */
+    gen_prep_init(&p->gp, s->key, prep_done);
+    p->gp.m = mdl;
+    p->gp.lim = &server_policy(srv)->lim;
     p->gen = g;
-    p->mdl = mdl;
-    p->policy = server_policy(w->srv);
-    p->root = m->root; /* the worker owns the message now */
-    m->root = NULL;
     snprintf(p->event_id, sizeof p->event_id, "%s", m->event_id);
     g->prep = p;
     p->conn = c; /* the connection's next messages wait for this one's reply (conn_message) */
     c->waiting = p;
-    server_prep(w->srv, &p->job);
+    server_prep(w->srv, &p->gp.job);
 }
 
 static void on_cancel(ws_session *s, const api_msg *m) {

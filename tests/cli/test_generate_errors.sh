@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test_generate_errors.sh — `unmask generate` rejects bad decode parameters with exit code 2 and a
-# precise message naming the parameter and its allowed range; good parameters still work.
+# precise message naming the parameter and its allowed range — the servers' checks in the servers'
+# words (tests/protocol/params.test.mjs compares them with a running server); good parameters
+# still work.
 set -u
 BIN="${UNMASK_BIN:?}"
 TMP="${UNMASK_TEST_TMP:-/tmp}/test_generate_errors"
@@ -31,22 +33,26 @@ MT="$TMP/model-tok"
 out=$("$BIN" generate --model "$MT" --threads 1 --raw --prompt "" --gen-length 4 2>&1 >/dev/null); rc=$?
 if [ "$rc" -eq 2 ] && [[ "$out" == *"the prompt is empty"* ]]; then pass=$((pass + 1)); echo "PASS empty prompt -> $rc: $out"
 else fail=$((fail + 1)); echo "FAIL empty prompt -> rc $rc: '$out'"; fi
-expect 2 "gen_length must be between 1 and 252 (context 256 minus 4 prompt tokens), got 0" $P --gen-length 0
-expect 2 "gen_length must be between 1 and 252" $P --gen-length 253
-expect 2 "gen_length must be between 1 and 252" $P --gen-length -5
-expect 2 "block_length must be between 1 and 64 (gen_length), got 0" $P --gen-length 64 --block-length 0
+# lengths and steps: the servers' request limits (their defaults: a length 1 ... 8192, steps 0 ...
+# 1024) in their words, then the model's context as the servers word it
+expect 2 "gen_length must be between 1 and 8192, got 0" $P --gen-length 0
+expect 2 "gen_length must be between 1 and 8192, got -5" $P --gen-length -5
+expect 2 "gen_length must be between 1 and 8192, got 9000" $P --gen-length 9000
+expect 2 "steps must be between 0 (auto) and 1024, got 2000" $P --steps 2000
+expect 2 "gen_length must be between 1 and 252 (context 256 minus 4 prompt tokens), got 253" $P --gen-length 253
+expect 2 "block_length must be >= 1, got 0" $P --gen-length 64 --block-length 0
 expect 2 "block_length must be between 1 and 64 (gen_length), got 65" $P --gen-length 64 --block-length 65
 expect 2 "steps must be between 4 (one per block: gen_length 64 / block_length 16) and 64 (gen_length), or 0 for auto; got 3" \
     $P --gen-length 64 --block-length 16 --steps 3
 expect 2 "steps must be between 4" $P --gen-length 64 --block-length 16 --steps 65
-expect 2 "steps must be >= 0" $P --decoder threshold --steps -1
+expect 2 "steps must be between 0 (auto) and 1024, got -1" $P --decoder threshold --steps -1
 expect 2 "threshold must be in (0, 1], got 0" $P --decoder threshold --threshold 0
 expect 2 "threshold must be in (0, 1], got 1.2" $P --decoder threshold --threshold 1.2
 expect 2 "temperature must be between 0 and 2, got -1" $P --temperature -1
 expect 2 "temperature must be between 0 and 2, got 3" $P --temperature 3
 expect 2 "top_p must be in (0, 1], got 0" $P --top-p 0
 expect 2 "top_p must be in (0, 1], got 1.5" $P --top-p 1.5
-expect 2 "top_k must be between 0 (off) and" $P --top-k -2
+expect 2 "top_k must be >= 0 (0 = off), got -2" $P --top-k -2
 expect 2 "factor must be a finite number > 0, got -1" $P --decoder factor --factor -1
 expect 2 "cfg_scale must be between 0 (off) and 100, got -0.5" $P --cfg-scale -0.5
 expect 2 "draft_every must be >= 1, got 0" $P --drafts --draft-every 0
@@ -98,6 +104,22 @@ else fail=$((fail + 1)); echo "FAIL forged role: rc $rc, '$out'"; fi
 out=$("$BIN" generate --model "$C" --threads 1 --messages "$TMP/ok.json" --gen-length 4 --json 2>&1 | tail -1)
 if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS developer role + text parts"
 else fail=$((fail + 1)); echo "FAIL developer role + text parts: $out"; fi
+
+# a model without a chat template refuses --messages with the servers' error (tests/protocol/
+# no_chat_template.test.mjs checks the WebSocket and HTTP side), and --prompt still works (raw)
+NC="$TMP/no-chat"
+rm -rf "$NC" && cp -r "$C" "$NC"
+python3 -c 'import json,sys; f=sys.argv[1]; d=json.load(open(f)); del d["chat_template"]; json.dump(d, open(f, "w"))' \
+    "$NC/tokenizer_config.json"
+printf '[{"role":"user","content":"hi"}]' > "$TMP/hi.json"
+out=$("$BIN" generate --model "$NC" --threads 1 --messages "$TMP/hi.json" --gen-length 4 2>&1 >/dev/null)
+rc=$?
+if [ "$rc" -eq 2 ] && [[ "$out" == "error: --messages $TMP/hi.json: this model has no chat template; send \"prompt\" (raw text) instead" ]]; then
+    pass=$((pass + 1)); echo "PASS no chat template: $out"
+else fail=$((fail + 1)); echo "FAIL no chat template: rc $rc, '$out'"; fi
+out=$("$BIN" generate --model "$NC" --threads 1 --prompt hi --gen-length 4 --json 2>&1 | tail -1)
+if [[ "$out" == *'"type":"done"'* ]]; then pass=$((pass + 1)); echo "PASS no chat template, --prompt"
+else fail=$((fail + 1)); echo "FAIL no chat template, --prompt: $out"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -22,9 +22,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-typedef int (*parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, oai_error *);
+typedef int (*parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, api_error *);
 
-static void check_error(const oai_error *e) {
+static void check_error(const api_error *e) {
     if (e->status < 400 || e->status > 599 || !e->message[0]) {
         fprintf(stderr, "error without status/message: %d %s\n", e->status, e->message);
         abort();
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     api_policy_init(&pol);
     decode_params defaults = api_policy_params(&pol, m);
     api_limits lim = api_limits_default();
-    oai_error e = {0};
+    api_error e = {0};
     api_gen g;
     int rc;
     json_t *jobs_obj = NULL;

@@ -173,6 +173,8 @@ test('CORS: preflight for the allowed origin, refusal for others, headers on res
   const get = await fetch(`${srv.url}/v1/models`, { headers: { origin: 'https://ide.example' } });
   assert.equal(get.headers.get('access-control-allow-origin'), 'https://ide.example');
   assert.match(get.headers.get('access-control-expose-headers'), /x-request-id/);
+  // a browser on the allowed origin may read which request fields were ignored
+  assert.match(get.headers.get('access-control-expose-headers'), /x-unmask-ignored-fields/);
 });
 
 test('GET /metrics: Prometheus text that promtool accepts, with the counters that moved', async () => {

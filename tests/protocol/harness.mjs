@@ -69,6 +69,20 @@ export function httpGet(url, opts = {}) {
   });
 }
 
+// POST body as JSON to base + p (fetch). Resolves with { status, headers, text, body }: body is the
+// parsed JSON answer, or null when it is not JSON (an SSE stream: read text).
+export async function postJson(base, p, body) {
+  const r = await fetch(`${base}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await r.text();
+  let parsed = null;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = null;
+  }
+  return { status: r.status, headers: r.headers, text, body: parsed };
+}
+
 // Waits for a spawned `unmask serve` (or unmask-emu) to print where it listens and for GET /health
 // to answer 200 (its model is loaded). out()/err(): its stdout/stderr so far (collected by the
 // caller's own listeners, registered before this); exited: resolves when it exits. Rejects if it

@@ -95,6 +95,24 @@ describe('decode parameters: one path for every transport', () => {
     assert.equal(ok.status, 200, ok.text);
   });
 
+  test('lengths, steps and model-free ranges: the CLI gives the servers\' message', async () => {
+    // request limits (defaults: a length 1 ... 8192, steps 0 ... 1024) before the model's context,
+    // then the model-free ranges, in the same order and words on every transport
+    const cases = [
+      [{ gen_length: 0 }, ['--gen-length', '0']],
+      [{ gen_length: 9000 }, ['--gen-length', '9000']],
+      [{ gen_length: 8, steps: 2000 }, ['--gen-length', '8', '--steps', '2000']],
+      [{ gen_length: 8, block_length: 0 }, ['--gen-length', '8', '--block-length', '0']],
+      [{ gen_length: 8, top_k: -2 }, ['--gen-length', '8', '--top-k', '-2']],
+    ];
+    for (const [body, flags] of cases) {
+      const ws = await wsError(body);
+      const http = await httpError('/v1/completions', { prompt: 'a', ...body });
+      assert.deepEqual(http, ws, `${JSON.stringify(body)}: HTTP = WebSocket`);
+      assert.equal(cliError(flags), ws.message, `${flags.join(' ')}: CLI = servers`);
+    }
+  });
+
   test('the first invalid parameter is the one reported', async () => {
     const want = 'temperature must be between 0 and 2, got -1';
     assert.deepEqual(await wsError({ gen_length: 8, temperature: -1 }), { message: want, param: 'temperature' });

@@ -17,7 +17,7 @@
 #include "test.h"
 
 static void test_api_error(void) {
-    oai_error e;
+    api_error e;
     int r = oai_error_set(&e, 400, "invalid_value", "diffusion_steps", "diffusion_steps must be between 1 and 1024, got %d",
                           2000);
     TEST_CHECK(r == -1, "returns -1");

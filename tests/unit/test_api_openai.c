@@ -23,11 +23,11 @@
 static api_limits g_lim;
 
 /* Parse body with parser; expect failure with status/param and message substring. */
-typedef int (*parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, oai_error *);
+typedef int (*parse_fn)(const char *, size_t, const decode_params *, const api_limits *, api_gen *, api_error *);
 
 static void expect_err(parse_fn fn, const char *body, int status, const char *param, const char *msg_part) {
     api_gen g;
-    oai_error e;
+    api_error e;
     memset(&e, 0, sizeof e);
     decode_params d = decode_params_default();
     int rc = fn(body, strlen(body), &d, &g_lim, &g, &e);
@@ -95,7 +95,7 @@ static void test_parse(void) {
 
     /* valid requests */
     api_gen g;
-    oai_error e;
+    api_error e;
     decode_params d = decode_params_default();
     const char *chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
                        "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
@@ -236,7 +236,7 @@ static void test_shapes(void) {
     fake.cfg.eot_id = -1;
     decode_params d = decode_params_default();
     api_gen g;
-    oai_error e;
+    api_error e;
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
                        "\"stream_options\":{\"include_usage\":true},\"max_tokens\":4}";
     TEST_CHECK(openai_parse_chat(chat, strlen(chat), &d, &g_lim, &g, &e) == 0, "parse");
@@ -359,7 +359,7 @@ static void test_build(void) {
     }
     decode_params d = decode_params_for_model(&m);
     api_gen g;
-    oai_error e;
+    api_error e;
     api_seq *seqs = NULL;
     int n = 0;
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"max_tokens\":8,\"block_length\":4,"

@@ -563,7 +563,46 @@ static void test_sampler(void) {
                "gumbel keying");
 }
 
+/* The parameter table's decoders column agrees with the decoders: steps / steps_per_block are read
+ * exactly by the decoders that run a step budget (DECODER_F_FIXED_STEPS; under the block-diffusion
+ * rules also threshold), and a request's unread parameters are listed as it spelled them. */
+static void test_decoder_fields(void) {
+    int i_steps = -1, i_spb = -1;
+    for (int i = 0; i < decode_param_count(); i++) {
+        decode_param_desc d;
+        decode_param_at(i, &d);
+        if (strcmp(d.name, "steps") == 0) i_steps = i;
+        if (strcmp(d.name, "steps_per_block") == 0) i_spb = i;
+    }
+    TEST_CHECK(i_steps >= 0 && i_spb >= 0, "steps rows");
+    for (int d = 0; d < DECODER_COUNT_; d++) {
+        int fixed = (decoder_get((enum decode_decoder)d)->flags & DECODER_F_FIXED_STEPS) != 0;
+        for (int bd = 0; bd <= 1; bd++) {
+            int want = fixed || (bd && d == DECODER_THRESHOLD);
+            TEST_CHECK(decode_param_read_by(i_steps, (enum decode_decoder)d, bd) == want, "%s bd %d: steps",
+                       decode_decoder_name((enum decode_decoder)d), bd);
+            TEST_CHECK(decode_param_read_by(i_spb, (enum decode_decoder)d, bd) == want, "%s bd %d: steps_per_block",
+                       decode_decoder_name((enum decode_decoder)d), bd);
+        }
+    }
+    decode_params p = decode_params_default();
+    decode_params_src src = {0};
+    um_err err = {0};
+    json_t *body = json_pack("{s:s, s:i, s:f, s:f}", "decoder", "threshold", "diffusion_steps", 4, "threshold", 0.5,
+                            "temperature", 0.0);
+    TEST_CHECK(decode_params_apply_json(&p, body, &src, &err) == 0, "apply: %s", err.msg);
+    model_config cfg = {0};
+    json_t *names = NULL;
+    decode_params_unused(&p, &src, &cfg, &names);
+    char *s = names ? json_dumps(names, JSON_COMPACT) : NULL;
+    TEST_CHECK(s && strcmp(s, "[\"diffusion_steps\"]") == 0, "unused: %s", s ? s : "none");
+    free(s);
+    json_decref(names);
+    json_decref(body);
+}
+
 int main(void) {
+    test_decoder_fields();
     test_json_params();
     test_event_json();
     test_sampler();
