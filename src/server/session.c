@@ -99,8 +99,8 @@ static void frame_serialize(ws_session *s, ws_frame *f) {
     CHECK((f->obj || f->step) && !f->buf);
     acct_sub(s, f);
     f->seq = s->followed ? 0 : s->next_seq++;
-    if (f->step) { /* the step frame's JSON, built now that it is written */
-        f->obj = api_step_json(f->step);
+    if (f->step) { /* the step frame's JSON, built now that it is written (unless already built) */
+        if (!f->obj) f->obj = api_step_json(f->step);
         api_step_free(f->step);
         f->step = NULL;
     }
@@ -470,12 +470,16 @@ static void gen_unlink(ws_gen *g) {
         }
 }
 
-/* A step frame: folded into the generation's unwritten step frame when there is one. */
-static void enqueue_step(ws_gen *g, api_step *st, uint64_t t_ns) {
+/* A step frame: folded into the generation's unwritten step frame when there is one. obj: st's
+ * JSON when it was built already (for the trace; owned), else NULL. */
+static void enqueue_step(ws_gen *g, api_step *st, json_t *obj, uint64_t t_ns) {
     ws_session *s = g->sess;
     ws_frame *p = g->pending_step;
     if (p && p->step) {
         api_step_merge(p->step, st);
+        json_decref(obj);
+        json_decref(p->obj); /* a single step's JSON no longer: built from the fold when written */
+        p->obj = NULL;
         acct_sub(s, p);
         p->cost = step_estimate(p->step);
         acct_add(s, p);
@@ -485,6 +489,7 @@ static void enqueue_step(ws_gen *g, api_step *st, uint64_t t_ns) {
     }
     ws_frame *f = xcalloc(1, sizeof *f);
     f->step = st;
+    f->obj = obj;
     f->cost = step_estimate(st);
     f->t_event_ns = t_ns;
     f->gen = g;
@@ -499,7 +504,7 @@ static void flush_held(ws_gen *g) {
     api_step *h = g->held_step;
     g->held_step = NULL;
     g->held_n = 0;
-    enqueue_step(g, h, 0);
+    enqueue_step(g, h, NULL, 0);
 }
 
 static void gen_deliver(sched_req *r, sched_event *ev) {
@@ -512,14 +517,14 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
         if (ev->kind != SCHED_EV_STEP || g->trace_id[0]) obj = api_event_json(ev, g->id);
         if (obj) trace_add(s->w->traces, g->trace_id, obj);
         if (ev->kind == SCHED_EV_STEP) {
-            json_decref(obj);
             api_step *st = api_step_new(ev, g->id);
             if (g->every > 1) {
+                json_decref(obj);
                 if (g->held_step) api_step_merge(g->held_step, st);
                 else g->held_step = st;
                 if (++g->held_n >= g->every) flush_held(g);
             } else {
-                enqueue_step(g, st, ev->t_ns);
+                enqueue_step(g, st, obj, ev->t_ns);
             }
         } else {
             flush_held(g);

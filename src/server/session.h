@@ -86,8 +86,9 @@ struct ws_frame {
     uint64_t       seq;            /* 0 until first written */
     ws_gen        *gen;            /* generation whose mergeable step this is (unwritten only) */
     json_t        *obj;            /* event object until serialized (owned): a session-level
-                                      event, or a generation's block / done (api_event_json) */
-    api_step      *step;           /* or a generation's step(s), typed until serialized (owned) */
+                                      event, or a generation's block / done (api_event_json); with
+                                      step, that one step's JSON when the trace built it already */
+    api_step      *step;           /* a generation's step(s), typed until serialized (owned) */
     unsigned char *buf;            /* LWS_PRE + len bytes once serialized (owned) */
     size_t         len;
     size_t         cost;           /* bytes charged to the session budget */
