@@ -17,6 +17,7 @@
 
 #include <openssl/rand.h>
 
+#include "api/event.h"
 #include "decode/event_json.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -531,12 +532,10 @@ static void text_put(api_track *t, const char *s, size_t n) {
 
 static int is_eos_id(const api_track *t, int id) { return id >= 0 && (id == t->eos_id || id == t->eot_id); }
 
-static void set_piece(api_track *t, int i, const json_t *c, uint8_t st) {
+static void set_piece(api_track *t, int i, int32_t id, const char *piece, int special, uint8_t st) {
     free(t->piece[i]);
-    const json_t *tx = json_object_get(c, "text");
-    int special = json_is_true(json_object_get(c, "special"));
-    t->piece[i] = xstrdup(!special && json_is_string(tx) ? json_string_value(tx) : "");
-    t->ids[i] = (int32_t)json_integer_value(json_object_get(c, "id"));
+    t->piece[i] = xstrdup(!special && piece ? piece : "");
+    t->ids[i] = id;
     t->state[i] = st;
 }
 
@@ -611,57 +610,50 @@ static void finish_as(api_track *t, const char *reason) {
     snprintf(t->finish, sizeof t->finish, "%s", reason);
 }
 
-int api_track_event(api_track *t, const json_t *ev) {
-    const char *type = json_string_value(json_object_get(ev, "type"));
+int api_track_event(api_track *t, const sched_event *sev) {
+    const decode_event *ev = &sev->ev;
     if (t->done) {
         /* finished early by a stop string: the cancelled sequence's DONE still brings the usage */
-        if (type && strcmp(type, "done") == 0 && !t->usage) {
-            t->usage = json_incref(json_object_get(ev, "usage"));
-            t->timings = json_incref(json_object_get(ev, "timings"));
+        if (ev->type == DECODE_EVENT_DONE && !t->usage) {
+            t->usage = decode_usage_to_json(&ev->usage);
+            t->timings = api_event_timings_json(sev);
         }
         return TRACK_DONE;
     }
-    if (!type) return 0;
     int flags = 0;
     size_t before = t->text.n;
-    if (strcmp(type, "step") == 0) {
-        t->step = (int)json_integer_value(json_object_get(json_object_get(ev, "progress"), "steps"));
-        t->block = (int)json_integer_value(json_object_get(ev, "block"));
-        t->n_blocks = (int)json_integer_value(json_object_get(ev, "n_blocks"));
-        const json_t *pr = json_object_get(ev, "progress");
-        t->masks_left = (int)json_integer_value(json_object_get(pr, "masks_left"));
-        t->committed = (int)json_integer_value(json_object_get(pr, "committed"));
-        const json_t *drafts = json_object_get(ev, "drafts");
-        if (drafts)
+    if (ev->type == DECODE_EVENT_STEP) {
+        t->step = ev->step + 1;
+        t->block = ev->block;
+        t->n_blocks = ev->n_blocks;
+        t->masks_left = ev->masks_left;
+        t->committed = ev->usage.committed;
+        if (ev->n_drafts > 0)
             for (int i = 0; i < t->G; i++)
                 if (t->state[i] == 2) t->state[i] = 0;
-        size_t k;
-        const json_t *c;
-        json_array_foreach(json_object_get(ev, "commits"), k, c) {
-            json_int_t i = json_integer_value(json_object_get(c, "index"));
-            if (i >= 0 && i < t->G) set_piece(t, (int)i, c, 1);
+        for (int k = 0; k < ev->n_commits; k++) {
+            const decode_commit *c = &ev->commits[k];
+            if (c->index >= 0 && c->index < t->G) set_piece(t, c->index, c->token, c->piece, c->special, 1);
         }
-        json_array_foreach(drafts, k, c) {
-            json_int_t i = json_integer_value(json_object_get(c, "index"));
-            if (i >= 0 && i < t->G && t->state[i] != 1) set_piece(t, (int)i, c, 2);
+        for (int k = 0; k < ev->n_drafts; k++) {
+            const decode_draft *d = &ev->drafts[k];
+            if (d->index >= 0 && d->index < t->G && t->state[d->index] != 1)
+                set_piece(t, d->index, d->token, d->piece, d->special, 2);
         }
         advance_prefix(t);
         flags |= TRACK_FRAME;
-    } else if (strcmp(type, "block") == 0) { /* its positions are final now (editing decoders wait for this) */
-        int end = (int)json_integer_value(json_object_get(ev, "end"));
+    } else if (ev->type == DECODE_EVENT_BLOCK) { /* its positions are final now (editing decoders wait for this) */
+        int end = ev->block_end;
         if (end > t->final_upto) t->final_upto = end < t->G ? end : t->G;
         advance_prefix(t);
-    } else if (strcmp(type, "done") == 0) {
-        const char *fr = json_string_value(json_object_get(ev, "finish_reason"));
-        const json_t *tx = json_object_get(ev, "text");
+    } else if (ev->type == DECODE_EVENT_DONE) {
         json_decref(t->usage);
         json_decref(t->timings);
-        t->usage = json_incref(json_object_get(ev, "usage"));
-        t->timings = json_incref(json_object_get(ev, "timings"));
-        const json_t *er = json_object_get(ev, "error");
-        if (json_is_string(er)) t->error = xstrdup(json_string_value(er));
-        t->time_limited = json_is_true(json_object_get(ev, "time_limited"));
-        if (fr && strcmp(fr, "error") == 0 && !t->error) t->error = xstrdup("the generation failed");
+        t->usage = decode_usage_to_json(&ev->usage);
+        t->timings = api_event_timings_json(sev);
+        t->time_limited = ev->time_limited;
+        if (ev->error) t->error = xstrdup(ev->error);
+        if (ev->finish == DECODE_FINISH_ERROR && !t->error) t->error = xstrdup("the generation failed");
         if (t->tok && !t->text_stopped) {
             const char *p;
             size_t n;
@@ -669,19 +661,17 @@ int api_track_event(api_track *t, const json_t *ev) {
             text_put(t, p, n);
         }
         /* the final text is authoritative (it equals ours unless positions stayed masked) */
-        if (json_is_string(tx)) {
-            size_t fl = json_string_length(tx);
-            const char *fs = json_string_value(tx);
-            if (fl < t->taken || memcmp(fs, t->text.p, t->taken) != 0)
-                log_warn("api: streamed text diverged from the final text (%zu bytes sent)", t->taken);
-            strbuf_reset(&t->text);
-            text_put(t, fs, fl);
-            if (t->taken > t->text.n) t->taken = t->text.n;
-        }
+        const char *fs = ev->text ? ev->text : "";
+        size_t fl = ev->text ? ev->text_len : 0;
+        if (fl < t->taken || memcmp(fs, t->text.p, t->taken) != 0)
+            log_warn("api: streamed text diverged from the final text (%zu bytes sent)", t->taken);
+        strbuf_reset(&t->text);
+        text_put(t, fs, fl);
+        if (t->taken > t->text.n) t->taken = t->text.n;
         for (int i = 0; i < t->G; i++)
             if (t->state[i] == 2) t->state[i] = 0;
         t->masks_left = 0;
-        finish_as(t, fr ? fr : "stop");
+        finish_as(t, decode_finish_name(ev->finish));
         flags |= TRACK_DONE;
     }
     size_t from = before > t->max_stop ? before - t->max_stop : 0;
@@ -885,7 +875,7 @@ void api_resp_begin(api_resp *r, json_t *out) {
     if (r->stream && r->dialect->begin) r->dialect->begin(r, out);
 }
 
-int api_resp_event(api_resp *r, int choice, const json_t *ev, int slow, json_t *out) {
+int api_resp_event(api_resp *r, int choice, const sched_event *ev, int slow, json_t *out) {
     if (choice < 0 || choice >= r->n) return 0;
     api_choice *c = &r->c[choice];
     int was_done = api_track_done(c->t);

@@ -11,8 +11,8 @@
  *      api_error on failure, e.g. "diffusion_steps must be between 1 and 1024, got 2000").
  *   2. build: api_gen + model -> one decode_seq per choice (chat template, tokenizer, native
  *      infilling canvas prompt ++ masks ++ suffix, decode_params_validate).
- *   3. encode: decode events (the JSON objects of decode/event_json.h, as the scheduler delivers
- *      them) -> response records: SSE chunks while streaming, or one body at the end.
+ *   3. encode: the scheduler's typed events (sched_event, read by field) -> response records: SSE
+ *      chunks while streaming, or one body at the end.
  *
  * Streaming semantics (api_resp):
  *   - default: append-only deltas of COMMITTED text in canvas order: the contiguous committed prefix
@@ -40,6 +40,7 @@
 #include "decode/decode.h"
 #include "decode/event_json.h"
 #include "model/model.h"
+#include "sched/sched.h"
 
 enum api_kind {
     API_KIND_CHAT,        /* POST /v1/chat/completions */
@@ -172,7 +173,7 @@ void api_resp_begin(api_resp *r, json_t *out);
  * requests). slow = 1 when the client is backed up: intermediate diffusing frames are skipped
  * (committed text never is). Returns 1 when the choice hit a stop string and its generation should
  * be cancelled (its later events are ignored), else 0. */
-int  api_resp_event(api_resp *r, int choice, const json_t *ev, int slow, json_t *out);
+int  api_resp_event(api_resp *r, int choice, const sched_event *ev, int slow, json_t *out);
 int  api_resp_done(const api_resp *r);          /* every choice finished */
 /* The failure of a finished choice, or NULL: mid-stream -> send as {"error":…}; else the status. */
 const char *api_resp_error(const api_resp *r);
@@ -201,7 +202,7 @@ void       api_track_set_indent(api_track *t, int n_indent);
 enum { TRACK_TEXT = 1, TRACK_FRAME = 2, TRACK_DONE = 4, TRACK_STOP = 8 };
 /* Apply one event; returns TRACK_* flags: TEXT new safe text, FRAME the canvas changed (step),
  * DONE finished (this or an earlier stop hit), STOP a stop string was found just now. */
-int         api_track_event(api_track *t, const json_t *ev);
+int         api_track_event(api_track *t, const sched_event *ev);
 /* Safe text not yet taken (pointer valid until the next call); marks it taken. */
 const char *api_track_take(api_track *t, size_t *len);
 const char *api_track_text(const api_track *t, size_t *len);   /* all text so far */

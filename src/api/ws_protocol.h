@@ -1,6 +1,6 @@
 /*
  * ws_protocol.h — the unmask WebSocket JSON protocol (docs/protocol.md): client message parsing
- * and validation, server event objects, and merging of step events.
+ * and validation, and the server's own event objects (a generation's step/block/done: api/event.h).
  *
  * Client -> server (one JSON object per text message, "type" required, "event_id" optional and
  * echoed in errors/replies): generate, cancel {id}, session.resume {session, last_seq},
@@ -50,13 +50,5 @@ json_t *api_ev_pong(const char *event_id);
 /* {"type":"accepted","id","event_id"?,"queue_position","prompt_tokens","params","ignored_fields"?} */
 json_t *api_ev_accepted(const char *gen_id, const char *event_id, int queue_pos, int n_prompt, const json_t *params,
                         const json_t *ignored);
-/* A decode event object (event_json.h) re-keyed as {"type", "id", <rest>} for the wire. Steals
- * ev_obj. */
-json_t *api_ev_generation(json_t *ev_obj, const char *gen_id);
-
-/* Merge step event `next` (same generation, later) into `into`: commits concatenated, drafts
- * replaced (or, when next has none, pruned of positions next committed), step/block/progress
- * from next, "merged" = number of steps folded into the frame. */
-void api_step_merge(json_t *into, const json_t *next);
 
 #endif /* UM_API_WS_PROTOCOL_H */

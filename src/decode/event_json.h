@@ -3,8 +3,12 @@
  * decode events -> JSON objects. The decode parameters (JSON request fields, the CLI's flags) are
  * decode/params.h, included here.
  *
- * Not here: transport framing, request ids / sequence numbers (the caller adds them to the
- * returned object), OpenAI/SGLang shapes (api/). Pure functions, any thread.
+ * The one encoder of decode events: `unmask generate --json` prints it, and the server builds every
+ * event it sends or stores through it (api/event.h adds what the transports carry: a generation id,
+ * the scheduler's timings, folded steps).
+ *
+ * Not here: transport framing, sequence numbers, OpenAI/SGLang shapes (api/). Pure functions, any
+ * thread.
  *
  * Event objects (field list in docs/decode.md):
  *   {"type":"step","step":3,"block":0,"n_blocks":4,
@@ -25,7 +29,34 @@
 #include "decode/params.h"
 #include "util/err.h"
 
-/* New reference to an object for ev (never NULL). */
+/* Where a STEP object's "drafts" key sits (decode_event_json_opts.drafts_at). */
+enum decode_drafts_at {
+    DECODE_DRAFTS_AUTO,             /* before "progress" when the event has drafts, else absent */
+    DECODE_DRAFTS_BEFORE_PROGRESS,  /* present (even when empty), before "progress" */
+    DECODE_DRAFTS_AFTER_PROGRESS,   /* present, right after "progress" */
+    DECODE_DRAFTS_AFTER_MERGED,     /* present, after "merged" (the object's last key) */
+};
+
+#define DECODE_JSON_TIMINGS_MAX 2
+
+/* What a transport adds to the object (a zeroed struct adds nothing). */
+typedef struct decode_event_json_opts {
+    const char *id;                 /* non-NULL: "id" right after "type" */
+    int         merged;             /* STEP: > 1 adds "merged" (steps folded into this object) after
+                                       "progress" */
+    enum decode_drafts_at drafts_at;
+    int         n_timings;          /* DONE: extra "timings" members appended in order, in ms
+                                       (always numbers) */
+    const char *timing_names[DECODE_JSON_TIMINGS_MAX];
+    double      timing_ms[DECODE_JSON_TIMINGS_MAX];
+} decode_event_json_opts;
+
+/* New reference to an object for ev (never NULL). o: NULL = nothing added. */
 json_t *decode_event_to_json(const decode_event *ev);
+json_t *decode_event_to_json_opts(const decode_event *ev, const decode_event_json_opts *o);
+/* The members of DONE's object on their own (new references): "usage", "timings" (with o's extra
+ * timings; o may be NULL). */
+json_t *decode_usage_to_json(const decode_usage *u);
+json_t *decode_timings_to_json(const decode_timings *t, const decode_event_json_opts *o);
 
 #endif /* UM_EVENT_JSON_H */

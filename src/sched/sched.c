@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "decode/decode_device.h"
-#include "decode/event_json.h"
+#include "decode/event_copy.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -105,7 +105,7 @@ struct sched {
 
 void sched_event_free(sched_event *ev) {
     if (!ev) return;
-    if (ev->obj) json_decref(ev->obj);
+    decode_event_release(&ev->ev);
     free(ev);
 }
 
@@ -338,23 +338,17 @@ static sched_event *event_new(sched_req *r, const decode_event *ev) {
     sched_event *e = xcalloc(1, sizeof *e);
     e->req = r;
     e->t_ns = time_now_ns();
-    e->obj = decode_event_to_json(ev);
+    decode_event_copy(&e->ev, ev);
     switch (ev->type) {
     case DECODE_EVENT_STEP: e->kind = SCHED_EV_STEP; break;
     case DECODE_EVENT_BLOCK: e->kind = SCHED_EV_BLOCK; break;
     case DECODE_EVENT_DONE: {
         e->kind = SCHED_EV_DONE;
         e->final = 1;
-        json_t *t = json_object_get(e->obj, "timings");
-        if (!json_is_object(t)) {
-            t = json_object();
-            json_object_set_new(e->obj, "timings", t);
-        }
-        double queue_ms = r->t_admit_ns ? (double)(r->t_admit_ns - r->t_submit_ns) * 1e-6
-                                        : (double)(e->t_ns - r->t_submit_ns) * 1e-6;
-        json_object_set_new(t, "queue_ms", json_real(queue_ms));
+        e->queue_ms = r->t_admit_ns ? (double)(r->t_admit_ns - r->t_submit_ns) * 1e-6
+                                    : (double)(e->t_ns - r->t_submit_ns) * 1e-6;
         const uint64_t paused_ns = r->paused_ns + (r->t_pause_ns ? e->t_ns - r->t_pause_ns : 0);
-        json_object_set_new(t, "paused_ms", json_real((double)paused_ns * 1e-6));
+        e->paused_ms = (double)paused_ns * 1e-6;
         break;
     }
     }
@@ -650,7 +644,10 @@ void sched_finish_all(sched *s) {
             held = xcalloc(1, sizeof *held);
             held->req = all[i];
             held->kind = SCHED_EV_DONE;
-            held->obj = json_pack("{s:s,s:s}", "type", "done", "finish_reason", "cancelled");
+            held->ev.type = DECODE_EVENT_DONE;
+            held->ev.seq_user = all[i];
+            held->ev.block = -1;
+            held->ev.finish = DECODE_FINISH_CANCELLED;
             held->t_ns = time_now_ns();
         }
         held->final = 1;

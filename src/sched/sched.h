@@ -32,7 +32,8 @@
  * the scheduler one while the request is queued or active, so DONE goes out the moment it is
  * produced.
  *
- * Not here: sockets, JSON protocol, sessions, tokenization (server/, api/). Decoding (decode/).
+ * Not here: sockets, JSON (events are typed until a transport sends or stores them: api/event.h),
+ * sessions, tokenization (server/, api/). Decoding (decode/).
  *
  * Threads: sched_create/sched_stop/sched_free on the main thread; sched_submit/sched_cancel from
  * any thread (the lws service thread in practice); `emit` runs on engine threads and, for requests
@@ -42,7 +43,6 @@
 #ifndef UM_SCHED_H
 #define UM_SCHED_H
 
-#include <jansson.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -66,8 +66,13 @@ typedef struct sched_event {
     sched_req          *req;
     enum sched_ev_kind  kind;
     int                 final;  /* 1: last event of req; the scheduler has let go of req */
-    json_t             *obj;    /* owned: decode_event_to_json() of the event (+ "queue_ms" in
-                                   DONE's timings); transports add id/seq */
+    decode_event        ev;     /* owned copy of the decode event (decode/event_copy.h; ev.seq is
+                                   NULL, ev.seq_user is req): consumers read its fields, and the
+                                   transports turn it into JSON where they send or store it
+                                   (api/event.h) */
+    double              queue_ms;  /* DONE: submission -> first admission (never admitted: ->
+                                      this event), ms */
+    double              paused_ms; /* DONE: time spent paused at step boundaries, ms */
     uint64_t            t_ns;   /* time_now_ns() when the engine produced it */
 } sched_event;
 

@@ -104,7 +104,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
     if (!gs->ended || gs->job_id[0]) {
         int slow = gs->c && gs->stream && http_stream_pending(gs->c) > SLOW_CLIENT_BYTES;
         json_t *out = gs->c && gs->stream ? json_array() : NULL;
-        int stop = api_resp_event(gs->resp, gc->i, ev->obj, slow, out);
+        int stop = api_resp_event(gs->resp, gc->i, ev, slow, out);
         if (out) {
             size_t i;
             json_t *rec;
@@ -123,11 +123,11 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
                 gen_cancel_all(gs);
             }
         }
-        if (gs->job_id[0] && !gs->submit_failed && ev->obj) jobs_run_event(gs, gc->i, ev);
+        if (gs->job_id[0] && !gs->submit_failed) jobs_run_event(gs, gc->i, ev);
         if (stop && !final) server_cancel(gs->srv, r);
     }
     if (final) {
-        metrics_finished_event(server_metrics(gs->srv), ev->obj);
+        metrics_finished_event(server_metrics(gs->srv), &ev->ev);
         gc->req = NULL;
         r->owner = NULL;
         r->deliver = NULL;

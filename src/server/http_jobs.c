@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "api/algo_config.h"
+#include "api/event.h"
 #include "api/sse.h"
 #include "server/http_api_internal.h"
 #include "server/callers.h"
@@ -173,12 +174,11 @@ void jobs_run_event(gen_stream *gs, int choice, const sched_event *ev) {
     if (!gs->job_started) {
         /* the run's sequences were cancelled before any step (the server stops, or the job was
          * cancelled while it waited for a batch slot): nothing ran, nothing is logged */
-        const char *fin = json_string_value(json_object_get(ev->obj, "finish_reason"));
-        if (ev->kind == SCHED_EV_DONE && fin && strcmp(fin, "cancelled") == 0) return;
+        if (ev->kind == SCHED_EV_DONE && ev->ev.finish == DECODE_FINISH_CANCELLED) return;
         gs->job_started = job_store_start(a->jobs, gs->job_id, gs->job_gen_length) == 0;
         if (!gs->job_started) return; /* cancelled meanwhile: it ended already */
     }
-    json_t *jev = json_deep_copy(ev->obj);
+    json_t *jev = api_event_json(ev, NULL);
     if (gs->n > 1) json_object_set_new(jev, "choice", json_integer(choice));
     job_store_append(a->jobs, gs->job_id, jev);
     json_decref(jev);

@@ -181,12 +181,10 @@ void metrics_finished(metrics *m, const char *finish_reason) { labelled_add(m, &
 void metrics_webhook(metrics *m, const char *result) { labelled_add(m, &m->webhooks, "result", result); }
 void metrics_conn_limit(metrics *m, const char *limit) { labelled_add(m, &m->conn_limits, "limit", limit); }
 
-void metrics_finished_event(metrics *m, const json_t *done) {
-    const json_t *u = json_object_get(done, "usage");
-    metrics_tokens(m, (long)json_integer_value(json_object_get(u, "prompt_tokens")),
-                   (long)json_integer_value(json_object_get(u, "completion_tokens")));
-    metrics_steps(m, (long)json_integer_value(json_object_get(u, "steps")));
-    metrics_finished(m, json_string_value(json_object_get(done, "finish_reason")));
+void metrics_finished_event(metrics *m, const decode_event *done) {
+    metrics_tokens(m, done->usage.prompt_tokens, done->usage.completion_tokens);
+    metrics_steps(m, done->usage.steps);
+    metrics_finished(m, decode_finish_name(done->finish));
 }
 
 void metrics_step_latency(metrics *m, double seconds) {

@@ -28,6 +28,8 @@
 
 #include <jansson.h>
 
+#include "decode/decode.h"
+
 typedef struct metrics metrics;
 
 metrics *metrics_new(void);
@@ -44,9 +46,9 @@ void metrics_webhook(metrics *m, const char *result);            /* "delivered" 
 /* A connection limit acted (server/conn_guard.h): "per_address" (closed at accept),
  * "request_timeout", "keepalive_idle". */
 void metrics_conn_limit(metrics *m, const char *limit);
-/* A sequence's final event (decode/event_json.h "done": usage, finish_reason): tokens, steps and
- * the finish reason, whatever transport carried it. */
-void metrics_finished_event(metrics *m, const json_t *done);
+/* A sequence's final (DONE) decode event: tokens, steps and the finish reason, whatever transport
+ * carried it. */
+void metrics_finished_event(metrics *m, const decode_event *done);
 void metrics_step_latency(metrics *m, double seconds);
 void metrics_event_overhead(metrics *m, double seconds);
 

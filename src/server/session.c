@@ -22,27 +22,28 @@
 
 /* ---------------------------------------------------------------- frames */
 
-/* Budget charge of a not-yet-serialized event: a cheap upper-ish estimate of its JSON size. */
-static size_t frame_estimate(const json_t *obj) {
-    size_t n = 160;
-    const json_t *c = json_object_get(obj, "commits"), *d = json_object_get(obj, "drafts");
-    n += 96 * (json_array_size(c) + json_array_size(d));
-    const json_t *t = json_object_get(obj, "text");
-    if (json_is_string(t)) n += json_string_length(t) * 2;
-    return n + FRAME_OVERHEAD;
+/* Budget charge of a not-yet-serialized event: a cheap upper-ish estimate of its JSON size from
+ * its tokens (commits + drafts) and its text. */
+static size_t frame_estimate(int n_tokens, size_t text_len) {
+    return 160 + 96 * (size_t)n_tokens + 2 * text_len + FRAME_OVERHEAD;
 }
+
+static size_t step_estimate(const api_step *st) { return frame_estimate(st->ev.n_commits + st->ev.n_drafts, 0); }
 
 static void frame_free(ws_frame *f) {
     if (f->gen && f->gen->pending_step == f) f->gen->pending_step = NULL;
     if (f->obj) json_decref(f->obj);
+    api_step_free(f->step);
     free(f->buf);
     free(f);
 }
 
-static ws_frame *frame_new(json_t *obj, uint64_t t_event_ns) {
+/* A frame for obj (a session-level event: no tokens, no text; or a generation's block / done event
+ * of text_len bytes of text). */
+static ws_frame *frame_new(json_t *obj, size_t text_len, uint64_t t_event_ns) {
     ws_frame *f = xcalloc(1, sizeof *f);
     f->obj = obj;
-    f->cost = frame_estimate(obj);
+    f->cost = frame_estimate(0, text_len);
     f->t_event_ns = t_event_ns;
     return f;
 }
@@ -95,9 +96,14 @@ static char *event_text(json_t *obj, uint64_t seq) {
 
 /* Serialize f with the next seq (a followed session's own frames: none). */
 static void frame_serialize(ws_session *s, ws_frame *f) {
-    CHECK(f->obj && !f->buf);
+    CHECK((f->obj || f->step) && !f->buf);
     acct_sub(s, f);
     f->seq = s->followed ? 0 : s->next_seq++;
+    if (f->step) { /* the step frame's JSON, built now that it is written (unless already built) */
+        if (!f->obj) f->obj = api_step_json(f->step);
+        api_step_free(f->step);
+        f->step = NULL;
+    }
     char *text = event_text(f->obj, f->seq);
     json_decref(f->obj);
     f->obj = NULL;
@@ -180,7 +186,7 @@ static void session_overflow(ws_session *s) {
     for (ws_gen *g = s->gens; g; g = g->next) {
         if (g->req) server_cancel(s->w->srv, g->req);
         if (g->prep) g->cancel_pending = 1; /* submitted and cancelled at once when prepared */
-        if (g->held_step) json_decref(g->held_step);
+        api_step_free(g->held_step);
         g->held_step = NULL;
     }
     /* drop every unwritten frame */
@@ -200,7 +206,7 @@ static void session_overflow(ws_session *s) {
     api_error_set(&e, "session_overflow", "",
                   "the session's event buffer overflowed (client too slow or away too long); its generations were "
                   "cancelled and undelivered events dropped");
-    append(s, frame_new(api_ev_error(&e, NULL, NULL), 0));
+    append(s, frame_new(api_ev_error(&e, NULL, NULL), 0, 0));
     if (s->conn) request_write(s);
     else {
         ws_state *w = s->w;
@@ -385,7 +391,7 @@ void session_push(ws_session *s, json_t *obj) {
         json_decref(obj);
         return;
     }
-    append(s, frame_new(obj, 0));
+    append(s, frame_new(obj, 0, 0));
     trim(s);
     request_write(s);
 }
@@ -450,7 +456,7 @@ static void gen_free(ws_gen *g) {
         g->prep = NULL;
     }
     if (g->pending_step) g->pending_step->gen = NULL;
-    if (g->held_step) json_decref(g->held_step);
+    api_step_free(g->held_step);
     free(g);
 }
 
@@ -464,21 +470,28 @@ static void gen_unlink(ws_gen *g) {
         }
 }
 
-/* A step frame: merged into the generation's unwritten step frame when there is one. */
-static void enqueue_step(ws_gen *g, json_t *obj, uint64_t t_ns) {
+/* A step frame: folded into the generation's unwritten step frame when there is one. obj: st's
+ * JSON when it was built already (for the trace; owned), else NULL. */
+static void enqueue_step(ws_gen *g, api_step *st, json_t *obj, uint64_t t_ns) {
     ws_session *s = g->sess;
     ws_frame *p = g->pending_step;
-    if (p && p->obj) {
-        api_step_merge(p->obj, obj);
+    if (p && p->step) {
+        api_step_merge(p->step, st);
         json_decref(obj);
+        json_decref(p->obj); /* a single step's JSON no longer: built from the fold when written */
+        p->obj = NULL;
         acct_sub(s, p);
-        p->cost = frame_estimate(p->obj);
+        p->cost = step_estimate(p->step);
         acct_add(s, p);
         trim(s);
         request_write(s);
         return;
     }
-    ws_frame *f = frame_new(obj, t_ns);
+    ws_frame *f = xcalloc(1, sizeof *f);
+    f->step = st;
+    f->obj = obj;
+    f->cost = step_estimate(st);
+    f->t_event_ns = t_ns;
     f->gen = g;
     g->pending_step = f;
     append(s, f);
@@ -488,38 +501,36 @@ static void enqueue_step(ws_gen *g, json_t *obj, uint64_t t_ns) {
 
 static void flush_held(ws_gen *g) {
     if (!g->held_step) return;
-    json_t *h = g->held_step;
+    api_step *h = g->held_step;
     g->held_step = NULL;
     g->held_n = 0;
-    enqueue_step(g, h, 0);
+    enqueue_step(g, h, NULL, 0);
 }
 
 static void gen_deliver(sched_req *r, sched_event *ev) {
     ws_gen *g = r->owner;
     ws_session *s = g->sess;
     int final = ev->final;
-    if (final && ev->obj) metrics_finished_event(server_metrics(s->w->srv), ev->obj);
+    if (final) metrics_finished_event(server_metrics(s->w->srv), &ev->ev);
     if (!s->overflowed) {
-        json_t *obj = api_ev_generation(ev->obj, g->id);
-        ev->obj = NULL;
-        trace_add(s->w->traces, g->trace_id, obj);
+        json_t *obj = NULL; /* the event's JSON: the trace's record, and the frame of a block / done */
+        if (ev->kind != SCHED_EV_STEP || g->trace_id[0]) obj = api_event_json(ev, g->id);
+        if (obj) trace_add(s->w->traces, g->trace_id, obj);
         if (ev->kind == SCHED_EV_STEP) {
+            api_step *st = api_step_new(ev, g->id);
             if (g->every > 1) {
-                if (g->held_step) {
-                    api_step_merge(g->held_step, obj);
-                    json_decref(obj);
-                } else {
-                    g->held_step = obj;
-                }
+                json_decref(obj);
+                if (g->held_step) api_step_merge(g->held_step, st);
+                else g->held_step = st;
                 if (++g->held_n >= g->every) flush_held(g);
             } else {
-                enqueue_step(g, obj, ev->t_ns);
+                enqueue_step(g, st, obj, ev->t_ns);
             }
         } else {
             flush_held(g);
             if (g->pending_step) g->pending_step->gen = NULL;
             g->pending_step = NULL; /* later steps must not merge across a block/done */
-            ws_frame *f = frame_new(obj, ev->t_ns);
+            ws_frame *f = frame_new(obj, ev->ev.text_len, ev->t_ns);
             append(s, f);
             trim(s);
             request_write(s);

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/event.h"
 #include "api/ws_protocol.h"
 #include "server/gen_prep.h"
 #include "server/callers.h"
@@ -84,7 +85,10 @@ struct ws_frame {
     ws_frame      *next;
     uint64_t       seq;            /* 0 until first written */
     ws_gen        *gen;            /* generation whose mergeable step this is (unwritten only) */
-    json_t        *obj;            /* event object until serialized (owned) */
+    json_t        *obj;            /* event object until serialized (owned): a session-level
+                                      event, or a generation's block / done (api_event_json); with
+                                      step, that one step's JSON when the trace built it already */
+    api_step      *step;           /* a generation's step(s), typed until serialized (owned) */
     unsigned char *buf;            /* LWS_PRE + len bytes once serialized (owned) */
     size_t         len;
     size_t         cost;           /* bytes charged to the session budget */
@@ -112,7 +116,7 @@ struct ws_gen {
     sched_req  *req;               /* until its final event */
     ws_frame   *pending_step;      /* unwritten step frame that absorbs the next steps */
     int         every;             /* stream.every */
-    json_t     *held_step;         /* stream.every > 1: steps accumulated before queueing */
+    api_step   *held_step;         /* stream.every > 1: steps accumulated before queueing (owned) */
     int         held_n;
     int         counted;           /* holds one of the caller's --key-max-generations */
     char        trace_id[TRACE_ID_MAX]; /* its trace (server/trace.h), "" before `accepted` */

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "decode/decode_device.h"
+#include "decode/event_json.h"
 #include "device_test.h"
 #include "sched/sched.h"
 
@@ -37,19 +38,20 @@ static void on_emit(void *user, sched_event *ev) {
     rec *r = ev->req->owner;
     pthread_mutex_lock(&g_mu);
     const int order = g_order++;
-    json_t *t = json_object_get(ev->obj, "timings");
     if (ev->kind == SCHED_EV_DONE) {
         r->done = order;
-        r->paused_ms = json_real_value(json_object_get(t, "paused_ms"));
+        r->paused_ms = ev->paused_ms;
     }
     if (ev->kind == SCHED_EV_STEP && r->first_step < 0) r->first_step = order;
     r->n_steps += ev->kind == SCHED_EV_STEP;
-    json_object_del(ev->obj, "timings");
+    json_t *obj = decode_event_to_json(&ev->ev);
+    json_object_del(obj, "timings");
     if (r->st.n == r->st.cap) {
         r->st.cap = r->st.cap ? 2 * r->st.cap : 64;
         r->st.ev = xrealloc(r->st.ev, (size_t)r->st.cap * sizeof *r->st.ev);
     }
-    r->st.ev[r->st.n++] = json_dumps(ev->obj, JSON_SORT_KEYS | JSON_COMPACT);
+    r->st.ev[r->st.n++] = json_dumps(obj, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(obj);
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
     sched_event_free(ev);

@@ -13,6 +13,7 @@
 #include "api/openai.h"
 #include "api/sglang.h"
 #include "backend/backend.h"
+#include "decode/event_copy.h"
 #include "decode/event_json.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -128,24 +129,49 @@ static void test_parse(void) {
 
 /* ---------------------------------------------------------------- tracker on synthetic events */
 
-static json_t *commit(int index, int id, const char *text, int special) {
-    return json_pack("{s:i, s:i, s:i, s:s, s:f, s:b}", "pos", 100 + index, "index", index, "id", id, "text", text,
-                     "confidence", 0.5, "special", special);
+/* A committed or drafted token of a synthetic step (pos = 100 + index, confidence 0.5). */
+typedef struct tok {
+    int         index, id;
+    const char *text;
+    int         special;
+} tok;
+#define TOKS(...) (int)(sizeof((tok[]){__VA_ARGS__}) / sizeof(tok)), (tok[]){__VA_ARGS__}
+
+/* Synthetic scheduler events, owned like the engine's (decode_event_copy). */
+static sched_event *event_of(const decode_event *de) {
+    sched_event *e = xcalloc(1, sizeof *e);
+    e->kind = de->type == DECODE_EVENT_STEP    ? SCHED_EV_STEP
+              : de->type == DECODE_EVENT_BLOCK ? SCHED_EV_BLOCK
+                                               : SCHED_EV_DONE;
+    e->final = de->type == DECODE_EVENT_DONE;
+    decode_event_copy(&e->ev, de);
+    return e;
 }
 
-static json_t *step_event(int step, json_t *commits, json_t *drafts, int committed, int G) {
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:o, s:{s:i, s:i, s:i, s:i}}", "type", "step", "step", step, "block", 0,
-                          "n_blocks", 1, "commits", commits, "progress", "steps", step + 1, "masks_left", G - committed,
-                          "block_masks_left", G - committed, "committed", committed);
-    if (drafts) json_object_set_new(o, "drafts", drafts);
-    return o;
+static sched_event *step_event(int step, int nc, const tok *cs, int nd, const tok *ds, int committed, int G) {
+    decode_commit c[16];
+    decode_draft d[16];
+    CHECK(nc <= 16 && nd <= 16);
+    for (int i = 0; i < nc; i++)
+        c[i] = (decode_commit){.pos = 100 + cs[i].index, .index = cs[i].index, .token = cs[i].id, .confidence = 0.5f,
+                               .special = cs[i].special, .piece = cs[i].text};
+    for (int i = 0; i < nd; i++)
+        d[i] = (decode_draft){.pos = 100 + ds[i].index, .index = ds[i].index, .token = ds[i].id, .confidence = 0.5f,
+                              .special = ds[i].special, .piece = ds[i].text};
+    decode_event de = {.type = DECODE_EVENT_STEP, .step = step, .block = 0, .n_blocks = 1, .n_commits = nc, .commits = c,
+                       .n_drafts = nd, .drafts = d, .masks_left = G - committed, .block_masks_left = G - committed,
+                       .usage = {.committed = committed}};
+    return event_of(&de);
 }
 
-static json_t *done_event(const char *finish, const char *text, int completion) {
-    return json_pack("{s:s, s:s, s:s, s:n, s:{s:i, s:i, s:i, s:i, s:i}, s:{s:f, s:f, s:f, s:f}}", "type", "done",
-                     "finish_reason", finish, "text", text, "error", "usage", "prompt_tokens", 3, "completion_tokens",
-                     completion, "total_tokens", 3 + completion, "steps", 4, "committed", 4, "timings", "first_event_ms",
-                     1.0, "total_ms", 2.0, "decode_ms", 1.5, "tokens_per_s", 100.0);
+static sched_event *done_event(const char *finish, const char *text, int completion) {
+    enum decode_finish f = strcmp(finish, "stop") == 0 ? DECODE_FINISH_STOP
+                           : strcmp(finish, "length") == 0 ? DECODE_FINISH_LENGTH
+                                                           : DECODE_FINISH_CANCELLED;
+    decode_event de = {.type = DECODE_EVENT_DONE, .block = -1, .text = text, .text_len = strlen(text), .finish = f,
+                       .usage = {.prompt_tokens = 3, .completion_tokens = completion, .steps = 4, .committed = 4},
+                       .timings = {.first_event_ms = 1.0, .total_ms = 2.0, .decode_ms = 1.5, .tokens_per_s = 100.0}};
+    return event_of(&de);
 }
 
 static void test_tracker(void) {
@@ -157,14 +183,14 @@ static void test_tracker(void) {
     api_track *t = api_track_new(6, &fake, NULL, 0);
     size_t n;
     /* commit index 2 first: nothing streams (prefix not contiguous) */
-    json_t *ev = step_event(0, json_pack("[o]", commit(2, 3, "C", 0)), NULL, 1, 6);
+    sched_event *ev = step_event(0, TOKS({2, 3, "C", 0}), 0, NULL, 1, 6);
     int f = api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK((f & TRACK_FRAME) && !(f & TRACK_TEXT), "out-of-order commit: frame, no text");
-    ev = step_event(1, json_pack("[o,o]", commit(0, 1, "A", 0), commit(1, 2, "B", 0)),
-                    json_pack("[o]", commit(3, 7, "x", 0)), 3, 6);
+    ev = step_event(1, TOKS({0, 1, "A", 0}, {1, 2, "B", 0}),
+                    TOKS({3, 7, "x", 0}), 3, 6);
     f = api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     const char *d = api_track_take(t, &n);
     TEST_CHECK((f & TRACK_TEXT) && n == 3 && memcmp(d, "ABC", 3) == 0, "prefix ABC streamed: %.*s", (int)n, d);
     char *canvas = api_track_canvas(t);
@@ -175,14 +201,14 @@ static void test_tracker(void) {
     TEST_CHECK(json_real_value(json_object_get(meta, "diffusion_progress")) == 0.5, "progress 0.5");
     json_decref(meta);
     /* EOS at 4, a piece after it never shows */
-    ev = step_event(2, json_pack("[o,o,o]", commit(3, 4, "D", 0), commit(4, 99, "<eos>", 1), commit(5, 5, "", 0)), NULL, 6, 6);
+    ev = step_event(2, TOKS({3, 4, "D", 0}, {4, 99, "<eos>", 1}, {5, 5, "", 0}), 0, NULL, 6, 6);
     api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     d = api_track_take(t, &n);
     TEST_CHECK(n == 1 && d[0] == 'D', "D then EOS");
     ev = done_event("stop", "ABCD", 4);
     f = api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK((f & TRACK_DONE) && strcmp(api_track_finish(t), "stop") == 0, "done stop");
     size_t tl;
     TEST_CHECK(strcmp(api_track_text(t, &tl), "ABCD") == 0, "final text");
@@ -191,21 +217,21 @@ static void test_tracker(void) {
     /* stop strings: held back until they cannot match; truncated at the match */
     char *stops[] = {"END"};
     t = api_track_new(8, &fake, stops, 1);
-    ev = step_event(0, json_pack("[o,o]", commit(0, 1, "ab", 0), commit(1, 2, "cE", 0)), NULL, 2, 8);
+    ev = step_event(0, TOKS({0, 1, "ab", 0}, {1, 2, "cE", 0}), 0, NULL, 2, 8);
     api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     d = api_track_take(t, &n);
     TEST_CHECK(n == 2 && memcmp(d, "ab", 2) == 0, "held back 'cE' (could start END): %.*s", (int)n, d);
-    ev = step_event(1, json_pack("[o]", commit(2, 3, "NDxyz", 0)), NULL, 3, 8);
+    ev = step_event(1, TOKS({2, 3, "NDxyz", 0}), 0, NULL, 3, 8);
     f = api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK((f & TRACK_STOP) && (f & TRACK_DONE), "stop string hit");
     d = api_track_take(t, &n);
     TEST_CHECK(n == 1 && d[0] == 'c', "text up to the stop: %.*s", (int)n, d);
     TEST_CHECK(strcmp(api_track_stop_word(t), "END") == 0, "stop word");
     ev = done_event("cancelled", "abcENDxyz", 3);
     f = api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK(strcmp(api_track_finish(t), "stop") == 0 && strcmp(api_track_text(t, &tl), "abc") == 0,
                "later cancelled DONE ignored");
     TEST_CHECK(api_track_usage(t) && json_integer_value(json_object_get(api_track_usage(t), "completion_tokens")) == 3,
@@ -215,9 +241,9 @@ static void test_tracker(void) {
     /* UTF-8: the holdback never splits a character */
     char *stops2[] = {"zz"};
     t = api_track_new(4, &fake, stops2, 1);
-    ev = step_event(0, json_pack("[o]", commit(0, 1, "a\xC3\xA9", 0)), NULL, 1, 4);
+    ev = step_event(0, TOKS({0, 1, "a\xC3\xA9", 0}), 0, NULL, 1, 4);
     api_track_event(t, ev);
-    json_decref(ev);
+    sched_event_free(ev);
     d = api_track_take(t, &n);
     TEST_CHECK(n == 1 && d[0] == 'a', "é held whole (hold 1 byte would split it): %zu", n);
     api_track_free(t);
@@ -254,15 +280,15 @@ static void test_shapes(void) {
                "role assistant");
     TEST_CHECK(json_is_null(json_object_get(c0, "usage")), "usage null on chunks");
     json_decref(drain(out));
-    json_t *ev = step_event(0, json_pack("[o,o]", commit(0, 1, "He", 0), commit(1, 2, "llo", 0)), NULL, 2, 4);
+    sched_event *ev = step_event(0, TOKS({0, 1, "He", 0}, {1, 2, "llo", 0}), 0, NULL, 2, 4);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
-    ev = step_event(1, json_pack("[o,o]", commit(2, 99, "<eos>", 1), commit(3, 99, "", 1)), NULL, 4, 4);
+    sched_event_free(ev);
+    ev = step_event(1, TOKS({2, 99, "<eos>", 1}, {3, 99, "", 1}), 0, NULL, 4, 4);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
+    sched_event_free(ev);
     ev = done_event("stop", "Hello", 2);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK(api_resp_done(r) && !api_resp_error(r), "done");
     api_resp_end(r, out);
     char *s = json_dumps(out, JSON_COMPACT);
@@ -285,21 +311,21 @@ static void test_shapes(void) {
     openai_parse_chat(dchat, strlen(dchat), &d, &g_lim, &g, &e);
     r = api_resp_new(&g, &seq, 1, &fake, "tiny");
     out = json_array();
-    ev = step_event(0, json_pack("[o]", commit(1, 2, "llo", 0)), json_pack("[o]", commit(0, 5, "Ye", 0)), 1, 4);
+    ev = step_event(0, TOKS({1, 2, "llo", 0}), TOKS({0, 5, "Ye", 0}), 1, 4);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
+    sched_event_free(ev);
     s = json_dumps(out, JSON_COMPACT);
     TEST_CHECK(strstr(s, "\"content\":\"Yello\"") && strstr(s, "\"diffusion_meta\"") && strstr(s, "\"state\":\"dcmm\""),
                "frame: %s", s);
     free(s);
     json_array_clear(out);
-    ev = step_event(1, json_pack("[o]", commit(0, 1, "He", 0)), NULL, 2, 4);
+    ev = step_event(1, TOKS({0, 1, "He", 0}), 0, NULL, 2, 4);
     api_resp_event(r, 0, ev, 1 /* slow client: frame skipped */, out);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK(json_array_size(out) == 0, "slow client: intermediate frame dropped");
     ev = done_event("length", "Hello", 2);
     api_resp_event(r, 0, ev, 1, out);
-    json_decref(ev);
+    sched_event_free(ev);
     s = json_dumps(out, JSON_COMPACT);
     TEST_CHECK(json_array_size(out) == 2 && strstr(s, "\"content\":\"Hello\"") && strstr(s, "\"diffusion_progress\":1.0") &&
                    strstr(s, "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\""),
@@ -314,15 +340,15 @@ static void test_shapes(void) {
     sglang_parse_generate(gen, strlen(gen), &d, &g_lim, &g, &e);
     r = api_resp_new(&g, &seq, 1, &fake, "tiny");
     out = json_array();
-    ev = step_event(0, json_pack("[o]", commit(0, 1, "A", 0)), NULL, 1, 4);
+    ev = step_event(0, TOKS({0, 1, "A", 0}), 0, NULL, 1, 4);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
-    ev = step_event(1, json_pack("[o]", commit(1, 2, "B", 0)), NULL, 2, 4);
+    sched_event_free(ev);
+    ev = step_event(1, TOKS({1, 2, "B", 0}), 0, NULL, 2, 4);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
+    sched_event_free(ev);
     ev = done_event("length", "AB", 2);
     api_resp_event(r, 0, ev, 0, out);
-    json_decref(ev);
+    sched_event_free(ev);
     TEST_CHECK(json_array_size(out) == 3, "3 sglang chunks");
     TEST_CHECK(strcmp(json_string_value(json_object_get(json_array_get(out, 1), "text")), "AB") == 0, "cumulative text");
     s = json_dumps(json_array_get(out, 2), JSON_COMPACT);

@@ -64,24 +64,21 @@ static void on_emit(void *user, sched_event *ev) {
     rec *r = ev->req->owner;
     pthread_mutex_lock(&g_mu);
     const int order = g_order++;
-    const char *type = json_string_value(json_object_get(ev->obj, "type"));
     if (ev->kind == SCHED_EV_STEP) {
-        const int step = (int)json_integer_value(json_object_get(ev->obj, "step"));
+        const int step = ev->ev.step;
         if (step != r->n_steps) r->numbering_ok = 0;
         if (r->first_step < 0) r->first_step = order;
         r->n_steps++;
         strbuf_printf(&r->commits, "%d:", step);
-        json_t *cs = json_object_get(ev->obj, "commits"), *c;
-        size_t i;
-        json_array_foreach(cs, i, c) strbuf_printf(&r->commits, "%d=%d,", (int)json_integer_value(json_object_get(c, "pos")),
-                                                   (int)json_integer_value(json_object_get(c, "id")));
+        for (int i = 0; i < ev->ev.n_commits; i++)
+            strbuf_printf(&r->commits, "%d=%d,", (int)ev->ev.commits[i].pos, (int)ev->ev.commits[i].token);
         strbuf_put(&r->commits, ";", 1);
     } else if (ev->kind == SCHED_EV_DONE) {
-        CHECK(ev->final && type && !strcmp(type, "done"));
+        CHECK(ev->final && ev->ev.type == DECODE_EVENT_DONE);
         r->done = order;
-        snprintf(r->finish, sizeof r->finish, "%s", json_string_value(json_object_get(ev->obj, "finish_reason")));
-        r->usage_steps = (int)json_integer_value(json_object_get(json_object_get(ev->obj, "usage"), "steps"));
-        r->paused_ms = json_real_value(json_object_get(json_object_get(ev->obj, "timings"), "paused_ms"));
+        snprintf(r->finish, sizeof r->finish, "%s", decode_finish_name(ev->ev.finish));
+        r->usage_steps = ev->ev.usage.steps;
+        r->paused_ms = ev->paused_ms;
     }
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
