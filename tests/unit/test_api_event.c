@@ -63,7 +63,7 @@ static void test_event_json(void) {
                        .timings = {.first_event_ms = 1.0, .total_ms = 2.0, .decode_ms = 1.5, .tokens_per_s = 8.0}};
     sched_event e = {.kind = SCHED_EV_DONE, .final = 1, .ev = de, .queue_ms = 0.5, .paused_ms = 0.25};
     char *s = dump(api_event_json(&e, "g1"));
-    TEST_CHECK(strcmp(s, "{\"type\":\"done\",\"id\":\"g1\",\"finish_reason\":\"length\",\"text\":\"hi\",\"error\":null,"
+    TEST_CHECK(strcmp(s, "{\"type\":\"done\",\"id\":\"g1\",\"finish_reason\":\"length\",\"time_limited\":false,\"text\":\"hi\",\"error\":null,"
                          "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5,\"steps\":4,"
                          "\"committed\":0},\"timings\":{\"first_event_ms\":1.0,\"total_ms\":2.0,\"decode_ms\":1.5,"
                          "\"tokens_per_s\":8.0,\"queue_ms\":0.5,\"paused_ms\":0.25}}") == 0,
