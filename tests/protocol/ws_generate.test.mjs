@@ -163,12 +163,17 @@ describe('admission', () => {
   test('queue full -> error queue_full, the others still finish', async () => {
     const c = new Client(srv.wsUrl);
     await c.session();
-    for (const id of ['a', 'b', 'c']) c.send({ type: 'generate', id, event_id: `e-${id}`, prompt_ids: [1, 2], gen_length: 32, block_length: 32, steps: 32 });
+    // 'a' holds the one batch slot for 1000 steps (cancelled below), so it cannot finish before 'c'
+    // is admitted however slowly the preparation worker runs on a loaded machine; 'b' fills the queue
+    const long = { gen_length: 1000, block_length: 1000, steps: 1000 };
+    for (const id of ['a', 'b', 'c'])
+      c.send({ type: 'generate', id, event_id: `e-${id}`, prompt_ids: [1, 2], ...(id === 'a' ? long : { gen_length: 32, block_length: 32, steps: 32 }) });
     const err = await c.wait((m) => m.type === 'error' && m.id === 'c');
     assert.equal(err.error.code, 'queue_full');
     assert.equal(err.event_id, 'e-c');
-    await c.done('a');
-    await c.done('b');
+    c.send({ type: 'cancel', id: 'a' });
+    assert.equal((await c.done('a')).finish_reason, 'cancelled');
+    assert.equal((await c.done('b')).finish_reason, 'length');
     checkGeneration(assert, c.msgs, 'a');
     checkGeneration(assert, c.msgs, 'b');
     await c.close();
