@@ -109,6 +109,10 @@ int job_store_exists(job_store *js, const char *id, const char *owner);
  *    "progress":{"fraction","steps","committed","gen_length","events"},"result","error",
  *    "webhook":{"url","status","attempts"}|null,"request"} */
 json_t *job_store_get_json(job_store *js, const char *id, const char *owner);
+/* The job's status as job_store_get_json names it ("cancelling" included; 16 bytes) and its
+ * attempts, without copying its request or result (a change watcher's poll): 1, or 0 when unknown
+ * / not owner's. A job held by another server is read from the shared store, as by get_json. */
+int job_store_peek(job_store *js, const char *id, const char *owner, char status[16], int *attempts);
 /* owner's jobs, newest first, as {"object":"list","data":[job, ...],"has_more","first_id",
  * "last_id"} (*out, new reference): status >= 0 keeps only jobs in that state, after (a job id, or
  * NULL / "") starts after that job, at most limit jobs. -1 when after is not one of owner's jobs. */

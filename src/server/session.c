@@ -14,6 +14,7 @@
 
 #include "server/metrics.h"
 #include "server/session.h"
+#include "server/ws_jobs.h"
 #include "util/json_util.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -271,6 +272,7 @@ void session_destroy(ws_session *s) {
     s->follow_armed = 0;
     follow_unsub(s);
     if (s->follow_open) json_decref(s->follow_open);
+    ws_jobs_free(s->jobs); /* its job subscriptions end with it */
     while (s->gens) {
         ws_gen *g = s->gens;
         s->gens = g->next;

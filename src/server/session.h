@@ -1,7 +1,8 @@
 /*
  * session.h — persistent WebSocket sessions: the per-session event log (frames), sequence
  * numbers, acks, bounded buffers, replay on resume, retention after a disconnect, and the
- * generations a session owns. Internal to server/ (ws.c drives it).
+ * generations (and job subscriptions, server/ws_jobs.h) a session owns. Internal to server/ (ws.c
+ * drives it).
  *
  * A session's frames form one list, oldest first:
  *   [written, not yet acknowledged ...] [cursor -> not yet written ...]
@@ -141,6 +142,7 @@ struct ws_session {
     ws_gen     *gens;
     int         n_gens;
     uint64_t    gen_counter;
+    struct ws_jobs *jobs;          /* the async jobs it follows (server/ws_jobs.h; owned, NULL until the first) */
     lws_sorted_usec_list_t sul;    /* retention timer while detached */
     int         sul_armed;
     uint64_t    detached_ns;       /* when the connection went away (0 while attached) */
