@@ -318,12 +318,17 @@ static json_t *ev_resumed(const api_msg *m, const char *token, int n, json_t *ru
     return o;
 }
 
+/* A resume replaces the connection's own session: refused once that session has work of its own
+ * (generations, job subscriptions), which would be lost with it. */
+static int own_work(const ws_session *cur) { return cur->n_gens > 0 || ws_jobs_count(cur->jobs) > 0; }
+
 /* session.resume of a session this replica does not hold, from the Redis store (session.h:
  * followed sessions). */
 static void on_resume_remote(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
-    if (cur->n_gens > 0) {
+    if (own_work(cur)) {
         push_error(cur, "resume_not_allowed", "session", m->event_id, NULL,
-                   "this connection already started generations in its own session; resume on a fresh connection");
+                   "this connection already started generations (or job subscriptions) in its own session; resume on "
+                   "a fresh connection");
         return;
     }
     api_error e;
@@ -359,9 +364,10 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
         return;
     }
     if (old != cur) {
-        if (cur->n_gens > 0) {
+        if (own_work(cur)) {
             push_error(cur, "resume_not_allowed", "session", m->event_id, NULL,
-                       "this connection already started generations in its own session; resume on a fresh connection");
+                       "this connection already started generations (or job subscriptions) in its own session; resume "
+                       "on a fresh connection");
             return;
         }
         if (m->seq > old->next_seq - 1) {

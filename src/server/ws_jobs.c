@@ -44,6 +44,8 @@ ws_jobs *ws_jobs_new(server *srv, const char *who, void (*push)(void *user, json
     return j;
 }
 
+int ws_jobs_count(const ws_jobs *j) { return j ? j->n : 0; }
+
 static ws_job_sub *sub_find(ws_jobs *j, const char *id) {
     for (ws_job_sub *s = j->subs; s; s = s->next)
         if (strcmp(s->id, id) == 0) return s;

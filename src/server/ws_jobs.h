@@ -28,6 +28,9 @@ ws_jobs *ws_jobs_new(server *srv, const char *who, void (*push)(void *user, json
 /* Ends every subscription (nothing is pushed). NULL is fine. */
 void     ws_jobs_free(ws_jobs *j);
 
+/* The jobs followed now (0 for NULL). */
+int      ws_jobs_count(const ws_jobs *j);
+
 /* job.subscribe: a `job.update` with the job's object now (event_id echoed; the final one when the
  * job already finished), then one per status change; or an `error`: unknown_job (no such job of
  * this caller), too_many_subscriptions, store_unavailable. Subscribing again to a job already

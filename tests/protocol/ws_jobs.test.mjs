@@ -5,7 +5,8 @@
 // at once; another API key's job and an id that does not exist are `unknown_job`, worded like the
 // HTTP 404; job.unsubscribe stops the updates (and is a no-op for a job not followed); the
 // subscriptions belong to the session: updates made while the client was away are replayed by
-// session.resume and the live ones continue on the new connection; the per-session bound.
+// session.resume and the live ones continue on the new connection (a connection whose own session
+// follows a job cannot resume another); the per-session bound.
 // Jobs are held back deterministically: --max-batch 1 and a long "blocker" job that runs until the
 // test cancels it, so the job under test stays queued until then. No sleeps: every wait is on an
 // event or on GET /v1/jobs/{id}.
@@ -196,6 +197,16 @@ test('subscriptions survive session.resume: missed updates replayed, later ones 
   assert.deepEqual(resumedPart.map((m) => m.seq), resumedPart.map((_, i) => last.seq + 1 + i), 'seq continues');
   assert.deepEqual(updatesOf(r, j2.id).at(-1).job, await getJob(KEY_A, j2.id));
   await r.close();
+  // a connection whose own session follows a job does not resume another (that would drop it)
+  const { c: x } = await connect();
+  const b2 = await blocker();
+  x.send({ type: 'job.subscribe', event_id: 'xs', id: b2.id });
+  assert.equal((await x.wait((m) => m.event_id === 'xs', 'subscribed')).job?.status, 'running');
+  x.send({ type: 'session.resume', event_id: 'xr', session: s.session, last_seq: 1 });
+  assert.equal((await x.wait((m) => m.event_id === 'xr', 'the reply to the resume')).error?.code, 'resume_not_allowed');
+  await cancelJob(KEY_A, b2.id);
+  assert.equal((await finalOf(x, b2.id)).job.status, 'cancelled');
+  await x.close();
 });
 
 test('the per-session bound: a clear error past it; subscribing again is not counted twice; cancels are updates', async () => {

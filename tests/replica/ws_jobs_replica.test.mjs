@@ -1,0 +1,110 @@
+// ws_jobs_replica.test.mjs — WebSocket job subscriptions across replicas sharing a Redis store
+// (--store redis://): a session on replica B follows a job that replica A holds and runs. B learns
+// of A's changes the way its SSE stream does, by polling the shared store: the first update (at
+// once) says queued, the final one carries the result and equals GET /v1/jobs/{id} on B; a job A
+// finished before the subscribe gets its one final update from B at once; another key's job is
+// unknown_job on B as on A. A runs the job for sure: B starts only once A holds both jobs
+// (unmask_jobs_held), and --max-batch 1 with a blocker keeps the job queued until it is cancelled.
+// Real redis-server, started and stopped here; no sleeps (waits on events, GETs and /metrics).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { TMP, startServer, makeModel, post, until } from '../http/server.mjs';
+import { Client } from '../protocol/harness.mjs';
+import { startRedis } from './infra.mjs';
+
+const DIR = path.join(TMP, 'ws-jobs-replica');
+const KEY = 'sk-replica-jobs';
+const OTHER = 'sk-replica-other';
+let redis;
+let keys;
+let slow;
+const running = [];
+
+before(async () => {
+  fs.rmSync(DIR, { recursive: true, force: true });
+  fs.mkdirSync(DIR, { recursive: true });
+  keys = path.join(DIR, 'keys.txt');
+  fs.writeFileSync(keys, `${KEY}\n${OTHER}\n`);
+  slow = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']); // about 0.1 s per step
+  redis = await startRedis(path.join(DIR, 'redis'));
+});
+after(async () => {
+  for (const s of running) await s.stop();
+  await redis?.stop();
+});
+
+const replica = async () => {
+  const s = await startServer(['--store', redis.url, '--max-batch', '1', '--api-keys', keys], { model: slow });
+  running.push(s);
+  return s;
+};
+const auth = (key = KEY) => ({ authorization: `Bearer ${key}` });
+const small = { prompt: 'Once upon a time', max_tokens: 8, block_length: 4, temperature: 0 };
+const long = { prompt: 'A long story', max_tokens: 256, block_length: 256, steps: 256, decoder: 'low_confidence',
+  temperature: 0 };
+const postJob = async (srv, body) => {
+  const r = await post(`${srv.url}/v1/jobs`, body, auth());
+  assert.equal(r.status, 202, r.text);
+  return r.json();
+};
+const getJob = async (srv, id, key = KEY) => (await fetch(`${srv.url}/v1/jobs/${id}`, { headers: auth(key) })).json();
+const waitStatus = (srv, id, statuses) =>
+  until(`job ${id} in ${statuses}`, async () => {
+    const j = await getJob(srv, id);
+    return statuses.includes(j.status) && j;
+  }, 120000);
+const metric = async (srv, name) => {
+  const m = (await (await fetch(`${srv.url}/metrics`)).text()).match(new RegExp(`^unmask_${name} (\\S+)$`, 'm'));
+  assert.ok(m, `metric ${name} on /metrics`);
+  return Number(m[1]);
+};
+
+test('a session on replica B follows jobs replica A runs', async (t) => {
+  const a = await replica();
+  const done = await postJob(a, small);
+  assert.equal((await waitStatus(a, done.id, ['succeeded', 'failed'])).status, 'succeeded');
+  const blocker = await postJob(a, long);
+  await waitStatus(a, blocker.id, ['running']);
+  const j = await postJob(a, small); // waits for the slot the blocker holds
+  await until('A holds the blocker and the job', async () => (await metric(a, 'jobs_held')) >= 3, 60000);
+  const b = await replica();
+  const c = new Client(`ws://127.0.0.1:${b.port}/ws`, { headers: auth() });
+  await c.session();
+
+  // finished on A before the subscribe: one final update, from the store
+  c.send({ type: 'job.subscribe', event_id: 'f', id: done.id });
+  const f = await c.wait((m) => m.event_id === 'f', 'the reply for the finished job');
+  assert.equal(f.type, 'job.update', JSON.stringify(f));
+  assert.equal(f.final, true);
+  assert.equal(f.job.status, 'succeeded');
+  assert.deepEqual(f.job, await getJob(b, done.id));
+
+  // still queued on A: every change A makes reaches B's session, the last one with the result
+  c.send({ type: 'job.subscribe', event_id: 'l', id: j.id });
+  const first = await c.wait((m) => m.event_id === 'l', 'the reply for the queued job');
+  assert.equal(first.type, 'job.update', JSON.stringify(first));
+  assert.equal(first.job.status, 'queued');
+  assert.equal(first.final, false);
+  await fetch(`${a.url}/v1/jobs/${blocker.id}`, { method: 'DELETE', headers: auth() });
+  const fin = await c.wait((m) => m.type === 'job.update' && m.id === j.id && m.final, 'the final update', 120000);
+  assert.equal(fin.job.status, 'succeeded');
+  assert.equal(fin.job.result.object, 'text_completion');
+  assert.deepEqual(fin.job, await getJob(b, j.id), 'the object GET /v1/jobs/{id} returns on B');
+  assert.deepEqual(fin.job.result, (await getJob(a, j.id)).result, 'the result A produced');
+  // B polls the store: a status shorter than a poll may fold into the next update, never out of order
+  const order = ['queued', 'running', 'succeeded'];
+  const seen = c.msgs.filter((m) => m.type === 'job.update' && m.id === j.id).map((m) => order.indexOf(m.job.status));
+  assert.ok(seen.every((x, i) => x >= 0 && (i === 0 || x > seen[i - 1])), `statuses in order, each once: ${seen}`);
+  t.diagnostic(`updates seen on B: ${seen.map((x) => order[x]).join(', ')}`);
+
+  // another key's job is unknown on B too
+  const o = new Client(`ws://127.0.0.1:${b.port}/ws`, { headers: auth(OTHER) });
+  await o.session();
+  o.send({ type: 'job.subscribe', event_id: 'x', id: j.id });
+  const e = await o.wait((m) => m.event_id === 'x', 'the reply for another key');
+  assert.equal(e.error?.code, 'unknown_job', JSON.stringify(e));
+  await c.close();
+  await o.close();
+});
