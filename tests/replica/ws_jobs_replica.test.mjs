@@ -3,16 +3,19 @@
 // of A's changes the way its SSE stream does, by polling the shared store: the first update (at
 // once) says queued, the final one carries the result and equals GET /v1/jobs/{id} on B; a job A
 // finished before the subscribe gets its one final update from B at once; another key's job is
-// unknown_job on B as on A. A runs the job for sure: B starts only once A holds both jobs
+// unknown_job on B as on A. Second case: the subscriptions belong to the session: a session on A
+// that follows a queued job drops and resumes on B, which follows the session through Redis; the
+// job's updates A keeps producing (running, succeeded with the result) reach the client on B live,
+// in order, without a gap in seq. A runs the job for sure: B starts only once A holds both jobs
 // (unmask_jobs_held), and --max-batch 1 with a blocker keeps the job queued until it is cancelled.
 // Real redis-server, started and stopped here; no sleeps (waits on events, GETs and /metrics).
-import { test, before, after } from 'node:test';
+import { test, before, after, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { TMP, startServer, makeModel, post, until } from '../http/server.mjs';
 import { Client } from '../protocol/harness.mjs';
-import { startRedis } from './infra.mjs';
+import { startRedis, redisCmd } from './infra.mjs';
 
 const DIR = path.join(TMP, 'ws-jobs-replica');
 const KEY = 'sk-replica-jobs';
@@ -20,7 +23,7 @@ const OTHER = 'sk-replica-other';
 let redis;
 let keys;
 let slow;
-const running = [];
+let running = [];
 
 before(async () => {
   fs.rmSync(DIR, { recursive: true, force: true });
@@ -34,9 +37,18 @@ after(async () => {
   for (const s of running) await s.stop();
   await redis?.stop();
 });
+beforeEach(async () => {
+  await redisCmd(redis.port, 'FLUSHALL');
+});
+afterEach(async () => {
+  for (const s of running) await s.stop();
+  running = [];
+});
 
 const replica = async () => {
-  const s = await startServer(['--store', redis.url, '--max-batch', '1', '--api-keys', keys], { model: slow });
+  const s = await startServer(['--store', redis.url, '--max-batch', '1', '--api-keys', keys, '--session-retention', '60'],
+    { model: slow });
+  s.wsUrl = `ws://127.0.0.1:${s.port}/ws`;
   running.push(s);
   return s;
 };
@@ -55,6 +67,14 @@ const waitStatus = (srv, id, statuses) =>
     const j = await getJob(srv, id);
     return statuses.includes(j.status) && j;
   }, 120000);
+// A on its own holds a running blocker (the only batch slot) and a queued job behind it.
+async function heldOnA(a) {
+  const blocker = await postJob(a, long);
+  await waitStatus(a, blocker.id, ['running']);
+  const j = await postJob(a, small);
+  await until('A holds the blocker and the job', async () => (await metric(a, 'jobs_held')) >= 2, 60000);
+  return { blocker, j };
+}
 const metric = async (srv, name) => {
   const m = (await (await fetch(`${srv.url}/metrics`)).text()).match(new RegExp(`^unmask_${name} (\\S+)$`, 'm'));
   assert.ok(m, `metric ${name} on /metrics`);
@@ -107,4 +127,32 @@ test('a session on replica B follows jobs replica A runs', async (t) => {
   assert.equal(e.error?.code, 'unknown_job', JSON.stringify(e));
   await c.close();
   await o.close();
+});
+
+test('subscriptions survive a resume on another replica: the job updates follow live', async () => {
+  const a = await replica();
+  const { blocker, j } = await heldOnA(a);
+  const b = await replica();
+  const c = new Client(a.wsUrl, { headers: auth() });
+  const s = await c.session();
+  c.send({ type: 'job.subscribe', event_id: 'sub', id: j.id });
+  const first = await c.wait((m) => m.event_id === 'sub', 'the reply to job.subscribe');
+  assert.equal(first.job?.status, 'queued', JSON.stringify(first));
+  c.ws.terminate(); // the session stays on A, with its subscription
+  await c.closedP;
+  const r = new Client(b.wsUrl, { headers: auth() });
+  await r.session();
+  r.send({ type: 'session.resume', event_id: 'res', session: s.session, last_seq: first.seq });
+  const resumed = await r.wait((m) => m.event_id === 'res', 'the reply to session.resume');
+  assert.equal(resumed.type, 'session.resumed', JSON.stringify(resumed));
+  assert.ok(resumed.owner, 'B follows the session A holds');
+  await fetch(`${a.url}/v1/jobs/${blocker.id}`, { method: 'DELETE', headers: auth() });
+  const fin = await r.wait((m) => m.type === 'job.update' && m.id === j.id && m.final, 'the final update on B', 60000);
+  const ups = r.msgs.filter((m) => m.type === 'job.update' && m.id === j.id);
+  // A runs the job: it sees each change as it happens, and B relays every event of the session
+  assert.deepEqual(ups.map((u) => u.job.status), ['running', 'succeeded']);
+  assert.deepEqual(ups.map((u) => u.seq), [first.seq + 1, first.seq + 2], 'the session\'s seq continues');
+  assert.equal(fin.job.result.object, 'text_completion');
+  assert.deepEqual(fin.job, await getJob(b, j.id));
+  await r.close();
 });
