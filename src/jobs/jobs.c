@@ -1240,7 +1240,9 @@ int job_store_take(job_store *js, int max, int timeout_ms, const char *why, char
     *ids_out = NULL;
     *hooks_out = NULL;
     *n_hooks = 0;
-    if (!js->shared || max <= 0) return 0;
+    if (!js->shared) return 0;
+    if (max <= 0) /* full: nothing is taken, but the heartbeat goes on (the backend's take renews it) */
+        return js->be->iface->take(js->be, 0, timeout_ms, NULL) < 0 ? -1 : 0;
     job_taken *t = xcalloc((size_t)max, sizeof *t);
     int n = js->be->iface->take(js->be, max, timeout_ms, t); /* the feed thread's own connection: no lock */
     if (n <= 0) {

@@ -68,7 +68,8 @@ int  job_store_shared(job_store *js);           /* 1 when the store is shared wi
  * which are retried — reason why — or fail when their attempts are used up) from the queue,
  * waiting up to timeout_ms, into this server's memory. Returns how many are queued to run here
  * (*ids_out), -1 when the store is unreachable; *hooks_out (*n_hooks) lists finished jobs whose
- * webhook is still to be delivered. Free both. */
+ * webhook is still to be delivered. Free both. max 0 (this server is full) takes nothing but still
+ * renews its heartbeat: a server that stops calling this is taken for dead by the others. */
 int  job_store_take(job_store *js, int max, int timeout_ms, const char *why, char (**ids_out)[40],
                     char (**hooks_out)[40], int *n_hooks);
 /* About once a second (the feed thread): keep the backend's connection alive / reconnect it, and
