@@ -78,14 +78,16 @@ void ws_jobs_free(ws_jobs *j) {
     free(j);
 }
 
-static void push_error(ws_jobs *j, const char *code, const char *event_id, const char *id, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* An error about job id; param "id" (the job) or "" (the session's state). */
+static void push_error(ws_jobs *j, const char *code, const char *param, const char *event_id, const char *id,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-static void push_error(ws_jobs *j, const char *code, const char *event_id, const char *id, const char *fmt, ...) {
+static void push_error(ws_jobs *j, const char *code, const char *param, const char *event_id, const char *id,
+                       const char *fmt, ...) {
     api_error e;
     va_list ap;
     va_start(ap, fmt);
-    api_error_vset(&e, code, "id", fmt, ap);
+    api_error_vset(&e, code, param, fmt, ap);
     va_end(ap);
     j->push(j->user, api_ev_error(&e, event_id, id));
 }
@@ -98,7 +100,7 @@ static void on_note(void *user, json_t *job, enum server_job_note note) {
     case SERVER_JOB_UPDATE: j->push(j->user, api_ev_job_update(s->id, NULL, job, 0)); return;
     case SERVER_JOB_FINAL: j->push(j->user, api_ev_job_update(s->id, NULL, job, 1)); break;
     case SERVER_JOB_GONE:
-        push_error(j, "unknown_job", NULL, s->id, "job '%s' is no longer in the job store (its retention ended); "
+        push_error(j, "unknown_job", "id", NULL, s->id, "job '%s' is no longer in the job store (its retention ended); "
                    "the subscription ended", s->id);
         break;
     case SERVER_JOB_CLOSED: break; /* shutdown: the session goes too */
@@ -111,14 +113,14 @@ void ws_jobs_subscribe(ws_jobs *j, const char *job_id, const char *event_id) {
     void *api = NULL;
     const server_job_hooks *h = server_job_hooks_get(j->srv, &api);
     if (!h) {
-        push_error(j, "unavailable", event_id, job_id, "this server has no job API");
+        push_error(j, "unavailable", "", event_id, job_id, "this server has no job API");
         return;
     }
     ws_job_sub *old = sub_find(j, job_id);
     if (old) sub_end(old); /* subscribed again: the object now, one subscription */
     const int max = server_cfg(j->srv)->max_session_job_subscriptions;
     if (j->n >= max) {
-        push_error(j, "too_many_subscriptions", event_id, job_id,
+        push_error(j, "too_many_subscriptions", "", event_id, job_id,
                    "this session already follows %d jobs (--max-session-job-subscriptions); unsubscribe from one, or "
                    "wait until one finishes",
                    j->n);
@@ -132,9 +134,9 @@ void ws_jobs_subscribe(ws_jobs *j, const char *job_id, const char *event_id) {
     if (!job) {
         free(s);
         if (strcmp(code, "store_unavailable") == 0)
-            push_error(j, code, event_id, job_id, "the job store did not answer; try again");
+            push_error(j, code, "", event_id, job_id, "the job store did not answer; try again");
         else
-            push_error(j, code, event_id, job_id, "no job '%.60s'", job_id);
+            push_error(j, code, "id", event_id, job_id, "no job '%.60s'", job_id);
         return;
     }
     if (!s->watch) { /* finished already: this is its final update */

@@ -6,7 +6,8 @@
 // unknown_job on B as on A. Second case: the subscriptions belong to the session: a session on A
 // that follows a queued job drops and resumes on B, which follows the session through Redis; the
 // job's updates A keeps producing (running, succeeded with the result) reach the client on B live,
-// in order, without a gap in seq. A runs the job for sure: B starts only once A holds both jobs
+// in order, without a gap in seq; when A dies instead, the subscription ends with replica_lost on
+// B. A runs the job for sure: B starts only once A holds both jobs
 // (unmask_jobs_held), and --max-batch 1 with a blocker keeps the job queued until it is cancelled.
 // Real redis-server, started and stopped here; no sleeps (waits on events, GETs and /metrics).
 import { test, before, after, beforeEach, afterEach } from 'node:test';
@@ -67,6 +68,9 @@ const waitStatus = (srv, id, statuses) =>
     const j = await getJob(srv, id);
     return statuses.includes(j.status) && j;
   }, 120000);
+// seqs of the session's events in its log in Redis (what its owner stored so far)
+const storedSeqs = async (token) =>
+  (await redisCmd(redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((t) => JSON.parse(t).seq);
 // A on its own holds a running blocker (the only batch slot) and a queued job behind it.
 async function heldOnA(a) {
   const blocker = await postJob(a, long);
@@ -138,6 +142,8 @@ test('subscriptions survive a resume on another replica: the job updates follow 
   c.send({ type: 'job.subscribe', event_id: 'sub', id: j.id });
   const first = await c.wait((m) => m.event_id === 'sub', 'the reply to job.subscribe');
   assert.equal(first.job?.status, 'queued', JSON.stringify(first));
+  // the owner writes the session's log a moment behind its socket: resume once it holds the update
+  await until('the update in the session\'s log', async () => (await storedSeqs(s.session)).includes(first.seq), 30000);
   c.ws.terminate(); // the session stays on A, with its subscription
   await c.closedP;
   const r = new Client(b.wsUrl, { headers: auth() });
@@ -155,4 +161,45 @@ test('subscriptions survive a resume on another replica: the job updates follow 
   assert.equal(fin.job.result.object, 'text_completion');
   assert.deepEqual(fin.job, await getJob(b, j.id));
   await r.close();
+});
+
+test('the replica holding a followed session dies: each open job subscription ends with replica_lost', async () => {
+  const a = await replica();
+  const { j } = await heldOnA(a);
+  const b = await replica();
+  const c = new Client(a.wsUrl, { headers: auth() });
+  const s = await c.session();
+  c.send({ type: 'job.subscribe', event_id: 'sub', id: j.id });
+  const first = await c.wait((m) => m.event_id === 'sub', 'the reply to job.subscribe');
+  assert.equal(first.job?.status, 'queued', JSON.stringify(first));
+  await until('the update in the session\'s log', async () => (await storedSeqs(s.session)).includes(first.seq), 30000);
+  c.ws.terminate();
+  await c.closedP;
+  const r = new Client(b.wsUrl, { headers: auth() });
+  await r.session();
+  r.send({ type: 'session.resume', event_id: 'res', session: s.session, last_seq: first.seq });
+  assert.equal((await r.wait((m) => m.event_id === 'res', 'the reply to session.resume')).type, 'session.resumed');
+  await a.stop(); // SIGKILL: its heartbeat expires within about 3 s
+  const e = await r.wait((m) => m.type === 'error' && m.id === j.id, 'replica_lost for the subscription', 60000);
+  assert.equal(e.error.code, 'replica_lost', JSON.stringify(e));
+  assert.match(e.error.message, new RegExp(`subscription to job '${j.id}'`));
+  assert.equal(e.seq, first.seq + 1, 'it continues the session\'s seq');
+  await r.close();
+});
+
+test('a replica that is full keeps renewing its heartbeat (the others do not take it for dead)', async () => {
+  const a = await replica();
+  await heldOnA(a); // capacity 2 x --max-batch 1: A takes nothing more
+  const keys = await redisCmd(redis.port, 'KEYS', 'unmask:alive:*');
+  assert.equal(keys.length, 1, `one replica, one heartbeat: ${keys}`);
+  // the key lives 3 s and is renewed every 0.5 s: a renewal shows as its time to live going up
+  let last = await redisCmd(redis.port, 'PTTL', keys[0]);
+  await until('A renews its heartbeat while full', async () => {
+    const now = await redisCmd(redis.port, 'PTTL', keys[0]);
+    const renewed = now > last;
+    last = now;
+    return renewed;
+  }, 10000);
+  assert.ok(last > 0, 'the heartbeat is alive');
+  assert.equal(await metric(a, 'jobs_held'), 2, 'A is still full');
 });
