@@ -352,8 +352,12 @@ static void job_start_done(job_prep *p) {
     if (p->rc != 0) { /* validated at creation: only a changed model lands here */
         job_store_start(a->jobs, id, 0);
         job_store_attempt_failed(a->jobs, id, p->e.message);
-        if (job_store_status(a->jobs, id) == JOB_FAILED) job_terminal(a, id, p->who);
-        else subs_notify(a, id), job_q_push(a, id); /* its attempt count changed */
+        if (job_store_status(a->jobs, id) == JOB_FAILED) {
+            job_terminal(a, id, p->who);
+        } else {
+            subs_notify(a, id); /* its attempt count changed */
+            job_q_push(a, id);
+        }
         jobs_pump(a);
         return;
     }
@@ -407,8 +411,12 @@ static int job_start(http_api *a, const char *id) {
     snprintf(p->id, sizeof p->id, "%s", id);
     if (p->rc != 0) { /* validated at creation: only changed limits land here */
         job_store_start(a->jobs, id, 0);
-        if (job_store_attempt_failed(a->jobs, id, p->e.message)) subs_notify(a, id), job_q_push(a, id);
-        else job_terminal(a, id, owner);
+        if (job_store_attempt_failed(a->jobs, id, p->e.message)) {
+            subs_notify(a, id); /* its attempt count changed */
+            job_q_push(a, id);
+        } else {
+            job_terminal(a, id, owner);
+        }
         job_prep_free(p);
         return 1;
     }
