@@ -152,6 +152,10 @@ test('subscriptions survive a resume on another replica: the job updates follow 
   const resumed = await r.wait((m) => m.event_id === 'res', 'the reply to session.resume');
   assert.equal(resumed.type, 'session.resumed', JSON.stringify(resumed));
   assert.ok(resumed.owner, 'B follows the session A holds');
+  // the subscriptions are A's: B does not add any to that session
+  r.send({ type: 'job.subscribe', event_id: 'more', id: blocker.id });
+  const refused = await r.wait((m) => m.event_id === 'more', 'the reply to a subscribe on the followed session');
+  assert.equal(refused.error?.code, 'session_followed', JSON.stringify(refused));
   await fetch(`${a.url}/v1/jobs/${blocker.id}`, { method: 'DELETE', headers: auth() });
   const fin = await r.wait((m) => m.type === 'job.update' && m.id === j.id && m.final, 'the final update on B', 60000);
   const ups = r.msgs.filter((m) => m.type === 'job.update' && m.id === j.id);
