@@ -152,6 +152,7 @@ void ws_jobs_subscribe(ws_jobs *j, const char *job_id, const char *event_id) {
 
 void ws_jobs_unsubscribe(ws_jobs *j, const char *job_id, const char *event_id) {
     ws_job_sub *s = sub_find(j, job_id);
+    const int was = s != NULL;
     if (s) sub_end(s);
-    j->push(j->user, api_ev_job_unsubscribed(job_id, event_id, s != NULL));
+    j->push(j->user, api_ev_job_unsubscribed(job_id, event_id, was));
 }
