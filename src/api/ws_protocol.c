@@ -16,6 +16,7 @@ static const struct {
 } k_types[] = {
     {"generate", API_MSG_GENERATE}, {"cancel", API_MSG_CANCEL}, {"session.resume", API_MSG_RESUME},
     {"ack", API_MSG_ACK},           {"ping", API_MSG_PING},
+    {"job.subscribe", API_MSG_JOB_SUBSCRIBE}, {"job.unsubscribe", API_MSG_JOB_UNSUBSCRIBE},
 };
 
 static int id_ok(const char *s, size_t n) {
@@ -74,7 +75,8 @@ int api_msg_parse(const char *text, size_t len, api_msg *m, api_error *e) {
         if (strcmp(k_types[ti].name, tn) == 0) break;
     if (ti == sizeof k_types / sizeof k_types[0]) {
         api_error_set(e, "unknown_type", "type",
-                      "unknown message type \"%.64s\" (expected generate, cancel, session.resume, ack or ping)", tn);
+                      "unknown message type \"%.64s\" (expected generate, cancel, session.resume, ack, ping, job.subscribe or "
+                      "job.unsubscribe)", tn);
         json_decref(root);
         return -1;
     }
@@ -95,6 +97,16 @@ int api_msg_parse(const char *text, size_t len, api_msg *m, api_error *e) {
         if (!json_is_string(id) || !id_ok(json_string_value(id), json_string_length(id))) {
             json_decref(root);
             return api_error_set(e, "invalid_request", "id", "cancel needs the \"id\" of a generation (a string)");
+        }
+        memcpy(m->id, json_string_value(id), json_string_length(id) + 1);
+        break;
+    case API_MSG_JOB_SUBSCRIBE:
+    case API_MSG_JOB_UNSUBSCRIBE: /* a job id's shape is the store's business: a wrong one is unknown_job */
+        if (!json_is_string(id) || !id_ok(json_string_value(id), json_string_length(id))) {
+            api_error_set(e, "invalid_request", "id", "%s needs the \"id\" of a job (a string, as POST /v1/jobs returned it)",
+                          m->type == API_MSG_JOB_SUBSCRIBE ? "job.subscribe" : "job.unsubscribe");
+            json_decref(root);
+            return -1;
         }
         memcpy(m->id, json_string_value(id), json_string_length(id) + 1);
         break;
@@ -180,5 +192,24 @@ json_t *api_ev_accepted(const char *gen_id, const char *event_id, int queue_pos,
     json_object_set_new(o, "prompt_tokens", json_integer(n_prompt));
     if (params) json_object_set(o, "params", (json_t *)params);
     if (ignored && json_array_size(ignored)) json_object_set(o, "ignored_fields", (json_t *)ignored);
+    return o;
+}
+
+json_t *api_ev_job_update(const char *job_id, const char *event_id, json_t *job, int final) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("job.update"));
+    json_object_set_new(o, "id", json_string(job_id));
+    if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
+    json_object_set_new(o, "final", json_boolean(final));
+    json_object_set_new(o, "job", job);
+    return o;
+}
+
+json_t *api_ev_job_unsubscribed(const char *job_id, const char *event_id, int was_subscribed) {
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("job.unsubscribed"));
+    json_object_set_new(o, "id", json_string(job_id));
+    if (event_id && event_id[0]) json_object_set_new(o, "event_id", json_string(event_id));
+    json_object_set_new(o, "subscribed", json_boolean(was_subscribed));
     return o;
 }

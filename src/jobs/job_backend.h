@@ -72,7 +72,8 @@ struct job_backend_i {
     void (*cancel_signal)(job_backend *b, const char *id);
     int (*cancel_signalled)(job_backend *b, const char *id);
     /* the feed thread: up to max jobs for this server (queued ones, and those of servers that
-     * died), waiting up to timeout_ms; count, or -1 when the store is unreachable */
+     * died), waiting up to timeout_ms; count, or -1 when the store is unreachable. Every call renews
+     * this server's heartbeat; max 0 does only that (out unused) */
     int (*take)(job_backend *b, int max, int timeout_ms, job_taken *out);
     /* under the lock, ~1/s: keep the connection alive, reconnect with backoff */
     void (*tick)(job_backend *b);

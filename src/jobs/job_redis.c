@@ -67,6 +67,10 @@ typedef struct job_redis {
     /* queue connection: the feed thread only */
     redisContext *q;            /* owned, NULL while disconnected */
     double   q_retry_at, q_backoff, q_since, last_beat, last_reclaim;
+    int      q_own;             /* after a (re)connection: this server's own pending entries are read
+                                   again (a delivery whose reply, or whose job's read, an outage cut
+                                   is pending for this server, and no other takes it while it is alive) */
+    char     q_own_after[40];   /* ... from after this entry id ("0": from the start) */
 } job_redis;
 
 static double mono(void) {
@@ -562,6 +566,8 @@ static int be_take(job_backend *b, int max, int timeout_ms, job_taken *out) {
         r->q_backoff = 0;
         r->q_since = now;
         r->last_beat = r->last_reclaim = 0;
+        r->q_own = 1;
+        snprintf(r->q_own_after, sizeof r->q_own_after, "0");
     }
     if (now - r->last_beat >= BEAT_EVERY_S) {
         char key[160], ttl[16];
@@ -574,12 +580,34 @@ static int be_take(job_backend *b, int max, int timeout_ms, job_taken *out) {
         r->last_beat = now;
     }
     int n = 0;
+    if (max > 0 && r->q_own) { /* its own pending entries (XREADGROUP with an id reads them again) */
+        char count[16];
+        snprintf(count, sizeof count, "%d", max);
+        ARGV("XREADGROUP", "GROUP", GROUP, r->me, "COUNT", count, "STREAMS", PREFIX "queue", r->q_own_after);
+        redisReply *rep = q_cmd(r, argc, argv, lens);
+        if (!rep) return -1;
+        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 && rep->element[0]->elements == 2) {
+            const redisReply *arr = rep->element[0]->element[1];
+            n = q_entries(arr, out, max);
+            if (arr->type == REDIS_REPLY_ARRAY && arr->elements > 0) { /* the next read starts after the last */
+                const redisReply *last = arr->element[arr->elements - 1];
+                if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 && last->element[0]->type == REDIS_REPLY_STRING)
+                    snprintf(r->q_own_after, sizeof r->q_own_after, "%s", last->element[0]->str);
+            }
+            if (arr->type != REDIS_REPLY_ARRAY || (int)arr->elements < max) r->q_own = 0; /* all read */
+        } else {
+            r->q_own = 0;
+        }
+        freeReplyObject(rep);
+        if (n > 0) log_debug("job store: %d pending entr%s of this server read again", n, n == 1 ? "y" : "ies");
+    }
     /* only once this server has been connected for two heartbeats: after an outage every server
      * first renews its own heartbeat, so none takes over the jobs of one that is alive */
-    if (max > 0 && now - r->q_since >= 2e-3 * HEARTBEAT_MS && now - r->last_reclaim >= RECLAIM_EVERY) {
+    if (n < max && now - r->q_since >= 2e-3 * HEARTBEAT_MS && now - r->last_reclaim >= RECLAIM_EVERY) {
         r->last_reclaim = now;
-        n = q_reclaim(r, out, max);
-        if (n < 0) return -1;
+        int got = q_reclaim(r, out + n, max - n);
+        if (got < 0) return -1;
+        n += got;
     }
     if (n < max) {
         char count[16], block[16];

@@ -498,14 +498,18 @@ int job_store_exists(job_store *js, const char *id, const char *owner) {
 
 static json_t *time_or_null(double t) { return t > 0 ? json_integer((json_int_t)t) : json_null(); }
 
+/* j's status as the API names it: a running job asked to stop says so until its engine work ends
+ * (at the next step). */
+static const char *api_status(const job *j) {
+    return j->status == JOB_RUNNING && j->cancel_requested ? "cancelling" : job_status_name(j->status);
+}
+
 /* The API object of j. Caller holds the lock. */
 static json_t *job_json(const job *j) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(j->id));
     json_object_set_new(o, "object", json_string("job"));
-    /* a running job asked to stop says so until its engine work ends (at the next step) */
-    const char *status = j->status == JOB_RUNNING && j->cancel_requested ? "cancelling" : job_status_name(j->status);
-    json_object_set_new(o, "status", json_string(status));
+    json_object_set_new(o, "status", json_string(api_status(j)));
     json_object_set_new(o, "created_at", time_or_null(j->created_at));
     json_object_set_new(o, "started_at", time_or_null(j->started_at));
     json_object_set_new(o, "completed_at", time_or_null(j->completed_at));
@@ -538,6 +542,19 @@ json_t *job_store_get_json(job_store *js, const char *id, const char *owner) {
     drop_tmp(js, tmp);
     pthread_mutex_unlock(&js->lock); /* } lock --- */
     return o;
+}
+
+int job_store_peek(job_store *js, const char *id, const char *owner, char status[16], int *attempts) {
+    pthread_mutex_lock(&js->lock); /* --- lock { */
+    job *tmp, *j = lookup(js, id, &tmp);
+    int ok = j && strcmp(j->owner, owner ? owner : "") == 0;
+    if (ok) {
+        snprintf(status, 16, "%s", api_status(j));
+        *attempts = j->attempts;
+    }
+    drop_tmp(js, tmp);
+    pthread_mutex_unlock(&js->lock); /* } lock --- */
+    return ok;
 }
 
 /* Shared backend: owner's jobs from the store, newest first, as a detached chain (prev links);
@@ -1223,7 +1240,9 @@ int job_store_take(job_store *js, int max, int timeout_ms, const char *why, char
     *ids_out = NULL;
     *hooks_out = NULL;
     *n_hooks = 0;
-    if (!js->shared || max <= 0) return 0;
+    if (!js->shared) return 0;
+    if (max <= 0) /* full: nothing is taken, but the heartbeat goes on (the backend's take renews it) */
+        return js->be->iface->take(js->be, 0, timeout_ms, NULL) < 0 ? -1 : 0;
     job_taken *t = xcalloc((size_t)max, sizeof *t);
     int n = js->be->iface->take(js->be, max, timeout_ms, t); /* the feed thread's own connection: no lock */
     if (n <= 0) {

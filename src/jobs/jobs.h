@@ -68,7 +68,8 @@ int  job_store_shared(job_store *js);           /* 1 when the store is shared wi
  * which are retried — reason why — or fail when their attempts are used up) from the queue,
  * waiting up to timeout_ms, into this server's memory. Returns how many are queued to run here
  * (*ids_out), -1 when the store is unreachable; *hooks_out (*n_hooks) lists finished jobs whose
- * webhook is still to be delivered. Free both. */
+ * webhook is still to be delivered. Free both. max 0 (this server is full) takes nothing but still
+ * renews its heartbeat: a server that stops calling this is taken for dead by the others. */
 int  job_store_take(job_store *js, int max, int timeout_ms, const char *why, char (**ids_out)[40],
                     char (**hooks_out)[40], int *n_hooks);
 /* About once a second (the feed thread): keep the backend's connection alive / reconnect it, and
@@ -109,6 +110,10 @@ int job_store_exists(job_store *js, const char *id, const char *owner);
  *    "progress":{"fraction","steps","committed","gen_length","events"},"result","error",
  *    "webhook":{"url","status","attempts"}|null,"request"} */
 json_t *job_store_get_json(job_store *js, const char *id, const char *owner);
+/* The job's status as job_store_get_json names it ("cancelling" included; 16 bytes) and its
+ * attempts, without copying its request or result (a change watcher's poll): 1, or 0 when unknown
+ * / not owner's. A job held by another server is read from the shared store, as by get_json. */
+int job_store_peek(job_store *js, const char *id, const char *owner, char status[16], int *attempts);
 /* owner's jobs, newest first, as {"object":"list","data":[job, ...],"has_more","first_id",
  * "last_id"} (*out, new reference): status >= 0 keeps only jobs in that state, after (a job id, or
  * NULL / "") starts after that job, at most limit jobs. -1 when after is not one of owner's jobs. */

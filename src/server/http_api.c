@@ -506,6 +506,7 @@ fail: /* before any route or hook points at a */
 void http_api_free(http_api *a) {
     if (!a) return;
     metrics_gauge_unregister_all(server_metrics(a->srv));
+    jobs_watches_close(a);
     jobs_shutdown(a);
     webhook_sender_free(a->wh, 2.0); /* the last webhooks: delivered within 2 s or dropped */
     job_feed_free(a->feed);

@@ -132,7 +132,8 @@ void jobs_on_ready(server *s, void *user);   /* the model is ready: start queued
 void jobs_batch_begin(void *user);           /* around a batch of engine events: one store commit */
 void jobs_batch_end(void *user);
 void jobs_on_wake(void *user);               /* service thread, every wake-up: what the job feed took */
-void http_jobs_register(http_api *a);
+void http_jobs_register(http_api *a);      /* the /v1/jobs routes and the WebSocket sessions' job watches */
+void jobs_watches_close(http_api *a);      /* the job API goes away: end every watch (sessions are told) */
 
 /* ---------------------------------------------------------------- common (http_api.c) */
 

@@ -4,7 +4,9 @@
  * runner that submits queued jobs to the scheduler one build at a time (retrying while the
  * scheduler is full), marks a job running when its first decode step ran (not when it was
  * submitted: a job waiting for a batch slot spends no attempt) and records its events and results
- * in the job store; webhooks on terminal states.
+ * in the job store; webhooks on terminal states; the watches behind WebSocket `job.subscribe`
+ * (server/ws_jobs.c, through server_job_hooks): one list of subscribers, event streams and watches,
+ * told of a job's changes here at once and polled for changes made on other replicas.
  *
  * Not here: the store and the webhook client (jobs/), the generation streams (http_gen.c).
  * Threads: the lws service thread, except job_prep_run (a preparation worker) and webhook_done
@@ -18,6 +20,7 @@
 #include "api/event.h"
 #include "api/sse.h"
 #include "server/http_api_internal.h"
+#include "server/server_internal.h"
 #include "server/callers.h"
 #include "server/metrics.h"
 #include "server/prep.h"
@@ -30,12 +33,19 @@
 
 static void job_prep_done(prep_job *j);
 
+/* A subscriber of one job: an SSE event stream (c), or a watch (fn: a WebSocket subscription),
+ * which is told of the job's status changes with its API object. */
 struct job_sub {
     job_sub        *next;
-    http_conn      *c;
+    http_conn      *c;        /* the event stream, or NULL for a watch */
     char            id[40];
-    int64_t         last;     /* last event id sent */
+    int64_t         last;     /* stream: last event id sent */
     http_api       *api;
+    server_job_fn   fn;       /* watch: called with each new status */
+    void           *user;
+    char            who[API_WHO_MAX]; /* watch: the caller (the job's owner) */
+    char            status[16];       /* watch: status and attempts last told ("cancelling" included) */
+    int             attempts;
 };
 
 static void sub_remove(job_sub *s) {
@@ -49,8 +59,44 @@ static void sub_remove(job_sub *s) {
 
 static void sub_on_close(void *user) { sub_remove(user); }
 
+static int job_status_final(const char *st) {
+    return strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+}
+
+/* A watch: tell it the job's object when its status (or attempt) changed since it was last told;
+ * the final status ends it. A job that cannot be read while the store fails is looked at again at
+ * the next poll. 0 = still watching. */
+static int watch_flush(job_sub *s) {
+    char st[16];
+    int att = 0;
+    if (!job_store_peek(s->api->jobs, s->id, s->who, st, &att)) {
+        char why[200];
+        if (job_store_failing(s->api->jobs, why, sizeof why)) return 0;
+        server_job_fn fn = s->fn;
+        void *user = s->user;
+        sub_remove(s);
+        fn(user, NULL, SERVER_JOB_GONE);
+        return 1;
+    }
+    if (strcmp(st, s->status) == 0 && att == s->attempts) return 0;
+    json_t *o = job_store_get_json(s->api->jobs, s->id, s->who);
+    if (!o) return 0; /* gone between the two reads: the next poll says so */
+    snprintf(s->status, sizeof s->status, "%s", json_string_value(json_object_get(o, "status")));
+    s->attempts = (int)json_integer_value(json_object_get(o, "attempts"));
+    if (!job_status_final(s->status)) {
+        s->fn(s->user, o, SERVER_JOB_UPDATE);
+        return 0;
+    }
+    server_job_fn fn = s->fn;
+    void *user = s->user;
+    sub_remove(s);
+    fn(user, o, SERVER_JOB_FINAL);
+    return 1;
+}
+
 /* Send what sub has not seen; end the stream once the job is terminal. 0 = still open. */
 static int sub_flush(job_sub *s) {
+    if (!s->c) return watch_flush(s);
     for (;;) {
         job_event_copy *ev = NULL;
         int term = 0;
@@ -177,6 +223,7 @@ void jobs_run_event(gen_stream *gs, int choice, const sched_event *ev) {
         if (ev->kind == SCHED_EV_DONE && ev->ev.finish == DECODE_FINISH_CANCELLED) return;
         gs->job_started = job_store_start(a->jobs, gs->job_id, gs->job_gen_length) == 0;
         if (!gs->job_started) return; /* cancelled meanwhile: it ended already */
+        subs_notify(a, gs->job_id); /* queued -> running */
     }
     json_t *jev = api_event_json(ev, NULL);
     if (gs->n > 1) json_object_set_new(jev, "choice", json_integer(choice));
@@ -305,8 +352,12 @@ static void job_start_done(job_prep *p) {
     if (p->rc != 0) { /* validated at creation: only a changed model lands here */
         job_store_start(a->jobs, id, 0);
         job_store_attempt_failed(a->jobs, id, p->e.message);
-        if (job_store_status(a->jobs, id) == JOB_FAILED) job_terminal(a, id, p->who);
-        else job_q_push(a, id);
+        if (job_store_status(a->jobs, id) == JOB_FAILED) {
+            job_terminal(a, id, p->who);
+        } else {
+            subs_notify(a, id); /* its attempt count changed */
+            job_q_push(a, id);
+        }
         jobs_pump(a);
         return;
     }
@@ -360,8 +411,12 @@ static int job_start(http_api *a, const char *id) {
     snprintf(p->id, sizeof p->id, "%s", id);
     if (p->rc != 0) { /* validated at creation: only changed limits land here */
         job_store_start(a->jobs, id, 0);
-        if (job_store_attempt_failed(a->jobs, id, p->e.message)) job_q_push(a, id);
-        else job_terminal(a, id, owner);
+        if (job_store_attempt_failed(a->jobs, id, p->e.message)) {
+            subs_notify(a, id); /* its attempt count changed */
+            job_q_push(a, id);
+        } else {
+            job_terminal(a, id, owner);
+        }
         job_prep_free(p);
         return 1;
     }
@@ -577,6 +632,58 @@ static int h_jobs_get(http_conn *c, const http_req *rq) {
     return 0;
 }
 
+/* server_job_hooks.watch (a WebSocket job.subscribe, server/ws_jobs.c): the job's object now, and
+ * a watch on it unless it is finished. */
+static json_t *watch_add(void *api, const char *id, const char *who, server_job_fn fn, void *user, void **handle,
+                         const char **code) {
+    http_api *a = api;
+    char why[200];
+    *handle = NULL;
+    json_t *o = strlen(id) < sizeof ((job_sub *)0)->id ? job_store_get_json(a->jobs, id, who) : NULL;
+    if (!o) {
+        *code = job_store_failing(a->jobs, why, sizeof why) ? "store_unavailable" : "unknown_job";
+        return NULL;
+    }
+    const char *st = json_string_value(json_object_get(o, "status"));
+    if (job_status_final(st)) return o;
+    job_sub *s = xcalloc(1, sizeof *s);
+    s->api = a;
+    s->fn = fn;
+    s->user = user;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    snprintf(s->who, sizeof s->who, "%s", who);
+    snprintf(s->status, sizeof s->status, "%s", st);
+    s->attempts = (int)json_integer_value(json_object_get(o, "attempts"));
+    s->next = a->subs;
+    a->subs = s;
+    subs_poll_later(a); /* a job run by another replica changes in the shared store only */
+    *handle = s;
+    return o;
+}
+
+static void watch_end(void *api, void *handle) {
+    (void)api;
+    sub_remove(handle);
+}
+
+static const server_job_hooks k_job_hooks = {watch_add, watch_end};
+
+/* The job API goes away (http_api_free): every watch ends, its session is told. */
+void jobs_watches_close(http_api *a) {
+    server_set_job_hooks(a->srv, NULL, NULL);
+    for (job_sub **pp = &a->subs; *pp;) {
+        job_sub *sub = *pp;
+        if (sub->c) {
+            pp = &sub->next;
+            continue;
+        }
+        server_job_fn fn = sub->fn;
+        void *user = sub->user;
+        sub_remove(sub);
+        fn(user, NULL, SERVER_JOB_CLOSED);
+    }
+}
+
 /* GET /v1/jobs?status=&limit=&after=: the caller's jobs, newest first (OpenAI's list shape). */
 static int h_jobs_list(http_conn *c, const http_req *rq) {
     http_api *a = rq->user;
@@ -621,6 +728,7 @@ static int h_jobs_delete(http_conn *c, const http_req *rq) {
         return api_respond_error_fmt(c, 409, "job_finished", "id", msg);
     }
     if (r == 1) job_terminal(a, id, who); /* queued: cancelled now (its run, if it waits for a slot, is dropped) */
+    else subs_notify(a, id);              /* running -> cancelling */
     job_stop_run(a, id); /* running: its sequences stop at the next step, then the job turns cancelled */
     return http_respond_json(c, 200, job_store_get_json(a->jobs, id, who), NULL);
 }
@@ -629,8 +737,12 @@ static int h_jobs_delete(http_conn *c, const http_req *rq) {
  * to another instance or after the restart). */
 void jobs_drain_begin(http_api *a) {
     job_feed_stop(a->feed); /* take no more jobs from a shared store */
-    while (a->subs) {
-        job_sub *sub = a->subs;
+    for (job_sub **pp = &a->subs; *pp;) { /* watches stay: the jobs that finish meanwhile are told */
+        job_sub *sub = *pp;
+        if (!sub->c) {
+            pp = &sub->next;
+            continue;
+        }
         out_chunk *ch = sse_frame_comment("server shutting down; reconnect with Last-Event-ID");
         http_stream_write(sub->c, out_chunk_data(ch), ch->len);
         out_chunk_free(ch);
@@ -741,6 +853,7 @@ void jobs_on_wake(void *user) {
             job_terminal(a, b.cancel[i], owner ? owner : "");
             free(owner);
         }
+        else subs_notify(a, b.cancel[i]); /* running -> cancelling */
         job_stop_run(a, b.cancel[i]); /* running: its sequences stop at the next step */
     }
     job_feed_batch_free(&b);
@@ -755,4 +868,7 @@ static const http_route k_job_routes[] = {
     {NULL, NULL, 0, NULL, 0},
 };
 
-void http_jobs_register(http_api *a) { http_routes_add(server_router(a->srv), k_job_routes, a); }
+void http_jobs_register(http_api *a) {
+    http_routes_add(server_router(a->srv), k_job_routes, a);
+    server_set_job_hooks(a->srv, &k_job_hooks, a);
+}

@@ -86,10 +86,11 @@ static void *feed_main(void *arg) {
         int room = f->capacity - q - r;
         char(*ids)[40] = NULL, (*hooks)[40] = NULL;
         int nh = 0;
-        /* full: nothing is taken (not even a dead server's jobs) until a job ends here (a kick) */
-        int n = room > 0 ? job_store_take(f->js, room, TAKE_WAIT_MS, "the server running the job stopped (replica lost)",
-                                          &ids, &hooks, &nh)
-                         : 0;
+        /* full: nothing is taken (not even a dead server's jobs) until a job ends here (a kick), but
+         * the take without room still renews this server's heartbeat (without it the others would
+         * take this one for dead after 3 s and claim the jobs it runs) */
+        int n = job_store_take(f->js, room > 0 ? room : 0, room > 0 ? TAKE_WAIT_MS : 0,
+                               "the server running the job stopped (replica lost)", &ids, &hooks, &nh);
         if (n > 0 || nh > 0) {
             pthread_mutex_lock(&f->lock);
             append(&f->out.run, &f->out.n_run, ids, n);

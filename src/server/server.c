@@ -123,6 +123,8 @@ struct server {
     char           *web_root;      /* realpath of --web-root (owned) */
     server_ws_auth_fn ws_auth;     /* handshake check, or NULL */
     void           *ws_auth_user;
+    const server_job_hooks *job_hooks; /* async job updates for sessions (static, not owned), or NULL */
+    void           *job_hooks_api;
 };
 
 /* Signals received (a second one stops at once), capped at 2. Written by on_signal, which runs on
@@ -188,6 +190,16 @@ const api_policy *server_policy(const server *s) { return &s->policy; }
 void server_set_ws_auth(server *s, server_ws_auth_fn fn, void *user) {
     s->ws_auth = fn;
     s->ws_auth_user = user;
+}
+
+void server_set_job_hooks(server *s, const server_job_hooks *hooks, void *api) {
+    s->job_hooks = hooks;
+    s->job_hooks_api = hooks ? api : NULL;
+}
+
+const server_job_hooks *server_job_hooks_get(server *s, void **api) {
+    *api = s->job_hooks_api;
+    return s->job_hooks;
 }
 
 int server_ws_auth(server *s, struct lws *wsi, char *who, size_t cap) {

@@ -156,6 +156,8 @@ static const setting k_settings[] = {
      NULL, 0, NULL},
     {"max-session-generations", SET_INT, F(max_session_generations), "16", 1, INF, "running generations per session",
      NULL, NULL, 0, NULL},
+    {"max-session-job-subscriptions", SET_INT, F(max_session_job_subscriptions), "64", 1, 100000,
+     "async jobs one WebSocket session may follow at once (job.subscribe)", NULL, NULL, 0, NULL},
     {"max-message-bytes", SET_SIZE, F(max_message_bytes), "1048576", 4096, 268435456,
      "largest WebSocket message / HTTP body, bytes", NULL, NULL, 0, NULL},
     {"ping-interval", SET_INT, F(ping_interval_s), "30", 1, 3600,

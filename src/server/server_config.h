@@ -49,6 +49,7 @@ typedef struct server_config {
     int    session_max_events;    /* ... and count */
     int    max_sessions;          /* sessions alive at once (connected + retained) */
     int    max_session_generations; /* running/queued generations per session */
+    int    max_session_job_subscriptions; /* jobs one session follows at once (job.subscribe) */
     size_t max_message_bytes;     /* largest client WebSocket message / HTTP body */
     int    ping_interval_s;       /* idle time before a WebSocket protocol ping; hang up 10 s later */
     double request_timeout_s;     /* a request's head + body must arrive within this, from its first

@@ -7,6 +7,7 @@
 #ifndef UM_SERVER_INTERNAL_H
 #define UM_SERVER_INTERNAL_H
 
+#include <jansson.h>
 #include <libwebsockets.h>
 
 #include "server/http.h"
@@ -28,6 +29,26 @@ void server_on_wake(server *s);
 typedef int (*server_ws_auth_fn)(void *user, struct lws *wsi, char *who, size_t cap);
 void server_set_ws_auth(server *s, server_ws_auth_fn fn, void *user);
 int  server_ws_auth(server *s, struct lws *wsi, char *who, size_t cap);
+
+/* Async job updates for WebSocket sessions (server/http_jobs.c installs the hooks, the job store's
+ * owner; server/ws_jobs.c calls them). watch(api, id, who, fn, user, &handle, &code): the job's API
+ * object (GET /v1/jobs/{id}, a new reference) now, or NULL with *code "unknown_job" (no such job of
+ * caller who) / "store_unavailable"; while the job is not finished *handle is a watch that calls
+ * fn(user, job, note) with its object (stolen) on each status change: SERVER_JOB_FINAL with the
+ * last one, after which the watch is gone. A finished job gets no watch (*handle NULL).
+ * SERVER_JOB_GONE (job NULL): the job vanished from the store; SERVER_JOB_CLOSED (job NULL): the
+ * job API shuts down. Both end the watch too. unwatch(api, handle) ends it early. */
+enum server_job_note { SERVER_JOB_UPDATE, SERVER_JOB_FINAL, SERVER_JOB_GONE, SERVER_JOB_CLOSED };
+typedef void (*server_job_fn)(void *user, json_t *job, enum server_job_note note);
+typedef struct server_job_hooks {
+    json_t *(*watch)(void *api, const char *id, const char *who, server_job_fn fn, void *user, void **handle,
+                     const char **code);
+    void    (*unwatch)(void *api, void *handle);
+} server_job_hooks;
+/* hooks NULL: uninstall (the job API is gone). */
+void server_set_job_hooks(server *s, const server_job_hooks *hooks, void *api);
+/* The hooks (NULL when none) and their api pointer. */
+const server_job_hooks *server_job_hooks_get(server *s, void **api);
 
 /* routes.c: GET /health and GET /stats on s. */
 void routes_core_register(server *s);

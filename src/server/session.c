@@ -14,6 +14,7 @@
 
 #include "server/metrics.h"
 #include "server/session.h"
+#include "server/ws_jobs.h"
 #include "util/json_util.h"
 #include "util/log.h"
 #include "util/timeutil.h"
@@ -277,6 +278,8 @@ void session_destroy(ws_session *s) {
     s->follow_armed = 0;
     follow_unsub(s);
     if (s->follow_open) json_decref(s->follow_open);
+    if (s->follow_jobs) json_decref(s->follow_jobs);
+    ws_jobs_free(s->jobs); /* its job subscriptions end with it */
     while (s->gens) {
         ws_gen *g = s->gens;
         s->gens = g->next;
@@ -608,9 +611,16 @@ static void follow_unsub(ws_session *s) {
     s->follow_sub = 0;
 }
 
+/* 1 while the owner still has something that produces events: an unfinished generation or a job
+ * subscription. */
+static int follow_active(const ws_session *s) {
+    return json_object_size(s->follow_open) > 0 || json_object_size(s->follow_jobs) > 0;
+}
+
 /* Take the store's log entries docs[0..n) (indexes follow_next..): queue those after `after` and
  * after the highest seq already taken, track the generations' start (accepted) and end (done, or
- * an error with their id). Returns how many were queued. */
+ * an error with their id) and the job subscriptions' (a job.update that is not final; the final
+ * one, job.unsubscribed, or an error with the job's id). Returns how many were queued. */
 static int follow_take(ws_session *s, char **docs, int n, uint64_t after) {
     int queued = 0;
     for (int i = 0; i < n; i++) {
@@ -623,6 +633,10 @@ static int follow_take(ws_session *s, char **docs, int n, uint64_t after) {
         if (type && id) {
             if (strcmp(type, "accepted") == 0) json_object_set_new(s->follow_open, id, json_true());
             else if (strcmp(type, "done") == 0 || strcmp(type, "error") == 0) json_object_del(s->follow_open, id);
+            if (strcmp(type, "job.update") == 0 && !json_is_true(json_object_get(o, "final")))
+                json_object_set_new(s->follow_jobs, id, json_true());
+            else if (strcmp(type, "job.update") == 0 || strcmp(type, "job.unsubscribed") == 0 || strcmp(type, "error") == 0)
+                json_object_del(s->follow_jobs, id);
         }
         if (seq > s->follow_seq) {
             s->follow_seq = seq;
@@ -676,6 +690,7 @@ ws_session *session_follow_load(ws_state *w, const char *token, const char *who,
     s->followed = 1;
     snprintf(s->owner, sizeof s->owner, "%s", owner);
     s->follow_open = json_object();
+    s->follow_jobs = json_object();
     uint64_t after = last_seq;
     *replayed = follow_take(s, docs, n, after);
     docs_free(docs, n);
@@ -690,27 +705,41 @@ ws_session *session_follow_load(ws_state *w, const char *token, const char *who,
     return s;
 }
 
-/* The owner died: every unfinished generation ends with an error replica_lost (into the log too,
- * continuing the session's seq). */
+/* A `replica_lost` error about id (a generation or a job subscription), continuing the session's
+ * seq, into the store's log too. */
+static void follow_lost_one(ws_session *s, const char *id, const api_error *e) {
+    json_t *obj = api_ev_error(e, NULL, id);
+    uint64_t seq = ++s->follow_seq;
+    char *text = event_text(obj, seq);
+    json_decref(obj);
+    append_raw(s, text, strlen(text), seq);
+    ws_store_append(s->w->store, s->token, s->who, text, strlen(text));
+    free(text);
+}
+
+/* The owner died: every unfinished generation, and every job subscription it held, ends with an
+ * error replica_lost (into the log too, continuing the session's seq). */
 static void follow_lost(ws_session *s) {
     const char *id;
     json_t *v;
+    api_error e;
     json_object_foreach(s->follow_open, id, v) {
-        api_error e;
         api_error_set(&e, "replica_lost", "",
                       "the replica running this generation (%s) stopped before it finished; its events up to here "
                       "were replayed; generate again",
                       s->owner);
-        json_t *obj = api_ev_error(&e, NULL, id);
-        uint64_t seq = ++s->follow_seq;
-        char *text = event_text(obj, seq);
-        json_decref(obj);
-        append_raw(s, text, strlen(text), seq);
-        ws_store_append(s->w->store, s->token, s->who, text, strlen(text));
-        free(text);
+        follow_lost_one(s, id, &e);
         log_warn("session %.8s…: generation %s lost with replica %s", s->token, id, s->owner);
     }
+    json_object_foreach(s->follow_jobs, id, v) {
+        api_error_set(&e, "replica_lost", "",
+                      "the replica holding this session's subscription to job '%s' (%s) stopped; the job itself goes "
+                      "on: subscribe to it again on a new session",
+                      id, s->owner);
+        follow_lost_one(s, id, &e);
+    }
     json_object_clear(s->follow_open);
+    json_object_clear(s->follow_jobs);
     s->next_seq = s->follow_seq + 1;
     request_write(s);
 }
@@ -718,7 +747,7 @@ static void follow_lost(ws_session *s) {
 static void follow_poll_cb(lws_sorted_usec_list_t *sul);
 
 static void follow_poll(ws_session *s) {
-    if (!s->conn || json_object_size(s->follow_open) == 0) {
+    if (!s->conn || !follow_active(s)) {
         follow_unsub(s);
         return;
     }
@@ -729,7 +758,7 @@ static void follow_poll(ws_session *s) {
         if (follow_take(s, docs, n, s->follow_seq)) request_write(s);
         docs_free(docs, n);
     }
-    if (json_object_size(s->follow_open) == 0) {
+    if (!follow_active(s)) {
         follow_unsub(s);
         return;
     }
@@ -753,7 +782,7 @@ void session_follow_start(ws_session *s) {
     CHECK(s->followed);
     /* subscribe first: the confirmation (a note) reads the log again for what the owner stored
      * between the load and the subscription; the notes after it carry the rest */
-    if (s->conn && json_object_size(s->follow_open) > 0) follow_sub(s);
+    if (s->conn && follow_active(s)) follow_sub(s);
     follow_poll(s);
 }
 
@@ -789,7 +818,7 @@ void ws_state_on_wake(ws_state *w) {
                 follow_catch_up(s); /* a gap: notes were lost (the list has them) */
             }
         }
-        if (json_object_size(s->follow_open) == 0) follow_unsub(s);
+        if (!follow_active(s)) follow_unsub(s);
     }
     ws_store_notes_free(notes);
     if (relayed) metrics_ws_follow_pubsub(server_metrics(w->srv), relayed);

@@ -1,7 +1,8 @@
 /*
  * session.h — persistent WebSocket sessions: the per-session event log (frames), sequence
  * numbers, acks, bounded buffers, replay on resume, retention after a disconnect, and the
- * generations a session owns. Internal to server/ (ws.c drives it).
+ * generations (and job subscriptions, server/ws_jobs.h) a session owns. Internal to server/ (ws.c
+ * drives it).
  *
  * A session's frames form one list, oldest first:
  *   [written, not yet acknowledged ...] [cursor -> not yet written ...]
@@ -25,7 +26,9 @@
  * pub/sub (the store's subscriber thread, ws_state_on_wake), with a poll of the log every 2 s
  * for the owner's heartbeat and whatever pub/sub lost; frames this replica adds itself
  * (session.resumed, pong, errors about messages) carry no seq, except the `replica_lost` errors
- * written when the owner died (they continue the session's seq and go to the log too).
+ * written when the owner died (they continue the session's seq and go to the log too). The owner's
+ * job subscriptions are followed the same way (their job.update events, until each one's final
+ * update or unsubscribe), and end with `replica_lost` too when it died.
  *
  * Not here: lws callbacks and message parsing (ws.c). Threads: lws service thread only.
  */
@@ -140,6 +143,7 @@ struct ws_session {
     ws_gen     *gens;
     int         n_gens;
     uint64_t    gen_counter;
+    struct ws_jobs *jobs;          /* the async jobs it follows (server/ws_jobs.h; owned, NULL until the first) */
     lws_sorted_usec_list_t sul;    /* retention timer while detached */
     int         sul_armed;
     uint64_t    detached_ns;       /* when the connection went away (0 while attached) */
@@ -150,6 +154,8 @@ struct ws_session {
     long        follow_next;       /* next index of the store's log to read */
     uint64_t    follow_seq;        /* highest seq taken from the log */
     json_t     *follow_open;       /* object: generation id -> true, accepted and not finished (owned) */
+    json_t     *follow_jobs;       /* object: job id -> true, the owner's job subscriptions not ended yet
+                                      (a job.update that is not final seen, no final one since; owned) */
     lws_sorted_usec_list_t sul_follow; /* the 2 s fallback poll of the log */
     int         follow_armed;
     int         follow_sub;        /* subscribed to its live events (ws_store_follow) */

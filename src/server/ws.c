@@ -1,7 +1,8 @@
 /*
  * ws.c — the "unmask" WebSocket protocol on /ws: connection lifecycle, message assembly and
- * limits, dispatch of client messages (generate, cancel, session.resume, ack, ping) to sessions
- * and the scheduler, and one frame per SERVER_WRITEABLE.
+ * limits, dispatch of client messages (generate, cancel, session.resume, ack, ping,
+ * job.subscribe / job.unsubscribe) to sessions, the scheduler and the session's job subscriptions
+ * (server/ws_jobs.h), and one frame per SERVER_WRITEABLE.
  *
  * Every connection gets a fresh session (session.created is its first event); session.resume
  * moves the connection onto an earlier session and replays what the client missed.
@@ -31,6 +32,7 @@
 #include "decode/event_json.h"
 #include "server/conn_guard.h"
 #include "server/session.h"
+#include "server/ws_jobs.h"
 #include "util/log.h"
 #include "util/timeutil.h"
 
@@ -114,10 +116,12 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
     }
     json_object_set_new(o, "model", mi);
     json_object_set_new(o, "limits",
-                        json_pack("{s:I,s:i,s:f,s:i,s:I,s:i}", "max_message_bytes", (json_int_t)cfg->max_message_bytes,
-                                  "max_generations", cfg->max_session_generations, "retention_s",
-                                  cfg->session_retention_s, "max_batch", cfg->max_batch, "session_max_bytes",
-                                  (json_int_t)cfg->session_max_bytes, "session_max_events", cfg->session_max_events));
+                        json_pack("{s:I,s:i,s:f,s:i,s:I,s:i,s:i}", "max_message_bytes",
+                                  (json_int_t)cfg->max_message_bytes, "max_generations", cfg->max_session_generations,
+                                  "retention_s", cfg->session_retention_s, "max_batch", cfg->max_batch,
+                                  "session_max_bytes", (json_int_t)cfg->session_max_bytes, "session_max_events",
+                                  cfg->session_max_events, "max_job_subscriptions",
+                                  cfg->max_session_job_subscriptions));
     return o;
 }
 
@@ -284,6 +288,23 @@ static void on_cancel(ws_session *s, const api_msg *m) {
     session_gen_cancel(g); /* its `done` (finish_reason "cancelled") follows */
 }
 
+static void push_to_session(void *user, json_t *ev) { session_push(user, ev); }
+
+/* job.subscribe / job.unsubscribe: the session's job subscriptions (created with the first). A
+ * followed session's subscriptions are its owner replica's. */
+static void on_job_message(ws_state *w, ws_session *s, const api_msg *m) {
+    if (s->followed) {
+        push_error(s, "session_followed", NULL, m->event_id, m->id,
+                   "this session is held by another replica (%s), which keeps its job subscriptions: this connection "
+                   "only follows it; subscribe on a new session",
+                   s->owner);
+        return;
+    }
+    if (!s->jobs) s->jobs = ws_jobs_new(w->srv, s->who, push_to_session, s);
+    if (m->type == API_MSG_JOB_SUBSCRIBE) ws_jobs_subscribe(s->jobs, m->id, m->event_id);
+    else ws_jobs_unsubscribe(s->jobs, m->id, m->event_id);
+}
+
 /* The session.resumed event: n events replayed after m->seq; running (stolen) lists the running
  * generations' ids. */
 static json_t *ev_resumed(const api_msg *m, const char *token, int n, json_t *running) {
@@ -297,12 +318,17 @@ static json_t *ev_resumed(const api_msg *m, const char *token, int n, json_t *ru
     return o;
 }
 
+/* A resume replaces the connection's own session: refused once that session has work of its own
+ * (generations, job subscriptions), which would be lost with it. */
+static int own_work(const ws_session *cur) { return cur->n_gens > 0 || ws_jobs_count(cur->jobs) > 0; }
+
 /* session.resume of a session this replica does not hold, from the Redis store (session.h:
  * followed sessions). */
 static void on_resume_remote(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m) {
-    if (cur->n_gens > 0) {
+    if (own_work(cur)) {
         push_error(cur, "resume_not_allowed", "session", m->event_id, NULL,
-                   "this connection already started generations in its own session; resume on a fresh connection");
+                   "this connection already started generations (or job subscriptions) in its own session; resume on "
+                   "a fresh connection");
         return;
     }
     api_error e;
@@ -338,9 +364,10 @@ static void on_resume(ws_state *w, ws_conn *c, ws_session *cur, const api_msg *m
         return;
     }
     if (old != cur) {
-        if (cur->n_gens > 0) {
+        if (own_work(cur)) {
             push_error(cur, "resume_not_allowed", "session", m->event_id, NULL,
-                       "this connection already started generations in its own session; resume on a fresh connection");
+                       "this connection already started generations (or job subscriptions) in its own session; resume "
+                       "on a fresh connection");
             return;
         }
         if (m->seq > old->next_seq - 1) {
@@ -412,6 +439,8 @@ static void on_message(ws_state *w, ws_conn *c, const unsigned char *data, size_
         if (session_ack(s, m.seq, &e) != 0) session_push(s, api_ev_error(&e, m.event_id, NULL));
         break;
     case API_MSG_PING: session_push(s, api_ev_pong(m.event_id)); break;
+    case API_MSG_JOB_SUBSCRIBE:
+    case API_MSG_JOB_UNSUBSCRIBE: on_job_message(w, s, &m); break;
     }
     api_msg_free(&m);
 }
