@@ -4,6 +4,7 @@
  */
 #include "api/ws_protocol.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -170,6 +171,16 @@ json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_i
     json_object_set_new(o, "error", json_pack("{s:s,s:s,s:o}", "code", e->code[0] ? e->code : "error", "message", msg,
                                               "param", param[0] ? json_string(param) : json_null()));
     return o;
+}
+
+json_t *api_ev_errorf(const char *code, const char *param, const char *event_id, const char *gen_id, const char *fmt,
+                      ...) {
+    api_error e;
+    va_list ap;
+    va_start(ap, fmt);
+    api_error_vset(&e, code, param, fmt, ap);
+    va_end(ap);
+    return api_ev_error(&e, event_id, gen_id);
 }
 
 json_t *api_ev_pong(const char *event_id) {

@@ -49,6 +49,9 @@ void api_msg_free(api_msg *m);
 
 /* {"type":"error","error":{"code","message","param"},"event_id"?,"id"?} */
 json_t *api_ev_error(const api_error *e, const char *event_id, const char *gen_id);
+/* The same, the error made from code, param (NULL: none) and a printf message. */
+json_t *api_ev_errorf(const char *code, const char *param, const char *event_id, const char *gen_id, const char *fmt,
+                      ...) __attribute__((format(printf, 5, 6)));
 /* {"type":"pong","event_id"?,"time_ms"} */
 json_t *api_ev_pong(const char *event_id);
 /* {"type":"accepted","id","event_id"?,"queue_position","prompt_tokens","params","ignored_fields"?} */

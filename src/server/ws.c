@@ -125,18 +125,9 @@ static json_t *ev_session_created(ws_state *w, ws_session *s) {
     return o;
 }
 
-static void push_error(ws_session *s, const char *code, const char *param, const char *event_id, const char *gen_id,
-                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void push_error(ws_session *s, const char *code, const char *param, const char *event_id, const char *gen_id,
-                       const char *fmt, ...) {
-    api_error e;
-    va_list ap;
-    va_start(ap, fmt);
-    api_error_vset(&e, code, param, fmt, ap);
-    va_end(ap);
-    session_push(s, api_ev_error(&e, event_id, gen_id));
-}
+/* An error event of this session (api_ev_errorf). */
+#define push_error(s, code, param, event_id, gen_id, ...) \
+    session_push((s), api_ev_errorf((code), (param), (event_id), (gen_id), __VA_ARGS__))
 
 /* ---------------------------------------------------------------- generate: preparation */
 

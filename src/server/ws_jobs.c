@@ -79,18 +79,8 @@ void ws_jobs_free(ws_jobs *j) {
 }
 
 /* An error about job id; param "id" (the job) or "" (the session's state). */
-static void push_error(ws_jobs *j, const char *code, const char *param, const char *event_id, const char *id,
-                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void push_error(ws_jobs *j, const char *code, const char *param, const char *event_id, const char *id,
-                       const char *fmt, ...) {
-    api_error e;
-    va_list ap;
-    va_start(ap, fmt);
-    api_error_vset(&e, code, param, fmt, ap);
-    va_end(ap);
-    j->push(j->user, api_ev_error(&e, event_id, id));
-}
+#define push_error(j, code, param, event_id, id, ...) \
+    (j)->push((j)->user, api_ev_errorf((code), (param), (event_id), (id), __VA_ARGS__))
 
 /* The watch's note (server_job_fn). */
 static void on_note(void *user, json_t *job, enum server_job_note note) {
