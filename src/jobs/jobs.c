@@ -664,15 +664,14 @@ int job_store_start(job_store *js, const char *id, double gen_length) {
     return 0;
 }
 
-int64_t job_store_append(job_store *js, const char *id, const json_t *ev) {
+int64_t job_store_append(job_store *js, const char *id, const json_t *ev, const job_progress *pr) {
     pthread_mutex_lock(&js->lock);
     job *j = find(js, id);
     int64_t eid = 0;
     if (j && !job_status_terminal(j->status)) {
-        const json_t *pr = json_object_get(ev, "progress");
         if (pr) {
-            j->steps = (long)json_integer_value(json_object_get(pr, "steps"));
-            j->committed = (long)json_integer_value(json_object_get(pr, "committed"));
+            j->steps = pr->steps;
+            j->committed = pr->committed;
         }
         eid = log_event(js, j, ev);
     }

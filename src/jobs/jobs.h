@@ -131,9 +131,16 @@ enum job_status job_store_status(job_store *js, const char *id);
  * when it hands the job to the scheduler: an attempt is spent only by work that ran. -1 when not
  * queued. */
 int  job_store_start(job_store *js, const char *id, double gen_length);
-/* Append an event object (copied; "type" required) to the log and update progress from step events'
- * "progress"; returns the event id (> 0), or 0 when the job is unknown / already terminal. */
-int64_t job_store_append(job_store *js, const char *id, const json_t *ev);
+/* A step's progress, as the runner read it from its typed event (the store never reads it back
+ * out of the event's JSON). */
+typedef struct job_progress {
+    long steps;       /* decode steps the attempt has taken */
+    long committed;   /* generated positions unmasked so far */
+} job_progress;
+/* Append an event object (copied; "type" required) to the log and, when pr is not NULL (a step),
+ * update the job's progress; returns the event id (> 0), or 0 when the job is unknown / already
+ * terminal. */
+int64_t job_store_append(job_store *js, const char *id, const json_t *ev, const job_progress *pr);
 /* Finish the attempt: succeeded (result copied) / cancelled. Logs a final "status" event. */
 void job_store_succeed(job_store *js, const char *id, const json_t *result);
 void job_store_cancelled(job_store *js, const char *id);

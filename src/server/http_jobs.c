@@ -227,7 +227,8 @@ void jobs_run_event(gen_stream *gs, int choice, const sched_event *ev) {
     }
     json_t *jev = api_event_json(ev, NULL);
     if (gs->n > 1) json_object_set_new(jev, "choice", json_integer(choice));
-    job_store_append(a->jobs, gs->job_id, jev);
+    const job_progress pr = {.steps = ev->ev.step + 1, .committed = ev->ev.usage.committed};
+    job_store_append(a->jobs, gs->job_id, jev, ev->kind == SCHED_EV_STEP ? &pr : NULL);
     json_decref(jev);
 }
 

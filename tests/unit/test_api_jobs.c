@@ -13,6 +13,14 @@
 #include "jobs/jobs.h"
 #include "test.h"
 
+/* job_store_append with the progress a runner would pass for ev (a step: its "progress"). */
+static int64_t append_ev(job_store *js, const char *id, const json_t *ev) {
+    const json_t *p = json_object_get(ev, "progress");
+    const job_progress pr = {(long)json_integer_value(json_object_get(p, "steps")),
+                             (long)json_integer_value(json_object_get(p, "committed"))};
+    return job_store_append(js, id, ev, p ? &pr : NULL);
+}
+
 static json_t *step_ev(int steps, int committed) {
     return json_pack("{s:s, s:{s:i, s:i}}", "type", "step", "progress", "steps", steps, "committed", committed);
 }
@@ -46,7 +54,7 @@ static void test_byte_budget(void) {
     /* a running job's log under pressure sheds its oldest events, and the store stays in budget */
     job_store_start(js, nid, 4);
     json_t *ev = json_pack("{s:s, s:s}", "type", "step", "pad", big);
-    for (int i = 0; i < 40; i++) job_store_append(js, nid, ev);
+    for (int i = 0; i < 40; i++) append_ev(js, nid, ev);
     TEST_CHECK(job_store_bytes(js) <= o.max_bytes + 16000, "bounded: %zu", job_store_bytes(js));
     job_event_copy *evs = NULL;
     int terminal = 0;
@@ -122,7 +130,7 @@ static void test_reload_event_logs(void) {
             for (int e = 0; e < len; e++) {
                 json_t *ev = json_pack("{s:s, s:i, s:s, s:{s:i, s:i}}", "type", "step", "step", e, "text",
                                        "step text that differs per event", "progress", "steps", e + 1, "committed", e);
-                job_store_append(js, ids[i], ev);
+                append_ev(js, ids[i], ev);
                 json_decref(ev);
             }
             if (finish) {
@@ -206,13 +214,13 @@ int main(void) {
     TEST_CHECK(job_store_start(js, id, 32) == 0, "start");
     TEST_CHECK(job_store_start(js, id, 32) == -1, "start twice refused");
     json_t *ev = step_ev(1, 8);
-    TEST_CHECK(job_store_append(js, id, ev) == 3, "event ids continue (queued=1, running=2, step=3)");
+    TEST_CHECK(append_ev(js, id, ev) == 3, "event ids continue (queued=1, running=2, step=3)");
     json_decref(ev);
     TEST_CHECK(job_store_attempt_failed(js, id, "forward failed") == 1, "retried");
     TEST_CHECK(job_store_status(js, id) == JOB_QUEUED, "back to queued");
     TEST_CHECK(job_store_start(js, id, 32) == 0, "second attempt");
     ev = step_ev(2, 16);
-    job_store_append(js, id, ev);
+    append_ev(js, id, ev);
     json_decref(ev);
     json_t *snap = job_store_get_json(js, id, "k1");
     TEST_CHECK(snap && strcmp(json_string_value(json_object_get(snap, "status")), "running") == 0, "running");
@@ -271,7 +279,7 @@ int main(void) {
     job_store_start(js, id5, 100);
     for (int i = 0; i < 20; i++) {
         ev = step_ev(i + 1, i);
-        job_store_append(js, id5, ev);
+        append_ev(js, id5, ev);
         json_decref(ev);
     }
     n = job_store_events_since(js, id5, 2, 100, &evs, &terminal, &err);
