@@ -518,7 +518,7 @@ static void gen_deliver(sched_req *r, sched_event *ev) {
     if (!s->overflowed) {
         json_t *obj = NULL; /* the event's JSON: the trace's record, and the frame of a block / done */
         if (ev->kind != SCHED_EV_STEP || g->trace_id[0]) obj = api_event_json(ev, g->id);
-        if (obj) trace_add(s->w->traces, g->trace_id, obj);
+        if (obj) trace_add(s->w->traces, g->trace_id, obj, final);
         if (ev->kind == SCHED_EV_STEP) {
             api_step *st = api_step_new(ev, g->id);
             if (g->every > 1) {

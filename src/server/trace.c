@@ -98,7 +98,7 @@ void trace_begin(trace_store *t, const char *owner, const char *session, const c
     snprintf(id_out, TRACE_ID_MAX, "%s", x->id);
 }
 
-void trace_add(trace_store *t, const char *id, const json_t *ev) {
+void trace_add(trace_store *t, const char *id, const json_t *ev, int final) {
     trace *x = id && id[0] ? find(t, id) : NULL;
     if (!x) return;
     size_t before = x->events.n;
@@ -106,8 +106,7 @@ void trace_add(trace_store *t, const char *id, const json_t *ev) {
     char *s = json_dumps(ev, UM_JSON_COMPACT);
     if (s) strbuf_puts(&x->events, s);
     free(s);
-    const char *type = json_string_value(json_object_get(ev, "type"));
-    if (type && strcmp(type, "done") == 0) x->complete = 1;
+    if (final) x->complete = 1;
     charge(t, x, x->events.n - before);
 }
 

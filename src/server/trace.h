@@ -26,8 +26,9 @@ void         trace_store_free(trace_store *t);
  * effective params (copied); id_out receives the trace id. */
 void trace_begin(trace_store *t, const char *owner, const char *session, const char *gen_id, const json_t *params,
                  char id_out[TRACE_ID_MAX]);
-/* Appends an event (serialized now: later changes to ev do not show). Unknown id: ignored. */
-void trace_add(trace_store *t, const char *id, const json_t *ev);
+/* Appends an event (serialized now: later changes to ev do not show); final: the generation's last
+ * event (its done), which completes the trace. Unknown id: ignored. */
+void trace_add(trace_store *t, const char *id, const json_t *ev, int final);
 /* Forgets the traces of a destroyed session. */
 void trace_session_gone(trace_store *t, const char *session);
 
