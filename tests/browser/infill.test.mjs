@@ -15,7 +15,7 @@ import { SRC, TMP, postJson, startServer } from '../protocol/harness.mjs';
 
 const PREFIX = 'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n';
 const SUFFIX = '\n\n    def pop(self):\n        return self.items.pop()\n';
-const GEN = 24;
+const GEN = 32;
 
 describe('browser UI: Infill over the WebSocket on the bundled code model', () => {
   let srv;
@@ -55,11 +55,9 @@ describe('browser UI: Infill over the WebSocket on the bundled code model', () =
     await page.fill('#p-steps', String(GEN));
     await page.setChecked('#p-drafts', true, { force: true });
     await page.click('.seg[data-mode="infill"]');
-    await page.fill('#prompt', `${PREFIX}<FILL>${SUFFIX}`);
     // every DOM change of the transcript: did the newest answer's canvas show masks, and masks next
     // to committed tokens (a frame in the middle of the denoising)?
     await page.evaluate(() => {
-      window.__seen = { masks: 0, partial: 0, ctxAround: 0 };
       const t = document.getElementById('transcript');
       new MutationObserver(() => {
         const bot = [...t.querySelectorAll('.msg.bot')].at(-1);
@@ -73,22 +71,35 @@ describe('browser UI: Infill over the WebSocket on the bundled code model', () =
         if (masks > 0 && view && view.querySelectorAll(':scope > .ctx').length === 2) window.__seen.ctxAround++;
       }).observe(t, { subtree: true, childList: true, attributes: true, characterData: true });
     });
-    const bots = await page.locator('.msg.bot').count();
-    await page.click('#send');
-    await page.waitForFunction((n) => document.querySelectorAll('.msg.bot').length > n, bots);
-    const msg = page.locator('.msg.bot').last();
-    await msg.locator('.canvas .tok.done').first().waitFor({ state: 'attached', timeout: 120000 });
-    await page.screenshot({ path: path.join(shots, 'infill-live.png') });
-    await page.waitForSelector('.msg.bot.code:last-of-type[data-state="done"]', { timeout: 120000 });
+    // A step frame not yet written absorbs the next steps (merged): on a loaded machine the whole
+    // hole can fold into one frame, and then no frame in the middle is ever on screen. That is
+    // timing, not a fault: such a generation is asked again, at most 3 times in all.
+    let gen;
+    let mine;
+    let seen;
+    let msg;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      await page.evaluate(() => { window.__seen = { masks: 0, partial: 0, ctxAround: 0 }; });
+      await page.fill('#prompt', `${PREFIX}<FILL>${SUFFIX}`);
+      const bots = await page.locator('.msg.bot').count();
+      await page.click('#send');
+      await page.waitForFunction((n) => document.querySelectorAll('.msg.bot').length > n, bots);
+      msg = page.locator('.msg.bot').last();
+      await msg.locator('.canvas .tok.done').first().waitFor({ state: 'attached', timeout: 120000 });
+      await page.screenshot({ path: path.join(shots, 'infill-live.png') });
+      await page.waitForSelector('.msg.bot.code:last-of-type[data-state="done"]', { timeout: 120000 });
+      gen = sent.at(-1);
+      mine = received.filter((m) => m.id === gen.id);
+      seen = await page.evaluate(() => window.__seen);
+      if (mine.filter((m) => m.type === 'step').length >= 3 && seen.partial > 0) break;
+    }
     await page.screenshot({ path: path.join(shots, 'infill-done.png') });
 
     // the request: one WebSocket generate with the text before and after <FILL>
-    const gen = sent.at(-1);
     assert.ok(gen, 'Infill sent a generate over the WebSocket');
     assert.equal(gen.prompt, PREFIX);
     assert.equal(gen.suffix, SUFFIX);
     assert.equal(gen.messages, undefined);
-    const mine = received.filter((m) => m.id === gen.id);
     const acc = mine.find((m) => m.type === 'accepted');
     const done = mine.find((m) => m.type === 'done');
     const steps = mine.filter((m) => m.type === 'step');
@@ -96,7 +107,6 @@ describe('browser UI: Infill over the WebSocket on the bundled code model', () =
     assert.ok(steps.length >= 2, `several step frames streamed (${steps.length})`);
 
     // seen live: masks while it ran, next to committed tokens, between prefix and suffix
-    const seen = await page.evaluate(() => window.__seen);
     assert.ok(seen.masks > 0, `masked positions were on screen before done (${JSON.stringify(seen)})`);
     assert.ok(seen.partial > 0, `a frame with committed tokens and masks at once was on screen (${JSON.stringify(seen)})`);
     assert.ok(seen.ctxAround > 0, `the live canvas sat between the prefix and the suffix (${JSON.stringify(seen)})`);
