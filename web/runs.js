@@ -2,18 +2,17 @@
 // the conversation has no answer running (sends while one runs are queued, visibly, and go in
 // order), so every chat request carries the full history; a generation over the WebSocket
 // (client.js) draws its events into the answer's view as they arrive and records its denoising
-// trace (replay.js); Infill goes through the HTTP FIM endpoint (the WebSocket protocol has no
-// suffix). Stop, Regenerate, a lost session. Not here: drawing finished turns (transcript.js), the
-// parameter form (settings.js).
+// trace (replay.js) — chat, Complete and Infill alike (Infill is a `generate` with `prompt` = the text
+// before <FILL> and `suffix` = the text after it). Stop, Regenerate, a lost session. Not here:
+// drawing finished turns (transcript.js), the parameter form (settings.js).
 
 import { button, el, toast } from './dom.js';
 import { GenCanvas } from './canvas.js';
-import { postJson } from './api.js';
 import { TraceRecorder } from './replay.js';
 import { requestParams } from './settings.js';
 import { OK_REASONS, renderAssistantTurn, renderUserTurn, scrollToEnd, setBadge, showFinished, showHero, splitFill, views } from './transcript.js';
 
-// generation id -> run {id, convId, turn, mode, rec, events, view, finished, abort, t0, tFirst}
+// generation id -> run {id, convId, turn, mode, rec, events, view, finished, t0, tFirst}
 const runs = new Map();
 let counter = 0;
 let client = null;
@@ -27,7 +26,7 @@ export function initRuns(protocolClient, conversationStore, model) {
   client.addEventListener('message', (e) => onServerEvent(e.detail.msg));
   client.addEventListener('lost', (e) => {
     for (const run of [...runs.values()]) {
-      if (!run.finished && !run.abort) failRun(run, 'connection lost and the session could not be resumed', 'lost');
+      if (!run.finished) failRun(run, 'connection lost and the session could not be resumed', 'lost');
     }
     toast(`Session could not be resumed: ${e.detail.reason}`);
   });
@@ -107,7 +106,7 @@ function dispatch(conv, user, answer) {
   const body = { ...(answer.regenParams || user.params || requestParams()) };
   delete answer.regenParams;
   Object.assign(answer, { genId: id, status: 'running', content: '', meta: '', error: undefined, trace: undefined });
-  const run = { id, convId: conv.id, turn: answer, mode: answer.mode, rec: new TraceRecorder(), events: [], view: null, finished: false, abort: null, t0: performance.now(), tFirst: 0 };
+  const run = { id, convId: conv.id, turn: answer, mode: answer.mode, rec: new TraceRecorder(), events: [], view: null, finished: false, t0: performance.now(), tFirst: 0 };
   runs.set(id, run);
   store.touch(conv);
   if (conv.id === store.currentId) {
@@ -122,11 +121,8 @@ function dispatch(conv, user, answer) {
     attachRunView(run);
     scrollToEnd(true);
   }
-  if (answer.mode === 'infill') {
-    runInfill(run, user.content, body);
-    return;
-  }
   if (answer.mode === 'chat') body.messages = chatHistory(conv, user);
+  else if (answer.mode === 'infill') [body.prompt, body.suffix] = splitFill(user.content);
   else body.prompt = user.content;
   client.generate(id, body);
 }
@@ -140,8 +136,7 @@ function attachRunView(run) {
   v.art.dataset.id = run.id;
   const stop = button('cancel', 'Stop', 'Cancel this generation');
   stop.addEventListener('click', () => {
-    if (run.abort) run.abort.abort();
-    else client.cancel(run.id);
+    client.cancel(run.id);
     stop.disabled = true;
     stop.textContent = 'Stopping…';
   });
@@ -152,13 +147,12 @@ function attachRunView(run) {
     const view = el('div', 'code-view');
     const user = store.userTurnOf(run.turn);
     if (run.mode === 'raw') view.append(el('span', 'ctx', user ? user.content : ''), v.canvasEl);
-    else view.append(v.canvasEl);
+    else {
+      // Infill: the hole's canvas between the prefix and the suffix
+      const [prefix, suffix] = splitFill(user ? user.content : '');
+      view.append(el('span', 'ctx', prefix), v.canvasEl, el('span', 'ctx', suffix));
+    }
     v.body.replaceChildren(view);
-  }
-  if (run.mode === 'infill') {
-    setBadge(v, 'running', 'filling');
-    v.meta.textContent = 'masks between prefix and suffix';
-    return;
   }
   for (const m of run.events) applyToView(run, m, true);
 }
@@ -307,46 +301,7 @@ export function regenerate(turn) {
 export function stopRunsOf(convId) {
   for (const run of [...runs.values()]) {
     if (run.convId !== convId) continue;
-    if (run.abort) run.abort.abort();
-    else if (!run.finished) client.cancel(run.id);
+    if (!run.finished) client.cancel(run.id);
     runs.delete(run.id);
-  }
-}
-
-// Infill through POST /v1/fim/completions (prompt = the text before <FILL>, suffix = after it):
-// the server fills the hole natively with both sides in view; the answer arrives whole.
-async function runInfill(run, text, body) {
-  const [prefix, suffix] = splitFill(text);
-  const ctrl = new AbortController();
-  run.abort = ctrl;
-  const { stream: _frames, gen_length: maxTokens, ...params } = body;   // stream: the WebSocket's frame settings
-  const req = { ...params, prompt: prefix, suffix, max_tokens: maxTokens };
-  if (!req.steps) delete req.steps;   // the HTTP APIs take 1 … 1024 or nothing (= one per token)
-  if (run.view) run.view.meta.textContent = `${maxTokens} masks between prefix and suffix · ${(body.decoder || '').replace('_', ' ')}`;
-  const t0 = performance.now();
-  try {
-    const r = await postJson('/v1/fim/completions', req, ctrl.signal);
-    const j = await r.json();
-    if (!r.ok) throw new Error(j.error ? j.error.message : `HTTP ${r.status}`);
-    const c = j.choices[0];
-    const u = j.usage || {};
-    const t = run.turn;
-    t.status = c.finish_reason === 'length' ? 'length' : 'stop';
-    t.content = c.text;
-    t.meta = [c.finish_reason === 'length' ? 'hit the length limit' : 'finished', `${u.completion_tokens ?? '?'} tokens`,
-      `${((performance.now() - t0) / 1000).toFixed(2)} s`].join(' · ');
-    if (run.view) showFinished(run.view);
-    endRun(run);
-  } catch (e) {
-    if (!runs.has(run.id)) return;   // its conversation was deleted
-    if (ctrl.signal.aborted) {
-      run.turn.status = 'cancelled';
-      run.turn.meta = 'cancelled';
-      run.turn.content = '';
-      if (run.view) showFinished(run.view);
-      endRun(run);
-    } else {
-      failRun(run, `infill failed: ${e.message}`);
-    }
   }
 }

@@ -65,27 +65,37 @@ function formValues() {
   return v;
 }
 
-// Grey out the fields the chosen decoder or cache mode does not read.
+// Why the chosen decoder or cache mode does not read field k (a sentence for its tooltip), or null
+// when it does. With the server's map (session.created.decoder_fields) a parameter some decoder
+// reads is ignored when the chosen one does not read it; without it, a built-in rule for the
+// decoder-specific fields. The cache-window fields depend on the cache mode.
+function ignoredReason(k, dec, cache) {
+  const reads = decoderFields && decoderFields[dec];
+  const mapped = Array.isArray(reads) && Object.values(decoderFields).some((names) => Array.isArray(names) && names.includes(k));
+  const byDecoder = mapped ? !reads.includes(k)
+    : (k === 'threshold' && !['threshold', 'joint_threshold', 'hierarchy_block'].includes(dec)) ||
+      (k === 'sub_block_length' && dec !== 'hierarchy_block');
+  if (byDecoder) return `the ${dec.replace(/_/g, ' ')} decoder ignores this parameter on this model: it is not sent`;
+  if (k === 'cache_refresh' && cache === 'none') return 'no KV cache: nothing to refresh; not sent';
+  if ((k === 'prefix_look' || k === 'after_look') && cache !== 'vicinity') return 'only the vicinity cache reads this; not sent';
+  return null;
+}
+
+// Grey out (disable, with a tooltip saying why) the fields the chosen decoder or cache mode does
+// not read; requestParams leaves them out.
 function syncOutputs() {
   $('o-threshold').textContent = known.has('threshold') ? Number($('p-threshold').value).toFixed(2) : '—';
   $('o-temperature').textContent = known.has('temperature') ? Number($('p-temperature').value).toFixed(2) : '—';
   const dec = $('p-decoder').value;
   const cache = $('p-cache').value;
-  const reads = decoderFields && decoderFields[dec];
-  const unused = {
-    threshold: !['threshold', 'joint_threshold', 'hierarchy_block'].includes(dec),
-    sub_block_length: dec !== 'hierarchy_block',
-    cache_refresh: cache === 'none',
-    prefix_look: cache !== 'vicinity',
-    after_look: cache !== 'vicinity',
-  };
   for (const [k, e] of fields) {
     if (isStream(e)) continue;
-    // with the server's map: a parameter some decoder reads is dimmed when the chosen one does not
-    const mapped = reads && Object.values(decoderFields).some((names) => Array.isArray(names) && names.includes(k));
-    const byDecoder = mapped ? !reads.includes(k) : (k === 'threshold' || k === 'sub_block_length') && unused[k];
-    const byCache = (k === 'cache_refresh' || k === 'prefix_look' || k === 'after_look') && unused[k];
-    e.closest('.field').classList.toggle('dim', byDecoder || byCache);
+    const why = ignoredReason(k, dec, cache);
+    const f = e.closest('.field');
+    e.disabled = !!why;
+    f.classList.toggle('dim', !!why);
+    if (why) f.title = why;
+    else f.removeAttribute('title');
   }
 }
 
@@ -113,19 +123,20 @@ export function applyServerDefaults(defaults) {
   if (!localStorage.getItem(STORE)) applyToForm(serverDefaults);
 }
 
-// session.created.decoder_fields (decoder name -> the parameter names it reads), when the server
-// sends it: the fields the chosen decoder ignores are greyed out by that map instead of the
-// built-in rule.
+// session.created.decoder_fields (decoder name -> the parameter names it reads on this model), when
+// the server sends it: the fields the chosen decoder ignores are greyed out (and not sent) by that
+// map instead of the built-in rule.
 export function setDecoderFields(map) {
   decoderFields = map && typeof map === 'object' ? map : null;
   syncOutputs();
 }
 
-// The request body (decode parameters + stream settings) from the form.
+// The request body (decode parameters + stream settings) from the form; greyed-out fields (the
+// chosen decoder or cache mode ignores them) are left out.
 export function requestParams() {
   const body = { stream: {} };
   for (const [k, v] of Object.entries(formValues())) {
-    if (v === undefined || Number.isNaN(v)) continue;
+    if (v === undefined || Number.isNaN(v) || fields.get(k).disabled) continue;
     if (isStream(fields.get(k))) {
       if (v !== 0) body.stream[k] = v;   // an "every 0 steps" means the default (1)
       continue;
