@@ -1,5 +1,6 @@
-// ops.cu — element-wise kernels of the CUDA backend: embedding gather, RMSNorm, RoPE (table +
-// rotate-half), SwiGLU, add, get_rows, store_rows (KV cache writes), bias add, dtype conversions. bf16 storage, fp32 math.
+// ops.cu — element-wise kernels of the CUDA backend: embedding gather, RMSNorm (alone or fused with
+// the residual add), RoPE (table + rotate-half; fused with the KV cache write), SwiGLU, add, get_rows,
+// store_rows (KV cache writes), bias add, dtype conversions. bf16 storage, fp32 math.
 // Rows whose width is a multiple of 8 elements (16 bytes) use 16-byte vector accesses.
 // Does not: allocate or synchronise. Launched by src/backend/cuda/ on the backend's stream.
 #include <cuda_bf16.h>
@@ -74,34 +75,54 @@ __global__ void k_store_rows(const uint16_t *__restrict__ x, int64_t d, const in
 
 // ---------------------------------------------------------------- rmsnorm
 
-template <int THREADS>
-__global__ void __launch_bounds__(THREADS) k_rmsnorm(const uint16_t *x, const uint16_t *__restrict__ w, int d,
-                                                     float eps, uint16_t *out) {
+// ADD = false: out = RMSNorm(x) (x read only; out may equal x).
+// ADD = true:  x += y (rounded to bf16 as k_add does), then out = RMSNorm(x) of the sum — the residual
+// add and the next sublayer's norm in one pass over the row (out may equal y, not x). Each thread
+// reads and writes the same elements in both passes, so out == y needs no extra barrier.
+constexpr int RMS_THREADS = 256;   // k_rmsnorm's block
+template <bool ADD>
+__global__ void __launch_bounds__(RMS_THREADS) k_rmsnorm(uint16_t *x, const uint16_t *y, const uint16_t *__restrict__ w,
+                                                     int d, float eps, uint16_t *out) {
     const int64_t row = blockIdx.x;
-    const uint16_t *xr = x + row * d;
+    uint16_t *xr = x + row * d;
+    const uint16_t *yr = ADD ? y + row * d : nullptr;
     uint16_t *orow = out + row * d;
-    const bool vec = (d & 7) == 0 && aligned16(xr) && aligned16(orow) && aligned16(w);
+    const bool vec = (d & 7) == 0 && aligned16(xr) && aligned16(orow) && aligned16(w) && (!ADD || aligned16(yr));
     float ss = 0.0f;
     if (vec) {
-        for (int j = threadIdx.x; j < d / 8; j += THREADS) {
+        for (int j = threadIdx.x; j < d / 8; j += RMS_THREADS) {
             float f[8];
             unpack8(reinterpret_cast<const uint4 *>(xr)[j], f);
+            if (ADD) {
+                float g[8];
+                unpack8(reinterpret_cast<const uint4 *>(yr)[j], g);
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] += g[e];
+                const uint4 sum = pack8(f);
+                reinterpret_cast<uint4 *>(xr)[j] = sum;
+                unpack8(sum, f);   // the bf16 sum, as the norm reads it back
+            }
 #pragma unroll
             for (int e = 0; e < 8; e++) ss += f[e] * f[e];
         }
     } else {
-        for (int j = threadIdx.x; j < d; j += THREADS) {
+        for (int j = threadIdx.x; j < d; j += RMS_THREADS) {
             float f = b2f(xr[j]);
+            if (ADD) {
+                const uint16_t sum = f2b(f + b2f(yr[j]));
+                xr[j] = sum;
+                f = b2f(sum);
+            }
             ss += f * f;
         }
     }
-    __shared__ float red[THREADS / 32];
+    __shared__ float red[RMS_THREADS / 32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
     __syncthreads();
     if (threadIdx.x < 32) {
-        float v = threadIdx.x < THREADS / 32 ? red[threadIdx.x] : 0.0f;
+        float v = threadIdx.x < RMS_THREADS / 32 ? red[threadIdx.x] : 0.0f;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
         if (threadIdx.x == 0) red[0] = v;
@@ -110,7 +131,7 @@ __global__ void __launch_bounds__(THREADS) k_rmsnorm(const uint16_t *x, const ui
     const float r = rsqrtf(red[0] / (float)d + eps);
     // y = w * cast_bf16(x * r): the product with the weight happens after rounding to bf16
     if (vec) {
-        for (int j = threadIdx.x; j < d / 8; j += THREADS) {
+        for (int j = threadIdx.x; j < d / 8; j += RMS_THREADS) {
             float f[8], g[8];
             unpack8(reinterpret_cast<const uint4 *>(xr)[j], f);
             unpack8(reinterpret_cast<const uint4 *>(w)[j], g);
@@ -119,7 +140,7 @@ __global__ void __launch_bounds__(THREADS) k_rmsnorm(const uint16_t *x, const ui
             reinterpret_cast<uint4 *>(orow)[j] = pack8(f);
         }
     } else {
-        for (int j = threadIdx.x; j < d; j += THREADS) orow[j] = f2b(b2f(w[j]) * b2f(f2b(b2f(xr[j]) * r)));
+        for (int j = threadIdx.x; j < d; j += RMS_THREADS) orow[j] = f2b(b2f(w[j]) * b2f(f2b(b2f(xr[j]) * r)));
     }
 }
 
@@ -149,6 +170,51 @@ __global__ void k_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int 
         x1[j] = f2b(a * cs.x - b * cs.y);
         x1[j + half] = f2b(b * cs.x + a * cs.y);
     }
+}
+
+// RoPE of q and k plus the KV cache write of k and v in one launch. Block (i, h): row i, head slot
+// h — q heads [0, n_heads) rotated in place; k heads [n_heads, n_heads + n_kv_heads) rotated in place
+// and, when row i's sequence has a k_dst buffer, written to it at row pos[i]; v heads after those
+// (only launched with k_dst) copied to v_dst. Same arithmetic as k_rope_apply + k_store_rows.
+__global__ void k_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *__restrict__ v, int n_heads, int n_kv_heads,
+                          int head_dim, int half, const float2 *__restrict__ tab, int n_seqs,
+                          const int32_t *__restrict__ seq_start, const int32_t *__restrict__ pos,
+                          uint16_t *const *__restrict__ k_dst, uint16_t *const *__restrict__ v_dst) {
+    const int64_t i = blockIdx.x;
+    const int h = (int)blockIdx.y;
+    uint16_t *dst = nullptr;
+    if (h >= n_heads && k_dst) {
+        int lo = 0, hi = n_seqs - 1;   // row i's sequence: the last s with seq_start[s] <= i
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (seq_start[mid] <= i) lo = mid;
+            else hi = mid - 1;
+        }
+        const bool is_k = h < n_heads + n_kv_heads;
+        uint16_t *base = (is_k ? k_dst : v_dst)[lo];
+        const int kh = h - n_heads - (is_k ? 0 : n_kv_heads);
+        if (base) dst = base + ((int64_t)pos[i] * n_kv_heads + kh) * head_dim;
+    }
+    if (h >= n_heads + n_kv_heads) {   // a v head: the cache write only
+        if (!dst) return;
+        const uint16_t *src = v + (i * n_kv_heads + (h - n_heads - n_kv_heads)) * head_dim;
+        for (int j = threadIdx.x; j < head_dim; j += blockDim.x) dst[j] = src[j];
+        return;
+    }
+    uint16_t *x1 = h < n_heads ? q + (i * n_heads + h) * head_dim : k + (i * n_kv_heads + (h - n_heads)) * head_dim;
+    const float2 *cs = tab + i * half;
+    for (int j = threadIdx.x; j < half; j += blockDim.x) {
+        const float a = b2f(x1[j]), b = b2f(x1[j + half]);
+        const uint16_t r0 = f2b(a * cs[j].x - b * cs[j].y), r1 = f2b(b * cs[j].x + a * cs[j].y);
+        x1[j] = r0;
+        x1[j + half] = r1;
+        if (dst) {
+            dst[j] = r0;
+            dst[j + half] = r1;
+        }
+    }
+    if (dst)   // dims past rot_dim are not rotated: copied as they are
+        for (int j = 2 * half + threadIdx.x; j < head_dim; j += blockDim.x) dst[j] = x1[j];
 }
 
 // ---------------------------------------------------------------- swiglu / add / bias
@@ -252,7 +318,14 @@ extern "C" cudaError_t umk_store_rows(const uint16_t *x, int d, int n_seqs, cons
 
 extern "C" cudaError_t umk_rmsnorm(const uint16_t *x, const uint16_t *w, int n, int d, float eps, uint16_t *out,
                                    cudaStream_t s) {
-    if (n > 0) UMK_LAUNCH(k_rmsnorm<256>, n, 256, 0, s, x, w, d, eps, out);
+    // k_rmsnorm<false> never writes x
+    if (n > 0) UMK_LAUNCH(k_rmsnorm<false>, n, RMS_THREADS, 0, s, const_cast<uint16_t *>(x), nullptr, w, d, eps, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_add_rmsnorm(uint16_t *x, const uint16_t *y, const uint16_t *w, int n, int d, float eps,
+                                       uint16_t *out, cudaStream_t s) {
+    if (n > 0) UMK_LAUNCH(k_rmsnorm<true>, n, RMS_THREADS, 0, s, x, y, w, d, eps, out);
     return cudaGetLastError();
 }
 
@@ -268,6 +341,17 @@ extern "C" cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_
     if (total)
         UMK_LAUNCH(k_rope_apply, grid_for(total, 256), 256, 0, s, x, n, n_heads, head_dim, rot_dim / 2,
                                                           reinterpret_cast<const float2 *>(tab));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads,
+                                   int head_dim, int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start,
+                                   const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
+    if (n > 0) {
+        const unsigned slots = (unsigned)(n_heads + (k_dst ? 2 : 1) * n_kv_heads);
+        UMK_LAUNCH(k_rope_kv, dim3((unsigned)n, slots), 64, 0, s, q, k, v, n_heads, n_kv_heads, head_dim, rot_dim / 2,
+                   reinterpret_cast<const float2 *>(tab), n_seqs, seq_start, pos, k_dst, v_dst);
+    }
     return cudaGetLastError();
 }
 

@@ -31,11 +31,22 @@ cudaError_t umk_embed(const uint16_t *wte, int64_t d, const int32_t *ids, int n,
 /* out[i, :] = w * bf16(x[i, :] * rsqrt(mean(x[i]^2) + eps))  (docs/model-spec.md §1; out may equal x) */
 cudaError_t umk_rmsnorm(const uint16_t *x, const uint16_t *w, int n, int d, float eps, uint16_t *out,
                         cudaStream_t s);
+/* x[i, :] += y[i, :] (bf16 sum, as umk_add), then out[i, :] = umk_rmsnorm of the new x[i, :]: the residual add
+ * and the next norm in one launch (out may equal y, not x) */
+cudaError_t umk_add_rmsnorm(uint16_t *x, const uint16_t *y, const uint16_t *w, int n, int d, float eps, uint16_t *out,
+                            cudaStream_t s);
 /* tab[i*half + j] = (cos, sin)(pos[i] * theta^(-2j/rot_dim)), angles in double (half = rot_dim/2) */
 cudaError_t umk_rope_table(const int32_t *pos, int n, int half, float theta, float *tab, cudaStream_t s);
 /* rotate-half RoPE in place on x[n, n_heads, head_dim] (first rot_dim dims) with a umk_rope_table */
 cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int rot_dim, const float *tab,
                            cudaStream_t s);
+/* One launch for umk_rope_apply on q[n, n_heads, head_dim] and on k[n, n_kv_heads, head_dim] (same table), then
+ * — k_dst not NULL — umk_store_rows of the rotated k rows into k_dst and of v[n, n_kv_heads, head_dim] into
+ * v_dst (row width n_kv_heads * head_dim; k_dst[s] / v_dst[s] NULL: sequence s is not stored). seq_start
+ * [n_seqs+1] and pos [n] are read only with k_dst. Bit-identical to the four separate launches. */
+cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads, int head_dim,
+                        int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start, const int32_t *pos,
+                        uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s);
 /* out[i] = silu(gate[i]) * up[i] (out may equal gate or up) */
 cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s);
 /* MoE combine: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] for t < n (fp32 sum, slot < 0 skipped) */

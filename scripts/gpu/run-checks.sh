@@ -7,6 +7,7 @@
 #   lease     everything that matters, in priority order, inside one call of LEASE_S seconds [560]
 #             (a lent machine has 15 minutes in all): parity, the 8B bench + per-op profile, the
 #             decode benches beside the PyTorch peers (eager and compiled, one table: lease_peers),
+#             the --cuda-fuse on/off and --cuda-linear A/Bs,
 #             the device suites, the families, memcheck; each step is skipped or cut short when the
 #             time left is too little. Meant to run on
 #             the prebuilt bundle (scripts/gpu/pack.sh, carry [".gpucarry"]): no build there.
@@ -311,6 +312,12 @@ do_lease() {
   lease_peers
   local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32)
   step "profile dual b1 + b8 (1 block, host loop)" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1
+  # A/B: rope q+k + KV store and residual add + RMSNorm as one kernel each (--cuda-fuse on, the default)
+  # or as their single kernels (off), back to back; the off profile beside the one above (docs/gpu.md)
+  local DD=(--batch 1,8 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual)
+  step "decode dual b1/8, fused ops (A)" 15 40 "$BUILD/unmask" "${D[@]}" "${DD[@]}" --cuda-fuse on
+  step "decode dual b1/8, single kernels (B)" 15 40 "$BUILD/unmask" "${D[@]}" "${DD[@]}" --cuda-fuse off
+  step "profile dual b1, single kernels" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1 --cuda-fuse off
   # A/B: the same-shape products of each linear op (q/k/v, gate/up) as one batched GEMM (docs/gpu.md)
   step "decode dual, batched linear" 20 60 "$BUILD/unmask" "${D[@]}" --batch 1,8,32 --max-blocks 2 --decoders threshold --threshold 0.9 --cache dual --cuda-linear batched
   step "profile dual b1, batched linear" 15 40 "$BUILD/unmask" "${D[@]}" --batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1 --cuda-linear batched

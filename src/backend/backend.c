@@ -39,6 +39,7 @@ int backend_has(const backend *be, unsigned caps) {
     if (o->comm_join) have |= BACKEND_CAP_COMM;
     if (o->moe_prepare && o->moe_release && o->moe_workspace && o->moe_forward) have |= BACKEND_CAP_MOE;
     if (o->quant_weights) have |= BACKEND_CAP_QUANT;
+    if (o->rope_kv && o->add_rmsnorm) have |= BACKEND_CAP_FUSED;
     return (have & caps) == caps;
 }
 
@@ -183,6 +184,16 @@ void backend_moe_combine(backend *be, void *x, const void *y, int d, int n, int 
 void backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                         void *const *dst) {
     PROF(be, "store_rows", be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst));
+}
+
+void backend_rope_kv(backend *be, const brope_kv *op) {
+    NEED(be, rope_kv);
+    PROF(be, op->k_dst ? "rope+store_kv" : "rope q+k", be->ops->rope_kv(be, op));
+}
+
+void backend_add_rmsnorm(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps, void *out) {
+    NEED(be, add_rmsnorm);
+    PROF(be, "add+rmsnorm", be->ops->add_rmsnorm(be, x, y, w, n, d, eps, out));
 }
 
 /* ---------------------------------------------------------------- MoE dispatch */

@@ -103,6 +103,9 @@ typedef struct backend_options {
     int                      cpu_pin;     /* CPU: 1 = pool slot i pinned to the i-th CPU the process
                                              may use; 0 = not pinned (docs/cpu-kernels.md) */
     enum backend_cuda_linear cuda_linear; /* CUDA: the linear ops' GEMMs (above) */
+    int                      cuda_unfused; /* CUDA: 1 = --cuda-fuse off: backend_rope_kv and
+                                              backend_add_rmsnorm run as their single kernels (an
+                                              A/B switch, docs/gpu.md); 0 = one fused kernel each */
 } backend_options;
 /* Use o for the backends backend_init_device opens from now on (process-wide, as
  * backend_cpu_kernels_select: before any backend is opened, on the thread that then opens them). */
@@ -173,6 +176,9 @@ enum backend_cap {
     BACKEND_CAP_QUANT         = 1 << 6, /* block-quantized weights (Q8_0, Q4_0): weight_upload takes
                                            them (or quantizes, bweight_src.quant) and every op reads
                                            them (the CPU backend; docs/cpu-kernels.md) */
+    BACKEND_CAP_FUSED         = 1 << 7, /* backend_rope_kv and backend_add_rmsnorm: the small ops
+                                           around the GEMMs as one op each (fewer launches on a
+                                           device; the CUDA backend, docs/gpu.md) */
 };
 /* 1 when the backend offers every capability in caps (a mask of backend_cap). */
 int backend_has(const backend *be, unsigned caps);
@@ -258,6 +264,28 @@ void  backend_get_rows(backend *be, const void *x, int d, const int32_t *rows, i
  * of d elements. dst: [n_seqs] host array of device pointers; pos: [seq_start[n_seqs]] host. */
 void  backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start, const int32_t *pos,
                          void *const *dst);
+
+/* The ops between the q/k/v products and the attention as one op (BACKEND_CAP_FUSED); the same as
+ *   backend_rope(q, n, n_heads, head_dim, rot_dim, pos, theta);
+ *   backend_rope(k, n, n_kv_heads, head_dim, rot_dim, pos, theta);
+ *   backend_store_rows(k, n_kv_heads*head_dim, n_seqs, seq_start, pos, k_dst);   only when k_dst
+ *   backend_store_rows(v, n_kv_heads*head_dim, n_seqs, seq_start, pos, v_dst);   only when k_dst
+ * (results bit-identical on one backend). k_dst, v_dst: NULL (no KV cache: the two ropes only) or
+ * [n_seqs] host arrays of device pointers as backend_store_rows's dst. */
+typedef struct brope_kv {
+    void          *q, *k;              /* [n, n_heads, head_dim], [n, n_kv_heads, head_dim]: rotated in place */
+    const void    *v;                  /* [n, n_kv_heads, head_dim] */
+    int            n, n_heads, n_kv_heads, head_dim, rot_dim;
+    const int32_t *pos;                /* [n] host */
+    float          theta;
+    int            n_seqs;             /* with k_dst: the sequences of seq_start */
+    const int32_t *seq_start;          /* [n_seqs+1] host, seq_start[n_seqs] == n; with k_dst */
+    void *const   *k_dst, *const *v_dst;
+} brope_kv;
+void  backend_rope_kv(backend *be, const brope_kv *op);
+/* The residual add and the next RMSNorm as one op (BACKEND_CAP_FUSED): backend_add(x, y, n*d) then
+ * backend_rmsnorm(x, w, n, d, eps, out), bit-identical on one backend. out may equal y, not x. */
+void  backend_add_rmsnorm(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps, void *out);
 
 /* Mixture-of-experts combine: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] for t < n — each
  * token's k weighted expert outputs (rows of y, d elements) summed in fp32, then added to its row

@@ -113,6 +113,11 @@ typedef struct backend_ops {
     void           (*moe_forward)(backend *be, const bmoe *m, const void *logits, const void *h, int n, void *x,
                                   void *ws);                                 /* (optional) */
 
+    /* ------------------------------------------------ BACKEND_CAP_FUSED */
+    void           (*rope_kv)(backend *be, const brope_kv *op);              /* (optional) */
+    void           (*add_rmsnorm)(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps,
+                                  void *out);                                /* (optional) */
+
     /* ------------------------------------------------ BACKEND_CAP_COMM */
     /* (optional) join a collective group on this backend's device (see backend_comm_join) */
     comm *(*comm_join)(backend *be, const uint8_t id[COMM_ID_BYTES], int rank, int world,

@@ -497,17 +497,18 @@ static int kv_attn_setup(model_ctx *ctx, const fwd_batch *b, const int32_t *pos,
     return 1;
 }
 
-/* Write layer l's fresh keys / values (after RoPE) of every sequence with a slot into that slot at
- * the rows' positions, and point the attention at each sequence's keys (kv_attn_setup's arrays):
- * its slot, or — a sequence without one, whose key numbering no longer matches its packed rows —
- * its own rows of the fresh k / v. */
-static void kv_store_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, int l, int kvd) {
+/* Point kseq / vseq (kv_attn_setup's arrays) at layer l's slot of every sequence with one, NULL
+ * for the others: where the fresh keys / values are stored. */
+static void kv_layer_slots(model_ctx *ctx, const fwd_batch *b, llada_scratch *s, int l) {
     for (int q = 0; q < b->n_seqs; q++) {
         s->kseq[q] = s->vseq[q] = NULL;
         if (b->kv[q]) model_kv_layer(ctx, b->kv[q], l, &s->kseq[q], &s->vseq[q]);
     }
-    backend_store_rows(ctx->be, s->k, kvd, b->n_seqs, b->seq_start, pos, s->kseq);
-    backend_store_rows(ctx->be, s->v, kvd, b->n_seqs, b->seq_start, pos, s->vseq);
+}
+
+/* After the store: a sequence without a slot, whose key numbering no longer matches its packed
+ * rows, reads its own rows of the fresh k / v. */
+static void kv_layer_fresh(model_ctx *ctx, const fwd_batch *b, llada_scratch *s, int kvd) {
     const size_t row = (size_t)kvd * dtype_size(backend_act_dtype(ctx->be));
     for (int q = 0; q < b->n_seqs; q++)
         if (!b->kv[q]) {
@@ -516,19 +517,53 @@ static void kv_store_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *po
         }
 }
 
+/* RoPE on layer l's q and k, then — cached — the write of the fresh keys / values of every sequence
+ * with a slot into that slot at the rows' positions, and the attention pointed at each sequence's
+ * keys (kv_layer_slots, kv_layer_fresh). The single ops in that order, or one backend_rope_kv on a
+ * backend with BACKEND_CAP_FUSED (the same results). */
+static void rope_kv_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, int l,
+                          int cached, int H, int KV) {
+    const model_config *c = &ctx->m->cfg;
+    backend *be = ctx->be;
+    const int hd = c->head_dim, kvd = KV * hd;
+    if (cached) kv_layer_slots(ctx, b, s, l);
+    if (backend_has(be, BACKEND_CAP_FUSED)) {
+        const brope_kv op = {.q = s->q, .k = s->k, .v = s->v, .n = b->seq_start[b->n_seqs], .n_heads = H,
+                             .n_kv_heads = KV, .head_dim = hd, .rot_dim = c->rot_dim, .pos = pos,
+                             .theta = c->rope_theta, .n_seqs = b->n_seqs, .seq_start = b->seq_start,
+                             .k_dst = cached ? s->kseq : NULL, .v_dst = cached ? s->vseq : NULL};
+        backend_rope_kv(be, &op);
+    } else {
+        const int n = b->seq_start[b->n_seqs];
+        backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
+        backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
+        if (cached) {
+            backend_store_rows(be, s->k, kvd, b->n_seqs, b->seq_start, pos, s->kseq);
+            backend_store_rows(be, s->v, kvd, b->n_seqs, b->seq_start, pos, s->vseq);
+        }
+    }
+    if (cached) kv_layer_fresh(ctx, b, s, kvd);
+}
+
 /* s->x += in . w^T: one fused op, or — tensor parallel, where each rank's product is a partial
- * sum — the product into s->h, an all-reduce, then the add. */
-static void residual_linear(model_ctx *ctx, const void *in, const bweight *w, int n, llada_scratch *s) {
+ * sum — the product into s->h, an all-reduce, then the add. With next_norm, on a backend with
+ * BACKEND_CAP_FUSED, the add and the next sublayer's RMSNorm are one op that leaves
+ * s->h = RMSNorm(s->x, next_norm); returns 1 then, 0 when the caller still has to norm s->x. */
+static int residual_linear(model_ctx *ctx, const void *in, const bweight *w, int n, llada_scratch *s,
+                           const bweight *next_norm) {
     backend *be = ctx->be;
     const size_t nd = (size_t)n * (size_t)w->rows;
-    if (ctx->shard.world > 1) {
+    const int fuse_norm = next_norm && backend_has(be, BACKEND_CAP_FUSED);
+    if (ctx->shard.world > 1 || fuse_norm) {
         backend_matmul(be, in, w, NULL, n, s->h);
-        comm_all_reduce_act(ctx->shard.comm, s->h, nd);
-        backend_add(be, s->x, s->h, nd);
-        return;
+        if (ctx->shard.world > 1) comm_all_reduce_act(ctx->shard.comm, s->h, nd);
+        if (fuse_norm) backend_add_rmsnorm(be, s->x, s->h, next_norm, n, (int)w->rows, ctx->m->cfg.norm_eps, s->h);
+        else backend_add(be, s->x, s->h, nd);
+        return fuse_norm;
     }
     const blinear op = {.x = in, .n = n, .epi = BLIN_ADD, .n_w = 1, .w = {w}, .y = {s->x}, .tmp_y = s->h};
     backend_linear(be, &op);
+    return 0;
 }
 
 /* Embedding and every layer: leaves the final residual stream in s->x. out_cap: output rows the
@@ -590,38 +625,41 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     }
 
     backend_embed(be, &w->wte, b->tokens, n, s->x);
+    int normed = 0;   /* 1: s->h already holds RMSNorm(s->x, this sublayer's norm) (residual_linear) */
     for (int l = 0; l < c->n_layers; l++) {
         const llada_layer_w *L = &w->layers[l];
         /* attention sublayer: x += attn_out(attention(rope(q, k), v)), q/k/v from RMSNorm(x) */
         if (L->qb.data) {   /* with biases (Dream): the norm, then one product + bias each */
-            backend_rmsnorm(be, s->x, &L->attn_norm, n, c->d_model, c->norm_eps, s->h);
+            if (!normed) backend_rmsnorm(be, s->x, &L->attn_norm, n, c->d_model, c->norm_eps, s->h);
             backend_matmul(be, s->h, &L->q, &L->qb, n, s->q);
             backend_matmul(be, s->h, &L->k, &L->kb, n, s->k);
             backend_matmul(be, s->h, &L->v, &L->vb, n, s->v);
         } else {
-            const blinear qkv = {.x = s->x, .n = n, .norm = &L->attn_norm, .eps = c->norm_eps, .epi = BLIN_STORE,
-                                 .n_w = 3, .w = {&L->q, &L->k, &L->v}, .y = {s->q, s->k, s->v}, .tmp_h = s->h};
+            const blinear qkv = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->attn_norm,
+                                 .eps = c->norm_eps, .epi = BLIN_STORE, .n_w = 3, .w = {&L->q, &L->k, &L->v},
+                                 .y = {s->q, s->k, s->v}, .tmp_h = s->h};
             backend_linear(be, &qkv);
         }
         if (L->qn.data) {   /* per-head QK-norm, before RoPE: rows of hd elements */
             backend_rmsnorm(be, s->q, &L->qn, n * H, hd, c->norm_eps, s->q);
             backend_rmsnorm(be, s->k, &L->kn, n * KV, hd, c->norm_eps, s->k);
         }
-        backend_rope(be, s->q, n, H, hd, c->rot_dim, pos, c->rope_theta);
-        backend_rope(be, s->k, n, KV, hd, c->rot_dim, pos, c->rope_theta);
-        if (cached) kv_store_layer(ctx, b, pos, s, l, KV * hd);
+        rope_kv_layer(ctx, b, pos, s, l, cached, H, KV);
         backend_attention(be, &ap, s->q, s->k, s->v, s->att);
-        residual_linear(ctx, s->att, &L->attn_out, n, s);
+        normed = residual_linear(ctx, s->att, &L->attn_out, n, s, &L->ff_norm);
         if (L->moe) {   /* MoE sublayer: x += routed experts + shared expert of h = RMSNorm(x) */
-            backend_rmsnorm(be, s->x, &L->ff_norm, n, c->d_model, c->norm_eps, s->h);
+            if (!normed) backend_rmsnorm(be, s->x, &L->ff_norm, n, c->d_model, c->norm_eps, s->h);
             moe_forward(be, c, L->moe, s->h, n, s->x, ctx->shard.world > 1 ? ctx->shard.comm : NULL, &s->moe);
+            normed = 0;
             continue;
         }
         /* SwiGLU MLP sublayer: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x) */
-        const blinear mlp = {.x = s->x, .n = n, .norm = &L->ff_norm, .eps = c->norm_eps, .epi = BLIN_SWIGLU,
-                             .n_w = 2, .w = {&L->gate, &L->up}, .y = {s->gate}, .tmp_h = s->h, .tmp_y = s->up};
+        const blinear mlp = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->ff_norm,
+                             .eps = c->norm_eps, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&L->gate, &L->up},
+                             .y = {s->gate}, .tmp_h = s->h, .tmp_y = s->up};
         backend_linear(be, &mlp);
-        residual_linear(ctx, s->gate, &L->down, n, s);
+        normed = residual_linear(ctx, s->gate, &L->down, n, s,
+                                 l + 1 < c->n_layers ? &w->layers[l + 1].attn_norm : NULL);
     }
 }
 

@@ -133,6 +133,9 @@ static const setting k_settings[] = {
     {"cuda-linear", SET_STR, F(cuda_linear), "separate", 0, 0,
      "CUDA: separate = one GEMM per weight; batched = the same-shape products of a linear op (q/k/v, gate/up) as "
      "one batched GEMM, a benchmark switch (docs/gpu.md)", NULL, NULL, 0, NULL},
+    {"cuda-fuse", SET_ONOFF, F(cuda_fuse), "on", 0, 1,
+     "CUDA: on = RoPE of q and k with the KV cache write, and the residual add with the next RMSNorm, one kernel "
+     "each; off = their single kernels (an A/B switch, docs/gpu.md)", NULL, NULL, 0, NULL},
     {"max-queue", SET_INT, F(max_queue), "256", 0, 1000000, "requests waiting beyond free batch slots; more -> queue_full",
      NULL, NULL, 0, NULL},
     {"max-paused", SET_INT, F(max_paused), "-1", -1, 4096,

@@ -164,17 +164,18 @@ else
     bad "bench --decode --device cuda:0: $(tail -8 "$TMP/bench_decode.out" "$TMP/bench_decode.err")"
 fi
 
-# bench --decode --device cuda:0 --profile 1 with the dual cache: the per-op table and the staged
-# index arrays per step; every layer stages the same sequence starts / positions / slot pointers,
-# so most stagings reuse an earlier copy (cuda_stage's memo) — more reused than copied
+# bench --decode --device cuda:0 --profile 1 with the dual cache: the per-op table (RoPE + KV store and
+# add + RMSNorm as the fused ops, --cuda-fuse on by default) and the staged index arrays per step;
+# every layer stages the same sequence starts / positions / slot pointers, so most stagings reuse an
+# earlier copy (cuda_stage's memo) — more reused than copied
 if "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 2 --gen 16 --block 8 --prompt 6 \
     --decoders threshold --cache dual --profile 1 > "$TMP/bdprof.out" 2> "$TMP/bdprof.err" &&
     grep -qE '^profile: threshold, cache dual, batch 2, host loop' "$TMP/bdprof.out" &&
-    grep -qE '^\| store_rows \| ' "$TMP/bdprof.out" &&
+    grep -qE '^\| rope\+store_kv \| ' "$TMP/bdprof.out" && grep -qE '^\| add\+rmsnorm \| ' "$TMP/bdprof.out" &&
     awk '/^host index arrays staged for the ops:/ { c = $8; r = $11; found = 1 } END { exit !(found && r > c && c > 0) }' "$TMP/bdprof.out"; then
     ok
 else
-    bad "bench --decode --device cuda:0 --profile 1 (staging reuse): $(grep -E 'staged for|store_rows' "$TMP/bdprof.out"; tail -3 "$TMP/bdprof.err")"
+    bad "bench --decode --device cuda:0 --profile 1 (staging reuse): $(grep -E 'staged for|store_kv|add\+rmsnorm' "$TMP/bdprof.out"; tail -3 "$TMP/bdprof.err")"
 fi
 
 # a bad --cuda-linear (the batched-GEMM benchmark switch) is a clear flag error (exit 2), not an abort
@@ -191,6 +192,22 @@ if "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/lin_b.npy" --devic
     ok
 else
     bad "--cuda-linear batched / separate: $(tail -3 "$TMP/lin_b.err")"
+fi
+# --cuda-fuse (rope + KV store, add + RMSNorm as one kernel each, or their single kernels): a bad value
+# is a flag error; on and off give the same logits bit for bit
+"$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/fuse.npy" --device cuda:0 --cuda-fuse maybe > /dev/null 2> "$TMP/fuse.err"
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "^error: --cuda-fuse must be on or off, got 'maybe'$" "$TMP/fuse.err"; then
+    bad "--cuda-fuse maybe: rc $rc: $(cat "$TMP/fuse.err")"
+else
+    ok
+fi
+if "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/fuse_on.npy" --device cuda:0 --cuda-fuse on > /dev/null 2> "$TMP/fuse.err" &&
+    "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/fuse_off.npy" --device cuda:0 --cuda-fuse off > /dev/null 2>> "$TMP/fuse.err" &&
+    cmp -s "$TMP/fuse_on.npy" "$TMP/fuse_off.npy"; then
+    ok
+else
+    bad "--cuda-fuse on / off: $(tail -3 "$TMP/fuse.err"; cmp "$TMP/fuse_on.npy" "$TMP/fuse_off.npy")"
 fi
 
 # ---------------------------------------------------------------- serve on two emulated GPUs

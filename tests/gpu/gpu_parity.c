@@ -4,7 +4,10 @@
  * Emulator). Every GPU kernel against its CPU counterpart:
  *   ops       embed, rmsnorm (incl. in place), matmul (+bias, several shapes), rope (full/partial,
  *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction), store_rows
- *             (KV cache writes into per-sequence buffers, one sequence without a buffer): inputs are
+ *             (KV cache writes into per-sequence buffers, one sequence without a buffer), the fused
+ *             rope_kv (GQA, partial rot_dim, sequences with their own positions, an empty one, one
+ *             without a cache; without caches) and add_rmsnorm, each also bit-identical to its single
+ *             kernels (--cuda-fuse off): inputs are
  *             bf16-exact so both backends see the same numbers; relative L2 error vs the f32 CPU
  *   moe       the device MoE dispatch (kernels/moe.cu) on both routers: umk_moe_route vs moe_route on
  *             identical bf16 logits (ties, -inf, bias; the same experts, weights to 1e-6), umk_moe_sort
@@ -23,7 +26,8 @@
  *   forward   a make-model bf16 checkpoint (GQA, head_dim 64) and one with head_dim 128: logits of
  *             a packed batch with padding, relative error <= 2e-2 and argmax agreement (>= 99.9%
  *             required, or every disagreement a near-tie of the CPU logits — random weights give
- *             near-ties that bf16 activations legitimately flip; the raw rate is always printed)
+ *             near-ties that bf16 activations legitimately flip; the raw rate is always printed);
+ *             the same logits bit for bit with the fused ops off
  *   decodes   temperature 0: device-resident steps replayed from a CUDA graph == direct launches
  *             (bit-exact canvases); teacher-forced per-step comparison with the CPU (on the GPU's
  *             canvas, the CPU forward + sampler + decoder choose the same commits in >= 90% of
@@ -373,6 +377,148 @@ static void test_rope(void) {
         }
     }
     free(pos);
+}
+
+/* backend_rope_kv (BACKEND_CAP_FUSED) against the CPU's single ops (rope q, rope k, store_rows k and v)
+ * and, bit for bit, against the GPU's single kernels (backend_cuda_fuse off): GQA, rot_dim < head_dim,
+ * several sequences with their own row counts and positions (one without rows, one without a
+ * buffer), row counts that are not a multiple of any block size, and without caches (ropes only). */
+typedef struct rope_kv_case {
+    int H, KV, hd, rot;
+    int cached;
+} rope_kv_case;
+
+static void run_rope_kv(const rope_kv_case *rc) {
+    const int32_t lens[4] = {g_quick ? 5 : 37, 0, g_quick ? 7 : 29, g_quick ? 3 : 11};
+    int32_t st[5] = {0};
+    for (int q = 0; q < 4; q++) st[q + 1] = st[q] + lens[q];
+    const int n = st[4], S = 4, cap = 64, kvd = rc->KV * rc->hd;
+    const size_t nq = (size_t)n * rc->H * rc->hd, nk = (size_t)n * kvd, nc = (size_t)cap * kvd;
+    int32_t *pos = xmalloc((size_t)n * sizeof *pos);
+    for (int q = 0; q < S; q++) {   /* distinct positions within a sequence, a different offset each */
+        const int off = (int)(urand() * 16);
+        for (int i = st[q]; i < st[q + 1]; i++) pos[i] = (int32_t)((off + (i - st[q]) * 5) % cap);
+    }
+    float *q = rnd(nq, -2, 2), *k = rnd(nk, -2, 2), *v = rnd(nk, -2, 2), *zero = xcalloc(nc, sizeof *zero);
+    /* CPU reference: the single ops */
+    float *cq = c_up(q, nq), *ck = c_up(k, nk), *cv = c_up(v, nk);
+    void *cd[2][4] = {{NULL}};
+    for (int t = 0; t < 2; t++)
+        for (int sq = 0; sq < S; sq++) cd[t][sq] = rc->cached && sq != 2 ? c_up(zero, nc) : NULL;
+    g_cpu->ops->rope(g_cpu, cq, n, rc->H, rc->hd, rc->rot, pos, 500000.0f);
+    g_cpu->ops->rope(g_cpu, ck, n, rc->KV, rc->hd, rc->rot, pos, 500000.0f);
+    if (rc->cached) {
+        g_cpu->ops->store_rows(g_cpu, ck, kvd, S, st, pos, cd[0]);
+        g_cpu->ops->store_rows(g_cpu, cv, kvd, S, st, pos, cd[1]);
+    }
+    /* GPU: fused (f = 1) and single kernels (f = 0) */
+    float *res[2][2 + 2 * 4] = {{NULL}};   /* [fused][q, k, k caches, v caches] */
+    for (int f = 0; f < 2; f++) {
+        void *gq = g_up(q, nq), *gk = g_up(k, nk), *gv = g_up(v, nk);
+        void *gd[2][4] = {{NULL}};
+        for (int t = 0; t < 2; t++)
+            for (int sq = 0; sq < S; sq++) gd[t][sq] = rc->cached && sq != 2 ? g_up(zero, nc) : NULL;
+        const brope_kv op = {.q = gq, .k = gk, .v = gv, .n = n, .n_heads = rc->H, .n_kv_heads = rc->KV,
+                             .head_dim = rc->hd, .rot_dim = rc->rot, .pos = pos, .theta = 500000.0f, .n_seqs = S,
+                             .seq_start = st, .k_dst = rc->cached ? gd[0] : NULL, .v_dst = rc->cached ? gd[1] : NULL};
+        backend_cuda_fuse(g_gpu, f);
+        g_gpu->ops->rope_kv(g_gpu, &op);
+        backend_cuda_fuse(g_gpu, 1);
+        res[f][0] = g_down(gq, nq);
+        res[f][1] = g_down(gk, nk);
+        for (int t = 0; t < 2; t++)
+            for (int sq = 0; sq < S; sq++)
+                if (gd[t][sq]) {
+                    res[f][2 + t * 4 + sq] = g_down(gd[t][sq], nc);
+                    g_gpu->ops->act_free(g_gpu, gd[t][sq]);
+                }
+        g_gpu->ops->act_free(g_gpu, gq), g_gpu->ops->act_free(g_gpu, gk), g_gpu->ops->act_free(g_gpu, gv);
+    }
+    char what[128];
+    const char *tag[2] = {"k", "v"};
+    snprintf(what, sizeof what, "rope_kv H=%d KV=%d hd=%d rot=%d%s: q", rc->H, rc->KV, rc->hd, rc->rot,
+             rc->cached ? " cached" : "");
+    expect_close(what, res[1][0], cq, nq, 1e-2);
+    CHECKF(memcmp(res[1][0], res[0][0], nq * sizeof(float)) == 0, "%s: fused != single kernels", what);
+    snprintf(what, sizeof what, "rope_kv H=%d KV=%d hd=%d rot=%d%s: k", rc->H, rc->KV, rc->hd, rc->rot,
+             rc->cached ? " cached" : "");
+    expect_close(what, res[1][1], ck, nk, 1e-2);
+    CHECKF(memcmp(res[1][1], res[0][1], nk * sizeof(float)) == 0, "%s: fused != single kernels", what);
+    for (int t = 0; t < 2 && rc->cached; t++)
+        for (int sq = 0; sq < S; sq++) {
+            const float *fu = res[1][2 + t * 4 + sq], *un = res[0][2 + t * 4 + sq];
+            CHECKF(!fu == !cd[t][sq], "rope_kv: %s cache of sequence %d %s", tag[t], sq, fu ? "written" : "missing");
+            if (!fu || !cd[t][sq]) continue;
+            snprintf(what, sizeof what, "rope_kv H=%d KV=%d hd=%d rot=%d: %s cache seq %d (%d rows)", rc->H, rc->KV,
+                     rc->hd, rc->rot, tag[t], sq, lens[sq]);
+            expect_close(what, fu, cd[t][sq], nc, 1e-2);
+            CHECKF(memcmp(fu, un, nc * sizeof(float)) == 0, "%s: fused != single kernels", what);
+            int moved = 0;   /* the rows landed at their positions (the CPU's rows, to bf16 rounding) */
+            const float *src = t == 0 ? ck : cv;
+            for (int i = st[sq]; i < st[sq + 1]; i++) {
+                double e = 0, r = 0;
+                for (int j = 0; j < kvd; j++) {
+                    const double dlt = fu[(size_t)pos[i] * kvd + j] - src[(size_t)i * kvd + j];
+                    e += dlt * dlt, r += (double)src[(size_t)i * kvd + j] * src[(size_t)i * kvd + j];
+                }
+                moved += r > 0 && e <= 1e-4 * r;
+            }
+            CHECKF(moved == lens[sq], "rope_kv: %s cache of sequence %d: %d of %d rows at their positions", tag[t], sq,
+                   moved, lens[sq]);
+        }
+    for (int f = 0; f < 2; f++)
+        for (int j = 0; j < 10; j++) free(res[f][j]);
+    for (int t = 0; t < 2; t++)
+        for (int sq = 0; sq < S; sq++)
+            if (cd[t][sq]) g_cpu->ops->act_free(g_cpu, cd[t][sq]);
+    g_cpu->ops->act_free(g_cpu, cq), g_cpu->ops->act_free(g_cpu, ck), g_cpu->ops->act_free(g_cpu, cv);
+    free(q), free(k), free(v), free(zero), free(pos);
+}
+
+static void test_rope_kv(void) {
+    CHECKF(backend_has(g_gpu, BACKEND_CAP_FUSED), "the CUDA backend lacks BACKEND_CAP_FUSED");
+    const rope_kv_case cs[] = {
+        {4, 2, 128, 128, 1}, {4, 2, 128, 64, 1}, {6, 2, 64, 32, 1}, {3, 3, 80, 80, 1}, {4, 1, 128, 64, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_rope_kv(&cs[i]);
+}
+
+/* backend_add_rmsnorm against the CPU's add then rmsnorm, and bit for bit against the GPU's two
+ * kernels; out == y (as the forward calls it) and a separate out; vector and scalar row widths. */
+static void test_add_rmsnorm(void) {
+    const int dims[] = {4096, 264, 100, 37};
+    for (int di = 0; di < 4; di++) {
+        const int d = dims[di], n = g_quick ? 5 : 67;
+        const size_t nd = (size_t)n * d;
+        float *x = rnd(nd, -3, 3), *y = rnd(nd, -3, 3);
+        pw w;
+        pw_make(&w, 1, d, 1.5f);
+        float *cx = c_up(x, nd), *cy = c_up(y, nd), *co = g_cpu->ops->act_alloc(g_cpu, nd);
+        g_cpu->ops->add(g_cpu, cx, cy, nd);
+        g_cpu->ops->rmsnorm(g_cpu, cx, &w.c, n, d, 1e-5f, co);
+        float *res[2][2];   /* [fused][x, out] */
+        for (int f = 0; f < 2; f++) {
+            void *gx = g_up(x, nd), *gy = g_up(y, nd), *go = f ? gy : g_poisoned(nd);   /* fused: out == y */
+            backend_cuda_fuse(g_gpu, f);
+            g_gpu->ops->add_rmsnorm(g_gpu, gx, gy, &w.g, n, d, 1e-5f, go);
+            backend_cuda_fuse(g_gpu, 1);
+            res[f][0] = g_down(gx, nd);
+            res[f][1] = g_down(go, nd);
+            if (go != gy) g_gpu->ops->act_free(g_gpu, go);
+            g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gy);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "add_rmsnorm d=%d: x + y", d);
+        expect_close(what, res[1][0], cx, nd, 1e-2);
+        CHECKF(memcmp(res[1][0], res[0][0], nd * sizeof(float)) == 0, "%s: fused != add kernel", what);
+        snprintf(what, sizeof what, "add_rmsnorm d=%d: norm (out == y)", d);
+        expect_close(what, res[1][1], co, nd, 1e-2);
+        CHECKF(memcmp(res[1][1], res[0][1], nd * sizeof(float)) == 0, "%s: fused != add + rmsnorm kernels", what);
+        for (int f = 0; f < 2; f++) free(res[f][0]), free(res[f][1]);
+        free(x), free(y);
+        g_cpu->ops->act_free(g_cpu, cx), g_cpu->ops->act_free(g_cpu, cy), g_cpu->ops->act_free(g_cpu, co);
+        pw_free(&w);
+    }
 }
 
 static void test_swiglu_add(void) {
@@ -1138,6 +1284,18 @@ static void test_forward(const model *m, const char *label) {
                c->n_layers);
         free(ol);
     }
+    /* BACKEND_CAP_FUSED's ops as one kernel each (the default) or as their single kernels: the same
+     * logits bit for bit */
+    {
+        float *ul = xmalloc((size_t)n * V * sizeof *ul);
+        backend_cuda_fuse(g_gpu, 0);
+        CHECK(model_forward(&gc, &b, ul, &err) == 0);
+        backend_cuda_fuse(g_gpu, 1);
+        const int same = memcmp(ul, gl, (size_t)n * V * sizeof *ul) == 0;
+        printf("  %-58s %s\n", "  fused ops vs single kernels", same ? "bit-identical" : "differ");
+        CHECKF(same, "%s: logits with --cuda-fuse off differ", label);
+        free(ul);
+    }
     /* model_forward_dev == model_forward on the GPU */
     const void *dl = NULL;
     CHECK(model_forward_dev(&gc, &b, &dl, &err) == 0);
@@ -1431,7 +1589,9 @@ int main(int argc, char **argv) {
     test_matmul();
     test_linear();
     test_rope();
+    test_rope_kv();
     test_swiglu_add();
+    test_add_rmsnorm();
     printf("moe:\n");
     test_moe();
     printf("attention:\n");

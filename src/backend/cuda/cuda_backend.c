@@ -492,43 +492,85 @@ static void cuda_linear(backend *be, const blinear *op) {
         CUDA_CHECK(umk_swiglu(op->y[0], op->tmp_y, (size_t)op->n * (size_t)m_out, op->y[0], ci->stream));
 }
 
+/* The cos/sin table of positions pos (umk_rope_table), reused while the positions, the rotated
+ * half and theta stay the same (every layer of a forward). */
+static const float *rope_table(cuda_impl *ci, int n, int half, const int32_t *pos, float theta) {
+    const int hit = ci->rope_valid && ci->rope_n == n && ci->rope_half == half && ci->rope_theta == theta &&
+                    memcmp(ci->rope_pos, pos, (size_t)n * sizeof *pos) == 0;
+    if (hit) return ci->rope_tab;
+    const size_t elems = (size_t)n * (size_t)half;   /* float2 entries */
+    if (ci->capturing) {   /* the graph keeps reading the table: it lives in the graph's arena */
+        size_t off;
+        cuda_chunk *c = stage_take(ci, elems * 2 * sizeof(float), &off);
+        ci->rope_tab = (float *)(c->dev + off);
+    } else {
+        if (elems > ci->rope_own_cap) {
+            if (ci->rope_own) CUDA_CHECK(cudaFree(ci->rope_own));   /* synchronous */
+            ci->rope_own_cap = elems + elems / 4;
+            CUDA_CHECK(cudaMalloc((void **)&ci->rope_own, ci->rope_own_cap * 2 * sizeof(float)));
+        }
+        ci->rope_tab = ci->rope_own;
+    }
+    const int32_t *d_pos = cuda_stage(ci, pos, (size_t)n * sizeof *pos);
+    CUDA_CHECK(umk_rope_table(d_pos, n, half, theta, ci->rope_tab, ci->stream));
+    cuda_stage_done(ci);
+    if (n > ci->rope_pos_cap) {
+        ci->rope_pos_cap = n;
+        ci->rope_pos = xrealloc(ci->rope_pos, (size_t)n * sizeof *ci->rope_pos);
+    }
+    memcpy(ci->rope_pos, pos, (size_t)n * sizeof *pos);
+    ci->rope_n = n;
+    ci->rope_half = half;
+    ci->rope_theta = theta;
+    ci->rope_valid = 1;
+    return ci->rope_tab;
+}
+
 static void cuda_rope(backend *be, void *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
                       float theta) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
     CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim);
     if (n <= 0) return;
-    const int half = rot_dim / 2;
-    const int hit = ci->rope_valid && ci->rope_n == n && ci->rope_half == half && ci->rope_theta == theta &&
-                    memcmp(ci->rope_pos, pos, (size_t)n * sizeof *pos) == 0;
-    if (!hit) {
-        const size_t elems = (size_t)n * (size_t)half;   /* float2 entries */
-        if (ci->capturing) {   /* the graph keeps reading the table: it lives in the graph's arena */
-            size_t off;
-            cuda_chunk *c = stage_take(ci, elems * 2 * sizeof(float), &off);
-            ci->rope_tab = (float *)(c->dev + off);
-        } else {
-            if (elems > ci->rope_own_cap) {
-                if (ci->rope_own) CUDA_CHECK(cudaFree(ci->rope_own));   /* synchronous */
-                ci->rope_own_cap = elems + elems / 4;
-                CUDA_CHECK(cudaMalloc((void **)&ci->rope_own, ci->rope_own_cap * 2 * sizeof(float)));
-            }
-            ci->rope_tab = ci->rope_own;
+    const float *tab = rope_table(ci, n, rot_dim / 2, pos, theta);
+    CUDA_CHECK(umk_rope_apply(x, n, n_heads, head_dim, rot_dim, tab, ci->stream));
+}
+
+static void cuda_store_rows(backend *be, const void *x, int d, int n_seqs, const int32_t *seq_start,
+                            const int32_t *pos, void *const *dst);
+
+/* backend_rope_kv: one k_rope_kv launch (the table as cuda_rope's); --cuda-fuse off: the two ropes
+ * and the two stores. */
+static void cuda_rope_kv(backend *be, const brope_kv *op) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(op->rot_dim > 0 && op->rot_dim % 2 == 0 && op->rot_dim <= op->head_dim);
+    CHECK(!op->k_dst == !op->v_dst);
+    const int kvd = op->n_kv_heads * op->head_dim;
+    if (ci->unfused) {
+        cuda_rope(be, op->q, op->n, op->n_heads, op->head_dim, op->rot_dim, op->pos, op->theta);
+        cuda_rope(be, op->k, op->n, op->n_kv_heads, op->head_dim, op->rot_dim, op->pos, op->theta);
+        if (op->k_dst) {
+            cuda_store_rows(be, op->k, kvd, op->n_seqs, op->seq_start, op->pos, op->k_dst);
+            cuda_store_rows(be, op->v, kvd, op->n_seqs, op->seq_start, op->pos, op->v_dst);
         }
-        const int32_t *d_pos = cuda_stage(ci, pos, (size_t)n * sizeof *pos);
-        CUDA_CHECK(umk_rope_table(d_pos, n, half, theta, ci->rope_tab, ci->stream));
-        cuda_stage_done(ci);
-        if (n > ci->rope_pos_cap) {
-            ci->rope_pos_cap = n;
-            ci->rope_pos = xrealloc(ci->rope_pos, (size_t)n * sizeof *ci->rope_pos);
-        }
-        memcpy(ci->rope_pos, pos, (size_t)n * sizeof *pos);
-        ci->rope_n = n;
-        ci->rope_half = half;
-        ci->rope_theta = theta;
-        ci->rope_valid = 1;
+        return;
     }
-    CUDA_CHECK(umk_rope_apply(x, n, n_heads, head_dim, rot_dim, ci->rope_tab, ci->stream));
+    if (op->n <= 0) return;
+    const float *tab = rope_table(ci, op->n, op->rot_dim / 2, op->pos, op->theta);
+    const int32_t *d_start = NULL, *d_pos = NULL;
+    uint16_t *const *d_k = NULL, *const *d_v = NULL;
+    if (op->k_dst) {
+        CHECK(op->n_seqs > 0 && op->seq_start[0] == 0 && op->seq_start[op->n_seqs] == op->n);
+        for (int s = 0; s < op->n_seqs; s++) CHECK(op->seq_start[s + 1] >= op->seq_start[s]);
+        d_start = cuda_stage(ci, op->seq_start, (size_t)(op->n_seqs + 1) * sizeof *op->seq_start);
+        d_pos = cuda_stage(ci, op->pos, (size_t)op->n * sizeof *op->pos);
+        d_k = cuda_stage(ci, op->k_dst, (size_t)op->n_seqs * sizeof *op->k_dst);
+        d_v = cuda_stage(ci, op->v_dst, (size_t)op->n_seqs * sizeof *op->v_dst);
+    }
+    CUDA_CHECK(umk_rope_kv(op->q, op->k, op->v, op->n, op->n_heads, op->n_kv_heads, op->head_dim, op->rot_dim, tab,
+                           op->n_seqs, d_start, d_pos, d_k, d_v, ci->stream));
+    if (op->k_dst) cuda_stage_done(ci);
 }
 
 static void cuda_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v,
@@ -585,6 +627,20 @@ static void cuda_add(backend *be, void *x, const void *y, size_t n) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
     CUDA_CHECK(umk_add(x, y, n, ci->stream));
+}
+
+/* backend_add_rmsnorm: one kernel; --cuda-fuse off: the add, then the norm. */
+static void cuda_add_rmsnorm(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps,
+                             void *out) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(w->rows * w->cols == d && w->type == DTYPE_BF16 && out != x);
+    if (ci->unfused) {
+        cuda_add(be, x, y, (size_t)n * (size_t)d);
+        cuda_rmsnorm(be, x, w, n, d, eps, out);
+        return;
+    }
+    CUDA_CHECK(umk_add_rmsnorm(x, y, w->data, n, d, eps, out, ci->stream));
 }
 
 static void cuda_act_zero(backend *be, void *p, size_t n) {
@@ -815,6 +871,8 @@ static const backend_ops k_cuda_ops = {
     .get_rows = cuda_get_rows,
     .store_rows = cuda_store_rows,
     .moe_combine = cuda_moe_combine,
+    .rope_kv = cuda_rope_kv,
+    .add_rmsnorm = cuda_add_rmsnorm,
     .act_zero = cuda_act_zero,
     .host_parallel_for = cuda_host_parallel_for,
     .free = cuda_free_backend,
@@ -932,6 +990,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->cc_minor = prop.minor;
     ci->n_sm = prop.multiProcessorCount;
     ci->linear_batched = lin_batched;
+    ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cb->create(&ci->cublas));
     CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));
@@ -1026,6 +1085,7 @@ void backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused) {
 }
 
 void backend_cuda_linear_batched(backend *be, int on) { cuda_impl_of(be)->linear_batched = on; }
+void backend_cuda_fuse(backend *be, int on) { cuda_impl_of(be)->unfused = !on; }
 
 void backend_cuda_stage_reuse(backend *be, int on) {
     cuda_impl *ci = cuda_impl_of(be);
@@ -1206,6 +1266,7 @@ void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA
 void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be, (void)c, (void)r; CUDA_UNAVAILABLE(); }
 void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_linear_batched(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_fuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }
 void backend_cuda_free_dev(backend *be, void *p) { (void)be, (void)p; CUDA_UNAVAILABLE(); }

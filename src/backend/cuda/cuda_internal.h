@@ -144,6 +144,8 @@ typedef struct cuda_impl {
     int            force_host_moe;     /* 1: moe_prepare declines (tests: the host-routed path) */
     int            linear_batched;     /* 1: same-shape products of a linear op as one batched GEMM
                                           (--cuda-linear batched; cuda_linear) */
+    int            unfused;            /* 1: rope_kv / add_rmsnorm run their single kernels
+                                          (--cuda-fuse off; backend_options.cuda_unfused) */
 } cuda_impl;
 
 static inline cuda_impl *cuda_impl_of(backend *be) { return (cuda_impl *)be->impl; }
