@@ -21,3 +21,23 @@ export async function openPage(problems, { viewport = { width: 1360, height: 860
   page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`); });
   return { ctx, page };
 }
+
+// openPage, then the UI of srv: resolves once it is connected and the model is ready. With
+// `frames` ({ sent, received } arrays), every `generate` the page sends and every server event it
+// receives on its WebSockets are pushed there (listening starts before the page loads).
+export async function openUI(srv, problems, { frames, ...opts } = {}) {
+  const { ctx, page } = await openPage(problems, opts);
+  if (frames) {
+    page.on('websocket', (ws) => {
+      ws.on('framesent', (f) => {
+        const m = JSON.parse(f.payload);
+        if (m.type === 'generate') frames.sent.push(m);
+      });
+      ws.on('framereceived', (f) => frames.received.push(JSON.parse(f.payload)));
+    });
+  }
+  await page.goto(`${srv.base}/`);
+  await page.waitForSelector('#conn[data-state="open"]');
+  await page.waitForSelector('#model-pill.ready');
+  return { ctx, page };
+}

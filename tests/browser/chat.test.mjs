@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openPage } from './browser.mjs';
+import { openUI } from './browser.mjs';
 import { TMP, startServer, tinyModel } from '../protocol/harness.mjs';
 
 
@@ -63,18 +63,8 @@ describe('browser UI: conversations, Markdown, replay, connection state', () => 
   before(async () => {
     srv = await startServer({ model });
     fs.mkdirSync(shots, { recursive: true });
-    ({ ctx, page } = await openPage(problems));
+    ({ ctx, page } = await openUI(srv, problems, { frames: { sent, received } }));
     await ctx.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: srv.base });
-    page.on('websocket', (ws) => {
-      ws.on('framesent', (f) => {
-        const m = JSON.parse(f.payload);
-        if (m.type === 'generate') sent.push(m);
-      });
-      ws.on('framereceived', (f) => received.push(JSON.parse(f.payload)));
-    });
-    await page.goto(`${srv.base}/`);
-    await page.waitForSelector('#conn[data-state="open"]');
-    await page.waitForSelector('#model-pill.ready');
     await setParams({ gen_length: 32, block_length: 16, steps: 32, drafts: true, draft_every: 1, every: 1 });
   });
 

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openPage } from './browser.mjs';
+import { openUI } from './browser.mjs';
 import { SRC, TMP, startServer } from '../protocol/harness.mjs';
 
 const PY_WORDS = /\b(return|self|if|else|for|in|not|None|is|def|import|with|and|or|True|False)\b/g;
@@ -25,10 +25,7 @@ describe('browser UI on the bundled code model', () => {
   before(async () => {
     srv = await startServer({ model: path.join(SRC, 'models', 'unmask-code-13m'), name: 'code-model' });
     fs.mkdirSync(shots, { recursive: true });
-    ({ ctx, page } = await openPage(problems));
-    await page.goto(`${srv.base}/`);
-    await page.waitForSelector('#conn[data-state="open"]');
-    await page.waitForSelector('#model-pill.ready');
+    ({ ctx, page } = await openUI(srv, problems));
   });
 
   after(async () => {

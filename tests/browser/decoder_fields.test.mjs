@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openPage } from './browser.mjs';
+import { openUI } from './browser.mjs';
 import { SRC, startServer } from '../protocol/harness.mjs';
 
 const CACHE_FIELDS = new Set(['cache_refresh', 'prefix_look', 'after_look']);   // also greyed by the cache mode
@@ -24,17 +24,7 @@ describe('browser UI: parameter fields the decoder ignores are greyed out and no
 
   before(async () => {
     srv = await startServer({ model: path.join(SRC, 'models', 'unmask-code-13m'), name: 'decoder-fields-ui' });
-    ({ ctx, page } = await openPage(problems));
-    page.on('websocket', (ws) => {
-      ws.on('framesent', (f) => {
-        const m = JSON.parse(f.payload);
-        if (m.type === 'generate') sent.push(m);
-      });
-      ws.on('framereceived', (f) => received.push(JSON.parse(f.payload)));
-    });
-    await page.goto(`${srv.base}/`);
-    await page.waitForSelector('#conn[data-state="open"]');
-    await page.waitForSelector('#model-pill.ready');
+    ({ ctx, page } = await openUI(srv, problems, { frames: { sent, received } }));
   });
 
   after(async () => {

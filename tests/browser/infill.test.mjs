@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openPage } from './browser.mjs';
+import { openUI } from './browser.mjs';
 import { SRC, TMP, postJson, startServer } from '../protocol/harness.mjs';
 
 const PREFIX = 'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n';
@@ -29,17 +29,7 @@ describe('browser UI: Infill over the WebSocket on the bundled code model', () =
   before(async () => {
     srv = await startServer({ model: path.join(SRC, 'models', 'unmask-code-13m'), name: 'infill-ui' });
     fs.mkdirSync(shots, { recursive: true });
-    ({ ctx, page } = await openPage(problems));
-    page.on('websocket', (ws) => {
-      ws.on('framesent', (f) => {
-        const m = JSON.parse(f.payload);
-        if (m.type === 'generate') sent.push(m);
-      });
-      ws.on('framereceived', (f) => received.push(JSON.parse(f.payload)));
-    });
-    await page.goto(`${srv.base}/`);
-    await page.waitForSelector('#conn[data-state="open"]');
-    await page.waitForSelector('#model-pill.ready');
+    ({ ctx, page } = await openUI(srv, problems, { frames: { sent, received } }));
   });
 
   after(async () => {

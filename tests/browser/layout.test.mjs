@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openPage } from './browser.mjs';
+import { openUI } from './browser.mjs';
 import { TMP, startServer, tinyModel } from '../protocol/harness.mjs';
 
 // {top, bottom, left, right} of the element matching selector (the last one), rounded to 0.1 px
@@ -68,10 +68,7 @@ describe('browser UI layout', () => {
   before(async () => {
     srv = await startServer({ model: tinyModel('browser-layout') });
     fs.mkdirSync(shots, { recursive: true });
-    ({ ctx, page } = await openPage(problems));
-    await page.goto(`${srv.base}/`);
-    await page.waitForSelector('#conn[data-state="open"]');
-    await page.waitForSelector('#model-pill.ready');
+    ({ ctx, page } = await openUI(srv, problems));
   });
 
   after(async () => {

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { openPage } from './browser.mjs';
+import { openUI } from './browser.mjs';
 import { TMP, makeModelOnce, startServer, tinyModel } from '../protocol/harness.mjs';
 
 
@@ -20,15 +20,6 @@ async function setPageParams(page, p) {
     else if (k === 'decoder' || k === 'cache') await page.selectOption(sel, v);
     else await page.fill(sel, String(v));
   }
-}
-
-// Open the UI of srv in a fresh Chromium; resolves once it is connected and the model is ready.
-async function openUI(srv, problems) {
-  const { ctx, page } = await openPage(problems);
-  await page.goto(`${srv.base}/`);
-  await page.waitForSelector('#conn[data-state="open"]');
-  await page.waitForSelector('#model-pill.ready');
-  return { ctx, page };
 }
 
 describe('browser UI', () => {
