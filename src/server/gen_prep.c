@@ -13,6 +13,9 @@ void gen_prep_init(gen_prep *p, uint64_t owner_key, prep_fn done) {
 void gen_prep_run(prep_job *j) {
     gen_prep *p = (gen_prep *)j;
     p->rc = api_gen_build(&p->g, p->m, p->lim, &p->seqs, &p->n, &p->e);
+    /* refused unless public or allowed (--webhook-allow); checked again before every delivery */
+    um_err ue = {0};
+    if (p->rc == 0 && p->webhook && webhook_check_target(p->wh, p->webhook, &ue) != 0) p->rc = oai_error_from_um(&p->e, &ue);
 }
 
 void gen_prep_release(gen_prep *p) {

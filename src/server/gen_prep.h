@@ -1,6 +1,6 @@
 /*
  * gen_prep.h — the preparation job of a generation request, the same for every transport
- * (WebSocket `generate`, the HTTP generation endpoints, async jobs): the request was parsed on the
+ * (WebSocket `generate`, the HTTP generation endpoints, async jobs and their attempts): the request was parsed on the
  * service thread (api_gen: JSON checked, nothing tokenized); gen_prep_run builds it on a
  * preparation worker (server/prep.h: chat template, tokenizer, limits, decode_seqs — tens of ms for
  * a large prompt); the transport's done() then answers or submits on the service thread.
@@ -15,6 +15,7 @@
 #define UM_GEN_PREP_H
 
 #include "api/gen.h"
+#include "jobs/webhook.h"
 #include "server/prep.h"
 
 typedef struct gen_prep {
@@ -22,6 +23,9 @@ typedef struct gen_prep {
     const model      *m;      /* the served model (read-only) */
     const api_limits *lim;    /* the server's limits (read-only) */
     api_gen           g;      /* the parsed request (owned; the worker only reads it) */
+    const webhook_sender *wh; /* with webhook: the sender whose rules check it (read-only) */
+    const char       *webhook;/* a new job's webhook URL, resolved and checked after the build (DNS can
+                                 take a while: on the worker); borrowed from the transport's job; NULL: none */
     /* worker results (read by done) */
     int               rc;     /* api_gen_build's */
     api_seq          *seqs;   /* [n] (owned; a submitted seq is taken out: seqs[i].seq = NULL) */
@@ -30,7 +34,7 @@ typedef struct gen_prep {
 } gen_prep;
 
 void gen_prep_init(gen_prep *p, uint64_t owner_key, prep_fn done);
-/* Worker: build p->g into p->seqs (or p->e). */
+/* Worker: build p->g into p->seqs (or p->e); then check p->webhook, if any (a refused target is p->e). */
 void gen_prep_run(prep_job *j);
 /* What the job owns (request, sequences not submitted); not p itself. */
 void gen_prep_release(gen_prep *p);

@@ -9,7 +9,7 @@
  * told of a job's changes here at once and polled for changes made on other replicas.
  *
  * Not here: the store and the webhook client (jobs/), the generation streams (http_gen.c).
- * Threads: the lws service thread, except job_prep_run (a preparation worker) and webhook_done
+ * Threads: the lws service thread, except webhook_done
  * (the webhook worker: it only touches the thread-safe job store and metrics).
  */
 #include <stdio.h>
@@ -23,6 +23,7 @@
 #include "server/server_internal.h"
 #include "server/callers.h"
 #include "server/metrics.h"
+#include "server/gen_prep.h"
 #include "server/prep.h"
 #include "util/json_util.h"
 #include "util/log.h"
@@ -281,37 +282,19 @@ void jobs_run_finished(http_api *a, gen_stream *gs) {
  * POST /v1/jobs (validation: the same parse + build the run will do, so bad input fails with 400
  * before a job exists) and for each attempt's start (the build whose sequences are submitted). */
 typedef struct job_prep {
+    gen_prep     gp;         /* first member: the build (and, for a new job, its webhook check) on a worker */
     prep_job     job;        /* first member */
     http_api    *api;
     int          start;      /* 0: POST /v1/jobs validation; 1: an attempt of queued job `id` */
     http_conn   *c;          /* validation: the client, NULL once it went away */
-    const model *m;
-    api_gen      g;          /* parsed on the service thread (owned; the worker only reads it) */
     json_t      *req;        /* validation: the request body (owned) */
     char        *who;        /* the caller (validation) / the job's owner (start), owned */
     char        *idem;       /* validation: Idempotency-Key or NULL, owned */
     char         id[40];     /* start: the job */
-    /* worker results */
-    int          rc;
-    api_seq     *seqs;       /* owned */
-    int          n;
-    api_error    e;
 } job_prep;
 
-/* Preparation worker: pure build (validation keeps nothing of it). */
-static void job_prep_run(prep_job *j) {
-    job_prep *p = (job_prep *)j;
-    p->rc = api_gen_build(&p->g, p->m, &server_policy(p->api->srv)->lim, &p->seqs, &p->n, &p->e);
-    /* a new job's webhook target: resolved here (DNS can take a while), refused unless public or
-     * allowed (--webhook-allow); checked again before every delivery */
-    const char *wh = p->req ? json_string_value(json_object_get(p->req, "webhook")) : NULL;
-    um_err ue = {0};
-    if (p->rc == 0 && !p->start && wh && webhook_check_target(p->api->wh, wh, &ue) != 0) p->rc = oai_error_from_um(&p->e, &ue);
-}
-
 static void job_prep_free(job_prep *p) {
-    api_seqs_free(p->seqs, p->n);
-    api_gen_free(&p->g);
+    gen_prep_release(&p->gp);
     json_decref(p->req);
     free(p->who);
     free(p->idem);
@@ -342,7 +325,7 @@ static void job_start_done(job_prep *p) {
     http_api *a = p->api;
     const char *id = p->id;
     a->job_starting = 0;
-    if (p->job.skipped) { /* shutting down: the job stays queued */
+    if (p->gp.job.skipped) { /* shutting down: the job stays queued */
         job_q_push_front(a, id);
         return;
     }
@@ -350,9 +333,9 @@ static void job_start_done(job_prep *p) {
         jobs_pump(a);
         return;
     }
-    if (p->rc != 0) { /* validated at creation: only a changed model lands here */
+    if (p->gp.rc != 0) { /* validated at creation: only a changed model lands here */
         job_store_start(a->jobs, id, 0);
-        job_store_attempt_failed(a->jobs, id, p->e.message);
+        job_store_attempt_failed(a->jobs, id, p->gp.e.message);
         if (job_store_status(a->jobs, id) == JOB_FAILED) {
             job_terminal(a, id, p->who);
         } else {
@@ -362,14 +345,14 @@ static void job_start_done(job_prep *p) {
         jobs_pump(a);
         return;
     }
-    int n = p->n;
-    gen_stream *gs = gen_stream_new(a, &p->g, p->seqs, n, p->m);
+    int n = p->gp.n;
+    gen_stream *gs = gen_stream_new(a, &p->gp.g, p->gp.seqs, n, p->gp.m);
     gs->stream = 0;
     snprintf(gs->job_id, sizeof gs->job_id, "%s", id);
     gs->job_owner = xstrdup(p->who);
     gs->ended = 1; /* no HTTP response */
     api_error e;
-    if (gen_submit(gs, p->seqs, n, p->who, &e) != 0) { /* scheduler full or the owner's quota: retry later */
+    if (gen_submit(gs, p->gp.seqs, n, p->who, &e) != 0) { /* scheduler full or the owner's quota: retry later */
         if (gs->n_live == 0) gen_free(gs);
         else gs->submit_failed = 1; /* the cancelled choices' final events free it */
         job_q_push_front(a, id);
@@ -378,7 +361,7 @@ static void job_start_done(job_prep *p) {
     }
     /* the job stays queued until its first decode step runs (jobs_run_event): only then is an
      * attempt spent, so jobs waiting for a batch slot lose nothing when the server stops */
-    gs->job_gen_length = (double)p->g.params.gen_length * n;
+    gs->job_gen_length = (double)p->gp.g.params.gen_length * n;
     gs->next_run = a->job_runs;
     a->job_runs = gs;
     jobs_pump(a);
@@ -403,16 +386,16 @@ static int job_start(http_api *a, const char *id) {
     p->api = a;
     decode_params defaults = api_defaults(a, m);
     const api_limits *lim = &server_policy(a->srv)->lim;
-    p->rc = chat ? openai_parse_chat(body, strlen(body), &defaults, lim, &p->g, &p->e)
-                 : openai_parse_completion(body, strlen(body), &defaults, lim, &p->g, &p->e);
+    p->gp.rc = chat ? openai_parse_chat(body, strlen(body), &defaults, lim, &p->gp.g, &p->gp.e)
+                 : openai_parse_completion(body, strlen(body), &defaults, lim, &p->gp.g, &p->gp.e);
     free(body);
     p->start = 1;
-    p->m = m;
+    p->gp.m = m;
     p->who = owner;
     snprintf(p->id, sizeof p->id, "%s", id);
-    if (p->rc != 0) { /* validated at creation: only changed limits land here */
+    if (p->gp.rc != 0) { /* validated at creation: only changed limits land here */
         job_store_start(a->jobs, id, 0);
-        if (job_store_attempt_failed(a->jobs, id, p->e.message)) {
+        if (job_store_attempt_failed(a->jobs, id, p->gp.e.message)) {
             subs_notify(a, id); /* its attempt count changed */
             job_q_push(a, id);
         } else {
@@ -421,12 +404,11 @@ static int job_start(http_api *a, const char *id) {
         job_prep_free(p);
         return 1;
     }
-    p->g.stream = 0;
-    p->job.owner_key = callers_owner_key(owner);
-    p->job.run = job_prep_run;
-    p->job.done = job_prep_done;
+    p->gp.g.stream = 0;
+    p->gp.lim = &server_policy(a->srv)->lim;
+    gen_prep_init(&p->gp, callers_owner_key(owner), job_prep_done);
     a->job_starting = 1;
-    server_prep(a->srv, &p->job);
+    server_prep(a->srv, &p->gp.job);
     return 1;
 }
 
@@ -454,12 +436,12 @@ static void job_create_done(job_prep *p) {
     api_error e;
     if (!c) return; /* the client went away before its job was created: no job */
     http_stream_on_close(c, NULL, NULL);
-    if (p->job.skipped) {
+    if (p->gp.job.skipped) {
         api_respond_shutting_down(c);
         return;
     }
-    if (p->rc != 0) {
-        api_respond_error(c, &p->e);
+    if (p->gp.rc != 0) {
+        api_respond_error(c, &p->gp.e);
         return;
     }
     const json_t *wh = json_object_get(p->req, "webhook");
@@ -517,7 +499,7 @@ static void job_create_done(job_prep *p) {
     json_t *obj = job_store_get_json(a->jobs, id, p->who);
     char loc[96];
     snprintf(loc, sizeof loc, "Location: /v1/jobs/%s", id);
-    char *ignored = gen_ignored_header(&p->g); /* what the validation build found unused */
+    char *ignored = gen_ignored_header(&p->gp.g); /* what the validation build found unused */
     const char *hdrs[4] = {loc, NULL, NULL, NULL};
     int nh = 1;
     if (existed) hdrs[nh++] = "Idempotent-Replayed: true";
@@ -537,7 +519,7 @@ static void job_prep_done(prep_job *j) {
 static void job_prep_on_close(void *user) {
     job_prep *p = user;
     p->c = NULL;
-    atomic_store(&p->job.cancel, 1);
+    atomic_store(&p->gp.job.cancel, 1);
 }
 
 /* POST /v1/jobs: parse here (errors answer at once), validate the build on a preparation worker;
@@ -555,9 +537,9 @@ static int h_jobs_create(http_conn *c, const http_req *rq) {
     decode_params defaults = api_defaults(a, m);
     const api_limits *lim = &server_policy(rq->srv)->lim;
     int chat = json_object_get(o, "messages") != NULL;
-    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, lim, &p->g, &e)
-                  : openai_parse_completion(rq->body, rq->body_len, &defaults, lim, &p->g, &e);
-    if (rc == 0 && p->g.stream)
+    int rc = chat ? openai_parse_chat(rq->body, rq->body_len, &defaults, lim, &p->gp.g, &e)
+                  : openai_parse_completion(rq->body, rq->body_len, &defaults, lim, &p->gp.g, &e);
+    if (rc == 0 && p->gp.g.stream)
         rc = oai_error_set(&e, 400, "invalid_value", "stream", "stream is not supported for jobs: read GET /v1/jobs/{id}/events instead");
     if (rc != 0) {
         job_prep_free(p);
@@ -568,13 +550,14 @@ static int h_jobs_create(http_conn *c, const http_req *rq) {
     p->who = xstrdup(who);
     if (http_header(c, "idempotency-key", idem, sizeof idem) > 0) p->idem = xstrdup(idem);
     p->c = c;
-    p->m = m;
-    p->job.owner_key = callers_owner_key(who); /* one caller's jobs are created in request order */
-    p->job.run = job_prep_run;
-    p->job.done = job_prep_done;
+    p->gp.m = m;
+    p->gp.lim = lim;
+    p->gp.wh = a->wh;
+    p->gp.webhook = json_string_value(json_object_get(o, "webhook")); /* o is p->req: lives as long as p */
+    gen_prep_init(&p->gp, callers_owner_key(who), job_prep_done); /* one caller's jobs are created in request order */
     http_respond_later(c);
     http_stream_on_close(c, job_prep_on_close, p);
-    server_prep(rq->srv, &p->job);
+    server_prep(rq->srv, &p->gp.job);
     return 0;
 }
 
