@@ -44,13 +44,6 @@ api_step *api_step_new(sched_event *ev, const char *id) {
     return s;
 }
 
-static void drafts_release(decode_event *ev) {
-    for (int i = 0; i < ev->n_drafts; i++) free((char *)ev->drafts[i].piece);
-    free((decode_draft *)ev->drafts);
-    ev->drafts = NULL;
-    ev->n_drafts = 0;
-}
-
 static int committed_in(const decode_event *ev, int32_t pos) {
     for (int i = 0; i < ev->n_commits; i++)
         if (ev->commits[i].pos == pos) return 1;
@@ -60,7 +53,7 @@ static int committed_in(const decode_event *ev, int32_t pos) {
 void api_step_merge(api_step *into, api_step *next) {
     decode_event *a = &into->ev, *b = &next->ev;
     if (next->drafts_at != DECODE_DRAFTS_AUTO) { /* the later drafts replace the earlier ones */
-        drafts_release(a);
+        decode_event_release_drafts(a);
         a->drafts = b->drafts;
         a->n_drafts = b->n_drafts;
         b->drafts = NULL;

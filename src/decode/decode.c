@@ -638,6 +638,14 @@ static void text_append(decode_seq *s, const char *t, size_t n) {
     if (n) strbuf_put(&s->text, t, n);
 }
 
+/* The tokenizer stream's carried bytes into the text (at the end of the text being produced). */
+static void text_flush(decode_seq *s) {
+    const char *t;
+    size_t n;
+    tok_stream_flush(&s->ts, &t, &n);
+    text_append(s, t, n);
+}
+
 static void emit_done(decode_seq *s, const decode_sink *sink, enum decode_finish reason, const char *error) {
     s->finish = reason;
     s->done = 1;
@@ -708,12 +716,7 @@ static void finish_block(decode_seq *s, const decode_sink *sink) {
             text_append(s, t, n);
         }
     }
-    if (s->has_tok && (last || s->text_stopped)) {
-        const char *t;
-        size_t n;
-        tok_stream_flush(&s->ts, &t, &n);
-        text_append(s, t, n);
-    }
+    if (s->has_tok && (last || s->text_stopped)) text_flush(s);
     decode_event ev;
     memset(&ev, 0, sizeof ev);
     ev.type = DECODE_EVENT_BLOCK;
@@ -1247,12 +1250,7 @@ static void seq_check_deadline(decode_seq *s, uint64_t now, const decode_sink *s
     if (!decode_seq_expired(s, now)) return;
     s->last_step = 1;
     if (s->step_in_block > 0) return;
-    if (s->has_tok && !s->text_stopped) {
-        const char *t;
-        size_t n;
-        tok_stream_flush(&s->ts, &t, &n);
-        text_append(s, t, n);
-    }
+    if (s->has_tok && !s->text_stopped) text_flush(s);
     emit_done(s, sink, s->saw_eos ? DECODE_FINISH_STOP : DECODE_FINISH_LENGTH, NULL);
 }
 

@@ -40,12 +40,18 @@ void decode_event_copy(decode_event *dst, const decode_event *src) {
     dst->error = src->error ? xstrdup(src->error) : NULL;
 }
 
+void decode_event_release_drafts(decode_event *ev) {
+    for (int i = 0; i < ev->n_drafts; i++) free((char *)ev->drafts[i].piece);
+    free((decode_draft *)ev->drafts);
+    ev->drafts = NULL;
+    ev->n_drafts = 0;
+}
+
 void decode_event_release(decode_event *ev) {
     if (!ev) return;
     for (int i = 0; i < ev->n_commits; i++) free((char *)ev->commits[i].piece);
-    for (int i = 0; i < ev->n_drafts; i++) free((char *)ev->drafts[i].piece);
     free((decode_commit *)ev->commits);
-    free((decode_draft *)ev->drafts);
+    decode_event_release_drafts(ev);
     free((char *)ev->text);
     free((char *)ev->error);
     memset(ev, 0, sizeof *ev);

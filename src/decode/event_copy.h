@@ -17,6 +17,8 @@
 /* *dst = a deep copy of *src with seq = NULL (the sequence may be gone when the copy is read);
  * seq_user is kept. */
 void decode_event_copy(decode_event *dst, const decode_event *src);
+/* Free a copy's drafts (pieces and array); n_drafts = 0. */
+void decode_event_release_drafts(decode_event *ev);
 /* Free what decode_event_copy allocated and zero *ev. NULL or zeroed: no-op. */
 void decode_event_release(decode_event *ev);
 
