@@ -84,10 +84,17 @@ export function setBaseModel(isBase) {
   if (!$('prompt').value && localStorage.getItem(DRAFT_KEY) === null) setText(CODE_EXAMPLES[0]);   // a first visit
 }
 
+// The prompt box as tall as its text (at most 220 px). Measuring collapses the box to 'auto' for a
+// moment; the composer keeps its height meanwhile, so that forced layout does not grow the
+// transcript above it and clamp its scroll position (which, with no net size change to follow,
+// left the last answer behind the composer).
 function autosize() {
   const t = $('prompt');
+  const box = $('composer');
+  box.style.minHeight = `${box.offsetHeight}px`;
   t.style.height = 'auto';
   t.style.height = `${Math.min(t.scrollHeight, 220)}px`;
+  box.style.minHeight = '';
 }
 
 export function initComposer(send) {

@@ -50,8 +50,8 @@ function followEnd(t) {
     else if (t.scrollTop < lastTop - 1) pinned = false;   // scrolled up (a smooth scroll down only grows it)
     lastTop = t.scrollTop;
   });
-  new ResizeObserver(() => {
-    if (pinned) scrollToEnd(true);
+  new ResizeObserver(() => {   // at once, before the frame is painted: the end stays where it was
+    if (pinned) t.scrollTo({ top: t.scrollHeight, behavior: 'instant' });
   }).observe(t);
 }
 
@@ -218,9 +218,10 @@ function toggleReplay(v, btn) {
   btn.setAttribute('aria-expanded', 'true');
   btn.classList.add('on');
   // it opens under the answer, below the fold when the answer is the last one: bring it into view,
-  // with the card's end when the whole card fits
+  // with the card's end when the whole card fits; at once (the transcript's smooth scrolling could
+  // be cut short by a later scroll of the same box, leaving the player partly below the fold)
   const fits = v.art.getBoundingClientRect().height <= $('transcript').clientHeight;
-  (fits ? v.art : v.replay.root).scrollIntoView({ block: 'nearest' });
+  (fits ? v.art : v.replay.root).scrollIntoView({ block: 'nearest', behavior: 'instant' });
 }
 
 async function copyText(text, btn) {
