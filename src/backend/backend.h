@@ -35,6 +35,12 @@ typedef struct bweight {
     enum dtype  type;        /* storage dtype */
     int64_t     rows, cols;  /* vectors: rows = 1 */
     void       *owned;       /* backend allocation to free, or NULL for views */
+    const float *scale;      /* DTYPE_F8_E4M3 only (else NULL): f32 multipliers, one per block of
+                                scale_rows x scale_cols elements, row-major
+                                [ceil(rows/scale_rows), ceil(cols/scale_cols)], in the backend's
+                                memory (owned with `owned`): element = fp8 value x its block's scale */
+    int          scale_rows, scale_cols; /* the block: (1, cols) = one scale per output channel
+                                (--quant fp8); (128, 128) = the common FP8 checkpoint layout */
 } bweight;
 
 /* Host data of one weight handed to backend_weight_upload: a dense row-major [rows, cols] array.
@@ -46,13 +52,19 @@ typedef struct bweight_src {
     const void *data;        /* host memory, rows * cols elements of type; not owned. A host backend
                                 may keep a view into it: it must outlive the bweight (unless
                                 backend_weight_keeps_source says the backend took a copy) */
-    enum dtype  type;        /* DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0 or DTYPE_Q4_0 */
+    enum dtype  type;        /* DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0 or DTYPE_Q4_0, or
+                                DTYPE_F8_E4M3 (BACKEND_CAP_FP8 only) with scale below */
     int64_t     rows, cols;  /* vectors: rows = 1 */
+    const float *scale;      /* DTYPE_F8_E4M3: host f32 [ceil(rows/scale_rows), ceil(cols/scale_cols)]
+                                (a checkpoint's weight_scale_inv); not owned. NULL otherwise */
+    int          scale_rows, scale_cols; /* its block shape (bweight.scale_rows / scale_cols) */
     int         rows_only;   /* 1: only ever read by row (backend_embed), never a matmul operand, so a
                                 backend need not build its matmul layout (CPU: bf16 packing) */
     enum dtype  quant;       /* DTYPE_Q8_0 / DTYPE_Q4_0 (BACKEND_CAP_QUANT only): a matrix operand
                                 stored quantized to this type, from a float source (a source already
-                                quantized keeps its own type). Any other value (zero-initialised:
+                                quantized keeps its own type). DTYPE_F8_E4M3 (BACKEND_CAP_FP8 only):
+                                from a float source, stored as FP8 with one scale per output
+                                channel (amax / 448 of the row). Any other value (zero-initialised:
                                 F32): stored as the backend stores type */
 } bweight_src;
 
@@ -179,6 +191,9 @@ enum backend_cap {
     BACKEND_CAP_FUSED         = 1 << 7, /* backend_rope_kv and backend_add_rmsnorm: the small ops
                                            around the GEMMs as one op each (fewer launches on a
                                            device; the CUDA backend, docs/gpu.md) */
+    BACKEND_CAP_FP8           = 1 << 8, /* FP8 E4M3 weights with block scales: weight_upload takes
+                                           them (DTYPE_F8_E4M3 + scale) or quantizes a float matrix
+                                           (bweight_src.quant); matmul / linear read them (CUDA) */
 };
 /* 1 when the backend offers every capability in caps (a mask of backend_cap). */
 int backend_has(const backend *be, unsigned caps);

@@ -139,21 +139,22 @@ typedef struct model_kv_stats {
     uint64_t opened, closed;
 } model_kv_stats;
 
-/* --quant names: "bf16" -> DTYPE_BF16, "q8_0" -> DTYPE_Q8_0, "q4_0" -> DTYPE_Q4_0; 0, or -1 when the
- * name is unknown. model_quant_name is the inverse. */
-#define MODEL_QUANT_NAMES "bf16, q8_0, q4_0"
+/* --quant names: "bf16" -> DTYPE_BF16, "q8_0" -> DTYPE_Q8_0, "q4_0" -> DTYPE_Q4_0, "fp8" ->
+ * DTYPE_F8_E4M3; 0, or -1 when the name is unknown. model_quant_name is the inverse. */
+#define MODEL_QUANT_NAMES "bf16, q8_0, q4_0, fp8"
 static inline int model_quant_parse(const char *name, enum dtype *out) {
     const enum dtype t = !name                    ? DTYPE_OTHER
                          : strcmp(name, "bf16") == 0 ? DTYPE_BF16
                          : strcmp(name, "q8_0") == 0 ? DTYPE_Q8_0
                          : strcmp(name, "q4_0") == 0 ? DTYPE_Q4_0
+                         : strcmp(name, "fp8") == 0  ? DTYPE_F8_E4M3
                                                      : DTYPE_OTHER;
     if (t == DTYPE_OTHER) return -1;
     *out = t;
     return 0;
 }
 static inline const char *model_quant_name(enum dtype q) {
-    return q == DTYPE_Q8_0 ? "q8_0" : q == DTYPE_Q4_0 ? "q4_0" : "bf16";
+    return q == DTYPE_Q8_0 ? "q8_0" : q == DTYPE_Q4_0 ? "q4_0" : q == DTYPE_F8_E4M3 ? "fp8" : "bf16";
 }
 
 #endif /* UM_MODEL_TYPES_H */

@@ -18,6 +18,9 @@ enum dtype {
     DTYPE_OTHER,          /* a dtype safetensors knows but we cannot compute with (I64, U8, ...) */
     DTYPE_Q8_0,           /* blocks of 32: an f16 scale and 32 int8 (34 bytes; util/quant.h) */
     DTYPE_Q4_0,           /* blocks of 32: an f16 scale and 32 4-bit values (18 bytes; util/quant.h) */
+    DTYPE_F8_E4M3,        /* OCP FP8 E4M3 ("e4m3fn": bias 7, no infinities, 0x7f/0xff NaN, max 448),
+                             one byte per element; a weight of this type carries f32 scales per block
+                             (bweight.scale): element = fp8 value x its block's scale */
 };
 
 #define DTYPE_QBLOCK 32   /* elements per block of the quantized types */
@@ -30,6 +33,7 @@ static inline size_t dtype_size(enum dtype t) {
     case DTYPE_F32: return 4;
     case DTYPE_BF16: return 2;
     case DTYPE_F16: return 2;
+    case DTYPE_F8_E4M3: return 1;
     default: return 0;
     }
 }
@@ -51,6 +55,7 @@ static inline const char *dtype_name(enum dtype t) {
     case DTYPE_F16: return "F16";
     case DTYPE_Q8_0: return "Q8_0";
     case DTYPE_Q4_0: return "Q4_0";
+    case DTYPE_F8_E4M3: return "F8_E4M3";
     default: return "OTHER";
     }
 }
@@ -119,6 +124,48 @@ static inline uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | r);
 }
 
+/* FP8 E4M3 (e4m3fn) -> f32, exact; 0x7f / 0xff (NaN) -> NaN. */
+static inline float fp8_e4m3_to_f32(uint8_t b) {
+    const uint32_t sign = (uint32_t)(b & 0x80) << 24;
+    const uint32_t exp = (b >> 3) & 0xf, man = b & 0x7;
+    uint32_t u;
+    if ((b & 0x7f) == 0x7f) {
+        u = sign | 0x7fc00000u;
+    } else if (exp == 0) {   /* subnormal: man x 2^-9 */
+        float f = (float)man * (1.0f / 512.0f);
+        return sign ? -f : f;
+    } else {
+        u = sign | ((exp + 127 - 7) << 23) | (man << 20);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* f32 -> FP8 E4M3, round to nearest even, saturating to +-448 (NaN -> 0x7f). */
+static inline uint8_t f32_to_fp8_e4m3(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7f;
+    float a = f < 0 ? -f : f;
+    if (a >= 464.0f) return (uint8_t)(sign | 0x7e);   /* 448 and above the rounding midpoint: saturate */
+    if (a < 0.015625f) {                              /* below 2^-6: subnormal grid of 2^-9 */
+        const float q = a * 512.0f;                   /* exact */
+        uint32_t r = (uint32_t)q;
+        const float rem = q - (float)r;
+        if (rem > 0.5f || (rem == 0.5f && (r & 1))) r++;
+        return (uint8_t)(sign | r);                   /* r == 8 is the smallest normal, 0x08 */
+    }
+    memcpy(&u, &a, 4);
+    uint32_t exp = ((u >> 23) & 0xff) - 127 + 7, man = u & 0x7fffff;
+    uint32_t r = (exp << 3) | (man >> 20);
+    const uint32_t rem = man & 0xfffff;
+    if (rem > 0x80000 || (rem == 0x80000 && (r & 1))) r++;
+    if (r > 0x7e) r = 0x7e;
+    return (uint8_t)(sign | r);
+}
+
 /* Convert n elements of type t at src to f32. */
 static inline void dtype_to_f32(enum dtype t, const void *src, float *dst, size_t n) {
     if (t == DTYPE_F32) {
@@ -129,6 +176,9 @@ static inline void dtype_to_f32(enum dtype t, const void *src, float *dst, size_
     } else if (t == DTYPE_F16) {
         const uint16_t *s = src;
         for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
+    } else if (t == DTYPE_F8_E4M3) {   /* unscaled values: the caller multiplies by the block scales */
+        const uint8_t *s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = fp8_e4m3_to_f32(s[i]);
     }
 }
 
