@@ -55,9 +55,6 @@ typedef struct bweight_src {
     enum dtype  type;        /* DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_Q8_0 or DTYPE_Q4_0, or
                                 DTYPE_F8_E4M3 (BACKEND_CAP_FP8 only) with scale below */
     int64_t     rows, cols;  /* vectors: rows = 1 */
-    const float *scale;      /* DTYPE_F8_E4M3: host f32 [ceil(rows/scale_rows), ceil(cols/scale_cols)]
-                                (a checkpoint's weight_scale_inv); not owned. NULL otherwise */
-    int          scale_rows, scale_cols; /* its block shape (bweight.scale_rows / scale_cols) */
     int         rows_only;   /* 1: only ever read by row (backend_embed), never a matmul operand, so a
                                 backend need not build its matmul layout (CPU: bf16 packing) */
     enum dtype  quant;       /* DTYPE_Q8_0 / DTYPE_Q4_0 (BACKEND_CAP_QUANT only): a matrix operand
@@ -66,6 +63,9 @@ typedef struct bweight_src {
                                 from a float source, stored as FP8 with one scale per output
                                 channel (amax / 448 of the row). Any other value (zero-initialised:
                                 F32): stored as the backend stores type */
+    const float *scale;      /* DTYPE_F8_E4M3: host f32 [ceil(rows/scale_rows), ceil(cols/scale_cols)]
+                                (a checkpoint's weight_scale_inv); not owned. NULL otherwise */
+    int          scale_rows, scale_cols; /* its block shape (bweight.scale_rows / scale_cols) */
 } bweight_src;
 
 /* Attention over a batch of variable-length sequences packed row after row (varlen layout).
