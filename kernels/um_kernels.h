@@ -24,6 +24,47 @@
 extern "C" {
 #endif
 
+/* ---------------------------------------------------------------- skinny GEMM and FP8 (gemm.cu) */
+
+/* y = x · Wᵀ for at most UMK_GEMM_SKINNY_MAX_M rows of x (a decode step's few rows): weights
+ * streamed at HBM bandwidth, K split over the SMs, up to three products sharing x in one launch.
+ * Weights bf16 (scale[p] NULL) or FP8 E4M3 (scale[p]: f32 per block of scale_rows[p] rows x
+ * scale_cols[p] columns, row-major; scale_cols >= k: one per row block; else exactly 128). */
+#define UMK_GEMM_SKINNY_MAX_M 64
+enum { UMK_GEMM_STORE = 0, UMK_GEMM_ADD = 1, UMK_GEMM_SWIGLU = 2 };
+typedef struct umk_gemm_skinny_args {
+    const uint16_t *x;            /* [m, k] bf16 */
+    int             m, k;
+    int             n_prod;       /* 1..3 (ADD: 1; SWIGLU: 2 of one shape) */
+    const void     *w[3];         /* [n[p], k] */
+    const float    *scale[3];
+    int             scale_rows[3], scale_cols[3];
+    uint16_t       *y[3];         /* STORE: y[p] = x·w[p]ᵀ ([m, n[p]]); ADD: y[0] += bf16(x·w[0]ᵀ);
+                                     SWIGLU: y[0] = silu(bf16(x·w[0]ᵀ)) * bf16(x·w[1]ᵀ), each rounding
+                                     as the single kernels' */
+    int             n[3];
+    int             epi;          /* UMK_GEMM_* */
+    int             splits;       /* K ranges; 0 = chosen from n_sm */
+    int             n_sm;         /* the device's SMs */
+    float          *ws;           /* split-K workspace: umk_gemm_skinny_ws_floats() floats */
+    size_t          ws_floats;
+    unsigned       *count;        /* >= tiles of all products (umk_gemm_skinny_tiles) zeroed once; each
+                                     launch leaves them zero */
+    int             n_count;
+} umk_gemm_skinny_args;
+/* 1 when a product of m rows, k inputs and this weight type (0 bf16, 1 fp8) and scale block runs */
+int         umk_gemm_skinny_supported(int m, int k, int wtype, int scale_rows, int scale_cols);
+size_t      umk_gemm_skinny_ws_floats(const umk_gemm_skinny_args *p);
+int         umk_gemm_skinny_splits(const umk_gemm_skinny_args *p);
+cudaError_t umk_gemm_skinny(const umk_gemm_skinny_args *p, cudaStream_t s);
+/* FP8 per output channel: scale[r] = amax(x[r, :]) / 448 (1 for a zero row), q[r, c] = e4m3(x[r, c] / scale[r])
+ * (round to nearest even, saturating) */
+cudaError_t umk_fp8_quantize_rows(const uint16_t *x, int64_t rows, int64_t k, unsigned char *q, float *scale,
+                                  cudaStream_t s);
+/* out[i, :] = bf16(q[r0 + i, :] * scale of its block) for i < n (scale blocks as umk_gemm_skinny_args) */
+cudaError_t umk_fp8_dequantize(const unsigned char *q, const float *scale, int scale_rows, int scale_cols, int64_t k,
+                               int64_t r0, int64_t n, uint16_t *out, cudaStream_t s);
+
 /* ---------------------------------------------------------------- element-wise (ops.cu) */
 
 /* out[i, :] = wte[ids[i], :], rows of d bf16 */

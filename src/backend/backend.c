@@ -39,6 +39,7 @@ int backend_has(const backend *be, unsigned caps) {
     if (o->comm_join) have |= BACKEND_CAP_COMM;
     if (o->moe_prepare && o->moe_release && o->moe_workspace && o->moe_forward) have |= BACKEND_CAP_MOE;
     if (o->quant_weights) have |= BACKEND_CAP_QUANT;
+    if (o->fp8_weights) have |= BACKEND_CAP_FP8;
     if (o->rope_kv && o->add_rmsnorm) have |= BACKEND_CAP_FUSED;
     return (have & caps) == caps;
 }

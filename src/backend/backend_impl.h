@@ -60,6 +60,9 @@ typedef struct backend_ops {
     /* BACKEND_CAP_QUANT (a flag, not a member function): 1 when weight_upload takes Q8_0 / Q4_0
      * sources and bweight_src.quant, and every op reads such weights */
     int   quant_weights;
+    /* BACKEND_CAP_FP8 (a flag): 1 when weight_upload takes DTYPE_F8_E4M3 sources with scales and
+     * bweight_src.quant = DTYPE_F8_E4M3, and matmul / linear read such weights */
+    int   fp8_weights;
 
     /* ------------------------------------------------ BACKEND_CAP_DEVICE_MEMORY */
     /* (optional) free / total device memory in bytes */

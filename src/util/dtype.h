@@ -171,13 +171,13 @@ static inline void dtype_to_f32(enum dtype t, const void *src, float *dst, size_
     if (t == DTYPE_F32) {
         memcpy(dst, src, n * 4);
     } else if (t == DTYPE_BF16) {
-        const uint16_t *s = src;
+        const uint16_t *s = (const uint16_t *)src;
         for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
     } else if (t == DTYPE_F16) {
-        const uint16_t *s = src;
+        const uint16_t *s = (const uint16_t *)src;
         for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
     } else if (t == DTYPE_F8_E4M3) {   /* unscaled values: the caller multiplies by the block scales */
-        const uint8_t *s = src;
+        const uint8_t *s = (const uint8_t *)src;
         for (size_t i = 0; i < n; i++) dst[i] = fp8_e4m3_to_f32(s[i]);
     }
 }

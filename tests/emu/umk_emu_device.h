@@ -103,6 +103,8 @@ static inline uint32_t __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+static inline void __threadfence() {}   // blocks run one after another
+static inline float __ldcg(const float *p) { return *p; }
 static inline int __popc(uint32_t v) { return __builtin_popcount(v); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 

@@ -289,6 +289,7 @@ static void test_linear(void) {
               {"q/k/v GQA shapes (falls back)", 3, 0, {256, 128, 128}, 0}};
     const int in = 256, n = g_quick ? 8 : 32;
     const int run_batched = g_linear.cuda_linear == BACKEND_CUDA_LINEAR_BATCHED;   /* the rest of the run's mode */
+    backend_cuda_gemm_cublas(g_gpu, 1);   /* the batched GEMM is a cuBLAS path: not the skinny kernel */
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         float *x = rnd((size_t)n * in, -1, 1);
         pw w[3], nw;
@@ -352,6 +353,7 @@ static void test_linear(void) {
         for (int j = 0; j < cs[k].n_w; j++) pw_free(&w[j]);
         pw_free(&nw);
     }
+    backend_cuda_gemm_cublas(g_gpu, 0);
 }
 
 static void test_rope(void) {
@@ -1556,6 +1558,244 @@ static void test_decodes(const model *m) {
     model_ctx_free(&cc);
 }
 
+/* ---------------------------------------------------------------- skinny GEMM and FP8 (gemm.cu) */
+
+/* y[m, n] = x[m, k] · wᵀ in double, w given as floats (dequantized FP8 or bf16) */
+static float *ref_mm(const float *x, const float *w, int m, int n, int k) {
+    float *y = xmalloc((size_t)m * n * sizeof *y);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int c = 0; c < k; c++) acc += (double)x[(size_t)i * k + c] * (double)w[(size_t)j * k + c];
+            y[(size_t)i * n + j] = (float)acc;
+        }
+    return y;
+}
+
+/* an FP8 weight on the GPU and its dequantized floats on the host. blk = 0: from a bf16 matrix with
+ * --quant fp8 (per output channel, quantized on the device; its bytes and scales are compared with
+ * the same quantization on the host); blk = 128: an F8_E4M3 source with 128 x 128 block scales */
+typedef struct fp8w {
+    bweight g;
+    float  *deq;   /* [rows, cols] */
+} fp8w;
+
+static void fp8w_make(fp8w *f, int rows, int cols, int blk) {
+    memset(f, 0, sizeof *f);
+    const size_t n = (size_t)rows * cols;
+    f->deq = xmalloc(n * sizeof *f->deq);
+    um_err err;
+    if (blk == 0) {
+        uint16_t *mem = xmalloc(n * 2);
+        for (size_t i = 0; i < n; i++) mem[i] = f32_to_bf16((float)((urand() - 0.5) * 0.1 * (1 + (i % 7))));
+        bweight_src t = {.name = "parity.fp8", .data = mem, .type = DTYPE_BF16, .rows = rows, .cols = cols,
+                         .quant = DTYPE_F8_E4M3};
+        CHECK(g_gpu->ops->weight_upload(g_gpu, &t, &f->g, &err) == 0);
+        CHECK(f->g.type == DTYPE_F8_E4M3 && f->g.scale_rows == 1 && f->g.scale_cols == cols);
+        uint8_t *q = xmalloc(n);
+        float *sc = xmalloc((size_t)rows * sizeof *sc);
+        CHECK(cudaMemcpy(q, f->g.data, n, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(cudaMemcpy(sc, f->g.scale, (size_t)rows * sizeof *sc, cudaMemcpyDeviceToHost) == cudaSuccess);
+        size_t bad_q = 0, bad_s = 0;
+        for (int r = 0; r < rows; r++) {
+            float amax = 0;
+            for (int c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(bf16_to_f32(mem[(size_t)r * cols + c])));
+            const float s = amax > 0 ? amax / 448.0f : 1.0f;
+            bad_s += sc[r] != s;
+            for (int c = 0; c < cols; c++) {
+                const size_t i = (size_t)r * cols + c;
+                bad_q += q[i] != f32_to_fp8_e4m3(bf16_to_f32(mem[i]) / s);
+                f->deq[i] = fp8_e4m3_to_f32(q[i]) * sc[r];
+            }
+        }
+        CHECKF(bad_q == 0 && bad_s == 0, "fp8 quantize %dx%d on the device: %zu bytes and %zu scales differ from the host's",
+               rows, cols, bad_q, bad_s);
+        free(mem), free(q), free(sc);
+    } else {
+        const int gr = (rows + blk - 1) / blk, gc = (cols + blk - 1) / blk;
+        uint8_t *q = xmalloc(n);
+        float *sc = xmalloc((size_t)gr * gc * sizeof *sc);
+        for (int i = 0; i < gr * gc; i++) sc[i] = (float)(0.5e-3 + 1.5e-3 * urand());
+        for (size_t i = 0; i < n; i++) {
+            uint8_t b = (uint8_t)(urand() * 256.0);
+            if ((b & 0x7f) == 0x7f) b ^= 1;   /* no NaN codes */
+            q[i] = b;
+            const int r = (int)(i / (size_t)cols), c = (int)(i % (size_t)cols);
+            f->deq[i] = fp8_e4m3_to_f32(b) * sc[(r / blk) * gc + c / blk];
+        }
+        bweight_src t = {.name = "parity.fp8blk", .data = q, .type = DTYPE_F8_E4M3, .rows = rows, .cols = cols,
+                         .scale = sc, .scale_rows = blk, .scale_cols = blk};
+        CHECK(g_gpu->ops->weight_upload(g_gpu, &t, &f->g, &err) == 0);
+        free(q), free(sc);
+    }
+}
+
+static void fp8w_free(fp8w *f) {
+    g_gpu->ops->weight_free(g_gpu, &f->g);
+    free(f->deq);
+}
+
+static float *w_floats(const uint16_t *mem, size_t n) {
+    float *f = xmalloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(mem[i]);
+    return f;
+}
+
+static void test_skinny(void) {
+    char what[128];
+    /* bf16 products through backend_matmul: the skinny kernel (<= 64 rows) vs fp64 and vs cuBLAS;
+     * the same launch twice is bit-identical (split-K partials summed in split order) */
+    struct {
+        int m, n, k;
+    } cs[] = {{1, 300, 264}, {7, 128, 512}, {16, 1000, 256}, {33, 257, 1024}, {64, 384, 2048}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int m = cs[c].m, n = cs[c].n, k = g_emu && cs[c].k > 1024 ? 1024 : cs[c].k;
+        float *x = rnd((size_t)m * k, -1, 1);
+        pw w;
+        pw_make(&w, n, k, 0.05f);
+        float *wf = w_floats(w.mem, (size_t)n * k), *ref = ref_mm(x, wf, m, n, k);
+        void *gx = g_up(x, (size_t)m * k), *gy = g_poisoned((size_t)m * n), *gy2 = g_poisoned((size_t)m * n);
+        g_gpu->ops->matmul(g_gpu, gx, &w.g, NULL, m, gy);
+        g_gpu->ops->matmul(g_gpu, gx, &w.g, NULL, m, gy2);
+        float *a = g_down(gy, (size_t)m * n), *b = g_down(gy2, (size_t)m * n);
+        snprintf(what, sizeof what, "skinny bf16 m=%d n=%d k=%d vs fp64", m, n, k);
+        expect_close(what, a, ref, (size_t)m * n, 4e-3);
+        CHECKF(memcmp(a, b, (size_t)m * n * sizeof *a) == 0, "skinny m=%d n=%d k=%d: two runs differ", m, n, k);
+        backend_cuda_gemm_cublas(g_gpu, 1);
+        g_gpu->ops->matmul(g_gpu, gx, &w.g, NULL, m, gy2);
+        backend_cuda_gemm_cublas(g_gpu, 0);
+        float *cb = g_down(gy2, (size_t)m * n);
+        snprintf(what, sizeof what, "skinny bf16 m=%d n=%d k=%d vs cuBLAS", m, n, k);
+        expect_close(what, a, cb, (size_t)m * n, 4e-3);
+        free(x), free(wf), free(ref), free(a), free(b), free(cb);
+        g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gy), g_gpu->ops->act_free(g_gpu, gy2);
+        pw_free(&w);
+    }
+
+    /* the split-K reduction itself: 1, 3 and 7 K ranges of one product, launched directly */
+    {
+        const int m = 20, n = 260, k = 1536;
+        float *x = rnd((size_t)m * k, -1, 1);
+        pw w;
+        pw_make(&w, n, k, 0.05f);
+        float *wf = w_floats(w.mem, (size_t)n * k), *ref = ref_mm(x, wf, m, n, k);
+        void *gx = g_up(x, (size_t)m * k);
+        const size_t ws_floats = (size_t)1 << 20;
+        void *ws = g_gpu->ops->act_alloc(g_gpu, 2 * ws_floats), *cnt = g_gpu->ops->act_alloc(g_gpu, 2 * 64);
+        backend_act_zero(g_gpu, cnt, 2 * 64);
+        const int splits[] = {1, 3, 8};   /* 24 stages: 24, 8 and 3 per range */
+        for (int i = 0; i < 3; i++) {
+            void *gy = g_poisoned((size_t)m * n);
+            backend_synchronize(g_gpu);
+            umk_gemm_skinny_args a = {.x = gx, .m = m, .k = k, .n_prod = 1, .w = {w.g.data}, .y = {gy}, .n = {n},
+                                      .epi = UMK_GEMM_STORE, .splits = splits[i], .n_sm = 4, .ws = ws,
+                                      .ws_floats = ws_floats, .count = cnt, .n_count = 64};
+            const int got = umk_gemm_skinny_splits(&a);
+            CHECK(umk_gemm_skinny(&a, 0) == cudaSuccess);
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            float *y = g_down(gy, (size_t)m * n);
+            snprintf(what, sizeof what, "skinny bf16 split-K %d ranges (%d asked) vs fp64", got, splits[i]);
+            expect_close(what, y, ref, (size_t)m * n, 4e-3);
+            CHECKF(got == splits[i], "skinny: %d K ranges asked, %d run", splits[i], got);
+            free(y);
+            g_gpu->ops->act_free(g_gpu, gy);
+        }
+        uint32_t counts[64];
+        CHECK(cudaMemcpy(counts, cnt, sizeof counts, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int dirty = 0;
+        for (int i = 0; i < 64; i++) dirty += counts[i] != 0;
+        CHECKF(dirty == 0, "skinny: %d tile counts left non-zero after the launches", dirty);
+        free(x), free(wf), free(ref);
+        g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, ws), g_gpu->ops->act_free(g_gpu, cnt);
+        pw_free(&w);
+    }
+
+    /* backend_linear's epilogues in one launch vs the same op on cuBLAS + the single kernels */
+    struct {
+        const char *what;
+        int n_w, epi, out[3];
+    } ls[] = {{"q/k/v GQA shapes", 3, BLIN_STORE, {384, 128, 128}},
+              {"o + residual add", 1, BLIN_ADD, {256, 0, 0}},
+              {"gate/up + swiglu", 2, BLIN_SWIGLU, {704, 704, 0}}};
+    const int in = 256;
+    for (size_t c = 0; c < sizeof ls / sizeof ls[0]; c++)
+        for (int mi = 0; mi < 2; mi++) {
+            const int m = mi ? 32 : 5;
+            float *x = rnd((size_t)m * in, -1, 1), *r0 = rnd((size_t)m * ls[c].out[0], -1, 1);
+            pw w[3];
+            for (int j = 0; j < ls[c].n_w; j++) pw_make(&w[j], ls[c].out[j], in, 0.05f);
+            const int n_out = ls[c].epi == BLIN_STORE ? ls[c].n_w : 1;
+            float *res[2][3];
+            void *gx = g_up(x, (size_t)m * in), *gt = g_poisoned((size_t)m * ls[c].out[0]);
+            for (int mode = 0; mode < 2; mode++) {
+                blinear op = {.x = gx, .n = m, .epi = ls[c].epi, .n_w = ls[c].n_w, .tmp_y = gt};
+                void *gy[3];
+                for (int j = 0; j < ls[c].n_w; j++) op.w[j] = &w[j].g;
+                for (int j = 0; j < n_out; j++)
+                    op.y[j] = gy[j] = ls[c].epi == BLIN_ADD ? g_up(r0, (size_t)m * ls[c].out[0])
+                                                            : g_poisoned((size_t)m * ls[c].out[j]);
+                backend_cuda_gemm_cublas(g_gpu, mode);
+                backend_linear(g_gpu, &op);
+                backend_cuda_gemm_cublas(g_gpu, 0);
+                for (int j = 0; j < n_out; j++) {
+                    res[mode][j] = g_down(gy[j], (size_t)m * ls[c].out[j]);
+                    g_gpu->ops->act_free(g_gpu, gy[j]);
+                }
+            }
+            for (int j = 0; j < n_out; j++) {
+                snprintf(what, sizeof what, "skinny linear %s m=%d vs cuBLAS + single kernels, out %d", ls[c].what, m, j);
+                expect_close(what, res[0][j], res[1][j], (size_t)m * ls[c].out[j], 1e-2);
+                free(res[0][j]), free(res[1][j]);
+            }
+            free(x), free(r0);
+            g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gt);
+            for (int j = 0; j < ls[c].n_w; j++) pw_free(&w[j]);
+        }
+
+    /* FP8 weights: per output channel (quantized on the device) and 128 x 128 blocks (as stored),
+     * through the skinny kernel (<= 64 rows) and the dequantize + cuBLAS path (more rows) */
+    struct {
+        int blk, n, k;
+    } fs[] = {{0, 300, 512}, {128, 300, 384}, {128, 256, 1024}};
+    const int ms[] = {1, 16, 64, 100};
+    for (size_t c = 0; c < sizeof fs / sizeof fs[0]; c++) {
+        fp8w f;
+        fp8w_make(&f, fs[c].n, fs[c].k, fs[c].blk);
+        for (int mi = 0; mi < 4; mi++) {
+            const int m = ms[mi], n = fs[c].n, k = fs[c].k;
+            float *x = rnd((size_t)m * k, -1, 1), *ref = ref_mm(x, f.deq, m, n, k);
+            void *gx = g_up(x, (size_t)m * k), *gy = g_poisoned((size_t)m * n);
+            g_gpu->ops->matmul(g_gpu, gx, &f.g, NULL, m, gy);
+            float *y = g_down(gy, (size_t)m * n);
+            snprintf(what, sizeof what, "fp8 %s m=%d n=%d k=%d vs fp64", fs[c].blk ? "128x128 blocks" : "per channel",
+                     m, n, k);
+            expect_close(what, y, ref, (size_t)m * n, 4e-3);
+            free(x), free(ref), free(y);
+            g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gy);
+        }
+        fp8w_free(&f);
+    }
+    {   /* FP8 gate/up + SwiGLU in one launch vs fp64 of the rounded products */
+        const int m = 12, n = 320, k = 256;
+        fp8w g, u;
+        fp8w_make(&g, n, k, 0);
+        fp8w_make(&u, n, k, 0);
+        float *x = rnd((size_t)m * k, -1, 1), *rg = ref_mm(x, g.deq, m, n, k), *ru = ref_mm(x, u.deq, m, n, k);
+        for (size_t i = 0; i < (size_t)m * n; i++) {
+            const float a = bfr(rg[i]), b = bfr(ru[i]);
+            rg[i] = a / (1.0f + expf(-a)) * b;
+        }
+        void *gx = g_up(x, (size_t)m * k), *gy = g_poisoned((size_t)m * n), *gt = g_poisoned((size_t)m * n);
+        blinear op = {.x = gx, .n = m, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&g.g, &u.g}, .y = {gy}, .tmp_y = gt};
+        backend_linear(g_gpu, &op);
+        float *y = g_down(gy, (size_t)m * n);
+        expect_close("fp8 gate/up + swiglu m=12 vs fp64", y, rg, (size_t)m * n, 1e-2);
+        free(x), free(rg), free(ru), free(y);
+        g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gy), g_gpu->ops->act_free(g_gpu, gt);
+        fp8w_free(&g), fp8w_free(&u);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *device = "cuda:0", *tmp = getenv("UNMASK_TEST_TMP");
     for (int i = 1; i < argc; i++) {
@@ -1588,6 +1828,7 @@ int main(int argc, char **argv) {
     test_rmsnorm();
     test_matmul();
     test_linear();
+    test_skinny();
     test_rope();
     test_rope_kv();
     test_swiglu_add();

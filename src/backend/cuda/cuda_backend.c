@@ -41,6 +41,9 @@ int backend_cuda_parse_device(const char *s) {
 /* attention key-split partials (kernels/attention.cu): a cached step of the 8B shape at batch 1 takes
  * 8 splits x 32 rows x 32 heads x 130 floats = 4.3 MB; the kernel takes fewer splits when it is short */
 #define ATTN_WS_BYTES ((size_t)16 << 20)
+#define GS_WS_FLOATS ((size_t)8 << 20)   /* skinny GEMM split-K partials: 32 MiB */
+#define GS_COUNTS 16384                   /* its per-tile counts (a tile = 128 output columns) */
+#define FP8_DEQ_ELEMS ((size_t)32 << 20)  /* bf16 rows of an FP8 weight for cuBLAS: 64 MiB */
 #define FIT_RESERVE_BYTES (512ull << 20) /* kept free for cuBLAS, staging, the CUDA context growth */
 
 const char *cublas_status_name(cublasStatus_t s) {
@@ -212,28 +215,13 @@ static void upload_progress(cuda_impl *ci, int final) {
     }
 }
 
-static int cuda_weight_upload(backend *be, const bweight_src *t, bweight *out, um_err *err) {
-    cuda_impl *ci = cuda_impl_of(be);
-    cuda_use_device(ci);
-    CHECK(!ci->capturing);
-    memset(out, 0, sizeof *out);
-    CHECK((t->type == DTYPE_F32 || t->type == DTYPE_BF16 || t->type == DTYPE_F16) && t->rows > 0 && t->cols > 0);
-    const int64_t rows = t->rows, cols = t->cols;
-    const size_t n = (size_t)(rows * cols), dev_bytes = n * 2, es = dtype_size(t->type);
-    size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if ((uint64_t)dev_bytes + FIT_RESERVE_BYTES / 4 > (uint64_t)free_b)
-        return um_err_set(err, UM_ERR_RESOURCE,
-                          "model does not fit on %s (%s): tensor '%s' needs %.1f MiB but only %.1f MiB of %.1f GiB "
-                          "are free after %.2f GiB of weights",
-                          be->name, ci->name, t->name, mib(dev_bytes), mib(free_b), gib(total_b), gib(ci->up_done));
-    void *d = NULL;
-    cudaError_t e = cudaMalloc(&d, dev_bytes);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return um_err_set(err, UM_ERR_RESOURCE, "model does not fit on %s (%s): allocating %.1f MiB for tensor '%s': %s",
-                          be->name, ci->name, mib(dev_bytes), t->name, cudaGetErrorString(e));
-    }
+/* Copy a host matrix to the device through the two pinned staging buffers (the host copy of one
+ * overlaps the DMA of the other): BF16 and F8_E4M3 sources byte for byte into dst, F32 / F16
+ * converted to bf16 on the device (dst then holds bf16). */
+static void upload_elems(cuda_impl *ci, const bweight_src *t, void *dst) {
+    const size_t n = (size_t)(t->rows * t->cols), es = dtype_size(t->type);
+    const int raw = t->type == DTYPE_BF16 || t->type == DTYPE_F8_E4M3;
+    const size_t des = raw ? es : 2;   /* device bytes per element */
     if (ci->up_done == 0) ci->up_t0 = time_now_s();
     const char *src = t->data;
     const size_t per = ci->up_chunk / es;
@@ -243,18 +231,103 @@ static int cuda_weight_upload(backend *be, const bweight_src *t, bweight *out, u
         ci->up_next ^= 1;
         if (ci->up_used[b]) CUDA_CHECK(cudaEventSynchronize(ci->up_ev[b]));   /* buffer b free again */
         memcpy(ci->up_host[b], src + off * es, cnt * es);                     /* reads the mapping */
-        if (t->type == DTYPE_BF16) {
-            CUDA_CHECK(cudaMemcpyAsync((uint16_t *)d + off, ci->up_host[b], cnt * 2, cudaMemcpyHostToDevice, ci->stream));
+        if (raw) {
+            CUDA_CHECK(cudaMemcpyAsync((char *)dst + off * des, ci->up_host[b], cnt * es, cudaMemcpyHostToDevice,
+                                       ci->stream));
         } else {
             CUDA_CHECK(cudaMemcpyAsync(ci->up_dev[b], ci->up_host[b], cnt * es, cudaMemcpyHostToDevice, ci->stream));
-            CUDA_CHECK(umk_to_bf16(ci->up_dev[b], t->type == DTYPE_F16, cnt, (uint16_t *)d + off, ci->stream));
+            CUDA_CHECK(umk_to_bf16(ci->up_dev[b], t->type == DTYPE_F16, cnt, (uint16_t *)dst + off, ci->stream));
         }
         CUDA_CHECK(cudaEventRecord(ci->up_ev[b], ci->stream));
         ci->up_used[b] = 1;
-        ci->up_done += cnt * 2;
+        ci->up_done += cnt * des;
         upload_progress(ci, 0);
     }
     if (ci->up_total && ci->up_done >= ci->up_total) upload_progress(ci, 1);
+}
+
+/* cudaMalloc with the "does not fit" message of a weight */
+static int weight_alloc(backend *be, cuda_impl *ci, const char *name, size_t bytes, void **out, um_err *err) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if ((uint64_t)bytes + FIT_RESERVE_BYTES / 4 > (uint64_t)free_b)
+        return um_err_set(err, UM_ERR_RESOURCE,
+                          "model does not fit on %s (%s): tensor '%s' needs %.1f MiB but only %.1f MiB of %.1f GiB "
+                          "are free after %.2f GiB of weights",
+                          be->name, ci->name, name, mib(bytes), mib(free_b), gib(total_b), gib(ci->up_done));
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return um_err_set(err, UM_ERR_RESOURCE, "model does not fit on %s (%s): allocating %.1f MiB for tensor '%s': %s",
+                          be->name, ci->name, mib(bytes), name, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+/* The scratch an FP8 weight needs at > 64 rows (cuda_matmul): allocated with the first FP8 weight,
+ * never while a graph is captured. */
+static int fp8_scratch(backend *be, cuda_impl *ci, const char *name, um_err *err) {
+    if (ci->fp8_deq) return 0;
+    void *p = NULL;
+    if (weight_alloc(be, ci, name, FP8_DEQ_ELEMS * 2, &p, err) != 0) return -1;
+    ci->fp8_deq = p;
+    return 0;
+}
+
+/* FP8 E4M3 weights: one allocation holds the bytes, then (256-byte aligned) the f32 block scales.
+ * From an F8_E4M3 source with its scales as stored; from a float source (quant == F8_E4M3) the
+ * matrix goes up as bf16 into a temporary buffer and is quantized per output channel there. */
+static int upload_fp8(backend *be, cuda_impl *ci, const bweight_src *t, bweight *out, um_err *err) {
+    const int64_t rows = t->rows, cols = t->cols;
+    const int from_fp8 = t->type == DTYPE_F8_E4M3;
+    const int sr = from_fp8 ? t->scale_rows : 1, sc = from_fp8 ? t->scale_cols : (int)cols;
+    CHECK(sr >= 1 && sc >= 1 && (!from_fp8 || t->scale));
+    const size_t n = (size_t)(rows * cols), q_bytes = (n + 255) & ~(size_t)255;
+    const size_t n_scale = (size_t)((rows + sr - 1) / sr) * (size_t)((cols + sc - 1) / sc);
+    void *base = NULL;
+    if (fp8_scratch(be, ci, t->name, err) != 0) return -1;
+    if (weight_alloc(be, ci, t->name, q_bytes + n_scale * sizeof(float), &base, err) != 0) return -1;
+    float *scale = (float *)((char *)base + q_bytes);
+    if (from_fp8) {
+        upload_elems(ci, t, base);
+        CUDA_CHECK(cudaMemcpyAsync(scale, t->scale, n_scale * sizeof(float), cudaMemcpyHostToDevice, ci->stream));
+        CUDA_CHECK(cudaStreamSynchronize(ci->stream));   /* t->scale may go after this call */
+    } else {
+        void *tmp = NULL;
+        if (weight_alloc(be, ci, t->name, n * 2, &tmp, err) != 0) {
+            CUDA_CHECK(cudaFree(base));
+            return -1;
+        }
+        upload_elems(ci, t, tmp);
+        CUDA_CHECK(umk_fp8_quantize_rows(tmp, rows, cols, base, scale, ci->stream));
+        CUDA_CHECK(cudaStreamSynchronize(ci->stream));
+        CUDA_CHECK(cudaFree(tmp));
+    }
+    out->data = base;
+    out->owned = base;
+    out->type = DTYPE_F8_E4M3;
+    out->rows = rows;
+    out->cols = cols;
+    out->scale = scale;
+    out->scale_rows = sr;
+    out->scale_cols = sc;
+    return 0;
+}
+
+static int cuda_weight_upload(backend *be, const bweight_src *t, bweight *out, um_err *err) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CHECK(!ci->capturing);
+    memset(out, 0, sizeof *out);
+    CHECK((t->type == DTYPE_F32 || t->type == DTYPE_BF16 || t->type == DTYPE_F16 || t->type == DTYPE_F8_E4M3) &&
+          t->rows > 0 && t->cols > 0);
+    if (t->type == DTYPE_F8_E4M3 || (t->quant == DTYPE_F8_E4M3 && !t->rows_only))
+        return upload_fp8(be, ci, t, out, err);
+    const int64_t rows = t->rows, cols = t->cols;
+    void *d = NULL;
+    if (weight_alloc(be, ci, t->name, (size_t)(rows * cols) * 2, &d, err) != 0) return -1;
+    upload_elems(ci, t, d);
     out->data = d;
     out->owned = d;
     out->type = DTYPE_BF16;
@@ -431,22 +504,111 @@ static void cuda_rmsnorm(backend *be, const void *x, const bweight *w, int n, in
     CUDA_CHECK(umk_rmsnorm(x, w->data, n, d, eps, out, ci->stream));
 }
 
+/* The skinny kernel takes this weight at n rows: FP8 always when its shape allows; bf16 unless
+ * --cuda-gemm cublas. */
+static int skinny_takes(const cuda_impl *ci, const bweight *w, int n) {
+    if (w->type == DTYPE_F8_E4M3) return umk_gemm_skinny_supported(n, (int)w->cols, 1, w->scale_rows, w->scale_cols);
+    return w->type == DTYPE_BF16 && !ci->gemm_cublas && umk_gemm_skinny_supported(n, (int)w->cols, 0, 1, 1);
+}
+
+/* Fill the launch's workspace fields; fewer K splits when the partials would not fit. 0, or -1
+ * when even one split does not (the caller takes another path). */
+static int skinny_plan(cuda_impl *ci, umk_gemm_skinny_args *a) {
+    a->n_sm = ci->n_sm;
+    a->ws = ci->gs_ws;
+    a->ws_floats = GS_WS_FLOATS;
+    a->count = ci->gs_count;
+    a->n_count = GS_COUNTS;
+    int tiles = 0;
+    for (int i = 0; i < a->n_prod; i++) tiles += (a->n[i] + 127) / 128;
+    if (tiles > GS_COUNTS) return -1;
+    a->splits = 0;
+    int sp = umk_gemm_skinny_splits(a);
+    while (umk_gemm_skinny_ws_floats(a) > GS_WS_FLOATS) {
+        if (sp <= 1) return -1;
+        a->splits = --sp;
+    }
+    return 0;
+}
+
+/* y = x · Wᵀ for an FP8 weight at more rows than the skinny kernel takes: FP8_DEQ_ELEMS-sized row
+ * blocks of W dequantized to bf16, each a cuBLAS GEMM into its columns of y. */
+static void fp8_matmul_dequant(cuda_impl *ci, const void *x, const bweight *w, int n, void *y) {
+    CHECK(ci->fp8_deq);
+    const float one = 1.0f, zero = 0.0f;
+    const int m_out = (int)w->rows, k_in = (int)w->cols;
+    int64_t per = (int64_t)(FP8_DEQ_ELEMS / (size_t)k_in);
+    CHECK(per >= 1);
+    for (int64_t r0 = 0; r0 < m_out; r0 += per) {
+        const int rn = (int)(m_out - r0 < per ? m_out - r0 : per);
+        CUDA_CHECK(umk_fp8_dequantize(w->data, w->scale, w->scale_rows, w->scale_cols, k_in, r0, rn, ci->fp8_deq,
+                                      ci->stream));
+        CUBLAS_CHECK(ci->cb->gemm_ex(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, rn, n, k_in, &one, ci->fp8_deq, CUDA_R_16BF,
+                                     k_in, x, CUDA_R_16BF, k_in, &zero, (uint16_t *)y + r0, CUDA_R_16BF, m_out,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+}
+
 static void cuda_matmul(backend *be, const void *x, const bweight *w, const bweight *bias, int n, void *y) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
-    CHECK(w->type == DTYPE_BF16);
+    CHECK(w->type == DTYPE_BF16 || w->type == DTYPE_F8_E4M3);
     if (n <= 0) return;
-    /* row-major y[n, out] = x[n, in] · Wᵀ  ==  column-major yᵀ[out, n] = W[out, in] (stored as in x out
-     * column-major, so op T) · xᵀ[in, n] */
     const float one = 1.0f, zero = 0.0f;
     const int m_out = (int)w->rows, k_in = (int)w->cols;
-    CUBLAS_CHECK(ci->cb->gemm_ex(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_out, n, k_in, &one, w->data, CUDA_R_16BF, k_in,
-                              x, CUDA_R_16BF, k_in, &zero, y, CUDA_R_16BF, m_out, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    umk_gemm_skinny_args a = {.x = x, .m = n, .k = k_in, .n_prod = 1, .w = {w->data}, .scale = {w->scale},
+                              .scale_rows = {w->scale_rows}, .scale_cols = {w->scale_cols}, .y = {y}, .n = {m_out},
+                              .epi = UMK_GEMM_STORE};
+    if (skinny_takes(ci, w, n) && skinny_plan(ci, &a) == 0) {
+        CUDA_CHECK(umk_gemm_skinny(&a, ci->stream));
+    } else if (w->type == DTYPE_F8_E4M3) {
+        fp8_matmul_dequant(ci, x, w, n, y);
+    } else {
+        /* row-major y[n, out] = x[n, in] · Wᵀ  ==  column-major yᵀ[out, n] = W[out, in] (stored as in x out
+         * column-major, so op T) · xᵀ[in, n] */
+        CUBLAS_CHECK(ci->cb->gemm_ex(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_out, n, k_in, &one, w->data, CUDA_R_16BF,
+                                     k_in, x, CUDA_R_16BF, k_in, &zero, y, CUDA_R_16BF, m_out, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+    }
     if (bias) {
         CHECK(bias->type == DTYPE_BF16 && bias->rows * bias->cols == w->rows);
         CUDA_CHECK(umk_bias_add(y, bias->data, n, m_out, ci->stream));
     }
+}
+
+/* backend_linear at <= 64 rows: the op's products in one skinny launch with its epilogue (q/k/v
+ * together, gate/up with the SwiGLU, o / down with the residual add). 0 when the op is not one it
+ * takes (the caller runs another path); nothing has been launched then. */
+static int linear_skinny(backend *be, const blinear *op) {
+    cuda_impl *ci = cuda_impl_of(be);
+    if (op->n <= 0 || op->n > UMK_GEMM_SKINNY_MAX_M || op->n_w < 1 || op->n_w > 3) return 0;
+    if (op->epi == BLIN_ADD && op->n_w != 1) return 0;
+    if (op->epi == BLIN_SWIGLU && (op->n_w != 2 || op->w[1]->rows != op->w[0]->rows)) return 0;
+    umk_gemm_skinny_args a = {.x = op->norm ? op->tmp_h : op->x, .m = op->n, .k = (int)op->w[0]->cols,
+                              .n_prod = op->n_w,
+                              .epi = op->epi == BLIN_ADD      ? UMK_GEMM_ADD
+                                     : op->epi == BLIN_SWIGLU ? UMK_GEMM_SWIGLU
+                                                              : UMK_GEMM_STORE};
+    for (int j = 0; j < op->n_w; j++) {
+        const bweight *w = op->w[j];
+        if (w->type != op->w[0]->type || w->cols != op->w[0]->cols || !skinny_takes(ci, w, op->n)) return 0;
+        if (w->type == DTYPE_F8_E4M3 && (w->scale_cols >= w->cols) != (op->w[0]->scale_cols >= op->w[0]->cols))
+            return 0;
+        a.w[j] = w->data;
+        a.scale[j] = w->scale;
+        a.scale_rows[j] = w->scale_rows;
+        a.scale_cols[j] = w->scale_cols;
+        a.n[j] = (int)w->rows;
+        a.y[j] = op->y[op->epi == BLIN_STORE ? j : 0];
+    }
+    if (skinny_plan(ci, &a) != 0) return 0;
+    cuda_use_device(ci);
+    if (op->norm) {
+        CHECK(op->tmp_h);
+        cuda_rmsnorm(be, op->x, op->norm, op->n, a.k, op->eps, op->tmp_h);
+    }
+    CUDA_CHECK(umk_gemm_skinny(&a, ci->stream));
+    return 1;
 }
 
 /* backend_linear. With --cuda-linear batched (backend_options), the products of an op whose weights share one
@@ -456,6 +618,7 @@ static void cuda_matmul(backend *be, const void *x, const bweight *w, const bwei
  * and are reused). Everything else, and the default, is backend_linear_unfused. */
 static void cuda_linear(backend *be, const blinear *op) {
     cuda_impl *ci = cuda_impl_of(be);
+    if (linear_skinny(be, op)) return;
     int same = ci->linear_batched && op->n_w >= 2 && op->n > 0 && (op->epi == BLIN_STORE || op->epi == BLIN_SWIGLU);
     for (int j = 0; same && j < op->n_w; j++)
         same = op->w[j]->type == DTYPE_BF16 && op->w[j]->rows == op->w[0]->rows && op->w[j]->cols == op->w[0]->cols;
@@ -726,6 +889,9 @@ static void cuda_free_backend(backend *be) {
     CUBLAS_CHECK(ci->cb->destroy(ci->cublas));
     CUDA_CHECK(cudaFree(ci->cublas_ws));
     CUDA_CHECK(cudaFree(ci->attn_ws));
+    CUDA_CHECK(cudaFree(ci->gs_ws));
+    CUDA_CHECK(cudaFree(ci->gs_count));
+    if (ci->fp8_deq) CUDA_CHECK(cudaFree(ci->fp8_deq));
     CUDA_CHECK(cudaStreamDestroy(ci->stream));
     free((char *)be->name);
     free(ci);
@@ -856,6 +1022,7 @@ static void cuda_host_parallel_for(backend *be, int64_t n, int64_t grain, backen
 static const backend_ops k_cuda_ops = {
     .name = "cuda",
     .weight_upload = cuda_weight_upload,
+    .fp8_weights = 1,
     .weight_free = cuda_weight_free,
     .act_alloc = cuda_act_alloc,
     .act_free = cuda_act_free,
@@ -973,7 +1140,8 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
      * another process filled is a um_err here, not a CUDA_CHECK abort below */
     size_t free0 = 0, total0 = 0;
     e = cudaMemGetInfo(&free0, &total0);
-    const uint64_t own = (uint64_t)CUBLAS_WS_BYTES + 2ull * UPLOAD_CHUNK + STAGE_CHUNK_MIN;
+    const uint64_t own = (uint64_t)CUBLAS_WS_BYTES + 2ull * UPLOAD_CHUNK + STAGE_CHUNK_MIN + ATTN_WS_BYTES +
+                         GS_WS_FLOATS * sizeof(float);
     if (e != cudaSuccess || (uint64_t)free0 < own + FIT_RESERVE_BYTES / 4) {
         (void)cudaGetLastError();
         um_err_set(err, UM_ERR_RESOURCE,
@@ -991,12 +1159,16 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->n_sm = prop.multiProcessorCount;
     ci->linear_batched = lin_batched;
     ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
+    ci->gemm_cublas = o && o->cuda_gemm_cublas;   /* A/B switch (docs/gpu.md) */
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cb->create(&ci->cublas));
     CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));
     ci->cublas_ws_bytes = CUBLAS_WS_BYTES;
     CUDA_CHECK(cudaMalloc(&ci->cublas_ws, ci->cublas_ws_bytes));
     CUDA_CHECK(cudaMalloc((void **)&ci->attn_ws, ATTN_WS_BYTES));
+    CUDA_CHECK(cudaMalloc((void **)&ci->gs_ws, GS_WS_FLOATS * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&ci->gs_count, GS_COUNTS * sizeof(unsigned)));
+    CUDA_CHECK(cudaMemset(ci->gs_count, 0, GS_COUNTS * sizeof(unsigned)));
     CUBLAS_CHECK(cb->set_workspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
     CUBLAS_CHECK(cb->set_math_mode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     ci->stage.ring = 1;
@@ -1085,6 +1257,7 @@ void backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused) {
 }
 
 void backend_cuda_linear_batched(backend *be, int on) { cuda_impl_of(be)->linear_batched = on; }
+void backend_cuda_gemm_cublas(backend *be, int on) { cuda_impl_of(be)->gemm_cublas = on; }
 void backend_cuda_fuse(backend *be, int on) { cuda_impl_of(be)->unfused = !on; }
 
 void backend_cuda_stage_reuse(backend *be, int on) {
@@ -1266,6 +1439,7 @@ void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA
 void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be, (void)c, (void)r; CUDA_UNAVAILABLE(); }
 void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_linear_batched(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_gemm_cublas(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_fuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }

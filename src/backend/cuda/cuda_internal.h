@@ -146,6 +146,12 @@ typedef struct cuda_impl {
                                           (--cuda-linear batched; cuda_linear) */
     int            unfused;            /* 1: rope_kv / add_rmsnorm run their single kernels
                                           (--cuda-fuse off; backend_options.cuda_unfused) */
+    int            gemm_cublas;        /* 1: bf16 products of <= 64 rows on cuBLAS too, not the skinny
+                                          kernel (--cuda-gemm cublas; an A/B switch) */
+    float         *gs_ws;              /* skinny GEMM split-K partials, GS_WS_FLOATS */
+    unsigned      *gs_count;           /* its per-tile arrival counts, GS_COUNTS, zero between launches */
+    uint16_t      *fp8_deq;            /* FP8 weights at > 64 rows: bf16 rows dequantized for cuBLAS,
+                                          FP8_DEQ_ELEMS */
 } cuda_impl;
 
 static inline cuda_impl *cuda_impl_of(backend *be) { return (cuda_impl *)be->impl; }
