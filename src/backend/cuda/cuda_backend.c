@@ -522,12 +522,13 @@ static int skinny_plan(cuda_impl *ci, umk_gemm_skinny_args *a) {
     int tiles = 0;
     for (int i = 0; i < a->n_prod; i++) tiles += (a->n[i] + 127) / 128;
     if (tiles > GS_COUNTS) return -1;
-    a->splits = 0;
+    a->splits = ci->gs_splits;
     int sp = umk_gemm_skinny_splits(a);
     while (umk_gemm_skinny_ws_floats(a) > GS_WS_FLOATS) {
         if (sp <= 1) return -1;
         a->splits = --sp;
     }
+    ci->gs_last_splits = umk_gemm_skinny_splits(a);
     return 0;
 }
 
@@ -1258,6 +1259,8 @@ void backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused) {
 
 void backend_cuda_linear_batched(backend *be, int on) { cuda_impl_of(be)->linear_batched = on; }
 void backend_cuda_gemm_cublas(backend *be, int on) { cuda_impl_of(be)->gemm_cublas = on; }
+void backend_cuda_gemm_splits(backend *be, int n) { cuda_impl_of(be)->gs_splits = n > 0 ? n : 0; }
+int  backend_cuda_gemm_last_splits(backend *be) { return cuda_impl_of(be)->gs_last_splits; }
 void backend_cuda_fuse(backend *be, int on) { cuda_impl_of(be)->unfused = !on; }
 
 void backend_cuda_stage_reuse(backend *be, int on) {
@@ -1440,6 +1443,8 @@ void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be,
 void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_linear_batched(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_gemm_cublas(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_gemm_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
+int  backend_cuda_gemm_last_splits(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_fuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }

@@ -90,6 +90,9 @@ void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused)
 void   backend_cuda_linear_batched(backend *be, int on);
 /* 1: bf16 products of <= 64 rows on cuBLAS (as above that); 0: the skinny kernel (the default) */
 void   backend_cuda_gemm_cublas(backend *be, int on);
+/* the skinny kernel's K ranges: n forced (gpu_gemm_bench), 0 = its own choice; and those of its last launch */
+void   backend_cuda_gemm_splits(backend *be, int n);
+int    backend_cuda_gemm_last_splits(backend *be);
 /* 1: BACKEND_CAP_FUSED's ops as one kernel each (the default); 0: as their single kernels, as
  * backend_options.cuda_unfused (--cuda-fuse off) */
 void   backend_cuda_fuse(backend *be, int on);

@@ -148,6 +148,8 @@ typedef struct cuda_impl {
                                           (--cuda-fuse off; backend_options.cuda_unfused) */
     int            gemm_cublas;        /* 1: bf16 products of <= 64 rows on cuBLAS too, not the skinny
                                           kernel (--cuda-gemm cublas; an A/B switch) */
+    int            gs_splits;          /* skinny GEMM K ranges forced (gpu_gemm_bench; 0 = its choice) */
+    int            gs_last_splits;     /* the K ranges of its last launch */
     float         *gs_ws;              /* skinny GEMM split-K partials, GS_WS_FLOATS */
     unsigned      *gs_count;           /* its per-tile arrival counts, GS_COUNTS, zero between launches */
     uint16_t      *fp8_deq;            /* FP8 weights at > 64 rows: bf16 rows dequantized for cuBLAS,

@@ -1,0 +1,189 @@
+/*
+ * gpu_gemm_bench — the products of a decode step on a CUDA device, one op at a time: the weight-
+ * streaming skinny kernel (bf16 and FP8) against cuBLAS, at the LLaDA-8B shapes (or --d/--ffn/
+ * --vocab) and 1..64 rows, as backend_linear runs them in a forward (q/k/v in one op, o + residual
+ * add, gate/up + SwiGLU, down + residual add, the LM head). Each row: microseconds per op (the mean
+ * of a CUDA graph of --reps ops, replayed 5 times, the fastest replay), the weight bytes per second
+ * and that rate over the device's copy bandwidth (bytes read + written per second of a cudaMemcpy
+ * of 2 GiB, as `unmask bench` measures it). --splits N forces the skinny kernel's K ranges (0: its
+ * own choice), --sweep adds rows for 1, 2, 4, 8 and 16 ranges at each shape.
+ * Does not: check results (tests/gpu/gpu_parity.c does). Main thread only; a lent GPU machine runs
+ * it from scripts/gpu/run-checks.sh.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/backend_impl.h"
+#include "backend/cuda/cuda_backend.h"
+#include "um_kernels.h"
+#include "util/dtype.h"
+#include "util/log.h"
+#include "util/rng.h"
+#include "util/timeutil.h"
+
+typedef struct shape {
+    const char      *name;
+    int              n_w, out[3], in;
+    enum blinear_epi epi;
+} shape;
+
+static double copy_gbps(void) {
+    const size_t bytes = (size_t)1 << 31;
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = time_now_s();
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaDeviceSynchronize();
+        const double t = time_now_s() - t0;
+        if (t < best) best = t;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)bytes / best / 1e9;
+}
+
+/* one weight of random bf16 values, stored as bf16 or quantized to FP8 per output channel */
+static bweight upload(backend *be, int rows, int cols, int fp8) {
+    const size_t n = (size_t)rows * cols;
+    uint16_t *h = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16((float)((rng_u01(5, (uint64_t)rows, i) - 0.5) * 0.05));
+    bweight_src t = {.name = "bench", .data = h, .type = DTYPE_BF16, .rows = rows, .cols = cols,
+                     .quant = fp8 ? DTYPE_F8_E4M3 : DTYPE_F32};
+    bweight w;
+    um_err err;
+    if (be->ops->weight_upload(be, &t, &w, &err) != 0) {
+        fprintf(stderr, "gpu_gemm_bench: %s\n", err.msg);
+        exit(1);
+    }
+    free(h);
+    return w;
+}
+
+/* microseconds per op: a graph of reps ops, the fastest of 5 replays */
+static double time_op(backend *be, const blinear *op, int reps) {
+    backend_linear(be, op);   /* warm-up, outside the capture */
+    backend_synchronize(be);
+    backend_graph_begin(be);
+    for (int r = 0; r < reps; r++) backend_linear(be, op);
+    backend_graph *g = backend_graph_end(be);
+    double best = 1e30;
+    for (int i = 0; i < 5; i++) {
+        backend_synchronize(be);
+        const double t0 = time_now_s();
+        backend_graph_launch(be, g);
+        backend_synchronize(be);
+        const double t = time_now_s() - t0;
+        if (t < best) best = t;
+    }
+    backend_graph_free(be, g);
+    return best / reps * 1e6;
+}
+
+int main(int argc, char **argv) {
+    const char *device = "cuda:0";
+    int d = 4096, ffn = 12288, vocab = 126464, reps = 50, splits = 0, sweep = 0;
+    const char *rows_arg = "1,8,32,64";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--d") && i + 1 < argc) d = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ffn") && i + 1 < argc) ffn = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows_arg = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--splits") && i + 1 < argc) splits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else {
+            fprintf(stderr, "usage: gpu_gemm_bench [--device cuda:N] [--d N] [--ffn N] [--vocab N] [--rows 1,8,32,64] "
+                            "[--reps N] [--splits N] [--sweep]\n");
+            return 2;
+        }
+    }
+    if (d < 16 || ffn < 16 || vocab < 16 || reps < 1 || splits < 0) {
+        fprintf(stderr, "gpu_gemm_bench: sizes must be >= 16, --reps >= 1, --splits >= 0\n");
+        return 2;
+    }
+    log_level_set(LOG_LEVEL_WARN);
+    um_err err = {0};
+    backend *be = backend_cuda_init(device, NULL, &err);
+    if (!be) {
+        fprintf(stderr, "gpu_gemm_bench: %s\n", err.msg);
+        return 1;
+    }
+    const double bw = copy_gbps();
+    printf("gpu_gemm_bench on %s (%s): copy bandwidth %.0f GB/s (read + write); d %d, ffn %d, vocab %d; %d ops per "
+           "graph\n\n",
+           device, backend_cuda_device_name(be), bw, d, ffn, vocab, reps);
+    const shape shapes[] = {{"q/k/v", 3, {d, d, d}, d, BLIN_STORE},
+                            {"o + add", 1, {d, 0, 0}, d, BLIN_ADD},
+                            {"gate/up + swiglu", 2, {ffn, ffn, 0}, d, BLIN_SWIGLU},
+                            {"down + add", 1, {d, 0, 0}, ffn, BLIN_ADD},
+                            {"LM head", 1, {vocab, 0, 0}, d, BLIN_STORE}};
+    printf("| product | rows | weights | path | K ranges | us/op | weight GB/s | of copy bw |\n");
+    printf("|---|---:|---|---|---:|---:|---:|---:|\n");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *sh = &shapes[si];
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            bweight w[3];
+            double wbytes = 0;
+            for (int j = 0; j < sh->n_w; j++) {
+                w[j] = upload(be, sh->out[j], sh->in, fp8);
+                wbytes += (double)sh->out[j] * sh->in * (fp8 ? 1 : 2);
+            }
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", rows_arg);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                const int m = atoi(tok);
+                if (m < 1 || m > 4096) continue;
+                void *x = be->ops->act_alloc(be, (size_t)m * sh->in);
+                backend_act_zero(be, x, (size_t)m * sh->in);
+                void *y[3], *tmp = be->ops->act_alloc(be, (size_t)m * sh->out[0]);
+                const int n_out = sh->epi == BLIN_STORE ? sh->n_w : 1;
+                for (int j = 0; j < n_out; j++) {
+                    y[j] = be->ops->act_alloc(be, (size_t)m * sh->out[j]);
+                    backend_act_zero(be, y[j], (size_t)m * sh->out[j]);
+                }
+                blinear op = {.x = x, .n = m, .epi = sh->epi, .n_w = sh->n_w, .tmp_y = tmp};
+                for (int j = 0; j < sh->n_w; j++) op.w[j] = &w[j];
+                for (int j = 0; j < n_out; j++) op.y[j] = y[j];
+                /* paths: cuBLAS (bf16 only), the skinny kernel with its own split, forced splits */
+                int paths[8], n_paths = 0;
+                if (!fp8) paths[n_paths++] = -1;
+                if (m <= UMK_GEMM_SKINNY_MAX_M || fp8) paths[n_paths++] = splits;
+                if (sweep && m <= UMK_GEMM_SKINNY_MAX_M)
+                    for (int s = 1; s <= 16; s *= 2)
+                        if (s != splits) paths[n_paths++] = s;
+                for (int pi = 0; pi < n_paths; pi++) {
+                    const int p = paths[pi];
+                    backend_cuda_gemm_cublas(be, p < 0);
+                    backend_cuda_gemm_splits(be, p < 0 ? 0 : p);
+                    const double us = time_op(be, &op, reps);
+                    const double gbs = wbytes / (us * 1e-6) / 1e9;
+                    char ranges[16];
+                    if (p < 0 || m > UMK_GEMM_SKINNY_MAX_M) snprintf(ranges, sizeof ranges, "-");
+                    else if (p == 0) snprintf(ranges, sizeof ranges, "auto %d", backend_cuda_gemm_last_splits(be));
+                    else snprintf(ranges, sizeof ranges, "%d", backend_cuda_gemm_last_splits(be));
+                    printf("| %s | %d | %s | %s | %s | %.1f | %.0f | %.1f%% |\n", sh->name, m, fp8 ? "fp8" : "bf16",
+                           p < 0                              ? "cuBLAS"
+                           : m > UMK_GEMM_SKINNY_MAX_M        ? "dequant + cuBLAS"
+                                                              : "skinny",
+                           ranges, us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0);
+                    fflush(stdout);
+                }
+                backend_cuda_gemm_cublas(be, 0);
+                backend_cuda_gemm_splits(be, 0);
+                be->ops->act_free(be, x);
+                be->ops->act_free(be, tmp);
+                for (int j = 0; j < n_out; j++) be->ops->act_free(be, y[j]);
+            }
+            for (int j = 0; j < sh->n_w; j++) be->ops->weight_free(be, &w[j]);
+        }
+    }
+    backend_free(be);
+    return 0;
+}
