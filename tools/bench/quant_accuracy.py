@@ -15,6 +15,9 @@ held-out masked-token accuracy per weight type (docs/perf.md, "Quantized weights
            writes it). Every window runs every type before the next, so the types see identical
            inputs.
 
+--device cuda:N runs every `unmask logits` there; the logits reference is then that device's bf16
+path (`--quant bf16`), e.g. FP8 weights against bf16 on a GPU.
+
 Not a test: prints tables, asserts nothing.
 usage: quant_accuracy.py --unmask BIN logits --models DIR[,DIR...] [--seq 64] [--quant bf16,q8_0,q4_0]
        quant_accuracy.py --unmask BIN masked --model DIR --valid valid.npy [--windows 256] [--seq-len 256]
@@ -57,6 +60,10 @@ def config_ids(binary, model):
     return int(vocab), int(mask)
 
 
+def dev_args(a):
+    return ["--device", a.device] if a.device else []
+
+
 def cmd_logits(a):
     quants = a.quant.split(",")
     rng = np.random.default_rng(a.seed)
@@ -66,11 +73,12 @@ def cmd_logits(a):
         vocab, mask = config_ids(a.unmask, model)
         tokens = rng.integers(0, min(vocab, mask), size=a.seq)
         tokens[rng.permutation(a.seq)[:a.seq // 4]] = mask
-        ref = run_logits(a.unmask, model, tokens, ["--cpu-kernels", "fp32", "--quant", "bf16"], a.threads)
+        ref_args = ["--device", a.device, "--quant", "bf16"] if a.device else ["--cpu-kernels", "fp32", "--quant", "bf16"]
+        ref = run_logits(a.unmask, model, tokens, ref_args, a.threads)
         top2 = np.sort(ref, axis=1)[:, -2:]
         decisive = top2[:, 1] - top2[:, 0] >= a.gap
         for q in quants:
-            ours = run_logits(a.unmask, model, tokens, ["--quant", q], a.threads)
+            ours = run_logits(a.unmask, model, tokens, dev_args(a) + ["--quant", q], a.threads)
             d = ours - ref
             agree = np.argmax(ours, axis=1) == np.argmax(ref, axis=1)
             print(f"| {os.path.basename(model.rstrip('/'))} | {q} | {np.max(np.abs(d)) / np.max(np.abs(ref)):.2e} | "
@@ -94,7 +102,7 @@ def cmd_masked(a):
             m[g.permutation(L)[:int(round(r * L))]] = True
             x = np.where(m, mask_id, ids)
             for q in quants:
-                lg = run_logits(a.unmask, a.model, x, ["--quant", q], a.threads)
+                lg = run_logits(a.unmask, a.model, x, dev_args(a) + ["--quant", q], a.threads)
                 lg[:, mask_id] = -np.inf
                 hit[q] += int((np.argmax(lg, axis=1)[m] == ids[m]).sum())
             tot += int(m.sum())
@@ -107,6 +115,7 @@ def main():
     ap.add_argument("--unmask", required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quant", default="bf16,q8_0,q4_0")
+    ap.add_argument("--device", default=None, help="cuda:N: every logits call there, reference = its bf16 path")
     sub = ap.add_subparsers(dest="cmd", required=True)
     lo = sub.add_parser("logits")
     lo.add_argument("--models", required=True)
