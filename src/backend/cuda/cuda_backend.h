@@ -85,9 +85,6 @@ void   backend_cuda_attention_splits(backend *be, int n);
  * an earlier copy of the same bytes still on the device (e.g. one layer's sequence starts for the
  * next layer) */
 void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
-/* 1: the same-shape products of a linear op (q/k/v without GQA, gate/up) as one batched GEMM, as
- * backend_options.cuda_linear BATCHED (--cuda-linear batched); 0: one GEMM per weight (the default) */
-void   backend_cuda_linear_batched(backend *be, int on);
 /* 1: BACKEND_CAP_FUSED's ops as one kernel each (the default); 0: as their single kernels, as
  * backend_options.cuda_unfused (--cuda-fuse off) */
 void   backend_cuda_fuse(backend *be, int on);
