@@ -98,23 +98,12 @@ int      backend_device_parse(const char *device, int *index);
 /* 1 when device names a are b are the same device ("cuda" and "cuda:0"); 0 otherwise or when either
  * is unknown. */
 int      backend_device_same(const char *a, const char *b);
-/* How the CUDA backend runs the products of one linear op (q/k/v, gate/up) whose weights share a
- * shape (docs/gpu.md): SEPARATE, one GEMM per weight (the default); BATCHED, one batched GEMM. */
-enum backend_cuda_linear {
-    BACKEND_CUDA_LINEAR_SEPARATE,
-    BACKEND_CUDA_LINEAR_BATCHED,
-};
-#define BACKEND_CUDA_LINEAR_NAMES "separate, batched"
-/* "separate", "batched" -> *out: 0, or -1 when the name is unknown. */
-int      backend_cuda_linear_parse(const char *name, enum backend_cuda_linear *out);
-
-/* What the operator chooses about the backends a process opens: serve's --cpu-pin / --cuda-linear
+/* What the operator chooses about the backends a process opens: serve's --cpu-pin / --cuda-fuse
  * (server/server_config.c), the same flags of logits, generate and bench. The zeroed struct is the
  * default of every field. */
 typedef struct backend_options {
     int                      cpu_pin;     /* CPU: 1 = pool slot i pinned to the i-th CPU the process
                                              may use; 0 = not pinned (docs/cpu-kernels.md) */
-    enum backend_cuda_linear cuda_linear; /* CUDA: the linear ops' GEMMs (above) */
     int                      cuda_unfused; /* CUDA: 1 = --cuda-fuse off: backend_rope_kv and
                                               backend_add_rmsnorm run as their single kernels (an
                                               A/B switch, docs/gpu.md); 0 = one fused kernel each */

@@ -28,14 +28,6 @@ static backend_options g_options;   /* backend_options_select; zeroed = the defa
 
 void backend_options_select(const backend_options *o) { g_options = *o; }
 
-int backend_cuda_linear_parse(const char *name, enum backend_cuda_linear *out) {
-    if (!name) return -1;
-    if (strcmp(name, "separate") == 0) *out = BACKEND_CUDA_LINEAR_SEPARATE;
-    else if (strcmp(name, "batched") == 0) *out = BACKEND_CUDA_LINEAR_BATCHED;
-    else return -1;
-    return 0;
-}
-
 backend *backend_init_device(const char *device, int n_threads, um_err *err) {
     switch (backend_device_parse(device, NULL)) {
     case 0: return backend_cpu_init_opts(n_threads, &g_options);

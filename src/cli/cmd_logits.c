@@ -21,7 +21,7 @@
 int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
     int threads = 0, tp = 1, block_length = -1;
-    const char *device = "cpu", *cpu_kernels = NULL, *quant_s = NULL, *cpu_pin = NULL, *cuda_linear = NULL;
+    const char *device = "cpu", *cpu_kernels = NULL, *quant_s = NULL, *cpu_pin = NULL;
     const char *cuda_fuse = NULL;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory or GGUF file [required]"},
@@ -37,7 +37,6 @@ int cmd_logits(int argc, char **argv) {
         {"tp", ARG_INT, &tp, "tensor-parallel ranks (CPU threads or GPUs) [1]"},
         {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"cpu-pin", ARG_STR, &cpu_pin, CLI_CPU_PIN_HELP},
-        {"cuda-linear", ARG_STR, &cuda_linear, CLI_CUDA_LINEAR_HELP},
         {"cuda-fuse", ARG_STR, &cuda_fuse, CLI_CUDA_FUSE_HELP},
         {"quant", ARG_STR, &quant_s, CLI_QUANT_HELP},
         {NULL, 0, NULL, NULL},
@@ -50,7 +49,7 @@ int cmd_logits(int argc, char **argv) {
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     enum dtype quant;
-    if (cli_cpu_kernels_apply(cpu_kernels) != 0 || cli_backend_options_apply(cpu_pin, cuda_linear, cuda_fuse) != 0 ||
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0 || cli_backend_options_apply(cpu_pin, cuda_fuse) != 0 ||
         cli_quant_parse(quant_s, &quant) != 0)
         return 2;
     if (!model_dir || !tokens_s || !out) {

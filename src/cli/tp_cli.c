@@ -114,17 +114,13 @@ int cli_cpu_kernels_apply(const char *name) {
     return 0;
 }
 
-int cli_backend_options_apply(const char *cpu_pin, const char *cuda_linear, const char *cuda_fuse) {
+int cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse) {
     backend_options o = {0};
     if (cpu_pin && strcmp(cpu_pin, "on") != 0 && strcmp(cpu_pin, "off") != 0) {
         fprintf(stderr, "error: --cpu-pin must be on or off, got '%s'\n", cpu_pin);
         return -1;
     }
     o.cpu_pin = cpu_pin && strcmp(cpu_pin, "on") == 0;
-    if (cuda_linear && backend_cuda_linear_parse(cuda_linear, &o.cuda_linear) != 0) {
-        fprintf(stderr, "error: --cuda-linear must be one of %s, got '%s'\n", BACKEND_CUDA_LINEAR_NAMES, cuda_linear);
-        return -1;
-    }
     if (cuda_fuse && strcmp(cuda_fuse, "on") != 0 && strcmp(cuda_fuse, "off") != 0) {
         fprintf(stderr, "error: --cuda-fuse must be on or off, got '%s'\n", cuda_fuse);
         return -1;

@@ -482,10 +482,9 @@ static int device_rows_of(const server_config *c, const model *m) {
     return c->max_batch * (p.block_length > 0 ? p.block_length : 32);
 }
 
-/* --cpu-pin, --cuda-linear and --cuda-fuse: the options of every backend this process opens from now on. */
+/* --cpu-pin and --cuda-fuse: the options of every backend this process opens from now on. */
 static void backend_options_select_of(const server_config *c) {
     backend_options o = {.cpu_pin = c->cpu_pin, .cuda_unfused = !c->cuda_fuse};
-    CHECK(backend_cuda_linear_parse(c->cuda_linear, &o.cuda_linear) == 0);   /* server_config_check validated it */
     backend_options_select(&o);
 }
 

@@ -130,9 +130,6 @@ static const setting k_settings[] = {
     {"cpu-pin", SET_ONOFF, F(cpu_pin), "off", 0, 1,
      "CPU: on = pin compute thread i to the i-th CPU the process may use, off = the OS places them (a pinned "
      "thread cannot leave a core another process keeps busy; docs/cpu-kernels.md)", NULL, NULL, 0, NULL},
-    {"cuda-linear", SET_STR, F(cuda_linear), "separate", 0, 0,
-     "CUDA: separate = one GEMM per weight; batched = the same-shape products of a linear op (q/k/v, gate/up) as "
-     "one batched GEMM, a benchmark switch (docs/gpu.md)", NULL, NULL, 0, NULL},
     {"cuda-fuse", SET_ONOFF, F(cuda_fuse), "on", 0, 1,
      "CUDA: on = RoPE of q and k with the KV cache write, and the residual add with the next RMSNorm, one kernel "
      "each; off = their single kernels (an A/B switch, docs/gpu.md)", NULL, NULL, 0, NULL},
@@ -592,10 +589,6 @@ int server_config_check(const server_config *c, um_err *err) {
     if (model_quant_parse(c->quant, &quant) != 0)
         return um_err_param(err, "quant", "--quant must be one of %s, got '%s'", MODEL_QUANT_NAMES,
                             c->quant ? c->quant : "");
-    enum backend_cuda_linear linear;
-    if (backend_cuda_linear_parse(c->cuda_linear, &linear) != 0)
-        return um_err_param(err, "cuda_linear", "--cuda-linear must be one of %s, got '%s'", BACKEND_CUDA_LINEAR_NAMES,
-                            c->cuda_linear ? c->cuda_linear : "");
     if (dtype_is_quant(quant) && server_config_is_cuda(c))
         return um_err_param(err, "quant",
                             "--quant %s: GPUs have no kernels for quantized weights yet; use --quant bf16 with --device "

@@ -37,7 +37,6 @@ typedef struct server_config {
                                      "q4_0" (quantized at load; CPU engines only) */
     int    cpu_pin;               /* 1: CPU compute threads pinned one per CPU (backend_options) */
     int    cuda_fuse;             /* 1: the CUDA backend's fused ops as one kernel each (backend_options) */
-    char  *cuda_linear;           /* CUDA linear ops' GEMMs: "separate" or "batched" (backend_options) */
     int    max_queue;             /* requests waiting for admission (all engines) */
     int    max_paused;            /* sequences one engine may hold paused at a step boundary so that
                                      a caller with nothing running (or an attached session) goes

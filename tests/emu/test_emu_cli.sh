@@ -178,21 +178,6 @@ else
     bad "bench --decode --device cuda:0 --profile 1 (staging reuse): $(grep -E 'staged for|store_kv|add\+rmsnorm' "$TMP/bdprof.out"; tail -3 "$TMP/bdprof.err")"
 fi
 
-# a bad --cuda-linear (the batched-GEMM benchmark switch) is a clear flag error (exit 2), not an abort
-"$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/lin.npy" --device cuda:0 --cuda-linear fused > "$TMP/lin.out" 2> "$TMP/lin.err"
-rc=$?
-if [ $rc -ne 2 ] || ! grep -q "^error: --cuda-linear must be one of separate, batched, got 'fused'$" "$TMP/lin.err"; then
-    bad "--cuda-linear fused: rc $rc: $(cat "$TMP/lin.err")"
-else
-    ok
-fi
-# ... and both values are accepted and run
-if "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/lin_b.npy" --device cuda:0 --cuda-linear batched > /dev/null 2> "$TMP/lin_b.err" &&
-    "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/lin_s.npy" --device cuda:0 --cuda-linear separate > /dev/null 2>> "$TMP/lin_b.err"; then
-    ok
-else
-    bad "--cuda-linear batched / separate: $(tail -3 "$TMP/lin_b.err")"
-fi
 # --cuda-fuse (rope + KV store, add + RMSNorm as one kernel each, or their single kernels): a bad value
 # is a flag error; on and off give the same logits bit for bit
 "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/fuse.npy" --device cuda:0 --cuda-fuse maybe > /dev/null 2> "$TMP/fuse.err"

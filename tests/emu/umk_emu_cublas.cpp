@@ -7,7 +7,6 @@
  * even; beta = 0 does not read C. alpha/beta are host pointers (the default pointer mode) and are
  * read at call time, so a captured GEMM keeps their values. Every operand range is checked against
  * the live device allocations. Runs on the handle's stream (a graph node while it captures).
- * cublasGemmBatchedEx runs the same product per entry of its device pointer arrays.
  * Does not: other routines, device pointer mode, split-K or tensor-core summation orders.
  * Threading: a handle is used by one thread at a time (as with cuBLAS).
  */
@@ -177,35 +176,6 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     gemm_ranges("cublasGemmEx", g, A, B, C, handle->device);
     umk_emu::enqueue(handle->stream, "cublasGemmEx", [=] { gemm_run(g, A, B, C); });
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-// The pointer arrays are device memory: read when the GEMM runs on its stream (after the copies
-// that filled them), each product's operands checked then.
-cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
-                                   int n, int k, const void *alpha, const void *const Aarray[], cudaDataType_t Atype,
-                                   int lda, const void *const Barray[], cudaDataType_t Btype, int ldb,
-                                   const void *beta, void *const Carray[], cudaDataType_t Ctype, int ldc,
-                                   int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    (void)algo;
-    gemm_args g;
-    const cublasStatus_t st = gemm_check(handle, "cublasGemmBatchedEx", transa, transb, m, n, k, alpha, Atype, lda,
-                                         Btype, ldb, beta, Ctype, ldc, computeType, &g);
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
-    if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
-    const int dev = handle->device;
-    const size_t arr = (size_t)batchCount * sizeof(void *);
-    if (!umk_emu::is_device_range(Aarray, arr, dev) || !umk_emu::is_device_range(Barray, arr, dev) ||
-        !umk_emu::is_device_range(Carray, arr, dev))
-        umk_emu::fatal("cublasGemmBatchedEx(batch %d): a pointer array (%p, %p, %p) is not device memory of device %d",
-                       batchCount, (const void *)Aarray, (const void *)Barray, (const void *)Carray, dev);
-    umk_emu::enqueue(handle->stream, "cublasGemmBatchedEx", [=] {
-        for (int i = 0; i < batchCount; i++) {
-            gemm_ranges("cublasGemmBatchedEx", g, Aarray[i], Barray[i], Carray[i], dev);
-            gemm_run(g, Aarray[i], Barray[i], Carray[i]);
-        }
-    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -2,7 +2,8 @@
  * gpu_parity.c — CUDA backend vs CPU backend, run on a GPU machine (scripts/gpu/run-checks.sh), and
  * in CI on the CPU CUDA emulator as gpu_parity_emu --quick (ctest emu/gpu_parity, docs/gpu.md
  * Emulator). Every GPU kernel against its CPU counterpart:
- *   ops       embed, rmsnorm (incl. in place), matmul (+bias, several shapes), rope (full/partial,
+ *   ops       embed, rmsnorm (incl. in place), matmul (+bias, several shapes), linear (RMSNorm + one
+ *             GEMM per weight, + SwiGLU), rope (full/partial,
  *             cache hit and refresh), swiglu, add, get_rows (incl. in-place compaction), store_rows
  *             (KV cache writes into per-sequence buffers, one sequence without a buffer), the fused
  *             rope_kv (GQA, partial rot_dim, sequences with their own positions, an empty one, one
@@ -25,8 +26,9 @@
  *             random blocks: identical commits, block advance and EOS stop
  *   forward   a make-model bf16 checkpoint (GQA, head_dim 64) and one with head_dim 128: logits of
  *             a packed batch with padding, relative error <= 2e-2 and argmax agreement (>= 99.9%
- *             required, or every disagreement a near-tie of the CPU logits — random weights give
- *             near-ties that bf16 activations legitimately flip; the raw rate is always printed);
+ *             required, or every disagreement within rounding: the GPU's errors at both logits
+ *             within ARGMAX_ERR_RMS x the row's RMS error — random weights give near-ties that bf16
+ *             activations legitimately flip; the raw rate is always printed);
  *             the same logits bit for bit with the fused ops off
  *   decodes   temperature 0: device-resident steps replayed from a CUDA graph == direct launches
  *             (bit-exact canvases); teacher-forced per-step comparison with the CPU (on the GPU's
@@ -35,10 +37,10 @@
  *             confidence error of the CPU's cut counting as a near-tie); free-running CPU vs CUDA
  *             (host loop) vs CUDA (device loop) decodes, token agreement reported.
  * Prints one line per check and "gpu_parity: N checks, M failed"; exit 1 on any failure.
- * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--cuda-linear separate|batched]
+ * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--only NAME[,NAME...]]
  * (--quick: small sizes, for compute-sanitizer; --emu: --quick but the attention cases at full
  * size — several key tiles and query blocks per sequence, without the 4096-token one — for the CPU
- * emulator; --cuda-linear: the GPU backend's linear mode for the whole run, as serve's). Main thread.
+ * emulator; --only: some sections or cases, for sanitizer bisects; usage()). Main thread.
  */
 #include <math.h>
 #include <stdio.h>
@@ -62,9 +64,40 @@
 #include "util/rng.h"
 
 static int g_checks, g_failed, g_quick, g_emu;
-static backend_options g_linear;   /* --cuda-linear: the GPU backend's options (default: separate) */
 static backend *g_cpu, *g_gpu;
 static uint64_t g_ctr;
+
+/* --only NAME[,NAME...] (compute-sanitizer bisects, scripts/gpu/run-checks.sh): a NAME equal to a
+ * section (SECTIONS below) runs all of it; "SECTION CASE-START" runs that section's cases whose
+ * printed name starts with the NAME (rmsnorm, matmul, linear, rope, rope_kv, add_rmsnorm and
+ * attention name their cases so; the other sections then run whole). */
+#define SECTIONS                                                                                             \
+    "embed rmsnorm matmul linear skinny rope rope_kv swiglu_add add_rmsnorm moe attention gumbel sample decoders " \
+    "forward decodes"
+#define MAX_ONLY 32
+static const char *g_only[MAX_ONLY];   /* the NAMEs; none: everything runs */
+static int g_n_only;
+static int g_section_whole;            /* the running section was named as a whole */
+
+/* 1 when section sec runs (sets g_section_whole for case_on) */
+static int section_on(const char *sec) {
+    g_section_whole = g_n_only == 0;
+    int on = g_section_whole;
+    const size_t l = strlen(sec);
+    for (int i = 0; i < g_n_only; i++) {
+        if (strcmp(g_only[i], sec) == 0) g_section_whole = on = 1;
+        else if (strncmp(g_only[i], sec, l) == 0 && g_only[i][l] == ' ') on = 1;
+    }
+    return on;
+}
+
+/* 1 when the case named what (its printed name, or the start of it) of the running section runs */
+static int case_on(const char *what) {
+    if (g_section_whole) return 1;
+    for (int i = 0; i < g_n_only; i++)
+        if (strncmp(what, g_only[i], strlen(g_only[i])) == 0) return 1;
+    return 0;
+}
 
 #define CHECKF(cond, ...)                                      \
     do {                                                       \
@@ -229,6 +262,9 @@ static void test_rmsnorm(void) {
     const int dims[] = {4096, 100, 264};
     for (int di = 0; di < 3; di++) {
         int d = dims[di], n = g_quick ? 5 : 67;
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm d=%d", d);
+        if (!case_on(what)) continue;
         float *x = rnd((size_t)n * d, -3, 3);
         pw w;
         pw_make(&w, 1, d, 1.5f);
@@ -237,8 +273,6 @@ static void test_rmsnorm(void) {
         g_cpu->ops->rmsnorm(g_cpu, cx, &w.c, n, d, 1e-5f, co);
         g_gpu->ops->rmsnorm(g_gpu, gx, &w.g, n, d, 1e-5f, go);
         float *gh = g_down(go, (size_t)n * d);
-        char what[96];
-        snprintf(what, sizeof what, "rmsnorm d=%d", d);
         expect_close(what, gh, co, (size_t)n * d, 1e-2);
         g_gpu->ops->rmsnorm(g_gpu, gx, &w.g, n, d, 1e-5f, gx);   /* in place */
         float *gih = g_down(gx, (size_t)n * d);
@@ -257,6 +291,9 @@ static void test_matmul(void) {
     } cs[] = {{1, 384, 256, 0}, {17, 1000, 4096, 1}, {300, 512, 704, 0}, {64, 126, 264, 1}};
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         int n = g_quick ? (cs[k].n < 8 ? cs[k].n : 8) : cs[k].n, out = cs[k].out, in = cs[k].in;
+        char what[96];
+        snprintf(what, sizeof what, "matmul n=%d out=%d in=%d%s", n, out, in, cs[k].bias ? " +bias" : "");
+        if (!case_on(what)) continue;
         float *x = rnd((size_t)n * in, -1, 1);
         pw w, b;
         pw_make(&w, out, in, 0.05f);
@@ -266,8 +303,6 @@ static void test_matmul(void) {
         g_cpu->ops->matmul(g_cpu, cx, &w.c, cs[k].bias ? &b.c : NULL, n, cy);
         g_gpu->ops->matmul(g_gpu, gx, &w.g, cs[k].bias ? &b.g : NULL, n, gy);
         float *gh = g_down(gy, (size_t)n * out);
-        char what[96];
-        snprintf(what, sizeof what, "matmul n=%d out=%d in=%d%s", n, out, in, cs[k].bias ? " +bias" : "");
         expect_close(what, gh, cy, (size_t)n * out, 1e-2);
         free(x), free(gh);
         g_cpu->ops->act_free(g_cpu, cx), g_cpu->ops->act_free(g_cpu, cy);
@@ -277,83 +312,65 @@ static void test_matmul(void) {
     }
 }
 
-/* backend_linear on the GPU: one GEMM per weight (the default) and the same-shape products as one
- * batched GEMM (backend_cuda_linear_batched), against each other and the CPU; the batched run must
- * really batch (its pointer arrays go through the stager) and a GQA-shaped q/k/v falls back. */
+/* backend_linear on the GPU (RMSNorm, then one GEMM per weight, the SwiGLU epilogue) against the
+ * CPU's single ops; a GQA-shaped q/k/v has outputs of different widths. */
 static void test_linear(void) {
     struct {
         const char *what;
-        int n_w, swiglu, out[3], batches;
-    } cs[] = {{"q/k/v same shape", 3, 0, {384, 384, 384}, 1},
-              {"gate/up + swiglu", 2, 1, {704, 704, 0}, 1},
-              {"q/k/v GQA shapes (falls back)", 3, 0, {256, 128, 128}, 0}};
+        int n_w, swiglu, out[3];
+    } cs[] = {{"q/k/v same shape", 3, 0, {384, 384, 384}},
+              {"gate/up + swiglu", 2, 1, {704, 704, 0}},
+              {"q/k/v GQA shapes", 3, 0, {256, 128, 128}}};
     const int in = 256, n = g_quick ? 8 : 32;
-    const int run_batched = g_linear.cuda_linear == BACKEND_CUDA_LINEAR_BATCHED;   /* the rest of the run's mode */
-    backend_cuda_gemm_cublas(g_gpu, 1);   /* the batched GEMM is a cuBLAS path: not the skinny kernel */
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        char what[128];
+        snprintf(what, sizeof what, "linear %s", cs[k].what);
+        if (!case_on(what)) continue;
         float *x = rnd((size_t)n * in, -1, 1);
         pw w[3], nw;
         pw_make(&nw, 1, in, 1.0f);
         for (int j = 0; j < cs[k].n_w; j++) pw_make(&w[j], cs[k].out[j], in, 0.05f);
-        float *res[2][3];   /* [separate, batched][output] */
         void *gx = g_up(x, (size_t)n * in), *gh = g_poisoned((size_t)n * in), *gt = g_poisoned((size_t)n * cs[k].out[0]);
-        uint64_t staged[2];
-        for (int mode = 0; mode < 2; mode++) {
-            void *gy[3] = {0};
-            blinear op = {.x = gx, .n = n, .norm = &nw.g, .eps = 1e-5f, .epi = cs[k].swiglu ? BLIN_SWIGLU : BLIN_STORE,
-                          .n_w = cs[k].n_w, .tmp_h = gh, .tmp_y = gt};
-            const int n_out = cs[k].swiglu ? 1 : cs[k].n_w;
-            for (int j = 0; j < cs[k].n_w; j++) op.w[j] = &w[j].g;
-            for (int j = 0; j < n_out; j++) op.y[j] = gy[j] = g_poisoned((size_t)n * cs[k].out[j]);
-            uint64_t c0, r0, c1, r1;
-            backend_cuda_linear_batched(g_gpu, mode);
-            backend_cuda_stage_stats(g_gpu, &c0, &r0);
-            backend_linear(g_gpu, &op);
-            backend_cuda_stage_stats(g_gpu, &c1, &r1);
-            backend_cuda_linear_batched(g_gpu, run_batched);
-            staged[mode] = (c1 - c0) + (r1 - r0);
-            for (int j = 0; j < n_out; j++) {
-                res[mode][j] = g_down(gy[j], (size_t)n * cs[k].out[j]);
-                g_gpu->ops->act_free(g_gpu, gy[j]);
-            }
+        const int n_out = cs[k].swiglu ? 1 : cs[k].n_w;
+        float *res[3];
+        void *gy[3] = {0};
+        blinear op = {.x = gx, .n = n, .norm = &nw.g, .eps = 1e-5f, .epi = cs[k].swiglu ? BLIN_SWIGLU : BLIN_STORE,
+                      .n_w = cs[k].n_w, .tmp_h = gh, .tmp_y = gt};
+        for (int j = 0; j < cs[k].n_w; j++) op.w[j] = &w[j].g;
+        for (int j = 0; j < n_out; j++) op.y[j] = gy[j] = g_poisoned((size_t)n * cs[k].out[j]);
+        backend_linear(g_gpu, &op);
+        for (int j = 0; j < n_out; j++) {
+            res[j] = g_down(gy[j], (size_t)n * cs[k].out[j]);
+            g_gpu->ops->act_free(g_gpu, gy[j]);
         }
         /* the CPU's single ops */
         float *cx = c_up(x, (size_t)n * in), *ch = g_cpu->ops->act_alloc(g_cpu, (size_t)n * in);
         g_cpu->ops->rmsnorm(g_cpu, cx, &nw.c, n, in, 1e-5f, ch);
-        char what[128];
         if (cs[k].swiglu) {
             float *cg = g_cpu->ops->act_alloc(g_cpu, (size_t)n * cs[k].out[0]);
             float *cu = g_cpu->ops->act_alloc(g_cpu, (size_t)n * cs[k].out[0]);
             g_cpu->ops->matmul(g_cpu, ch, &w[0].c, NULL, n, cg);
             g_cpu->ops->matmul(g_cpu, ch, &w[1].c, NULL, n, cu);
             g_cpu->ops->swiglu(g_cpu, cg, cu, (size_t)n * cs[k].out[0], cg);
-            snprintf(what, sizeof what, "linear %s batched vs CPU", cs[k].what);
-            expect_close(what, res[1][0], cg, (size_t)n * cs[k].out[0], 2e-2);
+            snprintf(what, sizeof what, "linear %s vs CPU", cs[k].what);
+            expect_close(what, res[0], cg, (size_t)n * cs[k].out[0], 2e-2);
             g_cpu->ops->act_free(g_cpu, cg), g_cpu->ops->act_free(g_cpu, cu);
         } else {
             for (int j = 0; j < cs[k].n_w; j++) {
                 float *cy = g_cpu->ops->act_alloc(g_cpu, (size_t)n * cs[k].out[j]);
                 g_cpu->ops->matmul(g_cpu, ch, &w[j].c, NULL, n, cy);
-                snprintf(what, sizeof what, "linear %s batched vs CPU, output %d", cs[k].what, j);
-                expect_close(what, res[1][j], cy, (size_t)n * cs[k].out[j], 2e-2);
+                snprintf(what, sizeof what, "linear %s vs CPU, output %d", cs[k].what, j);
+                expect_close(what, res[j], cy, (size_t)n * cs[k].out[j], 2e-2);
                 g_cpu->ops->act_free(g_cpu, cy);
             }
         }
-        for (int j = 0; j < (cs[k].swiglu ? 1 : cs[k].n_w); j++) {
-            snprintf(what, sizeof what, "linear %s batched vs separate, output %d", cs[k].what, j);
-            expect_close(what, res[1][j], res[0][j], (size_t)n * cs[k].out[j], 1e-2);
-            free(res[0][j]), free(res[1][j]);
-        }
-        CHECKF(staged[0] == 0 && (cs[k].batches ? staged[1] == 3 : staged[1] == 0),
-               "linear %s: pointer arrays staged %llu (separate) / %llu (batched), want 0 / %d", cs[k].what,
-               (unsigned long long)staged[0], (unsigned long long)staged[1], cs[k].batches ? 3 : 0);
+        for (int j = 0; j < n_out; j++) free(res[j]);
         free(x);
         g_cpu->ops->act_free(g_cpu, cx), g_cpu->ops->act_free(g_cpu, ch);
         g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gh), g_gpu->ops->act_free(g_gpu, gt);
         for (int j = 0; j < cs[k].n_w; j++) pw_free(&w[j]);
         pw_free(&nw);
     }
-    backend_cuda_gemm_cublas(g_gpu, 0);
 }
 
 static void test_rope(void) {
@@ -361,6 +378,9 @@ static void test_rope(void) {
     const int rots[] = {128, 64};
     int32_t *pos = xmalloc((size_t)n * sizeof *pos);
     for (int r = 0; r < 2; r++) {
+        char name[64];
+        snprintf(name, sizeof name, "rope rot_dim=%d", rots[r]);
+        if (!case_on(name)) continue;
         for (int rep = 0; rep < 3; rep++) {   /* 0: fresh table, 1: cache hit, 2: new positions */
             if (rep != 1)
                 for (int i = 0; i < n; i++) pos[i] = (int32_t)(urand() * 4000);
@@ -482,7 +502,11 @@ static void test_rope_kv(void) {
     const rope_kv_case cs[] = {
         {4, 2, 128, 128, 1}, {4, 2, 128, 64, 1}, {6, 2, 64, 32, 1}, {3, 3, 80, 80, 1}, {4, 1, 128, 64, 0},
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_rope_kv(&cs[i]);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "rope_kv H=%d KV=%d hd=%d rot=%d", cs[i].H, cs[i].KV, cs[i].hd, cs[i].rot);
+        if (case_on(name)) run_rope_kv(&cs[i]);
+    }
 }
 
 /* backend_add_rmsnorm against the CPU's add then rmsnorm, and bit for bit against the GPU's two
@@ -492,6 +516,9 @@ static void test_add_rmsnorm(void) {
     for (int di = 0; di < 4; di++) {
         const int d = dims[di], n = g_quick ? 5 : 67;
         const size_t nd = (size_t)n * d;
+        char what[96];
+        snprintf(what, sizeof what, "add_rmsnorm d=%d", d);
+        if (!case_on(what)) continue;
         float *x = rnd(nd, -3, 3), *y = rnd(nd, -3, 3);
         pw w;
         pw_make(&w, 1, d, 1.5f);
@@ -509,7 +536,6 @@ static void test_add_rmsnorm(void) {
             if (go != gy) g_gpu->ops->act_free(g_gpu, go);
             g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gy);
         }
-        char what[96];
         snprintf(what, sizeof what, "add_rmsnorm d=%d: x + y", d);
         expect_close(what, res[1][0], cx, nd, 1e-2);
         CHECKF(memcmp(res[1][0], res[0][0], nd * sizeof(float)) == 0, "%s: fused != add kernel", what);
@@ -877,6 +903,9 @@ static void test_attention(void) {
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         attn_case c = cs[i];
+        char name[96];
+        snprintf(name, sizeof name, "attention %s", c.name);
+        if (!case_on(name)) continue;
         if (g_quick && !g_emu)   /* --emu keeps these sizes: several key tiles and query blocks */
             for (int s = 0; s < c.n_seqs; s++) {
                 c.qlen[s] = c.qlen[s] > 20 ? 20 : c.qlen[s];
@@ -884,7 +913,7 @@ static void test_attention(void) {
             }
         run_attn(&c);
     }
-    if (!g_quick) {
+    if (!g_quick && case_on("attention one 4096-token sequence hd128")) {
         attn_case lng = {"one 4096-token sequence hd128", 1, {4096}, {0}, 4, 4, 128, 0, 0};
         run_attn(&lng);
     }
@@ -1203,6 +1232,13 @@ static int make_model(const char *tmp, const char *name, int d, int layers, int 
     return 0;
 }
 
+/* A disagreeing argmax is rounding when the GPU's errors at both logits are within this many times
+ * the row's RMS error (test_forward). Measured on the emulator (the GPU's bf16 rounding points; the
+ * full-size forwards, 908 rows of 1344 logits): the errors at a row's two largest CPU logits reach
+ * 3.8x the row's RMS, the largest error at any logit of any row 5.2x; 6 is above both, and a
+ * corrupted logit (a wrong kernel) is off by far more than 6x a rounding RMS of ~0.01. */
+#define ARGMAX_ERR_RMS 6.0
+
 static void test_forward(const model *m, const char *label) {
     const model_config *c = &m->cfg;
     const int lens[] = {33, 100, 257, 64};
@@ -1235,34 +1271,54 @@ static void test_forward(const model *m, const char *label) {
     char what[128];
     snprintf(what, sizeof what, "forward logits %s (%d rows)", label, n);
     expect_close(what, gl, cl, (size_t)n * V, 2e-2);
-    /* argmax agreement; a disagreement is a near-tie when the CPU logits of the two choices differ
-     * by less than 3x the row's RMS GPU-CPU difference */
-    int agree = 0, near_tie = 0, hard = 0;
-    double worst_gap = 0;
+    /* argmax agreement. The GPU picks b over the CPU's a exactly when cpu[a] - cpu[b] <= e[b] - e[a]
+     * (e = gpu - cpu): every flip is "explained" by the errors at its two logits, so the question is
+     * only whether those errors are ordinary. A disagreement counts as rounding when |e[a]| and
+     * |e[b]| are both within ARGMAX_ERR_RMS times the row's RMS error over all V logits: bf16
+     * activations spread small errors over every logit, and the two candidates' errors are then of
+     * the row's size (somewhat above it: they are the largest logits and bf16 error is relative;
+     * the largest ratio over all rows' top-2 tokens is printed as calibration). A wrong kernel that
+     * corrupts a few logits puts errors there far outside the row's distribution and fails, and a
+     * wrong row shows in the relative error above. Each disagreement that is not rounding is printed
+     * with its row, the CPU gap, both errors and the row's RMS and max error. */
+    int agree = 0, rounding = 0, hard = 0;
+    double worst_gap = 0, worst_top = 0;   /* largest CPU gap of a disagreement; largest top-2 error / RMS */
     for (int i = 0; i < n; i++) {
         const float *cr = cl + (size_t)i * V, *gr = gl + (size_t)i * V;
-        int ca = 0, ga = 0;
-        double rms = 0;
+        int ca = 0, c2 = -1, ga = 0;   /* CPU argmax and runner-up, GPU argmax */
+        double rms = 0, emax = 0;
         for (int v = 0; v < V; v++) {
-            if (cr[v] > cr[ca]) ca = v;
+            if (cr[v] > cr[ca]) c2 = ca, ca = v;
+            else if (v != ca && (c2 < 0 || cr[v] > cr[c2])) c2 = v;
             if (gr[v] > gr[ga]) ga = v;
-            rms += ((double)gr[v] - cr[v]) * ((double)gr[v] - cr[v]);
+            const double e = fabs((double)gr[v] - cr[v]);
+            rms += e * e;
+            if (e > emax) emax = e;
         }
         rms = sqrt(rms / V);
+        const double ea = fabs((double)gr[ca] - cr[ca]), e2 = c2 >= 0 ? fabs((double)gr[c2] - cr[c2]) : 0;
+        if (rms > 0 && fmax(ea, e2) / rms > worst_top) worst_top = fmax(ea, e2) / rms;
         if (ca == ga) {
             agree++;
+            continue;
+        }
+        const double gap = (double)cr[ca] - cr[ga], eb = fabs((double)gr[ga] - cr[ga]);
+        if (gap > worst_gap) worst_gap = gap;
+        if (ea <= ARGMAX_ERR_RMS * rms && eb <= ARGMAX_ERR_RMS * rms) {
+            rounding++;
         } else {
-            double gap = (double)cr[ca] - cr[ga];
-            if (gap > worst_gap) worst_gap = gap;
-            if (gap <= 3.0 * rms) near_tie++;
-            else hard++;
+            hard++;
+            printf("    row %d: CPU argmax %d, GPU argmax %d, CPU gap %.4g; |error| %.4g at %d, %.4g at %d; row RMS error "
+                   "%.4g (x%.1f allowed), max %.4g\n",
+                   i, ca, ga, gap, ea, ca, eb, ga, rms, ARGMAX_ERR_RMS, emax);
         }
     }
     double rate = (double)agree / n;
-    printf("  %-58s %.2f%% (%d of %d disagreements are near-ties; largest CPU gap %.3g)\n", "  argmax agreement", 100 * rate,
-           near_tie, n - agree, worst_gap);
-    CHECKF(rate >= 0.999 || hard == 0, "%s: argmax agreement %.3f%% with %d non-near-tie disagreements", label, 100 * rate,
-           hard);
+    printf("  %-58s %.2f%% (%d of %d disagreements within rounding; largest CPU gap %.3g; top-2 errors <= %.2fx row RMS)\n",
+           "  argmax agreement", 100 * rate, rounding, n - agree, worst_gap, worst_top);
+    CHECKF(rate >= 0.999 || hard == 0,
+           "%s: argmax agreement %.3f%% with %d disagreements whose logit errors exceed %.0fx the row's RMS error", label,
+           100 * rate, hard, ARGMAX_ERR_RMS);
     /* staging reuse: every layer stages the same sequence starts and key flags; with reuse on they
      * are copied once per forward, not once per layer, and the logits do not change at all */
     {
@@ -1796,67 +1852,103 @@ static void test_skinny(void) {
     }
 }
 
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--only NAME[,NAME...]]\n"
+            "  --quick   small sizes (for compute-sanitizer)\n"
+            "  --emu     --quick, the attention cases at full size (the CPU emulator)\n"
+            "  --only    run only these sections (%s)\n"
+            "            or, as \"SECTION CASE-START\", the cases of a section whose printed name starts so\n"
+            "            (e.g. --only rope_kv,\"matmul n=1\"); exit 2 when nothing matched\n",
+            SECTIONS);
+}
+
 int main(int argc, char **argv) {
     const char *device = "cuda:0", *tmp = getenv("UNMASK_TEST_TMP");
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--emu")) g_quick = g_emu = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--tmp") && i + 1 < argc) tmp = argv[++i];
-        else if (!strcmp(argv[i], "--cuda-linear") && i + 1 < argc &&
-                 backend_cuda_linear_parse(argv[i + 1], &g_linear.cuda_linear) == 0)
-            i++;
-        else {
-            fprintf(stderr, "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--cuda-linear %s]\n",
-                    "separate|batched");
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
             return 2;
         }
+    }
+    char *names = only ? xstrdup(only) : NULL;   /* g_only points into it until exit */
+    for (char *save = NULL, *t = names ? strtok_r(names, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save)) {
+        if (g_n_only == MAX_ONLY) {
+            fprintf(stderr, "gpu_parity: --only takes at most %d names\n", MAX_ONLY);
+            return 2;
+        }
+        if (*t) g_only[g_n_only++] = t;
+    }
+    if (only && g_n_only == 0) {
+        fprintf(stderr, "gpu_parity: --only needs a name (sections: %s)\n", SECTIONS);
+        return 2;
     }
     if (!tmp) tmp = "/tmp";
     setvbuf(stdout, NULL, _IOLBF, 0);   /* progress stays visible when piped (ctest, scripts) */
     um_err err = {0};
-    g_gpu = backend_cuda_init(device, &g_linear, &err);
+    g_gpu = backend_cuda_init(device, NULL, &err);
     if (!g_gpu) {
         fprintf(stderr, "gpu_parity: %s\n", err.msg);
         return 1;
     }
     g_cpu = backend_cpu_init(0);
-    printf("gpu_parity on %s (%s)%s\n", device, backend_cuda_device_name(g_gpu),
-           g_emu ? ", emulator sizes" : g_quick ? ", quick" : "");
-    printf("ops:\n");
-    test_embed_getrows();
-    test_rmsnorm();
-    test_matmul();
-    test_linear();
-    test_skinny();
-    test_rope();
-    test_rope_kv();
-    test_swiglu_add();
-    test_add_rmsnorm();
-    printf("moe:\n");
-    test_moe();
-    printf("attention:\n");
-    test_attention();
-    printf("sampling:\n");
-    test_gumbel();
-    test_sample();
-    printf("decoders:\n");
-    test_decoders();
-    printf("forward:\n");
-    model m1, m2;
-    int ok1 = make_model(tmp, "parity_gqa_hd64", 256, g_quick ? 2 : 4, 4, 2, 704, &m1) == 0;
-    if (ok1) test_forward(&m1, "demo-shaped GQA hd64");
-    if (!g_quick && make_model(tmp, "parity_hd128", 512, 2, 4, 4, 1376, &m2) == 0) {
-        test_forward(&m2, "hd128");
-        model_free(&m2);
+    printf("gpu_parity on %s (%s)%s%s%s\n", device, backend_cuda_device_name(g_gpu),
+           g_emu ? ", emulator sizes" : g_quick ? ", quick" : "", g_n_only ? ", only " : "", g_n_only ? only : "");
+    /* the sections in order (SECTIONS); a heading is printed before the first section under it */
+    static const struct {
+        const char *name, *heading;
+        void (*run)(void);
+    } secs[] = {{"embed", "ops", test_embed_getrows},  {"rmsnorm", "ops", test_rmsnorm},
+                {"matmul", "ops", test_matmul},        {"linear", "ops", test_linear},
+                {"skinny", "ops", test_skinny},
+                {"rope", "ops", test_rope},            {"rope_kv", "ops", test_rope_kv},
+                {"swiglu_add", "ops", test_swiglu_add}, {"add_rmsnorm", "ops", test_add_rmsnorm},
+                {"moe", "moe", test_moe},              {"attention", "attention", test_attention},
+                {"gumbel", "sampling", test_gumbel},   {"sample", "sampling", test_sample},
+                {"decoders", "decoders", test_decoders}};
+    const char *heading = NULL;
+    for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
+        if (!section_on(secs[i].name)) continue;
+        if (!heading || strcmp(heading, secs[i].heading) != 0) printf("%s:\n", heading = secs[i].heading);
+        secs[i].run();
     }
-    printf("decodes (temperature 0):\n");
-    if (ok1) {
-        test_decodes(&m1);
-        model_free(&m1);
+    const int fwd = section_on("forward"), dec = section_on("decodes");
+    if (fwd || dec) {
+        model m1, m2;
+        int ok1 = make_model(tmp, "parity_gqa_hd64", 256, g_quick ? 2 : 4, 4, 2, 704, &m1) == 0;
+        if (fwd) {
+            printf("forward:\n");
+            if (ok1) test_forward(&m1, "demo-shaped GQA hd64");
+            if (!g_quick && make_model(tmp, "parity_hd128", 512, 2, 4, 4, 1376, &m2) == 0) {
+                test_forward(&m2, "hd128");
+                model_free(&m2);
+            }
+        }
+        if (ok1) {
+            if (dec) {
+                printf("decodes (temperature 0):\n");
+                test_decodes(&m1);
+            }
+            model_free(&m1);
+        }
     }
     backend_free(g_cpu);
     backend_free(g_gpu);
     printf("gpu_parity: %d checks, %d failed\n", g_checks, g_failed);
+    if (g_checks == 0) {   /* a misspelt --only must not read as a clean run */
+        fprintf(stderr, "gpu_parity: --only %s matched nothing (sections: %s)\n", only ? only : "", SECTIONS);
+        free(names);
+        return 2;
+    }
+    free(names);
     return g_failed ? 1 : 0;
 }

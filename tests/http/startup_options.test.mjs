@@ -2,7 +2,7 @@
 //   - the test hooks' variables (util/fault.h, docs/reliability.md "Test hooks"): a malformed value
 //     is a clear start-up error naming the variable (exit 2, one line), not an abort and not a
 //     silent "off"; every subcommand reads them (`logits` too, not only `serve`);
-//   - the backend options that are settings rows (--cpu-pin, --cuda-linear; docs/cpu-kernels.md,
+//   - the backend options that are settings rows (--cpu-pin, --cuda-fuse; docs/cpu-kernels.md,
 //     docs/gpu.md): bad values are flag errors (flag or config file), and --cpu-pin on really
 //     reaches the CPU backend: the compute pool's threads are pinned one per CPU, and with the
 //     default (off) none is.
@@ -49,15 +49,15 @@ test('a malformed UNMASK_FAULT_* variable stops any subcommand at start with the
   assert.match(ok.stderr, /TEST HOOK UNMASK_FAULT_STORE_FAIL: job-store writes fail while .*absent exists/);
 });
 
-test('--cpu-pin and --cuda-linear: bad values are flag errors, from flags and from the config file', () => {
+test('--cpu-pin and --cuda-fuse: bad values are flag errors, from flags and from the config file', () => {
   refused(serve(['--cpu-pin', 'maybe']), /--cpu-pin must be on or off, got 'maybe'/);
-  refused(serve(['--cuda-linear', 'fused']), /--cuda-linear must be one of separate, batched, got 'fused'/);
+  refused(serve(['--cuda-fuse', 'fused']), /--cuda-fuse must be on or off, got 'fused'/);
   const cfg = path.join(DIR, 'bad.json');
-  fs.writeFileSync(cfg, JSON.stringify({ cuda_linear: 'fused' }));
-  refused(serve(['--config', cfg]), /--cuda-linear must be one of separate, batched, got 'fused'/);
+  fs.writeFileSync(cfg, JSON.stringify({ cuda_fuse: 'fused' }));
+  refused(serve(['--config', cfg]), /"cuda_fuse" must be true or false/);
   const help = spawnSync(BIN, ['serve', '--help'], { encoding: 'utf8' });
   assert.match(help.stdout, /--cpu-pin on\|off .*\[off\]/);
-  assert.match(help.stdout, /--cuda-linear S .*\[separate\]/);
+  assert.match(help.stdout, /--cuda-fuse on\|off .*\[on\]/);
   const logits = spawnSync(BIN, ['logits', '--model', model, '--tokens', '1,2', '--out', path.join(DIR, 'y.npy'),
     '--cpu-pin', 'yes'], { encoding: 'utf8' });
   refused(logits, /^error: --cpu-pin must be on or off, got 'yes'$/m);

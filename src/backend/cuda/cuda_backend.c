@@ -612,50 +612,10 @@ static int linear_skinny(backend *be, const blinear *op) {
     return 1;
 }
 
-/* backend_linear. With --cuda-linear batched (backend_options), the products of an op whose weights share one
- * shape (q/k/v without GQA, gate/up) run as one cublasGemmBatchedEx: one launch with n_w times the
- * blocks instead of n_w launches, which may fill the SMs better at the few rows of a cached step.
- * The device pointer arrays go through cuda_stage (the input and output arrays repeat every layer
- * and are reused). Everything else, and the default, is backend_linear_unfused. */
+/* backend_linear: the skinny launch where it takes the op, else the single ops. */
 static void cuda_linear(backend *be, const blinear *op) {
-    cuda_impl *ci = cuda_impl_of(be);
-    if (linear_skinny(be, op)) return;
-    int same = ci->linear_batched && op->n_w >= 2 && op->n > 0 && (op->epi == BLIN_STORE || op->epi == BLIN_SWIGLU);
-    for (int j = 0; same && j < op->n_w; j++)
-        same = op->w[j]->type == DTYPE_BF16 && op->w[j]->rows == op->w[0]->rows && op->w[j]->cols == op->w[0]->cols;
-    if (!same) {
-        backend_linear_unfused(be, op);
-        return;
-    }
-    CHECK(!op->norm || op->tmp_h);
-    CHECK(op->epi == BLIN_STORE || (op->tmp_y && op->n_w == 2));
-    cuda_use_device(ci);
-    const void *h = op->x;
-    const int m_out = (int)op->w[0]->rows, k_in = (int)op->w[0]->cols;
-    if (op->norm) {
-        cuda_rmsnorm(be, op->x, op->norm, op->n, k_in, op->eps, op->tmp_h);
-        h = op->tmp_h;
-    }
-    const void *a[3], *b[3];
-    void *c[3];
-    for (int j = 0; j < op->n_w; j++) {
-        a[j] = op->w[j]->data;
-        b[j] = h;
-        c[j] = op->epi == BLIN_SWIGLU && j == 1 ? op->tmp_y : op->y[j];
-    }
-    const size_t arr = (size_t)op->n_w * sizeof(void *);
-    const void *const *da = cuda_stage(ci, a, arr);
-    const void *const *db = cuda_stage(ci, b, arr);
-    void *const *dc = (void *const *)cuda_stage(ci, c, arr);
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(ci->cb->gemm_batched_ex(ci->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m_out, op->n, k_in, &one, da,
-                                      CUDA_R_16BF, k_in, db, CUDA_R_16BF, k_in, &zero, dc, CUDA_R_16BF, m_out, op->n_w,
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    cuda_stage_done(ci);
-    if (op->epi == BLIN_SWIGLU)
-        CUDA_CHECK(umk_swiglu(op->y[0], op->tmp_y, (size_t)op->n * (size_t)m_out, op->y[0], ci->stream));
+    if (!linear_skinny(be, op)) backend_linear_unfused(be, op);
 }
-
 /* The cos/sin table of positions pos (umk_rope_table), reused while the positions, the rotated
  * half and theta stay the same (every layer of a forward). */
 static const float *rope_table(cuda_impl *ci, int n, int half, const int32_t *pos, float theta) {
@@ -1150,7 +1110,6 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
                    "%.1f MiB needed", device, prop.name, mib(free0), gib(total0), mib(own + FIT_RESERVE_BYTES / 4));
         return NULL;
     }
-    const int lin_batched = o && o->cuda_linear == BACKEND_CUDA_LINEAR_BATCHED;   /* benchmark switch (docs/gpu.md) */
     cuda_impl *ci = xcalloc(1, sizeof *ci);
     ci->cb = cb;
     ci->device = idx;
@@ -1158,7 +1117,6 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->cc_major = prop.major;
     ci->cc_minor = prop.minor;
     ci->n_sm = prop.multiProcessorCount;
-    ci->linear_batched = lin_batched;
     ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
     ci->gemm_cublas = o && o->cuda_gemm_cublas;   /* A/B switch (docs/gpu.md) */
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
@@ -1257,7 +1215,6 @@ void backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused) {
     *reused = ci->stage_hits;
 }
 
-void backend_cuda_linear_batched(backend *be, int on) { cuda_impl_of(be)->linear_batched = on; }
 void backend_cuda_gemm_cublas(backend *be, int on) { cuda_impl_of(be)->gemm_cublas = on; }
 void backend_cuda_gemm_splits(backend *be, int n) { cuda_impl_of(be)->gs_splits = n > 0 ? n : 0; }
 int  backend_cuda_gemm_last_splits(backend *be) { return cuda_impl_of(be)->gs_last_splits; }
@@ -1441,7 +1398,6 @@ void backend_cuda_force_generic_attention(backend *be, int on) { (void)be, (void
 void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be, (void)c, (void)r; CUDA_UNAVAILABLE(); }
 void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
-void backend_cuda_linear_batched(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_gemm_cublas(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_gemm_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 int  backend_cuda_gemm_last_splits(backend *be) { (void)be; CUDA_UNAVAILABLE(); }

@@ -85,9 +85,6 @@ void   backend_cuda_attention_splits(backend *be, int n);
  * an earlier copy of the same bytes still on the device (e.g. one layer's sequence starts for the
  * next layer) */
 void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
-/* 1: the same-shape products of a linear op (q/k/v without GQA, gate/up) as one batched GEMM, as
- * backend_options.cuda_linear BATCHED (--cuda-linear batched); 0: one GEMM per weight (the default) */
-void   backend_cuda_linear_batched(backend *be, int on);
 /* 1: bf16 products of <= 64 rows on cuBLAS (as above that); 0: the skinny kernel (the default) */
 void   backend_cuda_gemm_cublas(backend *be, int on);
 /* the skinny kernel's K ranges: n forced (gpu_gemm_bench), 0 = its own choice; and those of its last launch */

@@ -17,7 +17,6 @@ static const cublas_fns g_emu_cublas = {
     .set_workspace = cublasSetWorkspace_v2,
     .set_math_mode = cublasSetMathMode,
     .gemm_ex = cublasGemmEx,
-    .gemm_batched_ex = cublasGemmBatchedEx,
 };
 
 const cublas_fns *cuda_dl_cublas(um_err *err) {
@@ -109,7 +108,6 @@ static void load_cublas(void) {
     RESOLVE(h, g_cublas.set_workspace, "cublasSetWorkspace_v2", g_cublas_why);
     RESOLVE(h, g_cublas.set_math_mode, "cublasSetMathMode", g_cublas_why);
     RESOLVE(h, g_cublas.gemm_ex, "cublasGemmEx", g_cublas_why);
-    RESOLVE(h, g_cublas.gemm_batched_ex, "cublasGemmBatchedEx", g_cublas_why);
     g_cublas_ok = ok;
 }
 

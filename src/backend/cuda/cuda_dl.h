@@ -24,7 +24,6 @@ typedef struct cublas_fns {
     __typeof__(cublasSetWorkspace_v2) *set_workspace;
     __typeof__(cublasSetMathMode)    *set_math_mode;
     __typeof__(cublasGemmEx)         *gemm_ex;
-    __typeof__(cublasGemmBatchedEx)  *gemm_batched_ex;
 } cublas_fns;
 
 /* The cuBLAS entry points, or NULL + err. */

@@ -142,8 +142,6 @@ typedef struct cuda_impl {
     float         *attn_ws;            /* attention key-split partials (umk_attn_split), ATTN_WS_BYTES */
     int            attn_splits;        /* umk_attn_split.force: 0 auto, 1 never, n forced (tests) */
     int            force_host_moe;     /* 1: moe_prepare declines (tests: the host-routed path) */
-    int            linear_batched;     /* 1: same-shape products of a linear op as one batched GEMM
-                                          (--cuda-linear batched; cuda_linear) */
     int            unfused;            /* 1: rope_kv / add_rmsnorm run their single kernels
                                           (--cuda-fuse off; backend_options.cuda_unfused) */
     int            gemm_cublas;        /* 1: bf16 products of <= 64 rows on cuBLAS too, not the skinny
