@@ -96,7 +96,7 @@ static int run_one(model_ctx *ctx, decode_device *dd, const model *m, const deco
 
 /* Flags of `bench --decode`, and the lists parsed from them. */
 typedef struct bd_opts {
-    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *cpu_pin, *cuda_fuse, *device;
+    const char *model_dir, *batch_s, *decoders_s, *caches_s, *cpu_kernels, *cpu_pin, *cuda_fuse, *cuda_skinny, *device;
     const char *device_loop, *quant_s;
     enum dtype quant;                          /* --quant, parsed */
     int    gen, block, steps, prompt_len, threads, decode_flag, reps, profile;
@@ -141,6 +141,7 @@ static int bd_opts_parse(bd_opts *o, int argc, char **argv) {
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"cpu-pin", ARG_STR, &o->cpu_pin, CLI_CPU_PIN_HELP},
         {"cuda-fuse", ARG_STR, &o->cuda_fuse, CLI_CUDA_FUSE_HELP},
+        {"cuda-skinny", ARG_STR, &o->cuda_skinny, CLI_CUDA_SKINNY_HELP},
         {"quant", ARG_STR, &o->quant_s, CLI_QUANT_HELP},
         {"device", ARG_STR, &o->device, "cpu | cuda | cuda:N [cpu]"},
         {"device-loop", ARG_STR, &o->device_loop,
@@ -196,7 +197,7 @@ static int bd_parse_caches(bd_opts *o) {
  * printed. */
 static int bd_opts_validate(bd_opts *o) {
     if (cli_cpu_kernels_apply(o->cpu_kernels) != 0 ||
-        cli_backend_options_apply(o->cpu_pin, o->cuda_fuse) != 0 ||
+        cli_backend_options_apply(o->cpu_pin, o->cuda_fuse, o->cuda_skinny) != 0 ||
         cli_quant_parse(o->quant_s, &o->quant) != 0)
         return 2;
     if (!o->model_dir) {

@@ -51,7 +51,7 @@ static double forward_gflop(const model_config *c, int seq, int batch, int out_r
 
 /* Flags of the forward benchmark, and the parsed --seq list. */
 typedef struct bf_opts {
-    const char *model_dir, *seq_s, *cpu_kernels, *cpu_pin, *cuda_fuse, *quant_s;
+    const char *model_dir, *seq_s, *cpu_kernels, *cpu_pin, *cuda_fuse, *cuda_skinny, *quant_s;
     enum dtype quant;   /* --quant, parsed */
     int  threads, reps, batch, warmup, out_rows, tp;
     int *seqs;    /* [n_seqs], owned */
@@ -73,6 +73,7 @@ static int bf_opts_parse(bf_opts *o, int argc, char **argv) {
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"cpu-pin", ARG_STR, &o->cpu_pin, CLI_CPU_PIN_HELP},
         {"cuda-fuse", ARG_STR, &o->cuda_fuse, CLI_CUDA_FUSE_HELP},
+        {"cuda-skinny", ARG_STR, &o->cuda_skinny, CLI_CUDA_SKINNY_HELP},
         {"quant", ARG_STR, &o->quant_s, CLI_QUANT_HELP},
         {NULL, 0, NULL, NULL},
     };
@@ -88,7 +89,7 @@ static int bf_opts_parse(bf_opts *o, int argc, char **argv) {
 /* Applies --cpu-kernels, checks the flags and parses --seq. 0, or 2 with the message printed. */
 static int bf_opts_validate(bf_opts *o) {
     if (cli_cpu_kernels_apply(o->cpu_kernels) != 0 ||
-        cli_backend_options_apply(o->cpu_pin, o->cuda_fuse) != 0 ||
+        cli_backend_options_apply(o->cpu_pin, o->cuda_fuse, o->cuda_skinny) != 0 ||
         cli_quant_parse(o->quant_s, &o->quant) != 0)
         return 2;
     if (!o->model_dir) {

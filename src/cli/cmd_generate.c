@@ -240,7 +240,7 @@ static int build_suffix(const model *m, const char *text, const char *ids_s, int
 typedef struct gen_opts {
     const char  *model_dir, *prompt, *messages, *ids_s, *suffix_s, *suffix_ids_s;
     int          raw, json, threads, no_live, quiet, tp;
-    const char  *device, *cpu_kernels, *cpu_pin, *cuda_fuse, *device_loop, *quant_s;
+    const char  *device, *cpu_kernels, *cpu_pin, *cuda_fuse, *cuda_skinny, *device_loop, *quant_s;
     enum dtype   quant;   /* --quant, parsed */
     decode_flags decode;
 } gen_opts;
@@ -275,6 +275,7 @@ static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
         {"cpu-kernels", ARG_STR, &o->cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"cpu-pin", ARG_STR, &o->cpu_pin, CLI_CPU_PIN_HELP},
         {"cuda-fuse", ARG_STR, &o->cuda_fuse, CLI_CUDA_FUSE_HELP},
+        {"cuda-skinny", ARG_STR, &o->cuda_skinny, CLI_CUDA_SKINNY_HELP},
         {"quant", ARG_STR, &o->quant_s, CLI_QUANT_HELP},
         {"device-loop", ARG_STR, &o->device_loop,
          "CUDA: on = device-resident decode loop where supported, off = host loop [on]"},
@@ -299,7 +300,7 @@ static int gen_opts_parse(gen_opts *o, int argc, char **argv) {
 /* Checks the flags that need no model (and applies --cpu-kernels). 0, or 2 with the message printed. */
 static int gen_opts_validate(gen_opts *o) {
     if (cli_cpu_kernels_apply(o->cpu_kernels) != 0 ||
-        cli_backend_options_apply(o->cpu_pin, o->cuda_fuse) != 0 ||
+        cli_backend_options_apply(o->cpu_pin, o->cuda_fuse, o->cuda_skinny) != 0 ||
         cli_quant_parse(o->quant_s, &o->quant) != 0)
         return 2;
     if (!o->model_dir) {

@@ -22,7 +22,7 @@ int cmd_logits(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_s = NULL, *out = NULL, *positions_s = NULL, *valid_s = NULL;
     int threads = 0, tp = 1, block_length = -1;
     const char *device = "cpu", *cpu_kernels = NULL, *quant_s = NULL, *cpu_pin = NULL;
-    const char *cuda_fuse = NULL;
+    const char *cuda_fuse = NULL, *cuda_skinny = NULL;
     arg_spec specs[] = {
         {"model", ARG_STR, &model_dir, "checkpoint directory or GGUF file [required]"},
         {"tokens", ARG_STR, &tokens_s, "comma-separated token ids, e.g. 1,2,3 [required]"},
@@ -38,6 +38,7 @@ int cmd_logits(int argc, char **argv) {
         {"cpu-kernels", ARG_STR, &cpu_kernels, CLI_CPU_KERNELS_HELP},
         {"cpu-pin", ARG_STR, &cpu_pin, CLI_CPU_PIN_HELP},
         {"cuda-fuse", ARG_STR, &cuda_fuse, CLI_CUDA_FUSE_HELP},
+        {"cuda-skinny", ARG_STR, &cuda_skinny, CLI_CUDA_SKINNY_HELP},
         {"quant", ARG_STR, &quant_s, CLI_QUANT_HELP},
         {NULL, 0, NULL, NULL},
     };
@@ -49,7 +50,7 @@ int cmd_logits(int argc, char **argv) {
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;
     enum dtype quant;
-    if (cli_cpu_kernels_apply(cpu_kernels) != 0 || cli_backend_options_apply(cpu_pin, cuda_fuse) != 0 ||
+    if (cli_cpu_kernels_apply(cpu_kernels) != 0 || cli_backend_options_apply(cpu_pin, cuda_fuse, cuda_skinny) != 0 ||
         cli_quant_parse(quant_s, &quant) != 0)
         return 2;
     if (!model_dir || !tokens_s || !out) {

@@ -114,7 +114,7 @@ int cli_cpu_kernels_apply(const char *name) {
     return 0;
 }
 
-int cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse) {
+int cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse, const char *cuda_skinny) {
     backend_options o = {0};
     if (cpu_pin && strcmp(cpu_pin, "on") != 0 && strcmp(cpu_pin, "off") != 0) {
         fprintf(stderr, "error: --cpu-pin must be on or off, got '%s'\n", cpu_pin);
@@ -126,6 +126,11 @@ int cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse) {
         return -1;
     }
     o.cuda_unfused = cuda_fuse && strcmp(cuda_fuse, "off") == 0;
+    if (cuda_skinny && strcmp(cuda_skinny, "on") != 0 && strcmp(cuda_skinny, "off") != 0) {
+        fprintf(stderr, "error: --cuda-skinny must be on or off, got '%s'\n", cuda_skinny);
+        return -1;
+    }
+    o.cuda_gemm_cublas = cuda_skinny && strcmp(cuda_skinny, "off") == 0;
     backend_options_select(&o);
     return 0;
 }

@@ -44,7 +44,7 @@ int  cli_cpu_kernels_apply(const char *name);
  * --cpu-kernels=NAME in argv, applies it and removes it from argv / *argc. 0 or -1 as above. */
 int  cli_cpu_kernels_take(int *argc, char **argv);
 
-/* The --cpu-pin (on | off; NULL = off) and --cuda-fuse (on | off; NULL = on) flags: the options of the backends this process opens
+/* The --cpu-pin (on | off; NULL = off), --cuda-fuse and --cuda-skinny (on | off; NULL = on) flags: the options of the backends this process opens
  * (backend_options_select), as serve's settings of the same names. 0, or -1 with the message printed (exit 2) for an unknown value. */
 #define CLI_CPU_PIN_HELP                                                                                    \
     "CPU: on = pin compute thread i to the i-th CPU the process may use, off = the OS places them "         \
@@ -52,7 +52,10 @@ int  cli_cpu_kernels_take(int *argc, char **argv);
 #define CLI_CUDA_FUSE_HELP                                                                                  \
     "CUDA: on = RoPE + KV cache write and residual add + RMSNorm as one kernel each; off = their single "   \
     "kernels, an A/B switch (docs/gpu.md) [on]"
-int  cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse);
+#define CLI_CUDA_SKINNY_HELP                                                                                \
+    "CUDA: on = products of <= 64 rows on the weight-streaming kernel; off = bf16 weights on cuBLAS, an A/B "  \
+    "switch (docs/gpu.md) [on]"
+int  cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse, const char *cuda_skinny);
 
 /* The --quant flag (bf16 | q8_0 | q4_0; NULL = bf16): how the matrices are stored (model.quant).
  * 0 with *out set, or -1 with the message printed (exit 2). */

@@ -482,9 +482,9 @@ static int device_rows_of(const server_config *c, const model *m) {
     return c->max_batch * (p.block_length > 0 ? p.block_length : 32);
 }
 
-/* --cpu-pin and --cuda-fuse: the options of every backend this process opens from now on. */
+/* --cpu-pin, --cuda-fuse and --cuda-skinny: the options of every backend this process opens from now on. */
 static void backend_options_select_of(const server_config *c) {
-    backend_options o = {.cpu_pin = c->cpu_pin, .cuda_unfused = !c->cuda_fuse};
+    backend_options o = {.cpu_pin = c->cpu_pin, .cuda_unfused = !c->cuda_fuse, .cuda_gemm_cublas = !c->cuda_skinny};
     backend_options_select(&o);
 }
 

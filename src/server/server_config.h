@@ -37,6 +37,7 @@ typedef struct server_config {
                                      "q4_0" (quantized at load; CPU engines only) */
     int    cpu_pin;               /* 1: CPU compute threads pinned one per CPU (backend_options) */
     int    cuda_fuse;             /* 1: the CUDA backend's fused ops as one kernel each (backend_options) */
+    int    cuda_skinny;           /* 1: products of <= 64 rows on the skinny kernel (backend_options) */
     int    max_queue;             /* requests waiting for admission (all engines) */
     int    max_paused;            /* sequences one engine may hold paused at a step boundary so that
                                      a caller with nothing running (or an attached session) goes

@@ -195,6 +195,24 @@ else
     bad "--cuda-fuse on / off: $(tail -3 "$TMP/fuse.err"; cmp "$TMP/fuse_on.npy" "$TMP/fuse_off.npy")"
 fi
 
+# --cuda-skinny (the products of <= 64 rows on the weight-streaming kernel, or bf16 on cuBLAS): a bad
+# value is a flag error; on and off agree as two GPU paths do (compare_logits.py: rel <= 2e-2, same
+# argmax on decisive rows)
+"$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/sk.npy" --device cuda:0 --cuda-skinny fast > /dev/null 2> "$TMP/sk.err"
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "^error: --cuda-skinny must be on or off, got 'fast'$" "$TMP/sk.err"; then
+    bad "--cuda-skinny fast: rc $rc: $(cat "$TMP/sk.err")"
+else
+    ok
+fi
+if "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/sk_on.npy" --device cuda:0 --cuda-skinny on > /dev/null 2> "$TMP/sk.err" &&
+    "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/sk_off.npy" --device cuda:0 --cuda-skinny off > /dev/null 2>> "$TMP/sk.err" &&
+    "$PY" "$COMPARE" "$TMP/sk_off.npy" "$TMP/sk_on.npy" > "$TMP/sk.cmp"; then
+    ok
+else
+    bad "--cuda-skinny on / off: $(cat "$TMP/sk.cmp"; tail -3 "$TMP/sk.err")"
+fi
+
 # ---------------------------------------------------------------- serve on two emulated GPUs
 # two engines (one per device), concurrent completions batched by the engines' device loops
 SERVE_PID=
@@ -239,7 +257,7 @@ expect() { # name, needle, env... cmd...: fails cleanly (exit 1..127, no abort) 
     if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && printf '%s' "$out" | grep -qF -- "$needle"; then ok; else bad "$name: rc=$rc out=$out"; fi
 }
 expect no-room "not enough free device memory" UNMASK_EMU_MEM_BYTES=100000000 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
-expect no-fit "does not fit" UNMASK_EMU_MEM_BYTES=250000000 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
+expect no-fit "does not fit" UNMASK_EMU_MEM_BYTES=300000000 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
 expect no-device "no CUDA device" UNMASK_EMU_DEVICES=0 "$BIN" logits --model "$TMP/m" --tokens 1,2,3 --out "$TMP/x.npy" --device cuda:0
 expect out-of-range "only 1 CUDA device" UNMASK_EMU_DEVICES=1 "$BIN" generate --model "$TMP/m" --prompt-ids 1,2 --gen-length 4 --block-length 4 --device cuda:1
 

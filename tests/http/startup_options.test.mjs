@@ -49,15 +49,17 @@ test('a malformed UNMASK_FAULT_* variable stops any subcommand at start with the
   assert.match(ok.stderr, /TEST HOOK UNMASK_FAULT_STORE_FAIL: job-store writes fail while .*absent exists/);
 });
 
-test('--cpu-pin and --cuda-fuse: bad values are flag errors, from flags and from the config file', () => {
+test('--cpu-pin, --cuda-fuse and --cuda-skinny: bad values are flag errors, from flags and from the config file', () => {
   refused(serve(['--cpu-pin', 'maybe']), /--cpu-pin must be on or off, got 'maybe'/);
   refused(serve(['--cuda-fuse', 'fused']), /--cuda-fuse must be on or off, got 'fused'/);
+  refused(serve(['--cuda-skinny', 'fast']), /--cuda-skinny must be on or off, got 'fast'/);
   const cfg = path.join(DIR, 'bad.json');
   fs.writeFileSync(cfg, JSON.stringify({ cuda_fuse: 'fused' }));
   refused(serve(['--config', cfg]), /"cuda_fuse" must be true or false/);
   const help = spawnSync(BIN, ['serve', '--help'], { encoding: 'utf8' });
   assert.match(help.stdout, /--cpu-pin on\|off .*\[off\]/);
   assert.match(help.stdout, /--cuda-fuse on\|off .*\[on\]/);
+  assert.match(help.stdout, /--cuda-skinny on\|off .*\[on\]/);
   const logits = spawnSync(BIN, ['logits', '--model', model, '--tokens', '1,2', '--out', path.join(DIR, 'y.npy'),
     '--cpu-pin', 'yes'], { encoding: 'utf8' });
   refused(logits, /^error: --cpu-pin must be on or off, got 'yes'$/m);
