@@ -158,7 +158,7 @@ do_sanitize() {
 # with our kernels only come first (cuBLAS instrumented is slow); RACE_BUDGET_S bounds the whole
 # bisect, RACE_RUN_S one section. A section with a sanitizer error runs again with blocking launches
 # and the hazard report, whose lines around the error name the kernel.
-RACE_SECTIONS=${RACE_SECTIONS:-"embed rmsnorm rope rope_kv swiglu_add add_rmsnorm attention gumbel sample decoders moe matmul linear forward decodes"}
+RACE_SECTIONS=${RACE_SECTIONS:-"embed rmsnorm rope rope_kv swiglu_add add_rmsnorm attention gumbel sample decoders moe skinny matmul linear forward decodes"}
 RACE_BUDGET_S=${RACE_BUDGET_S:-60}
 RACE_RUN_S=${RACE_RUN_S:-15}
 RACE=(compute-sanitizer --tool racecheck --racecheck-report analysis --print-limit 0 --show-backtrace no --error-exitcode 99)
@@ -401,6 +401,61 @@ do_lease() {
   return $fail
 }
 
+# ---------------------------------------------------------------- kernels: a lease for kernel work
+# The follow-up to a full lease when the kernels changed and the peers were already measured on this
+# GPU model: parity, the products one op at a time (gpu_gemm_bench: the skinny kernel bf16 / FP8 vs
+# cuBLAS, K ranges swept), the 8B decode steps with the skinny kernel on and off (A/B) and with FP8
+# weights, FP8 accuracy (logits vs the device's bf16 on the 8B and family checkpoints; greedy
+# decodes side by side), profiles, the racecheck bisect. The peer table uses the peers' rows saved
+# from the last full lease on the same GPU model (scripts/gpu/peers/<gpu>-<date>.jsonl), said so
+# in its heading: the compiled peer costs ~4.5 minutes of a lease to measure again.
+do_kernels() {
+  ensure_built || return 1
+  stage "machine"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+  nvcc --version | tail -1
+  local mm_pid=
+  if [ ! -f "$MODEL8B/config.json" ]; then
+    ( "$BUILD/unmask" make-model --out "$MODEL8B" --preset 8b --quiet > "$UNMASK_TEST_TMP/make8b.log" 2>&1
+      echo "make-model 8b exit $? after $((SECONDS - T0))s" >> "$UNMASK_TEST_TMP/make8b.log" ) &
+    mm_pid=$!
+  fi
+  step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
+  step "gemm bench: skinny bf16/fp8 vs cuBLAS, K ranges" 30 100 "$BUILD/gpu_gemm_bench" --rows 1,8,32,64 --sweep
+  step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
+  step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
+  [ -n "$mm_pid" ] && { wait "$mm_pid"; cat "$UNMASK_TEST_TMP/make8b.log"; }
+  local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 --batch 1,8,32)
+  local DUAL=(--max-blocks 2 --decoders threshold --threshold 0.9 --cache dual) NONE=(--max-blocks 1 --decoders low_confidence --cache none)
+  local T=$UNMASK_TEST_TMP
+  step "decode dual, skinny on (A)" 20 60 "${TEE_TO[@]}" "$T/k_dual.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
+  step "decode dual, skinny off: cuBLAS (B)" 20 60 "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --cuda-skinny off
+  step "decode none" 30 90 "${TEE_TO[@]}" "$T/k_none.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}"
+  step "decode dual, fp8" 20 60 "${TEE_TO[@]}" "$T/k_dual8.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --quant fp8
+  step "decode none, fp8" 30 90 "${TEE_TO[@]}" "$T/k_none8.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}" --quant fp8
+  step "bench 8B fp8 b1/8/32 (floors)" 20 60 "$BUILD/unmask" bench --device cuda:0 --model "$MODEL8B" --block 32 --batch 1,8,32 --gen 256 --steps 32 --quant fp8
+  local saved; saved=$(ls "$ROOT"/scripts/gpu/peers/"$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/^nvidia-//;s/^/nvidia-/')"-*.jsonl 2>/dev/null | tail -1)
+  if [ -n "$saved" ]; then
+    echo "peers: rows saved from an earlier lease on this GPU model: $saved"
+    step "table bf16: unmask vs saved peers" 1 20 "${TEE_TO[@]}" "$T/peer_table.md" python3 "$ROOT/tools/bench/peer_table.py" "$T/k_dual.log" "$T/k_none.log" "$saved"
+    step "table fp8: unmask vs saved (bf16) peers" 1 20 "${TEE_TO[@]}" "$T/peer_table8.md" python3 "$ROOT/tools/bench/peer_table.py" "$T/k_dual8.log" "$T/k_none8.log" "$saved"
+  fi
+  local F8=()
+  for fam in dream-tiny lladamoe-tiny llada2-tiny; do [ -d "$T/$fam" ] && F8+=("$T/$fam"); done
+  step "fp8 accuracy: logits vs bf16 (8B + families)" 20 90 python3 "$ROOT/tools/bench/quant_accuracy.py" --unmask "$BUILD/unmask" --device cuda:0 --quant fp8 logits --models "$(IFS=,; echo "$MODEL8B,${F8[*]}")" --seq 64
+  local G=(generate --model "$MODEL8B" --device cuda:0 --prompt-ids 1,17,300,42,7,99,250,3 --gen-length 64 --block-length 32 --steps 64 --json --no-stop-at-eos)
+  step "greedy 8B bf16" 10 40 "${TEE_TO[@]}" "$T/g_bf16.jsonl" "$BUILD/unmask" "${G[@]}"
+  step "greedy 8B fp8" 10 40 "${TEE_TO[@]}" "$T/g_fp8.jsonl" "$BUILD/unmask" "${G[@]}" --quant fp8
+  step "greedy side by side" 1 10 python3 "$ROOT/tools/bench/greedy_compare.py" "$T/g_bf16.jsonl" "$T/g_fp8.jsonl"
+  local P1=(--batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1)
+  step "profile dual b1, skinny" 15 40 "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 "${P1[@]}"
+  step "profile dual b1, fp8" 15 40 "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 "${P1[@]}" --quant fp8
+  step "racecheck bisect gpu_parity --quick" 30 $((RACE_BUDGET_S + 15)) bash "$ROOT/scripts/gpu/run-checks.sh" racecheck
+  print_summary kernels
+  for f in "$T/peer_table.md" "$T/peer_table8.md"; do [ -s "$f" ] && { echo; echo "$(basename "$f" .md):"; cat "$f"; }; done
+  return $fail
+}
+
 run() { "$@" || { echo "run-checks: stage $1 FAILED"; fail=1; }; }
 case "$STAGE" in
   build) run do_build ;;
@@ -411,9 +466,10 @@ case "$STAGE" in
   racecheck) { ensure_built && racecheck_bisect; } || fail=1 ;;
   lease) do_lease 2>&1 | tee "$LOGS/lease.log"; fail=${PIPESTATUS[0]} ;;
   peers) do_peers 2>&1 | tee "$LOGS/peers.log"; fail=${PIPESTATUS[0]} ;;
+  kernels) do_kernels 2>&1 | tee "$LOGS/kernels.log"; fail=${PIPESTATUS[0]} ;;
   all)
     if do_build; then run do_parity; run do_sanitize; run do_bench; else fail=1; fi ;;
-  *) echo "usage: run-checks.sh [all|build|parity|sanitize|racecheck|bench|lease|peers]"; exit 2 ;;
+  *) echo "usage: run-checks.sh [all|build|parity|sanitize|racecheck|bench|lease|peers|kernels]"; exit 2 ;;
 esac
 echo
 [ $fail -eq 0 ] && echo "run-checks: ALL OK ($STAGE)" || echo "run-checks: FAILURES ($STAGE)"
