@@ -137,7 +137,7 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
 /* Flags of `bench --device`, and the parsed --batch list. */
 typedef struct bdev_opts {
     const char *device, *model_dir, *batch_s, *dec_s, *quant_s;
-    enum dtype quant;   /* --quant, parsed: only bf16 is accepted on a GPU */
+    enum dtype quant;   /* --quant, parsed: bf16 or fp8 on a GPU */
     int    gen, block, prompt, steps, graph, bw_mib, profile, peak_n;
     double threshold;
     enum decode_decoder dec;
@@ -163,7 +163,8 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
         {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
         {"peak-n", ARG_INT, &o->peak_n, "size n of the n x n x n bf16 matmul whose measured rate sets the compute floor, 0 = none (on the CPU emulator use a small n such as 64) [8192]"},
         {"profile", ARG_INT, &o->profile, "1: after each row, time every op with events (steps launched op by op, no graph) and print the table [0]"},
-        {"quant", ARG_STR, &o->quant_s, "bf16 only: GPUs have no kernels for quantized weights yet [bf16]"},
+        {"quant", ARG_STR, &o->quant_s, "bf16 = as the checkpoint stores them, fp8 = E4M3 with a scale per output "
+                                         "channel (docs/gpu.md); q8_0 / q4_0 run on the CPU only [bf16]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -373,6 +374,7 @@ int bench_device(int argc, char **argv) {
     if (model_load(o.model_dir, &m, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
     } else {
+        m.quant = o.quant;
         rc = bdev_run(&o, be, &m, &err);
         model_free(&m);
     }
