@@ -212,10 +212,12 @@ static int upload_fp8(llada_loader *ld, const st_tensor *t, const void *data, in
 void llada_loader_report(const llada_loader *ld) {
     if (!ld->fp8_host || ld->ctx->shard.rank != 0) return;
     backend *be = ld->ctx->be;
-    log_info("%s: %d FP8 weight tensors (%.2f GiB) dequantized on the host (fp8 x block scale) to %s: %s", ld->ctx->m->dir,
-             ld->fp8_host, (double)ld->fp8_bytes / (1u << 30), dtype_is_quant(ld->quant) ? "quantize them" : "bf16",
-             backend_has(be, BACKEND_CAP_FP8) ? "only the embedding is gathered by row"
-                                              : "this backend has no FP8 kernels (FP8 weights run as stored on CUDA)");
+    log_info("%s: %d FP8 weight tensors (%.2f GiB) dequantized on the host (fp8 x block scale) and %s %s: %s",
+             ld->ctx->m->dir, ld->fp8_host, (double)ld->fp8_bytes / (1u << 30),
+             dtype_is_quant(ld->quant) ? "quantized to" : "stored as",
+             dtype_is_quant(ld->quant) ? model_quant_name(ld->quant) : "bf16",
+             backend_has(be, BACKEND_CAP_FP8) ? "the embedding is only gathered by row"
+                                              : "this backend has no FP8 kernels (CUDA keeps FP8 weights as stored)");
 }
 
 int llada_upload(llada_loader *ld, const st_tensor *t, const void *data, int64_t row0, int64_t col0, int64_t rows,
