@@ -47,6 +47,7 @@ typedef struct llada_loader {
     int        shown;         /* tenths of total reported */
     int        fp8_host;      /* FP8 tensors dequantized on the host (no BACKEND_CAP_FP8, or gathered) */
     uint64_t   fp8_bytes;     /* their FP8 bytes */
+    uint64_t   fp8_ns;        /* time spent dequantizing them */
 } llada_loader;
 /* Upload rows x cols elements of checkpoint tensor t at data as kind: the block of t starting at
  * row row0, column col0 (t's own bytes, or a host copy of that block; n_elems = rows x cols checked).
