@@ -273,8 +273,9 @@ out_h:
 /* Prints the header lines (device, bandwidth, floors, run settings) and the table's column names. */
 static void bdev_print_header(const bdev_opts *o, backend *be, const model_config *c, uint64_t wbytes, double bw,
                               double floor_ms, double mm_rate) {
-    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", backend_name(be), backend_description(be),
-           o->model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30));
+    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights%s\n", backend_name(be), backend_description(be),
+           o->model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30),
+           o->quant == DTYPE_F8_E4M3 ? "; run with --quant fp8 (the floors below are the bf16 weights')" : "");
     printf("device copy bandwidth %.0f GB/s (read + write) -> HBM floor %.3f ms/step (weights read once per step)\n",
            bw * 1e-9, floor_ms);
     if (mm_rate > 0)
