@@ -1,8 +1,10 @@
 /*
  * llada_weights.h — what every architecture's weights go through (llada_weights.c), below the
  * forward passes that use them (llada.c, moe.c): finding a checkpoint tensor with its shape
- * checked, and uploading it to a ctx's backend (quantized when the model asks, checkpoint pages
- * released after a backend copy, progress on long loads). Load time, on the thread building the ctx.
+ * checked (an FP8 matrix with its block scales), and uploading it to a ctx's backend (quantized when
+ * the model asks; FP8 as stored where the backend has FP8 kernels, else dequantized on the host;
+ * checkpoint pages released after a backend copy, progress on long loads). Load time, on the thread
+ * building the ctx.
  */
 #ifndef UM_LLADA_WEIGHTS_H
 #define UM_LLADA_WEIGHTS_H

@@ -1,6 +1,7 @@
 /*
  * make_model.c — LLaDA-layout checkpoints (see make_model.h): random weights, or trained ones read
- * from an F32 safetensors file, with the built-in, a corpus-trained or a copied tokenizer.
+ * from an F32 safetensors file, as float or FP8 (E4M3 + 128 x 128 block scales) matrices, with the
+ * built-in, a corpus-trained or a copied tokenizer.
  * Main thread + OpenMP workers.
  */
 #include "model/make_model.h"
