@@ -137,7 +137,7 @@ static int run_batch(backend *be, model_ctx *ctx, const model *m, int batch, int
 /* Flags of `bench --device`, and the parsed --batch list. */
 typedef struct bdev_opts {
     const char *device, *model_dir, *batch_s, *dec_s, *quant_s;
-    enum dtype quant;   /* --quant, parsed: only bf16 is accepted on a GPU */
+    enum dtype quant;   /* --quant, parsed: bf16 or fp8 on a GPU */
     int    gen, block, prompt, steps, graph, bw_mib, profile, peak_n;
     double threshold;
     enum decode_decoder dec;
@@ -163,7 +163,8 @@ static int bdev_opts_parse(bdev_opts *o, int argc, char **argv) {
         {"bw-mib", ARG_INT, &o->bw_mib, "buffer size of the copy-bandwidth measurement (MiB) [2048]"},
         {"peak-n", ARG_INT, &o->peak_n, "size n of the n x n x n bf16 matmul whose measured rate sets the compute floor, 0 = none (on the CPU emulator use a small n such as 64) [8192]"},
         {"profile", ARG_INT, &o->profile, "1: after each row, time every op with events (steps launched op by op, no graph) and print the table [0]"},
-        {"quant", ARG_STR, &o->quant_s, "bf16 only: GPUs have no kernels for quantized weights yet [bf16]"},
+        {"quant", ARG_STR, &o->quant_s, "bf16 = as the checkpoint stores them, fp8 = E4M3 with a scale per output "
+                                         "channel (docs/gpu.md); q8_0 / q4_0 run on the CPU only [bf16]"},
         {NULL, 0, NULL, NULL},
     };
     int r = args_parse(argc, argv,
@@ -272,8 +273,9 @@ out_h:
 /* Prints the header lines (device, bandwidth, floors, run settings) and the table's column names. */
 static void bdev_print_header(const bdev_opts *o, backend *be, const model_config *c, uint64_t wbytes, double bw,
                               double floor_ms, double mm_rate) {
-    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights\n", backend_name(be), backend_description(be),
-           o->model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30));
+    printf("device %s (%s); model %s: %.2f B params, %.2f GiB bf16 weights%s\n", backend_name(be), backend_description(be),
+           o->model_dir, (double)model_config_n_params(c) * 1e-9, (double)wbytes / (double)(1ull << 30),
+           o->quant == DTYPE_F8_E4M3 ? "; run with --quant fp8 (the floors below are the bf16 weights')" : "");
     printf("device copy bandwidth %.0f GB/s (read + write) -> HBM floor %.3f ms/step (weights read once per step)\n",
            bw * 1e-9, floor_ms);
     if (mm_rate > 0)
@@ -373,6 +375,7 @@ int bench_device(int argc, char **argv) {
     if (model_load(o.model_dir, &m, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
     } else {
+        m.quant = o.quant;
         rc = bdev_run(&o, be, &m, &err);
         model_free(&m);
     }

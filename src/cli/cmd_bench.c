@@ -113,11 +113,12 @@ static int bf_opts_validate(bf_opts *o) {
 /* Prints the header lines (model, backend, settings) and the table's column names. */
 static void bf_print_header(const bf_opts *o, const model *m, backend *be) {
     const model_config *c = &m->cfg;
-    const st_tensor *q0 = m->llada.lm_head;   /* (layers[0].q_proj is NULL with a fused qkv) */
+    const st_tensor *q0 = m->llada.layers[0].attn_out;   /* (q_proj is NULL with a fused qkv; the LM head of an
+                                                            FP8 checkpoint often stays BF16) */
     printf("unmask bench (forward): %s — %.1fM params, %s weights%s%s, d_model %d, %d layers, %d/%d heads, ffn %d, "
            "vocab rows %d\n",
            o->model_dir, (double)model_config_n_params(c) * 1e-6, q0->type_name,
-           dtype_is_quant(m->quant) ? " quantized to " : "", dtype_is_quant(m->quant) ? model_quant_name(m->quant) : "",
+           model_quant_converts(m->quant) ? " quantized to " : "", model_quant_converts(m->quant) ? model_quant_name(m->quant) : "",
            c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->n_embd_rows);
     printf("backend %s, %d threads%s, %d warmup + %d timed reps per row; peak RSS after loading: %.0f MiB; "
            "load average %.2f\n\n",

@@ -45,7 +45,7 @@ int cmd_logits(int argc, char **argv) {
     int r = args_parse(argc, argv,
                        "usage: unmask logits --model DIR --tokens 1,2,3 --out FILE.npy [--positions i,j]\n"
                        "                     [--key-valid 1,1,0] [--block-length B] [--threads N] [--device D] [--tp N]\n"
-                       "                     [--quant bf16|q8_0|q4_0]\n\n"
+                       "                     [--quant bf16|q8_0|q4_0|fp8]\n\n"
                        "Runs one forward pass and writes float32 logits as a NumPy .npy file.",
                        specs);
     if (r != 0) return r > 0 ? 0 : 2;

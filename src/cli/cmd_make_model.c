@@ -15,7 +15,7 @@
 int cmd_make_model(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny", *dtype = "bf16";
     int d_model = 0, n_layers = 0, n_heads = 0, n_kv = 0, ffn = 0, vocab = 0, max_seq = 0, seed = 1234;
-    int shards = 1, tying = 0, no_tok = 0, quiet = 0, merges = 0, tok_only = 0;
+    int shards = 1, tying = 0, no_tok = 0, quiet = 0, merges = 0, tok_only = 0, fp8 = 0;
     const char *tok_corpus = NULL, *tok_dir = NULL, *weights = NULL;
     double theta = 0;
     int experts = 0, experts_per_tok = 0, expert_bias = -1, first_dense = -1, moe_ffn = 0;
@@ -39,6 +39,9 @@ int cmd_make_model(int argc, char **argv) {
         {"moe-ffn", ARG_INT, &moe_ffn, "MoE presets: override each expert's (and the shared expert's) SwiGLU size"},
         {"shards", ARG_INT, &shards, "write N shards + model.safetensors.index.json [1]"},
         {"weight-tying", ARG_FLAG, &tying, "share the embedding as LM head"},
+        {"fp8", ARG_FLAG, &fp8, "store the linear layers' matrices as FP8 E4M3 with 128 x 128 block scales "
+                                "(weight_scale_inv), the common FP8 checkpoint layout; embedding, LM head, router "
+                                "and norms stay --dtype"},
         {"no-tokenizer", ARG_FLAG, &no_tok, "do not write tokenizer files"},
         {"tokenizer-corpus", ARG_STR, &tok_corpus, "train the byte-level BPE tokenizer on this text file"},
         {"merges", ARG_INT, &merges, "--tokenizer-corpus: BPE merges [8000]"},
@@ -105,6 +108,7 @@ int cmd_make_model(int argc, char **argv) {
     o.seed = (uint64_t)seed;
     o.shards = shards;
     o.weight_tying = tying;
+    o.fp8 = fp8;
     o.no_tokenizer = no_tok;
     o.quiet = quiet;
     o.tokenizer_corpus = tok_corpus;

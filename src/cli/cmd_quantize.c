@@ -103,6 +103,11 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "error: --in, --type and --out or --x are required (see --help)\n");
         return 2;
     }
+    if (model_quant_parse(type_s, &t) == 0 && t == DTYPE_F8_E4M3) {
+        fprintf(stderr, "error: --type fp8: quantize writes the CPU's Q8_0 / Q4_0 blocks; FP8 weights come from an FP8 "
+                        "checkpoint (make-model --fp8) or --quant fp8 at load on a CUDA device\n");
+        return 2;
+    }
     if (model_quant_parse(type_s, &t) != 0 || !dtype_is_quant(t)) {
         fprintf(stderr, "error: --type must be q8_0 or q4_0, got '%s'\n", type_s);
         return 2;

@@ -25,6 +25,9 @@ int cli_model_ctx_open(cli_model_ctx *c, const model *m, const char *device, int
                             "--quant %s: GPUs have no kernels for quantized weights yet; use --quant bf16 with --device %s "
                             "(quantized weights run on the CPU)",
                             model_quant_name(m->quant), device);
+    if (m->quant == DTYPE_F8_E4M3 && strcmp(device, "cpu") == 0)   /* before the weights are uploaded */
+        return um_err_param(err, "quant", "--quant fp8 needs a CUDA device (Hopper FP8 weights); on the CPU use q8_0 or "
+                            "q4_0");
     if (tp == 1) {
         if (strchr(device, ','))
             return um_err_param(err, "device", "--device %s lists several GPUs: this command runs one model (add --tp N "

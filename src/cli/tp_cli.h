@@ -57,11 +57,12 @@ int  cli_cpu_kernels_take(int *argc, char **argv);
     "switch (docs/gpu.md) [on]"
 int  cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse, const char *cuda_skinny);
 
-/* The --quant flag (bf16 | q8_0 | q4_0; NULL = bf16): how the matrices are stored (model.quant).
+/* The --quant flag (bf16 | q8_0 | q4_0 | fp8; NULL = bf16): how the matrices are stored (model.quant).
  * 0 with *out set, or -1 with the message printed (exit 2). */
 #define CLI_QUANT_HELP                                                                                          \
-    "weights of the matrix products: bf16 = as the checkpoint stores them, q8_0 | q4_0 = quantized at load, "   \
-    "8 / 4.5 bits per weight (CPU only; docs/cpu-kernels.md) [bf16]"
+    "weights of the matrix products: bf16 = as the checkpoint stores them (an FP8 checkpoint: FP8 on CUDA, "    \
+    "dequantized on the CPU), q8_0 | q4_0 = quantized at load, 8 / 4.5 bits per weight (CPU only; "           \
+    "docs/cpu-kernels.md), fp8 = E4M3 with a scale per output channel (CUDA only; docs/gpu.md) [bf16]"
 int  cli_quant_parse(const char *name, enum dtype *out);
 
 #endif /* UM_CLI_TP_CLI_H */

@@ -68,6 +68,31 @@ static int get_token_id(json_t *root, const char *key, int def) {
     return def;
 }
 
+/* "quantization_config" of an FP8 checkpoint (the common layout: E4M3 weights, 128 x 128 block
+ * scales). Other quantization methods are left to the tensors' dtypes, which the loader names. */
+static int parse_quantization(json_t *root, const char *label, model_config *c, um_err *err) {
+    c->fp8_block[0] = c->fp8_block[1] = 128;
+    json_t *q = json_object_get(root, "quantization_config");
+    if (!json_is_object(q)) return 0;
+    json_t *m = json_object_get(q, "quant_method");
+    if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0) return 0;
+    c->fp8 = 1;
+    json_t *fmt = json_object_get(q, "fmt");
+    if (json_is_string(fmt) && strcmp(json_string_value(fmt), "e4m3") != 0)
+        return um_err_set(err, UM_ERR_UNSUPPORTED, "%s: quantization_config.fmt is '%.32s'; only FP8 e4m3 weights are "
+                          "supported", label, json_string_value(fmt));
+    json_t *bs = json_object_get(q, "weight_block_size");
+    if (!bs || json_is_null(bs)) return 0;
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_is_array(bs) && json_array_size(bs) == 2 ? json_array_get(bs, (size_t)i) : NULL;
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65536)
+            return um_err_set(err, UM_ERR_FORMAT, "%s: quantization_config.weight_block_size must be [rows, cols] of "
+                              "integers in [1, 65536]", label);
+        c->fp8_block[i] = (int)json_integer_value(v);
+    }
+    return 0;
+}
+
 static int parse_llada(json_t *root, const char *label, model_config *c, um_err *err) {
     const long long BIG = 1 << 24;
     if (get_int(root, "d_model", 1, BIG, -1, label, &c->d_model, err) ||
@@ -438,6 +463,7 @@ int model_config_parse(const char *json, size_t len, const char *label, model_co
     case MODEL_ARCH_LLADA2: rc = parse_llada2(root, label, cfg, err); break;
     default: rc = parse_llada(root, label, cfg, err); break;
     }
+    if (rc == 0) rc = parse_quantization(root, label, cfg, err);
     if (rc == 0) {
         int ids[] = {cfg->mask_id, cfg->eos_id, cfg->pad_id, cfg->bos_id};
         const char *names[] = {"mask_token_id", "eos_token_id", "pad_token_id", "bos_token_id"};

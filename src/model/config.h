@@ -68,6 +68,11 @@ typedef struct model_config {
     int    expert_bias;           /* 1: MoE layers have an expert-bias vector [n_experts] */
     int    n_group, topk_group;   /* SIGMOID_GROUP: experts form n_group equal groups; keep topk_group */
     float  routed_scale;          /* SIGMOID_GROUP: routed_scaling_factor */
+    /* FP8 checkpoints (config.json "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+     * "weight_block_size": [r, c]}): a matrix stored as F8_E4M3 carries an F32 X.weight_scale_inv of
+     * [ceil(rows / r), ceil(cols / c)] block scales (model/llada_weights.c) */
+    int    fp8;                   /* 1: quant_method "fp8" */
+    int    fp8_block[2];          /* weight_block_size (rows, cols); 128 x 128 when not given */
     /* token ids (-1 when unknown) */
     int    mask_id;
     int    eos_id;

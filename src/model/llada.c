@@ -183,9 +183,8 @@ typedef struct llada_weights {
     bweight        ln_f;     /* [1, d] */
     bweight        lm_head;  /* [n_embd_rows, d]; a second view of wte when weight_tying */
     llada_layer_w *layers;   /* [n_layers] */
-    void         **parts;    /* [n_parts] host copies of column slices (tensor parallel), owned:
-                                a backend may keep views of what it uploads */
-    int            n_parts;
+    llada_host_parts parts;  /* host copies a backend may keep views of (column slices for tensor
+                                parallelism, FP8 weights dequantized on the host) */
 } llada_weights;
 
 /* Tensor parallel (ctx->shard, model.h): every rank holds whole heads of q/k/v and a slice of the
@@ -227,7 +226,7 @@ typedef struct llada_scratch {
 
 static int upload(llada_loader *ld, const st_tensor *t, enum llada_wkind kind, bweight *w, um_err *err) {
     const int64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
-    return llada_upload(ld, t, t->data, rows, cols, t->n_elems, kind, w, err);
+    return llada_upload(ld, t, t->data, 0, 0, rows, cols, t->n_elems, kind, w, err);
 }
 
 /* Upload t, or this rank's slice of it: SPLIT_ROWS rows [r*R/W, (r+1)*R/W) (a view of the
@@ -241,14 +240,16 @@ static int upload_part(llada_loader *ld, llada_weights *w, const st_tensor *t, e
     if (t->ndim == 1) {   /* a bias of row-split outputs: the same element range as the rows */
         CHECK(split == SPLIT_ROWS && !dtype_is_quant(t->type));   /* vectors are never quantized */
         const int64_t ln = t->shape[0] / W;
-        return llada_upload(ld, t, (const char *)t->data + (uint64_t)dtype_row_bytes(t->type, r * ln), 1, ln, ln, kind, out, err);
+        return llada_upload(ld, t, (const char *)t->data + (uint64_t)dtype_row_bytes(t->type, r * ln), 0, r * ln, 1, ln, ln,
+                            kind, out, err);
     }
     CHECK(t->ndim == 2);
     const int64_t rows = t->shape[0], cols = t->shape[1];
     const size_t rb = dtype_row_bytes(t->type, cols);
     if (split == SPLIT_ROWS) {
         const int64_t lr = rows / W;
-        return llada_upload(ld, t, (const char *)t->data + (size_t)(r * lr) * rb, lr, cols, lr * cols, kind, out, err);
+        return llada_upload(ld, t, (const char *)t->data + (size_t)(r * lr) * rb, r * lr, 0, lr, cols, lr * cols, kind, out,
+                            err);
     }
     const int64_t lc = cols / W;
     char label[160];
@@ -261,7 +262,7 @@ static int upload_part(llada_loader *ld, llada_weights *w, const st_tensor *t, e
     const size_t lb = dtype_row_bytes(t->type, lc), off = dtype_row_bytes(t->type, r * lc);
     char *buf = xmalloc((size_t)rows * lb);
     for (int64_t i = 0; i < rows; i++) memcpy(buf + (size_t)i * lb, (const char *)t->data + (size_t)i * rb + off, lb);
-    if (llada_upload(ld, t, buf, rows, lc, rows * lc, kind, out, err) != 0) {
+    if (llada_upload(ld, t, buf, 0, r * lc, rows, lc, rows * lc, kind, out, err) != 0) {
         free(buf);
         return -1;
     }
@@ -270,8 +271,7 @@ static int upload_part(llada_loader *ld, llada_weights *w, const st_tensor *t, e
         free(buf);
         return 0;
     }
-    w->parts = xrealloc(w->parts, (size_t)(w->n_parts + 1) * sizeof *w->parts);
-    w->parts[w->n_parts++] = buf;
+    llada_host_parts_add(&w->parts, buf);
     return 0;
 }
 
@@ -301,8 +301,8 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
     w->layers = xcalloc((size_t)c->n_layers, sizeof *w->layers);
     ctx->weights = w;
     ctx->scratch = xcalloc(1, sizeof(llada_scratch));
-    llada_loader ld = {.ctx = ctx, .quant = m->quant, .t0_ns = time_now_ns()};
-    if (dtype_is_quant(ld.quant)) ld.total = quantized_bytes(ctx);
+    llada_loader ld = {.ctx = ctx, .parts = &w->parts, .quant = m->quant, .t0_ns = time_now_ns()};
+    if (model_quant_converts(ld.quant)) ld.total = quantized_bytes(ctx);
     const llada_tensors *t = &m->llada;
     /* the embedding stays a view: only the rows of tokens seen become resident (docs/cpu-kernels.md) */
     if (upload(&ld, t->wte, LLADA_W_GATHER, &w->wte, err) || upload(&ld, t->ln_f, LLADA_W_PLAIN, &w->ln_f, err) ||
@@ -323,11 +323,12 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
             const int64_t cols = L->qkv->shape[1];
             const size_t rb = dtype_row_bytes(L->qkv->type, cols);
             const char *base = L->qkv->data;
-            if (llada_upload(&ld, L->qkv, base + (size_t)(r * lq) * rb, lq, cols, lq * cols, LLADA_W_MATRIX, &W->q, err) ||
-                llada_upload(&ld, L->qkv, base + (size_t)(qd + r * lkv) * rb, lkv, cols, lkv * cols, LLADA_W_MATRIX,
-                             &W->k, err) ||
-                llada_upload(&ld, L->qkv, base + (size_t)(qd + kvd + r * lkv) * rb, lkv, cols, lkv * cols,
-                             LLADA_W_MATRIX, &W->v, err))
+            if (llada_upload(&ld, L->qkv, base + (size_t)(r * lq) * rb, r * lq, 0, lq, cols, lq * cols, LLADA_W_MATRIX,
+                             &W->q, err) ||
+                llada_upload(&ld, L->qkv, base + (size_t)(qd + r * lkv) * rb, qd + r * lkv, 0, lkv, cols, lkv * cols,
+                             LLADA_W_MATRIX, &W->k, err) ||
+                llada_upload(&ld, L->qkv, base + (size_t)(qd + kvd + r * lkv) * rb, qd + kvd + r * lkv, 0, lkv, cols,
+                             lkv * cols, LLADA_W_MATRIX, &W->v, err))
                 goto fail;
         } else if (upload_part(&ld, w, L->q_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->q, err) ||
                    upload_part(&ld, w, L->k_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->k, err) ||
@@ -350,7 +351,8 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
                           upload_part(&ld, w, L->v_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->vb, err)))
             goto fail;
     }
-    if (dtype_is_quant(ld.quant) && ctx->shard.rank == 0)
+    llada_loader_report(&ld);
+    if (model_quant_converts(ld.quant) && ctx->shard.rank == 0)
         log_info("%s: weights quantized to %s in %.1f s: %.2f GiB read, %.2f GiB kept", m->dir,
                  model_quant_name(ld.quant), (double)(time_now_ns() - ld.t0_ns) * 1e-9, (double)ld.done / (1u << 30),
                  (double)ld.qbytes / (1u << 30));
@@ -400,8 +402,7 @@ void llada_ctx_free(model_ctx *ctx) {
                 if (all[i]->data) backend_weight_free(be, all[i]);
         }
         free(w->layers);
-        for (int i = 0; i < w->n_parts; i++) free(w->parts[i]);
-        free(w->parts);
+        llada_host_parts_free(&w->parts);
         free(w);
     }
     if (ctx->scratch) {

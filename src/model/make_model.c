@@ -1,6 +1,7 @@
 /*
  * make_model.c — LLaDA-layout checkpoints (see make_model.h): random weights, or trained ones read
- * from an F32 safetensors file, with the built-in, a corpus-trained or a copied tokenizer.
+ * from an F32 safetensors file, as float or FP8 (E4M3 + 128 x 128 block scales) matrices, with the
+ * built-in, a corpus-trained or a copied tokenizer.
  * Main thread + OpenMP workers.
  */
 #include "model/make_model.h"
@@ -75,6 +76,16 @@ int make_model_preset(const char *name, make_model_opts *o) {
 
 /* ---------------------------------------------------------------- config.json */
 
+#define FP8_BLOCK 128   /* rows and columns of weights one FP8 block scale covers */
+
+/* An FP8 checkpoint's quantization_config, as the common FP8 releases write it. */
+static void add_quantization_config(json_t *c, const make_model_opts *o) {
+    if (!o->fp8) return;
+    json_object_set_new(c, "quantization_config",
+                        json_pack("{s:s,s:s,s:s,s:[i,i]}", "activation_scheme", "dynamic", "fmt", "e4m3",
+                                  "quant_method", "fp8", "weight_block_size", FP8_BLOCK, FP8_BLOCK));
+}
+
 static int write_config(const char *dir, const make_model_opts *o, int vocab, int n_rows,
                         const tokenizer_special *sp, um_err *err) {
     /* Same keys as LLaDA-8B-Instruct's config.json, sizes replaced. */
@@ -127,6 +138,7 @@ static int write_config(const char *dir, const make_model_opts *o, int vocab, in
     json_object_set_new(c, "use_cache", json_false());
     json_object_set_new(c, "vocab_size", json_integer(vocab));
     json_object_set_new(c, "weight_tying", o->weight_tying ? json_true() : json_false());
+    add_quantization_config(c, o);
     char path[4096];
     path_join(path, sizeof path, dir, "config.json");
     int rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -174,6 +186,7 @@ static int write_config_dream(const char *dir, const make_model_opts *o, int n_r
     json_object_set_new(c, "use_mrope", json_false());
     json_object_set_new(c, "use_sliding_window", json_false());
     json_object_set_new(c, "vocab_size", json_integer(n_rows));
+    add_quantization_config(c, o);
     char path[4096];
     path_join(path, sizeof path, dir, "config.json");
     int rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -274,6 +287,7 @@ static int write_config_moe(const char *dir, const make_model_opts *o, int n_row
         json_object_set_new(c, "use_sliding_window", json_false());
         json_object_set_new(c, "transformers_version", json_string("4.52.3"));
     }
+    add_quantization_config(c, o);
     char path[4096];
     path_join(path, sizeof path, dir, "config.json");
     int rc = json_dump_file(c, path, JSON_INDENT(4));
@@ -291,6 +305,10 @@ typedef struct gen_tensor {
     int64_t        rows, cols;    /* cols = 0 for vectors */
     enum init_kind init;
     float          std;
+    int            stream;        /* random stream of its values: its index in the float layout */
+    enum dtype     dtype;         /* as written */
+    int            scale_of;      /* -1, or: this is the F32 block scales of tensor scale_of (FP8) */
+    float         *scales;        /* FP8 tensor: its block scales once written, until they are; owned */
 } gen_tensor;
 
 static int list_tensors(const make_model_opts *o, int n_rows, gen_tensor **out) {
@@ -457,6 +475,72 @@ static int write_tensor_data(FILE *fp, const gen_tensor *t, const float *src, ui
     return ok ? 0 : -1;
 }
 
+/* The layout as written: every tensor in o->dtype, or with o->fp8 the linear layers' matrices as
+ * F8_E4M3, each followed by its "_scale_inv" block scales. Not FP8: the embedding (first), the LM
+ * head (last when untied), MoE routers, vectors. Values keep their streams, so an FP8 checkpoint
+ * holds the quantized values of the float one made with the same seed. */
+static int layout_tensors(const make_model_opts *o, gen_tensor *t, int n, gen_tensor **out) {
+    gen_tensor *w = xcalloc((size_t)(2 * n), sizeof *w);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t nl = strlen(t[i].name);
+        const int router = nl >= 16 && strcmp(t[i].name + nl - 16, ".mlp.gate.weight") == 0;
+        const int lm_head = i == n - 1 && !o->weight_tying;
+        w[k] = t[i];
+        w[k].stream = i;
+        w[k].scale_of = -1;
+        w[k].dtype = o->dtype;
+        if (!o->fp8 || !t[i].cols || i == 0 || lm_head || router) {
+            k++;
+            continue;
+        }
+        w[k].dtype = DTYPE_F8_E4M3;
+        gen_tensor *s = &w[k + 1];
+        snprintf(s->name, sizeof s->name, "%s_scale_inv", t[i].name);
+        s->rows = (t[i].rows + FP8_BLOCK - 1) / FP8_BLOCK;
+        s->cols = (t[i].cols + FP8_BLOCK - 1) / FP8_BLOCK;
+        s->dtype = DTYPE_F32;
+        s->scale_of = k;
+        k += 2;
+    }
+    *out = w;
+    return k;
+}
+
+/* Generate (src NULL) or take (src: F32 values) FP8 matrix t and write it, FP8_BLOCK rows at a time:
+ * each FP8_BLOCK x FP8_BLOCK block (smaller at the edges) scaled by its amax / 448, rounded to
+ * nearest even. t->scales gets the block scales. */
+static int write_fp8_data(FILE *fp, gen_tensor *t, const float *src, uint64_t seed) {
+    const int64_t R = t->rows, C = t->cols, gc = (C + FP8_BLOCK - 1) / FP8_BLOCK;
+    t->scales = xcalloc((size_t)(((R + FP8_BLOCK - 1) / FP8_BLOCK) * gc), sizeof *t->scales);
+    float *f = xmalloc((size_t)(FP8_BLOCK * C) * sizeof *f);
+    uint8_t *b = xmalloc((size_t)(FP8_BLOCK * C));
+    int ok = 1;
+    for (int64_t r0 = 0; r0 < R && ok; r0 += FP8_BLOCK) {
+        const int64_t nr = R - r0 < FP8_BLOCK ? R - r0 : FP8_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nr * C; i++) {
+            const int64_t at = r0 * C + i;
+            if (src) memcpy(&f[i], &src[at], sizeof f[i]);   /* the mapping may be misaligned */
+            else f[i] = (float)(t->std * normal01(seed, (uint64_t)t->stream, (uint64_t)at));
+        }
+        float *sc = t->scales + r0 / FP8_BLOCK * gc;
+        for (int64_t j = 0; j < gc; j++) {
+            const int64_t c1 = (j + 1) * FP8_BLOCK < C ? (j + 1) * FP8_BLOCK : C;
+            float amax = 0;
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t c = j * FP8_BLOCK; c < c1; c++) amax = fmaxf(amax, fabsf(f[r * C + c]));
+            sc[j] = amax > 0 ? amax / 448.0f : 1.0f;
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t c = j * FP8_BLOCK; c < c1; c++) b[r * C + c] = f32_to_fp8_e4m3(f[r * C + c] / sc[j]);
+        }
+        ok = fwrite(b, 1, (size_t)(nr * C), fp) == (size_t)(nr * C);
+    }
+    free(f);
+    free(b);
+    return ok ? 0 : -1;
+}
+
 static int validate_opts(const make_model_opts *o, um_err *err) {
     if (o->d_model <= 0 || o->n_layers <= 0 || o->n_heads <= 0 || o->n_kv_heads <= 0 || o->ffn_hidden <= 0 ||
         o->max_seq <= 0)
@@ -583,25 +667,26 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
         return -1;
     }
 
-    gen_tensor *gt;
-    int n = list_tensors(o, n_rows, &gt);
+    gen_tensor *ft, *gt;
+    const int nf = list_tensors(o, n_rows, &ft);
     st_file wf = {0};
-    if (o->weights && (safetensors_open(o->weights, &wf, err) != 0 || check_weights(&wf, gt, n, err) != 0)) {
+    if (o->weights && (safetensors_open(o->weights, &wf, err) != 0 || check_weights(&wf, ft, nf, err) != 0)) {
         safetensors_free(&wf);
-        free(gt);
+        free(ft);
         return -1;
     }
-    size_t es = dtype_size(o->dtype);
+    const int n = layout_tensors(o, ft, nf, &gt);
+    free(ft);
     st_write_tensor *wt = xcalloc((size_t)n, sizeof *wt);
     int *shard_of = xcalloc((size_t)n, sizeof *shard_of);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         wt[i].name = gt[i].name;
-        wt[i].dtype = dtype_name(o->dtype);
+        wt[i].dtype = dtype_name(gt[i].dtype);
         wt[i].ndim = gt[i].cols ? 2 : 1;
         wt[i].shape[0] = gt[i].rows;
         wt[i].shape[1] = gt[i].cols;
-        wt[i].nbytes = (size_t)(gt[i].rows * (gt[i].cols ? gt[i].cols : 1)) * es;
+        wt[i].nbytes = (size_t)(gt[i].rows * (gt[i].cols ? gt[i].cols : 1)) * dtype_size(gt[i].dtype);
         total += wt[i].nbytes;
     }
     /* split into shards of roughly equal bytes, in tensor order */
@@ -637,9 +722,19 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
         if (safetensors_write_header(fp, wt + (first < 0 ? 0 : first), cnt, "{\"format\":\"pt\"}") != 0)
             rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
         for (int i = first; rc == 0 && cnt > 0 && i < first + cnt; i++) {
-            const st_tensor *src = o->weights ? safetensors_find(&wf, gt[i].name) : NULL;
-            if (write_tensor_data(fp, &gt[i], src ? src->data : NULL, o->seed, (uint64_t)i, o->dtype) != 0)
-                rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
+            const st_tensor *src = o->weights && gt[i].scale_of < 0 ? safetensors_find(&wf, gt[i].name) : NULL;
+            int wrc;
+            if (gt[i].scale_of >= 0) {   /* the block scales of the FP8 matrix just written */
+                gen_tensor *q = &gt[gt[i].scale_of];
+                wrc = fwrite(q->scales, sizeof *q->scales, wt[i].nbytes / 4, fp) == wt[i].nbytes / 4 ? 0 : -1;
+                free(q->scales);
+                q->scales = NULL;
+            } else if (gt[i].dtype == DTYPE_F8_E4M3) {
+                wrc = write_fp8_data(fp, &gt[i], src ? src->data : NULL, o->seed);
+            } else {
+                wrc = write_tensor_data(fp, &gt[i], src ? src->data : NULL, o->seed, (uint64_t)gt[i].stream, gt[i].dtype);
+            }
+            if (wrc != 0) rc = um_err_set(err, UM_ERR_IO, "%s: write failed", path);
             written += wt[i].nbytes;
             if (!o->quiet && total > (64u << 20))
                 fprintf(stderr, "\rmake-model: %5.1f%% (%zu / %zu MB)", 100.0 * (double)written / (double)total,
@@ -659,6 +754,7 @@ int make_model_write(const char *dir, const make_model_opts *o, um_err *err) {
         json_decref(wmap);
     }
     safetensors_free(&wf);
+    for (int i = 0; i < n; i++) free(gt[i].scales);
     free(gt);
     free(wt);
     free(shard_of);

@@ -1,6 +1,7 @@
 /*
  * make_model.h — write a seeded random checkpoint in exactly the LLaDA-8B-Instruct (or Dream-7B) layout
- * (config.json with the real keys, real tensor names, bf16/f32/f16, optional shards + index) plus
+ * (config.json with the real keys, real tensor names, bf16/f32/f16 or FP8 E4M3 matrices with block
+ * scales, optional shards + index) plus
  * the built-in tokenizer files. Used by `unmask make-model`, tests and benchmarks. Main thread;
  * generation is parallelised with OpenMP and streamed to disk (an 8B-shaped model never sits in RAM).
  * The same writer exports trained weights (tools/train/): `weights` names an F32 safetensors file
@@ -36,6 +37,10 @@ typedef struct make_model_opts {
     enum dtype dtype;
     uint64_t   seed;
     int        weight_tying;
+    int        fp8;             /* 1: the linear layers' matrices (q/k/v/o, MLP, experts) as F8_E4M3 with
+                                   an F32 "<name>_scale_inv" of 128 x 128 block scales (amax / 448 of
+                                   each block) and config.json's quantization_config, the common FP8
+                                   checkpoint layout; embedding, LM head, router and norms stay dtype */
     int        shards;          /* 1 = model.safetensors; N > 1 = N shards + index */
     int        no_tokenizer;    /* skip tokenizer files */
     int        quiet;           /* no progress on stderr */

@@ -153,13 +153,23 @@ void model_free(model *m) {
 }
 
 int model_quant_check(const model *m, backend *be, um_err *err) {
-    if (!dtype_is_quant(m->quant)) return 0;
-    if (!backend_has(be, BACKEND_CAP_QUANT))
+    if (m->quant == DTYPE_F8_E4M3 && !backend_has(be, BACKEND_CAP_FP8))
+        return backend_has(be, BACKEND_CAP_DEVICE_MEMORY)
+                   ? um_err_param(err, "quant", "--quant fp8: %s (%s) has no FP8 kernels (FP8 weights need a GPU with FP8 "
+                                  "tensor cores, such as Hopper); use --quant bf16 there", backend_name(be),
+                                  backend_description(be))
+                   : um_err_param(err, "quant", "--quant fp8: %s (%s) has no FP8 kernels; --quant fp8 needs a CUDA device "
+                                  "(Hopper FP8 weights); on the CPU use q8_0 or q4_0", backend_name(be),
+                                  backend_description(be));
+    if (!model_quant_converts(m->quant)) return 0;
+    if (dtype_is_quant(m->quant) && !backend_has(be, BACKEND_CAP_QUANT))
         return um_err_param(err, "quant",
                             "--quant %s: %s (%s) has no kernels for quantized weights yet; use --quant bf16 there "
                             "(quantized weights run on the CPU)",
                             model_quant_name(m->quant), backend_name(be), backend_description(be));
-    /* weights stored quantized are never requantized: another block type would round twice */
+    /* weights stored quantized are never requantized: another block type would round twice (stored
+     * FP8 weights are dequantized exactly, so --quant q8_0 / q4_0 round them once; --quant fp8 keeps
+     * them as stored) */
     for (int f = 0; f < m->ck.n_files; f++)
         for (int i = 0; i < m->ck.files[f].n_tensors; i++) {
             const st_tensor *t = &m->ck.files[f].tensors[i];

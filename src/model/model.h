@@ -38,10 +38,11 @@ void model_free(model *m);
 
 /* ---------------------------------------------------------------- forward (types: model_types.h) */
 
-/* 0 when be can hold m's weights as m->quant asks, else -1 + err (param "quant": a backend without
- * BACKEND_CAP_QUANT, a GPU today; or a tensor the checkpoint stores in another block type than
- * m->quant — stored Q8_0 / Q4_0 run as stored, never requantized). model_ctx_init checks it;
- * callers check it before a fit check. */
+/* 0 when be can hold m's weights as m->quant asks, else -1 + err (param "quant": q8_0 / q4_0 on a
+ * backend without BACKEND_CAP_QUANT, a GPU today; fp8 on one without BACKEND_CAP_FP8, the CPU; or a
+ * tensor the checkpoint stores in another block type than m->quant — stored Q8_0 / Q4_0 run as
+ * stored, never requantized; stored FP8 is dequantized exactly, so q8_0 / q4_0 may take it).
+ * model_ctx_init checks it; callers check it before a fit check. */
 int  model_quant_check(const model *m, backend *be, um_err *err);
 /* Uploads m's weights to be (quantized when m->quant asks; model_quant_check first). */
 int  model_ctx_init(model_ctx *ctx, const model *m, backend *be, um_err *err);

@@ -113,6 +113,38 @@ uint64_t model_weight_bytes(const model *m, int world) {
     return 2u * n;
 }
 
+/* One matrix's saving (see model_weight_fp8_savings), split over W ranks. */
+static uint64_t fp8_saving(const model *m, const st_tensor *t, uint64_t W) {
+    if (!t || t->ndim != 2) return 0;
+    if (t->type == DTYPE_F8_E4M3) {   /* stored: its block scales */
+        const int64_t br = m->cfg.fp8_block[0] > 0 ? m->cfg.fp8_block[0] : 128;
+        const int64_t bc = m->cfg.fp8_block[1] > 0 ? m->cfg.fp8_block[1] : 128;
+        const uint64_t scales = 4u * (uint64_t)(((t->shape[0] + br - 1) / br) * ((t->shape[1] + bc - 1) / bc));
+        return ((uint64_t)t->n_elems - scales) / W;
+    }
+    if (m->quant != DTYPE_F8_E4M3 || dtype_is_quant(t->type)) return 0;
+    return ((uint64_t)t->n_elems - 4u * (uint64_t)t->shape[0]) / W;   /* --quant fp8: a scale per row */
+}
+
+uint64_t model_weight_fp8_savings(const model *m, int world) {
+    const model_config *c = &m->cfg;
+    const llada_tensors *t = &m->llada;
+    const uint64_t W = world > 1 ? (uint64_t)world : 1;
+    if (!t->layers) return 0;
+    uint64_t n = fp8_saving(m, t->lm_head, 1);
+    for (int l = 0; l < c->n_layers; l++) {
+        const llada_layer_tensors *L = &t->layers[l];
+        const st_tensor *mats[] = {L->qkv, L->q_proj, L->k_proj, L->v_proj, L->attn_out, L->ff_proj, L->up_proj, L->ff_out};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) n += fp8_saving(m, mats[i], W);
+        const moe_layer_tensors *M = L->moe;
+        if (!M) continue;
+        for (int e = 0; e < c->n_experts; e++)
+            n += fp8_saving(m, M->gate[e], W) + fp8_saving(m, M->up[e], W) + fp8_saving(m, M->down[e], W);
+        n += fp8_saving(m, M->sh_gate, W) + fp8_saving(m, M->sh_up, W) + fp8_saving(m, M->sh_down, W);
+    }
+    return n;
+}
+
 uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
     const model_config *c = &m->cfg;
     const uint64_t W = world > 1 ? (uint64_t)world : 1, d = (uint64_t)c->d_model;
@@ -136,7 +168,8 @@ int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uin
                     um_err *err) {
     if (!backend_has(be, BACKEND_CAP_DEVICE_MEMORY)) return 0;   /* host memory: nothing to check */
     const uint64_t kb = model_kv_bytes(&m->cfg, world, kv_rows, (int)dtype_size(backend_act_dtype(be)));
-    const uint64_t wb = model_weight_bytes(m, world),
+    const uint64_t wb = model_weight_bytes(m, world) -
+                        (backend_has(be, BACKEND_CAP_FP8) ? model_weight_fp8_savings(m, world) : 0),
                    ab = model_act_bytes(m, world, tokens) +
                         2u * dev_rows * ((uint64_t)m->cfg.d_model + (uint64_t)m->cfg.n_embd_rows) + kb;
     if (backend_check_fit(be, wb, ab, err) != 0) {

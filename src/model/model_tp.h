@@ -81,6 +81,10 @@ void       model_tp_send_batch(model_tp *g, const fwd_batch *b);
 
 /* Device bytes of one rank's weights (bf16, as the CUDA backend uploads them) with `world` ranks. */
 uint64_t model_weight_bytes(const model *m, int world);
+/* What FP8 matrices save of that on a backend with BACKEND_CAP_FP8: one byte per element instead
+ * of two, less their f32 scales — every matrix --quant fp8 converts (one scale per row), or the
+ * matrices an FP8 checkpoint stores (its block scales). */
+uint64_t model_weight_fp8_savings(const model *m, int world);
 /* Activation bytes of one rank for a forward of `tokens` canvas tokens: the residual stream and
  * sublayer buffers (this rank's heads / MLP slice) plus one LM-head chunk (bf16 elements). */
 uint64_t model_act_bytes(const model *m, int world, uint64_t tokens);

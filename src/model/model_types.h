@@ -153,6 +153,8 @@ static inline int model_quant_parse(const char *name, enum dtype *out) {
     *out = t;
     return 0;
 }
+/* 1 when --quant q converts the float matrices at load (q8_0, q4_0, fp8; not bf16). */
+static inline int model_quant_converts(enum dtype q) { return dtype_is_quant(q) || q == DTYPE_F8_E4M3; }
 static inline const char *model_quant_name(enum dtype q) {
     return q == DTYPE_Q8_0 ? "q8_0" : q == DTYPE_Q4_0 ? "q4_0" : q == DTYPE_F8_E4M3 ? "fp8" : "bf16";
 }

@@ -101,14 +101,14 @@ struct moe_layer_w {
 
 static int upload_t(llada_loader *ld, const st_tensor *t, enum llada_wkind kind, bweight *w, um_err *err) {
     const int64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
-    return llada_upload(ld, t, t->data, rows, cols, t->n_elems, kind, w, err);
+    return llada_upload(ld, t, t->data, 0, 0, rows, cols, t->n_elems, kind, w, err);
 }
 
 /* Rows [r*R/W, (r+1)*R/W) of a 2-d matrix: a view. */
 static int upload_rows(llada_loader *ld, const st_tensor *t, int r, int W, bweight *w, um_err *err) {
     const int64_t lr = t->shape[0] / W, cols = t->shape[1];
-    return llada_upload(ld, t, (const char *)t->data + (size_t)(r * lr) * dtype_row_bytes(t->type, cols), lr, cols,
-                        lr * cols, LLADA_W_MATRIX, w, err);
+    return llada_upload(ld, t, (const char *)t->data + (size_t)(r * lr) * dtype_row_bytes(t->type, cols), r * lr, 0, lr,
+                        cols, lr * cols, LLADA_W_MATRIX, w, err);
 }
 
 moe_layer_w *moe_layer_upload(llada_loader *ld, const moe_layer_tensors *t, um_err *err) {
@@ -160,7 +160,7 @@ moe_layer_w *moe_layer_upload(llada_loader *ld, const moe_layer_tensors *t, um_e
         for (int64_t i = 0; i < d; i++) memcpy(part + (size_t)i * lb, (const char *)sd->data + (size_t)i * rb + off, lb);
         w->sh_down_part = part;
         if (upload_rows(ld, t->sh_gate, r, W, &w->sh_gate, err) || upload_rows(ld, t->sh_up, r, W, &w->sh_up, err) ||
-            llada_upload(ld, sd, part, d, lc, d * lc, LLADA_W_MATRIX, &w->sh_down, err))
+            llada_upload(ld, sd, part, 0, r * lc, d, lc, d * lc, LLADA_W_MATRIX, &w->sh_down, err))
             goto fail;
         checkpoint_release(&ld->ctx->m->ck, sd->data, (size_t)d * rb);
         if (!backend_weight_keeps_source(be, &w->sh_down)) {   /* the backend copied it */

@@ -17,7 +17,7 @@
 static const struct { const char *name; int bits; enum dtype type; } k_dtypes[] = {
     {"BOOL", 8, DTYPE_OTHER},      {"F4", 4, DTYPE_OTHER},          {"F6_E2M3", 6, DTYPE_OTHER},
     {"F6_E3M2", 6, DTYPE_OTHER},   {"U8", 8, DTYPE_OTHER},          {"I8", 8, DTYPE_OTHER},
-    {"F8_E5M2", 8, DTYPE_OTHER},   {"F8_E4M3", 8, DTYPE_OTHER},     {"F8_E8M0", 8, DTYPE_OTHER},
+    {"F8_E5M2", 8, DTYPE_OTHER},   {"F8_E4M3", 8, DTYPE_F8_E4M3},   {"F8_E8M0", 8, DTYPE_OTHER},
     {"F8_E4M3FNUZ", 8, DTYPE_OTHER}, {"F8_E5M2FNUZ", 8, DTYPE_OTHER}, {"I16", 16, DTYPE_OTHER},
     {"U16", 16, DTYPE_OTHER},      {"F16", 16, DTYPE_F16},          {"BF16", 16, DTYPE_BF16},
     {"I32", 32, DTYPE_OTHER},      {"U32", 32, DTYPE_OTHER},        {"F32", 32, DTYPE_F32},

@@ -125,8 +125,9 @@ static const setting k_settings[] = {
     {"device-loop", SET_ONOFF, F(device_loop), "on", 0, 1,
      "CUDA: on = device-resident decode loop where supported, off = host loop (docs/decode.md)", NULL, NULL, 0, NULL},
     {"quant", SET_STR, F(quant), "bf16", 0, 0,
-     "weights of the matrix products: bf16 = as the checkpoint stores them, q8_0 | q4_0 = quantized at load, 8 / 4.5 "
-     "bits per weight (CPU only; docs/cpu-kernels.md)", NULL, NULL, 0, NULL},
+     "weights of the matrix products: bf16 = as the checkpoint stores them (an FP8 checkpoint: FP8 on CUDA, "
+     "dequantized on the CPU), q8_0 | q4_0 = quantized at load, 8 / 4.5 bits per weight (CPU only; "
+     "docs/cpu-kernels.md), fp8 = E4M3 with a scale per output channel (CUDA only; docs/gpu.md)", NULL, NULL, 0, NULL},
     {"cpu-pin", SET_ONOFF, F(cpu_pin), "off", 0, 1,
      "CPU: on = pin compute thread i to the i-th CPU the process may use, off = the OS places them (a pinned "
      "thread cannot leave a core another process keeps busy; docs/cpu-kernels.md)", NULL, NULL, 0, NULL},
@@ -596,6 +597,9 @@ int server_config_check(const server_config *c, um_err *err) {
         return um_err_param(err, "quant",
                             "--quant %s: GPUs have no kernels for quantized weights yet; use --quant bf16 with --device "
                             "%s (quantized weights run on the CPU)", c->quant, c->devices);
+    if (quant == DTYPE_F8_E4M3 && !server_config_is_cuda(c))
+        return um_err_param(err, "quant", "--quant fp8 needs a CUDA device (Hopper FP8 weights); on the CPU use q8_0 or "
+                            "q4_0");
     if (!!c->tls_cert != !!c->tls_key)
         return um_err_param(err, c->tls_cert ? "tls_key" : "tls_cert", "--tls-cert and --tls-key must be given together");
     if (c->tls_cert && !file_exists(c->tls_cert))

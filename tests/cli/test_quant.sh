@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test_quant.sh — --quant bf16|q8_0|q4_0 from the command line: a bad name and a GPU (not
-# supported there yet) are refused with one clear line and exit 2 on serve, generate, logits, bench,
-# bench --decode and bench --device, before any GPU is opened (so this runs without one); quantized
+# test_quant.sh — --quant bf16|q8_0|q4_0|fp8 from the command line: a bad name, q8_0 / q4_0 on a GPU
+# (not supported there yet) and fp8 on the CPU (CUDA only) are refused with one clear line and exit 2
+# on serve, generate, logits, bench, bench --decode and bench --device, before any GPU is opened or
+# any weight uploaded (so this runs without one); an FP8 checkpoint decodes with --quant q8_0; quantized
 # decodes run to the end with every KV cache mode (none, prefix, dual) on LLaDA, Dream, LLaDA-MoE and
 # LLaDA2 (its exact block cache), and through --tp 2; the benchmarks' headers name the weights;
 # `unmask quantize` refuses what it cannot quantize.
@@ -20,8 +21,15 @@ expect_rc "generate --quant Q8" 2 "--quant: unknown weight type 'Q8'" -- \
     "$BIN" generate --model "$M" --prompt-ids 1,2 --gen-length 4 --block-length 4 --quant Q8
 expect_rc "bench --quant q2_k" 2 "--quant: unknown weight type 'q2_k'" -- \
     "$BIN" bench --model "$M" --seq 4 --quant q2_k
-expect_rc "bench --decode --quant fp8" 2 "--quant: unknown weight type 'fp8'" -- \
+expect_rc "bench --decode --quant fp8" 2 "--quant fp8 needs a CUDA device \(Hopper FP8 weights\); on the CPU use q8_0 or q4_0" -- \
     "$BIN" bench --decode --model "$M" --gen 4 --block 4 --quant fp8
+expect_rc "logits --quant fp8 (CPU)" 2 "--quant fp8 needs a CUDA device" -- \
+    "$BIN" logits --model "$M" --tokens 1,2,3 --out "$TMP/x.npy" --quant fp8
+expect_rc "generate --quant fp8 (CPU)" 2 "--quant fp8 needs a CUDA device" -- \
+    "$BIN" generate --model "$M" --prompt-ids 1,2 --gen-length 4 --block-length 4 --quant fp8
+expect_rc "bench --quant fp8 (CPU)" 2 "--quant fp8 needs a CUDA device" -- \
+    "$BIN" bench --model "$M" --seq 4 --quant fp8
+expect_rc "serve --quant fp8 (CPU)" 2 "--quant fp8 needs a CUDA device" -- "$BIN" serve --model "$M" --port 0 --quant fp8
 expect_rc "serve --quant q5_0" 2 "quant" "q5_0" -- "$BIN" serve --model "$M" --port 0 --quant q5_0
 for q in q8_0 q4_0; do
     expect_rc "logits --device cuda --quant $q" 2 "--quant $q: GPUs have no kernels for quantized weights" "bf16" -- \
@@ -43,6 +51,8 @@ expect_rc "quantize: columns not whole blocks" 2 "cols a multiple of 32" -- \
     "$BIN" quantize --in "$TMP/w40.npy" --type q8_0 --out "$TMP/b.bin"
 expect_rc "quantize --type bf16" 2 "--type must be q8_0 or q4_0" -- \
     "$BIN" quantize --in "$TMP/w64.npy" --type bf16 --out "$TMP/b.bin"
+expect_rc "quantize --type fp8" 2 "--type fp8: quantize writes the CPU's Q8_0 / Q4_0 blocks" -- \
+    "$BIN" quantize --in "$TMP/w64.npy" --type fp8 --out "$TMP/b.bin"
 expect_rc "quantize: x of other width" 1 "--x must be \[n, 64\]" -- \
     "$BIN" quantize --in "$TMP/w64.npy" --type q4_0 --x "$TMP/x.npy" --y "$TMP/y.npy"
 expect_rc "quantize: missing file" 1 "--in: .*nope.npy" -- \
@@ -72,6 +82,8 @@ PYEOF
 "$BIN" make-model --out "$TMP/dream" --preset dream-tiny --quiet || { echo "make-model failed"; exit 1; }
 "$BIN" make-model --out "$TMP/moe" --preset lladamoe-tiny --quiet || { echo "make-model failed"; exit 1; }
 "$BIN" make-model --out "$TMP/l2" --preset llada2-tiny --quiet || { echo "make-model failed"; exit 1; }
+"$BIN" make-model --out "$TMP/fp8" --preset tiny --fp8 --quiet || { echo "make-model failed"; exit 1; }
+"$BIN" make-model --out "$TMP/l2fp8" --preset llada2-tiny --fp8 --quiet || { echo "make-model failed"; exit 1; }
 for q in q8_0 q4_0; do
     for c in none prefix dual; do
         decode_ok "llada $q --cache $c" "$M" 16 8 --quant $q --cache $c
@@ -81,6 +93,8 @@ for q in q8_0 q4_0; do
     decode_ok "llada2 $q --cache dual (exact block cache)" "$TMP/l2" 64 32 --quant $q --cache dual
     decode_ok "llada $q --tp 2" "$M" 16 8 --quant $q --tp 2
     decode_ok "lladamoe $q --tp 2" "$TMP/moe" 16 8 --quant $q --tp 2
+    decode_ok "llada FP8 checkpoint $q --cache dual" "$TMP/fp8" 16 8 --quant $q --cache dual
+    decode_ok "llada2 FP8 checkpoint $q --tp 2" "$TMP/l2fp8" 64 32 --quant $q --tp 2
 done
 
 # ---------------------------------------------------------------- the benchmarks say what they ran

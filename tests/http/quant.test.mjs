@@ -1,6 +1,7 @@
 // quant.test.mjs — `unmask serve --quant`: a server whose weights are quantized at load (q4_0 from
 // the flag, q8_0 from the config file's "quant" key) answers completions, says so in its log, and
-// reports the setting in GET /stats; an unknown type is refused at start with exit 2.
+// reports the setting in GET /stats; an unknown type, and fp8 on the CPU (CUDA only), are refused at
+// start with exit 2, before listening.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -43,5 +44,13 @@ test('an unknown --quant is refused at start', () => {
   const r = spawnSync(BIN, ['serve', '--store', 'memory', '--model', makeModel(), '--port', '0', '--quant', 'q3_k'],
     { encoding: 'utf8', timeout: 60000 });
   assert.equal(r.status, 2);
-  assert.match(r.stderr, /--quant must be one of bf16, q8_0, q4_0, got 'q3_k'/);
+  assert.match(r.stderr, /--quant must be one of bf16, q8_0, q4_0, fp8, got 'q3_k'/);
+});
+
+test('--quant fp8 on the CPU is refused at start, before listening', () => {
+  const r = spawnSync(BIN, ['serve', '--store', 'memory', '--model', makeModel(), '--port', '0', '--quant', 'fp8'],
+    { encoding: 'utf8', timeout: 60000 });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--quant fp8 needs a CUDA device \(Hopper FP8 weights\); on the CPU use q8_0 or q4_0/);
+  assert.doesNotMatch(r.stdout + r.stderr, /listening/);
 });
