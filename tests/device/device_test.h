@@ -135,6 +135,13 @@ static inline void device_fixture_open_preset(device_fixture *fx, const char *na
         fprintf(stderr, "%s: %s\n", dir, err.msg);
         exit(1);
     }
+    /* The suites compare a sequence decoded in a batch with others against itself alone, bit for bit:
+     * that holds within one GEMM path, and the skinny kernel takes products of <= 64 rows while cuBLAS
+     * takes more, so a batch crossing 64 rows would differ in rounding from the same sequence alone
+     * (docs/gpu.md, "Batch invariance"). These suites keep every product on cuBLAS (--cuda-skinny
+     * off); gpu_parity checks the skinny kernel, in decodes and graphs too. */
+    const backend_options bo = {.cuda_gemm_cublas = 1};
+    backend_options_select(&bo);
     fx->be = backend_init_device(dev && *dev ? dev : "cuda:0", 1, &err);
     if (!fx->be) {
         fprintf(stderr, "backend_init_device: %s\n", err.msg);

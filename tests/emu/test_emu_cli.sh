@@ -213,6 +213,46 @@ else
     bad "--cuda-skinny on / off: $(cat "$TMP/sk.cmp"; tail -3 "$TMP/sk.err")"
 fi
 
+# FP8 weights on the emulated GPU (the skinny kernel's FP8 paths, docs/gpu.md): a checkpoint stored in
+# FP8 with 128 x 128 block scales (make-model --fp8) against the CPU, which dequantizes it on the host
+# (compare_logits.py); --quant fp8 of the bf16 checkpoint (per output channel, quantized on the
+# device) against its bf16 logits: the E4M3 rounding of every weight (relative L2 ~5e-2 on these
+# random weights; a wrong scale is O(1)), the argmax kept on decisive rows; and a device-loop decode
+# with FP8 weights (dual cache, graphs)
+if "$BIN" make-model --out "$TMP/m8" --quiet --n-heads 4 --n-kv-heads 2 --fp8 &&
+    "$BIN" logits --model "$TMP/m8" --tokens "$TOK" --out "$TMP/f8_cpu.npy" > /dev/null 2> "$TMP/f8.err" &&
+    "$BIN" logits --model "$TMP/m8" --tokens "$TOK" --out "$TMP/f8_gpu.npy" --device cuda:0 > /dev/null 2>> "$TMP/f8.err" &&
+    "$PY" "$COMPARE" "$TMP/f8_cpu.npy" "$TMP/f8_gpu.npy" > "$TMP/f8.cmp"; then
+    ok
+else
+    bad "FP8 checkpoint on cuda:0 vs CPU: $(cat "$TMP/f8.cmp" 2>/dev/null; tail -3 "$TMP/f8.err")"
+fi
+if "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/q8_gpu.npy" --device cuda:0 --quant fp8 > /dev/null 2> "$TMP/q8.err" &&
+    "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/b16_gpu.npy" --device cuda:0 > /dev/null 2>> "$TMP/q8.err" &&
+    out=$("$PY" - "$TMP/b16_gpu.npy" "$TMP/q8_gpu.npy" <<'EOF2'
+import sys
+import numpy as np
+a, b = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2]).astype(np.float64)
+rel = np.linalg.norm(b - a) / np.linalg.norm(a)
+top2 = np.sort(a, axis=1)[:, -2:]
+decisive = top2[:, 1] - top2[:, 0] > 2 * np.abs(b - a).max(axis=1)
+agree = np.argmax(a, axis=1) == np.argmax(b, axis=1)
+print(f"rel {rel:.3g}, decisive {decisive.sum()}, agree {agree[decisive].sum()}")
+sys.exit(0 if 1e-3 < rel < 0.1 and agree[decisive].all() else 1)
+EOF2
+    ); then
+    ok
+else
+    bad "--quant fp8 on cuda:0 vs bf16: ${out:-} $(tail -3 "$TMP/q8.err")"
+fi
+if "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 2 --gen 16 --block 8 --prompt 6 --decoders threshold \
+    --cache dual --quant fp8 > "$TMP/bd8.out" 2> "$TMP/bd8.err" &&
+    grep -qE '^threshold +dual +2 +[1-9]' "$TMP/bd8.out" && grep -qE '^device loop: [1-9][0-9]* steps, [1-9][0-9]* graph captures' "$TMP/bd8.out"; then
+    ok
+else
+    bad "bench --decode --device cuda:0 --quant fp8: $(tail -4 "$TMP/bd8.out" "$TMP/bd8.err")"
+fi
+
 # ---------------------------------------------------------------- serve on two emulated GPUs
 # two engines (one per device), concurrent completions batched by the engines' device loops
 SERVE_PID=
