@@ -279,12 +279,26 @@ constexpr size_t gs_smem() {
 template <int MT, int WT>
 cudaError_t gs_launch(const gs_args &a, dim3 grid, cudaStream_t s) {
     constexpr int S = gs_stages<MT, WT>();
-    constexpr size_t sm = gs_smem<MT, WT>();
-    // per device: set on every launch (cheap, and not a stream operation, so capture is fine)
-    cudaError_t e = cudaFuncSetAttribute(k_gemm_skinny<MT, WT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-    if (e != cudaSuccess) return e;
+    constexpr size_t sm = gs_smem<MT, WT>();   // raised above 48 KiB by umk_gemm_skinny_prepare
+    // the shared-memory limit was raised for this device by umk_gemm_skinny_prepare (not here: no
+    // runtime API call but the launch while a graph may be capturing)
     UMK_LAUNCH((k_gemm_skinny<MT, WT, S>), grid, GS_THREADS, sm, s, a);
     return cudaGetLastError();
+}
+
+template <int MT, int WT>
+cudaError_t gs_prepare() {
+    return cudaFuncSetAttribute(k_gemm_skinny<MT, WT, gs_stages<MT, WT>()>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)gs_smem<MT, WT>());
+}
+
+template <int WT>
+cudaError_t gs_prepare_wt() {
+    cudaError_t e;
+    if ((e = gs_prepare<1, WT>()) != cudaSuccess || (e = gs_prepare<2, WT>()) != cudaSuccess ||
+        (e = gs_prepare<4, WT>()) != cudaSuccess || (e = gs_prepare<8, WT>()) != cudaSuccess)
+        return e;
+    return cudaSuccess;
 }
 
 template <int WT>
@@ -435,6 +449,12 @@ extern "C" cudaError_t umk_gemm_skinny(const umk_gemm_skinny_args *p, cudaStream
     if (wt == 0) return gs_launch_mt<0>(mt, a, grid, s);
     if (wt == 1) return gs_launch_mt<1>(mt, a, grid, s);
     return gs_launch_mt<2>(mt, a, grid, s);
+}
+
+extern "C" cudaError_t umk_gemm_skinny_prepare(void) {
+    cudaError_t e;
+    if ((e = gs_prepare_wt<0>()) != cudaSuccess || (e = gs_prepare_wt<1>()) != cudaSuccess) return e;
+    return gs_prepare_wt<2>();
 }
 
 extern "C" int umk_gemm_skinny_splits(const umk_gemm_skinny_args *p) { return plan_of(p).splits; }

@@ -57,6 +57,9 @@ int         umk_gemm_skinny_supported(int m, int k, int wtype, int scale_rows, i
 size_t      umk_gemm_skinny_ws_floats(const umk_gemm_skinny_args *p);
 int         umk_gemm_skinny_splits(const umk_gemm_skinny_args *p);
 cudaError_t umk_gemm_skinny(const umk_gemm_skinny_args *p, cudaStream_t s);
+/* Raise the kernel's shared-memory limit on the current device: once per device before the first
+ * umk_gemm_skinny (the backend's init), never while a stream captures. */
+cudaError_t umk_gemm_skinny_prepare(void);
 /* FP8 per output channel: scale[r] = amax(x[r, :]) / 448 (1 for a zero row), q[r, c] = e4m3(x[r, c] / scale[r])
  * (round to nearest even, saturating) */
 cudaError_t umk_fp8_quantize_rows(const uint16_t *x, int64_t rows, int64_t k, unsigned char *q, float *scale,

@@ -1128,6 +1128,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     CUDA_CHECK(cudaMalloc((void **)&ci->gs_ws, GS_WS_FLOATS * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void **)&ci->gs_count, GS_COUNTS * sizeof(unsigned)));
     CUDA_CHECK(cudaMemset(ci->gs_count, 0, GS_COUNTS * sizeof(unsigned)));
+    CUDA_CHECK(umk_gemm_skinny_prepare());
     CUBLAS_CHECK(cb->set_workspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
     CUBLAS_CHECK(cb->set_math_mode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     ci->stage.ring = 1;
