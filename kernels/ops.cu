@@ -166,8 +166,9 @@ __global__ void k_rope_table(const int32_t *__restrict__ pos, int n, int half, f
 // reused for every head it rotates, and no index is divided per element. q and k heads are rotated
 // in place; a k head is also written to its sequence's k_dst slot at row pos[i] (the sequence found
 // by a binary search of i in seq_start; a NULL slot: not written) with the dims past rot_dim copied
-// as they are, and a v head is copied to v_dst the same way. k_rope_apply's single rope is the
-// launch without k (n_kv_heads = 0).
+// as they are, and a v head is copied to v_dst the same way. umk_rope_apply (the single rope) is the
+// launch without k (n_kv_heads = 0). The rotation is the float expression of the v1 kernels
+// (a·c − b·s, b·c + a·s, each rounded to bf16), so results are bit-identical to them.
 template <int W>
 struct bfw;   // W bf16 as raw bits
 template <>
@@ -262,10 +263,13 @@ __global__ void __launch_bounds__(ROPE_THREADS)
             float a[W], b[W], r0[W], r1[W];
             xa.get(a);
             xb.get(b);
+            // v1's a·c − b·s and b·c + a·s as nvcc compiled them there (PTX: mul, mul, sub; and one
+            // fma with a·s fused, b·c rounded). Left implicit, the second one's contraction here
+            // came out the other way round (b·c fused) in the 16-byte path: hence the explicit fmaf.
 #pragma unroll
             for (int e = 0; e < W; e++) {
                 r0[e] = a[e] * c[e] - b[e] * sn[e];
-                r1[e] = b[e] * c[e] + a[e] * sn[e];
+                r1[e] = fmaf(a[e], sn[e], b[e] * c[e]);
             }
             xa.set(r0);
             xb.set(r1);
@@ -406,9 +410,9 @@ extern "C" cudaError_t umk_rope_table(const int32_t *pos, int n, int half, float
 // else W = 1. Blocks of P = half/W threads per slot and up to ROPE_THREADS threads; with fewer
 // than ROPE_MIN_BLOCKS rows a row's slots are split over several blocks so that small steps still
 // spread over the SMs.
-static cudaError_t rope_rows(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads, int head_dim,
-                             int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start, const int32_t *pos,
-                             uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
+static cudaError_t rope_rows(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads,
+                             int head_dim, int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start,
+                             const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
     const int half = rot_dim / 2, slots = n_heads + (k_dst ? 2 : 1) * n_kv_heads;
     if (n <= 0 || half <= 0 || slots <= 0) return cudaGetLastError();
     const bool vec = half % 8 == 0 && head_dim % 8 == 0 && aligned16(q) && aligned16(k) && (!k_dst || aligned16(v)) &&
