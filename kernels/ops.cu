@@ -37,7 +37,7 @@ __device__ __forceinline__ uint4 pack8(const float *f) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+__host__ __device__ __forceinline__ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 int grid_for(size_t n, int threads) {
     size_t b = (n + (size_t)threads - 1) / (size_t)threads;
@@ -157,64 +157,135 @@ __global__ void k_rope_table(const int32_t *__restrict__ pos, int n, int half, f
     }
 }
 
-__global__ void k_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int half,
-                             const float2 *__restrict__ tab) {
-    const int64_t total = (int64_t)n * n_heads * half;
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
-        const int j = (int)(t % half);
-        const int64_t ih = t / half;              // row * n_heads + head
-        const int64_t i = ih / n_heads;
-        uint16_t *x1 = x + ih * head_dim;
-        const float2 cs = tab[i * half + j];
-        const float a = b2f(x1[j]), b = b2f(x1[j + half]);
-        x1[j] = f2b(a * cs.x - b * cs.y);
-        x1[j + half] = f2b(b * cs.x + a * cs.y);
+// Rotate-half RoPE of q and k, and the KV cache write of k and v, W columns at a time (W = 8: 16-byte
+// accesses; W = 1: the scalar path for shapes and pointers that do not allow them). Block (i, g):
+// row i, head slots [g*spb, g*spb + spb) of the row's q heads [0, n_heads), k heads
+// [n_heads, n_heads + n_kv_heads) and — only launched with k_dst — v heads after those. Thread
+// t handles the columns j = (t % P)*W .. +W of the rotated half (P = half/W) and their partners at
+// j + half in slots t / P, t / P + blockDim/P, ...: its cos/sin are loaded once into registers and
+// reused for every head it rotates, and no index is divided per element. q and k heads are rotated
+// in place; a k head is also written to its sequence's k_dst slot at row pos[i] (the sequence found
+// by a binary search of i in seq_start; a NULL slot: not written) with the dims past rot_dim copied
+// as they are, and a v head is copied to v_dst the same way. umk_rope_apply (the single rope) is the
+// launch without k (n_kv_heads = 0). The rotation is the float expression of the v1 kernels
+// (a·c − b·s, b·c + a·s, each rounded to bf16), so results are bit-identical to them.
+template <int W>
+struct bfw;   // W bf16 as raw bits
+template <>
+struct bfw<8> {
+    uint4 r;
+    __device__ __forceinline__ void load(const uint16_t *p) { r = *reinterpret_cast<const uint4 *>(p); }
+    __device__ __forceinline__ void store(uint16_t *p, bool vec) const {
+        if (vec) {
+            *reinterpret_cast<uint4 *>(p) = r;
+        } else {   // a cache slot that is not 16-byte aligned
+            const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+            for (int e = 0; e < 8; e++) p[e] = (uint16_t)(w[e >> 1] >> (16 * (e & 1)));
+        }
+    }
+    __device__ __forceinline__ void get(float *f) const { unpack8(r, f); }
+    __device__ __forceinline__ void set(const float *f) { r = pack8(f); }
+};
+template <>
+struct bfw<1> {
+    uint16_t r;
+    __device__ __forceinline__ void load(const uint16_t *p) { r = *p; }
+    __device__ __forceinline__ void store(uint16_t *p, bool) const { *p = r; }
+    __device__ __forceinline__ void get(float *f) const { f[0] = b2f(r); }
+    __device__ __forceinline__ void set(const float *f) { r = f2b(f[0]); }
+};
+
+// cos/sin of W consecutive columns of a umk_rope_table row (W = 8: 16-byte aligned)
+template <int W>
+__device__ __forceinline__ void load_cs(const float2 *__restrict__ t, float *c, float *s) {
+    if constexpr (W == 8) {
+#pragma unroll
+        for (int e = 0; e < W; e += 2) {
+            const uint4 v = umk_ldg16(t + e);
+            c[e] = __uint_as_float(v.x), s[e] = __uint_as_float(v.y);
+            c[e + 1] = __uint_as_float(v.z), s[e + 1] = __uint_as_float(v.w);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; e++) c[e] = t[e].x, s[e] = t[e].y;
     }
 }
 
-// RoPE of q and k plus the KV cache write of k and v in one launch. Block (i, h): row i, head slot
-// h — q heads [0, n_heads) rotated in place; k heads [n_heads, n_heads + n_kv_heads) rotated in place
-// and, when row i's sequence has a k_dst buffer, written to it at row pos[i]; v heads after those
-// (only launched with k_dst) copied to v_dst. Same arithmetic as k_rope_apply + k_store_rows.
-__global__ void k_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *__restrict__ v, int n_heads, int n_kv_heads,
-                          int head_dim, int half, const float2 *__restrict__ tab, int n_seqs,
-                          const int32_t *__restrict__ seq_start, const int32_t *__restrict__ pos,
-                          uint16_t *const *__restrict__ k_dst, uint16_t *const *__restrict__ v_dst) {
-    const int64_t i = blockIdx.x;
-    const int h = (int)blockIdx.y;
-    uint16_t *dst = nullptr;
-    if (h >= n_heads && k_dst) {
+constexpr int ROPE_THREADS = 256;      // k_rope_rows' largest block
+constexpr int ROPE_MIN_BLOCKS = 256;   // below this many rows a row's slots are split over blocks
+
+template <int W>
+__global__ void __launch_bounds__(ROPE_THREADS)
+    k_rope_rows(uint16_t *q, uint16_t *k, const uint16_t *__restrict__ v, int n_heads, int n_kv_heads, int head_dim,
+                int half, int spb, const float2 *__restrict__ tab, int n_seqs, const int32_t *__restrict__ seq_start,
+                const int32_t *__restrict__ pos, uint16_t *const *__restrict__ k_dst,
+                uint16_t *const *__restrict__ v_dst) {
+    const int i = (int)blockIdx.x;
+    const int P = half / W;   // threads per slot (the launch makes blockDim a multiple of P)
+    const int j = (int)(threadIdx.x % (unsigned)P) * W;
+    const int s_step = (int)(blockDim.x / (unsigned)P);
+    const int s_lo = (int)blockIdx.y * spb, n_rot = n_heads + n_kv_heads;
+    const int s_hi = min(s_lo + spb, n_rot + (k_dst ? n_kv_heads : 0));
+    const int64_t kvd = (int64_t)n_kv_heads * head_dim;
+    float c[W], sn[W];
+    load_cs<W>(tab + (int64_t)i * half + j, c, sn);
+    uint16_t *kd = nullptr, *vd = nullptr;   // row i's k and v cache rows, when stored
+    if (k_dst && s_hi > n_heads) {
         int lo = 0, hi = n_seqs - 1;   // row i's sequence: the last s with seq_start[s] <= i
         while (lo < hi) {
             const int mid = (lo + hi + 1) >> 1;
             if (seq_start[mid] <= i) lo = mid;
             else hi = mid - 1;
         }
-        const bool is_k = h < n_heads + n_kv_heads;
-        uint16_t *base = (is_k ? k_dst : v_dst)[lo];
-        const int kh = h - n_heads - (is_k ? 0 : n_kv_heads);
-        if (base) dst = base + ((int64_t)pos[i] * n_kv_heads + kh) * head_dim;
+        if (k_dst[lo]) kd = k_dst[lo] + pos[i] * kvd;
+        if (v_dst[lo]) vd = v_dst[lo] + pos[i] * kvd;
     }
-    if (h >= n_heads + n_kv_heads) {   // a v head: the cache write only
-        if (!dst) return;
-        const uint16_t *src = v + (i * n_kv_heads + (h - n_heads - n_kv_heads)) * head_dim;
-        for (int j = threadIdx.x; j < head_dim; j += blockDim.x) dst[j] = src[j];
-        return;
-    }
-    uint16_t *x1 = h < n_heads ? q + (i * n_heads + h) * head_dim : k + (i * n_kv_heads + (h - n_heads)) * head_dim;
-    const float2 *cs = tab + i * half;
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float a = b2f(x1[j]), b = b2f(x1[j + half]);
-        const uint16_t r0 = f2b(a * cs[j].x - b * cs[j].y), r1 = f2b(b * cs[j].x + a * cs[j].y);
-        x1[j] = r0;
-        x1[j + half] = r1;
+    const bool dvec = aligned16(kd) && aligned16(vd);
+    for (int s = s_lo + (int)(threadIdx.x / (unsigned)P); s < s_hi; s += s_step) {
+        const bool rot = s < n_rot;
+        const uint16_t *src;
+        uint16_t *x1 = nullptr, *dst = nullptr;
+        if (s < n_heads) {
+            src = x1 = q + ((int64_t)i * n_heads + s) * head_dim;
+        } else if (rot) {
+            src = x1 = k + ((int64_t)i * n_kv_heads + (s - n_heads)) * head_dim;
+            if (kd) dst = kd + (int64_t)(s - n_heads) * head_dim;
+        } else {
+            src = v + ((int64_t)i * n_kv_heads + (s - n_rot)) * head_dim;
+            if (!vd) continue;
+            dst = vd + (int64_t)(s - n_rot) * head_dim;
+        }
+        bfw<W> xa, xb;   // columns j.. and j + half..
+        xa.load(src + j);
+        xb.load(src + j + half);
+        if (rot) {
+            float a[W], b[W], r0[W], r1[W];
+            xa.get(a);
+            xb.get(b);
+            // v1's a·c − b·s and b·c + a·s as nvcc compiled them there (PTX: mul, mul, sub; and one
+            // fma with a·s fused, b·c rounded). Left implicit, the second one's contraction here
+            // came out the other way round (b·c fused) in the 16-byte path: hence the explicit fmaf.
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                r0[e] = a[e] * c[e] - b[e] * sn[e];
+                r1[e] = fmaf(a[e], sn[e], b[e] * c[e]);
+            }
+            xa.set(r0);
+            xb.set(r1);
+            xa.store(x1 + j, true);
+            xb.store(x1 + j + half, true);
+        }
         if (dst) {
-            dst[j] = r0;
-            dst[j + half] = r1;
+            xa.store(dst + j, dvec);
+            xb.store(dst + j + half, dvec);
+            for (int t = 2 * half + j; t < head_dim; t += half) {   // dims past rot_dim: copied as they are
+                bfw<W> x;
+                x.load(src + t);
+                x.store(dst + t, dvec);
+            }
         }
     }
-    if (dst)   // dims past rot_dim are not rotated: copied as they are
-        for (int j = 2 * half + threadIdx.x; j < head_dim; j += blockDim.x) dst[j] = x1[j];
 }
 
 // ---------------------------------------------------------------- swiglu / add / bias
@@ -335,24 +406,44 @@ extern "C" cudaError_t umk_rope_table(const int32_t *pos, int n, int half, float
     return cudaGetLastError();
 }
 
+// k_rope_rows over n rows: 16-byte accesses (W = 8) where half, head_dim and the pointers allow them,
+// else W = 1. Blocks of P = half/W threads per slot and up to ROPE_THREADS threads; with fewer
+// than ROPE_MIN_BLOCKS rows a row's slots are split over several blocks so that small steps still
+// spread over the SMs.
+static cudaError_t rope_rows(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads,
+                             int head_dim, int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start,
+                             const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
+    const int half = rot_dim / 2, slots = n_heads + (k_dst ? 2 : 1) * n_kv_heads;
+    if (n <= 0 || half <= 0 || slots <= 0) return cudaGetLastError();
+    const bool vec = half % 8 == 0 && head_dim % 8 == 0 && aligned16(q) && aligned16(k) && (!k_dst || aligned16(v)) &&
+                     aligned16(tab);
+    const int P = vec ? half / 8 : half;
+    if (P > ROPE_THREADS) return cudaErrorInvalidValue;   // rot_dim > 4096 (vector) or > 512 (scalar)
+    int groups = n < ROPE_MIN_BLOCKS ? min(slots, (ROPE_MIN_BLOCKS + n - 1) / n) : 1;
+    const int spb = (slots + groups - 1) / groups;   // slots per block
+    groups = (slots + spb - 1) / spb;
+    const dim3 grid((unsigned)n, (unsigned)groups);
+    const int threads = P * min(spb, ROPE_THREADS / P);
+    const float2 *t2 = reinterpret_cast<const float2 *>(tab);
+    if (vec)
+        UMK_LAUNCH(k_rope_rows<8>, grid, threads, 0, s, q, k, v, n_heads, n_kv_heads, head_dim, half, spb, t2, n_seqs,
+                   seq_start, pos, k_dst, v_dst);
+    else
+        UMK_LAUNCH(k_rope_rows<1>, grid, threads, 0, s, q, k, v, n_heads, n_kv_heads, head_dim, half, spb, t2, n_seqs,
+                   seq_start, pos, k_dst, v_dst);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int rot_dim, const float *tab,
                                       cudaStream_t s) {
-    size_t total = (size_t)n * (size_t)n_heads * (size_t)(rot_dim / 2);
-    if (total)
-        UMK_LAUNCH(k_rope_apply, grid_for(total, 256), 256, 0, s, x, n, n_heads, head_dim, rot_dim / 2,
-                                                          reinterpret_cast<const float2 *>(tab));
-    return cudaGetLastError();
+    return rope_rows(x, nullptr, nullptr, n, n_heads, 0, head_dim, rot_dim, tab, 0, nullptr, nullptr, nullptr, nullptr,
+                     s);
 }
 
 extern "C" cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads,
                                    int head_dim, int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start,
                                    const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
-    if (n > 0) {
-        const unsigned slots = (unsigned)(n_heads + (k_dst ? 2 : 1) * n_kv_heads);
-        UMK_LAUNCH(k_rope_kv, dim3((unsigned)n, slots), 64, 0, s, q, k, v, n_heads, n_kv_heads, head_dim, rot_dim / 2,
-                   reinterpret_cast<const float2 *>(tab), n_seqs, seq_start, pos, k_dst, v_dst);
-    }
-    return cudaGetLastError();
+    return rope_rows(q, k, v, n, n_heads, n_kv_heads, head_dim, rot_dim, tab, n_seqs, seq_start, pos, k_dst, v_dst, s);
 }
 
 extern "C" cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s) {

@@ -375,9 +375,9 @@ static void test_linear(void) {
 
 static void test_rope(void) {
     const int n = g_quick ? 9 : 50, H = 4, hd = 128;
-    const int rots[] = {128, 64};
+    const int rots[] = {128, 64, 24};   /* 24: half 12, the scalar kernel */
     int32_t *pos = xmalloc((size_t)n * sizeof *pos);
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 3; r++) {
         char name[64];
         snprintf(name, sizeof name, "rope rot_dim=%d", rots[r]);
         if (!case_on(name)) continue;
@@ -404,17 +404,36 @@ static void test_rope(void) {
 /* backend_rope_kv (BACKEND_CAP_FUSED) against the CPU's single ops (rope q, rope k, store_rows k and v)
  * and, bit for bit, against the GPU's single kernels (backend_cuda_fuse off): GQA, rot_dim < head_dim,
  * several sequences with their own row counts and positions (one without rows, one without a
- * buffer), row counts that are not a multiple of any block size, and without caches (ropes only). */
+ * buffer), row counts that are not a multiple of any block size, and without caches (ropes only).
+ * The kernel's paths: 16-byte accesses (half and head_dim multiples of 8, aligned buffers) or scalar
+ * ones (odd shapes; odd = 2: every buffer one bf16 past a 16-byte boundary), cache slots written
+ * element by element (odd = 1: only the caches off the boundary), a row's head slots split over
+ * blocks (few rows) or one block per row with several slots per thread (rows: x20, >= 256 rows). */
 typedef struct rope_kv_case {
     int H, KV, hd, rot;
     int cached;
+    int odd;    /* 1: cache slots, 2: q, k, v and cache slots start one bf16 past act_alloc's alignment */
+    int rows;   /* row count multiplier */
 } rope_kv_case;
 
-static void run_rope_kv(const rope_kv_case *rc) {
-    const int32_t lens[4] = {g_quick ? 5 : 37, 0, g_quick ? 7 : 29, g_quick ? 3 : 11};
+/* n bf16 from the host at one bf16 past act_alloc's alignment (off = 1) or at it (off = 0) */
+static uint16_t *g_up_at(const float *h, size_t n, int off) {
+    uint16_t *p = (uint16_t *)g_gpu->ops->act_alloc(g_gpu, n + 1) + off;
+    backend_cuda_act_from_host(g_gpu, p, h, n);
+    return p;
+}
+
+static void g_free_at(uint16_t *p, int off) { g_gpu->ops->act_free(g_gpu, p - off); }
+
+static void run_rope_kv(const rope_kv_case *rc, const char *name) {
+    const int m = rc->rows;
+    const int32_t lens[4] = {(g_quick ? 5 : 37) * m, 0, (g_quick ? 7 : 29) * m, (g_quick ? 3 : 11) * m};
     int32_t st[5] = {0};
     for (int q = 0; q < 4; q++) st[q + 1] = st[q] + lens[q];
-    const int n = st[4], S = 4, cap = 64, kvd = rc->KV * rc->hd;
+    int cap = 64;   /* cache rows: a power of two >= every sequence, so the positions below are distinct */
+    while (cap < lens[0] || cap < lens[2]) cap *= 2;
+    const int n = st[4], S = 4, kvd = rc->KV * rc->hd;
+    const int xo = rc->odd == 2, co = rc->odd != 0;   /* q/k/v and cache offsets (bf16) */
     const size_t nq = (size_t)n * rc->H * rc->hd, nk = (size_t)n * kvd, nc = (size_t)cap * kvd;
     int32_t *pos = xmalloc((size_t)n * sizeof *pos);
     for (int q = 0; q < S; q++) {   /* distinct positions within a sequence, a different offset each */
@@ -436,10 +455,10 @@ static void run_rope_kv(const rope_kv_case *rc) {
     /* GPU: fused (f = 1) and single kernels (f = 0) */
     float *res[2][2 + 2 * 4] = {{NULL}};   /* [fused][q, k, k caches, v caches] */
     for (int f = 0; f < 2; f++) {
-        void *gq = g_up(q, nq), *gk = g_up(k, nk), *gv = g_up(v, nk);
+        uint16_t *gq = g_up_at(q, nq, xo), *gk = g_up_at(k, nk, xo), *gv = g_up_at(v, nk, xo);
         void *gd[2][4] = {{NULL}};
         for (int t = 0; t < 2; t++)
-            for (int sq = 0; sq < S; sq++) gd[t][sq] = rc->cached && sq != 2 ? g_up(zero, nc) : NULL;
+            for (int sq = 0; sq < S; sq++) gd[t][sq] = rc->cached && sq != 2 ? g_up_at(zero, nc, co) : NULL;
         const brope_kv op = {.q = gq, .k = gk, .v = gv, .n = n, .n_heads = rc->H, .n_kv_heads = rc->KV,
                              .head_dim = rc->hd, .rot_dim = rc->rot, .pos = pos, .theta = 500000.0f, .n_seqs = S,
                              .seq_start = st, .k_dst = rc->cached ? gd[0] : NULL, .v_dst = rc->cached ? gd[1] : NULL};
@@ -452,18 +471,16 @@ static void run_rope_kv(const rope_kv_case *rc) {
             for (int sq = 0; sq < S; sq++)
                 if (gd[t][sq]) {
                     res[f][2 + t * 4 + sq] = g_down(gd[t][sq], nc);
-                    g_gpu->ops->act_free(g_gpu, gd[t][sq]);
+                    g_free_at(gd[t][sq], co);
                 }
-        g_gpu->ops->act_free(g_gpu, gq), g_gpu->ops->act_free(g_gpu, gk), g_gpu->ops->act_free(g_gpu, gv);
+        g_free_at(gq, xo), g_free_at(gk, xo), g_free_at(gv, xo);
     }
     char what[128];
     const char *tag[2] = {"k", "v"};
-    snprintf(what, sizeof what, "rope_kv H=%d KV=%d hd=%d rot=%d%s: q", rc->H, rc->KV, rc->hd, rc->rot,
-             rc->cached ? " cached" : "");
+    snprintf(what, sizeof what, "%s%s: q", name, rc->cached ? " cached" : "");
     expect_close(what, res[1][0], cq, nq, 1e-2);
     CHECKF(memcmp(res[1][0], res[0][0], nq * sizeof(float)) == 0, "%s: fused != single kernels", what);
-    snprintf(what, sizeof what, "rope_kv H=%d KV=%d hd=%d rot=%d%s: k", rc->H, rc->KV, rc->hd, rc->rot,
-             rc->cached ? " cached" : "");
+    snprintf(what, sizeof what, "%s%s: k", name, rc->cached ? " cached" : "");
     expect_close(what, res[1][1], ck, nk, 1e-2);
     CHECKF(memcmp(res[1][1], res[0][1], nk * sizeof(float)) == 0, "%s: fused != single kernels", what);
     for (int t = 0; t < 2 && rc->cached; t++)
@@ -471,8 +488,7 @@ static void run_rope_kv(const rope_kv_case *rc) {
             const float *fu = res[1][2 + t * 4 + sq], *un = res[0][2 + t * 4 + sq];
             CHECKF(!fu == !cd[t][sq], "rope_kv: %s cache of sequence %d %s", tag[t], sq, fu ? "written" : "missing");
             if (!fu || !cd[t][sq]) continue;
-            snprintf(what, sizeof what, "rope_kv H=%d KV=%d hd=%d rot=%d: %s cache seq %d (%d rows)", rc->H, rc->KV,
-                     rc->hd, rc->rot, tag[t], sq, lens[sq]);
+            snprintf(what, sizeof what, "%s: %s cache seq %d (%d rows)", name, tag[t], sq, lens[sq]);
             expect_close(what, fu, cd[t][sq], nc, 1e-2);
             CHECKF(memcmp(fu, un, nc * sizeof(float)) == 0, "%s: fused != single kernels", what);
             int moved = 0;   /* the rows landed at their positions (the CPU's rows, to bf16 rounding) */
@@ -500,12 +516,16 @@ static void run_rope_kv(const rope_kv_case *rc) {
 static void test_rope_kv(void) {
     CHECKF(backend_has(g_gpu, BACKEND_CAP_FUSED), "the CUDA backend lacks BACKEND_CAP_FUSED");
     const rope_kv_case cs[] = {
-        {4, 2, 128, 128, 1}, {4, 2, 128, 64, 1}, {6, 2, 64, 32, 1}, {3, 3, 80, 80, 1}, {4, 1, 128, 64, 0},
+        {4, 2, 128, 128, 1, 0, 1}, {4, 2, 128, 64, 1, 0, 1},  {6, 2, 64, 32, 1, 0, 1},  {3, 3, 80, 80, 1, 0, 1},
+        {4, 1, 128, 64, 0, 0, 1},  {3, 1, 80, 32, 1, 0, 1},   {2, 2, 72, 24, 1, 0, 1},  {4, 2, 128, 128, 1, 1, 1},
+        {4, 2, 128, 64, 1, 2, 1},  {32, 8, 128, 128, 1, 0, 20}, {16, 4, 72, 24, 1, 0, 20},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "rope_kv H=%d KV=%d hd=%d rot=%d", cs[i].H, cs[i].KV, cs[i].hd, cs[i].rot);
-        if (case_on(name)) run_rope_kv(&cs[i]);
+        char name[96];
+        snprintf(name, sizeof name, "rope_kv H=%d KV=%d hd=%d rot=%d%s%s", cs[i].H, cs[i].KV, cs[i].hd, cs[i].rot,
+                 cs[i].odd == 1 ? " caches unaligned" : cs[i].odd == 2 ? " unaligned" : "",
+                 cs[i].rows > 1 ? " many rows" : "");
+        if (case_on(name)) run_rope_kv(&cs[i], name);
     }
 }
 
