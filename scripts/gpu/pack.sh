@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
-BINS=(unmask gpu_parity gpu_gemm_bench racecheck_repro test_device_loop_gpu test_moe_device_gpu test_device_robust_gpu tests/test_cpu_gemm cpu_kernels_bench)
+BINS=(unmask gpu_parity gpu_gemm_bench test_device_loop_gpu test_moe_device_gpu test_device_robust_gpu tests/test_cpu_gemm cpu_kernels_bench)
 [ -d .deps/usr/lib ] || bash scripts/gpu/prepare-deps.sh
 grep -q "^CMAKE_CUDA_COMPILER:[A-Z]*=/" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null ||
   { echo "pack: $BUILD_DIR is not a CUDA build (configure with nvcc on the PATH)"; exit 1; }

@@ -65,6 +65,7 @@
 
 static int g_checks, g_failed, g_quick, g_emu;
 static backend *g_cpu, *g_gpu;
+static backend_options g_opts;   /* the GPU backend's options (--cublas) */
 static uint64_t g_ctr;
 
 /* --only NAME[,NAME...] (compute-sanitizer bisects, scripts/gpu/run-checks.sh): a NAME equal to a
@@ -1739,7 +1740,7 @@ static void test_skinny(void) {
         CHECKF(memcmp(a, b, (size_t)m * n * sizeof *a) == 0, "skinny m=%d n=%d k=%d: two runs differ", m, n, k);
         backend_cuda_gemm_cublas(g_gpu, 1);
         g_gpu->ops->matmul(g_gpu, gx, &w.g, NULL, m, gy2);
-        backend_cuda_gemm_cublas(g_gpu, 0);
+        backend_cuda_gemm_cublas(g_gpu, g_opts.cuda_gemm_cublas);
         float *cb = g_down(gy2, (size_t)m * n);
         snprintf(what, sizeof what, "skinny bf16 m=%d n=%d k=%d vs cuBLAS", m, n, k);
         expect_close(what, a, cb, (size_t)m * n, 4e-3);
@@ -1812,7 +1813,7 @@ static void test_skinny(void) {
                                                             : g_poisoned((size_t)m * ls[c].out[j]);
                 backend_cuda_gemm_cublas(g_gpu, mode);
                 backend_linear(g_gpu, &op);
-                backend_cuda_gemm_cublas(g_gpu, 0);
+                backend_cuda_gemm_cublas(g_gpu, g_opts.cuda_gemm_cublas);
                 for (int j = 0; j < n_out; j++) {
                     res[mode][j] = g_down(gy[j], (size_t)m * ls[c].out[j]);
                     g_gpu->ops->act_free(g_gpu, gy[j]);
@@ -1874,12 +1875,14 @@ static void test_skinny(void) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--only NAME[,NAME...]]\n"
+            "usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--only NAME[,NAME...]] [--cublas]\n"
             "  --quick   small sizes (for compute-sanitizer)\n"
             "  --emu     --quick, the attention cases at full size (the CPU emulator)\n"
             "  --only    run only these sections (%s)\n"
             "            or, as \"SECTION CASE-START\", the cases of a section whose printed name starts so\n"
-            "            (e.g. --only rope_kv,\"matmul n=1\"); exit 2 when nothing matched\n",
+            "            (e.g. --only rope_kv,\"matmul n=1\"); exit 2 when nothing matched\n"
+            "  --cublas  bf16 products of <= 64 rows on cuBLAS too (--cuda-skinny off; e.g. the racecheck repro:\n"
+            "            --quick --cublas --only \"matmul n=1\" runs one cuBLAS product, docs/gpu.md)\n",
             SECTIONS);
 }
 
@@ -1892,6 +1895,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--tmp") && i + 1 < argc) tmp = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--cublas")) g_opts.cuda_gemm_cublas = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -1915,7 +1919,7 @@ int main(int argc, char **argv) {
     if (!tmp) tmp = "/tmp";
     setvbuf(stdout, NULL, _IOLBF, 0);   /* progress stays visible when piped (ctest, scripts) */
     um_err err = {0};
-    g_gpu = backend_cuda_init(device, NULL, &err);
+    g_gpu = backend_cuda_init(device, &g_opts, &err);
     if (!g_gpu) {
         fprintf(stderr, "gpu_parity: %s\n", err.msg);
         return 1;
