@@ -10,6 +10,12 @@
  *             without a cache; without caches) and add_rmsnorm, each also bit-identical to its single
  *             kernels (--cuda-fuse off): inputs are
  *             bf16-exact so both backends see the same numbers; relative L2 error vs the f32 CPU
+ *   skinny    the weight-streaming GEMM of <= 64 rows (kernels/gemm.cu): bf16 vs fp64 and vs cuBLAS,
+ *             bit-identical twice, split-K with 1 / 3 / 8 K ranges forced (tile counts left zero),
+ *             q/k/v in one launch and the residual-add and SwiGLU epilogues vs cuBLAS + the single
+ *             kernels; FP8 weights: the device's per-channel quantization == the host's byte for byte,
+ *             per-channel and 128 x 128 block-scaled products vs fp64 through the skinny kernel and the
+ *             dequantize + cuBLAS path, FP8 gate/up + SwiGLU
  *   moe       the device MoE dispatch (kernels/moe.cu) on both routers: umk_moe_route vs moe_route on
  *             identical bf16 logits (ties, -inf, bias; the same experts, weights to 1e-6), umk_moe_sort
  *             vs moe.c's counting sort (offsets, slots, tokens, tile map; a held expert range), and
@@ -37,7 +43,7 @@
  *             confidence error of the CPU's cut counting as a near-tie); free-running CPU vs CUDA
  *             (host loop) vs CUDA (device loop) decodes, token agreement reported.
  * Prints one line per check and "gpu_parity: N checks, M failed"; exit 1 on any failure.
- * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--only NAME[,NAME...]]
+ * Usage: gpu_parity [--quick | --emu] [--device cuda:N] [--tmp DIR] [--only NAME[,NAME...]] [--cublas]
  * (--quick: small sizes, for compute-sanitizer; --emu: --quick but the attention cases at full
  * size — several key tiles and query blocks per sequence, without the 4096-token one — for the CPU
  * emulator; --only: some sections or cases, for sanitizer bisects; usage()). Main thread.
