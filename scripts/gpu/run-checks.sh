@@ -277,6 +277,7 @@ step() {
   local l; l=$(left)
   if [ "$l" -lt "$min" ]; then SUMMARY+=("SKIP  $name (only ${l}s left)"); echo "[lease] skip $name"; return 0; fi
   local t=$max; [ $((l - 5)) -lt "$t" ] && t=$((l - 5))
+  if [ "$t" -lt 1 ]; then SUMMARY+=("SKIP  $name (only ${l}s left)"); echo "[lease] skip $name"; return 0; fi
   stage "$name (timeout ${t}s, ${l}s left)"
   local s0=$SECONDS rc
   timeout -k 5 "$t" "$@"; rc=$?
