@@ -163,6 +163,9 @@ test('subscriptions survive a resume on another replica: the job updates follow 
   assert.deepEqual(ups.map((u) => u.job.status), ['running', 'succeeded']);
   assert.deepEqual(ups.map((u) => u.seq), [first.seq + 1, first.seq + 2], 'the session\'s seq continues');
   assert.equal(fin.job.result.object, 'text_completion');
+  // B's GET reads the shared store, which A writes a moment after it tells its session (the update
+  // is A's view); once the store has the finished job, it is the same object
+  await until('B reads the finished job from the store', async () => (await getJob(b, j.id)).status === fin.job.status, 30000);
   assert.deepEqual(fin.job, await getJob(b, j.id));
   await r.close();
 });
