@@ -10,49 +10,22 @@
 // B. A runs the job for sure: B starts only once A holds both jobs
 // (unmask_jobs_held), and --max-batch 1 with a blocker keeps the job queued until it is cancelled.
 // Real redis-server, started and stopped here; no sleeps (waits on events, GETs and /metrics).
-import { test, before, after, beforeEach, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { TMP, startServer, makeModel, post, until } from '../http/server.mjs';
+import { post, until } from '../http/server.mjs';
 import { Client } from '../protocol/harness.mjs';
-import { startRedis, redisCmd } from './infra.mjs';
+import { redisCmd } from './infra.mjs';
+import { useReplicas } from './fixture.mjs';
 
-const DIR = path.join(TMP, 'ws-jobs-replica');
 const KEY = 'sk-replica-jobs';
 const OTHER = 'sk-replica-other';
-let redis;
-let keys;
-let slow;
-let running = [];
-
-before(async () => {
-  fs.rmSync(DIR, { recursive: true, force: true });
-  fs.mkdirSync(DIR, { recursive: true });
-  keys = path.join(DIR, 'keys.txt');
-  fs.writeFileSync(keys, `${KEY}\n${OTHER}\n`);
-  slow = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']); // about 0.1 s per step
-  redis = await startRedis(path.join(DIR, 'redis'));
+const fx = useReplicas('ws-jobs-replica', {
+  setup: (dir) => fs.writeFileSync(path.join(dir, 'keys.txt'), `${KEY}\n${OTHER}\n`),
+  args: (dir) => ['--max-batch', '1', '--api-keys', path.join(dir, 'keys.txt')],
 });
-after(async () => {
-  for (const s of running) await s.stop();
-  await redis?.stop();
-});
-beforeEach(async () => {
-  await redisCmd(redis.port, 'FLUSHALL');
-});
-afterEach(async () => {
-  for (const s of running) await s.stop();
-  running = [];
-});
-
-const replica = async () => {
-  const s = await startServer(['--store', redis.url, '--max-batch', '1', '--api-keys', keys, '--session-retention', '60'],
-    { model: slow });
-  s.wsUrl = `ws://127.0.0.1:${s.port}/ws`;
-  running.push(s);
-  return s;
-};
+const replica = fx.replica;
 const auth = (key = KEY) => ({ authorization: `Bearer ${key}` });
 const small = { prompt: 'Once upon a time', max_tokens: 8, block_length: 4, temperature: 0 };
 const long = { prompt: 'A long story', max_tokens: 256, block_length: 256, steps: 256, decoder: 'low_confidence',
@@ -70,7 +43,26 @@ const waitStatus = (srv, id, statuses) =>
   }, 120000);
 // seqs of the session's events in its log in Redis (what its owner stored so far)
 const storedSeqs = async (token) =>
-  (await redisCmd(redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((t) => JSON.parse(t).seq);
+  (await redisCmd(fx.redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((t) => JSON.parse(t).seq);
+// A session on A follows job j (still queued); its client drops and resumes the session on B, which
+// then follows it from A: the subscribe's reply, B's client and its session.resumed
+async function subscribeOnAResumeOnB(a, b, j) {
+  const c = new Client(a.wsUrl, { headers: auth() });
+  const s = await c.session();
+  c.send({ type: 'job.subscribe', event_id: 'sub', id: j.id });
+  const first = await c.wait((m) => m.event_id === 'sub', 'the reply to job.subscribe');
+  assert.equal(first.job?.status, 'queued', JSON.stringify(first));
+  // the owner writes the session's log a moment behind its socket: resume once it holds the update
+  await until('the update in the session\'s log', async () => (await storedSeqs(s.session)).includes(first.seq), 30000);
+  c.ws.terminate(); // the session stays on A, with its subscription
+  await c.closedP;
+  const r = new Client(b.wsUrl, { headers: auth() });
+  await r.session();
+  r.send({ type: 'session.resume', event_id: 'res', session: s.session, last_seq: first.seq });
+  const resumed = await r.wait((m) => m.event_id === 'res', 'the reply to session.resume');
+  assert.equal(resumed.type, 'session.resumed', JSON.stringify(resumed));
+  return { first, r, resumed };
+}
 // A on its own holds a running blocker (the only batch slot) and a queued job behind it.
 async function heldOnA(a) {
   const blocker = await postJob(a, long);
@@ -137,20 +129,7 @@ test('subscriptions survive a resume on another replica: the job updates follow 
   const a = await replica();
   const { blocker, j } = await heldOnA(a);
   const b = await replica();
-  const c = new Client(a.wsUrl, { headers: auth() });
-  const s = await c.session();
-  c.send({ type: 'job.subscribe', event_id: 'sub', id: j.id });
-  const first = await c.wait((m) => m.event_id === 'sub', 'the reply to job.subscribe');
-  assert.equal(first.job?.status, 'queued', JSON.stringify(first));
-  // the owner writes the session's log a moment behind its socket: resume once it holds the update
-  await until('the update in the session\'s log', async () => (await storedSeqs(s.session)).includes(first.seq), 30000);
-  c.ws.terminate(); // the session stays on A, with its subscription
-  await c.closedP;
-  const r = new Client(b.wsUrl, { headers: auth() });
-  await r.session();
-  r.send({ type: 'session.resume', event_id: 'res', session: s.session, last_seq: first.seq });
-  const resumed = await r.wait((m) => m.event_id === 'res', 'the reply to session.resume');
-  assert.equal(resumed.type, 'session.resumed', JSON.stringify(resumed));
+  const { first, r, resumed } = await subscribeOnAResumeOnB(a, b, j);
   assert.ok(resumed.owner, 'B follows the session A holds');
   // the subscriptions are A's: B does not add any to that session
   r.send({ type: 'job.subscribe', event_id: 'more', id: blocker.id });
@@ -174,18 +153,7 @@ test('the replica holding a followed session dies: each open job subscription en
   const a = await replica();
   const { j } = await heldOnA(a);
   const b = await replica();
-  const c = new Client(a.wsUrl, { headers: auth() });
-  const s = await c.session();
-  c.send({ type: 'job.subscribe', event_id: 'sub', id: j.id });
-  const first = await c.wait((m) => m.event_id === 'sub', 'the reply to job.subscribe');
-  assert.equal(first.job?.status, 'queued', JSON.stringify(first));
-  await until('the update in the session\'s log', async () => (await storedSeqs(s.session)).includes(first.seq), 30000);
-  c.ws.terminate();
-  await c.closedP;
-  const r = new Client(b.wsUrl, { headers: auth() });
-  await r.session();
-  r.send({ type: 'session.resume', event_id: 'res', session: s.session, last_seq: first.seq });
-  assert.equal((await r.wait((m) => m.event_id === 'res', 'the reply to session.resume')).type, 'session.resumed');
+  const { first, r } = await subscribeOnAResumeOnB(a, b, j);
   await a.stop(); // SIGKILL: its heartbeat expires within about 3 s
   const e = await r.wait((m) => m.type === 'error' && m.id === j.id, 'replica_lost for the subscription', 60000);
   assert.equal(e.error.code, 'replica_lost', JSON.stringify(e));
@@ -197,12 +165,12 @@ test('the replica holding a followed session dies: each open job subscription en
 test('a replica that is full keeps renewing its heartbeat (the others do not take it for dead)', async () => {
   const a = await replica();
   await heldOnA(a); // capacity 2 x --max-batch 1: A takes nothing more
-  const keys = await redisCmd(redis.port, 'KEYS', 'unmask:alive:*');
+  const keys = await redisCmd(fx.redis.port, 'KEYS', 'unmask:alive:*');
   assert.equal(keys.length, 1, `one replica, one heartbeat: ${keys}`);
   // the key lives 3 s and is renewed every 0.5 s: a renewal shows as its time to live going up
-  let last = await redisCmd(redis.port, 'PTTL', keys[0]);
+  let last = await redisCmd(fx.redis.port, 'PTTL', keys[0]);
   await until('A renews its heartbeat while full', async () => {
-    const now = await redisCmd(redis.port, 'PTTL', keys[0]);
+    const now = await redisCmd(fx.redis.port, 'PTTL', keys[0]);
     const renewed = now > last;
     last = now;
     return renewed;

@@ -10,46 +10,19 @@
 // reconnects through nginx until its resume lands on the replica that does not own the session
 // (session.resumed names an `owner`), then the same checks.
 // Real redis-server (and nginx), started and stopped here.
-import { test, before, after, beforeEach, afterEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import { TMP, startServer, makeModel, until } from '../http/server.mjs';
+import { until } from '../http/server.mjs';
 import { Client, checkGeneration, checkSeqContiguous } from '../protocol/harness.mjs';
-import { startRedis, startNginx, redisCmd } from './infra.mjs';
+import { startNginx, redisCmd } from './infra.mjs';
+import { useReplicas } from './fixture.mjs';
 
-const DIR = path.join(TMP, 'ws-replica');
-let redis;
-let slow;
-let running = [];
-
-before(async () => {
-  fs.rmSync(DIR, { recursive: true, force: true });
-  fs.mkdirSync(DIR, { recursive: true });
-  slow = makeModel('http-slow', ['--d-model', '512', '--n-layers', '8']); // about 0.1 s per step
-  redis = await startRedis(path.join(DIR, 'redis'));
-});
-after(async () => {
-  for (const s of running) await s.stop();
-  await redis?.stop();
-});
-beforeEach(async () => {
-  await redisCmd(redis.port, 'FLUSHALL');
-});
-afterEach(async () => {
-  for (const s of running) await s.stop();
-  running = [];
-});
-
-const replica = async () => {
-  const s = await startServer(['--store', redis.url, '--session-retention', '60'], { model: slow });
-  s.wsUrl = `ws://127.0.0.1:${s.port}/ws`;
-  running.push(s);
-  return s;
-};
+const fx = useReplicas('ws-replica');
+const replica = fx.replica;
 const GEN = { type: 'generate', id: 'g', prompt_ids: [3, 4, 5], gen_length: 64, block_length: 32, steps: 64 };
 // the session's log as stored in Redis (what its owner produced), parsed
-const storedLog = async (token) => (await redisCmd(redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((s) => JSON.parse(s));
+const storedLog = async (token) => (await redisCmd(fx.redis.port, 'LRANGE', `unmask:wslog:${token}`, 0, -1)).map((s) => JSON.parse(s));
 const metric = async (srv, name) => {
   const m = (await (await fetch(`${srv.url}/metrics`)).text()).match(new RegExp(`^unmask_${name} (\\S+)$`, 'm'));
   assert.ok(m, `metric ${name} on /metrics`);
@@ -160,7 +133,7 @@ test('A SIGKILLed mid-generation: the resume on B replays, then error replica_lo
 test('through nginx: the client reconnects until the resume lands on the other replica, then the same stream', async () => {
   const a = await replica();
   const b = await replica();
-  const nginx = await startNginx(path.join(DIR, 'nginx'), [`127.0.0.1:${a.port}`, `127.0.0.1:${b.port}`]);
+  const nginx = await startNginx(path.join(fx.dir, 'nginx'), [`127.0.0.1:${a.port}`, `127.0.0.1:${b.port}`]);
   try {
     const wsUrl = `ws://127.0.0.1:${nginx.port}/ws`;
     const dropped = await startAndDrop({ wsUrl });
