@@ -459,6 +459,8 @@ extern "C" cudaError_t umk_gemm_skinny_prepare(void) {
 
 extern "C" int umk_gemm_skinny_splits(const umk_gemm_skinny_args *p) { return plan_of(p).splits; }
 
+extern "C" int umk_gemm_skinny_tiles(const umk_gemm_skinny_args *p) { return plan_of(p).tiles; }
+
 extern "C" cudaError_t umk_fp8_quantize_rows(const uint16_t *x, int64_t rows, int64_t k, unsigned char *q, float *scale,
                                              cudaStream_t s) {
     if (rows > 0) UMK_LAUNCH(k_fp8_quant_rows, (unsigned)rows, 256, 0, s, x, k, q, scale);

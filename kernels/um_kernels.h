@@ -56,6 +56,8 @@ typedef struct umk_gemm_skinny_args {
 int         umk_gemm_skinny_supported(int m, int k, int wtype, int scale_rows, int scale_cols);
 size_t      umk_gemm_skinny_ws_floats(const umk_gemm_skinny_args *p);
 int         umk_gemm_skinny_splits(const umk_gemm_skinny_args *p);
+/* output-column tiles of the launch over all its products (how many counts it may use) */
+int         umk_gemm_skinny_tiles(const umk_gemm_skinny_args *p);
 cudaError_t umk_gemm_skinny(const umk_gemm_skinny_args *p, cudaStream_t s);
 /* Raise the kernel's shared-memory limit on the current device: once per device before the first
  * umk_gemm_skinny (the backend's init), never while a stream captures. */

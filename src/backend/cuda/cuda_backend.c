@@ -519,9 +519,7 @@ static int skinny_plan(cuda_impl *ci, umk_gemm_skinny_args *a) {
     a->ws_floats = GS_WS_FLOATS;
     a->count = ci->gs_count;
     a->n_count = GS_COUNTS;
-    int tiles = 0;
-    for (int i = 0; i < a->n_prod; i++) tiles += (a->n[i] + 127) / 128;
-    if (tiles > GS_COUNTS) return -1;
+    if (umk_gemm_skinny_tiles(a) > GS_COUNTS) return -1;
     a->splits = ci->gs_splits;
     int sp = umk_gemm_skinny_splits(a);
     while (umk_gemm_skinny_ws_floats(a) > GS_WS_FLOATS) {
