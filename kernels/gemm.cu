@@ -202,11 +202,10 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
     const bool reduce = a.splits > 1 || swiglu;
     float v2[MT][4];   // SwiGLU: the up product's values (product 1)
     if (reduce) {
-        float *mine = a.ws + ((int64_t)(tile * a.splits + split) * GS_THREADS + tid) * (MT * 4);
+        // [tile][split][j][thread] of float4: each warp's store is 512 contiguous bytes
+        float4 *mine = reinterpret_cast<float4 *>(a.ws) + (int64_t)(tile * a.splits + split) * MT * GS_THREADS + tid;
 #pragma unroll
-        for (int j = 0; j < MT; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) mine[j * 4 + c] = acc[j][c];
+        for (int j = 0; j < MT; j++) mine[j * GS_THREADS] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
         __threadfence();
         __syncthreads();
         const int ctile = swiglu ? tile - a.tile0[p] : tile;   // SwiGLU: gate and up tiles share a count
@@ -219,30 +218,26 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        for (int q = 0; q < (swiglu ? 2 : 1); q++) {
-            const int t = swiglu ? a.tile0[q] + ctile : tile;
-            float sum[MT][4];
+        // acc is in the workspace already: sum the tile's splits into it (and SwiGLU's up tile into v2)
+        auto reduce_into = [&](float(&sum)[MT][4], int t) {
 #pragma unroll
             for (int j = 0; j < MT; j++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) sum[j][c] = 0.0f;
             for (int s = 0; s < a.splits; s++) {
-                const float *src = a.ws + ((int64_t)(t * a.splits + s) * GS_THREADS + tid) * (MT * 4);
+                const float4 *src = reinterpret_cast<const float4 *>(a.ws) + (int64_t)(t * a.splits + s) * MT * GS_THREADS + tid;
 #pragma unroll
-                for (int j = 0; j < MT; j++)
-#pragma unroll
-                    for (int c = 0; c < 4; c++) sum[j][c] += umk_ldcg_f32(src + j * 4 + c);
-            }
-#pragma unroll
-            for (int j = 0; j < MT; j++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    if (q == 0)
-                        acc[j][c] = sum[j][c];
-                    else
-                        v2[j][c] = sum[j][c];
+                for (int j = 0; j < MT; j++) {
+                    const float4 v = umk_ldcg_f32x4(src + j * GS_THREADS);
+                    sum[j][0] += v.x;
+                    sum[j][1] += v.y;
+                    sum[j][2] += v.z;
+                    sum[j][3] += v.w;
                 }
-        }
+            }
+        };
+        reduce_into(acc, swiglu ? a.tile0[0] + ctile : tile);
+        if (swiglu) reduce_into(v2, a.tile0[1] + ctile);
     }
 
     // epilogue: C[w row][x row]: c0/c1 at (wr0, x rows 2t, 2t+1), c2/c3 at (wr0 + 8, ...)
@@ -342,6 +337,37 @@ __global__ void k_fp8_dequant(const unsigned char *q, const float *scale, int sc
         const float s = scale[(r / scale_rows) * groups + c / scale_cols];
         out[i] = f2b(umk_fp8_to_f32(q[r * k + c]) * s);
     }
+}
+
+// the same for a row of k % 16 == 0 bytes and scale groups of a multiple of 16 columns: a block per
+// row, 16 bytes in, 32 out per thread and step, one scale per 16 columns, no 64-bit division
+__global__ void __launch_bounds__(128) k_fp8_dequant16(const unsigned char *q, const float *scale, int scale_rows,
+                                                      int scale_cols, int k, int64_t r0, uint16_t *out) {
+    const int64_t r = r0 + blockIdx.x;
+    const int groups = (k + scale_cols - 1) / scale_cols;
+    const float *srow = scale + (int64_t)(r / scale_rows) * groups;
+    const unsigned char *qr = q + r * k;
+    uint16_t *orow = out + (int64_t)blockIdx.x * k;
+    for (int c = threadIdx.x * 16; c < k; c += blockDim.x * 16) {
+        const uint4 v = umk_ldg16(qr + c);
+        const float s = srow[c / scale_cols];
+        const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+        uint32_t o[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t b2 = umk_fp8x2_to_bf16x2((uint16_t)(in[i >> 1] >> ((i & 1) * 16)));
+            o[i] = (uint32_t)f2b(b2f((uint16_t)b2) * s) | ((uint32_t)f2b(b2f((uint16_t)(b2 >> 16)) * s) << 16);
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(orow + c);
+        dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+        dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+}
+
+// every pair of FP8 bytes through the skinny kernel's conversion: out[v] = umk_fp8x2_to_bf16x2(v)
+__global__ void k_fp8x2_table(uint32_t *out) {
+    const int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v < 65536) out[v] = umk_fp8x2_to_bf16x2((uint16_t)v);
 }
 
 // How a launch is cut: tiles of 128 weight rows over the products, and K split into ranges so
@@ -470,10 +496,18 @@ extern "C" cudaError_t umk_fp8_quantize_rows(const uint16_t *x, int64_t rows, in
 extern "C" cudaError_t umk_fp8_dequantize(const unsigned char *q, const float *scale, int scale_rows, int scale_cols,
                                           int64_t k, int64_t r0, int64_t n, uint16_t *out, cudaStream_t s) {
     const int64_t total = n * k;
-    if (total > 0) {
+    if (total > 0 && k % 16 == 0 && scale_cols % 16 == 0 && k <= INT32_MAX && n <= INT32_MAX &&
+        reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+        UMK_LAUNCH(k_fp8_dequant16, (unsigned)n, 128, 0, s, q, scale, scale_rows, scale_cols, (int)k, r0, out);
+    } else if (total > 0) {
         int64_t blocks = (total + 255) / 256;
         if (blocks > 65535 * 8) blocks = 65535 * 8;
         UMK_LAUNCH(k_fp8_dequant, (unsigned)blocks, 256, 0, s, q, scale, scale_rows, scale_cols, k, r0, n, out);
     }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_fp8x2_table(uint32_t *out, cudaStream_t s) {
+    UMK_LAUNCH(k_fp8x2_table, 256, 256, 0, s, out);
     return cudaGetLastError();
 }

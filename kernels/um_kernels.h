@@ -69,6 +69,9 @@ cudaError_t umk_fp8_quantize_rows(const uint16_t *x, int64_t rows, int64_t k, un
 /* out[i, :] = bf16(q[r0 + i, :] * scale of its block) for i < n (scale blocks as umk_gemm_skinny_args) */
 cudaError_t umk_fp8_dequantize(const unsigned char *q, const float *scale, int scale_rows, int scale_cols, int64_t k,
                                int64_t r0, int64_t n, uint16_t *out, cudaStream_t s);
+/* out[v] = the two bf16 (low half first) of the FP8 bytes v (low byte first), for v < 65536, as the
+ * skinny kernel converts them (a test of that conversion) */
+cudaError_t umk_fp8x2_table(uint32_t *out, cudaStream_t s);
 
 /* ---------------------------------------------------------------- element-wise (ops.cu) */
 

@@ -359,7 +359,9 @@ do_peers() {
 lease_tail() {
   step "memcheck gpu_parity --quick" 30 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/gpu_parity" --quick --tmp "$UNMASK_TEST_TMP"
   step "cpu kernels bench (16 threads)" 30 90 "$BUILD/cpu_kernels_bench" --threads "$(nproc)" --d 1536 --ffn 4096 --vocab 32768 --reps 3
-  step "racecheck bisect gpu_parity --quick" 30 $((RACE_BUDGET_S + 15)) bash "$ROOT/scripts/gpu/run-checks.sh" racecheck
+  # KERNEL_RACE_SECTIONS: the sections to check here (all of them by default; a follow-up lease names
+  # those whose kernels changed or that timed out before)
+  step "racecheck bisect gpu_parity --quick" 30 $((RACE_BUDGET_S + 15)) env RACE_SECTIONS="${KERNEL_RACE_SECTIONS:-$RACE_SECTIONS}" bash "$ROOT/scripts/gpu/run-checks.sh" racecheck
   print_summary lease
 }
 
@@ -440,8 +442,8 @@ do_kernels() {
   local D=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 --batch 1,8,32)
   local DUAL=(--max-blocks 2 --decoders threshold --threshold 0.9 --cache dual) NONE=(--max-blocks 1 --decoders low_confidence --cache none)
   local T=$UNMASK_TEST_TMP
-  step "decode dual, skinny on (A)" 20 60 "${TEE_TO[@]}" "$T/k_dual.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
-  step "decode dual, skinny off: cuBLAS (B)" 20 60 "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --cuda-skinny off
+  step "decode dual, bf16 on cuBLAS (the default)" 20 60 "${TEE_TO[@]}" "$T/k_dual.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
+  step "decode dual, skinny on (A/B)" 20 60 "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --cuda-skinny on
   step "decode none" 30 90 "${TEE_TO[@]}" "$T/k_none.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}"
   step "decode dual, fp8" 20 60 "${TEE_TO[@]}" "$T/k_dual8.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --quant fp8
   step "decode none, fp8" 30 90 "${TEE_TO[@]}" "$T/k_none8.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}" --quant fp8
@@ -460,9 +462,12 @@ do_kernels() {
   step "greedy 8B fp8" 10 40 "${TEE_TO[@]}" "$T/g_fp8.jsonl" "$BUILD/unmask" "${G[@]}" --quant fp8
   step "greedy side by side" 1 10 python3 "$ROOT/tools/bench/greedy_compare.py" "$T/g_bf16.jsonl" "$T/g_fp8.jsonl"
   local P1=(--batch 1 --max-blocks 1 --decoders threshold --threshold 0.9 --cache dual --profile 1)
-  step "profile dual b1, skinny" 15 40 "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 "${P1[@]}"
+  step "profile dual b1" 15 40 "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 "${P1[@]}"
+  step "profile dual b1, skinny on" 15 40 "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 "${P1[@]}" --cuda-skinny on
   step "profile dual b1, fp8" 15 40 "$BUILD/unmask" bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 "${P1[@]}" --quant fp8
-  step "racecheck bisect gpu_parity --quick" 30 $((RACE_BUDGET_S + 15)) bash "$ROOT/scripts/gpu/run-checks.sh" racecheck
+  # KERNEL_RACE_SECTIONS: the sections to check here (all of them by default; a follow-up lease names
+  # those whose kernels changed or that timed out before)
+  step "racecheck bisect gpu_parity --quick" 30 $((RACE_BUDGET_S + 15)) env RACE_SECTIONS="${KERNEL_RACE_SECTIONS:-$RACE_SECTIONS}" bash "$ROOT/scripts/gpu/run-checks.sh" racecheck
   print_summary kernels
   for f in "$T/peer_table.md" "$T/peer_table8.md"; do [ -s "$f" ] && { echo; echo "$(basename "$f" .md):"; cat "$f"; }; done
   return $fail

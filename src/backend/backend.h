@@ -107,8 +107,10 @@ typedef struct backend_options {
     int                      cuda_unfused; /* CUDA: 1 = --cuda-fuse off: backend_rope_kv and
                                               backend_add_rmsnorm run as their single kernels (an
                                               A/B switch, docs/gpu.md); 0 = one fused kernel each */
-    int                      cuda_gemm_cublas; /* CUDA: 1 = --cuda-gemm cublas: bf16 products of <= 64
-                                              rows on cuBLAS (an A/B switch); 0 = the skinny kernel */
+    int                      cuda_skinny; /* CUDA: 1 = --cuda-skinny on: bf16 products of <= 64 rows on
+                                             the skinny kernel; 0 = on cuBLAS (faster on the H200 at
+                                             the steps' 32 rows: docs/gpu.md). FP8 weights always
+                                             take the skinny kernel */
 } backend_options;
 /* Use o for the backends backend_init_device opens from now on (process-wide, as
  * backend_cpu_kernels_select: before any backend is opened, on the thread that then opens them). */

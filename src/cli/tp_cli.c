@@ -133,7 +133,7 @@ int cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse, const 
         fprintf(stderr, "error: --cuda-skinny must be on or off, got '%s'\n", cuda_skinny);
         return -1;
     }
-    o.cuda_gemm_cublas = cuda_skinny && strcmp(cuda_skinny, "off") == 0;
+    o.cuda_skinny = cuda_skinny && strcmp(cuda_skinny, "on") == 0;
     backend_options_select(&o);
     return 0;
 }

@@ -53,8 +53,8 @@ int  cli_cpu_kernels_take(int *argc, char **argv);
     "CUDA: on = RoPE + KV cache write and residual add + RMSNorm as one kernel each; off = their single "   \
     "kernels, an A/B switch (docs/gpu.md) [on]"
 #define CLI_CUDA_SKINNY_HELP                                                                                \
-    "CUDA: on = products of <= 64 rows on the weight-streaming kernel; off = bf16 weights on cuBLAS, an A/B "  \
-    "switch (docs/gpu.md) [on]"
+    "CUDA: on = bf16 products of <= 64 rows on the weight-streaming kernel; off = on cuBLAS, faster on the "  \
+    "H200 so far (docs/gpu.md); FP8 weights always stream [off]"
 int  cli_backend_options_apply(const char *cpu_pin, const char *cuda_fuse, const char *cuda_skinny);
 
 /* The --quant flag (bf16 | q8_0 | q4_0 | fp8; NULL = bf16): how the matrices are stored (model.quant).

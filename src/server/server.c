@@ -484,7 +484,7 @@ static int device_rows_of(const server_config *c, const model *m) {
 
 /* --cpu-pin, --cuda-fuse and --cuda-skinny: the options of every backend this process opens from now on. */
 static void backend_options_select_of(const server_config *c) {
-    backend_options o = {.cpu_pin = c->cpu_pin, .cuda_unfused = !c->cuda_fuse, .cuda_gemm_cublas = !c->cuda_skinny};
+    backend_options o = {.cpu_pin = c->cpu_pin, .cuda_unfused = !c->cuda_fuse, .cuda_skinny = c->cuda_skinny};
     backend_options_select(&o);
 }
 

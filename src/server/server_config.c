@@ -134,9 +134,9 @@ static const setting k_settings[] = {
     {"cuda-fuse", SET_ONOFF, F(cuda_fuse), "on", 0, 1,
      "CUDA: on = RoPE of q and k with the KV cache write, and the residual add with the next RMSNorm, one kernel "
      "each; off = their single kernels (an A/B switch, docs/gpu.md)", NULL, NULL, 0, NULL},
-    {"cuda-skinny", SET_ONOFF, F(cuda_skinny), "on", 0, 1,
-     "CUDA: on = the matrix products of <= 64 rows (cached decode steps) on the weight-streaming kernel; off = bf16 "
-     "weights on cuBLAS (an A/B switch, docs/gpu.md; FP8 weights always stream)", NULL, NULL, 0, NULL},
+    {"cuda-skinny", SET_ONOFF, F(cuda_skinny), "off", 0, 1,
+     "CUDA: on = bf16 matrix products of <= 64 rows (cached decode steps) on the weight-streaming kernel; off = on "
+     "cuBLAS, faster on the H200 so far (docs/gpu.md; FP8 weights always stream)", NULL, NULL, 0, NULL},
     {"max-queue", SET_INT, F(max_queue), "256", 0, 1000000, "requests waiting beyond free batch slots; more -> queue_full",
      NULL, NULL, 0, NULL},
     {"max-paused", SET_INT, F(max_paused), "-1", -1, 4096,

@@ -140,7 +140,7 @@ static inline void device_fixture_open_preset(device_fixture *fx, const char *na
      * takes more, so a batch crossing 64 rows would differ in rounding from the same sequence alone
      * (docs/gpu.md, "Batch invariance"). These suites keep every product on cuBLAS (--cuda-skinny
      * off); gpu_parity checks the skinny kernel, in decodes and graphs too. */
-    const backend_options bo = {.cuda_gemm_cublas = 1};
+    const backend_options bo = {.cuda_skinny = 0};
     backend_options_select(&bo);
     fx->be = backend_init_device(dev && *dev ? dev : "cuda:0", 1, &err);
     if (!fx->be) {

@@ -71,7 +71,7 @@
 
 static int g_checks, g_failed, g_quick, g_emu;
 static backend *g_cpu, *g_gpu;
-static backend_options g_opts;   /* the GPU backend's options (--cublas) */
+static backend_options g_opts;   /* the GPU backend's options (skinny on; --cublas: off) */
 static uint64_t g_ctr;
 
 /* --only NAME[,NAME...] (compute-sanitizer bisects, scripts/gpu/run-checks.sh): a NAME equal to a
@@ -1746,7 +1746,7 @@ static void test_skinny(void) {
         CHECKF(memcmp(a, b, (size_t)m * n * sizeof *a) == 0, "skinny m=%d n=%d k=%d: two runs differ", m, n, k);
         backend_cuda_gemm_cublas(g_gpu, 1);
         g_gpu->ops->matmul(g_gpu, gx, &w.g, NULL, m, gy2);
-        backend_cuda_gemm_cublas(g_gpu, g_opts.cuda_gemm_cublas);
+        backend_cuda_gemm_cublas(g_gpu, !g_opts.cuda_skinny);
         float *cb = g_down(gy2, (size_t)m * n);
         snprintf(what, sizeof what, "skinny bf16 m=%d n=%d k=%d vs cuBLAS", m, n, k);
         expect_close(what, a, cb, (size_t)m * n, 4e-3);
@@ -1819,7 +1819,7 @@ static void test_skinny(void) {
                                                             : g_poisoned((size_t)m * ls[c].out[j]);
                 backend_cuda_gemm_cublas(g_gpu, mode);
                 backend_linear(g_gpu, &op);
-                backend_cuda_gemm_cublas(g_gpu, g_opts.cuda_gemm_cublas);
+                backend_cuda_gemm_cublas(g_gpu, !g_opts.cuda_skinny);
                 for (int j = 0; j < n_out; j++) {
                     res[mode][j] = g_down(gy[j], (size_t)m * ls[c].out[j]);
                     g_gpu->ops->act_free(g_gpu, gy[j]);
@@ -1834,6 +1834,29 @@ static void test_skinny(void) {
             g_gpu->ops->act_free(g_gpu, gx), g_gpu->ops->act_free(g_gpu, gt);
             for (int j = 0; j < ls[c].n_w; j++) pw_free(&w[j]);
         }
+
+    {   /* the kernels' FP8 -> bf16 pair conversion (bit placement + a multiply by 2^120) for all
+         * 65536 byte pairs == the exact conversion; E4M3's NaN codes (0x7f, 0xff) are not weights */
+        void *gt = g_gpu->ops->act_alloc(g_gpu, 131072);   /* 65536 x 4 bytes */
+        uint32_t *t = xmalloc(65536 * sizeof *t);
+        CHECK(umk_fp8x2_table(gt, backend_cuda_stream(g_gpu)) == cudaSuccess);
+        backend_cuda_sync(g_gpu);
+        CHECK(cudaMemcpy(t, gt, 65536 * sizeof *t, cudaMemcpyDeviceToHost) == cudaSuccess);
+        int bad = 0, first = -1;
+        for (int v = 0; v < 65536; v++) {
+            const int b[2] = {v & 0xff, v >> 8};
+            for (int h = 0; h < 2; h++) {
+                if ((b[h] & 0x7f) == 0x7f) continue;
+                const uint16_t want = f32_to_bf16(fp8_e4m3_to_f32((uint8_t)b[h])), got = (uint16_t)(t[v] >> (16 * h));
+                if (got != want && bad++ == 0) first = v;
+            }
+        }
+        printf("  %-58s %s\n", "fp8 pairs -> bf16, all 65536", bad ? "DIFFER" : "equal");
+        CHECKF(bad == 0, "fp8 pair conversion: %d of 131072 values differ, the first at bytes 0x%04x (got 0x%08x)", bad,
+               first, first >= 0 ? t[first] : 0);
+        free(t);
+        g_gpu->ops->act_free(g_gpu, gt);
+    }
 
     /* FP8 weights: per output channel (quantized on the device) and 128 x 128 blocks (as stored),
      * through the skinny kernel (<= 64 rows) and the dequantize + cuBLAS path (more rows) */
@@ -1895,13 +1918,14 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     const char *device = "cuda:0", *tmp = getenv("UNMASK_TEST_TMP");
     const char *only = NULL;
+    g_opts.cuda_skinny = 1;   /* the skinny kernel in the forward and decode sections too (not the server's default) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--emu")) g_quick = g_emu = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--tmp") && i + 1 < argc) tmp = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else if (!strcmp(argv[i], "--cublas")) g_opts.cuda_gemm_cublas = 1;
+        else if (!strcmp(argv[i], "--cublas")) g_opts.cuda_skinny = 0;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;

@@ -59,7 +59,7 @@ test('--cpu-pin, --cuda-fuse and --cuda-skinny: bad values are flag errors, from
   const help = spawnSync(BIN, ['serve', '--help'], { encoding: 'utf8' });
   assert.match(help.stdout, /--cpu-pin on\|off .*\[off\]/);
   assert.match(help.stdout, /--cuda-fuse on\|off .*\[on\]/);
-  assert.match(help.stdout, /--cuda-skinny on\|off .*\[on\]/);
+  assert.match(help.stdout, /--cuda-skinny on\|off .*\[off\]/);
   const logits = spawnSync(BIN, ['logits', '--model', model, '--tokens', '1,2', '--out', path.join(DIR, 'y.npy'),
     '--cpu-pin', 'yes'], { encoding: 'utf8' });
   refused(logits, /^error: --cpu-pin must be on or off, got 'yes'$/m);

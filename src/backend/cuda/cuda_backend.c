@@ -217,8 +217,10 @@ static void upload_progress(cuda_impl *ci, int final) {
 
 /* Copy a host matrix to the device through the two pinned staging buffers (the host copy of one
  * overlaps the DMA of the other): BF16 and F8_E4M3 sources byte for byte into dst, F32 / F16
- * converted to bf16 on the device (dst then holds bf16). */
-static void upload_elems(cuda_impl *ci, const bweight_src *t, void *dst) {
+ * converted to bf16 on the device (dst then holds bf16). The progress counts kept_es bytes per
+ * element (what the weight keeps on the device: 1 for a matrix quantized to FP8 afterwards), or
+ * the bytes written to dst when 0. */
+static void upload_elems(cuda_impl *ci, const bweight_src *t, void *dst, size_t kept_es) {
     const size_t n = (size_t)(t->rows * t->cols), es = dtype_size(t->type);
     const int raw = t->type == DTYPE_BF16 || t->type == DTYPE_F8_E4M3;
     const size_t des = raw ? es : 2;   /* device bytes per element */
@@ -240,7 +242,7 @@ static void upload_elems(cuda_impl *ci, const bweight_src *t, void *dst) {
         }
         CUDA_CHECK(cudaEventRecord(ci->up_ev[b], ci->stream));
         ci->up_used[b] = 1;
-        ci->up_done += cnt * des;
+        ci->up_done += cnt * (kept_es ? kept_es : des);
         upload_progress(ci, 0);
     }
     if (ci->up_total && ci->up_done >= ci->up_total) upload_progress(ci, 1);
@@ -290,7 +292,7 @@ static int upload_fp8(backend *be, cuda_impl *ci, const bweight_src *t, bweight 
     if (weight_alloc(be, ci, t->name, q_bytes + n_scale * sizeof(float), &base, err) != 0) return -1;
     float *scale = (float *)((char *)base + q_bytes);
     if (from_fp8) {
-        upload_elems(ci, t, base);
+        upload_elems(ci, t, base, 0);
         CUDA_CHECK(cudaMemcpyAsync(scale, t->scale, n_scale * sizeof(float), cudaMemcpyHostToDevice, ci->stream));
         CUDA_CHECK(cudaStreamSynchronize(ci->stream));   /* t->scale may go after this call */
     } else {
@@ -299,7 +301,7 @@ static int upload_fp8(backend *be, cuda_impl *ci, const bweight_src *t, bweight 
             CUDA_CHECK(cudaFree(base));
             return -1;
         }
-        upload_elems(ci, t, tmp);
+        upload_elems(ci, t, tmp, 1);
         CUDA_CHECK(umk_fp8_quantize_rows(tmp, rows, cols, base, scale, ci->stream));
         CUDA_CHECK(cudaStreamSynchronize(ci->stream));
         CUDA_CHECK(cudaFree(tmp));
@@ -327,7 +329,7 @@ static int cuda_weight_upload(backend *be, const bweight_src *t, bweight *out, u
     const int64_t rows = t->rows, cols = t->cols;
     void *d = NULL;
     if (weight_alloc(be, ci, t->name, (size_t)(rows * cols) * 2, &d, err) != 0) return -1;
-    upload_elems(ci, t, d);
+    upload_elems(ci, t, d, 0);
     out->data = d;
     out->owned = d;
     out->type = DTYPE_BF16;
@@ -1116,7 +1118,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->cc_minor = prop.minor;
     ci->n_sm = prop.multiProcessorCount;
     ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
-    ci->gemm_cublas = o && o->cuda_gemm_cublas;   /* A/B switch (docs/gpu.md) */
+    ci->gemm_cublas = !(o && o->cuda_skinny);   /* A/B switch (docs/gpu.md) */
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cb->create(&ci->cublas));
     CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));

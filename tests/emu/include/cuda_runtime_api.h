@@ -92,6 +92,7 @@ struct cudaDeviceProp {
 typedef struct uint3 { unsigned int x, y, z; } uint3;
 typedef struct __attribute__((aligned(16))) uint4 { unsigned int x, y, z, w; } uint4;
 typedef struct __attribute__((aligned(8))) float2 { float x, y; } float2;
+typedef struct __attribute__((aligned(16))) float4 { float x, y, z, w; } float4;
 #ifdef __cplusplus
 struct dim3 {
     unsigned int x, y, z;
@@ -107,6 +108,10 @@ static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, u
 }
 static inline float2 make_float2(float x, float y) {
     float2 v = {x, y};
+    return v;
+}
+static inline float4 make_float4(float x, float y, float z, float w) {
+    float4 v = {x, y, z, w};
     return v;
 }
 
