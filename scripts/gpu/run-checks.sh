@@ -473,6 +473,27 @@ do_kernels() {
   return $fail
 }
 
+# ---------------------------------------------------------------- ncu: where the skinny kernel's time goes
+# Nsight Compute on one launch of each skinny-kernel variant named in NCU_CASES ("ROWS:REGEX", the
+# regex on the mangled name: k_gemm_skinnyILi<MT>ELi<WT>E, MT = 8-row tiles of x, WT 0 bf16 / 1 FP8
+# per channel / 2 FP8 128-blocks): the first such launch of gpu_gemm_bench --rows ROWS is the q/k/v
+# product. Then gpu_gemm_bench at NCU_BIG_ROWS (bf16 cuBLAS vs FP8 dequantize + cuBLAS).
+NCU_CASES=${NCU_CASES:-"32:k_gemm_skinnyILi4ELi0E 1:k_gemm_skinnyILi1ELi1E"}
+do_ncu() {
+  ensure_built || return 1
+  local c rows re
+  for c in $NCU_CASES; do
+    rows=${c%%:*}; re=${c#*:}
+    step "ncu $re at $rows rows" 10 80 ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$re" \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy --section LaunchStats \
+      "$BUILD/gpu_gemm_bench" --rows "$rows" --reps 1 --vocab 4096 --splits 0
+  done
+  step "gemm bench at ${NCU_BIG_ROWS:=512,10240} rows" 10 60 "$BUILD/gpu_gemm_bench" --rows "$NCU_BIG_ROWS" --reps 3 --vocab 32768
+  print_summary ncu
+  return $fail
+}
+
 run() { "$@" || { echo "run-checks: stage $1 FAILED"; fail=1; }; }
 case "$STAGE" in
   build) run do_build ;;
@@ -484,9 +505,10 @@ case "$STAGE" in
   lease) do_lease 2>&1 | tee "$LOGS/lease.log"; fail=${PIPESTATUS[0]} ;;
   peers) do_peers 2>&1 | tee "$LOGS/peers.log"; fail=${PIPESTATUS[0]} ;;
   kernels) do_kernels 2>&1 | tee "$LOGS/kernels.log"; fail=${PIPESTATUS[0]} ;;
+  ncu) do_ncu 2>&1 | tee "$LOGS/ncu.log"; fail=${PIPESTATUS[0]} ;;
   all)
     if do_build; then run do_parity; run do_sanitize; run do_bench; else fail=1; fi ;;
-  *) echo "usage: run-checks.sh [all|build|parity|sanitize|racecheck|bench|lease|peers|kernels]"; exit 2 ;;
+  *) echo "usage: run-checks.sh [all|build|parity|sanitize|racecheck|bench|lease|peers|kernels|ncu]"; exit 2 ;;
 esac
 echo
 [ $fail -eq 0 ] && echo "run-checks: ALL OK ($STAGE)" || echo "run-checks: FAILURES ($STAGE)"
