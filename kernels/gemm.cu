@@ -9,10 +9,11 @@
 // every SM streaming weights: a block owns 128 weight rows (16 per warp, the M side of
 // mma.sync.m16n8k16) and a K range; the K dimension is split over blocks until the grid fills the
 // SMs twice; weights and x arrive through a cp.async pipeline of 128-byte row segments (3–4 stages,
-// rows padded by 16 bytes: conflict-free fragment loads). FP8 bytes become bf16 in registers
-// (exact), so the tensor cores see bf16 × bf16 → fp32 as with bf16 weights. Split-K partials go
-// to a workspace in fragment order; the last block of a tile (an atomic count per tile, reset by
-// that block) sums them in split order — deterministic — and applies the epilogue.
+// 16-byte chunks swizzled by row parity: conflict-free 16-byte fragment loads, one per two or four
+// mma steps). FP8 bytes become bf16 in registers (exact), so the tensor cores see bf16 × bf16 →
+// fp32 as with bf16 weights. Split-K partials go to a workspace as one float4 row per thread
+// (coalesced); the last block of a tile (an atomic count per tile, reset by that block) sums them
+// in split order — deterministic — and applies the epilogue. Version log: docs/gpu.md.
 // Does not: allocate, handle m > 64 (cuBLAS does), or read weights whose row bytes are not a
 // multiple of 16. Launched by src/backend/cuda/ on the backend's stream; graph-capturable.
 #include <cuda_bf16.h>
@@ -30,8 +31,6 @@ namespace {
 constexpr int GS_THREADS = 256;   // 8 warps
 constexpr int GS_BN = 128;        // weight rows (output columns) per tile, 16 per warp
 constexpr int GS_KB = 128;        // bytes of a weight row per stage (64 bf16, 128 fp8)
-constexpr int GS_PAD = 16;        // bytes of padding per shared row
-constexpr int GS_WROW = GS_KB + GS_PAD;
 
 __device__ __forceinline__ float b2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ uint16_t f2b(float f) {
@@ -39,8 +38,6 @@ __device__ __forceinline__ uint16_t f2b(float f) {
     return *reinterpret_cast<uint16_t *>(&b);
 }
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-__device__ __forceinline__ uint32_t lds32(const unsigned char *p) { return *reinterpret_cast<const uint32_t *>(p); }
-__device__ __forceinline__ uint16_t lds16(const unsigned char *p) { return *reinterpret_cast<const uint16_t *>(p); }
 
 struct gs_args {
     const uint16_t *x;              // [m, k] bf16
@@ -60,14 +57,34 @@ struct gs_args {
     unsigned       *count;          // per tile (SWIGLU: per tile of product 0), zero between launches
 };
 
+// Shared-memory layout (v3): a stage holds the tile's 128 weight rows of 128 bytes and the x rows
+// of KT elements, unpadded; the 16-byte chunk c of row r sits in slot c ^ swz(r) of its row, which
+// makes the fragment loads below conflict-free (a quarter-warp reads rows 2q and 2q + 1: the XOR
+// sends their chunks to disjoint bank groups). Weights and x of a bf16 product: swz = 4 (r & 1);
+// x of an FP8 product (256-byte rows, two chunks per lane): swz = r & 1.
+//
+// K order inside a stage (v3): each lane loads 16 contiguous bytes per row and feeds them to
+// consecutive mma steps, so the 16 k of an mma step are not 16 consecutive k but a fixed
+// interleave. Weights and x use the same one, so the products and sums are the same set; only the
+// order of the fp32 additions inside the tensor core differs from a plain k order. For lane
+// (g, t4) and mma step i of a stage, the elements that stand for the fragment's k = 2t4, 2t4 + 1
+// (registers a0/a1, b0) and 2t4 + 8, 2t4 + 9 (a2/a3, b1) are
+//   bf16 weights (4 steps of 16 in 64): 32 (i >> 1) + 8 t4 + 4 (i & 1) + {0, 1} and + {2, 3}
+//   FP8 weights (8 steps in 128):       64 (i >> 2) + 16 t4 + 4 (i & 3) + {0, 1} and + {2, 3}
+//
 // WT: 0 bf16 weights, 1 fp8 with one scale per row over all of k, 2 fp8 with a scale per 128-wide
 // k group (one stage). MT: 8-row tiles of x (m <= 8 * MT). S: pipeline stages.
 template <int MT, int WT, int S>
 __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
     constexpr int KT = WT == 0 ? GS_KB / 2 : GS_KB;   // k elements per stage
-    constexpr int XROW = KT * 2 + GS_PAD;             // bytes of an x row in shared memory
+    constexpr int XB = KT * 2;                        // bytes of an x row per stage
     constexpr int XR = MT * 8;                        // x rows staged (rows >= m are zeros)
-    constexpr int STAGE = GS_BN * GS_WROW + XR * XROW;
+    constexpr int WSTAGE = GS_BN * GS_KB;
+    constexpr int STAGE = WSTAGE + XR * XB;
+    constexpr int XSWZ = WT == 0 ? 4 : 1;
+    constexpr int WCH = GS_BN * (GS_KB / 16) / GS_THREADS;   // weight chunks per thread and stage (4)
+    constexpr int XCH = XR * (XB / 16);                      // x chunks per stage
+    constexpr int XPT = (XCH + GS_THREADS - 1) / GS_THREADS; // per thread (threads past XCH: none)
     UMK_DYNAMIC_SMEM(smem);
     __shared__ int s_last;
 
@@ -87,27 +104,35 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
+    // this thread's cp.async chunks, addressed once: chunk i of a stage is column group tid % 8 of
+    // weight row tid / 8 + 32 i (x: column group tid % (XB / 16) of row tid / (XB / 16) + XRP i);
+    // each row's parity, hence its swizzle, is the same for all i
+    constexpr int XCPR = XB / 16, XRP = GS_THREADS / XCPR;   // x chunks per row, rows per pass
+    const int wr = tid / 8, wc = tid % 8;
+    const int w_rows_left = N - (n0 + wr);                 // chunk i exists while 32 i < this
+    const unsigned char *wsrc = W + (w_rows_left > 0 ? (int64_t)(n0 + wr) * wrow : 0) + wc * 16;
+    const int64_t wstep = 32 * wrow;
+    const int wdst = wr * GS_KB + ((wc ^ ((wr & 1) << 2)) * 16);
+    const int xr = tid / XCPR, xc = tid % XCPR;
+    const unsigned char *xsrc = reinterpret_cast<const unsigned char *>(a.x) + (int64_t)xr * a.k * 2 + xc * 16;
+    const int xdst = WSTAGE + xr * XB + ((xc ^ ((xr & 1) * XSWZ)) * 16);
+
     auto load_stage = [&](int buf, int st) {
-        unsigned char *ws_ = smem + buf * STAGE;
-        unsigned char *xs = ws_ + GS_BN * GS_WROW;
+        unsigned char *sb = smem + buf * STAGE;
         const int64_t kb = (int64_t)st * GS_KB;       // byte offset in a weight row
+        const bool kok = kb + wc * 16 < wrow;
 #pragma unroll
-        for (int i = 0; i < GS_BN * (GS_KB / 16) / GS_THREADS; i++) {
-            const int c = tid + i * GS_THREADS;
-            const int r = c / (GS_KB / 16), c16 = (c % (GS_KB / 16)) * 16;
-            const bool ok = n0 + r < N && kb + c16 < wrow;
-            const unsigned char *src = ok ? W + (int64_t)(n0 + r) * wrow + kb + c16 : W;
-            umk_cp_async16(ws_ + r * GS_WROW + c16, src, ok);
+        for (int i = 0; i < WCH; i++) {
+            const bool ok = kok && 32 * i < w_rows_left;
+            umk_cp_async16(sb + wdst + i * 32 * GS_KB, ok ? wsrc + i * wstep + kb : W, ok);
         }
-        const int64_t kx = (int64_t)st * KT * 2;      // byte offset in an x row
-        constexpr int XCH = XR * (KT * 2 / 16);
-        for (int c = tid; c < XCH; c += GS_THREADS) {
-            const int r = c / (KT * 2 / 16), c16 = (c % (KT * 2 / 16)) * 16;
-            const bool ok = r < a.m && kx + c16 < (int64_t)a.k * 2;
-            const unsigned char *src =
-                ok ? reinterpret_cast<const unsigned char *>(a.x) + (int64_t)r * a.k * 2 + kx + c16
-                   : reinterpret_cast<const unsigned char *>(a.x);
-            umk_cp_async16(xs + r * XROW + c16, src, ok);
+        const int64_t kx = (int64_t)st * XB;          // byte offset in an x row
+        const bool xkok = kx + xc * 16 < (int64_t)a.k * 2;
+#pragma unroll
+        for (int i = 0; i < XPT; i++) {
+            if (XCH % GS_THREADS != 0 && tid + i * GS_THREADS >= XCH) continue;
+            const bool ok = xkok && xr + i * XRP < a.m;
+            umk_cp_async16(sb + xdst + i * XRP * XB, ok ? xsrc + (int64_t)i * XRP * a.k * 2 + kx : reinterpret_cast<const unsigned char *>(a.x), ok);
         }
     };
 
@@ -127,6 +152,10 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
         sidx0 = (min(n0 + wr0, N - 1) / srows) * ngk;
         sidx1 = (min(n0 + wr0 + 8, N - 1) / srows) * ngk;
     }
+    // the lane's fragment bytes in a stage: rows wr0 and wr0 + 8 (same parity: same swizzle), x rows
+    // j * 8 + g (the parity of g); chunk q of a row is this lane's q-th group of 16 bytes
+    const int wswz = (g & 1) << 2, xswz = (g & 1) * XSWZ;
+    const int w0off = wr0 * GS_KB, w1off = (wr0 + 8) * GS_KB, xoff = WSTAGE + g * XB;
 
 #pragma unroll
     for (int i = 0; i < S - 1; i++) {
@@ -139,8 +168,7 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
         if (i + S - 1 < nst) load_stage((i + S - 1) % S, st0 + i + S - 1);
         umk_cp_async_commit();
 
-        const unsigned char *ws_ = smem + (i % S) * STAGE;
-        const unsigned char *xs = ws_ + GS_BN * GS_WROW;
+        const unsigned char *base = smem + (i % S) * STAGE;
         float part[WT == 2 ? MT : 1][4];
         if (WT == 2) {
 #pragma unroll
@@ -148,29 +176,33 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
 #pragma unroll
                 for (int c = 0; c < 4; c++) part[j][c] = 0.0f;
         }
+        // two groups of 16 bytes per weight row and stage (2 mma steps each for bf16, 4 for FP8),
+        // taken 2 steps at a time: one 16-byte chunk of each x row feeds 2 steps
 #pragma unroll
-        for (int kk = 0; kk < KT; kk += 16) {
-            uint32_t af[4];
-            const unsigned char *w0 = ws_ + wr0 * GS_WROW, *w1 = w0 + 8 * GS_WROW;
-            if (WT == 0) {
-                af[0] = lds32(w0 + (kk + 2 * t4) * 2);
-                af[1] = lds32(w1 + (kk + 2 * t4) * 2);
-                af[2] = lds32(w0 + (kk + 8 + 2 * t4) * 2);
-                af[3] = lds32(w1 + (kk + 8 + 2 * t4) * 2);
-            } else {
-                af[0] = umk_fp8x2_to_bf16x2(lds16(w0 + kk + 2 * t4));
-                af[1] = umk_fp8x2_to_bf16x2(lds16(w1 + kk + 2 * t4));
-                af[2] = umk_fp8x2_to_bf16x2(lds16(w0 + kk + 8 + 2 * t4));
-                af[3] = umk_fp8x2_to_bf16x2(lds16(w1 + kk + 8 + 2 * t4));
-            }
+        for (int q = 0; q < 2; q++) {
+            const int wch = ((t4 + 4 * q) ^ wswz) * 16;
+            const uint4 r0 = *reinterpret_cast<const uint4 *>(base + w0off + wch);
+            const uint4 r1 = *reinterpret_cast<const uint4 *>(base + w1off + wch);
 #pragma unroll
-            for (int j = 0; j < MT; j++) {
-                const unsigned char *xr = xs + (j * 8 + g) * XROW + (kk + 2 * t4) * 2;
-                const uint32_t b0 = lds32(xr), b1 = lds32(xr + 16);
-                if (WT == 2)
-                    umk_mma_bf16_16816(part[WT == 2 ? j : 0], af, b0, b1);
-                else
-                    umk_mma_bf16_16816(acc[j], af, b0, b1);
+            for (int h = 0; h < (WT == 0 ? 1 : 2); h++) {
+                uint32_t af[2][4];
+                if (WT == 0) {
+                    af[0][0] = r0.x, af[0][1] = r1.x, af[0][2] = r0.y, af[0][3] = r1.y;
+                    af[1][0] = r0.z, af[1][1] = r1.z, af[1][2] = r0.w, af[1][3] = r1.w;
+                } else {
+                    umk_fp8x4_to_bf16x2x2(h ? r0.z : r0.x, af[0][0], af[0][2]);
+                    umk_fp8x4_to_bf16x2x2(h ? r1.z : r1.x, af[0][1], af[0][3]);
+                    umk_fp8x4_to_bf16x2x2(h ? r0.w : r0.y, af[1][0], af[1][2]);
+                    umk_fp8x4_to_bf16x2x2(h ? r1.w : r1.y, af[1][1], af[1][3]);
+                }
+                const int xch = ((WT == 0 ? t4 + 4 * q : 8 * q + 2 * t4 + h) ^ xswz) * 16;
+#pragma unroll
+                for (int j = 0; j < MT; j++) {
+                    const uint4 xv = *reinterpret_cast<const uint4 *>(base + xoff + j * 8 * XB + xch);
+                    float(&d)[4] = WT == 2 ? part[WT == 2 ? j : 0] : acc[j];
+                    umk_mma_bf16_16816(d, af[0], xv.x, xv.y);
+                    umk_mma_bf16_16816(d, af[1], xv.z, xv.w);
+                }
             }
         }
         if (WT == 2) {   // this stage is one k group: acc += scale * part
@@ -268,7 +300,7 @@ constexpr int gs_stages() {
 template <int MT, int WT>
 constexpr size_t gs_smem() {
     return (size_t)gs_stages<MT, WT>() *
-           (size_t)(GS_BN * GS_WROW + MT * 8 * ((WT == 0 ? GS_KB / 2 : GS_KB) * 2 + GS_PAD));
+           (size_t)(GS_BN * GS_KB + MT * 8 * (WT == 0 ? GS_KB / 2 : GS_KB) * 2);
 }
 
 template <int MT, int WT>

@@ -1835,8 +1835,8 @@ static void test_skinny(void) {
             for (int j = 0; j < ls[c].n_w; j++) pw_free(&w[j]);
         }
 
-    {   /* the kernels' FP8 -> bf16 pair conversion (bit placement + a multiply by 2^120) for all
-         * 65536 byte pairs == the exact conversion; E4M3's NaN codes (0x7f, 0xff) are not weights */
+    {   /* the kernels' FP8 -> bf16 pair conversion for all 65536 byte pairs == the exact
+         * conversion; E4M3's NaN codes (0x7f, 0xff) are not weights */
         void *gt = g_gpu->ops->act_alloc(g_gpu, 131072);   /* 65536 x 4 bytes */
         uint32_t *t = xmalloc(65536 * sizeof *t);
         CHECK(umk_fp8x2_table(gt, backend_cuda_stream(g_gpu)) == cudaSuccess);

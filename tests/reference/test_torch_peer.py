@@ -67,6 +67,15 @@ def main():
         ok("strong_compiled" in r and "strong_compile_s" in r, f"{what}: says whether / how long it compiled",
            json.dumps(r))
 
+    # --profile: one more strong decode under torch.profiler, its ops' time per step on stderr
+    q = run(["--model", models["tiny"], "--decode", "--peer", "strong", "--cache", "dual", "--decoder", "threshold",
+             "--max-blocks", "1", "--batch", "1", "--prompt", "16", "--gen", "32", "--block", "16", "--reps", "1",
+             "--dtype", "fp32", "--profile"])
+    prof = [x for x in q.stderr.splitlines() if "profile, strong peer, cache dual, batch 1" in x]
+    ops = [x for x in q.stderr.splitlines() if " ms/step " in x and "calls/step" in x]
+    ok(q.returncode == 0 and len(prof) == 1 and " 16 steps, " in prof[0] and len(ops) >= 5,
+       "--profile: the strong peer's ops per step (16 steps, five or more ops)", q.stderr[-800:])
+
     # the lease's table: unmask's `bench --decode` rows beside both peers' rows, one line per shape
     logs = []
     for cache, dec, mb in (("dual", "threshold", "2"), ("none", "low_confidence", "1")):

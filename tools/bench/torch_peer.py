@@ -97,6 +97,9 @@ def parse_args():
     ap.add_argument("--budget-s", type=float, default=0.0)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="decode: after the strong peer's timed runs, one more under torch.profiler; its kernels' "
+                         "device time per step on stderr (where the compiled peer's step goes)")
     ap.add_argument("--check", metavar="BIN", help="compare logits with `BIN logits --cpu-kernels fp32`")
     a = ap.parse_args()
     a.caches = a.cache.split(",")
@@ -633,6 +636,32 @@ class Estimates:
         return self.compile_s * sum((k, B > 1) not in self.compiled for k in kinds) if STRONG["mode"] else 0.0
 
 
+def profile_strong(run, what):
+    """One run of `run` (a decode returning its forwards) under torch.profiler: the kernels' device time
+    per step, the largest first, on stderr."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if args.device == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    sync()
+    with torch.profiler.profile(activities=acts) as prof:
+        fwd = run()
+        sync()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0)
+        if args.device != "cuda":
+            t = e.self_cpu_time_total
+        if t > 0 and (args.device != "cuda" or getattr(e, "device_type", None) != torch.autograd.DeviceType.CPU):
+            rows.append((t, e.count, e.key))
+    rows.sort(reverse=True)
+    total = sum(t for t, _, _ in rows)
+    note(f"profile, {what}: {fwd} steps, {total / 1e3 / max(fwd, 1):.3f} ms of kernels per step")
+    for t, n, k in rows[:25]:
+        note(f"  {t / 1e3 / max(fwd, 1):8.3f} ms/step {n / max(fwd, 1):6.1f} calls/step  {k[:90]}")
+
+
 def bench_decode_row(m, S, fns, est, cache, decoder, max_blocks, B, dtypes, peers):
     r = {"mode": "decode", "batch": B, "prompt": args.prompt, "gen": args.gen, "block": args.block,
          "cache": cache, "decoder": decoder}
@@ -683,6 +712,9 @@ def bench_decode_row(m, S, fns, est, cache, decoder, max_blocks, B, dtypes, peer
                         fwd = strong_decode(S, fns, init, args.prompt, args.block, n_blocks, cache)
                         sync()
                         t = min(t, time.perf_counter() - t0)
+                    if args.profile:
+                        profile_strong(lambda: strong_decode(S, fns, init, args.prompt, args.block, n_blocks, cache),
+                                       f"strong peer, cache {cache}, batch {B}, {dt}")
                 canvas = S.canvas.clone()
                 r["strong_compiled"] = STRONG["compiled"]
                 # every decoded position committed (else the steps did not run on this canvas)
