@@ -351,6 +351,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = 132;
+    prop->l2CacheSize = 50 << 20;   // an H100 / H200
     return cudaSuccess;
 }
 

@@ -3,13 +3,16 @@
  * streaming skinny kernel (bf16 and FP8) against cuBLAS, at the LLaDA-8B shapes (or --d/--ffn/
  * --vocab) and 1..64 rows, as backend_linear runs them in a forward (q/k/v in one op, o + residual
  * add, gate/up + SwiGLU, down + residual add, the LM head). Each row: microseconds per op (the mean
- * of a CUDA graph of --reps ops, replayed 5 times, the fastest replay), the weight bytes per second
+ * of a CUDA graph of --reps ops, replayed 5 times, the fastest replay; the ops cycle through copies of
+ * the weights so that each reads its weights from HBM, not from the L2 the op before filled — up to
+ * 16 copies, enough for the 8B shapes), the weight bytes per second
  * and that rate over the device's copy bandwidth (bytes read + written per second of a cudaMemcpy
  * of 2 GiB, as `unmask bench` measures it). --splits N forces the skinny kernel's K ranges (0: its
  * own choice), --sweep adds rows for 1, 2, 4, 8 and 16 ranges at each shape.
  * Does not: check results (tests/gpu/gpu_parity.c does). Main thread only; a lent GPU machine runs
  * it from scripts/gpu/run-checks.sh.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,8 @@
 #include "util/log.h"
 #include "util/rng.h"
 #include "util/timeutil.h"
+
+#define MAX_COPIES 16   /* weight copies per shape (see main) */
 
 typedef struct shape {
     const char      *name;
@@ -65,12 +70,13 @@ static bweight upload(backend *be, int rows, int cols, int fp8) {
     return w;
 }
 
-/* microseconds per op: a graph of reps ops, the fastest of 5 replays */
-static double time_op(backend *be, const blinear *op, int reps) {
-    backend_linear(be, op);   /* warm-up, outside the capture */
+/* microseconds per op: a graph of reps ops cycling through the nc copies of the weights (so that no
+ * op finds its weights in L2 from the op before), the fastest of 5 replays */
+static double time_op(backend *be, const blinear *ops, int nc, int reps) {
+    backend_linear(be, &ops[0]);   /* warm-up, outside the capture */
     backend_synchronize(be);
     backend_graph_begin(be);
-    for (int r = 0; r < reps; r++) backend_linear(be, op);
+    for (int r = 0; r < reps; r++) backend_linear(be, &ops[r % nc]);
     backend_graph *g = backend_graph_end(be);
     double best = 1e30;
     for (int i = 0; i < 5; i++) {
@@ -116,9 +122,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     const double bw = copy_gbps();
-    printf("gpu_gemm_bench on %s (%s): copy bandwidth %.0f GB/s (read + write); d %d, ffn %d, vocab %d; %d ops per "
-           "graph\n\n",
-           device, backend_cuda_device_name(be), bw, d, ffn, vocab, reps);
+    const double l2 = (double)backend_cuda_l2_bytes(be);
+    printf("gpu_gemm_bench on %s (%s): copy bandwidth %.0f GB/s (read + write), L2 %.0f MiB; d %d, ffn %d, vocab %d; "
+           "%d ops per graph over copies of the weights beyond the L2\n\n",
+           device, backend_cuda_device_name(be), bw, l2 / 1048576.0, d, ffn, vocab, reps);
     const shape shapes[] = {{"q/k/v", 3, {d, d, d}, d, BLIN_STORE},
                             {"o + add", 1, {d, 0, 0}, d, BLIN_ADD},
                             {"gate/up + swiglu", 2, {ffn, ffn, 0}, d, BLIN_SWIGLU},
@@ -129,12 +136,16 @@ int main(int argc, char **argv) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         for (int fp8 = 0; fp8 < 2; fp8++) {
-            bweight w[3];
             double wbytes = 0;
-            for (int j = 0; j < sh->n_w; j++) {
-                w[j] = upload(be, sh->out[j], sh->in, fp8);
-                wbytes += (double)sh->out[j] * sh->in * (fp8 ? 1 : 2);
-            }
+            for (int j = 0; j < sh->n_w; j++) wbytes += (double)sh->out[j] * sh->in * (fp8 ? 1 : 2);
+            /* copies of the weights: between two uses of one copy the others stream more than twice
+             * the L2, as a forward streams the other layers' weights (one 4096 x 4096 bf16 matrix,
+             * 32 MiB, would otherwise stay in the H200's 50 MB L2 from op to op) */
+            const double need = 1.0 + ceil(2.0 * l2 / wbytes);   /* small shapes: capped, partly in L2 */
+            const int nc = need < MAX_COPIES ? (int)need : MAX_COPIES;
+            bweight w[MAX_COPIES][3];
+            for (int c = 0; c < nc; c++)
+                for (int j = 0; j < sh->n_w; j++) w[c][j] = upload(be, sh->out[j], sh->in, fp8);
             char buf[256];
             snprintf(buf, sizeof buf, "%s", rows_arg);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -148,9 +159,12 @@ int main(int argc, char **argv) {
                     y[j] = be->ops->act_alloc(be, (size_t)m * sh->out[j]);
                     backend_act_zero(be, y[j], (size_t)m * sh->out[j]);
                 }
-                blinear op = {.x = x, .n = m, .epi = sh->epi, .n_w = sh->n_w, .tmp_y = tmp};
-                for (int j = 0; j < sh->n_w; j++) op.w[j] = &w[j];
-                for (int j = 0; j < n_out; j++) op.y[j] = y[j];
+                blinear ops[MAX_COPIES];
+                for (int c = 0; c < nc; c++) {
+                    ops[c] = (blinear){.x = x, .n = m, .epi = sh->epi, .n_w = sh->n_w, .tmp_y = tmp};
+                    for (int j = 0; j < sh->n_w; j++) ops[c].w[j] = &w[c][j];
+                    for (int j = 0; j < n_out; j++) ops[c].y[j] = y[j];
+                }
                 /* paths: cuBLAS (bf16 only), the skinny kernel with its own split, forced splits */
                 int paths[8], n_paths = 0;
                 if (!fp8) paths[n_paths++] = -1;
@@ -162,7 +176,7 @@ int main(int argc, char **argv) {
                     const int p = paths[pi];
                     backend_cuda_gemm_cublas(be, p < 0);
                     backend_cuda_gemm_splits(be, p < 0 ? 0 : p);
-                    const double us = time_op(be, &op, reps);
+                    const double us = time_op(be, ops, nc, reps);
                     const double gbs = wbytes / (us * 1e-6) / 1e9;
                     char ranges[16];
                     if (p < 0 || m > UMK_GEMM_SKINNY_MAX_M) snprintf(ranges, sizeof ranges, "-");
@@ -181,7 +195,8 @@ int main(int argc, char **argv) {
                 be->ops->act_free(be, tmp);
                 for (int j = 0; j < n_out; j++) be->ops->act_free(be, y[j]);
             }
-            for (int j = 0; j < sh->n_w; j++) be->ops->weight_free(be, &w[j]);
+            for (int c = 0; c < nc; c++)
+                for (int j = 0; j < sh->n_w; j++) be->ops->weight_free(be, &w[c][j]);
         }
     }
     backend_free(be);

@@ -1121,6 +1121,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->cc_major = prop.major;
     ci->cc_minor = prop.minor;
     ci->n_sm = prop.multiProcessorCount;
+    ci->l2_bytes = (size_t)prop.l2CacheSize;
     ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
     ci->gemm_cublas = !(o && o->cuda_skinny);   /* A/B switch (docs/gpu.md) */
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
@@ -1161,6 +1162,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
 int backend_is_cuda(const backend *be) { return be && be->ops == &k_cuda_ops; }
 
 const char *backend_cuda_device_name(const backend *be) { return ((const cuda_impl *)be->impl)->name; }
+size_t      backend_cuda_l2_bytes(const backend *be) { return ((const cuda_impl *)be->impl)->l2_bytes; }
 
 void backend_cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
     cuda_impl *ci = cuda_impl_of(be);
@@ -1385,6 +1387,7 @@ int backend_is_cuda(const backend *be) {
 #define CUDA_UNAVAILABLE() UM_FATAL("CUDA backend function called in a build without CUDA")
 
 const char *backend_cuda_device_name(const backend *be) { (void)be; CUDA_UNAVAILABLE(); }
+size_t backend_cuda_l2_bytes(const backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_mem_info(backend *be, size_t *f, size_t *t) { (void)be, (void)f, (void)t; CUDA_UNAVAILABLE(); }
 int backend_cuda_check_fit(backend *be, uint64_t w, uint64_t a, um_err *err) { (void)be, (void)w, (void)a, (void)err; CUDA_UNAVAILABLE(); }
 void backend_cuda_set_upload_total(backend *be, uint64_t b, const char *l) { (void)be, (void)b, (void)l; CUDA_UNAVAILABLE(); }

@@ -34,6 +34,8 @@ int      backend_is_cuda(const backend *be);
 
 /* Device name and memory (bytes) of the backend's GPU. */
 const char *backend_cuda_device_name(const backend *be);
+/* The device's L2 cache in bytes. */
+size_t      backend_cuda_l2_bytes(const backend *be);
 void        backend_cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 /* "Does the model fit": weight_bytes (bf16 on device) + act_bytes + a reserve for cuBLAS and
  * staging against cudaMemGetInfo's free memory. -1 + UM_ERR_RESOURCE with the numbers if not. */

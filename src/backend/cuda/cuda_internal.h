@@ -79,6 +79,7 @@ typedef struct cuda_free_block {
 
 typedef struct cuda_impl {
     int            device;
+    size_t         l2_bytes;           /* the device's L2 cache */
     char           name[256];
     int            cc_major, cc_minor, n_sm;
     cudaStream_t   stream;

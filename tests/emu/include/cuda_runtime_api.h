@@ -86,6 +86,7 @@ struct cudaDeviceProp {
     int    maxGridSize[3];
     int    major, minor;
     int    multiProcessorCount;
+    int    l2CacheSize;
 };
 
 /* vector types (vector_types.h) */
