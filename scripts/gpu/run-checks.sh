@@ -435,7 +435,7 @@ do_kernels() {
     mm_pid=$!
   fi
   step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
-  step "gemm bench: skinny bf16/fp8 vs cuBLAS, K ranges" 30 100 "$BUILD/gpu_gemm_bench" --rows 1,8,32,64 --sweep
+  step "gemm bench: skinny bf16/fp8 vs cuBLAS, K ranges; attention splits" 30 120 "$BUILD/gpu_gemm_bench" --rows 1,8,32,64 --sweep --attention
   step "families logits cuda vs cpu" 15 60 bash "$ROOT/scripts/gpu/run-checks.sh" families
   step "device loop == host loop" 30 120 env UNMASK_TEST_DEVICE=cuda:0 "$BUILD/test_device_loop_gpu"
   [ -n "$mm_pid" ] && { wait "$mm_pid"; cat "$UNMASK_TEST_TMP/make8b.log"; }

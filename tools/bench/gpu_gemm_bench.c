@@ -8,7 +8,8 @@
  * 16 copies, enough for the 8B shapes), the weight bytes per second
  * and that rate over the device's copy bandwidth (bytes read + written per second of a cudaMemcpy
  * of 2 GiB, as `unmask bench` measures it). --splits N forces the skinny kernel's K ranges (0: its
- * own choice), --sweep adds rows for 1, 2, 4, 8 and 16 ranges at each shape.
+ * own choice), --sweep adds rows for 1, 2, 4, 8 and 16 ranges at each shape. --attention adds the
+ * attention of the 8B decode steps (bench_attention) with the key splits forced and automatic.
  * Does not: check results (tests/gpu/gpu_parity.c does). Main thread only; a lent GPU machine runs
  * it from scripts/gpu/run-checks.sh.
  */
@@ -91,9 +92,69 @@ static double time_op(backend *be, const blinear *ops, int nc, int reps) {
     return best / reps * 1e6;
 }
 
+/* The attention of a decode step, one op at a time: n_seqs sequences of q_rows query rows over keys
+ * keys each (LLaDA-8B heads: 32 query and key/value heads of 128), with the key splits forced to
+ * 1, 2, 4, 8, 16 and the backend's own choice (0). us per op and the K/V bytes per second. */
+static void bench_attention(backend *be, int reps, double bw) {
+    const struct {
+        const char *what;
+        int         q_rows, keys;
+    } shapes[] = {{"dual cache (block rows over the canvas)", 32, 512}, {"no cache (the canvas)", 512, 512}};
+    const int seqs[] = {1, 8, 32}, forced[] = {0, 1, 2, 4, 8, 16};
+    const int H = 32, KV = 32, hd = 128;
+    printf("\n| attention | seqs | q rows | keys | splits | us/op | K/V GB/s | of copy bw |\n");
+    printf("|---|---:|---:|---:|---|---:|---:|---:|\n");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t bi = 0; bi < sizeof seqs / sizeof seqs[0]; bi++) {
+            const int S = seqs[bi], nq = shapes[si].q_rows, nk = shapes[si].keys;
+            if (nq == nk && S > 8) continue;   /* no cache at 32 sequences: compute-bound, not this table's point */
+            int32_t *qs = xmalloc((size_t)(S + 1) * sizeof *qs), *ks = xmalloc((size_t)(S + 1) * sizeof *ks);
+            int32_t *qp = xmalloc((size_t)S * nq * sizeof *qp), *kp = xmalloc((size_t)S * nk * sizeof *kp);
+            for (int i = 0; i <= S; i++) qs[i] = i * nq, ks[i] = i * nk;
+            for (int i = 0; i < S * nq; i++) qp[i] = nk - nq + i % nq;
+            for (int i = 0; i < S * nk; i++) kp[i] = i % nk;
+            const attn_params p = {.n_seqs = S, .q_start = qs, .k_start = ks, .q_pos = qp, .k_pos = kp,
+                                   .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .scale = 0.08838834764f};
+            void *q = be->ops->act_alloc(be, (size_t)S * nq * H * hd), *o = be->ops->act_alloc(be, (size_t)S * nq * H * hd);
+            void *k = be->ops->act_alloc(be, (size_t)S * nk * KV * hd), *v = be->ops->act_alloc(be, (size_t)S * nk * KV * hd);
+            backend_act_zero(be, q, (size_t)S * nq * H * hd);
+            backend_act_zero(be, k, (size_t)S * nk * KV * hd);
+            backend_act_zero(be, v, (size_t)S * nk * KV * hd);
+            const double kv_bytes = 2.0 * S * nk * KV * hd * 2;
+            for (size_t fi = 0; fi < sizeof forced / sizeof forced[0]; fi++) {
+                backend_cuda_attention_splits(be, forced[fi]);
+                be->ops->attention(be, &p, q, k, v, o);   /* warm-up, outside the capture */
+                backend_synchronize(be);
+                backend_graph_begin(be);
+                for (int r = 0; r < reps; r++) be->ops->attention(be, &p, q, k, v, o);
+                backend_graph *g = backend_graph_end(be);
+                double best = 1e30;
+                for (int i = 0; i < 5; i++) {
+                    backend_synchronize(be);
+                    const double t0 = time_now_s();
+                    backend_graph_launch(be, g);
+                    backend_synchronize(be);
+                    const double t = time_now_s() - t0;
+                    if (t < best) best = t;
+                }
+                backend_graph_free(be, g);
+                const double us = best / reps * 1e6, gbs = kv_bytes / (us * 1e-6) / 1e9;
+                char sp[16];
+                if (forced[fi]) snprintf(sp, sizeof sp, "%d", forced[fi]);
+                else snprintf(sp, sizeof sp, "auto");
+                printf("| %s | %d | %d | %d | %s | %.1f | %.0f | %.1f%% |\n", shapes[si].what, S, nq, nk, sp, us, gbs,
+                       bw > 0 ? 100.0 * gbs / bw : 0.0);
+                fflush(stdout);
+            }
+            backend_cuda_attention_splits(be, 0);
+            be->ops->act_free(be, q), be->ops->act_free(be, o), be->ops->act_free(be, k), be->ops->act_free(be, v);
+            free(qs), free(ks), free(qp), free(kp);
+        }
+}
+
 int main(int argc, char **argv) {
     const char *device = "cuda:0";
-    int d = 4096, ffn = 12288, vocab = 126464, reps = 50, splits = 0, sweep = 0;
+    int d = 4096, ffn = 12288, vocab = 126464, reps = 50, splits = 0, sweep = 0, attention = 0;
     const char *rows_arg = "1,8,32,64";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -104,9 +165,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) splits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "--attention")) attention = 1;
         else {
             fprintf(stderr, "usage: gpu_gemm_bench [--device cuda:N] [--d N] [--ffn N] [--vocab N] [--rows 1,8,32,64] "
-                            "[--reps N] [--splits N] [--sweep]\n");
+                            "[--reps N] [--splits N] [--sweep] [--attention]\n");
             return 2;
         }
     }
@@ -199,6 +261,7 @@ int main(int argc, char **argv) {
                 for (int j = 0; j < sh->n_w; j++) be->ops->weight_free(be, &w[c][j]);
         }
     }
+    if (attention) bench_attention(be, reps, bw);
     backend_free(be);
     return 0;
 }
