@@ -478,7 +478,9 @@ do_kernels() {
 # regex on the mangled name: k_gemm_skinnyILi<MT>ELi<WT>E, MT = 8-row tiles of x, WT 0 bf16 / 1 FP8
 # per channel / 2 FP8 128-blocks): the first such launch of gpu_gemm_bench --rows ROWS is the q/k/v
 # product. Then gpu_gemm_bench at NCU_BIG_ROWS (bf16 cuBLAS vs FP8 dequantize + cuBLAS).
-NCU_CASES=${NCU_CASES:-"32:k_gemm_skinnyILi4ELi0E 1:k_gemm_skinnyILi1ELi1E"}
+# A regex naming an attention kernel (k_attn_*) profiles gpu_gemm_bench --attention's first launch of
+# it: the cached batch-1 step's attention (32 rows over 512 keys, automatic key splits).
+NCU_CASES=${NCU_CASES:-"32:k_gemm_skinnyILi4ELi0E 1:k_gemm_skinnyILi1ELi1E 1:k_attn_mma 1:k_attn_combine"}
 do_ncu() {
   ensure_built || return 1
   local c rows re
@@ -487,7 +489,7 @@ do_ncu() {
     step "ncu $re at $rows rows" 10 80 ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$re" \
       --launch-count 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
       --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy --section LaunchStats \
-      "$BUILD/gpu_gemm_bench" --rows "$rows" --reps 1 --vocab 4096 --splits 0
+      "$BUILD/gpu_gemm_bench" --rows "$rows" --reps 1 --vocab 4096 --splits 0 $([[ $re == k_attn* ]] && echo --attention)
   done
   step "gemm bench at ${NCU_BIG_ROWS:=512,10240} rows" 10 60 "$BUILD/gpu_gemm_bench" --rows "$NCU_BIG_ROWS" --reps 3 --vocab 32768
   print_summary ncu
