@@ -71,13 +71,13 @@ static bweight upload(backend *be, int rows, int cols, int fp8) {
     return w;
 }
 
-/* microseconds per op: a graph of reps ops cycling through the nc copies of the weights (so that no
- * op finds its weights in L2 from the op before), the fastest of 5 replays */
-static double time_op(backend *be, const blinear *ops, int nc, int reps) {
-    backend_linear(be, &ops[0]);   /* warm-up, outside the capture */
+/* microseconds per op: run(be, arg, 0) once outside the capture, then a graph of run(be, arg, r) for
+ * r < reps, the fastest of 5 replays over reps */
+static double time_graph(backend *be, void (*run)(backend *, const void *, int), const void *arg, int reps) {
+    run(be, arg, 0);   /* warm-up, outside the capture */
     backend_synchronize(be);
     backend_graph_begin(be);
-    for (int r = 0; r < reps; r++) backend_linear(be, &ops[r % nc]);
+    for (int r = 0; r < reps; r++) run(be, arg, r);
     backend_graph *g = backend_graph_end(be);
     double best = 1e30;
     for (int i = 0; i < 5; i++) {
@@ -90,6 +90,28 @@ static double time_op(backend *be, const blinear *ops, int nc, int reps) {
     }
     backend_graph_free(be, g);
     return best / reps * 1e6;
+}
+
+/* a linear op, cycling through the copies of its weights (so that no op finds them in L2 from the
+ * op before) */
+typedef struct linear_ops {
+    const blinear *ops;
+    int            nc;
+} linear_ops;
+static void run_linear(backend *be, const void *arg, int r) {
+    const linear_ops *l = arg;
+    backend_linear(be, &l->ops[r % l->nc]);
+}
+
+typedef struct attn_op {
+    const attn_params *p;
+    const void        *q, *k, *v;
+    void              *o;
+} attn_op;
+static void run_attention(backend *be, const void *arg, int r) {
+    const attn_op *a = arg;
+    (void)r;
+    be->ops->attention(be, a->p, a->q, a->k, a->v, a->o);
 }
 
 /* The attention of a decode step, one op at a time: n_seqs sequences of q_rows query rows over keys
@@ -123,22 +145,8 @@ static void bench_attention(backend *be, int reps, double bw) {
             const double kv_bytes = 2.0 * S * nk * KV * hd * 2;
             for (size_t fi = 0; fi < sizeof forced / sizeof forced[0]; fi++) {
                 backend_cuda_attention_splits(be, forced[fi]);
-                be->ops->attention(be, &p, q, k, v, o);   /* warm-up, outside the capture */
-                backend_synchronize(be);
-                backend_graph_begin(be);
-                for (int r = 0; r < reps; r++) be->ops->attention(be, &p, q, k, v, o);
-                backend_graph *g = backend_graph_end(be);
-                double best = 1e30;
-                for (int i = 0; i < 5; i++) {
-                    backend_synchronize(be);
-                    const double t0 = time_now_s();
-                    backend_graph_launch(be, g);
-                    backend_synchronize(be);
-                    const double t = time_now_s() - t0;
-                    if (t < best) best = t;
-                }
-                backend_graph_free(be, g);
-                const double us = best / reps * 1e6, gbs = kv_bytes / (us * 1e-6) / 1e9;
+                const attn_op op = {.p = &p, .q = q, .k = k, .v = v, .o = o};
+                const double us = time_graph(be, run_attention, &op, reps), gbs = kv_bytes / (us * 1e-6) / 1e9;
                 char sp[16];
                 if (forced[fi]) snprintf(sp, sizeof sp, "%d", forced[fi]);
                 else snprintf(sp, sizeof sp, "auto");
@@ -238,7 +246,8 @@ int main(int argc, char **argv) {
                     const int p = paths[pi];
                     backend_cuda_gemm_cublas(be, p < 0);
                     backend_cuda_gemm_splits(be, p < 0 ? 0 : p);
-                    const double us = time_op(be, ops, nc, reps);
+                    const linear_ops lo = {.ops = ops, .nc = nc};
+                    const double us = time_graph(be, run_linear, &lo, reps);
                     const double gbs = wbytes / (us * 1e-6) / 1e9;
                     char ranges[16];
                     if (p < 0 || m > UMK_GEMM_SKINNY_MAX_M) snprintf(ranges, sizeof ranges, "-");
