@@ -77,15 +77,7 @@ __device__ __forceinline__ void umk_cp_async_wait() {
 #endif
 }
 
-// an f32 another block wrote (after its __threadfence): read from L2, not a stale L1 line
-__device__ __forceinline__ float umk_ldcg_f32(const float *p) {
-#ifdef UNMASK_CUDA_EMU
-    return *p;
-#else
-    return __ldcg(p);
-#endif
-}
-
+// four f32 another block wrote (after its __threadfence): read from L2, not a stale L1 line
 __device__ __forceinline__ float4 umk_ldcg_f32x4(const float4 *p) {
 #ifdef UNMASK_CUDA_EMU
     return *p;
