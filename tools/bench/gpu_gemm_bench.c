@@ -235,9 +235,10 @@ int main(int argc, char **argv) {
                     for (int j = 0; j < sh->n_w; j++) ops[c].w[j] = &w[c][j];
                     for (int j = 0; j < n_out; j++) ops[c].y[j] = y[j];
                 }
-                /* paths: cuBLAS (bf16 only), the skinny kernel with its own split, forced splits */
-                int paths[8], n_paths = 0;
-                if (!fp8) paths[n_paths++] = -1;
+                /* paths: cuBLAS (bf16 only; -2: with reduced-precision reductions allowed, as PyTorch
+                 * runs it, measurement only), the skinny kernel with its own split, forced splits */
+                int paths[9], n_paths = 0;
+                if (!fp8) paths[n_paths++] = -1, paths[n_paths++] = -2;
                 if (m <= UMK_GEMM_SKINNY_MAX_M || fp8) paths[n_paths++] = splits;
                 if (sweep && m <= UMK_GEMM_SKINNY_MAX_M)
                     for (int s = 1; s <= 16; s *= 2)
@@ -245,6 +246,7 @@ int main(int argc, char **argv) {
                 for (int pi = 0; pi < n_paths; pi++) {
                     const int p = paths[pi];
                     backend_cuda_gemm_cublas(be, p < 0);
+                    backend_cuda_cublas_reduced_precision(be, p == -2);
                     backend_cuda_gemm_splits(be, p < 0 ? 0 : p);
                     const linear_ops lo = {.ops = ops, .nc = nc};
                     const double us = time_graph(be, run_linear, &lo, reps);
@@ -254,13 +256,15 @@ int main(int argc, char **argv) {
                     else if (p == 0) snprintf(ranges, sizeof ranges, "auto %d", backend_cuda_gemm_last_splits(be));
                     else snprintf(ranges, sizeof ranges, "%d", backend_cuda_gemm_last_splits(be));
                     printf("| %s | %d | %s | %s | %s | %.1f | %.0f | %.1f%% |\n", sh->name, m, fp8 ? "fp8" : "bf16",
-                           p < 0                              ? "cuBLAS"
+                           p == -1                            ? "cuBLAS"
+                           : p == -2                          ? "cuBLAS, bf16 reductions allowed"
                            : m > UMK_GEMM_SKINNY_MAX_M        ? "dequant + cuBLAS"
                                                               : "skinny",
                            ranges, us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0);
                     fflush(stdout);
                 }
                 backend_cuda_gemm_cublas(be, 0);
+                backend_cuda_cublas_reduced_precision(be, 0);
                 backend_cuda_gemm_splits(be, 0);
                 be->ops->act_free(be, x);
                 be->ops->act_free(be, tmp);

@@ -1223,6 +1223,12 @@ void backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused) {
 }
 
 void backend_cuda_gemm_cublas(backend *be, int on) { cuda_impl_of(be)->gemm_cublas = on; }
+void backend_cuda_cublas_reduced_precision(backend *be, int allow) {
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    CUBLAS_CHECK(ci->cb->set_math_mode(ci->cublas, allow ? CUBLAS_DEFAULT_MATH
+                                                         : CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+}
 void backend_cuda_gemm_splits(backend *be, int n) { cuda_impl_of(be)->gs_splits = n > 0 ? n : 0; }
 int  backend_cuda_gemm_last_splits(backend *be) { return cuda_impl_of(be)->gs_last_splits; }
 void backend_cuda_fuse(backend *be, int on) { cuda_impl_of(be)->unfused = !on; }
@@ -1407,6 +1413,7 @@ void backend_cuda_attention_splits(backend *be, int n) { (void)be, (void)n; CUDA
 void backend_cuda_stage_stats(backend *be, uint64_t *c, uint64_t *r) { (void)be, (void)c, (void)r; CUDA_UNAVAILABLE(); }
 void backend_cuda_stage_reuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 void backend_cuda_gemm_cublas(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_cublas_reduced_precision(backend *be, int allow) { (void)be, (void)allow; CUDA_UNAVAILABLE(); }
 void backend_cuda_gemm_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 int  backend_cuda_gemm_last_splits(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_fuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }

@@ -89,6 +89,9 @@ void   backend_cuda_attention_splits(backend *be, int n);
 void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
 /* 1: bf16 products of <= 64 rows on cuBLAS (as above that); 0: the skinny kernel (the default) */
 void   backend_cuda_gemm_cublas(backend *be, int on);
+/* Measurement only (gpu_gemm_bench): 1 lets cuBLAS reduce split-K partials in bf16 (PyTorch's default
+ * for bf16 GEMMs), 0 (unmask's setting) keeps every reduction in fp32. */
+void   backend_cuda_cublas_reduced_precision(backend *be, int allow);
 /* the skinny kernel's K ranges: n forced (gpu_gemm_bench), 0 = its own choice; and those of its last launch */
 void   backend_cuda_gemm_splits(backend *be, int n);
 int    backend_cuda_gemm_last_splits(backend *be);
