@@ -921,6 +921,8 @@ void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c) {
     c->blk_hi = s->blk_hi;
     c->blk_steps = s->blk_steps;
     c->gen_end = s->n_prompt + s->G;
+    c->blocks_end = s->L - s->n_suffix;
+    c->quota_len = s->bd ? s->p.block_length : 0;
     c->n_suffix = s->n_suffix;
     c->step = s->step;
     c->step_in_block = s->block_begun ? s->step_in_block : 0;

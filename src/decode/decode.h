@@ -288,6 +288,11 @@ typedef struct decode_seq_cursor {
     const int32_t *blk_lo, *blk_hi;  /* [n_blocks] absolute bounds of each block */
     const int32_t *blk_steps;        /* [n_blocks] fixed-step decoders' step budget per block, else 0s */
     int            gen_end;          /* n_prompt + gen_length: the generated region ends here */
+    int            blocks_end;       /* the last block ends here: gen_end, or under the block-diffusion
+                                        rules (LLaDA2) the canvas padded to whole blocks, whose positions
+                                        past gen_end are decoded but never reported */
+    int            quota_len;        /* block-diffusion rules: fixed-step quotas (and LLaDA2's threshold
+                                        rule) come from this block length; 0 = the ordinary rules */
     int            n_suffix;         /* infill suffix tokens after gen_end */
     int            step;             /* steps taken (the rng stream of the next step) */
     int            step_in_block;    /* steps taken in the active block */

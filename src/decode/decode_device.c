@@ -46,9 +46,13 @@ struct decode_device {
     int          row_cap;             /* >= the largest B built so far */
     unsigned char *gone;              /* [cap_slot] why slot[i] became NULL: GONE_* */
     device_step_stats seen_launch;    /* cd's launch counters after the previous step */
-    int          planned;             /* 1: a sequence of the batch has a KV cache: host-planned steps */
+    int          planned;             /* 1: a sequence of the batch has a KV cache or runs the
+                                         block-diffusion rules: host-planned steps */
+    int          any_bd;              /* 1: a sequence of the batch runs the block-diffusion rules: the
+                                         forward gets each sequence's attention block (l_blk) */
     decode_step_plan *plan;           /* [cap_slot] each sequence's plan of the step in flight */
     int32_t     *l_start, *l_kv;      /* [cap_slot+1], [cap_slot] the planned step's layout (scratch) */
+    int32_t     *l_blk;               /* [cap_slot] block-causal attention block per sequence (0: none) */
     int32_t     *l_tok, *l_pos;       /* [l_cap] */
     int32_t     *l_out;               /* [cap_slot * B] */
     int          l_cap, l_out_cap;
@@ -77,8 +81,17 @@ static int dev_decoder_ok(const decode_params *p) {
     }
 }
 
-/* Decoders with a per-block step budget (decode.c plan_steps): the device reads blk_steps. */
-static int dev_fixed_steps(enum decode_decoder d) { return (decoder_get(d)->flags & DECODER_F_FIXED_STEPS) != 0; }
+/* The decoders whose block-diffusion rule (decoders.c: the quota from the block length; LLaDA2's
+ * threshold rule) kernels/decode.cu implements. */
+static int dev_bd_decoder_ok(enum decode_decoder d) {
+    return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD;
+}
+
+/* Decoders with a per-block step budget (decode.c plan_steps): the device reads blk_steps. Under
+ * the block-diffusion rules (quota_len > 0) the threshold decoder has one too (its quota). */
+static int dev_fixed_steps(enum decode_decoder d, int quota_len) {
+    return (decoder_get(d)->flags & DECODER_F_FIXED_STEPS) != 0 || (quota_len > 0 && d == DECODER_THRESHOLD);
+}
 
 int decode_device_supported(const model_ctx *ctx) {
     /* tensor parallel (a sharded rank, or the leader of a group: its forward broadcasts the batch
@@ -90,14 +103,17 @@ int decode_device_supported(const model_ctx *ctx) {
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     if (!decode_device_supported(ctx) || s == NULL) return 0;
     /* a forward that waits for the host (MoE layers routed on the host: a backend without the
-     * device dispatch, or a shape its kernels do not take) cannot run in a device step; block-causal
-     * models (LLaDA2) follow the block-diffusion rules (step quota from the block length, the canvas
-     * padded to whole blocks, the forward cut at the active block, the exact block cache) that only
-     * the host loop implements (docs/decode.md) */
-    if (ctx->host_sync || ctx->m->cfg.block_causal > 0) return 0;
+     * device dispatch, or a shape its kernels do not take) cannot run in a device step */
+    if (ctx->host_sync) return 0;
     const decode_params *p = decode_seq_params(s);
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);
+    /* block-causal models (LLaDA2) follow the block-diffusion rules (docs/decode.md "LLaDA2"): the
+     * device loop runs them without a KV cache (quota from the block length, LLaDA2's threshold
+     * rule, the padded canvas, host-planned forwards cut at the active block's end) for the decoders
+     * whose rule the kernel has; the exact block cache (chunked prefill, per-block re-run) stays on
+     * the host loop */
+    if (c.quota_len > 0 && (p->cache != DECODE_CACHE_NONE || !dev_bd_decoder_ok(p->decoder))) return 0;
     return dev_decoder_ok(p) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
            p->block_length <= DEVICE_MAX_B;
 }
@@ -137,6 +153,7 @@ void decode_device_free(decode_device *dd) {
     free(dd->plan);
     free(dd->l_start);
     free(dd->l_kv);
+    free(dd->l_blk);
     free(dd->l_tok);
     free(dd->l_pos);
     free(dd->l_out);
@@ -249,9 +266,10 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         q[i].len = len;
         q[i].lo = c.blk_lo[c.block];
         q[i].hi = c.blk_hi[c.block];
-        q[i].gen_end = c.gen_end;
+        q[i].gen_end = c.blocks_end;   /* block diffusion: past gen_end, to the padded canvas's end */
+        q[i].quota_len = c.quota_len;
         q[i].n_blocks = c.n_blocks - c.block;
-        q[i].blk_steps = dev_fixed_steps(p->decoder) ? c.blk_steps + c.block : NULL;
+        q[i].blk_steps = dev_fixed_steps(p->decoder, c.quota_len) ? c.blk_steps + c.block : NULL;
         q[i].block_steps = 1;
         q[i].decoder = (int)p->decoder;
         q[i].threshold = p->threshold;
@@ -282,9 +300,18 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         dd->plan = xrealloc(dd->plan, (size_t)n * sizeof *dd->plan);
         dd->l_start = xrealloc(dd->l_start, (size_t)(n + 1) * sizeof *dd->l_start);
         dd->l_kv = xrealloc(dd->l_kv, (size_t)n * sizeof *dd->l_kv);
+        dd->l_blk = xrealloc(dd->l_blk, (size_t)n * sizeof *dd->l_blk);
     }
+    /* host-planned steps: a KV cache, or the block-diffusion rules (each step's forward ends at the
+     * sequence's active block: the host knows where once the step before is applied) */
     dd->planned = 0;
-    for (int i = 0; i < n; i++) dd->planned |= decode_seq_params(seqs[i])->cache != DECODE_CACHE_NONE;
+    dd->any_bd = 0;
+    for (int i = 0; i < n; i++) {
+        decode_seq_cursor c;
+        decode_seq_cursor_get(seqs[i], &c);
+        dd->planned |= decode_seq_params(seqs[i])->cache != DECODE_CACHE_NONE || c.quota_len > 0;
+        dd->any_bd |= c.quota_len > 0;
+    }
     memcpy(dd->slot, seqs, (size_t)n * sizeof *seqs);
     memset(dd->gone, GONE_NOT, (size_t)n);
     if (B > dd->row_cap) {
@@ -313,7 +340,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
     for (int i = 0; i < n; i++) {
         CHECK(dd->slot[i] && !decode_seq_done(dd->slot[i]));   /* a finished one makes the set change */
         dd->plan[i] = decode_seq_plan(dd->slot[i], dd->ctx);
-        CHECK(dd->plan[i].prefill == 0);   /* block-diffusion sequences take the host loop */
+        CHECK(dd->plan[i].prefill == 0);   /* cached block-diffusion sequences take the host loop */
         rows += dd->plan[i].wr - dd->plan[i].wl;
     }
     if (rows > dd->l_cap) {
@@ -336,6 +363,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
         dd->l_start[i + 1] = r0 + w;
         decode_seq_cursor c;
         decode_seq_cursor_get(dd->slot[i], &c);
+        dd->l_blk[i] = c.quota_len > 0 ? decode_seq_params(dd->slot[i])->block_length : 0;
         const int lo = c.blk_lo[c.block];
         for (int j = 0; j < B; j++) {   /* offsets past the block: any row of the sequence (unused) */
             int p = decode_seq_logit_row(dd->slot[i], lo + j < pl->wr ? lo + j : pl->wr - 1);
@@ -343,7 +371,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
         }
     }
     *lay = (device_step_layout){.seq_start = dd->l_start, .tokens = dd->l_tok, .pos = dd->l_pos, .kv = dd->l_kv,
-                                .out_rows = dd->l_out};
+                                .out_rows = dd->l_out, .block_len = dd->any_bd ? dd->l_blk : NULL};
 }
 
 /* Counts a step enqueued at t0 (ring slot, batch and total steps); *cs: the device step's counters now. */
