@@ -169,7 +169,7 @@ void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device
 #define ADD(f) sum->f += now->f - seen->f
     ADD(steps), ADD(steps_overlapped), ADD(rebuilds), ADD(rebuild_join), ADD(rebuild_leave), ADD(rebuild_cancel);
     ADD(rebuild_ineligible), ADD(graph_captures), ADD(graph_replays), ADD(graph_stale), ADD(records);
-    ADD(lm_rows), ADD(lm_rows_masked), ADD(steps_applied), ADD(step_ms_total);
+    ADD(lm_rows), ADD(lm_rows_masked), ADD(fwd_rows), ADD(steps_applied), ADD(step_ms_total);
 #undef ADD
 }
 
@@ -374,9 +374,11 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
                                 .out_rows = dd->l_out, .block_len = dd->any_bd ? dd->l_blk : NULL};
 }
 
-/* Counts a step enqueued at t0 (ring slot, batch and total steps); *cs: the device step's counters now. */
-static void dev_enqueued(decode_device *dd, uint64_t t0, device_step_stats *cs) {
+/* Counts a step enqueued at t0 whose forward ran `rows` canvas rows (ring slot, batch and total
+ * steps); *cs: the device step's counters now. */
+static void dev_enqueued(decode_device *dd, uint64_t t0, int rows, device_step_stats *cs) {
     dd->t_enq[dd->produced % DEVICE_RING] = t0;
+    dd->st.fwd_rows += (uint64_t)rows;
     dd->produced++;
     dd->batch_steps++;
     dd->st.steps++;
@@ -395,7 +397,7 @@ static int dev_planned_step(decode_device *dd, const decode_sink *sink, um_err *
         return -1;
     }
     device_step_stats cs;
-    dev_enqueued(dd, t0, &cs);
+    dev_enqueued(dd, t0, lay.seq_start[dd->n_slot], &cs);
     dd->st.graph_replays += cs.graph_launches - dd->seen_launch.graph_launches;
     dd->st.graph_captures += cs.captures - dd->seen_launch.captures;
     if (cs.captures > dd->seen_launch.captures)
@@ -516,7 +518,7 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         return -1;
     }
     device_step_stats cs;
-    dev_enqueued(dd, t0, &cs);
+    dev_enqueued(dd, t0, device_step_batch(dd->cd)->seq_start[dd->n_slot], &cs);
     if (cs.graph_launches > dd->seen_launch.graph_launches) dd->st.graph_replays++;
     if (cs.stale_graphs > dd->seen_launch.stale_graphs) dd->st.graph_stale++;
     dd->seen_launch = cs;

@@ -463,7 +463,7 @@ static void test_llada2_alone(model_ctx *ctx, const int32_t *prompt, int n_promp
         {12, 4, 8, 0, 2, DECODER_LOW_CONFIDENCE, 0, 0.8},    /* whole prompt blocks; 2 steps per block */
         {11, 8, 13, 0, 3, DECODER_LOW_CONFIDENCE, 0, 0},     /* tail of 3 in [8, 16); 24 -> 24 */
         {9, 8, 10, 6, 0, DECODER_LOW_CONFIDENCE, 0, 1.0},    /* steps plan over 3 blocks; pad to 24 */
-        {7, 4, 9, 0, 2, DECODER_RANDOM, 0, 0.7},             /* tail of 3 in [4, 8); pad to 20 */
+        {9, 4, 9, 0, 3, DECODER_RANDOM, 0, 0.7},             /* tail of 1 in [8, 12); pad to 20 */
         {10, 4, 7, 0, 2, DECODER_THRESHOLD, 0.02, 0},
         {11, 8, 13, 0, 4, DECODER_THRESHOLD, 0.015, 0},
         {9, 4, 10, 0, 2, DECODER_THRESHOLD, 0.01, 0.6},
@@ -491,6 +491,24 @@ static void test_llada2_alone(model_ctx *ctx, const int32_t *prompt, int n_promp
         TEST_CHECK(seq_steps < 3 || (ds.graph_captures >= 1 && ds.graph_replays >= 1),
                    "%s: graphs captured (%llu) and replayed (%llu)", label, (unsigned long long)ds.graph_captures,
                    (unsigned long long)ds.graph_replays);
+        /* the forward cut: each step's forward ran the canvas up to its active block's end (the
+         * block event's end, a generated-region index, rounded up to whole blocks), not the padded
+         * canvas (which, block-causal, would give the same logits: only this counter tells) */
+        uint64_t rows = 0;
+        for (int i = 0, steps_in_block = 0; i < h.n; i++) {
+            json_t *o = json_loads(h.ev[i], 0, NULL);
+            CHECK(o);
+            const char *type = json_string_value(json_object_get(o, "type"));
+            if (strcmp(type, "step") == 0) steps_in_block++;
+            if (strcmp(type, "block") == 0) {
+                const int end = c->n_prompt + (int)json_integer_value(json_object_get(o, "end"));
+                rows += (uint64_t)steps_in_block * (uint64_t)((end + c->block - 1) / c->block * c->block);
+                steps_in_block = 0;
+            }
+            json_decref(o);
+        }
+        TEST_CHECK(ds.fwd_rows == rows, "%s: forwards cut at the active block's end (%llu rows, expected %llu)",
+                   label, (unsigned long long)ds.fwd_rows, (unsigned long long)rows);
         if (c->d == DECODER_THRESHOLD) {   /* commits per step against the step's quota */
             const int spb = c->spb > 0 ? c->spb : 0;
             for (int i = 0; spb > 0 && i < h.n; i++) {
@@ -527,8 +545,9 @@ static void test_llada2_batch(model_ctx *ctx, const int32_t *prompt, int n_promp
         c[i].n_prompt = np[i] <= n_prompt ? np[i] : n_prompt;
         memcpy(c[i].prompt, prompt, (size_t)c[i].n_prompt * sizeof(int32_t));
     }
-    c[0].label = "llada2 low_confidence B4 gen 7";
+    c[0].label = "llada2 low_confidence B4 gen 7 2/blk";
     c[0].p = bd_params(ctx->m, 4, 7, DECODER_LOW_CONFIDENCE, 0, 0, 0);
+    c[0].p.steps_per_block = 2;
     c[1].label = "llada2 threshold B8 gen 13 T0.7";
     c[1].p = bd_params(ctx->m, 8, 13, DECODER_THRESHOLD, 0.015, 0.7, 41);
     c[1].p.steps_per_block = 4;
