@@ -5,7 +5,9 @@
  * cache runs host-planned steps instead (device_step_enqueue_planned): whether a step refreshes a
  * sequence's cache depends on whether its previous step finished a block, so such a batch keeps one
  * step in flight, plans each step from the applied state (decode_seq_plan: refresh = the whole
- * canvas, else the window rows with the slot) and replays a graph per shape.
+ * canvas, else the window rows with the slot) and replays a graph per shape. A batch of
+ * block-diffusion sequences (LLaDA2, no cache) does the same: each forward ends at the sequence's
+ * active block (decode_seq_plan's rows) with its attention block size (fwd_batch.block_len).
  *
  * Does not: choose commits or sample on the host (the backend's decode kernels via device_step do),
  * decide which sequences run (sched/). On a backend without BACKEND_CAP_DEVICE_DECODE nothing is

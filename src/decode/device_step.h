@@ -11,8 +11,9 @@
  * replayed. The host polls the ring (backend_event_query) and turns records into decode events
  * one or more steps behind the device.
  *
- * Host-planned steps (KV caches, device_step_enqueue_planned): the caller chooses each step's
- * forward rows (a sequence's whole canvas, or a window of it with its KV slot) and the LM-head row
+ * Host-planned steps (KV caches; block diffusion's forwards cut at the active block;
+ * device_step_enqueue_planned): the caller chooses each step's forward rows (a sequence's whole
+ * canvas, a window of it with its KV slot, or the canvas up to its active block) and the LM-head row
  * of each block position; the arrays are copied to device buffers the forward reads, so a graph
  * captured for one shape of rows replays for every step of that shape (a few shapes are kept: the
  * block-rows-only step is the common one). Sampling and commits stay on the device as above.
