@@ -28,13 +28,14 @@ _Static_assert((int)DECODER_LOW_CONFIDENCE == (int)UMK_DEC_LOW_CONFIDENCE && (in
 
 #define PLAN_GRAPHS 4   /* graphs kept per batch for host-planned steps, one per shape */
 
-/* A graph of one host-planned shape: rows per sequence, which sequences have a KV slot and each
- * one's attention block (the block-causal forward derives the rows' block indices on the host: with
- * fixed rows from position 0, as a block-diffusion step without a cache runs, they are the same at
- * every step of the shape). */
+/* A graph of one host-planned shape: rows per sequence, which sequences have a KV slot and, with
+ * block-causal attention, each one's attention block and first position (the forward derives the
+ * rows' block indices and a slot's key count from the positions on the host, so they are baked into
+ * a graph: rows of a planned step are consecutive positions, so the first one fixes them). */
 typedef struct plan_graph {
-    int32_t       *sig;       /* [3 * n_seqs + 1]: seq_start, then kv != 0, then the attention block
-                                 (0 = the model's) per sequence; NULL = unused */
+    int32_t       *sig;       /* [4 * n_seqs + 1]: seq_start, then kv != 0, then the attention block
+                                 and the first row's position per sequence (both 0 without
+                                 fwd_batch.block_len); NULL = unused */
     backend_graph *g;         /* NULL: seen once, not captured yet */
     long           used;      /* step that last used it (LRU) */
 } plan_graph;
@@ -393,11 +394,14 @@ static void plan_alloc(device_step *cd) {
 /* The kept graph entry of this step's shape (h_fstart / h_fkv), or a fresh one (evicting the least
  * recently used). *fresh = 1 when the shape was not kept. */
 static plan_graph *plan_graph_of(device_step *cd, int *fresh) {
-    const int n = cd->n_seqs, len = 3 * n + 1;
+    const int n = cd->n_seqs, len = 4 * n + 1, blk = cd->fbatch.block_len != NULL;
     int32_t *sig = xmalloc((size_t)len * sizeof *sig);
     memcpy(sig, cd->h_fstart, (size_t)(n + 1) * sizeof *sig);
-    for (int s = 0; s < n; s++) sig[n + 1 + s] = cd->h_fkv[s] != 0;
-    for (int s = 0; s < n; s++) sig[2 * n + 1 + s] = cd->fbatch.block_len ? cd->h_fblk[s] : 0;
+    for (int s = 0; s < n; s++) {
+        sig[n + 1 + s] = cd->h_fkv[s] != 0;
+        sig[2 * n + 1 + s] = blk ? cd->h_fblk[s] : 0;
+        sig[3 * n + 1 + s] = blk && cd->h_fstart[s + 1] > cd->h_fstart[s] ? cd->h_fpos[cd->h_fstart[s]] : 0;
+    }
     plan_graph *lru = &cd->pg[0];
     for (int i = 0; i < PLAN_GRAPHS; i++) {
         plan_graph *e = &cd->pg[i];

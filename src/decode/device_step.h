@@ -130,7 +130,8 @@ double device_step_gpu_ms(const device_step *cd);
 typedef struct device_step_layout {
     const int32_t *seq_start;  /* [n_seqs+1] forward rows of each sequence of the batch */
     const int32_t *tokens;     /* [seq_start[n_seqs]] their tokens */
-    const int32_t *pos;        /* [seq_start[n_seqs]] their absolute positions */
+    const int32_t *pos;        /* [seq_start[n_seqs]] their absolute positions (consecutive within a
+                                  sequence: a window of its canvas) */
     const int32_t *kv;         /* [n_seqs] KV slot of each sequence (model_kv_open), 0 = none */
     const int32_t *out_rows;   /* [n_seqs * B] forward row of block offset j of sequence s (a row of
                                   that sequence; any of its rows where j lies outside the block) */
