@@ -322,6 +322,11 @@ typedef struct decode_step_plan {
 } decode_step_plan;
 decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx);
 void             decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl);
+/* The block-diffusion prefill of the sequences whose plan (plan[i], from decode_seq_plan) has one:
+ * rows [0, prefill) through forwards of at most prefill_chunk rows that only fill their KV slots,
+ * before the step's own forward (decode_step, and the device loop's planned steps). Done sequences
+ * are skipped. 0, or -1 + err when a forward failed. */
+int              decode_seq_prefill(model_ctx *ctx, decode_seq **seqs, const decode_step_plan *plan, int n, um_err *err);
 
 /* Loop decode_step() on one sequence until it is done. */
 int decode_generate(model_ctx *ctx, decode_seq *s, const decode_sink *sink, um_err *err);

@@ -6,8 +6,9 @@
  * sequence's cache depends on whether its previous step finished a block, so such a batch keeps one
  * step in flight, plans each step from the applied state (decode_seq_plan: refresh = the whole
  * canvas, else the window rows with the slot) and replays a graph per shape. A batch of
- * block-diffusion sequences (LLaDA2, no cache) does the same: each forward ends at the sequence's
- * active block (decode_seq_plan's rows) with its attention block size (fwd_batch.block_len).
+ * block-diffusion sequences (LLaDA2) does the same: each forward ends at the sequence's active
+ * block (decode_seq_plan's rows) with its attention block size (fwd_batch.block_len); with the
+ * exact block cache a refresh's chunked prefill (decode_seq_prefill) runs before the step.
  *
  * Does not: choose commits or sample on the host (the backend's decode kernels via device_step do),
  * decide which sequences run (sched/). On a backend without BACKEND_CAP_DEVICE_DECODE nothing is
@@ -111,11 +112,11 @@ int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);
     /* block-causal models (LLaDA2) follow the block-diffusion rules (docs/decode.md "LLaDA2"): the
-     * device loop runs them without a KV cache (quota from the block length, LLaDA2's threshold
-     * rule, the padded canvas, host-planned forwards cut at the active block's end) for the decoders
-     * whose rule the kernel has; the exact block cache (chunked prefill, per-block re-run) stays on
-     * the host loop */
-    if (c.quota_len > 0 && (p->cache != DECODE_CACHE_NONE || !dev_bd_decoder_ok(p->decoder))) return 0;
+     * device loop runs them (quota from the block length, LLaDA2's threshold rule, the padded
+     * canvas, host-planned forwards cut at the active block's end; with a cache the exact block KV:
+     * the chunked prefill before the step, then the active block's rows) for the decoders whose rule
+     * the kernel has */
+    if (c.quota_len > 0 && !dev_bd_decoder_ok(p->decoder)) return 0;
     return dev_decoder_ok(p) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
            p->block_length <= DEVICE_MAX_B;
 }
@@ -342,7 +343,6 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
     for (int i = 0; i < n; i++) {
         CHECK(dd->slot[i] && !decode_seq_done(dd->slot[i]));   /* a finished one makes the set change */
         dd->plan[i] = decode_seq_plan(dd->slot[i], dd->ctx);
-        CHECK(dd->plan[i].prefill == 0);   /* cached block-diffusion sequences take the host loop */
         rows += dd->plan[i].wr - dd->plan[i].wl;
     }
     if (rows > dd->l_cap) {
@@ -394,7 +394,10 @@ static int dev_planned_step(decode_device *dd, const decode_sink *sink, um_err *
     device_step_layout lay;
     dev_plan_layout(dd, &lay);
     const uint64_t t0 = time_now_ns();
-    if (device_step_enqueue_planned(dd->cd, &lay, dd->graphs, err) != 0) {
+    /* block-diffusion refreshes: the prefix's chunked prefill fills the slots first (forwards
+     * without logits, not captured: a refresh happens once per sequence) */
+    if (decode_seq_prefill(dd->ctx, dd->slot, dd->plan, dd->n_slot, err) != 0 ||
+        device_step_enqueue_planned(dd->cd, &lay, dd->graphs, err) != 0) {
         dev_drop(dd);
         return -1;
     }

@@ -66,9 +66,9 @@ typedef void (*decode_device_step_fn)(void *user, double gpu_ms, int batch);
  * low_confidence / random / threshold / factor / origin, or maskgit_plus / topk_margin / entropy
  * without top_p / top_k, no CFG, no infill suffix, block_length <= 1024 (any KV cache mode: a batch
  * holding a cached sequence runs host-planned steps, one in flight). A block-causal model (LLaDA2,
- * the block-diffusion rules) only without a KV cache and with low_confidence / random / threshold:
- * host-planned steps whose forward ends at the active block. Everything else stays on
- * decode_step(). */
+ * the block-diffusion rules) with low_confidence / random / threshold: host-planned steps whose
+ * forward ends at the active block (with a cache: the exact block KV, its chunked prefill run before
+ * the step). Everything else stays on decode_step(). */
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s);
 /* 1 when ctx can run the device loop at all (device decode support, not tensor-parallel). */
 int decode_device_supported(const model_ctx *ctx);

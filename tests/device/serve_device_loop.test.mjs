@@ -8,8 +8,8 @@
 // nothing after it, and its batch-mates still match the host loop; CFG requests (not supported on
 // the device) still work next to device ones; the device server really ran the device loop and
 // replayed CUDA graphs (its debug log), the host one did not. LLaDA2 (llada2-tiny, block diffusion):
-// cache-free requests on the device loop (counted in device_loop) equal the host loop's, a request
-// with the exact block cache beside them takes the host loop on both servers.
+// requests with and without the exact block cache on the device loop (counted in device_loop) equal
+// the host loop's.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
@@ -314,9 +314,9 @@ describe('serve: device rows budget', { skip: NO_EMU }, () => {
 });
 
 // LLaDA2 (block diffusion) served: cache-free requests (both device-loop decoders, prompt tails in
-// the first block, gen lengths that leave padding) join each other on the device loop; one with the
-// exact block cache (the server default, dual) runs beside them on the host loop. Every text, usage
-// and commit equals a host-loop server's, and device_loop counts the cache-free requests' steps.
+// the first block, gen lengths that leave padding) and one with the exact block cache (the server
+// default, dual: chunked prefill, then the active block) join each other on the device loop. Every
+// text, usage and commit equals a host-loop server's, and device_loop counts their steps.
 describe('serve: LLaDA2 on the device loop', { skip: NO_EMU }, () => {
   let dev, host;
   before(async () => {
@@ -359,7 +359,7 @@ describe('serve: LLaDA2 on the device loop', { skip: NO_EMU }, () => {
     return out;
   };
 
-  test('same events as the host loop; device_loop counts the cache-free requests', async () => {
+  test('same events as the host loop; device_loop counts the LLaDA2 requests', async () => {
     const [a, b] = await Promise.all([run(dev), run(host)]);
     for (const [id] of L2) {
       assert.equal(a[id].done.finish_reason, b[id].done.finish_reason, `${id}: finish_reason`);
@@ -369,11 +369,13 @@ describe('serve: LLaDA2 on the device loop', { skip: NO_EMU }, () => {
     }
     const [D, H] = await Promise.all([settledStats(dev), settledStats(host)]);
     const d = D.device_loop;
-    // the three cache-free requests took every one of their steps on the device (host-planned,
-    // one in flight: each enqueued step applied); the cached one the host loop
-    const free = ['a', 'b', 'c'].reduce((n, id) => n + a[id].done.usage.steps, 0);
-    assert.ok(d.steps > 0 && d.steps_applied === d.steps && d.graph_replays > 0, JSON.stringify(d));
-    assert.ok(d.steps <= free && D.host_loop.steps >= a.kv.done.usage.steps, JSON.stringify(D));
+    // every request took every one of its steps on the device (host-planned, one in flight: each
+    // enqueued step applied; a batched step advances several requests). Graphs: these short requests
+    // change the batch's shape nearly every step (tests/device/test_device_loop.c checks replays)
+    const all = L2.reduce((n, [id]) => n + a[id].done.usage.steps, 0);
+    const longest = Math.max(...L2.map(([id]) => a[id].done.usage.steps));
+    assert.ok(d.steps >= longest && d.steps <= all && d.steps_applied === d.steps, JSON.stringify(d));
+    assert.equal(D.host_loop.steps, 0, `no host-loop step: ${JSON.stringify(D.host_loop)}`);
     assert.ok(d.forward_rows > 0 && d.lm_head_rows > 0, JSON.stringify(d));
     assert.equal(H.device_loop.steps, 0, 'the host server took no device steps');
   });

@@ -13,12 +13,17 @@
  * no cache slot left open afterwards. The identities run on the tiny LLaDA preset and again on
  * dream-tiny (shifted logits) and lladamoe-tiny (MoE layers on the device dispatch); on dream-tiny
  * also Dream's own decoders (origin, maskgit_plus, topk_margin, entropy; greedy, sampled, alg_temp).
+ * On llada2-tiny the block-diffusion rules (quota from the block length, LLaDA2's threshold rule,
+ * the padded canvas, forwards cut at the active block — counted —, EOS stop, the exact block cache
+ * with its chunked prefill into NaN-poisoned slots), alone and batched, against the host loop.
  *
  * Needs a binary linked with a CUDA-capable core (the emulated core library, or UNMASK_CUDA on a
  * GPU machine); device UNMASK_TEST_DEVICE (default cuda:0).
  */
+#include "backend/backend_decode.h"
 #include "decode/decode_device.h"
 #include "device_test.h"
+#include "model/model_kv.h"
 
 /* ---------------------------------------------------------------- cases */
 
@@ -638,19 +643,143 @@ static void test_llada2_eos(model_ctx *ctx, const int32_t *prompt, int n_prompt)
     TEST_CHECK(found, "llada2: a seed with an early EOS stop within 400");
 }
 
-/* What of LLaDA2 stays on the host loop: the exact block cache (any cache mode), and decoders
- * whose block-diffusion rule the kernel does not implement. */
+/* Opens n KV slots of rows[i] canvas rows, fills every layer's keys and values with all-ones bytes
+ * (a NaN in bf16 and f32) and closes them: the slots the next sequences of those lengths open (the
+ * allocator hands the same blocks back) hold NaN wherever nothing was written, so a step reading a
+ * row its prefill did not write poisons its logits instead of finding an earlier run's keys there
+ * (the host reference runs the same prompts on the same ctx first). */
+static void kv_poison(model_ctx *ctx, const int *rows, int n) {
+    const model_config *c = &ctx->m->cfg;
+    int ids[8];
+    CHECK(n <= 8);
+    for (int i = 0; i < n; i++) ids[i] = model_kv_open(ctx, rows[i]);
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = (size_t)rows[i] * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+                             dtype_size(backend_act_dtype(ctx->be));
+        unsigned char *ones = xmalloc(bytes);
+        memset(ones, 0xff, bytes);
+        for (int l = 0; l < c->n_layers; l++) {
+            void *k, *v;
+            model_kv_layer(ctx, ids[i], l, &k, &v);
+            backend_buf_set_async(ctx->be, k, ones, bytes);
+            backend_buf_set_async(ctx->be, v, ones, bytes);
+        }
+        backend_synchronize(ctx->be);
+        free(ones);
+    }
+    for (int i = 0; i < n; i++) model_kv_close(ctx, ids[i]);
+}
+
+/* The canvas length (KV slot rows) of a sequence of p on prompt. */
+static int canvas_rows(model_ctx *ctx, const decode_params *p, const int32_t *prompt, int n_prompt) {
+    stream st;
+    decode_seq *s = mk(ctx->m, p, prompt, n_prompt, &st);
+    int L = 0;
+    decode_seq_canvas(s, &L);
+    decode_seq_free(s);
+    stream_free(&st);
+    return L;
+}
+
+/* LLaDA2 with the exact block KV cache on the device loop (docs/decode.md "LLaDA2"): the refresh's
+ * chunked prefill (chunks of 4, 8, one forward, more than the prompt), then the active block's rows
+ * (the previous block's too on a block's first step) over the cache; a refresh interval and warm-up
+ * steps; every cache mode (all run the exact block cache). Each alone and all batched, joining at
+ * different iterations: stream == the host loop's, graphs replayed inside blocks of 4 steps or more,
+ * no slot left open. */
+static void test_llada2_cached(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
+    enum { N = 4 };
+    tcase c[N];
+    memset(c, 0, sizeof c);
+    const int np[N] = {10, 11, 9, 12};
+    for (int i = 0; i < N; i++) {
+        c[i].n_prompt = np[i] <= n_prompt ? np[i] : n_prompt;
+        memcpy(c[i].prompt, prompt, (size_t)c[i].n_prompt * sizeof(int32_t));
+    }
+    c[0].label = "llada2 dual, low_confidence B4 4/blk, chunks of 4";
+    c[0].p = bd_params(ctx->m, 4, 7, DECODER_LOW_CONFIDENCE, 0, 0, 0);
+    c[0].p.cache = DECODE_CACHE_DUAL;
+    c[0].p.steps_per_block = 4;
+    c[0].p.prefill_chunk = 4;
+    c[1].label = "llada2 prefix, threshold B8 4/blk, one prefill forward";
+    c[1].p = bd_params(ctx->m, 8, 13, DECODER_THRESHOLD, 0.015, 0, 0);
+    c[1].p.cache = DECODE_CACHE_PREFIX;
+    c[1].p.steps_per_block = 4;
+    c[1].p.prefill_chunk = 0;
+    c[2].label = "llada2 dual refresh every 2, threshold B4 T0.6, chunk 1000";
+    c[2].p = bd_params(ctx->m, 4, 10, DECODER_THRESHOLD, 0.01, 0.6, 51);
+    c[2].p.cache = DECODE_CACHE_DUAL;
+    c[2].p.steps_per_block = 3;
+    c[2].p.cache_refresh = 2;
+    c[2].p.prefill_chunk = 1000;
+    c[3].label = "llada2 vicinity warmup 2, random B4 3/blk, chunks of 8";
+    c[3].p = bd_params(ctx->m, 4, 9, DECODER_RANDOM, 0, 0.8, 52);
+    c[3].p.cache = DECODE_CACHE_VICINITY;
+    c[3].p.steps_per_block = 3;
+    c[3].p.warmup_steps = 2;
+    c[3].p.prefill_chunk = 8;
+    stream h[N], g[N];
+    for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
+    int rows[N];
+    for (int i = 0; i < N; i++) rows[i] = canvas_rows(ctx, &c[i].p, c[i].prompt, c[i].n_prompt);
+    for (int i = 0; i < N; i++) {
+        decode_device_stats ds;
+        kv_poison(ctx, &rows[i], 1);
+        run_device_alone(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, c[i].label, &g[i], &ds);
+        TEST_CHECK(streams_equal(c[i].label, &h[i], &g[i]), "%s alone: device stream == host stream", c[i].label);
+        /* a graph per window (its positions: block indices and key counts are baked in): a block's
+         * first step runs the previous block too, so a block replays from its 4th step */
+        const int replays = c[i].p.steps_per_block >= 4 && c[i].p.cache_refresh == 0;
+        TEST_CHECK(ds.steps_applied == ds.steps && (!replays || (ds.graph_replays >= 1 && ds.graph_captures >= 1)),
+                   "%s: graphs captured (%llu) and replayed (%llu) over %llu steps, each applied", c[i].label,
+                   (unsigned long long)ds.graph_captures, (unsigned long long)ds.graph_replays,
+                   (unsigned long long)ds.steps);
+        stream_free(&g[i]);
+    }
+    const int join_at[N] = {0, 1, 0, 3};
+    decode_seq *s[N];
+    for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
+    kv_poison(ctx, rows, N);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    decode_device *dd = decode_device_create(ctx, 1);
+    for (int it = 0; it < 2000; it++) {
+        decode_seq *set[N];
+        int n = 0, waiting = 0;
+        for (int i = 0; i < N; i++) {
+            if (it >= join_at[i] && !decode_seq_done(s[i])) set[n++] = s[i];
+            waiting += it < join_at[i];
+        }
+        if (n == 0 && !waiting && !decode_device_holding(dd)) break;
+        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
+    }
+    for (int i = 0; i < N; i++)
+        TEST_CHECK(decode_seq_done(s[i]) && streams_equal(c[i].label, &h[i], &g[i]),
+                   "%s batched: device stream == host alone", c[i].label);
+    model_kv_stats ks;
+    model_kv_get_stats(ctx, &ks);
+    TEST_CHECK(ks.slots == 0 && ks.bytes == 0 && ks.opened > 0, "llada2: no KV slot left open (%lld open, %llu opened)",
+               (long long)ks.slots, (unsigned long long)ks.opened);
+    decode_device_free(dd);
+    for (int i = 0; i < N; i++) {
+        decode_seq_free(s[i]);
+        stream_free(&h[i]);
+        stream_free(&g[i]);
+    }
+}
+
+/* LLaDA2 on the device loop with and without the exact block cache; decoders whose
+ * block-diffusion rule the kernel does not implement stay on the host loop. */
 static void test_llada2_eligibility(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     stream st;
     decode_params p = bd_params(ctx->m, 4, 8, DECODER_LOW_CONFIDENCE, 0, 0, 0);
-    decode_seq *s = mk(ctx->m, &p, prompt, n_prompt, &st);
-    TEST_CHECK(decode_device_eligible(ctx, s), "llada2, no cache: eligible");
-    decode_seq_free(s);
-    const enum decode_cache modes[3] = {DECODE_CACHE_PREFIX, DECODE_CACHE_DUAL, DECODE_CACHE_VICINITY};
-    for (int i = 0; i < 3; i++) {
+    decode_seq *s;
+    const enum decode_cache modes[4] = {DECODE_CACHE_NONE, DECODE_CACHE_PREFIX, DECODE_CACHE_DUAL,
+                                        DECODE_CACHE_VICINITY};
+    for (int i = 0; i < 4; i++) {
         p.cache = modes[i];
         s = mk(ctx->m, &p, prompt, n_prompt, &st);
-        TEST_CHECK(!decode_device_eligible(ctx, s), "llada2 with a KV cache (%d): host loop", (int)modes[i]);
+        TEST_CHECK(decode_device_eligible(ctx, s), "llada2, cache mode %d: eligible", (int)modes[i]);
         decode_seq_free(s);
     }
     p = bd_params(ctx->m, 4, 8, DECODER_FACTOR, 0.9, 0, 0);
@@ -718,6 +847,7 @@ int main(void) {
     test_llada2_alone(&ctx, fx.prompt, fx.n_prompt);
     test_llada2_batch(&ctx, fx.prompt, fx.n_prompt);
     test_llada2_eos(&ctx, fx.prompt, fx.n_prompt);
+    test_llada2_cached(&ctx, fx.prompt, fx.n_prompt);
     close_ctx(&fx, &ctx);
     return test_report();
 }

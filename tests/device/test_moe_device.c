@@ -3,8 +3,7 @@
  * BACKEND_CAP_MOE: kernels/moe.cu), on lladamoe-tiny (softmax router) and llada2-tiny (grouped
  * sigmoid router, shared expert, block-causal):
  *   - every MoE layer took the device dispatch (ctx.host_sync == 0) and LLaDA-MoE sequences are
- *     eligible for the device-resident loop (LLaDA2 too without a KV cache; with its exact block
- *     cache it stays on the host loop);
+ *     eligible for the device-resident loop (LLaDA2 too: block diffusion, tests/device/test_device_loop);
  *   - a whole forward (model_forward_dev) is captured into a graph: a device->host copy or a stream
  *     synchronisation inside the MoE layers aborts the capture (act_to_host refuses it, the runtime
  *     invalidates it), so passing proves none happens; the replayed logits equal a direct forward's
@@ -93,14 +92,6 @@ static void test_family(const char *preset, int B) {
     TEST_CHECK(decode_device_eligible(&ctx, s), "%s: eligible for the device-resident loop", preset);
     decode_seq_free(s);
     stream_free(&st);
-    if (B) {   /* block diffusion with the exact block KV cache: the host loop */
-        p.cache = DECODE_CACHE_DUAL;
-        s = mk(ctx.m, &p, fx.prompt, fx.n_prompt, &st);
-        TEST_CHECK(!decode_device_eligible(&ctx, s), "%s: block-causal with a KV cache, host loop", preset);
-        decode_seq_free(s);
-        stream_free(&st);
-        p.cache = DECODE_CACHE_NONE;
-    }
 
     int32_t toks[T_MAX], other[T_MAX];
     const int n = 20;

@@ -15,9 +15,8 @@
 #     host loop before the device dispatch existed;
 #   - bench --device cuda:0 (the decode-step bench: forward + sample + commit captured into one CUDA
 #     graph) runs on lladamoe-tiny;
-#   - bench --decode on llada2-tiny: without a KV cache the device loop runs its steps (graphs
-#     captured and replayed); with the exact block cache (dual: the host loop, which
-#     tests/device/test_device_loop and test_moe_device check by eligibility) it still decodes.
+#   - bench --decode on llada2-tiny: the device loop runs its steps without a KV cache (graphs
+#     captured and replayed) and with the exact block cache (dual).
 set -u
 BIN="${UNMASK_EMU_BIN:?UNMASK_EMU_BIN not set (build with UNMASK_CUDA_EMU=ON)}"
 PY=/usr/bin/python3
@@ -152,11 +151,11 @@ if "$BIN" bench --decode --device cuda:0 --model "$TMP/l2" --batch 2 --gen 16 --
 else
     bad "bench --decode llada2-tiny: device loop not used: $(tail -n 4 "$TMP/bench2.out" "$TMP/bench2.err")"
 fi
-# ...and the exact block cache (the host loop) beside it still decodes (the untimed warm-up run,
-# cache-free, takes the device loop, so the device step count says nothing here)
+# ...and with the exact block cache (chunked prefill, then the active block's rows)
 if "$BIN" bench --decode --device cuda:0 --model "$TMP/l2" --batch 2 --gen 16 --block 8 --prompt 6 \
     --decoders low_confidence --cache dual > "$TMP/bench3.out" 2> "$TMP/bench3.err" &&
-    [ "$(grep -cE '^low_confidence +dual +2 ' "$TMP/bench3.out")" = 1 ]; then
+    [ "$(grep -cE '^low_confidence +dual +2 ' "$TMP/bench3.out")" = 1 ] &&
+    grep -qE '^device loop: [1-9][0-9]* steps' "$TMP/bench3.out"; then
     ok
 else
     bad "bench --decode llada2-tiny --cache dual: $(tail -n 4 "$TMP/bench3.out" "$TMP/bench3.err")"
