@@ -12,7 +12,8 @@
 // Gumbel-max sample over the candidates. Noise: util/rng.h ported bit for bit.
 // k_commit / k_begin: one block per sequence; decode/decoders.c's rules (low_confidence, random,
 // threshold, factor; Dream's origin, maskgit_plus, topk_margin, entropy with its step schedule and
-// alg_temp) on the active block, commit into the packed canvas, block advance and EOS stop,
+// alg_temp; the block-diffusion quota from the block length and LLaDA2's threshold rule) on the
+// active block, commit into the packed canvas, block advance and EOS stop,
 // the step record, and the next step's sample jobs + LM-head rows.
 // Does not: allocate, synchronise. Launched on the backend's stream.
 #include <cuda_bf16.h>
@@ -710,16 +711,26 @@ __global__ void __launch_bounds__(CT) k_commit(umk_seq_state *st, int B, umk_voc
     __syncthreads();
     for (int j = threadIdx.x; j < nb; j += blockDim.x)
         if (rank[j] >= 0) sorted[rank[j]] = score[j];
+    __syncthreads();   // sorted[] complete (the block-diffusion threshold rule reads it below)
     if (threadIdx.x == 0) {
         int n = 0;
         for (int j = 0; j < nb; j++) n += rank[j] >= 0;
         int k = 0, tm = 0;
         if (S.decoder == UMK_DEC_LOW_CONFIDENCE || S.decoder == UMK_DEC_RANDOM) {
+            // the quota of the masks when the block began, or (block diffusion) of the block length
             const int sb = S.block_steps > 0 ? S.block_steps : 1;
-            k = quota(S.m0, sb, S.step_in_block);
+            k = quota(S.quota_len > 0 ? S.quota_len : S.m0, sb, S.step_in_block);
             if (S.step_in_block >= sb - 1) k = n;
             if (k < 1) k = 1;
             if (k > n) k = n;
+        } else if (S.decoder == UMK_DEC_THRESHOLD && S.quota_len > 0) {
+            // block diffusion (decoders.c threshold_choose): every masked offset with conf > tau
+            // (a prefix of the ranks) when at least the block-length quota clear it, else the quota
+            const int q0 = quota(S.quota_len, S.block_steps > 0 ? S.block_steps : 1, S.step_in_block);
+            const int q = q0 < 1 ? 1 : q0;
+            int above = 0;
+            while (above < n && sorted[above] > S.threshold) above++;
+            k = above >= q ? above : (q < n ? q : n);
         } else if (S.decoder == UMK_DEC_THRESHOLD) {
             tm = 1;   // commit = rank 0 or conf >= threshold
         } else if (S.decoder == UMK_DEC_ORIGIN) {

@@ -79,6 +79,11 @@ typedef struct umk_seq_state {
     uint64_t seed;         /* random decoder scores; Dream's origin draws and alg_temp noise */
     double  eps;           /* Dream decoders: the schedule's final timestep */
     double  alg_temp;      /* Dream confidence decoders: > 0 Gumbel top-k selection */
+    int32_t quota_len;     /* block-diffusion rules (LLaDA2): > 0 = a fixed-step quota comes from this
+                              length (the block length: quota(quota_len, block_steps, step_in_block)),
+                              not from m0, and the threshold decoder commits every masked position
+                              with conf > threshold when at least that quota clear it, else the
+                              quota's most confident; 0 = the ordinary rules */
 } umk_seq_state;
 
 /* The step record of one sequence (fixed size for a block length B; see umk_event_bytes):

@@ -921,6 +921,8 @@ void decode_seq_cursor_get(const decode_seq *s, decode_seq_cursor *c) {
     c->blk_hi = s->blk_hi;
     c->blk_steps = s->blk_steps;
     c->gen_end = s->n_prompt + s->G;
+    c->blocks_end = s->L - s->n_suffix;
+    c->quota_len = s->bd ? s->p.block_length : 0;
     c->n_suffix = s->n_suffix;
     c->step = s->step;
     c->step_in_block = s->block_begun ? s->step_in_block : 0;
@@ -1132,10 +1134,10 @@ static int step_forward(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
  * chunk — round r batches chunk r of every sequence that still has one. Exact: a chunk's rows
  * attend to the keys of their own and earlier blocks only (block-causal), all in the slot by then,
  * so no forward ever needs the whole prompt's attention or activations at once. 0, or -1 + err. */
-static int step_prefill(model_ctx *ctx, decode_seq **seqs, int n, const step_layout *ly, um_err *err) {
+int decode_seq_prefill(model_ctx *ctx, decode_seq **seqs, const decode_step_plan *plan, int n, um_err *err) {
     int n_fseq = 0, n_tok = 0;   /* the most one round can hold */
     for (int i = 0; i < n; i++)
-        if (!seqs[i]->done && ly->plan[i].prefill > 0) {
+        if (!seqs[i]->done && plan[i].prefill > 0) {
             const int f = seqs[i]->p.cfg_scale > 0 ? 2 : 1;
             n_fseq += f;
             n_tok += f * bd_prefill_rows(seqs[i]);
@@ -1151,16 +1153,16 @@ static int step_prefill(model_ctx *ctx, decode_seq **seqs, int n, const step_lay
         seq_start[0] = 0;
         for (int i = 0; i < n; i++) {
             const decode_seq *s = seqs[i];
-            if (s->done || ly->plan[i].prefill <= 0) continue;
+            if (s->done || plan[i].prefill <= 0) continue;
             const int C = bd_prefill_rows(s), r0 = round * C;
-            if (r0 >= ly->plan[i].prefill) continue;
-            const int r1 = r0 + C < ly->plan[i].prefill ? r0 + C : ly->plan[i].prefill;
+            if (r0 >= plan[i].prefill) continue;
+            const int r1 = r0 + C < plan[i].prefill ? r0 + C : plan[i].prefill;
             for (int c = 0; c <= (s->p.cfg_scale > 0); c++) {   /* the canvas, then CFG's (prompt masked) */
                 for (int p = r0; p < r1; p++, tk++) {
                     tokens[tk] = c && p < s->n_prompt ? s->mask_id : s->x[p];
                     pos[tk] = p;
                 }
-                kv[fs] = ly->plan[i].slot[c];
+                kv[fs] = plan[i].slot[c];
                 block_len[fs] = s->p.block_length;
                 seq_start[++fs] = tk;
             }
@@ -1268,7 +1270,7 @@ int decode_step(model_ctx *ctx, decode_seq **seqs, int n, const decode_sink *sin
     step_layout_rows(&ly, seqs, n);
     uint64_t t0;
     const uint64_t t_prefill = time_now_ns();   /* a prefill is part of the step's forward time */
-    if (decode_forward_fault(seqs, n, 0, err) != 0 || step_prefill(ctx, seqs, n, &ly, err) != 0 ||
+    if (decode_forward_fault(seqs, n, 0, err) != 0 || decode_seq_prefill(ctx, seqs, ly.plan, n, err) != 0 ||
         step_forward(ctx, seqs, n, &ly, &t0, err) != 0) {
         step_layout_free(&ly);
         return -1;

@@ -288,6 +288,11 @@ typedef struct decode_seq_cursor {
     const int32_t *blk_lo, *blk_hi;  /* [n_blocks] absolute bounds of each block */
     const int32_t *blk_steps;        /* [n_blocks] fixed-step decoders' step budget per block, else 0s */
     int            gen_end;          /* n_prompt + gen_length: the generated region ends here */
+    int            blocks_end;       /* the last block ends here: gen_end, or under the block-diffusion
+                                        rules (LLaDA2) the canvas padded to whole blocks, whose positions
+                                        past gen_end are decoded but never reported */
+    int            quota_len;        /* block-diffusion rules: fixed-step quotas (and LLaDA2's threshold
+                                        rule) come from this block length; 0 = the ordinary rules */
     int            n_suffix;         /* infill suffix tokens after gen_end */
     int            step;             /* steps taken (the rng stream of the next step) */
     int            step_in_block;    /* steps taken in the active block */
@@ -317,6 +322,11 @@ typedef struct decode_step_plan {
 } decode_step_plan;
 decode_step_plan decode_seq_plan(decode_seq *s, model_ctx *ctx);
 void             decode_seq_plan_ran(decode_seq *s, const decode_step_plan *pl);
+/* The block-diffusion prefill of the sequences whose plan (plan[i], from decode_seq_plan) has one:
+ * rows [0, prefill) through forwards of at most prefill_chunk rows that only fill their KV slots,
+ * before the step's own forward (decode_step, and the device loop's planned steps). Done sequences
+ * are skipped. 0, or -1 + err when a forward failed. */
+int              decode_seq_prefill(model_ctx *ctx, decode_seq **seqs, const decode_step_plan *plan, int n, um_err *err);
 
 /* Loop decode_step() on one sequence until it is done. */
 int decode_generate(model_ctx *ctx, decode_seq *s, const decode_sink *sink, um_err *err);

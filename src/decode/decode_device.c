@@ -5,7 +5,10 @@
  * cache runs host-planned steps instead (device_step_enqueue_planned): whether a step refreshes a
  * sequence's cache depends on whether its previous step finished a block, so such a batch keeps one
  * step in flight, plans each step from the applied state (decode_seq_plan: refresh = the whole
- * canvas, else the window rows with the slot) and replays a graph per shape.
+ * canvas, else the window rows with the slot) and replays a graph per shape. A batch of
+ * block-diffusion sequences (LLaDA2) does the same: each forward ends at the sequence's active
+ * block (decode_seq_plan's rows) with its attention block size (fwd_batch.block_len); with the
+ * exact block cache a refresh's chunked prefill (decode_seq_prefill) runs before the step.
  *
  * Does not: choose commits or sample on the host (the backend's decode kernels via device_step do),
  * decide which sequences run (sched/). On a backend without BACKEND_CAP_DEVICE_DECODE nothing is
@@ -46,9 +49,13 @@ struct decode_device {
     int          row_cap;             /* >= the largest B built so far */
     unsigned char *gone;              /* [cap_slot] why slot[i] became NULL: GONE_* */
     device_step_stats seen_launch;    /* cd's launch counters after the previous step */
-    int          planned;             /* 1: a sequence of the batch has a KV cache: host-planned steps */
+    int          planned;             /* 1: a sequence of the batch has a KV cache or runs the
+                                         block-diffusion rules: host-planned steps */
+    int          any_bd;              /* 1: a sequence of the batch runs the block-diffusion rules: the
+                                         forward gets each sequence's attention block (l_blk) */
     decode_step_plan *plan;           /* [cap_slot] each sequence's plan of the step in flight */
     int32_t     *l_start, *l_kv;      /* [cap_slot+1], [cap_slot] the planned step's layout (scratch) */
+    int32_t     *l_blk;               /* [cap_slot] block-causal attention block per sequence (0: none) */
     int32_t     *l_tok, *l_pos;       /* [l_cap] */
     int32_t     *l_out;               /* [cap_slot * B] */
     int          l_cap, l_out_cap;
@@ -77,8 +84,17 @@ static int dev_decoder_ok(const decode_params *p) {
     }
 }
 
-/* Decoders with a per-block step budget (decode.c plan_steps): the device reads blk_steps. */
-static int dev_fixed_steps(enum decode_decoder d) { return (decoder_get(d)->flags & DECODER_F_FIXED_STEPS) != 0; }
+/* The decoders whose block-diffusion rule (decoders.c: the quota from the block length; LLaDA2's
+ * threshold rule) kernels/decode.cu implements. */
+static int dev_bd_decoder_ok(enum decode_decoder d) {
+    return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD;
+}
+
+/* Decoders with a per-block step budget (decode.c plan_steps): the device reads blk_steps. Under
+ * the block-diffusion rules (quota_len > 0) the threshold decoder has one too (its quota). */
+static int dev_fixed_steps(enum decode_decoder d, int quota_len) {
+    return (decoder_get(d)->flags & DECODER_F_FIXED_STEPS) != 0 || (quota_len > 0 && d == DECODER_THRESHOLD);
+}
 
 int decode_device_supported(const model_ctx *ctx) {
     /* tensor parallel (a sharded rank, or the leader of a group: its forward broadcasts the batch
@@ -90,14 +106,17 @@ int decode_device_supported(const model_ctx *ctx) {
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s) {
     if (!decode_device_supported(ctx) || s == NULL) return 0;
     /* a forward that waits for the host (MoE layers routed on the host: a backend without the
-     * device dispatch, or a shape its kernels do not take) cannot run in a device step; block-causal
-     * models (LLaDA2) follow the block-diffusion rules (step quota from the block length, the canvas
-     * padded to whole blocks, the forward cut at the active block, the exact block cache) that only
-     * the host loop implements (docs/decode.md) */
-    if (ctx->host_sync || ctx->m->cfg.block_causal > 0) return 0;
+     * device dispatch, or a shape its kernels do not take) cannot run in a device step */
+    if (ctx->host_sync) return 0;
     const decode_params *p = decode_seq_params(s);
     decode_seq_cursor c;
     decode_seq_cursor_get(s, &c);
+    /* block-causal models (LLaDA2) follow the block-diffusion rules (docs/decode.md "LLaDA2"): the
+     * device loop runs them (quota from the block length, LLaDA2's threshold rule, the padded
+     * canvas, host-planned forwards cut at the active block's end; with a cache the exact block KV:
+     * the chunked prefill before the step, then the active block's rows) for the decoders whose rule
+     * the kernel has */
+    if (c.quota_len > 0 && !dev_bd_decoder_ok(p->decoder)) return 0;
     return dev_decoder_ok(p) && p->cfg_scale == 0 && c.n_suffix == 0 && p->block_length >= 1 &&
            p->block_length <= DEVICE_MAX_B;
 }
@@ -137,6 +156,7 @@ void decode_device_free(decode_device *dd) {
     free(dd->plan);
     free(dd->l_start);
     free(dd->l_kv);
+    free(dd->l_blk);
     free(dd->l_tok);
     free(dd->l_pos);
     free(dd->l_out);
@@ -152,7 +172,7 @@ void decode_device_stats_add_delta(decode_device_stats *sum, const decode_device
 #define ADD(f) sum->f += now->f - seen->f
     ADD(steps), ADD(steps_overlapped), ADD(rebuilds), ADD(rebuild_join), ADD(rebuild_leave), ADD(rebuild_cancel);
     ADD(rebuild_ineligible), ADD(graph_captures), ADD(graph_replays), ADD(graph_stale), ADD(records);
-    ADD(lm_rows), ADD(lm_rows_masked), ADD(steps_applied), ADD(step_ms_total);
+    ADD(lm_rows), ADD(lm_rows_masked), ADD(fwd_rows), ADD(steps_applied), ADD(step_ms_total);
 #undef ADD
 }
 
@@ -249,9 +269,10 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         q[i].len = len;
         q[i].lo = c.blk_lo[c.block];
         q[i].hi = c.blk_hi[c.block];
-        q[i].gen_end = c.gen_end;
+        q[i].gen_end = c.blocks_end;   /* block diffusion: past gen_end, to the padded canvas's end */
+        q[i].quota_len = c.quota_len;
         q[i].n_blocks = c.n_blocks - c.block;
-        q[i].blk_steps = dev_fixed_steps(p->decoder) ? c.blk_steps + c.block : NULL;
+        q[i].blk_steps = dev_fixed_steps(p->decoder, c.quota_len) ? c.blk_steps + c.block : NULL;
         q[i].block_steps = 1;
         q[i].decoder = (int)p->decoder;
         q[i].threshold = p->threshold;
@@ -282,9 +303,18 @@ static int dev_build(decode_device *dd, decode_seq **seqs, int n, um_err *err) {
         dd->plan = xrealloc(dd->plan, (size_t)n * sizeof *dd->plan);
         dd->l_start = xrealloc(dd->l_start, (size_t)(n + 1) * sizeof *dd->l_start);
         dd->l_kv = xrealloc(dd->l_kv, (size_t)n * sizeof *dd->l_kv);
+        dd->l_blk = xrealloc(dd->l_blk, (size_t)n * sizeof *dd->l_blk);
     }
+    /* host-planned steps: a KV cache, or the block-diffusion rules (each step's forward ends at the
+     * sequence's active block: the host knows where once the step before is applied) */
     dd->planned = 0;
-    for (int i = 0; i < n; i++) dd->planned |= decode_seq_params(seqs[i])->cache != DECODE_CACHE_NONE;
+    dd->any_bd = 0;
+    for (int i = 0; i < n; i++) {
+        decode_seq_cursor c;
+        decode_seq_cursor_get(seqs[i], &c);
+        dd->planned |= decode_seq_params(seqs[i])->cache != DECODE_CACHE_NONE || c.quota_len > 0;
+        dd->any_bd |= c.quota_len > 0;
+    }
     memcpy(dd->slot, seqs, (size_t)n * sizeof *seqs);
     memset(dd->gone, GONE_NOT, (size_t)n);
     if (B > dd->row_cap) {
@@ -313,7 +343,6 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
     for (int i = 0; i < n; i++) {
         CHECK(dd->slot[i] && !decode_seq_done(dd->slot[i]));   /* a finished one makes the set change */
         dd->plan[i] = decode_seq_plan(dd->slot[i], dd->ctx);
-        CHECK(dd->plan[i].prefill == 0);   /* block-diffusion sequences take the host loop */
         rows += dd->plan[i].wr - dd->plan[i].wl;
     }
     if (rows > dd->l_cap) {
@@ -336,6 +365,7 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
         dd->l_start[i + 1] = r0 + w;
         decode_seq_cursor c;
         decode_seq_cursor_get(dd->slot[i], &c);
+        dd->l_blk[i] = c.quota_len > 0 ? decode_seq_params(dd->slot[i])->block_length : 0;
         const int lo = c.blk_lo[c.block];
         for (int j = 0; j < B; j++) {   /* offsets past the block: any row of the sequence (unused) */
             int p = decode_seq_logit_row(dd->slot[i], lo + j < pl->wr ? lo + j : pl->wr - 1);
@@ -343,12 +373,14 @@ static void dev_plan_layout(decode_device *dd, device_step_layout *lay) {
         }
     }
     *lay = (device_step_layout){.seq_start = dd->l_start, .tokens = dd->l_tok, .pos = dd->l_pos, .kv = dd->l_kv,
-                                .out_rows = dd->l_out};
+                                .out_rows = dd->l_out, .block_len = dd->any_bd ? dd->l_blk : NULL};
 }
 
-/* Counts a step enqueued at t0 (ring slot, batch and total steps); *cs: the device step's counters now. */
-static void dev_enqueued(decode_device *dd, uint64_t t0, device_step_stats *cs) {
+/* Counts a step enqueued at t0 whose forward ran `rows` canvas rows (ring slot, batch and total
+ * steps); *cs: the device step's counters now. */
+static void dev_enqueued(decode_device *dd, uint64_t t0, int rows, device_step_stats *cs) {
     dd->t_enq[dd->produced % DEVICE_RING] = t0;
+    dd->st.fwd_rows += (uint64_t)rows;
     dd->produced++;
     dd->batch_steps++;
     dd->st.steps++;
@@ -362,12 +394,15 @@ static int dev_planned_step(decode_device *dd, const decode_sink *sink, um_err *
     device_step_layout lay;
     dev_plan_layout(dd, &lay);
     const uint64_t t0 = time_now_ns();
-    if (device_step_enqueue_planned(dd->cd, &lay, dd->graphs, err) != 0) {
+    /* block-diffusion refreshes: the prefix's chunked prefill fills the slots first (forwards
+     * without logits, not captured: a refresh happens once per sequence) */
+    if (decode_seq_prefill(dd->ctx, dd->slot, dd->plan, dd->n_slot, err) != 0 ||
+        device_step_enqueue_planned(dd->cd, &lay, dd->graphs, err) != 0) {
         dev_drop(dd);
         return -1;
     }
     device_step_stats cs;
-    dev_enqueued(dd, t0, &cs);
+    dev_enqueued(dd, t0, lay.seq_start[dd->n_slot], &cs);
     dd->st.graph_replays += cs.graph_launches - dd->seen_launch.graph_launches;
     dd->st.graph_captures += cs.captures - dd->seen_launch.captures;
     if (cs.captures > dd->seen_launch.captures)
@@ -488,7 +523,7 @@ int decode_device_step(decode_device *dd, decode_seq **seqs, int n, const decode
         return -1;
     }
     device_step_stats cs;
-    dev_enqueued(dd, t0, &cs);
+    dev_enqueued(dd, t0, device_step_batch(dd->cd)->seq_start[dd->n_slot], &cs);
     if (cs.graph_launches > dd->seen_launch.graph_launches) dd->st.graph_replays++;
     if (cs.stale_graphs > dd->seen_launch.stale_graphs) dd->st.graph_stale++;
     dd->seen_launch = cs;

@@ -6,8 +6,8 @@
  * asynchronously, graphs for a stable batch) and turns the records into the SAME events as
  * decode_step() through decode_seq_apply().
  *
- * Pipelining: up to two steps are in flight (one for a batch with a KV-cached sequence: host-planned
- * steps, device_step_enqueue_planned) — step k+1 is enqueued before step k's records are
+ * Pipelining: up to two steps are in flight (one for a batch with a KV-cached or block-diffusion
+ * sequence: host-planned steps, device_step_enqueue_planned) — step k+1 is enqueued before step k's records are
  * applied — so events come one step behind the device. Whenever the set of sequences changes (one
  * joins, finishes, is cancelled) the runner drains what is pending (applying it, except to
  * sequences that are done meanwhile: a cancelled sequence gets nothing after its DONE) and
@@ -49,6 +49,9 @@ typedef struct decode_device_stats {
                                  position of each active block, fixed shapes for the graph) */
     uint64_t lm_rows_masked;  /* of those, rows still masked before the step (the ones a
                                  masked-only LM head would need) */
+    uint64_t fwd_rows;        /* canvas rows the enqueued steps' forwards ran (every sequence's whole
+                                 canvas; a KV-cached step its window; block diffusion up to the end
+                                 of the active block) */
     uint64_t steps_applied;   /* device steps whose records were applied */
     double   step_ms_total;   /* GPU time of those steps (device_step_gpu_ms), summed */
 } decode_device_stats;
@@ -59,10 +62,13 @@ typedef struct decode_device_stats {
 typedef void (*decode_device_step_fn)(void *user, double gpu_ms, int batch);
 
 /* 1 when the device loop can run sequence s on ctx: device decode support, not tensor-parallel
- * (ctx->shard.world <= 1), decoder low_confidence / random / threshold / factor / origin, or
- * maskgit_plus / topk_margin / entropy without top_p / top_k, no CFG, no infill
- * suffix, block_length <= 1024 (any KV cache mode: a batch holding a cached sequence runs host-planned
- * steps, one in flight). Everything else stays on decode_step(). */
+ * (ctx->shard.world <= 1), a forward that never waits for the host (ctx->host_sync 0), decoder
+ * low_confidence / random / threshold / factor / origin, or maskgit_plus / topk_margin / entropy
+ * without top_p / top_k, no CFG, no infill suffix, block_length <= 1024 (any KV cache mode: a batch
+ * holding a cached sequence runs host-planned steps, one in flight). A block-causal model (LLaDA2,
+ * the block-diffusion rules) with low_confidence / random / threshold: host-planned steps whose
+ * forward ends at the active block (with a cache: the exact block KV, its chunked prefill run before
+ * the step). Everything else stays on decode_step(). */
 int decode_device_eligible(const model_ctx *ctx, const decode_seq *s);
 /* 1 when ctx can run the device loop at all (device decode support, not tensor-parallel). */
 int decode_device_supported(const model_ctx *ctx);

@@ -28,9 +28,14 @@ _Static_assert((int)DECODER_LOW_CONFIDENCE == (int)UMK_DEC_LOW_CONFIDENCE && (in
 
 #define PLAN_GRAPHS 4   /* graphs kept per batch for host-planned steps, one per shape */
 
-/* A graph of one host-planned shape: rows per sequence and which sequences have a KV slot. */
+/* A graph of one host-planned shape: rows per sequence, which sequences have a KV slot and, with
+ * block-causal attention, each one's attention block and first position (the forward derives the
+ * rows' block indices and a slot's key count from the positions on the host, so they are baked into
+ * a graph: rows of a planned step are consecutive positions, so the first one fixes them). */
 typedef struct plan_graph {
-    int32_t       *sig;       /* [2 * n_seqs + 1]: seq_start, then kv != 0 per sequence; NULL = unused */
+    int32_t       *sig;       /* [4 * n_seqs + 1]: seq_start, then kv != 0, then the attention block
+                                 and the first row's position per sequence (both 0 without
+                                 fwd_batch.block_len); NULL = unused */
     backend_graph *g;         /* NULL: seen once, not captured yet */
     long           used;      /* step that last used it (LRU) */
 } plan_graph;
@@ -78,6 +83,7 @@ struct device_step {
     int32_t        *h_ftok, *h_fpos;   /* [n_tok] pinned */
     int32_t        *h_fout;            /* [n_seqs*B] pinned, copied to d_out_rows */
     int32_t        *h_fstart, *h_fkv;  /* [n_seqs+1], [n_seqs] (staged by the ops, or baked into graphs) */
+    int32_t        *h_fblk;            /* [n_seqs] attention blocks (fwd_batch.block_len), likewise */
     fwd_batch       fbatch;
     plan_graph      pg[PLAN_GRAPHS];
 
@@ -176,6 +182,7 @@ static void seq_state_of(const device_step_seq *q, int row0, int block_len, int 
     st->seed = q->seed;
     st->eps = q->eps;
     st->alg_temp = q->alg_temp;
+    st->quota_len = q->quota_len;
     cf->dream_score = q->decoder >= (int)DECODER_MASKGIT_PLUS ? q->decoder : 0;
     cf->temperature = q->temperature;
     cf->top_p = q->top_p;
@@ -279,6 +286,7 @@ void device_step_free(device_step *cd) {
         if (pinned[i]) backend_host_free(be, pinned[i]);
     free(cd->h_fstart);
     free(cd->h_fkv);
+    free(cd->h_fblk);
     for (int i = 0; i < cd->ring; i++) {
         backend_event_free(be, cd->ring_ev[i]);
         backend_event_free(be, cd->ring_ev0[i]);
@@ -380,15 +388,20 @@ static void plan_alloc(device_step *cd) {
     cd->h_fout = backend_host_alloc(cd->be, out);
     cd->h_fstart = xmalloc((size_t)(cd->n_seqs + 1) * sizeof *cd->h_fstart);
     cd->h_fkv = xmalloc((size_t)cd->n_seqs * sizeof *cd->h_fkv);
+    cd->h_fblk = xmalloc((size_t)cd->n_seqs * sizeof *cd->h_fblk);
 }
 
 /* The kept graph entry of this step's shape (h_fstart / h_fkv), or a fresh one (evicting the least
  * recently used). *fresh = 1 when the shape was not kept. */
 static plan_graph *plan_graph_of(device_step *cd, int *fresh) {
-    const int n = cd->n_seqs, len = 2 * n + 1;
+    const int n = cd->n_seqs, len = 4 * n + 1, blk = cd->fbatch.block_len != NULL;
     int32_t *sig = xmalloc((size_t)len * sizeof *sig);
     memcpy(sig, cd->h_fstart, (size_t)(n + 1) * sizeof *sig);
-    for (int s = 0; s < n; s++) sig[n + 1 + s] = cd->h_fkv[s] != 0;
+    for (int s = 0; s < n; s++) {
+        sig[n + 1 + s] = cd->h_fkv[s] != 0;
+        sig[2 * n + 1 + s] = blk ? cd->h_fblk[s] : 0;
+        sig[3 * n + 1 + s] = blk && cd->h_fstart[s + 1] > cd->h_fstart[s] ? cd->h_fpos[cd->h_fstart[s]] : 0;
+    }
     plan_graph *lru = &cd->pg[0];
     for (int i = 0; i < PLAN_GRAPHS; i++) {
         plan_graph *e = &cd->pg[i];
@@ -420,8 +433,10 @@ int device_step_enqueue_planned(device_step *cd, const device_step_layout *lay, 
     memcpy(cd->h_ftok, lay->tokens, (size_t)rows * sizeof(int32_t));
     memcpy(cd->h_fpos, lay->pos, (size_t)rows * sizeof(int32_t));
     memcpy(cd->h_fout, lay->out_rows, (size_t)n * (size_t)B * sizeof(int32_t));
+    if (lay->block_len) memcpy(cd->h_fblk, lay->block_len, (size_t)n * sizeof *cd->h_fblk);
     cd->fbatch = (fwd_batch){.n_seqs = n, .seq_start = cd->h_fstart, .tokens = cd->h_ftok, .pos = cd->h_fpos,
-                             .n_out = n * B, .out_rows = cd->h_fout, .kv = cd->h_fkv};
+                             .n_out = n * B, .out_rows = cd->h_fout, .kv = cd->h_fkv,
+                             .block_len = lay->block_len ? cd->h_fblk : NULL};
     /* after the previous step's commit (which wrote full-canvas LM-head rows): this step's rows */
     backend_buf_set_async(be, cd->d_ftok, cd->h_ftok, (size_t)rows * sizeof(int32_t));
     backend_buf_set_async(be, cd->d_fpos, cd->h_fpos, (size_t)rows * sizeof(int32_t));

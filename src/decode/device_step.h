@@ -11,8 +11,9 @@
  * replayed. The host polls the ring (backend_event_query) and turns records into decode events
  * one or more steps behind the device.
  *
- * Host-planned steps (KV caches, device_step_enqueue_planned): the caller chooses each step's
- * forward rows (a sequence's whole canvas, or a window of it with its KV slot) and the LM-head row
+ * Host-planned steps (KV caches; block diffusion's forwards cut at the active block;
+ * device_step_enqueue_planned): the caller chooses each step's forward rows (a sequence's whole
+ * canvas, a window of it with its KV slot, or the canvas up to its active block) and the LM-head row
  * of each block position; the arrays are copied to device buffers the forward reads, so a graph
  * captured for one shape of rows replays for every step of that shape (a few shapes are kept: the
  * block-rows-only step is the common one). Sampling and commits stay on the device as above.
@@ -40,6 +41,10 @@ typedef struct device_step_seq {
     int            len;
     int            lo, hi;        /* first block [lo, hi) (absolute positions) */
     int            gen_end;       /* blocks end here (normally len) */
+    int            quota_len;     /* block-diffusion rules (LLaDA2): > 0 = fixed-step quotas come from
+                                     this length (the block length), not from the block's masks, and
+                                     the threshold decoder takes LLaDA2's rule (docs/decode.md);
+                                     0 = the ordinary rules */
     int            block_steps;   /* fixed-step decoders: steps per block (when blk_steps is NULL) */
     const int32_t *blk_steps;     /* or [n_blocks] steps of each block from [lo, hi) on (decode.c's
                                      plan), copied; NULL: block_steps for every block */
@@ -125,15 +130,18 @@ double device_step_gpu_ms(const device_step *cd);
 typedef struct device_step_layout {
     const int32_t *seq_start;  /* [n_seqs+1] forward rows of each sequence of the batch */
     const int32_t *tokens;     /* [seq_start[n_seqs]] their tokens */
-    const int32_t *pos;        /* [seq_start[n_seqs]] their absolute positions */
+    const int32_t *pos;        /* [seq_start[n_seqs]] their absolute positions (consecutive within a
+                                  sequence: a window of its canvas) */
     const int32_t *kv;         /* [n_seqs] KV slot of each sequence (model_kv_open), 0 = none */
     const int32_t *out_rows;   /* [n_seqs * B] forward row of block offset j of sequence s (a row of
                                   that sequence; any of its rows where j lies outside the block) */
+    const int32_t *block_len;  /* [n_seqs] block-causal attention block of each sequence
+                                  (fwd_batch.block_len), or NULL: the model's default */
 } device_step_layout;
 
 /* Enqueue one host-planned step: its arrays are copied to the device, then forward (with the KV
- * slots) + sample + commit run as a graph replay when a graph of this shape (rows per sequence and
- * which have a slot) is kept, as a capture + replay when the shape ran once before (graphs = 1), or
+ * slots) + sample + commit run as a graph replay when a graph of this shape (rows per sequence,
+ * which have a slot and each one's attention block) is kept, as a capture + replay when the shape ran once before (graphs = 1), or
  * op by op. No other step may be pending (the caller applies each step before planning the next).
  * -1 + err when the forward fails. */
 int  device_step_enqueue_planned(device_step *cd, const device_step_layout *lay, int graphs, um_err *err);

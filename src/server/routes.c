@@ -97,6 +97,7 @@ static int h_stats(http_conn *c, const http_req *rq) {
                                           (json_int_t)st.device.rebuild_ineligible));
             json_object_set_new(dl, "lm_head_rows", json_integer((json_int_t)st.device.lm_rows));
             json_object_set_new(dl, "lm_head_rows_masked", json_integer((json_int_t)st.device.lm_rows_masked));
+            json_object_set_new(dl, "forward_rows", json_integer((json_int_t)st.device.fwd_rows));
         }
         json_object_set_new(o, "device_loop", dl);
         json_object_set_new(o, "kv_cache",

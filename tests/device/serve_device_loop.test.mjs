@@ -7,13 +7,16 @@
 // per-position commits on both servers; a cancelled generation ends with done(cancelled) and
 // nothing after it, and its batch-mates still match the host loop; CFG requests (not supported on
 // the device) still work next to device ones; the device server really ran the device loop and
-// replayed CUDA graphs (its debug log), the host one did not.
+// replayed CUDA graphs (its debug log), the host one did not. LLaDA2 (llada2-tiny, block diffusion):
+// requests with and without the exact block cache on the device loop (counted in device_loop) equal
+// the host loop's.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import { EMU, NO_EMU } from '../parallel/emu_harness.mjs';
-import { Client, checkGeneration, httpGet, startServer, tinyModel } from '../protocol/harness.mjs';
+import { Client, TMP, checkGeneration, httpGet, makeModelOnce, startServer, tinyModel } from '../protocol/harness.mjs';
 
 // `unmask serve` from the emulator binary, one engine thread (the harness's startServer)
 const startEmuServer = (opts) => startServer({ ...opts, bin: EMU, threads: 1, readyMs: 60000 });
@@ -307,6 +310,74 @@ describe('serve: device rows budget', { skip: NO_EMU }, () => {
     assert.equal(a.text, ha.text);
     assert.equal(b.text, hb.text);
     assert.equal(b.usage.steps, 4);
+  });
+});
+
+// LLaDA2 (block diffusion) served: cache-free requests (both device-loop decoders, prompt tails in
+// the first block, gen lengths that leave padding) and one with the exact block cache (the server
+// default, dual: chunked prefill, then the active block) join each other on the device loop. Every
+// text, usage and commit equals a host-loop server's, and device_loop counts their steps.
+describe('serve: LLaDA2 on the device loop', { skip: NO_EMU }, () => {
+  let dev, host;
+  before(async () => {
+    const model = makeModelOnce(path.join(TMP, 'model-llada2-device-loop'), ['--preset', 'llada2-tiny'], EMU);
+    const common = { model, extra: ['--device', 'cuda:0', '--max-batch', '8'] };
+    dev = await startEmuServer({ ...common, extra: [...common.extra, '--device-loop', 'on'], name: 'llada2-device' });
+    host = await startEmuServer({ ...common, extra: [...common.extra, '--device-loop', 'off'], name: 'llada2-host' });
+  });
+  after(async () => {
+    const r1 = await dev?.stop();
+    const r2 = await host?.stop();
+    assert.equal(r1?.code, 0, `device-loop server exits 0 on SIGTERM: ${dev?.stderr}`);
+    assert.equal(r2?.code, 0, `host-loop server exits 0 on SIGTERM: ${host?.stderr}`);
+  });
+
+  const L2 = [
+    ['a', { prompt_ids: [5, 9, 14, 2, 77, 31, 8, 40, 12, 6], gen_length: 7, block_length: 4, steps_per_block: 2,
+      decoder: 'low_confidence', cache: 'none' }],
+    ['b', { prompt_ids: [3, 1, 4, 1, 5, 9, 2, 6, 5], gen_length: 13, block_length: 8, steps_per_block: 4,
+      decoder: 'threshold', threshold: 0.015, temperature: 0.7, seed: 12, cache: 'none', stream: { drafts: true } }],
+    ['c', { prompt_ids: [7, 7, 2, 90, 11], gen_length: 9, block_length: 4, decoder: 'threshold', threshold: 0.02,
+      cache: 'none' }],
+    ['kv', { prompt_ids: [8, 6, 4, 2, 10, 12], gen_length: 8, block_length: 4, steps_per_block: 2,
+      decoder: 'low_confidence' }],
+  ];
+  const run = async (srv) => {
+    const c = new Client(srv.wsUrl);
+    await c.session();
+    for (const [id, body] of L2) {
+      c.send({ type: 'generate', id, ...body });
+      await c.wait((m) => m.id === id && (m.type === 'step' || m.type === 'done'), `first step of ${id}`);
+    }
+    const out = {};
+    for (const [id] of L2) {
+      const done = await c.done(id);
+      checkGeneration(assert, c.msgs, id);
+      out[id] = { done, steps: c.of(id).filter((m) => m.type === 'step').map((m) => [m.commits, m.drafts ?? null]) };
+    }
+    await c.close();
+    return out;
+  };
+
+  test('same events as the host loop; device_loop counts the LLaDA2 requests', async () => {
+    const [a, b] = await Promise.all([run(dev), run(host)]);
+    for (const [id] of L2) {
+      assert.equal(a[id].done.finish_reason, b[id].done.finish_reason, `${id}: finish_reason`);
+      assert.equal(a[id].done.text, b[id].done.text, `${id}: text`);
+      assert.deepEqual(a[id].done.usage, b[id].done.usage, `${id}: usage`);
+      assert.deepEqual(a[id].steps, b[id].steps, `${id}: every step's commits and drafts`);
+    }
+    const [D, H] = await Promise.all([settledStats(dev), settledStats(host)]);
+    const d = D.device_loop;
+    // every request took every one of its steps on the device (host-planned, one in flight: each
+    // enqueued step applied; a batched step advances several requests). Graphs: these short requests
+    // change the batch's shape nearly every step (tests/device/test_device_loop.c checks replays)
+    const all = L2.reduce((n, [id]) => n + a[id].done.usage.steps, 0);
+    const longest = Math.max(...L2.map(([id]) => a[id].done.usage.steps));
+    assert.ok(d.steps >= longest && d.steps <= all && d.steps_applied === d.steps, JSON.stringify(d));
+    assert.equal(D.host_loop.steps, 0, `no host-loop step: ${JSON.stringify(D.host_loop)}`);
+    assert.ok(d.forward_rows > 0 && d.lm_head_rows > 0, JSON.stringify(d));
+    assert.equal(H.device_loop.steps, 0, 'the host server took no device steps');
   });
 });
 

@@ -3,7 +3,7 @@
  * BACKEND_CAP_MOE: kernels/moe.cu), on lladamoe-tiny (softmax router) and llada2-tiny (grouped
  * sigmoid router, shared expert, block-causal):
  *   - every MoE layer took the device dispatch (ctx.host_sync == 0) and LLaDA-MoE sequences are
- *     eligible for the device-resident loop (LLaDA2 stays on the host loop: block-causal rules);
+ *     eligible for the device-resident loop (LLaDA2 too: block diffusion, tests/device/test_device_loop);
  *   - a whole forward (model_forward_dev) is captured into a graph: a device->host copy or a stream
  *     synchronisation inside the MoE layers aborts the capture (act_to_host refuses it, the runtime
  *     invalidates it), so passing proves none happens; the replayed logits equal a direct forward's
@@ -89,10 +89,7 @@ static void test_family(const char *preset, int B) {
     p.gen_length = 8;
     p.block_length = B ? B : 4;
     decode_seq *s = mk(ctx.m, &p, fx.prompt, fx.n_prompt, &st);
-    if (B)
-        TEST_CHECK(!decode_device_eligible(&ctx, s), "%s: block-causal, host loop", preset);
-    else
-        TEST_CHECK(decode_device_eligible(&ctx, s), "%s: eligible for the device-resident loop", preset);
+    TEST_CHECK(decode_device_eligible(&ctx, s), "%s: eligible for the device-resident loop", preset);
     decode_seq_free(s);
     stream_free(&st);
 

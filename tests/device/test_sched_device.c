@@ -5,7 +5,8 @@
  * pending on the device (the runner drains it: its events are applied, nothing is lost), B runs,
  * and the paused one resumes from the host's state. Every sequence's event stream (timings
  * aside) equals its run alone on the same engine — cache none (two steps in flight), dual
- * (host-planned steps), greedy and seeded sampling; the device loop really ran them.
+ * (host-planned steps), greedy and seeded sampling, and LLaDA2 (block diffusion, with and without
+ * its exact block cache); the device loop really ran them.
  */
 #include <pthread.h>
 
@@ -158,6 +159,20 @@ int main(void) {
     test_pause_on_device(&ctx, fx.prompt, fx.n_prompt, "low_confidence, greedy, dual cache (host-planned steps)", p);
     p.decoder = DECODER_THRESHOLD, p.threshold = 0.3, p.temperature = 1.0, p.cache = DECODE_CACHE_PREFIX;
     test_pause_on_device(&ctx, fx.prompt, fx.n_prompt, "threshold, sampled, prefix cache", p);
+    model_ctx_free(&ctx);
+    device_fixture_close(&fx);
+
+    /* LLaDA2 (block diffusion: host-planned steps cut at the active block; the exact block cache
+     * with its chunked prefill) */
+    device_fixture_open_preset(&fx, "test_sched_device_llada2", "llada2-tiny");
+    CHECK(model_ctx_init(&ctx, &fx.m, fx.be, &err) == 0);
+    p = decode_params_for_model(&fx.m);
+    p.gen_length = 48, p.block_length = 8, p.steps = 48, p.stop_at_eos = 0;
+    p.temperature = 0.8, p.seed = 17;
+    test_pause_on_device(&ctx, fx.prompt, fx.n_prompt, "llada2 low_confidence, sampled, no cache", p);
+    p.decoder = DECODER_THRESHOLD, p.threshold = 0.02, p.temperature = 0, p.cache = DECODE_CACHE_DUAL;
+    p.prefill_chunk = 8;
+    test_pause_on_device(&ctx, fx.prompt, fx.n_prompt, "llada2 threshold, greedy, block cache, chunks of 8", p);
     model_ctx_free(&ctx);
     device_fixture_close(&fx);
     return test_report();

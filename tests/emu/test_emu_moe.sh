@@ -6,15 +6,17 @@
 #     rewritten so the routing is skewed: expert 1 gets +1 (every token picks it: softmax and sigmoid
 #     scores lie in [0, 1]) and expert 7 gets -1 (no token ever does; for LLaDA2 its whole group
 #     loses, so 4 experts get no token) — and on the unmodified presets with a 41-token prompt;
-#   - generate, temperature 0, on lladamoe-tiny: the device-resident loop (--device-loop on) and the
-#     host loop (off) on cuda:0 commit identical tokens; agreement with the CPU is printed (bf16 vs
+#   - generate, temperature 0, on lladamoe-tiny and llada2-tiny (block diffusion: prompt tail in the
+#     first block, canvas padded past the generation): the device-resident loop (--device-loop on)
+#     and the host loop (off) on cuda:0 commit identical tokens; agreement with the CPU is printed (bf16 vs
 #     f32 may flip near-ties, so it is not asserted);
 #   - bench --decode --device cuda:0 on lladamoe-tiny: the device loop ran the steps (device steps
 #     > 0, graph captures > 0, graph replays > 0) for decoders x caches — MoE models were sent to the
 #     host loop before the device dispatch existed;
 #   - bench --device cuda:0 (the decode-step bench: forward + sample + commit captured into one CUDA
 #     graph) runs on lladamoe-tiny;
-#   - llada2-tiny (block-causal) stays on the host loop (0 device steps) and its generate succeeds.
+#   - bench --decode on llada2-tiny: the device loop runs its steps without a KV cache (graphs
+#     captured and replayed) and with the exact block cache (dual).
 set -u
 BIN="${UNMASK_EMU_BIN:?UNMASK_EMU_BIN not set (build with UNMASK_CUDA_EMU=ON)}"
 PY=/usr/bin/python3
@@ -93,7 +95,7 @@ parity moe "$LONG"
 parity l2 "$LONG" --block-length 4
 
 # ---------------------------------------------------------------- greedy generate: device loop == host loop
-for m in moe moe_skew; do
+for m in moe moe_skew l2; do
     for loop in on off; do
         "$BIN" generate --model "$TMP/$m" --prompt-ids 1,2,3,4,5,6,7 --gen-length 24 --block-length 8 --device cuda:0 \
             --device-loop "$loop" --json > "$TMP/g_${m}_$loop.jsonl" 2> "$TMP/g.err" ||
@@ -140,13 +142,23 @@ else
     bad "bench --device cuda:0 lladamoe-tiny (graph-captured steps): $(tail -4 "$TMP/bstep.out" "$TMP/bstep.err")"
 fi
 
-# LLaDA2 (block-causal): host loop only, and it still decodes
+# LLaDA2 (block-causal): the device loop without a KV cache (graphs replayed)...
 if "$BIN" bench --decode --device cuda:0 --model "$TMP/l2" --batch 2 --gen 16 --block 8 --prompt 6 \
-    --decoders low_confidence --cache none > "$TMP/bench2.out" 2> "$TMP/bench2.err" &&
-    grep -qE '^device loop: 0 steps' "$TMP/bench2.out"; then
+    --decoders low_confidence,threshold --cache none > "$TMP/bench2.out" 2> "$TMP/bench2.err" &&
+    [ "$(grep -cE '^(low_confidence|threshold) +none +2 ' "$TMP/bench2.out")" = 2 ] &&
+    grep -qE '^device loop: [1-9][0-9]* steps, [1-9][0-9]* graph captures, [1-9][0-9]* replays' "$TMP/bench2.out"; then
+    ok; echo "bench --decode llada2-tiny: $(grep '^device loop' "$TMP/bench2.out")"
+else
+    bad "bench --decode llada2-tiny: device loop not used: $(tail -n 4 "$TMP/bench2.out" "$TMP/bench2.err")"
+fi
+# ...and with the exact block cache (chunked prefill, then the active block's rows)
+if "$BIN" bench --decode --device cuda:0 --model "$TMP/l2" --batch 2 --gen 16 --block 8 --prompt 6 \
+    --decoders low_confidence --cache dual > "$TMP/bench3.out" 2> "$TMP/bench3.err" &&
+    [ "$(grep -cE '^low_confidence +dual +2 ' "$TMP/bench3.out")" = 1 ] &&
+    grep -qE '^device loop: [1-9][0-9]* steps' "$TMP/bench3.out"; then
     ok
 else
-    bad "bench --decode llada2-tiny: expected the host loop: $(tail -4 "$TMP/bench2.out" "$TMP/bench2.err")"
+    bad "bench --decode llada2-tiny --cache dual: $(tail -n 4 "$TMP/bench3.out" "$TMP/bench3.err")"
 fi
 
 echo "$pass passed, $fail failed"
