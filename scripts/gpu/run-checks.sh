@@ -428,11 +428,18 @@ do_kernels() {
   stage "machine"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
   nvcc --version | tail -1
-  local mm_pid=
+  local mm_pid= l2_pid=
   if [ ! -f "$MODEL8B/config.json" ]; then
     ( "$BUILD/unmask" make-model --out "$MODEL8B" --preset 8b --quiet > "$UNMASK_TEST_TMP/make8b.log" 2>&1
       echo "make-model 8b exit $? after $((SECONDS - T0))s" >> "$UNMASK_TEST_TMP/make8b.log" ) &
     mm_pid=$!
+  fi
+  # an LLaDA2.0-mini-shaped checkpoint (MoE, block-causal) for the device loop against the host loop
+  local ML2=${UNMASK_LLADA2_DIR:-/tmp/unmask-llada2-mini}
+  if [ "${KERNEL_LLADA2:-1}" = 1 ] && [ ! -f "$ML2/config.json" ]; then
+    ( "$BUILD/unmask" make-model --out "$ML2" --preset llada2-mini --quiet > "$UNMASK_TEST_TMP/makel2.log" 2>&1
+      echo "make-model llada2-mini exit $? after $((SECONDS - T0))s" >> "$UNMASK_TEST_TMP/makel2.log" ) &
+    l2_pid=$!
   fi
   step "gpu_parity" 60 200 "$BUILD/gpu_parity" --tmp "$UNMASK_TEST_TMP"
   step "gemm bench: skinny bf16/fp8 vs cuBLAS, K ranges; attention splits" 30 120 "$BUILD/gpu_gemm_bench" --rows 1,8,32,64 --sweep --attention
@@ -448,6 +455,14 @@ do_kernels() {
   step "decode dual, fp8" 20 60 "${TEE_TO[@]}" "$T/k_dual8.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --quant fp8
   step "decode none, fp8" 30 90 "${TEE_TO[@]}" "$T/k_none8.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}" --quant fp8
   step "bench 8B fp8 b1/8/32 (floors)" 20 60 "$BUILD/unmask" bench --device cuda:0 --model "$MODEL8B" --block 32 --batch 1,8,32 --gen 256 --steps 32 --quant fp8
+  if [ "${KERNEL_LLADA2:-1}" = 1 ]; then
+    [ -n "$l2_pid" ] && { wait "$l2_pid"; cat "$UNMASK_TEST_TMP/makel2.log"; }
+    local L2=(bench --decode --device cuda:0 --model "$ML2" --prompt 256 --gen 256 --block 32 --batch 1,8 --max-blocks 2 --decoders threshold --threshold 0.9)
+    step "LLaDA2-mini: device loop, block cache" 20 60 "$BUILD/unmask" "${L2[@]}" --cache dual --device-loop on
+    step "LLaDA2-mini: host loop, block cache" 20 60 "$BUILD/unmask" "${L2[@]}" --cache dual --device-loop off
+    step "LLaDA2-mini: device loop, no cache" 20 60 "$BUILD/unmask" "${L2[@]}" --cache none --device-loop on
+    step "LLaDA2-mini: host loop, no cache" 20 60 "$BUILD/unmask" "${L2[@]}" --cache none --device-loop off
+  fi
   local saved; saved=$(ls "$ROOT"/scripts/gpu/peers/"$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/^nvidia-//;s/^/nvidia-/')"-*.jsonl 2>/dev/null | tail -1)
   if [ -n "$saved" ]; then
     echo "peers: rows saved from an earlier lease on this GPU model: $saved"
