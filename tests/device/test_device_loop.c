@@ -333,6 +333,44 @@ static void test_eos_stop(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     TEST_CHECK(found, "a seed with an early EOS stop within 400 (near-uniform sampling over the vocabulary)");
 }
 
+/* The cases c[0..n) decoded together on the device loop, case i joining at iteration join_at[i]
+ * (its KV rows poisoned first when poison: rows[i] canvas rows each): every stream == the host
+ * loop's h[i] (g[i] collects the device's), no KV slot left open; frees h and g. */
+static void kv_poison(model_ctx *ctx, const int *rows, int n);
+static void run_joined(model_ctx *ctx, const tcase *c, int n_cases, const int *join_at, stream *h, stream *g,
+                       const int *rows, int poison, const char *tag) {
+    decode_seq *s[16];
+    CHECK(n_cases <= 16);
+    for (int i = 0; i < n_cases; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
+    if (poison) kv_poison(ctx, rows, n_cases);
+    decode_sink sink = {on_ev, NULL};
+    um_err err = {0};
+    decode_device *dd = decode_device_create(ctx, 1);
+    for (int it = 0; it < 2000; it++) {
+        decode_seq *set[16];
+        int n = 0, waiting = 0;
+        for (int i = 0; i < n_cases; i++) {
+            if (it >= join_at[i] && !decode_seq_done(s[i])) set[n++] = s[i];
+            waiting += it < join_at[i];
+        }
+        if (n == 0 && !waiting && !decode_device_holding(dd)) break;
+        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
+    }
+    for (int i = 0; i < n_cases; i++)
+        TEST_CHECK(decode_seq_done(s[i]) && streams_equal(c[i].label, &h[i], &g[i]),
+                   "%s batched: device stream == host alone", c[i].label);
+    model_kv_stats ks;
+    model_kv_get_stats(ctx, &ks);
+    TEST_CHECK(ks.slots == 0 && ks.bytes == 0 && ks.opened > 0, "%sno KV slot left open (%lld open, %llu opened)", tag,
+               (long long)ks.slots, (unsigned long long)ks.opened);
+    decode_device_free(dd);
+    for (int i = 0; i < n_cases; i++) {
+        decode_seq_free(s[i]);
+        stream_free(&h[i]);
+        stream_free(&g[i]);
+    }
+}
+
 /* KV caches on the device loop: host-planned steps (refresh / window) equal the host loop. */
 static void test_caches(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     enum { N = 5 };
@@ -369,8 +407,6 @@ static void test_caches(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     c[4].label = "no cache beside cached ones";
     stream h[N], g[N];
     for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
-    decode_sink sink = {on_ev, NULL};
-    um_err err = {0};
     /* each alone */
     for (int i = 0; i < 4; i++) {
         decode_device_stats ds;
@@ -384,32 +420,7 @@ static void test_caches(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
     }
     /* all together, joining at different iterations */
     const int join_at[N] = {0, 1, 3, 0, 2};
-    decode_seq *s[N];
-    for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
-    decode_device *dd = decode_device_create(ctx, 1);
-    for (int it = 0; it < 2000; it++) {
-        decode_seq *set[N];
-        int n = 0, waiting = 0;
-        for (int i = 0; i < N; i++) {
-            if (it >= join_at[i] && !decode_seq_done(s[i])) set[n++] = s[i];
-            waiting += it < join_at[i];
-        }
-        if (n == 0 && !waiting && !decode_device_holding(dd)) break;
-        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
-    }
-    for (int i = 0; i < N; i++)
-        TEST_CHECK(decode_seq_done(s[i]) && streams_equal(c[i].label, &h[i], &g[i]),
-                   "%s batched: device stream == host alone", c[i].label);
-    model_kv_stats ks;
-    model_kv_get_stats(ctx, &ks);
-    TEST_CHECK(ks.slots == 0 && ks.bytes == 0 && ks.opened > 0, "no KV slot left open (%lld open, %llu opened)",
-               (long long)ks.slots, (unsigned long long)ks.opened);
-    decode_device_free(dd);
-    for (int i = 0; i < N; i++) {
-        decode_seq_free(s[i]);
-        stream_free(&h[i]);
-        stream_free(&g[i]);
-    }
+    run_joined(ctx, c, N, join_at, h, g, NULL, 0, "");
 }
 
 /* What is not eligible stays on the host loop. */
@@ -737,35 +748,7 @@ static void test_llada2_cached(model_ctx *ctx, const int32_t *prompt, int n_prom
         stream_free(&g[i]);
     }
     const int join_at[N] = {0, 1, 0, 3};
-    decode_seq *s[N];
-    for (int i = 0; i < N; i++) s[i] = mk(ctx->m, &c[i].p, c[i].prompt, c[i].n_prompt, &g[i]);
-    kv_poison(ctx, rows, N);
-    decode_sink sink = {on_ev, NULL};
-    um_err err = {0};
-    decode_device *dd = decode_device_create(ctx, 1);
-    for (int it = 0; it < 2000; it++) {
-        decode_seq *set[N];
-        int n = 0, waiting = 0;
-        for (int i = 0; i < N; i++) {
-            if (it >= join_at[i] && !decode_seq_done(s[i])) set[n++] = s[i];
-            waiting += it < join_at[i];
-        }
-        if (n == 0 && !waiting && !decode_device_holding(dd)) break;
-        CHECK(decode_device_step(dd, set, n, &sink, &err) == 0);
-    }
-    for (int i = 0; i < N; i++)
-        TEST_CHECK(decode_seq_done(s[i]) && streams_equal(c[i].label, &h[i], &g[i]),
-                   "%s batched: device stream == host alone", c[i].label);
-    model_kv_stats ks;
-    model_kv_get_stats(ctx, &ks);
-    TEST_CHECK(ks.slots == 0 && ks.bytes == 0 && ks.opened > 0, "llada2: no KV slot left open (%lld open, %llu opened)",
-               (long long)ks.slots, (unsigned long long)ks.opened);
-    decode_device_free(dd);
-    for (int i = 0; i < N; i++) {
-        decode_seq_free(s[i]);
-        stream_free(&h[i]);
-        stream_free(&g[i]);
-    }
+    run_joined(ctx, c, N, join_at, h, g, rows, 1, "llada2: ");
 }
 
 /* LLaDA2 on the device loop with and without the exact block cache; decoders whose
