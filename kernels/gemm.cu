@@ -132,7 +132,9 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
         for (int i = 0; i < XPT; i++) {
             if (XCH % GS_THREADS != 0 && tid + i * GS_THREADS >= XCH) continue;
             const bool ok = xkok && xr + i * XRP < a.m;
-            umk_cp_async16(sb + xdst + i * XRP * XB, ok ? xsrc + (int64_t)i * XRP * a.k * 2 + kx : reinterpret_cast<const unsigned char *>(a.x), ok);
+            const unsigned char *src =
+                ok ? xsrc + (int64_t)i * XRP * a.k * 2 + kx : reinterpret_cast<const unsigned char *>(a.x);
+            umk_cp_async16(sb + xdst + i * XRP * XB, src, ok);
         }
     };
 
@@ -235,7 +237,8 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
     float v2[MT][4];   // SwiGLU: the up product's values (product 1)
     if (reduce) {
         // [tile][split][j][thread] of float4: each warp's store is 512 contiguous bytes
-        float4 *mine = reinterpret_cast<float4 *>(a.ws) + (int64_t)(tile * a.splits + split) * MT * GS_THREADS + tid;
+        float4 *mine =
+            reinterpret_cast<float4 *>(a.ws) + (int64_t)(tile * a.splits + split) * MT * GS_THREADS + tid;
 #pragma unroll
         for (int j = 0; j < MT; j++) mine[j * GS_THREADS] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
         __threadfence();
@@ -257,7 +260,8 @@ __global__ void __launch_bounds__(GS_THREADS, 2) k_gemm_skinny(gs_args a) {
 #pragma unroll
                 for (int c = 0; c < 4; c++) sum[j][c] = 0.0f;
             for (int s = 0; s < a.splits; s++) {
-                const float4 *src = reinterpret_cast<const float4 *>(a.ws) + (int64_t)(t * a.splits + s) * MT * GS_THREADS + tid;
+                const float4 *src =
+                    reinterpret_cast<const float4 *>(a.ws) + (int64_t)(t * a.splits + s) * MT * GS_THREADS + tid;
 #pragma unroll
                 for (int j = 0; j < MT; j++) {
                     const float4 v = umk_ldcg_f32x4(src + j * GS_THREADS);
@@ -306,9 +310,9 @@ constexpr size_t gs_smem() {
 template <int MT, int WT>
 cudaError_t gs_launch(const gs_args &a, dim3 grid, cudaStream_t s) {
     constexpr int S = gs_stages<MT, WT>();
-    constexpr size_t sm = gs_smem<MT, WT>();   // raised above 48 KiB by umk_gemm_skinny_prepare
-    // the shared-memory limit was raised for this device by umk_gemm_skinny_prepare (not here: no
-    // runtime API call but the launch while a graph may be capturing)
+    // the shared-memory limit was raised above 48 KiB for this device by umk_gemm_skinny_prepare (not
+    // here: no runtime API call but the launch while a graph may be capturing)
+    constexpr size_t sm = gs_smem<MT, WT>();
     UMK_LAUNCH((k_gemm_skinny<MT, WT, S>), grid, GS_THREADS, sm, s, a);
     return cudaGetLastError();
 }

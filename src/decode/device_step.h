@@ -141,9 +141,9 @@ typedef struct device_step_layout {
 
 /* Enqueue one host-planned step: its arrays are copied to the device, then forward (with the KV
  * slots) + sample + commit run as a graph replay when a graph of this shape (rows per sequence,
- * which have a slot and each one's attention block) is kept, as a capture + replay when the shape ran once before (graphs = 1), or
- * op by op. No other step may be pending (the caller applies each step before planning the next).
- * -1 + err when the forward fails. */
+ * which have a slot and each one's attention block) is kept, as a capture + replay when the shape
+ * ran once before (graphs = 1), or op by op. No other step may be pending (the caller applies each
+ * step before planning the next). -1 + err when the forward fails. */
 int  device_step_enqueue_planned(device_step *cd, const device_step_layout *lay, int graphs, um_err *err);
 
 /* Launch counters of this batch. */

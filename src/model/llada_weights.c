@@ -168,17 +168,17 @@ static void fp8_dequant_rows(void *arg, int64_t lo, int64_t hi) {
     }
 }
 
-/* llada_upload of an FP8 block: as stored (BACKEND_CAP_FP8) or dequantized on the host. */
 /* A matrix quantized at load (--quant): its source bytes read and its stored bytes (FP8: a byte per
  * weight and a scale per row; Q8_0 / Q4_0: whole blocks), for the load's progress line. */
 static void loader_count_quantized(llada_loader *ld, uint64_t bytes, int64_t rows, int64_t cols) {
     ld->done += bytes;
-    ld->qbytes += ld->quant == DTYPE_F8_E4M3
-                      ? (uint64_t)rows * ((uint64_t)cols + 4)
-                      : (uint64_t)rows * dtype_row_bytes(ld->quant, (cols + DTYPE_QBLOCK - 1) / DTYPE_QBLOCK * DTYPE_QBLOCK);
+    const int64_t padded = (cols + DTYPE_QBLOCK - 1) / DTYPE_QBLOCK * DTYPE_QBLOCK;
+    ld->qbytes += ld->quant == DTYPE_F8_E4M3 ? (uint64_t)rows * ((uint64_t)cols + 4)
+                                             : (uint64_t)rows * dtype_row_bytes(ld->quant, padded);
     loader_progress(ld);
 }
 
+/* llada_upload of an FP8 block: as stored (BACKEND_CAP_FP8) or dequantized on the host. */
 static int upload_fp8(llada_loader *ld, const st_tensor *t, const void *data, int64_t row0, int64_t col0, int64_t rows,
                       int64_t cols, enum llada_wkind kind, bweight *w, um_err *err) {
     backend *be = ld->ctx->be;

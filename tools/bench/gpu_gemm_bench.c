@@ -54,21 +54,21 @@ static double copy_gbps(void) {
     return 2.0 * (double)bytes / best / 1e9;
 }
 
-/* one weight of random bf16 values, stored as bf16 or quantized to FP8 per output channel */
-static bweight upload(backend *be, int rows, int cols, int fp8) {
+/* nc copies (w[c][j] for c < nc) of one weight of random bf16 values, stored as bf16 or quantized to
+ * FP8 per output channel; the host values are made once */
+static void upload(backend *be, int rows, int cols, int fp8, int nc, bweight (*w)[3], int j) {
     const size_t n = (size_t)rows * cols;
     uint16_t *h = xmalloc(n * 2);
     for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16((float)((rng_u01(5, (uint64_t)rows, i) - 0.5) * 0.05));
     bweight_src t = {.name = "bench", .data = h, .type = DTYPE_BF16, .rows = rows, .cols = cols,
                      .quant = fp8 ? DTYPE_F8_E4M3 : DTYPE_F32};
-    bweight w;
     um_err err;
-    if (be->ops->weight_upload(be, &t, &w, &err) != 0) {
-        fprintf(stderr, "gpu_gemm_bench: %s\n", err.msg);
-        exit(1);
-    }
+    for (int c = 0; c < nc; c++)
+        if (be->ops->weight_upload(be, &t, &w[c][j], &err) != 0) {
+            fprintf(stderr, "gpu_gemm_bench: %s\n", err.msg);
+            exit(1);
+        }
     free(h);
-    return w;
 }
 
 /* microseconds per op: run(be, arg, 0) once outside the capture, then a graph of run(be, arg, r) for
@@ -137,11 +137,12 @@ static void bench_attention(backend *be, int reps, double bw) {
             for (int i = 0; i < S * nk; i++) kp[i] = i % nk;
             const attn_params p = {.n_seqs = S, .q_start = qs, .k_start = ks, .q_pos = qp, .k_pos = kp,
                                    .n_heads = H, .n_kv_heads = KV, .head_dim = hd, .scale = 0.08838834764f};
-            void *q = be->ops->act_alloc(be, (size_t)S * nq * H * hd), *o = be->ops->act_alloc(be, (size_t)S * nq * H * hd);
-            void *k = be->ops->act_alloc(be, (size_t)S * nk * KV * hd), *v = be->ops->act_alloc(be, (size_t)S * nk * KV * hd);
-            backend_act_zero(be, q, (size_t)S * nq * H * hd);
-            backend_act_zero(be, k, (size_t)S * nk * KV * hd);
-            backend_act_zero(be, v, (size_t)S * nk * KV * hd);
+            const size_t nqe = (size_t)S * nq * H * hd, nke = (size_t)S * nk * KV * hd;   /* elements */
+            void *q = be->ops->act_alloc(be, nqe), *o = be->ops->act_alloc(be, nqe);
+            void *k = be->ops->act_alloc(be, nke), *v = be->ops->act_alloc(be, nke);
+            backend_act_zero(be, q, nqe);
+            backend_act_zero(be, k, nke);
+            backend_act_zero(be, v, nke);
             const double kv_bytes = 2.0 * S * nk * KV * hd * 2;
             for (size_t fi = 0; fi < sizeof forced / sizeof forced[0]; fi++) {
                 backend_cuda_attention_splits(be, forced[fi]);
@@ -214,8 +215,7 @@ int main(int argc, char **argv) {
             const double need = 1.0 + ceil(2.0 * l2 / wbytes);   /* small shapes: capped, partly in L2 */
             const int nc = need < MAX_COPIES ? (int)need : MAX_COPIES;
             bweight w[MAX_COPIES][3];
-            for (int c = 0; c < nc; c++)
-                for (int j = 0; j < sh->n_w; j++) w[c][j] = upload(be, sh->out[j], sh->in, fp8);
+            for (int j = 0; j < sh->n_w; j++) upload(be, sh->out[j], sh->in, fp8, nc, w, j);
             char buf[256];
             snprintf(buf, sizeof buf, "%s", rows_arg);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {

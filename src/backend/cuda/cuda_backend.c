@@ -1057,6 +1057,14 @@ int backend_cuda_device_count(void) {
     return n;
 }
 
+/* cuBLAS's reductions: fp32 only (allow 0: unmask's setting, every split-K partial summed in fp32),
+ * or bf16 allowed (PyTorch's default for bf16; measured by gpu_gemm_bench only). */
+static void cublas_set_reductions(cuda_impl *ci, int allow) {
+    const cublasMath_t mode =
+        allow ? CUBLAS_DEFAULT_MATH : CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    CUBLAS_CHECK(ci->cb->set_math_mode(ci->cublas, mode));
+}
+
 backend *backend_cuda_init(const char *device, const backend_options *o, um_err *err) {
     const int idx = backend_cuda_parse_device(device);
     if (idx < 0) {
@@ -1135,7 +1143,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     CUDA_CHECK(cudaMemset(ci->gs_count, 0, GS_COUNTS * sizeof(unsigned)));
     CUDA_CHECK(umk_gemm_skinny_prepare());
     CUBLAS_CHECK(cb->set_workspace(ci->cublas, ci->cublas_ws, ci->cublas_ws_bytes));
-    CUBLAS_CHECK(cb->set_math_mode(ci->cublas, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    cublas_set_reductions(ci, 0);
     ci->stage.ring = 1;
     ci->up_chunk = UPLOAD_CHUNK;
     for (int b = 0; b < 2; b++) {
@@ -1226,8 +1234,7 @@ void backend_cuda_gemm_cublas(backend *be, int on) { cuda_impl_of(be)->gemm_cubl
 void backend_cuda_cublas_reduced_precision(backend *be, int allow) {
     cuda_impl *ci = cuda_impl_of(be);
     cuda_use_device(ci);
-    CUBLAS_CHECK(ci->cb->set_math_mode(ci->cublas, allow ? CUBLAS_DEFAULT_MATH
-                                                         : CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    cublas_set_reductions(ci, allow);
 }
 void backend_cuda_gemm_splits(backend *be, int n) { cuda_impl_of(be)->gs_splits = n > 0 ? n : 0; }
 int  backend_cuda_gemm_last_splits(backend *be) { return cuda_impl_of(be)->gs_last_splits; }

@@ -87,7 +87,7 @@ void   backend_cuda_attention_splits(backend *be, int n);
  * an earlier copy of the same bytes still on the device (e.g. one layer's sequence starts for the
  * next layer) */
 void   backend_cuda_stage_stats(backend *be, uint64_t *copies, uint64_t *reused);
-/* 1: bf16 products of <= 64 rows on cuBLAS (as above that); 0: the skinny kernel (the default) */
+/* 1: bf16 products of <= 64 rows on cuBLAS (as above that; the default, --cuda-skinny off); 0: the skinny kernel */
 void   backend_cuda_gemm_cublas(backend *be, int on);
 /* Measurement only (gpu_gemm_bench): 1 lets cuBLAS reduce split-K partials in bf16 (PyTorch's default
  * for bf16 GEMMs), 0 (unmask's setting) keeps every reduction in fp32. */
