@@ -242,7 +242,7 @@ describe('session buffer limits', () => {
   before(async () => {
     srv = await startServer({
       model: tinyModel('ws-resume'),
-      extra: ['--session-retention', '60', '--session-max-events', '64', '--session-max-bytes', '65536'],
+      extra: ['--session-retention', '60', '--session-max-events', '64', '--session-max-bytes', '65536', '--max-batch', '1'],
       name: 'small-buffers',
     });
   });
@@ -251,17 +251,31 @@ describe('session buffer limits', () => {
   });
 
   test('a detached session whose unsent events exceed the budget is discarded, and resume says so', async () => {
+    // Another client's long generation holds the only batch slot (--max-batch 1), so the session's
+    // generations wait in the queue while it is attached: none of its events can pile up unsent
+    // before the drop (while attached, a producer faster than the socket overflows too: 4008).
+    const hold = new Client(srv.wsUrl);
+    await hold.session();
+    hold.send({ type: 'generate', id: 'hold', prompt_ids: [1, 2], gen_length: 960, block_length: 64, steps: 960,
+      stop_at_eos: false });
+    await hold.wait((m) => m.type === 'step' && m.id === 'hold', 'the holding generation to run');
     const a = new Client(srv.wsUrl);
     const s = await a.session();
     // 8 generations with one block per token: 8 x 48 block events cannot be merged away
     for (let i = 0; i < 8; i++) a.send({ type: 'generate', id: `o${i}`, prompt_ids: [1, 2], gen_length: 48, block_length: 1, steps: 48 });
     await a.wait((m) => m.type === 'accepted' && m.id === 'o7');
     const before = await srv.stats();
+    assert.equal(before.scheduler.queued, 8, 'the session\'s generations wait behind the holding one');
     a.ws.terminate();
+    await a.closedP;
+    await untilStats(srv, (st) => st.connections.sessions_detached === 1, 'the server to notice the drop');
+    hold.send({ type: 'cancel', id: 'hold' }); // the slot frees: the detached session's generations run
+    assert.equal((await hold.done('hold')).finish_reason, 'cancelled');
     // the overflow cancels the generations and discards the session
     const st = await untilStats(srv, (x) => x.connections.sessions === before.connections.sessions - 1 &&
       x.scheduler.active === 0 && x.scheduler.queued === 0, 'the overflowing session to be discarded');
-    assert.ok(st.scheduler.cancelled > before.scheduler.cancelled, 'its generations were cancelled');
+    assert.ok(st.scheduler.cancelled > before.scheduler.cancelled + 1, 'its generations were cancelled');
+    await hold.close();
     const b = new Client(srv.wsUrl);
     await b.session();
     b.send({ type: 'session.resume', event_id: 'ov', session: s.session, last_seq: a.msgs.at(-1).seq });
