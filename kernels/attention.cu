@@ -250,30 +250,50 @@ __device__ __forceinline__ void warp_store_row(const float (&v)[N], float inv, i
 
 // Merges the n_split partials of one (query row, head) per warp: m = max m_i, weights 2^(m_i - m)
 // (0 for a split that saw no visible key), out = sum w_i o_i / sum w_i l_i; zeros when no split saw
-// a key (as the unsplit kernel).
+// a key (as the unsplit kernel). Lane i < S loads split i's (max, sum) pair, so the S pairs arrive
+// in one load and the max and the weighted sum are warp reductions; the partial outputs are then
+// read 4 splits per round with every load of a round in flight together (a loop carrying one load
+// at a time waited out S memory latencies, twice: v1).
 template <int HD>
 __global__ void __launch_bounds__(128) k_attn_combine(attn_args a) {
     const umk_attn &p = a.p;
     const int64_t gw = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31, S = a.n_split;
+    const int lane = threadIdx.x & 31, S = a.n_split;   // S <= 32 (choose_splits)
     if (gw >= (int64_t)p.n_q * p.n_heads) return;
     const int row = (int)(gw / p.n_heads), h = (int)(gw % p.n_heads);
     const int64_t base = gw * S;   // (row * n_heads + h) * S
-    float m = -INFINITY;           // every lane reads the S (max, sum) pairs: S <= 32, broadcast loads
-    for (int i = 0; i < S; i++) m = fmaxf(m, a.ws_ml[(base + i) * 2]);
+    const float2 ml = lane < S ? *reinterpret_cast<const float2 *>(a.ws_ml + (base + lane) * 2)
+                               : make_float2(-INFINITY, 0.0f);
+    float m = ml.x;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    // this lane's split weight (0 for a split with no visible key, or none at all)
+    const float wl = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - m);
+    float l = wl * ml.y;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
     constexpr int DPL = (HD + 31) / 32;   // dims per lane
-    float acc[DPL], l = 0.0f;
+    float acc[DPL];
 #pragma unroll
     for (int j = 0; j < DPL; j++) acc[j] = 0.0f;
-    for (int i = 0; i < S; i++) {
-        const float mi = a.ws_ml[(base + i) * 2];
-        if (mi == -INFINITY) continue;   // this split saw no visible key (uniform over the warp)
-        const float wi = exp2f(mi - m);
-        l += wi * a.ws_ml[(base + i) * 2 + 1];
+    const float *o = a.ws_o + base * HD;
+    for (int i0 = 0; i0 < S; i0 += 4) {
+        float v[4][DPL];
 #pragma unroll
-        for (int j = 0; j < DPL; j++) {
-            const int d = lane + 32 * j;
-            if (d < HD) acc[j] += wi * a.ws_o[(base + i) * HD + d];
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = lane + 32 * j;
+                v[u][j] = i0 + u < S && d < HD ? o[(int64_t)(i0 + u) * HD + d] : 0.0f;
+            }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            // a split that saw no visible key is skipped, not weighted by 0 (its partial may hold
+            // 0 x NaN from masked values); lanes >= S hold -inf
+            const float mi = __shfl_sync(0xffffffffu, ml.x, i0 + u), wi = __shfl_sync(0xffffffffu, wl, i0 + u);
+            if (mi == -INFINITY) continue;   // uniform over the warp
+#pragma unroll
+            for (int j = 0; j < DPL; j++) acc[j] += wi * v[u][j];
         }
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;

@@ -86,8 +86,8 @@ __thread dim3 tl_block_dim, tl_grid_dim;
 namespace {
 
 enum fiber_state { F_RUN, F_BAR, F_WARP, F_DONE };
-enum warp_op { W_SHFL_XOR, W_BALLOT, W_MMA };
-const char *const k_op_name[] = {"__shfl_xor_sync", "__ballot_sync", "mma.sync.m16n8k16"};
+enum warp_op { W_SHFL_XOR, W_SHFL_IDX, W_BALLOT, W_MMA };
+const char *const k_op_name[] = {"__shfl_xor_sync", "__shfl_sync", "__ballot_sync", "mma.sync.m16n8k16"};
 
 struct fiber {
     thread_ctx  ctx;
@@ -332,13 +332,13 @@ bool release_warps(executor *ex) {
                     if (lanes[l] && lanes[l]->in) bal |= 1u << l;
                 for (int l = 0; l < 32; l++)
                     if (lanes[l]) lanes[l]->out = bal;
-            } else {
+            } else {   // shuffles: every lane reads the value its source lane passed
                 for (int l = 0; l < 32; l++) {
                     if (!lanes[l]) continue;
-                    const int src = l ^ (lanes[l]->arg & 31);
+                    const int src = lead.op == W_SHFL_IDX ? (lanes[l]->arg & 31) : l ^ (lanes[l]->arg & 31);
                     if (!(m >> src & 1u))
-                        fatal("__shfl_xor_sync at %s:%d: lane %d reads lane %d, which is not in the mask 0x%08x (%s, "
-                              "kernel %s)", lead.file, lead.line, l, src, m, block_str(b3, sizeof b3), ex->kernel);
+                        fatal("%s at %s:%d: lane %d reads lane %d, which is not in the mask 0x%08x (%s, kernel %s)",
+                              k_op_name[lead.op], lead.file, lead.line, l, src, m, block_str(b3, sizeof b3), ex->kernel);
                     lanes[l]->out = lanes[src]->in;
                 }
             }
@@ -527,6 +527,14 @@ uint64_t shfl_xor(uint32_t mask, uint64_t bits, int lane_mask, const char *file,
     f->in = bits;
     f->arg = lane_mask;
     warp_wait(f, W_SHFL_XOR, mask, file, line);
+    return f->out;
+}
+
+uint64_t shfl_idx(uint32_t mask, uint64_t bits, int src_lane, const char *file, int line) {
+    fiber *f = cur_fiber("__shfl_sync");
+    f->in = bits;
+    f->arg = src_lane;
+    warp_wait(f, W_SHFL_IDX, mask, file, line);
     return f->out;
 }
 

@@ -865,14 +865,19 @@ static void run_attn(const attn_case *ac) {
      * differ only by the merge's rounding (auto above splits wherever the grid is small) */
     float *gnh = g_attn(&p, gq, gk, gv, no, backend_cuda_attention_splits, 1);
     float *g3h = g_attn(&p, gq, gk, gv, no, backend_cuda_attention_splits, 3);
+    /* 7 (or as many as there are key tiles): the merge reads its partials 4 splits per round */
+    float *g7h = g_attn(&p, gq, gk, gv, no, backend_cuda_attention_splits, 7);
     snprintf(what, sizeof what, "attention %s: keys never split", ac->name);
     expect_close(what, gnh, co, (size_t)nq * H * hd, 2e-2);
     snprintf(what, sizeof what, "attention %s: keys in 3 splits", ac->name);
     expect_close(what, g3h, co, (size_t)nq * H * hd, 2e-2);
     snprintf(what, sizeof what, "attention %s: 3 splits vs unsplit GPU", ac->name);
     expect_close(what, g3h, gnh, (size_t)nq * H * hd, 1e-2);
+    snprintf(what, sizeof what, "attention %s: keys in 7 splits", ac->name);
+    expect_close(what, g7h, co, (size_t)nq * H * hd, 2e-2);
     free(gnh);
     free(g3h);
+    free(g7h);
     if (ac->own) {   /* odd sequences read their keys / values from separate buffers (a KV cache) */
         const size_t w = (size_t)KV * hd;
         const void *ck_s[4] = {NULL}, *cv_s[4] = {NULL}, *gk_s[4] = {NULL}, *gv_s[4] = {NULL};
