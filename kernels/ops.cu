@@ -166,8 +166,10 @@ __global__ void k_rope_table(const int32_t *__restrict__ pos, int n, int half, f
 // reused for every head it rotates, and no index is divided per element. q and k heads are rotated
 // in place; a k head is also written to its sequence's k_dst slot at row pos[i] (the sequence found
 // by a binary search of i in seq_start; a NULL slot: not written) with the dims past rot_dim copied
-// as they are, and a v head is copied to v_dst the same way. umk_rope_apply (the single rope) is the
-// launch without k (n_kv_heads = 0). The rotation is the float expression of the v1 kernels
+// as they are, and a v head is copied to v_dst the same way. From packed rows pk (one q|k|v product,
+// row stride ld_pk) every head is read there and written — q and k rotated — to its q / k / v row
+// (dims past rot_dim copied); tab NULL (with pk only): nothing rotated, the heads only unpacked.
+// umk_rope_apply (the single rope) is the launch without k (n_kv_heads = 0). The rotation is the float expression of the v1 kernels
 // (a·c − b·s, b·c + a·s, each rounded to bf16), so results are bit-identical to them.
 template <int W>
 struct bfw;   // W bf16 as raw bits
@@ -217,19 +219,19 @@ constexpr int ROPE_MIN_BLOCKS = 256;   // below this many rows a row's slots are
 
 template <int W>
 __global__ void __launch_bounds__(ROPE_THREADS)
-    k_rope_rows(uint16_t *q, uint16_t *k, const uint16_t *__restrict__ v, int n_heads, int n_kv_heads, int head_dim,
-                int half, int spb, const float2 *__restrict__ tab, int n_seqs, const int32_t *__restrict__ seq_start,
-                const int32_t *__restrict__ pos, uint16_t *const *__restrict__ k_dst,
-                uint16_t *const *__restrict__ v_dst) {
+    k_rope_rows(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *__restrict__ pk, int64_t ld_pk, int n_heads,
+                int n_kv_heads, int head_dim, int half, int spb, const float2 *__restrict__ tab, int n_seqs,
+                const int32_t *__restrict__ seq_start, const int32_t *__restrict__ pos,
+                uint16_t *const *__restrict__ k_dst, uint16_t *const *__restrict__ v_dst) {
     const int i = (int)blockIdx.x;
     const int P = half / W;   // threads per slot (the launch makes blockDim a multiple of P)
     const int j = (int)(threadIdx.x % (unsigned)P) * W;
     const int s_step = (int)(blockDim.x / (unsigned)P);
     const int s_lo = (int)blockIdx.y * spb, n_rot = n_heads + n_kv_heads;
-    const int s_hi = min(s_lo + spb, n_rot + (k_dst ? n_kv_heads : 0));
+    const int s_hi = min(s_lo + spb, n_rot + (k_dst || pk ? n_kv_heads : 0));
     const int64_t kvd = (int64_t)n_kv_heads * head_dim;
     float c[W], sn[W];
-    load_cs<W>(tab + (int64_t)i * half + j, c, sn);
+    if (tab) load_cs<W>(tab + (int64_t)i * half + j, c, sn);
     uint16_t *kd = nullptr, *vd = nullptr;   // row i's k and v cache rows, when stored
     if (k_dst && s_hi > n_heads) {
         int lo = 0, hi = n_seqs - 1;   // row i's sequence: the last s with seq_start[s] <= i
@@ -243,19 +245,22 @@ __global__ void __launch_bounds__(ROPE_THREADS)
     }
     const bool dvec = aligned16(kd) && aligned16(vd);
     for (int s = s_lo + (int)(threadIdx.x / (unsigned)P); s < s_hi; s += s_step) {
-        const bool rot = s < n_rot;
-        const uint16_t *src;
-        uint16_t *x1 = nullptr, *dst = nullptr;
+        const bool rot = s < n_rot && tab;
+        uint16_t *x1 = nullptr, *dst = nullptr;   // the head's row in q / k / v, its cache row
         if (s < n_heads) {
-            src = x1 = q + ((int64_t)i * n_heads + s) * head_dim;
-        } else if (rot) {
-            src = x1 = k + ((int64_t)i * n_kv_heads + (s - n_heads)) * head_dim;
+            x1 = q + ((int64_t)i * n_heads + s) * head_dim;
+        } else if (s < n_rot) {
+            x1 = k + ((int64_t)i * n_kv_heads + (s - n_heads)) * head_dim;
             if (kd) dst = kd + (int64_t)(s - n_heads) * head_dim;
         } else {
-            src = v + ((int64_t)i * n_kv_heads + (s - n_rot)) * head_dim;
-            if (!vd) continue;
-            dst = vd + (int64_t)(s - n_rot) * head_dim;
+            x1 = v + ((int64_t)i * n_kv_heads + (s - n_rot)) * head_dim;
+            if (vd) dst = vd + (int64_t)(s - n_rot) * head_dim;
         }
+        // packed rows (one q|k|v product): head slot s of row i is at s * head_dim, and every head is
+        // written to its q / k / v row; else q and k heads are rotated in place and v only stored
+        const uint16_t *src = pk ? pk + (int64_t)i * ld_pk + (int64_t)s * head_dim : x1;
+        if (!pk && s >= n_rot) x1 = nullptr;
+        if (!x1 && !dst) continue;
         bfw<W> xa, xb;   // columns j.. and j + half..
         xa.load(src + j);
         xb.load(src + j + half);
@@ -273,8 +278,15 @@ __global__ void __launch_bounds__(ROPE_THREADS)
             }
             xa.set(r0);
             xb.set(r1);
+        }
+        if (x1 && (rot || pk)) {   // in place: only what was rotated; from packed rows: the whole head
             xa.store(x1 + j, true);
             xb.store(x1 + j + half, true);
+            for (int t = 2 * half + j; pk && t < head_dim; t += half) {
+                bfw<W> x;
+                x.load(src + t);
+                x.store(x1 + t, true);
+            }
         }
         if (dst) {
             xa.store(dst + j, dvec);
@@ -410,13 +422,14 @@ extern "C" cudaError_t umk_rope_table(const int32_t *pos, int n, int half, float
 // else W = 1. Blocks of P = half/W threads per slot and up to ROPE_THREADS threads; with fewer
 // than ROPE_MIN_BLOCKS rows a row's slots are split over several blocks so that small steps still
 // spread over the SMs.
-static cudaError_t rope_rows(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads,
-                             int head_dim, int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start,
-                             const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
-    const int half = rot_dim / 2, slots = n_heads + (k_dst ? 2 : 1) * n_kv_heads;
+static cudaError_t rope_rows(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *pk, int64_t ld_pk, int n,
+                             int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *tab, int n_seqs,
+                             const int32_t *seq_start, const int32_t *pos, uint16_t *const *k_dst,
+                             uint16_t *const *v_dst, cudaStream_t s) {
+    const int half = rot_dim / 2, slots = n_heads + (k_dst || pk ? 2 : 1) * n_kv_heads;
     if (n <= 0 || half <= 0 || slots <= 0) return cudaGetLastError();
     const bool vec = half % 8 == 0 && head_dim % 8 == 0 && aligned16(q) && aligned16(k) && (!k_dst || aligned16(v)) &&
-                     aligned16(tab);
+                     (!tab || aligned16(tab)) && (!pk || (aligned16(pk) && aligned16(v) && ld_pk % 8 == 0));
     const int P = vec ? half / 8 : half;
     if (P > ROPE_THREADS) return cudaErrorInvalidValue;   // rot_dim > 4096 (vector) or > 512 (scalar)
     int groups = n < ROPE_MIN_BLOCKS ? min(slots, (ROPE_MIN_BLOCKS + n - 1) / n) : 1;
@@ -426,24 +439,28 @@ static cudaError_t rope_rows(uint16_t *q, uint16_t *k, const uint16_t *v, int n,
     const int threads = P * min(spb, ROPE_THREADS / P);
     const float2 *t2 = reinterpret_cast<const float2 *>(tab);
     if (vec)
-        UMK_LAUNCH(k_rope_rows<8>, grid, threads, 0, s, q, k, v, n_heads, n_kv_heads, head_dim, half, spb, t2, n_seqs,
-                   seq_start, pos, k_dst, v_dst);
+        UMK_LAUNCH(k_rope_rows<8>, grid, threads, 0, s, q, k, v, pk, ld_pk, n_heads, n_kv_heads, head_dim, half, spb,
+                   t2, n_seqs, seq_start, pos, k_dst, v_dst);
     else
-        UMK_LAUNCH(k_rope_rows<1>, grid, threads, 0, s, q, k, v, n_heads, n_kv_heads, head_dim, half, spb, t2, n_seqs,
-                   seq_start, pos, k_dst, v_dst);
+        UMK_LAUNCH(k_rope_rows<1>, grid, threads, 0, s, q, k, v, pk, ld_pk, n_heads, n_kv_heads, head_dim, half, spb,
+                   t2, n_seqs, seq_start, pos, k_dst, v_dst);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int rot_dim, const float *tab,
                                       cudaStream_t s) {
-    return rope_rows(x, nullptr, nullptr, n, n_heads, 0, head_dim, rot_dim, tab, 0, nullptr, nullptr, nullptr, nullptr,
-                     s);
+    if (!tab) return cudaErrorInvalidValue;
+    return rope_rows(x, nullptr, nullptr, nullptr, 0, n, n_heads, 0, head_dim, rot_dim, tab, 0, nullptr, nullptr,
+                     nullptr, nullptr, s);
 }
 
-extern "C" cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads,
-                                   int head_dim, int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start,
-                                   const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s) {
-    return rope_rows(q, k, v, n, n_heads, n_kv_heads, head_dim, rot_dim, tab, n_seqs, seq_start, pos, k_dst, v_dst, s);
+extern "C" cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int64_t ld_qkv, int n,
+                                   int n_heads, int n_kv_heads, int head_dim, int rot_dim, const float *tab,
+                                   int n_seqs, const int32_t *seq_start, const int32_t *pos, uint16_t *const *k_dst,
+                                   uint16_t *const *v_dst, cudaStream_t s) {
+    if (!tab && !qkv) return cudaErrorInvalidValue;   // nothing to rotate from, nothing to unpack
+    return rope_rows(q, k, v, qkv, ld_qkv, n, n_heads, n_kv_heads, head_dim, rot_dim, tab, n_seqs, seq_start, pos,
+                     k_dst, v_dst, s);
 }
 
 extern "C" cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s) {

@@ -92,10 +92,14 @@ cudaError_t umk_rope_apply(uint16_t *x, int n, int n_heads, int head_dim, int ro
 /* One launch for umk_rope_apply on q[n, n_heads, head_dim] and on k[n, n_kv_heads, head_dim] (same table), then
  * — k_dst not NULL — umk_store_rows of the rotated k rows into k_dst and of v[n, n_kv_heads, head_dim] into
  * v_dst (row width n_kv_heads * head_dim; k_dst[s] / v_dst[s] NULL: sequence s is not stored). seq_start
- * [n_seqs+1] and pos [n] are read only with k_dst. Bit-identical to the four separate launches. */
-cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, const uint16_t *v, int n, int n_heads, int n_kv_heads, int head_dim,
-                        int rot_dim, const float *tab, int n_seqs, const int32_t *seq_start, const int32_t *pos,
-                        uint16_t *const *k_dst, uint16_t *const *v_dst, cudaStream_t s);
+ * [n_seqs+1] and pos [n] are read only with k_dst. Bit-identical to the four separate launches.
+ * qkv not NULL: q, k and v are outputs, unpacked from qkv's rows (row i at qkv + i * ld_qkv holds the q
+ * heads, then the k heads, then the v heads: one product of q|k|v-concatenated weights) — rotated as
+ * above, v copied; tab NULL then unpacks without rotating (the single kernels' first step). */
+cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int64_t ld_qkv, int n, int n_heads,
+                        int n_kv_heads, int head_dim, int rot_dim, const float *tab, int n_seqs,
+                        const int32_t *seq_start, const int32_t *pos, uint16_t *const *k_dst, uint16_t *const *v_dst,
+                        cudaStream_t s);
 /* out[i] = silu(gate[i]) * up[i] (out may equal gate or up) */
 cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s);
 /* MoE combine: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] for t < n (fp32 sum, slot < 0 skipped) */

@@ -451,6 +451,7 @@ do_kernels() {
   local T=$UNMASK_TEST_TMP
   step "decode dual, bf16 on cuBLAS (the default)" 20 60 "${TEE_TO[@]}" "$T/k_dual.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
   step "decode dual, skinny on (A/B)" 20 60 "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --cuda-skinny on
+  step "decode dual, q/k/v as three products (A/B)" 20 60 env UNMASK_CUDA_QKV=split "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
   step "decode none" 30 90 "${TEE_TO[@]}" "$T/k_none.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}"
   step "decode dual, fp8" 20 60 "${TEE_TO[@]}" "$T/k_dual8.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --quant fp8
   step "decode none, fp8" 30 90 "${TEE_TO[@]}" "$T/k_none8.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}" --quant fp8

@@ -187,6 +187,10 @@ void backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int
     PROF(be, "store_rows", be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst));
 }
 
+int backend_packs_qkv(backend *be) {
+    return backend_has(be, BACKEND_CAP_FUSED) && be->ops->packs_qkv && be->ops->packs_qkv(be);
+}
+
 void backend_rope_kv(backend *be, const brope_kv *op) {
     NEED(be, rope_kv);
     PROF(be, op->k_dst ? "rope+store_kv" : "rope q+k", be->ops->rope_kv(be, op));

@@ -279,10 +279,14 @@ void  backend_store_rows(backend *be, const void *x, int d, int n_seqs, const in
  *   backend_store_rows(k, n_kv_heads*head_dim, n_seqs, seq_start, pos, k_dst);   only when k_dst
  *   backend_store_rows(v, n_kv_heads*head_dim, n_seqs, seq_start, pos, v_dst);   only when k_dst
  * (results bit-identical on one backend). k_dst, v_dst: NULL (no KV cache: the two ropes only) or
- * [n_seqs] host arrays of device pointers as backend_store_rows's dst. */
+ * [n_seqs] host arrays of device pointers as backend_store_rows's dst.
+ * With qkv (one product of q|k|v-concatenated weights, backend_packs_qkv): q, k and v are first
+ * unpacked from its rows — q, k, v outputs then — and the above runs on them (one launch still). */
 typedef struct brope_kv {
     void          *q, *k;              /* [n, n_heads, head_dim], [n, n_kv_heads, head_dim]: rotated in place */
-    const void    *v;                  /* [n, n_kv_heads, head_dim] */
+    void          *v;                  /* [n, n_kv_heads, head_dim]: read (written only with qkv) */
+    const void    *qkv;                /* NULL, or [n, ld_qkv] rows: q heads | k heads | v heads */
+    int            ld_qkv;             /* elements between qkv's rows (>= (n_heads + 2 n_kv_heads) head_dim) */
     int            n, n_heads, n_kv_heads, head_dim, rot_dim;
     const int32_t *pos;                /* [n] host */
     float          theta;
@@ -291,6 +295,11 @@ typedef struct brope_kv {
     void *const   *k_dst, *const *v_dst;
 } brope_kv;
 void  backend_rope_kv(backend *be, const brope_kv *op);
+/* 1 when a model should load a layer's q, k and v weights as one matrix (rows q | k | v), run the
+ * three products as one, and hand its rows to backend_rope_kv (brope_kv.qkv): a backend with
+ * BACKEND_CAP_FUSED where one larger product streams its weights faster than three (CUDA; the A/B
+ * switch UNMASK_CUDA_QKV=split, docs/gpu.md). Asked at load. */
+int   backend_packs_qkv(backend *be);
 /* The residual add and the next RMSNorm as one op (BACKEND_CAP_FUSED): backend_add(x, y, n*d) then
  * backend_rmsnorm(x, w, n, d, eps, out), bit-identical on one backend. out may equal y, not x. */
 void  backend_add_rmsnorm(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps, void *out);

@@ -388,6 +388,7 @@ int bench_decode(int argc, char **argv) {
         printf("device memory in use after the rows: %.2f GiB of %.2f GiB (weights, activations, caches)\n",
                (double)(tb - fb) / (double)(1ull << 30), (double)tb / (double)(1ull << 30));
     }
+    if (ctx->packed_qkv) printf("q, k, v: one weight and one product per layer (UNMASK_CUDA_QKV=split: three)\n");
     if (dd) {
         decode_device_stats ds;
         decode_device_get_stats(dd, &ds);

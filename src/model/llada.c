@@ -167,7 +167,9 @@ void llada_tensors_free(model *m) {
 /* The weights of one layer on the backend. */
 typedef struct llada_layer_w {
     bweight attn_norm;   /* [1, d] */
-    bweight q, k, v;     /* [n_heads*hd, d], [n_kv*hd, d], [n_kv*hd, d] */
+    bweight q, k, v;     /* [n_heads*hd, d], [n_kv*hd, d], [n_kv*hd, d]; data NULL when packed */
+    bweight qkv;         /* [(n_heads + 2 n_kv)*hd, d]: q | k | v as one weight (backend_packs_qkv),
+                            or data NULL */
     bweight qb, kb, vb;  /* biases [1, n_heads*hd], [1, n_kv*hd], [1, n_kv*hd] (Dream); data NULL
                             when the model has none */
     bweight qn, kn;      /* [1, hd] per-head QK-norm weights; data NULL without QK-norm */
@@ -206,6 +208,9 @@ typedef struct llada_scratch {
     void    *k, *v;        /* [cap_tok, n_kv*hd] */
     void    *att;          /* [cap_tok, n_heads*hd] attention output */
     void    *gate, *up;    /* [cap_tok, ffn] */
+    void    *qkv;          /* [cap_tok, (n_heads + 2 n_kv)*hd] a packed q|k|v product (llada_layer_w.qkv):
+                              up when its rows are that wide (free until the MLP), else qkv_own */
+    void    *qkv_own;      /* owned, or NULL */
     void    *xo;           /* [cap_out, d] gathered output rows (one LM-head chunk) */
     void    *lg;           /* [cap_out, n_embd_rows] logits of one chunk on the backend */
     int32_t *pos;          /* [cap_tok] host: default positions */
@@ -275,6 +280,50 @@ static int upload_part(llada_loader *ld, llada_weights *w, const st_tensor *t, e
     return 0;
 }
 
+/* Layer L's q, k and v weights (with tensor parallelism this rank's heads of each): one weight of
+ * rows q | k | v where the backend packs them (backend_packs_qkv: a layer without biases or QK-norm,
+ * float weights), else three — from q_proj / k_proj / v_proj, or row ranges (views) of a fused
+ * query_key_value. */
+static int upload_qkv(llada_loader *ld, llada_weights *w, const llada_layer_tensors *L, llada_layer_w *W,
+                      um_err *err) {
+    const model_ctx *ctx = ld->ctx;
+    const model_config *c = &ctx->m->cfg;
+    const int64_t TW = ctx->shard.world > 1 ? ctx->shard.world : 1, r = TW > 1 ? ctx->shard.rank : 0;
+    const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t lq = qd / TW, lkv = kvd / TW;
+    const st_tensor *t[3];
+    const void *data[3];
+    const int64_t rows[3] = {lq, lkv, lkv};
+    int64_t row0[3];
+    if (L->qkv) {   /* fused query_key_value: q | k | v */
+        t[0] = t[1] = t[2] = L->qkv;
+        row0[0] = r * lq, row0[1] = qd + r * lkv, row0[2] = qd + kvd + r * lkv;
+    } else {
+        t[0] = L->q_proj, t[1] = L->k_proj, t[2] = L->v_proj;
+        row0[0] = r * lq, row0[1] = row0[2] = r * lkv;
+    }
+    const int64_t cols = t[0]->shape[1];
+    for (int j = 0; j < 3; j++) data[j] = (const char *)t[j]->data + (size_t)row0[j] * dtype_row_bytes(t[j]->type, cols);
+    if (backend_packs_qkv(ctx->be) && !L->q_bias && !L->q_norm && t[1]->shape[1] == cols && t[2]->shape[1] == cols) {
+        char name[200];
+        snprintf(name, sizeof name, "%s (q|k|v)", t[0]->name);
+        const int rc = llada_upload_rows_concat(ld, t, data, rows, 3, cols, LLADA_W_MATRIX, name, &W->qkv, err);
+        if (rc <= 0) return rc;   /* 1: not float weights of one dtype, three weights below */
+    }
+    if (L->qkv) {
+        bweight *out[3] = {&W->q, &W->k, &W->v};
+        for (int j = 0; j < 3; j++)
+            if (llada_upload(ld, L->qkv, data[j], row0[j], 0, rows[j], cols, rows[j] * cols, LLADA_W_MATRIX, out[j], err))
+                return -1;
+        return 0;
+    }
+    return upload_part(ld, w, L->q_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->q, err) ||
+                   upload_part(ld, w, L->k_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->k, err) ||
+                   upload_part(ld, w, L->v_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->v, err)
+               ? -1
+               : 0;
+}
+
 /* Source bytes of the matrices this ctx quantizes (the progress line's total). */
 static uint64_t quantized_bytes(const model_ctx *ctx) {
     const model_config *c = &ctx->m->cfg;
@@ -315,26 +364,8 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
             upload_part(&ld, w, L->attn_out, SPLIT_COLS, LLADA_W_MATRIX, &W->attn_out, err) ||
             upload(&ld, L->ff_norm, LLADA_W_PLAIN, &W->ff_norm, err))
             goto fail;
-        if (L->qkv) {   /* fused query_key_value: three row ranges of it (views), q | k | v — with tensor
-                           parallelism this rank's heads of each */
-            const int64_t TW = ctx->shard.world > 1 ? ctx->shard.world : 1, r = TW > 1 ? ctx->shard.rank : 0;
-            const int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-            const int64_t lq = qd / TW, lkv = kvd / TW;
-            const int64_t cols = L->qkv->shape[1];
-            const size_t rb = dtype_row_bytes(L->qkv->type, cols);
-            const char *base = L->qkv->data;
-            if (llada_upload(&ld, L->qkv, base + (size_t)(r * lq) * rb, r * lq, 0, lq, cols, lq * cols, LLADA_W_MATRIX,
-                             &W->q, err) ||
-                llada_upload(&ld, L->qkv, base + (size_t)(qd + r * lkv) * rb, qd + r * lkv, 0, lkv, cols, lkv * cols,
-                             LLADA_W_MATRIX, &W->k, err) ||
-                llada_upload(&ld, L->qkv, base + (size_t)(qd + kvd + r * lkv) * rb, qd + kvd + r * lkv, 0, lkv, cols,
-                             lkv * cols, LLADA_W_MATRIX, &W->v, err))
-                goto fail;
-        } else if (upload_part(&ld, w, L->q_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->q, err) ||
-                   upload_part(&ld, w, L->k_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->k, err) ||
-                   upload_part(&ld, w, L->v_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->v, err)) {
-            goto fail;
-        }
+        if (upload_qkv(&ld, w, L, W, err)) goto fail;
+        if (W->qkv.data) ctx->packed_qkv = 1;
         if (L->q_norm && (upload(&ld, L->q_norm, LLADA_W_PLAIN, &W->qn, err) ||
                           upload(&ld, L->k_norm, LLADA_W_PLAIN, &W->kn, err)))
             goto fail;
@@ -364,11 +395,12 @@ fail:
 }
 
 static void scratch_release(backend *be, llada_scratch *s) {
-    void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->xo, &s->lg};
+    void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->qkv_own, &s->xo, &s->lg};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (*bufs[i]) backend_act_free(be, *bufs[i]);
         *bufs[i] = NULL;
     }
+    s->qkv = NULL;
     free(s->pos);
     free(s->rows);
     free(s->kstart);
@@ -395,8 +427,8 @@ void llada_ctx_free(model_ctx *ctx) {
             if (top[i]->data) backend_weight_free(be, top[i]);
         for (int l = 0; w->layers && l < ctx->m->cfg.n_layers; l++) {
             llada_layer_w *W = &w->layers[l];
-            bweight *all[] = {&W->attn_norm, &W->q,  &W->k,    &W->v,  &W->attn_out, &W->ff_norm, &W->gate,
-                              &W->up,        &W->down, &W->qb, &W->kb, &W->vb,       &W->qn,      &W->kn};
+            bweight *all[] = {&W->attn_norm, &W->q,  &W->k,  &W->v,  &W->qkv, &W->attn_out, &W->ff_norm, &W->gate,
+                              &W->up,        &W->down, &W->qb, &W->kb, &W->vb, &W->qn,       &W->kn};
             moe_layer_free(be, &ctx->m->cfg, W->moe);
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 if (all[i]->data) backend_weight_free(be, all[i]);
@@ -419,19 +451,23 @@ static int lm_chunk_rows(const model_config *c) {
     return r < 16 ? 16 : r;
 }
 
-/* world: tensor-parallel ranks (the head / MLP buffers hold this rank's slice) */
-static void scratch_reserve(backend *be, const model_config *c, int world, llada_scratch *s, int n_tok, int n_out) {
+/* world: tensor-parallel ranks (the head / MLP buffers hold this rank's slice); packed: layers have
+ * a packed q|k|v weight (s->qkv) */
+static void scratch_reserve(backend *be, const model_config *c, int world, int packed, llada_scratch *s, int n_tok,
+                            int n_out) {
     size_t d = (size_t)c->d_model, qd = (size_t)(c->n_heads / world) * (size_t)c->head_dim;
     size_t kvd = (size_t)(c->n_kv_heads / world) * (size_t)c->head_dim, F = (size_t)(c->ffn_hidden / world);
     if (F == 0) F = 1;   /* a MoE model without dense layers */
-    if (n_tok > s->cap_tok) {
-        int cap = n_tok;
-        void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up};
-        size_t width[] = {d, d, qd, kvd, kvd, qd, F, F};
+    const size_t own = packed && F < qd + 2 * kvd ? qd + 2 * kvd : 0;   /* s->qkv's own width, 0: in s->up */
+    if (n_tok > s->cap_tok || (packed && !s->qkv)) {
+        int cap = n_tok > s->cap_tok ? n_tok : s->cap_tok;
+        void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->qkv_own};
+        size_t width[] = {d, d, qd, kvd, kvd, qd, F, F, own};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
             if (*bufs[i]) backend_act_free(be, *bufs[i]);
-            *bufs[i] = backend_act_alloc(be, (size_t)cap * width[i]);
+            *bufs[i] = width[i] ? backend_act_alloc(be, (size_t)cap * width[i]) : NULL;
         }
+        s->qkv = !packed ? NULL : own ? s->qkv_own : s->up;
         free(s->pos);
         free(s->rows);
         free(s->qblk);
@@ -521,15 +557,18 @@ static void kv_layer_fresh(model_ctx *ctx, const fwd_batch *b, llada_scratch *s,
 /* RoPE on layer l's q and k, then — cached — the write of the fresh keys / values of every sequence
  * with a slot into that slot at the rows' positions, and the attention pointed at each sequence's
  * keys (kv_layer_slots, kv_layer_fresh). The single ops in that order, or one backend_rope_kv on a
- * backend with BACKEND_CAP_FUSED (the same results). */
+ * backend with BACKEND_CAP_FUSED (the same results). packed: q, k, v are first unpacked from the
+ * layer's q|k|v product in s->qkv (by the same backend_rope_kv). */
 static void rope_kv_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *pos, llada_scratch *s, int l,
-                          int cached, int H, int KV) {
+                          int cached, int H, int KV, int packed) {
     const model_config *c = &ctx->m->cfg;
     backend *be = ctx->be;
     const int hd = c->head_dim, kvd = KV * hd;
     if (cached) kv_layer_slots(ctx, b, s, l);
+    CHECK(!packed || backend_has(be, BACKEND_CAP_FUSED));   /* backend_packs_qkv */
     if (backend_has(be, BACKEND_CAP_FUSED)) {
-        const brope_kv op = {.q = s->q, .k = s->k, .v = s->v, .n = b->seq_start[b->n_seqs], .n_heads = H,
+        const brope_kv op = {.q = s->q, .k = s->k, .v = s->v, .qkv = packed ? s->qkv : NULL,
+                             .ld_qkv = packed ? (H + 2 * KV) * hd : 0, .n = b->seq_start[b->n_seqs], .n_heads = H,
                              .n_kv_heads = KV, .head_dim = hd, .rot_dim = c->rot_dim, .pos = pos,
                              .theta = c->rope_theta, .n_seqs = b->n_seqs, .seq_start = b->seq_start,
                              .k_dst = cached ? s->kseq : NULL, .v_dst = cached ? s->vseq : NULL};
@@ -578,7 +617,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     const int n = b->seq_start[b->n_seqs];
     const int TP = ctx->shard.world > 1 ? ctx->shard.world : 1;   /* heads and MLP width per rank */
     const int H = c->n_heads / TP, KV = c->n_kv_heads / TP, hd = c->head_dim;
-    scratch_reserve(be, c, TP, s, n, out_cap);
+    scratch_reserve(be, c, TP, ctx->packed_qkv, s, n, out_cap);
 
     const int32_t *pos = b->pos;
     if (!pos) {
@@ -635,6 +674,11 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
             backend_matmul(be, s->h, &L->q, &L->qb, n, s->q);
             backend_matmul(be, s->h, &L->k, &L->kb, n, s->k);
             backend_matmul(be, s->h, &L->v, &L->vb, n, s->v);
+        } else if (L->qkv.data) {   /* one product into s->qkv; rope_kv_layer unpacks its rows */
+            const blinear qkv = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->attn_norm,
+                                 .eps = c->norm_eps, .epi = BLIN_STORE, .n_w = 1, .w = {&L->qkv},
+                                 .y = {s->qkv}, .tmp_h = s->h};
+            backend_linear(be, &qkv);
         } else {
             const blinear qkv = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->attn_norm,
                                  .eps = c->norm_eps, .epi = BLIN_STORE, .n_w = 3, .w = {&L->q, &L->k, &L->v},
@@ -645,7 +689,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
             backend_rmsnorm(be, s->q, &L->qn, n * H, hd, c->norm_eps, s->q);
             backend_rmsnorm(be, s->k, &L->kn, n * KV, hd, c->norm_eps, s->k);
         }
-        rope_kv_layer(ctx, b, pos, s, l, cached, H, KV);
+        rope_kv_layer(ctx, b, pos, s, l, cached, H, KV, L->qkv.data != NULL);
         backend_attention(be, &ap, s->q, s->k, s->v, s->att);
         normed = residual_linear(ctx, s->att, &L->attn_out, n, s, &L->ff_norm);
         if (L->moe) {   /* MoE sublayer: x += routed experts + shared expert of h = RMSNorm(x) */

@@ -258,3 +258,35 @@ int llada_upload(llada_loader *ld, const st_tensor *t, const void *data, int64_t
     if (quantize) loader_count_quantized(ld, bytes, rows, cols);
     return 0;
 }
+
+int llada_upload_rows_concat(llada_loader *ld, const st_tensor *const t[], const void *const data[],
+                             const int64_t rows[], int n, int64_t cols, enum llada_wkind kind, const char *name,
+                             bweight *w, um_err *err) {
+    CHECK(n >= 1);
+    for (int j = 0; j < n; j++)
+        if (t[j]->type != t[0]->type || (t[j]->type != DTYPE_F32 && t[j]->type != DTYPE_BF16 && t[j]->type != DTYPE_F16))
+            return 1;
+    memset(w, 0, sizeof *w);
+    backend *be = ld->ctx->be;
+    int64_t total = 0;
+    for (int j = 0; j < n; j++) total += rows[j];
+    const size_t rb = dtype_row_bytes(t[0]->type, cols);
+    char *buf = xmalloc((size_t)total * rb);
+    size_t off = 0;
+    for (int j = 0; j < n; j++) {
+        memcpy(buf + off, data[j], (size_t)rows[j] * rb);
+        off += (size_t)rows[j] * rb;
+    }
+    const int quantize = kind == LLADA_W_MATRIX && model_quant_converts(ld->quant);
+    const bweight_src src = {.name = name, .data = buf, .type = t[0]->type, .rows = total, .cols = cols,
+                             .quant = quantize ? ld->quant : DTYPE_F32};
+    if (backend_weight_upload(be, &src, w, err) != 0) {
+        free(buf);
+        return -1;
+    }
+    for (int j = 0; j < n; j++) checkpoint_release(&ld->ctx->m->ck, data[j], (size_t)rows[j] * rb);
+    if (quantize) loader_count_quantized(ld, (uint64_t)total * rb, total, cols);
+    if (backend_weight_keeps_source(be, w)) llada_host_parts_add(ld->parts, buf);
+    else free(buf);
+    return 0;
+}

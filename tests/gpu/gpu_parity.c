@@ -459,21 +459,35 @@ static void run_rope_kv(const rope_kv_case *rc, const char *name) {
         g_cpu->ops->store_rows(g_cpu, ck, kvd, S, st, pos, cd[0]);
         g_cpu->ops->store_rows(g_cpu, cv, kvd, S, st, pos, cd[1]);
     }
-    /* GPU: fused (f = 1) and single kernels (f = 0) */
-    float *res[2][2 + 2 * 4] = {{NULL}};   /* [fused][q, k, k caches, v caches] */
-    for (int f = 0; f < 2; f++) {
-        uint16_t *gq = g_up_at(q, nq, xo), *gk = g_up_at(k, nk, xo), *gv = g_up_at(v, nk, xo);
+    /* GPU: fused (f & 1) and single kernels, from q, k, v or (f & 2) from packed q|k|v rows (one
+     * product's; a row stride 8 past the heads), where q, k, v start as garbage and must all be
+     * written */
+    const int ld = (rc->H + 2 * rc->KV) * rc->hd + 8;
+    float *pk = rnd((size_t)n * ld, -2, 2), *junk = rnd(nq, -50, 50);
+    for (int i = 0; i < n; i++) {
+        memcpy(pk + (size_t)i * ld, q + (size_t)i * rc->H * rc->hd, (size_t)rc->H * rc->hd * sizeof *pk);
+        memcpy(pk + (size_t)i * ld + rc->H * rc->hd, k + (size_t)i * kvd, (size_t)kvd * sizeof *pk);
+        memcpy(pk + (size_t)i * ld + rc->H * rc->hd + kvd, v + (size_t)i * kvd, (size_t)kvd * sizeof *pk);
+    }
+    float *res[4][3 + 2 * 4] = {{NULL}};   /* [packed fused][q, k, k caches, v caches, v] */
+    for (int f = 0; f < 4; f++) {
+        const int packed = f >= 2;
+        uint16_t *gq = g_up_at(packed ? junk : q, nq, xo), *gk = g_up_at(packed ? junk : k, nk, xo),
+                 *gv = g_up_at(packed ? junk : v, nk, xo), *gp = packed ? g_up_at(pk, (size_t)n * ld, xo) : NULL;
         void *gd[2][4] = {{NULL}};
         for (int t = 0; t < 2; t++)
             for (int sq = 0; sq < S; sq++) gd[t][sq] = rc->cached && sq != 2 ? g_up_at(zero, nc, co) : NULL;
-        const brope_kv op = {.q = gq, .k = gk, .v = gv, .n = n, .n_heads = rc->H, .n_kv_heads = rc->KV,
-                             .head_dim = rc->hd, .rot_dim = rc->rot, .pos = pos, .theta = 500000.0f, .n_seqs = S,
-                             .seq_start = st, .k_dst = rc->cached ? gd[0] : NULL, .v_dst = rc->cached ? gd[1] : NULL};
-        backend_cuda_fuse(g_gpu, f);
+        const brope_kv op = {.q = gq, .k = gk, .v = gv, .qkv = gp, .ld_qkv = packed ? ld : 0, .n = n,
+                             .n_heads = rc->H, .n_kv_heads = rc->KV, .head_dim = rc->hd, .rot_dim = rc->rot,
+                             .pos = pos, .theta = 500000.0f, .n_seqs = S, .seq_start = st,
+                             .k_dst = rc->cached ? gd[0] : NULL, .v_dst = rc->cached ? gd[1] : NULL};
+        backend_cuda_fuse(g_gpu, f & 1);
         g_gpu->ops->rope_kv(g_gpu, &op);
         backend_cuda_fuse(g_gpu, 1);
         res[f][0] = g_down(gq, nq);
         res[f][1] = g_down(gk, nk);
+        res[f][10] = g_down(gv, nk);
+        if (gp) g_free_at(gp, xo);
         for (int t = 0; t < 2; t++)
             for (int sq = 0; sq < S; sq++)
                 if (gd[t][sq]) {
@@ -511,8 +525,20 @@ static void run_rope_kv(const rope_kv_case *rc, const char *name) {
             CHECKF(moved == lens[sq], "rope_kv: %s cache of sequence %d: %d of %d rows at their positions", tag[t], sq,
                    moved, lens[sq]);
         }
-    for (int f = 0; f < 2; f++)
-        for (int j = 0; j < 10; j++) free(res[f][j]);
+    /* from packed rows: the same results bit for bit, fused or not, and v unpacked as it was */
+    int packed_same = 1;
+    for (int f = 2; f < 4; f++) {
+        packed_same &= memcmp(res[f][0], res[1][0], nq * sizeof(float)) == 0 &&
+                       memcmp(res[f][1], res[1][1], nk * sizeof(float)) == 0 &&
+                       memcmp(res[f][10], res[1][10], nk * sizeof(float)) == 0;
+        for (int j = 2; j < 10; j++)
+            packed_same &= !res[f][j] == !res[1][j] && (!res[f][j] || memcmp(res[f][j], res[1][j], nc * sizeof(float)) == 0);
+    }
+    printf("  %-58s %s\n", "  from packed q|k|v rows (fused, single kernels)", packed_same ? "bit-identical" : "differ");
+    CHECKF(packed_same, "%s: rope_kv from packed q|k|v rows differs from q, k, v", name);
+    for (int f = 0; f < 4; f++)
+        for (int j = 0; j < 11; j++) free(res[f][j]);
+    free(pk), free(junk);
     for (int t = 0; t < 2; t++)
         for (int sq = 0; sq < S; sq++)
             if (cd[t][sq]) g_cpu->ops->act_free(g_cpu, cd[t][sq]);
@@ -1385,6 +1411,25 @@ static void test_forward(const model *m, const char *label) {
         printf("  %-58s %s\n", "  fused ops vs single kernels", same ? "bit-identical" : "differ");
         CHECKF(same, "%s: logits with --cuda-fuse off differ", label);
         free(ul);
+    }
+    /* q, k, v as one weight and one product (backend_packs_qkv; models without biases or QK-norm)
+     * or as three: the same logits up to the GEMMs' summation order (bit for bit on the emulator) */
+    {
+        const int packable = !m->llada.layers[0].q_bias && !m->llada.layers[0].q_norm;
+        CHECKF(gc.packed_qkv == packable, "%s: q/k/v %s, expected %s", label, gc.packed_qkv ? "packed" : "three weights",
+               packable ? "packed" : "three weights");
+        model_ctx sc;
+        backend_cuda_qkv_split(g_gpu, 1);
+        CHECK(model_ctx_init(&sc, m, g_gpu, &err) == 0);
+        backend_cuda_qkv_split(g_gpu, 0);
+        CHECK(!sc.packed_qkv);
+        float *sl = xmalloc((size_t)n * V * sizeof *sl);
+        CHECK(model_forward(&sc, &b, sl, &err) == 0);
+        snprintf(what, sizeof what, "q/k/v %s vs three weights %s", gc.packed_qkv ? "packed" : "(not packed)", label);
+        expect_close(what, gl, sl, (size_t)n * V, 1e-2);
+        printf("  %-58s %s\n", "  packed vs three weights", memcmp(gl, sl, (size_t)n * V * sizeof *sl) ? "differ" : "bit-identical");
+        free(sl);
+        model_ctx_free(&sc);
     }
     /* model_forward_dev == model_forward on the GPU */
     const void *dl = NULL;

@@ -675,7 +675,11 @@ static void cuda_rope_kv(backend *be, const brope_kv *op) {
     CHECK(op->rot_dim > 0 && op->rot_dim % 2 == 0 && op->rot_dim <= op->head_dim);
     CHECK(!op->k_dst == !op->v_dst);
     const int kvd = op->n_kv_heads * op->head_dim;
+    CHECK(!op->qkv || op->ld_qkv >= op->n_heads * op->head_dim + 2 * kvd);
     if (ci->unfused) {
+        if (op->qkv && op->n > 0)   /* the single kernels start from q, k, v rows: unpack them first */
+            CUDA_CHECK(umk_rope_kv(op->q, op->k, op->v, op->qkv, op->ld_qkv, op->n, op->n_heads, op->n_kv_heads,
+                                   op->head_dim, op->rot_dim, NULL, 0, NULL, NULL, NULL, NULL, ci->stream));
         cuda_rope(be, op->q, op->n, op->n_heads, op->head_dim, op->rot_dim, op->pos, op->theta);
         cuda_rope(be, op->k, op->n, op->n_kv_heads, op->head_dim, op->rot_dim, op->pos, op->theta);
         if (op->k_dst) {
@@ -696,10 +700,15 @@ static void cuda_rope_kv(backend *be, const brope_kv *op) {
         d_k = cuda_stage(ci, op->k_dst, (size_t)op->n_seqs * sizeof *op->k_dst);
         d_v = cuda_stage(ci, op->v_dst, (size_t)op->n_seqs * sizeof *op->v_dst);
     }
-    CUDA_CHECK(umk_rope_kv(op->q, op->k, op->v, op->n, op->n_heads, op->n_kv_heads, op->head_dim, op->rot_dim, tab,
-                           op->n_seqs, d_start, d_pos, d_k, d_v, ci->stream));
+    CUDA_CHECK(umk_rope_kv(op->q, op->k, op->v, op->qkv, op->ld_qkv, op->n, op->n_heads, op->n_kv_heads, op->head_dim,
+                           op->rot_dim, tab, op->n_seqs, d_start, d_pos, d_k, d_v, ci->stream));
     if (op->k_dst) cuda_stage_done(ci);
 }
+
+/* backend_packs_qkv: one q|k|v product (cuBLAS: 12288 x 4096 streams at ~3.3 TB/s on the H200 where
+ * three 4096 x 4096 ones managed ~2.6, the 8B cached b1 step's q/k/v 39 µs vs gate's 30 for the same
+ * bytes), unless UNMASK_CUDA_QKV=split */
+static int cuda_packs_qkv(backend *be) { return !cuda_impl_of(be)->qkv_split; }
 
 static void cuda_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v,
                            void *out) {
@@ -1004,6 +1013,7 @@ static const backend_ops k_cuda_ops = {
     .store_rows = cuda_store_rows,
     .moe_combine = cuda_moe_combine,
     .rope_kv = cuda_rope_kv,
+    .packs_qkv = cuda_packs_qkv,
     .add_rmsnorm = cuda_add_rmsnorm,
     .act_zero = cuda_act_zero,
     .host_parallel_for = cuda_host_parallel_for,
@@ -1132,6 +1142,10 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->l2_bytes = (size_t)prop.l2CacheSize;
     ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
     ci->gemm_cublas = !(o && o->cuda_skinny);   /* A/B switch (docs/gpu.md) */
+    const char *qkv_env = getenv("UNMASK_CUDA_QKV");   /* A/B switch (docs/gpu.md) */
+    if (qkv_env && *qkv_env && strcmp(qkv_env, "split") != 0 && strcmp(qkv_env, "packed") != 0)
+        UM_FATAL("UNMASK_CUDA_QKV=%s: expected packed (the default) or split", qkv_env);
+    ci->qkv_split = qkv_env && strcmp(qkv_env, "split") == 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cb->create(&ci->cublas));
     CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));
@@ -1239,6 +1253,7 @@ void backend_cuda_cublas_reduced_precision(backend *be, int allow) {
 void backend_cuda_gemm_splits(backend *be, int n) { cuda_impl_of(be)->gs_splits = n > 0 ? n : 0; }
 int  backend_cuda_gemm_last_splits(backend *be) { return cuda_impl_of(be)->gs_last_splits; }
 void backend_cuda_fuse(backend *be, int on) { cuda_impl_of(be)->unfused = !on; }
+void backend_cuda_qkv_split(backend *be, int on) { cuda_impl_of(be)->qkv_split = on; }
 
 void backend_cuda_stage_reuse(backend *be, int on) {
     cuda_impl *ci = cuda_impl_of(be);
@@ -1424,6 +1439,7 @@ void backend_cuda_cublas_reduced_precision(backend *be, int allow) { (void)be, (
 void backend_cuda_gemm_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 int  backend_cuda_gemm_last_splits(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_fuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_qkv_split(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }
 void backend_cuda_free_dev(backend *be, void *p) { (void)be, (void)p; CUDA_UNAVAILABLE(); }
