@@ -85,9 +85,9 @@ static int dev_decoder_ok(const decode_params *p) {
 }
 
 /* The decoders whose block-diffusion rule (decoders.c: the quota from the block length; LLaDA2's
- * threshold rule) kernels/decode.cu implements. */
+ * threshold rule; factor's, the same as without blocks) kernels/decode.cu implements. */
 static int dev_bd_decoder_ok(enum decode_decoder d) {
-    return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD;
+    return d == DECODER_LOW_CONFIDENCE || d == DECODER_RANDOM || d == DECODER_THRESHOLD || d == DECODER_FACTOR;
 }
 
 /* Decoders with a per-block step budget (decode.c plan_steps): the device reads blk_steps. Under

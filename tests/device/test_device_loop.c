@@ -484,12 +484,16 @@ static void test_llada2_alone(model_ctx *ctx, const int32_t *prompt, int n_promp
         {11, 8, 13, 0, 4, DECODER_THRESHOLD, 0.015, 0},
         {9, 4, 10, 0, 2, DECODER_THRESHOLD, 0.01, 0.6},
         {12, 8, 9, 0, 0, DECODER_THRESHOLD, 0.95, 0},        /* the reference's tau: quotas only */
+        {10, 4, 7, 0, 0, DECODER_FACTOR, 1.0, 0},            /* factor (tau: its f), until each block is full */
+        {11, 8, 13, 0, 0, DECODER_FACTOR, 2.5, 0.7},
     };
     int over_quota = 0, at_quota = 0;
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         const bcase *c = &cs[k];
         CHECK(c->n_prompt <= n_prompt);
-        decode_params p = bd_params(ctx->m, c->block, c->gen, c->d, c->tau, c->temp, 300 + (uint64_t)k);
+        decode_params p = bd_params(ctx->m, c->block, c->gen, c->d, c->d == DECODER_FACTOR ? 0 : c->tau, c->temp,
+                                    300 + (uint64_t)k);
+        if (c->d == DECODER_FACTOR) p.factor = c->tau;
         p.steps = c->steps;
         p.steps_per_block = c->spb;
         char label[160];
@@ -553,10 +557,10 @@ static void test_llada2_alone(model_ctx *ctx, const int32_t *prompt, int n_promp
  * mid-block after host steps (its rng step and block step continue), one cancelled: each finished
  * stream equals its host-alone stream, the cancelled one is a prefix of it. */
 static void test_llada2_batch(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
-    enum { N = 5 };
+    enum { N = 6 };
     tcase c[N];
     memset(c, 0, sizeof c);
-    const int np[N] = {10, 12, 9, 11, 7};
+    const int np[N] = {10, 12, 9, 11, 7, 8};
     for (int i = 0; i < N; i++) {
         c[i].n_prompt = np[i] <= n_prompt ? np[i] : n_prompt;
         memcpy(c[i].prompt, prompt, (size_t)c[i].n_prompt * sizeof(int32_t));
@@ -576,7 +580,10 @@ static void test_llada2_batch(model_ctx *ctx, const int32_t *prompt, int n_promp
     c[4].label = "llada2 random B8 gen 12";
     c[4].p = bd_params(ctx->m, 8, 12, DECODER_RANDOM, 0, 0.5, 43);
     c[4].p.steps = 6;
-    const int join_at[N] = {0, 1, 0, 2, 4};
+    c[5].label = "llada2 factor B8 gen 11 f1.5 T0.6";
+    c[5].p = bd_params(ctx->m, 8, 11, DECODER_FACTOR, 0, 0.6, 44);
+    c[5].p.factor = 1.5;
+    const int join_at[N] = {0, 1, 0, 2, 4, 3};
     const int cancel_seq = 3, cancel_at = 6;
     stream h[N], g[N];
     for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
@@ -699,10 +706,10 @@ static int canvas_rows(model_ctx *ctx, const decode_params *p, const int32_t *pr
  * different iterations: stream == the host loop's, graphs replayed inside blocks of 4 steps or more,
  * no slot left open. */
 static void test_llada2_cached(model_ctx *ctx, const int32_t *prompt, int n_prompt) {
-    enum { N = 4 };
+    enum { N = 5 };
     tcase c[N];
     memset(c, 0, sizeof c);
-    const int np[N] = {10, 11, 9, 12};
+    const int np[N] = {10, 11, 9, 12, 8};
     for (int i = 0; i < N; i++) {
         c[i].n_prompt = np[i] <= n_prompt ? np[i] : n_prompt;
         memcpy(c[i].prompt, prompt, (size_t)c[i].n_prompt * sizeof(int32_t));
@@ -729,6 +736,11 @@ static void test_llada2_cached(model_ctx *ctx, const int32_t *prompt, int n_prom
     c[3].p.steps_per_block = 3;
     c[3].p.warmup_steps = 2;
     c[3].p.prefill_chunk = 8;
+    c[4].label = "llada2 dual, factor B4 f1, chunks of 4";
+    c[4].p = bd_params(ctx->m, 4, 9, DECODER_FACTOR, 0, 0, 0);
+    c[4].p.cache = DECODE_CACHE_DUAL;
+    c[4].p.factor = 1.0;
+    c[4].p.prefill_chunk = 4;
     stream h[N], g[N];
     for (int i = 0; i < N; i++) run_host(ctx, &c[i].p, c[i].prompt, c[i].n_prompt, &h[i]);
     int rows[N];
@@ -747,7 +759,7 @@ static void test_llada2_cached(model_ctx *ctx, const int32_t *prompt, int n_prom
                    (unsigned long long)ds.steps);
         stream_free(&g[i]);
     }
-    const int join_at[N] = {0, 1, 0, 3};
+    const int join_at[N] = {0, 1, 0, 3, 2};
     run_joined(ctx, c, N, join_at, h, g, rows, 1, "llada2: ");
 }
 
@@ -765,9 +777,13 @@ static void test_llada2_eligibility(model_ctx *ctx, const int32_t *prompt, int n
         TEST_CHECK(decode_device_eligible(ctx, s), "llada2, cache mode %d: eligible", (int)modes[i]);
         decode_seq_free(s);
     }
-    p = bd_params(ctx->m, 4, 8, DECODER_FACTOR, 0.9, 0, 0);
+    p = bd_params(ctx->m, 4, 8, DECODER_FACTOR, 0, 0, 0);
     s = mk(ctx->m, &p, prompt, n_prompt, &st);
-    TEST_CHECK(!decode_device_eligible(ctx, s), "llada2 factor: host loop");
+    TEST_CHECK(decode_device_eligible(ctx, s), "llada2 factor: eligible");
+    decode_seq_free(s);
+    p = bd_params(ctx->m, 4, 8, DECODER_HIERARCHY, 0.9, 0, 0);
+    s = mk(ctx->m, &p, prompt, n_prompt, &st);
+    TEST_CHECK(!decode_device_eligible(ctx, s), "llada2 hierarchy: host loop");
     decode_seq_free(s);
 }
 
