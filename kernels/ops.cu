@@ -321,6 +321,29 @@ __global__ void k_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uin
     }
 }
 
+// k_swiglu over rows of one joined gate|up product: row r's gate at gu + r*ld, its up f further;
+// out rows dense. Block (r, c): row r, columns c*blockDim*W... (grid-stride over the row).
+__global__ void k_swiglu_rows(const uint16_t *__restrict__ gu, int64_t ld, int f, uint16_t *__restrict__ out,
+                              bool vec) {
+    const int64_t r = blockIdx.x;
+    const uint16_t *g = gu + r * ld, *u = g + f;
+    uint16_t *o = out + r * (int64_t)f;
+    const int stride = (int)(gridDim.y * blockDim.x);
+    int t = (int)(blockIdx.y * blockDim.x + threadIdx.x);
+    if (vec) {
+        for (; t < f / 8; t += stride) {
+            float gv[8], uv[8];
+            unpack8(reinterpret_cast<const uint4 *>(g)[t], gv);
+            unpack8(reinterpret_cast<const uint4 *>(u)[t], uv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) gv[e] = silu_mul(gv[e], uv[e]);
+            reinterpret_cast<uint4 *>(o)[t] = pack8(gv);
+        }
+    } else {
+        for (; t < f; t += stride) o[t] = f2b(silu_mul(b2f(g[t]), b2f(u[t])));
+    }
+}
+
 // block t: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] (fp32 sum, one rounding)
 __global__ void k_moe_combine(uint16_t *x, const uint16_t *__restrict__ y, int64_t d, int k,
                               const int32_t *__restrict__ slot, const float *__restrict__ w) {
@@ -466,6 +489,16 @@ extern "C" cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, uint16_t *v, const 
 extern "C" cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s) {
     bool vec = (n & 7) == 0 && ((uintptr_t)gate & 15) == 0 && ((uintptr_t)up & 15) == 0 && ((uintptr_t)out & 15) == 0;
     if (n) UMK_LAUNCH(k_swiglu, grid_for(vec ? n / 8 : n, 256), 256, 0, s, gate, up, n, out, vec);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t umk_swiglu_rows(const uint16_t *gu, int n, int f, int64_t ld, uint16_t *out, cudaStream_t s) {
+    if (n <= 0 || f <= 0) return cudaGetLastError();
+    if (ld < 2 * (int64_t)f) return cudaErrorInvalidValue;
+    const bool vec = (f & 7) == 0 && (ld & 7) == 0 && ((uintptr_t)gu & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    const int per_row = vec ? f / 8 : f;
+    const dim3 grid((unsigned)n, (unsigned)((per_row + 255) / 256));
+    UMK_LAUNCH(k_swiglu_rows, grid, 256, 0, s, gu, ld, f, out, vec);
     return cudaGetLastError();
 }
 

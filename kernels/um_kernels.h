@@ -102,6 +102,9 @@ cudaError_t umk_rope_kv(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *q
                         cudaStream_t s);
 /* out[i] = silu(gate[i]) * up[i] (out may equal gate or up) */
 cudaError_t umk_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, cudaStream_t s);
+/* umk_swiglu on the rows of one joined gate|up product: out[r, j] = silu(gu[r*ld + j]) * gu[r*ld + f + j]
+ * for r < n, j < f (ld >= 2f; out [n, f] dense, not overlapping gu); the same roundings */
+cudaError_t umk_swiglu_rows(const uint16_t *gu, int n, int f, int64_t ld, uint16_t *out, cudaStream_t s);
 /* MoE combine: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] for t < n (fp32 sum, slot < 0 skipped) */
 cudaError_t umk_moe_combine(uint16_t *x, const uint16_t *y, int d, int n, int k, const int32_t *slot, const float *w,
                             cudaStream_t s);

@@ -451,7 +451,10 @@ do_kernels() {
   local T=$UNMASK_TEST_TMP
   step "decode dual, bf16 on cuBLAS (the default)" 20 60 "${TEE_TO[@]}" "$T/k_dual.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
   step "decode dual, skinny on (A/B)" 20 60 "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --cuda-skinny on
-  step "decode dual, q/k/v as three products (A/B)" 20 60 env UNMASK_CUDA_QKV=split "$BUILD/unmask" "${D[@]}" "${DUAL[@]}"
+  # A/B of the joined weights (UNMASK_CUDA_PACK; batches 1 and 8, where the products are skinny)
+  local D18=(bench --decode --device cuda:0 --model "$MODEL8B" --prompt 256 --gen 256 --block 32 --batch 1,8)
+  step "decode dual, q|k|v and gate|up not joined (A/B)" 15 45 env UNMASK_CUDA_PACK=none "$BUILD/unmask" "${D18[@]}" "${DUAL[@]}"
+  step "decode dual, only q|k|v joined (A/B)" 15 45 env UNMASK_CUDA_PACK=qkv "$BUILD/unmask" "${D18[@]}" "${DUAL[@]}"
   step "decode none" 30 90 "${TEE_TO[@]}" "$T/k_none.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}"
   step "decode dual, fp8" 20 60 "${TEE_TO[@]}" "$T/k_dual8.log" "$BUILD/unmask" "${D[@]}" "${DUAL[@]}" --quant fp8
   step "decode none, fp8" 30 90 "${TEE_TO[@]}" "$T/k_none8.log" "$BUILD/unmask" "${D[@]}" "${NONE[@]}" --quant fp8

@@ -187,8 +187,8 @@ void backend_store_rows(backend *be, const void *x, int d, int n_seqs, const int
     PROF(be, "store_rows", be->ops->store_rows(be, x, d, n_seqs, seq_start, pos, dst));
 }
 
-int backend_packs_qkv(backend *be) {
-    return backend_has(be, BACKEND_CAP_FUSED) && be->ops->packs_qkv && be->ops->packs_qkv(be);
+unsigned backend_packs(backend *be) {
+    return backend_has(be, BACKEND_CAP_FUSED) && be->ops->packs ? be->ops->packs(be) : 0;
 }
 
 void backend_rope_kv(backend *be, const brope_kv *op) {

@@ -257,6 +257,9 @@ typedef struct blinear {
     const bweight   *w[3];
     void            *y[3];       /* y[j]: [n, w[j].rows] */
     void            *tmp_h, *tmp_y;
+    int              wide_tmp;   /* BLIN_SWIGLU: tmp_y holds [n, w[0].rows + w[1].rows] — the two
+                                    products may then run as one where w[1] continues w[0]'s rows
+                                    (BACKEND_PACK_GATE_UP) */
 } blinear;
 void  backend_linear(backend *be, const blinear *op);
 /* out[i] = silu(gate[i]) * up[i] (out may equal gate) */
@@ -280,7 +283,7 @@ void  backend_store_rows(backend *be, const void *x, int d, int n_seqs, const in
  *   backend_store_rows(v, n_kv_heads*head_dim, n_seqs, seq_start, pos, v_dst);   only when k_dst
  * (results bit-identical on one backend). k_dst, v_dst: NULL (no KV cache: the two ropes only) or
  * [n_seqs] host arrays of device pointers as backend_store_rows's dst.
- * With qkv (one product of q|k|v-concatenated weights, backend_packs_qkv): q, k and v are first
+ * With qkv (one product of q|k|v-concatenated weights, BACKEND_PACK_QKV): q, k and v are first
  * unpacked from its rows — q, k, v outputs then — and the above runs on them (one launch still). */
 typedef struct brope_kv {
     void          *q, *k;              /* [n, n_heads, head_dim], [n, n_kv_heads, head_dim]: rotated in place */
@@ -295,11 +298,17 @@ typedef struct brope_kv {
     void *const   *k_dst, *const *v_dst;
 } brope_kv;
 void  backend_rope_kv(backend *be, const brope_kv *op);
-/* 1 when a model should load a layer's q, k and v weights as one matrix (rows q | k | v), run the
- * three products as one, and hand its rows to backend_rope_kv (brope_kv.qkv): a backend with
- * BACKEND_CAP_FUSED where one larger product streams its weights faster than three (CUDA; the A/B
- * switch UNMASK_CUDA_QKV=split, docs/gpu.md). Asked at load. */
-int   backend_packs_qkv(backend *be);
+/* Weights a model should join so that products of one input run as one (backend_packs). */
+enum backend_pack {
+    BACKEND_PACK_QKV     = 1 << 0, /* a layer's q, k, v as one matrix (rows q | k | v): one product,
+                                      whose rows backend_rope_kv unpacks (brope_kv.qkv) */
+    BACKEND_PACK_GATE_UP = 1 << 1, /* gate and up as one matrix (rows gate | up; the two weights are
+                                      views of it): BLIN_SWIGLU with wide_tmp runs one product */
+};
+/* The BACKEND_PACK_* a model should use, asked at load: where one larger product streams its weights
+ * faster than several (CUDA, with BACKEND_CAP_FUSED; the A/B switch UNMASK_CUDA_PACK, docs/gpu.md);
+ * 0 elsewhere. */
+unsigned backend_packs(backend *be);
 /* The residual add and the next RMSNorm as one op (BACKEND_CAP_FUSED): backend_add(x, y, n*d) then
  * backend_rmsnorm(x, w, n, d, eps, out), bit-identical on one backend. out may equal y, not x. */
 void  backend_add_rmsnorm(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps, void *out);

@@ -120,7 +120,7 @@ typedef struct backend_ops {
     void           (*rope_kv)(backend *be, const brope_kv *op);              /* (optional) */
     void           (*add_rmsnorm)(backend *be, void *x, const void *y, const bweight *w, int n, int d, float eps,
                                   void *out);                                /* (optional) */
-    int            (*packs_qkv)(backend *be);   /* (optional) 1: load q|k|v as one weight (backend_packs_qkv) */
+    unsigned       (*packs)(backend *be);       /* (optional) BACKEND_PACK_* (backend_packs) */
 
     /* ------------------------------------------------ BACKEND_CAP_COMM */
     /* (optional) join a collective group on this backend's device (see backend_comm_join) */

@@ -388,7 +388,10 @@ int bench_decode(int argc, char **argv) {
         printf("device memory in use after the rows: %.2f GiB of %.2f GiB (weights, activations, caches)\n",
                (double)(tb - fb) / (double)(1ull << 30), (double)tb / (double)(1ull << 30));
     }
-    if (ctx->packed_qkv) printf("q, k, v: one weight and one product per layer (UNMASK_CUDA_QKV=split: three)\n");
+    if (ctx->packed)
+        printf("joined weights, one product each: %s%s%s (UNMASK_CUDA_PACK=none: separate)\n",
+               ctx->packed & BACKEND_PACK_QKV ? "q|k|v" : "", ctx->packed == (BACKEND_PACK_QKV | BACKEND_PACK_GATE_UP) ? ", " : "",
+               ctx->packed & BACKEND_PACK_GATE_UP ? "gate|up" : "");
     if (dd) {
         decode_device_stats ds;
         decode_device_get_stats(dd, &ds);

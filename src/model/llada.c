@@ -168,14 +168,16 @@ void llada_tensors_free(model *m) {
 typedef struct llada_layer_w {
     bweight attn_norm;   /* [1, d] */
     bweight q, k, v;     /* [n_heads*hd, d], [n_kv*hd, d], [n_kv*hd, d]; data NULL when packed */
-    bweight qkv;         /* [(n_heads + 2 n_kv)*hd, d]: q | k | v as one weight (backend_packs_qkv),
+    bweight qkv;         /* [(n_heads + 2 n_kv)*hd, d]: q | k | v as one weight (BACKEND_PACK_QKV),
                             or data NULL */
     bweight qb, kb, vb;  /* biases [1, n_heads*hd], [1, n_kv*hd], [1, n_kv*hd] (Dream); data NULL
                             when the model has none */
     bweight qn, kn;      /* [1, hd] per-head QK-norm weights; data NULL without QK-norm */
     bweight attn_out;    /* [d, n_heads*hd] */
     bweight ff_norm;     /* [1, d] */
-    bweight gate, up;    /* [ffn, d] (ff_proj, up_proj); data NULL in a MoE layer */
+    bweight gate, up;    /* [ffn, d] (ff_proj, up_proj); data NULL in a MoE layer; views of gate_up
+                            when joined */
+    bweight gate_up;     /* [2 ffn, d]: gate | up as one weight (BACKEND_PACK_GATE_UP), or data NULL */
     bweight down;        /* [d, ffn] (ff_out) */
     moe_layer_w *moe;    /* a MoE layer's router and experts, or NULL */
 } llada_layer_w;
@@ -207,7 +209,8 @@ typedef struct llada_scratch {
     void    *q;            /* [cap_tok, n_heads*hd] */
     void    *k, *v;        /* [cap_tok, n_kv*hd] */
     void    *att;          /* [cap_tok, n_heads*hd] attention output */
-    void    *gate, *up;    /* [cap_tok, ffn] */
+    void    *gate;         /* [cap_tok, ffn] */
+    void    *up;           /* [cap_tok, ffn], or [cap_tok, 2 ffn] when gate|up are joined (their product) */
     void    *qkv;          /* [cap_tok, (n_heads + 2 n_kv)*hd] a packed q|k|v product (llada_layer_w.qkv):
                               up when its rows are that wide (free until the MLP), else qkv_own */
     void    *qkv_own;      /* owned, or NULL */
@@ -281,7 +284,7 @@ static int upload_part(llada_loader *ld, llada_weights *w, const st_tensor *t, e
 }
 
 /* Layer L's q, k and v weights (with tensor parallelism this rank's heads of each): one weight of
- * rows q | k | v where the backend packs them (backend_packs_qkv: a layer without biases or QK-norm,
+ * rows q | k | v where the backend packs them (BACKEND_PACK_QKV: a layer without biases or QK-norm,
  * float weights), else three — from q_proj / k_proj / v_proj, or row ranges (views) of a fused
  * query_key_value. */
 static int upload_qkv(llada_loader *ld, llada_weights *w, const llada_layer_tensors *L, llada_layer_w *W,
@@ -304,7 +307,8 @@ static int upload_qkv(llada_loader *ld, llada_weights *w, const llada_layer_tens
     }
     const int64_t cols = t[0]->shape[1];
     for (int j = 0; j < 3; j++) data[j] = (const char *)t[j]->data + (size_t)row0[j] * dtype_row_bytes(t[j]->type, cols);
-    if (backend_packs_qkv(ctx->be) && !L->q_bias && !L->q_norm && t[1]->shape[1] == cols && t[2]->shape[1] == cols) {
+    if ((backend_packs(ctx->be) & BACKEND_PACK_QKV) && !L->q_bias && !L->q_norm && t[1]->shape[1] == cols &&
+        t[2]->shape[1] == cols) {
         char name[200];
         snprintf(name, sizeof name, "%s (q|k|v)", t[0]->name);
         const int rc = llada_upload_rows_concat(ld, t, data, rows, 3, cols, LLADA_W_MATRIX, name, &W->qkv, err);
@@ -320,6 +324,39 @@ static int upload_qkv(llada_loader *ld, llada_weights *w, const llada_layer_tens
     return upload_part(ld, w, L->q_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->q, err) ||
                    upload_part(ld, w, L->k_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->k, err) ||
                    upload_part(ld, w, L->v_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->v, err)
+               ? -1
+               : 0;
+}
+
+/* Layer L's gate and up weights (this rank's rows of each): one weight of rows gate | up, with gate
+ * and up views of its halves, where the backend packs them (BACKEND_PACK_GATE_UP; float weights that
+ * stay as they are — a quantized pair keeps two weights), else two. */
+static int upload_gate_up(llada_loader *ld, llada_weights *w, const llada_layer_tensors *L, llada_layer_w *W,
+                          um_err *err) {
+    const model_ctx *ctx = ld->ctx;
+    const int64_t TW = ctx->shard.world > 1 ? ctx->shard.world : 1, r = TW > 1 ? ctx->shard.rank : 0;
+    const st_tensor *t[2] = {L->ff_proj, L->up_proj};
+    const int64_t cols = t[0]->shape[1], lr = t[0]->shape[0] / TW;
+    if ((backend_packs(ctx->be) & BACKEND_PACK_GATE_UP) && !model_quant_converts(ld->quant) &&
+        t[1]->shape[0] == t[0]->shape[0] && t[1]->shape[1] == cols) {
+        const void *data[2];
+        const int64_t rows[2] = {lr, lr};
+        for (int j = 0; j < 2; j++) data[j] = (const char *)t[j]->data + (size_t)(r * lr) * dtype_row_bytes(t[j]->type, cols);
+        char name[200];
+        snprintf(name, sizeof name, "%s (gate|up)", t[0]->name);
+        const int rc = llada_upload_rows_concat(ld, t, data, rows, 2, cols, LLADA_W_MATRIX, name, &W->gate_up, err);
+        if (rc < 0) return -1;
+        if (rc == 0) {   /* views of the two halves (not owned) */
+            W->gate = W->up = W->gate_up;
+            W->gate.owned = W->up.owned = NULL;
+            W->gate.rows = W->up.rows = lr;
+            W->up.data = (const char *)W->gate_up.data + (size_t)lr * dtype_row_bytes(W->gate_up.type, cols);
+            CHECK(!W->gate_up.scale);   /* not quantized: no scales to split */
+            return 0;
+        }
+    }
+    return upload_part(ld, w, L->ff_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->gate, err) ||
+                   upload_part(ld, w, L->up_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->up, err)
                ? -1
                : 0;
 }
@@ -365,18 +402,18 @@ int llada_ctx_init(model_ctx *ctx, um_err *err) {
             upload(&ld, L->ff_norm, LLADA_W_PLAIN, &W->ff_norm, err))
             goto fail;
         if (upload_qkv(&ld, w, L, W, err)) goto fail;
-        if (W->qkv.data) ctx->packed_qkv = 1;
+        if (W->qkv.data) ctx->packed |= BACKEND_PACK_QKV;
         if (L->q_norm && (upload(&ld, L->q_norm, LLADA_W_PLAIN, &W->qn, err) ||
                           upload(&ld, L->k_norm, LLADA_W_PLAIN, &W->kn, err)))
             goto fail;
         if (L->moe) {
             if (!(W->moe = moe_layer_upload(&ld, L->moe, err))) goto fail;
             if (!moe_layer_on_device(W->moe)) ctx->host_sync = 1;
-        } else if (upload_part(&ld, w, L->ff_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->gate, err) ||
-                   upload_part(&ld, w, L->up_proj, SPLIT_ROWS, LLADA_W_MATRIX, &W->up, err) ||
+        } else if (upload_gate_up(&ld, w, L, W, err) ||
                    upload_part(&ld, w, L->ff_out, SPLIT_COLS, LLADA_W_MATRIX, &W->down, err)) {
             goto fail;
         }
+        if (W->gate_up.data) ctx->packed |= BACKEND_PACK_GATE_UP;
         if (L->q_bias && (upload_part(&ld, w, L->q_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->qb, err) ||
                           upload_part(&ld, w, L->k_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->kb, err) ||
                           upload_part(&ld, w, L->v_bias, SPLIT_ROWS, LLADA_W_PLAIN, &W->vb, err)))
@@ -427,8 +464,8 @@ void llada_ctx_free(model_ctx *ctx) {
             if (top[i]->data) backend_weight_free(be, top[i]);
         for (int l = 0; w->layers && l < ctx->m->cfg.n_layers; l++) {
             llada_layer_w *W = &w->layers[l];
-            bweight *all[] = {&W->attn_norm, &W->q,  &W->k,  &W->v,  &W->qkv, &W->attn_out, &W->ff_norm, &W->gate,
-                              &W->up,        &W->down, &W->qb, &W->kb, &W->vb, &W->qn,       &W->kn};
+            bweight *all[] = {&W->attn_norm, &W->q,    &W->k,  &W->v,  &W->qkv, &W->attn_out, &W->ff_norm, &W->gate,
+                              &W->up,        &W->down, &W->qb, &W->kb, &W->vb,  &W->qn,       &W->kn,      &W->gate_up};
             moe_layer_free(be, &ctx->m->cfg, W->moe);
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
                 if (all[i]->data) backend_weight_free(be, all[i]);
@@ -451,23 +488,26 @@ static int lm_chunk_rows(const model_config *c) {
     return r < 16 ? 16 : r;
 }
 
-/* world: tensor-parallel ranks (the head / MLP buffers hold this rank's slice); packed: layers have
- * a packed q|k|v weight (s->qkv) */
-static void scratch_reserve(backend *be, const model_config *c, int world, int packed, llada_scratch *s, int n_tok,
+/* world: tensor-parallel ranks (the head / MLP buffers hold this rank's slice); packed: the
+ * BACKEND_PACK_* the layers' weights were joined for (q|k|v: s->qkv; gate|up: s->up twice as wide,
+ * the joined product) */
+static void scratch_reserve(backend *be, const model_config *c, int world, unsigned packed, llada_scratch *s, int n_tok,
                             int n_out) {
     size_t d = (size_t)c->d_model, qd = (size_t)(c->n_heads / world) * (size_t)c->head_dim;
     size_t kvd = (size_t)(c->n_kv_heads / world) * (size_t)c->head_dim, F = (size_t)(c->ffn_hidden / world);
     if (F == 0) F = 1;   /* a MoE model without dense layers */
-    const size_t own = packed && F < qd + 2 * kvd ? qd + 2 * kvd : 0;   /* s->qkv's own width, 0: in s->up */
-    if (n_tok > s->cap_tok || (packed && !s->qkv)) {
+    const size_t up = packed & BACKEND_PACK_GATE_UP ? 2 * F : F;
+    const int pqkv = (packed & BACKEND_PACK_QKV) != 0;
+    const size_t own = pqkv && up < qd + 2 * kvd ? qd + 2 * kvd : 0;   /* s->qkv's own width, 0: in s->up */
+    if (n_tok > s->cap_tok || (pqkv && !s->qkv)) {
         int cap = n_tok > s->cap_tok ? n_tok : s->cap_tok;
         void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->qkv_own};
-        size_t width[] = {d, d, qd, kvd, kvd, qd, F, F, own};
+        size_t width[] = {d, d, qd, kvd, kvd, qd, F, up, own};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
             if (*bufs[i]) backend_act_free(be, *bufs[i]);
             *bufs[i] = width[i] ? backend_act_alloc(be, (size_t)cap * width[i]) : NULL;
         }
-        s->qkv = !packed ? NULL : own ? s->qkv_own : s->up;
+        s->qkv = !pqkv ? NULL : own ? s->qkv_own : s->up;
         free(s->pos);
         free(s->rows);
         free(s->qblk);
@@ -565,7 +605,7 @@ static void rope_kv_layer(model_ctx *ctx, const fwd_batch *b, const int32_t *pos
     backend *be = ctx->be;
     const int hd = c->head_dim, kvd = KV * hd;
     if (cached) kv_layer_slots(ctx, b, s, l);
-    CHECK(!packed || backend_has(be, BACKEND_CAP_FUSED));   /* backend_packs_qkv */
+    CHECK(!packed || backend_has(be, BACKEND_CAP_FUSED));   /* backend_packs */
     if (backend_has(be, BACKEND_CAP_FUSED)) {
         const brope_kv op = {.q = s->q, .k = s->k, .v = s->v, .qkv = packed ? s->qkv : NULL,
                              .ld_qkv = packed ? (H + 2 * KV) * hd : 0, .n = b->seq_start[b->n_seqs], .n_heads = H,
@@ -617,7 +657,7 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
     const int n = b->seq_start[b->n_seqs];
     const int TP = ctx->shard.world > 1 ? ctx->shard.world : 1;   /* heads and MLP width per rank */
     const int H = c->n_heads / TP, KV = c->n_kv_heads / TP, hd = c->head_dim;
-    scratch_reserve(be, c, TP, ctx->packed_qkv, s, n, out_cap);
+    scratch_reserve(be, c, TP, ctx->packed, s, n, out_cap);
 
     const int32_t *pos = b->pos;
     if (!pos) {
@@ -701,7 +741,8 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
         /* SwiGLU MLP sublayer: x += down(silu(gate(h)) * up(h)), h = RMSNorm(x) */
         const blinear mlp = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->ff_norm,
                              .eps = c->norm_eps, .epi = BLIN_SWIGLU, .n_w = 2, .w = {&L->gate, &L->up},
-                             .y = {s->gate}, .tmp_h = s->h, .tmp_y = s->up};
+                             .y = {s->gate}, .tmp_h = s->h, .tmp_y = s->up,
+                             .wide_tmp = (ctx->packed & BACKEND_PACK_GATE_UP) != 0};
         backend_linear(be, &mlp);
         normed = residual_linear(ctx, s->gate, &L->down, n, s,
                                  l + 1 < c->n_layers ? &w->layers[l + 1].attn_norm : NULL);

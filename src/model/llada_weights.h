@@ -62,7 +62,7 @@ int  llada_upload(llada_loader *ld, const st_tensor *t, const void *data, int64_
                   int64_t cols, int64_t n_elems, enum llada_wkind kind, bweight *w, um_err *err);
 /* Upload n row blocks as one [sum rows, cols] weight, in order: block j is rows[j] rows of tensor
  * t[j] at data[j] (a checkpoint tensor or this rank's rows of it), copied together on the host (q, k
- * and v as one product, backend_packs_qkv); name labels it. Only F32 / BF16 / F16 tensors of one
+ * and v as one product, backend_packs); name labels it. Only F32 / BF16 / F16 tensors of one
  * dtype are taken: 1 (nothing done) for any other, 0 when uploaded, -1 + err on failure. */
 int  llada_upload_rows_concat(llada_loader *ld, const st_tensor *const t[], const void *const data[],
                               const int64_t rows[], int n, int64_t cols, enum llada_wkind kind, const char *name,

@@ -164,13 +164,27 @@ uint64_t model_act_bytes(const model *m, int world, uint64_t tokens) {
     return 2u * (tokens * per_tok + out_rows * (d + (uint64_t)c->n_embd_rows));
 }
 
+/* What joined weights (backend_packs) add to model_act_bytes: gate|up's product is twice the MLP width
+ * (llada.c scratch_reserve: up [2F]), and a q|k|v product wider than up has its own buffer. An upper
+ * bound: a layer the loader keeps separate (quantized, biases, QK-norm) needs less. */
+static uint64_t joined_act_bytes(backend *be, const model *m, int world, uint64_t tokens) {
+    const unsigned p = backend_packs(be);
+    const model_config *c = &m->cfg;
+    const uint64_t W = world > 1 ? (uint64_t)world : 1, F = (uint64_t)c->ffn_hidden / W;
+    const uint64_t qkv = (uint64_t)(c->n_heads + 2 * c->n_kv_heads) * (uint64_t)c->head_dim / W;
+    const uint64_t up = p & BACKEND_PACK_GATE_UP ? 2 * F : F;
+    uint64_t per_tok = up - F;
+    if ((p & BACKEND_PACK_QKV) && up < qkv) per_tok += qkv;
+    return 2u * tokens * per_tok;
+}
+
 int model_fit_check(backend *be, const model *m, int world, uint64_t tokens, uint64_t dev_rows, uint64_t kv_rows,
                     um_err *err) {
     if (!backend_has(be, BACKEND_CAP_DEVICE_MEMORY)) return 0;   /* host memory: nothing to check */
     const uint64_t kb = model_kv_bytes(&m->cfg, world, kv_rows, (int)dtype_size(backend_act_dtype(be)));
     const uint64_t wb = model_weight_bytes(m, world) -
                         (backend_has(be, BACKEND_CAP_FP8) ? model_weight_fp8_savings(m, world) : 0),
-                   ab = model_act_bytes(m, world, tokens) +
+                   ab = model_act_bytes(m, world, tokens) + joined_act_bytes(be, m, world, tokens) +
                         2u * dev_rows * ((uint64_t)m->cfg.d_model + (uint64_t)m->cfg.n_embd_rows) + kb;
     if (backend_check_fit(be, wb, ab, err) != 0) {
         if (kv_rows) {   /* say how much of it the caches take (--cache none does not lower it: requests choose) */

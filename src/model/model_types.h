@@ -130,8 +130,8 @@ typedef struct model_ctx {
     int          host_sync;     /* 1: a forward waits for the host between its ops (a MoE layer
                                    routed on the host: model/moe.c), so it cannot be captured into a
                                    graph; 0: the forward only enqueues work */
-    int          packed_qkv;    /* 1: the layers' q, k and v weights are one matrix each, one product
-                                   (backend_packs_qkv); 0: three */
+    unsigned     packed;        /* BACKEND_PACK_* the layers' weights were joined for (backend_packs):
+                                   q|k|v, gate|up as one matrix and one product each */
 } model_ctx;
 
 typedef struct model_kv_stats {

@@ -14,8 +14,8 @@
 #     with the compute floor from its measured matmul rate, and with --profile 1 a per-op table;
 #     bench --decode --device cuda:0 prints its rows with the device loop's steps and graph replays;
 #     with --profile 1 and the dual cache, its per-op table and more staged index arrays reused than copied
-#     and the device memory in use (non-zero, below the device's total); q, k, v as one product (the
-#     default) or three (UNMASK_CUDA_QKV=split): said by the bench, the same logits bit for bit;
+#     and the device memory in use (non-zero, below the device's total); q|k|v and gate|up joined, one
+#     product each (the default) or not (UNMASK_CUDA_PACK): said by the bench, the same logits bit for bit;
 #   - serve --gpus 0,1 on two emulated devices: 6 concurrent completions, each 24 tokens;
 #   - host-side error paths (exit != 0, no abort): UNMASK_EMU_MEM_BYTES below the backend's own buffers
 #     -> "not enough free device memory", room for those but not the weights -> "does not fit",
@@ -196,30 +196,31 @@ else
     bad "--cuda-fuse on / off: $(tail -3 "$TMP/fuse.err"; cmp "$TMP/fuse_on.npy" "$TMP/fuse_off.npy")"
 fi
 
-# UNMASK_CUDA_QKV (q, k, v as one weight and one product — the default for a model without biases or
-# QK-norm — or split into three): the bench says which ran; both give the same logits bit for bit on
-# the emulator (cuBLAS's summation order on a GPU may differ); an unknown value stops the process
-# with a message
-if grep -qx 'q, k, v: one weight and one product per layer (UNMASK_CUDA_QKV=split: three)' "$TMP/bench_decode.out" &&
-    UNMASK_CUDA_QKV=split "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 1 --gen 8 --block 8 --prompt 4 \
+# UNMASK_CUDA_PACK (q|k|v and gate|up each joined into one weight and one product — the default, for a
+# model without biases or QK-norm, unquantized MLPs — or only one of them, or none): the bench says which
+# ran; every choice gives the same logits bit for bit on the emulator (cuBLAS's summation order on a GPU
+# may differ); an unknown value stops the process with a message
+if grep -qx 'joined weights, one product each: q|k|v, gate|up (UNMASK_CUDA_PACK=none: separate)' "$TMP/bench_decode.out" &&
+    UNMASK_CUDA_PACK=none "$BIN" bench --decode --device cuda:0 --model "$TMP/m" --batch 1 --gen 8 --block 8 --prompt 4 \
         --decoders low_confidence --cache none > "$TMP/bd_split.out" 2> "$TMP/bd_split.err" &&
-    grep -qE '^low_confidence +none +1 ' "$TMP/bd_split.out" && ! grep -q '^q, k, v: one weight' "$TMP/bd_split.out"; then
+    grep -qE '^low_confidence +none +1 ' "$TMP/bd_split.out" && ! grep -q '^joined weights' "$TMP/bd_split.out"; then
     ok
 else
-    bad "UNMASK_CUDA_QKV in bench --decode: $(grep 'q, k, v' "$TMP/bench_decode.out" "$TMP/bd_split.out"; tail -3 "$TMP/bd_split.err")"
+    bad "UNMASK_CUDA_PACK in bench --decode: $(grep 'joined' "$TMP/bench_decode.out" "$TMP/bd_split.out"; tail -3 "$TMP/bd_split.err")"
 fi
-if "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/qkv_packed.npy" --device cuda:0 > /dev/null 2> "$TMP/qkv.err" &&
-    UNMASK_CUDA_QKV=split "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/qkv_split.npy" --device cuda:0 \
-        > /dev/null 2>> "$TMP/qkv.err" &&
-    cmp -s "$TMP/qkv_packed.npy" "$TMP/qkv_split.npy"; then
-    ok
-else
-    bad "UNMASK_CUDA_QKV packed / split: $(tail -3 "$TMP/qkv.err"; cmp "$TMP/qkv_packed.npy" "$TMP/qkv_split.npy")"
-fi
-UNMASK_CUDA_QKV=joined "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/qkv_bad.npy" --device cuda:0 > /dev/null 2> "$TMP/qkv_bad.err"
+"$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/pack_all.npy" --device cuda:0 > /dev/null 2> "$TMP/pack.err"
+for mode in qkv gate_up none; do
+    if UNMASK_CUDA_PACK=$mode "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/pack_$mode.npy" --device cuda:0 \
+            > /dev/null 2>> "$TMP/pack.err" && cmp -s "$TMP/pack_all.npy" "$TMP/pack_$mode.npy"; then
+        ok
+    else
+        bad "UNMASK_CUDA_PACK=$mode vs all: $(tail -3 "$TMP/pack.err"; cmp "$TMP/pack_all.npy" "$TMP/pack_$mode.npy")"
+    fi
+done
+UNMASK_CUDA_PACK=split "$BIN" logits --model "$TMP/m" --tokens "$TOK" --out "$TMP/pack_bad.npy" --device cuda:0 > /dev/null 2> "$TMP/pack_bad.err"
 rc=$?
-if [ $rc -eq 0 ] || ! grep -q 'UNMASK_CUDA_QKV=joined: expected packed (the default) or split' "$TMP/qkv_bad.err"; then
-    bad "UNMASK_CUDA_QKV=joined: rc $rc: $(tail -3 "$TMP/qkv_bad.err")"
+if [ $rc -eq 0 ] || ! grep -q 'UNMASK_CUDA_PACK=split: expected all (the default), qkv, gate_up or none' "$TMP/pack_bad.err"; then
+    bad "UNMASK_CUDA_PACK=split: rc $rc: $(tail -3 "$TMP/pack_bad.err")"
 else
     ok
 fi

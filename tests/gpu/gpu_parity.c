@@ -1412,23 +1412,30 @@ static void test_forward(const model *m, const char *label) {
         CHECKF(same, "%s: logits with --cuda-fuse off differ", label);
         free(ul);
     }
-    /* q, k, v as one weight and one product (backend_packs_qkv; models without biases or QK-norm)
-     * or as three: the same logits up to the GEMMs' summation order (bit for bit on the emulator) */
+    /* q|k|v and gate|up joined, one product each (BACKEND_PACK_*: q|k|v in models without biases or
+     * QK-norm, gate|up in dense MLPs left unquantized) or not: the same logits up to the GEMMs'
+     * summation order (bit for bit on the emulator) */
     {
-        const int packable = !m->llada.layers[0].q_bias && !m->llada.layers[0].q_norm;
-        CHECKF(gc.packed_qkv == packable, "%s: q/k/v %s, expected %s", label, gc.packed_qkv ? "packed" : "three weights",
-               packable ? "packed" : "three weights");
+        const llada_layer_tensors *L0 = &m->llada.layers[0];
+        const unsigned want = (!L0->q_bias && !L0->q_norm ? BACKEND_PACK_QKV : 0) |
+                              (!L0->moe && !model_quant_converts(m->quant) ? BACKEND_PACK_GATE_UP : 0);
+        CHECKF(gc.packed == want, "%s: joined weights %#x, expected %#x", label, gc.packed, want);
         model_ctx sc;
-        backend_cuda_qkv_split(g_gpu, 1);
+        backend_cuda_pack(g_gpu, 0);
         CHECK(model_ctx_init(&sc, m, g_gpu, &err) == 0);
-        backend_cuda_qkv_split(g_gpu, 0);
-        CHECK(!sc.packed_qkv);
-        float *sl = xmalloc((size_t)n * V * sizeof *sl);
-        CHECK(model_forward(&sc, &b, sl, &err) == 0);
-        snprintf(what, sizeof what, "q/k/v %s vs three weights %s", gc.packed_qkv ? "packed" : "(not packed)", label);
-        expect_close(what, gl, sl, (size_t)n * V, 1e-2);
-        printf("  %-58s %s\n", "  packed vs three weights", memcmp(gl, sl, (size_t)n * V * sizeof *sl) ? "differ" : "bit-identical");
-        free(sl);
+        backend_cuda_pack(g_gpu, BACKEND_PACK_QKV | BACKEND_PACK_GATE_UP);
+        CHECK(!sc.packed);
+        float *sl = xmalloc((size_t)n * V * sizeof *sl), *jl = xmalloc((size_t)n * V * sizeof *jl);
+        for (int cub = 0; cub < 2; cub++) {   /* the products on the default path, then all on cuBLAS */
+            if (cub) backend_cuda_gemm_cublas(g_gpu, 1);
+            CHECK(model_forward(&gc, &b, jl, &err) == 0);
+            CHECK(model_forward(&sc, &b, sl, &err) == 0);
+            if (cub) backend_cuda_gemm_cublas(g_gpu, !g_opts.cuda_skinny);
+            snprintf(what, sizeof what, "joined weights %#x vs none%s %s", gc.packed, cub ? ", cuBLAS" : "", label);
+            expect_close(what, jl, sl, (size_t)n * V, 1e-2);
+            printf("  %-58s %s\n", "  joined vs separate weights", memcmp(jl, sl, (size_t)n * V * sizeof *sl) ? "differ" : "bit-identical");
+        }
+        free(sl), free(jl);
         model_ctx_free(&sc);
     }
     /* model_forward_dev == model_forward on the GPU */

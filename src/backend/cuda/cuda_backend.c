@@ -616,9 +616,32 @@ static int linear_skinny(backend *be, const blinear *op) {
     return 1;
 }
 
-/* backend_linear: the skinny launch where it takes the op, else the single ops. */
+/* backend_linear's SwiGLU with gate and up joined (BACKEND_PACK_GATE_UP: up's rows continue gate's
+ * in one bf16 allocation, and tmp_y holds both products): one product of the 2 x ffn rows into tmp_y,
+ * then the SwiGLU over its row halves into y[0]. 0 when the op is not that (nothing launched). */
+static int linear_gate_up(backend *be, const blinear *op) {
+    if (op->epi != BLIN_SWIGLU || op->n_w != 2 || !op->wide_tmp || op->n <= 0) return 0;
+    const bweight *g = op->w[0], *u = op->w[1];
+    if (g->type != DTYPE_BF16 || u->type != DTYPE_BF16 || g->rows != u->rows || g->cols != u->cols ||
+        (const char *)u->data != (const char *)g->data + (size_t)g->rows * (size_t)g->cols * 2)
+        return 0;
+    cuda_impl *ci = cuda_impl_of(be);
+    cuda_use_device(ci);
+    const void *h = op->x;
+    if (op->norm) {
+        CHECK(op->tmp_h);
+        cuda_rmsnorm(be, op->x, op->norm, op->n, (int)g->cols, op->eps, op->tmp_h);
+        h = op->tmp_h;
+    }
+    const bweight joined = {.data = g->data, .type = DTYPE_BF16, .rows = 2 * g->rows, .cols = g->cols};
+    cuda_matmul(be, h, &joined, NULL, op->n, op->tmp_y);
+    CUDA_CHECK(umk_swiglu_rows(op->tmp_y, op->n, (int)g->rows, 2 * g->rows, op->y[0], ci->stream));
+    return 1;
+}
+
+/* backend_linear: the skinny launch where it takes the op, else gate|up joined, else the single ops. */
 static void cuda_linear(backend *be, const blinear *op) {
-    if (!linear_skinny(be, op)) backend_linear_unfused(be, op);
+    if (!linear_skinny(be, op) && !linear_gate_up(be, op)) backend_linear_unfused(be, op);
 }
 /* The cos/sin table of positions pos (umk_rope_table), reused while the positions, the rotated
  * half and theta stay the same (every layer of a forward). */
@@ -705,10 +728,20 @@ static void cuda_rope_kv(backend *be, const brope_kv *op) {
     if (op->k_dst) cuda_stage_done(ci);
 }
 
-/* backend_packs_qkv: one q|k|v product (cuBLAS: 12288 x 4096 streams at ~3.3 TB/s on the H200 where
- * three 4096 x 4096 ones managed ~2.6, the 8B cached b1 step's q/k/v 39 µs vs gate's 30 for the same
- * bytes), unless UNMASK_CUDA_QKV=split */
-static int cuda_packs_qkv(backend *be) { return !cuda_impl_of(be)->qkv_split; }
+/* backend_packs: one q|k|v product and one gate|up product (cuBLAS at 32 rows streamed 12288 x 4096
+ * at ~3.3 TB/s on the H200 where 4096 x 4096 managed ~2.6 — the 8B cached b1 step's q/k/v 39 µs vs
+ * gate's 30 for the same bytes — and the LM head, 126464 rows, at the copy bandwidth); what
+ * UNMASK_CUDA_PACK names: all (the default), qkv, gate_up or none */
+static unsigned cuda_packs(backend *be) { return cuda_impl_of(be)->pack; }
+
+static unsigned pack_from_env(void) {
+    const char *env = getenv("UNMASK_CUDA_PACK");
+    if (!env || !*env || strcmp(env, "all") == 0) return BACKEND_PACK_QKV | BACKEND_PACK_GATE_UP;
+    if (strcmp(env, "qkv") == 0) return BACKEND_PACK_QKV;
+    if (strcmp(env, "gate_up") == 0) return BACKEND_PACK_GATE_UP;
+    if (strcmp(env, "none") == 0) return 0;
+    UM_FATAL("UNMASK_CUDA_PACK=%s: expected all (the default), qkv, gate_up or none", env);
+}
 
 static void cuda_attention(backend *be, const attn_params *p, const void *q, const void *k, const void *v,
                            void *out) {
@@ -1013,7 +1046,7 @@ static const backend_ops k_cuda_ops = {
     .store_rows = cuda_store_rows,
     .moe_combine = cuda_moe_combine,
     .rope_kv = cuda_rope_kv,
-    .packs_qkv = cuda_packs_qkv,
+    .packs = cuda_packs,
     .add_rmsnorm = cuda_add_rmsnorm,
     .act_zero = cuda_act_zero,
     .host_parallel_for = cuda_host_parallel_for,
@@ -1142,10 +1175,7 @@ backend *backend_cuda_init(const char *device, const backend_options *o, um_err 
     ci->l2_bytes = (size_t)prop.l2CacheSize;
     ci->unfused = o && o->cuda_unfused;   /* A/B switch (docs/gpu.md) */
     ci->gemm_cublas = !(o && o->cuda_skinny);   /* A/B switch (docs/gpu.md) */
-    const char *qkv_env = getenv("UNMASK_CUDA_QKV");   /* A/B switch (docs/gpu.md) */
-    if (qkv_env && *qkv_env && strcmp(qkv_env, "split") != 0 && strcmp(qkv_env, "packed") != 0)
-        UM_FATAL("UNMASK_CUDA_QKV=%s: expected packed (the default) or split", qkv_env);
-    ci->qkv_split = qkv_env && strcmp(qkv_env, "split") == 0;
+    ci->pack = pack_from_env();   /* A/B switch (docs/gpu.md) */
     CUDA_CHECK(cudaStreamCreateWithFlags(&ci->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cb->create(&ci->cublas));
     CUBLAS_CHECK(cb->set_stream(ci->cublas, ci->stream));
@@ -1253,7 +1283,7 @@ void backend_cuda_cublas_reduced_precision(backend *be, int allow) {
 void backend_cuda_gemm_splits(backend *be, int n) { cuda_impl_of(be)->gs_splits = n > 0 ? n : 0; }
 int  backend_cuda_gemm_last_splits(backend *be) { return cuda_impl_of(be)->gs_last_splits; }
 void backend_cuda_fuse(backend *be, int on) { cuda_impl_of(be)->unfused = !on; }
-void backend_cuda_qkv_split(backend *be, int on) { cuda_impl_of(be)->qkv_split = on; }
+void backend_cuda_pack(backend *be, unsigned mask) { cuda_impl_of(be)->pack = mask; }
 
 void backend_cuda_stage_reuse(backend *be, int on) {
     cuda_impl *ci = cuda_impl_of(be);
@@ -1439,7 +1469,7 @@ void backend_cuda_cublas_reduced_precision(backend *be, int allow) { (void)be, (
 void backend_cuda_gemm_splits(backend *be, int n) { (void)be, (void)n; CUDA_UNAVAILABLE(); }
 int  backend_cuda_gemm_last_splits(backend *be) { (void)be; CUDA_UNAVAILABLE(); }
 void backend_cuda_fuse(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
-void backend_cuda_qkv_split(backend *be, int on) { (void)be, (void)on; CUDA_UNAVAILABLE(); }
+void backend_cuda_pack(backend *be, unsigned mask) { (void)be, (void)mask; CUDA_UNAVAILABLE(); }
 double backend_cuda_copy_bandwidth(backend *be, size_t b, int r) { (void)be, (void)b, (void)r; CUDA_UNAVAILABLE(); }
 void *backend_cuda_malloc(backend *be, size_t b) { (void)be, (void)b; CUDA_UNAVAILABLE(); }
 void backend_cuda_free_dev(backend *be, void *p) { (void)be, (void)p; CUDA_UNAVAILABLE(); }

@@ -98,8 +98,8 @@ int    backend_cuda_gemm_last_splits(backend *be);
 /* 1: BACKEND_CAP_FUSED's ops as one kernel each (the default); 0: as their single kernels, as
  * backend_options.cuda_unfused (--cuda-fuse off) */
 void   backend_cuda_fuse(backend *be, int on);
-/* 1: models loaded from now on keep q, k, v as three weights (UNMASK_CUDA_QKV=split), 0: one (tests) */
-void   backend_cuda_qkv_split(backend *be, int on);
+/* The BACKEND_PACK_* models loaded from now on join (UNMASK_CUDA_PACK; tests) */
+void   backend_cuda_pack(backend *be, unsigned mask);
 /* 0: every staging copies (A/B of the reuse); 1: reuse (the default) */
 void   backend_cuda_stage_reuse(backend *be, int on);
 /* 1: MoE layers uploaded from now on decline the device dispatch (BACKEND_CAP_MOE) and route on the

@@ -147,8 +147,8 @@ typedef struct cuda_impl {
                                           (--cuda-fuse off; backend_options.cuda_unfused) */
     int            gemm_cublas;        /* 1: bf16 products of <= 64 rows on cuBLAS too, not the skinny
                                           kernel (--cuda-gemm cublas; an A/B switch) */
-    int            qkv_split;          /* 1: q, k, v loaded and multiplied as three weights
-                                          (UNMASK_CUDA_QKV=split; an A/B switch), 0: as one */
+    unsigned       pack;               /* BACKEND_PACK_* models loaded now join (UNMASK_CUDA_PACK;
+                                          an A/B switch): all by default */
     int            gs_splits;          /* skinny GEMM K ranges forced (gpu_gemm_bench; 0 = its choice) */
     int            gs_last_splits;     /* the K ranges of its last launch */
     float         *gs_ws;              /* skinny GEMM split-K partials, GS_WS_FLOATS */
