@@ -304,9 +304,10 @@ __global__ void __launch_bounds__(ROPE_THREADS)
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-__global__ void k_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, bool vec) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+// out[i] = silu(gate[i]) * up[i] for i = t, t + stride, ... < n: 8 at a time (vec: 16-byte aligned,
+// i counts 8-element vectors up to n / 8) or one
+__device__ __forceinline__ void swiglu_span(const uint16_t *gate, const uint16_t *up, uint16_t *out, int64_t t,
+                                            int64_t n, int64_t stride, bool vec) {
     if (vec) {
         for (; t < n / 8; t += stride) {
             float g[8], u[8];
@@ -321,27 +322,18 @@ __global__ void k_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uin
     }
 }
 
+__global__ void k_swiglu(const uint16_t *gate, const uint16_t *up, size_t n, uint16_t *out, bool vec) {
+    swiglu_span(gate, up, out, blockIdx.x * (int64_t)blockDim.x + threadIdx.x, (int64_t)n,
+                (int64_t)gridDim.x * blockDim.x, vec);
+}
+
 // k_swiglu over rows of one joined gate|up product: row r's gate at gu + r*ld, its up f further;
-// out rows dense. Block (r, c): row r, columns c*blockDim*W... (grid-stride over the row).
+// out rows dense. Block (r, c): row r, a grid-stride share of its columns.
 __global__ void k_swiglu_rows(const uint16_t *__restrict__ gu, int64_t ld, int f, uint16_t *__restrict__ out,
                               bool vec) {
     const int64_t r = blockIdx.x;
-    const uint16_t *g = gu + r * ld, *u = g + f;
-    uint16_t *o = out + r * (int64_t)f;
-    const int stride = (int)(gridDim.y * blockDim.x);
-    int t = (int)(blockIdx.y * blockDim.x + threadIdx.x);
-    if (vec) {
-        for (; t < f / 8; t += stride) {
-            float gv[8], uv[8];
-            unpack8(reinterpret_cast<const uint4 *>(g)[t], gv);
-            unpack8(reinterpret_cast<const uint4 *>(u)[t], uv);
-#pragma unroll
-            for (int e = 0; e < 8; e++) gv[e] = silu_mul(gv[e], uv[e]);
-            reinterpret_cast<uint4 *>(o)[t] = pack8(gv);
-        }
-    } else {
-        for (; t < f; t += stride) o[t] = f2b(silu_mul(b2f(g[t]), b2f(u[t])));
-    }
+    swiglu_span(gu + r * ld, gu + r * ld + f, out + r * (int64_t)f, blockIdx.y * (int64_t)blockDim.x + threadIdx.x,
+                f, (int64_t)gridDim.y * blockDim.x, vec);
 }
 
 // block t: x[t, :] += sum_j w[t*k + j] * y[slot[t*k + j], :] (fp32 sum, one rounding)

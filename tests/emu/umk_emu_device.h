@@ -54,8 +54,8 @@ extern __thread dim3 tl_block_dim, tl_grid_dim;
 
 void syncthreads(const char *file, int line);
 // warp collectives: every lane named in mask must call the same site
-uint64_t shfl_xor(uint32_t mask, uint64_t bits, int lane_mask, const char *file, int line);
-uint64_t shfl_idx(uint32_t mask, uint64_t bits, int src_lane, const char *file, int line);
+// shuffles: xor = 1 reads lane (lane ^ arg), else lane arg
+uint64_t shfl(uint32_t mask, uint64_t bits, int arg, bool xor_, const char *file, int line);
 uint32_t ballot(uint32_t mask, int pred, const char *file, int line);
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 unsigned char *dynamic_smem();
@@ -73,22 +73,11 @@ void launch(const char *name, void (*kernel)(P...), dim3 grid, dim3 block, size_
 }
 
 template <typename T>
-T shfl_xor_sync(const char *file, int line, uint32_t mask, T v, int lane_mask) {
+T shfl_sync(const char *file, int line, uint32_t mask, T v, int arg, bool xor_) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof v);
-    bits = shfl_xor(mask, bits, lane_mask, file, line);
-    T r;
-    memcpy(&r, &bits, sizeof r);
-    return r;
-}
-
-template <typename T>
-T shfl_sync(const char *file, int line, uint32_t mask, T v, int src_lane) {
-    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
-    uint64_t bits = 0;
-    memcpy(&bits, &v, sizeof v);
-    bits = shfl_idx(mask, bits, src_lane, file, line);
+    bits = shfl(mask, bits, arg, xor_, file, line);
     T r;
     memcpy(&r, &bits, sizeof r);
     return r;
@@ -102,8 +91,8 @@ T shfl_sync(const char *file, int line, uint32_t mask, T v, int src_lane) {
 #define gridDim (umk_emu::tl_grid_dim)
 
 #define __syncthreads() umk_emu::syncthreads(__FILE__, __LINE__)
-#define __shfl_xor_sync(mask, v, lane_mask) umk_emu::shfl_xor_sync(__FILE__, __LINE__, (mask), (v), (lane_mask))
-#define __shfl_sync(mask, v, src_lane) umk_emu::shfl_sync(__FILE__, __LINE__, (mask), (v), (src_lane))
+#define __shfl_xor_sync(mask, v, lane_mask) umk_emu::shfl_sync(__FILE__, __LINE__, (mask), (v), (lane_mask), true)
+#define __shfl_sync(mask, v, src_lane) umk_emu::shfl_sync(__FILE__, __LINE__, (mask), (v), (src_lane), false)
 #define __ballot_sync(mask, pred) umk_emu::ballot((mask), (pred) ? 1 : 0, __FILE__, __LINE__)
 
 static inline float __uint_as_float(uint32_t u) {

@@ -522,19 +522,11 @@ static void warp_wait(fiber *f, int op, uint32_t mask, const char *file, int lin
     to_scheduler(f, false);
 }
 
-uint64_t shfl_xor(uint32_t mask, uint64_t bits, int lane_mask, const char *file, int line) {
-    fiber *f = cur_fiber("__shfl_xor_sync");
+uint64_t shfl(uint32_t mask, uint64_t bits, int arg, bool xor_, const char *file, int line) {
+    fiber *f = cur_fiber(xor_ ? "__shfl_xor_sync" : "__shfl_sync");
     f->in = bits;
-    f->arg = lane_mask;
-    warp_wait(f, W_SHFL_XOR, mask, file, line);
-    return f->out;
-}
-
-uint64_t shfl_idx(uint32_t mask, uint64_t bits, int src_lane, const char *file, int line) {
-    fiber *f = cur_fiber("__shfl_sync");
-    f->in = bits;
-    f->arg = src_lane;
-    warp_wait(f, W_SHFL_IDX, mask, file, line);
+    f->arg = arg;
+    warp_wait(f, xor_ ? W_SHFL_XOR : W_SHFL_IDX, mask, file, line);
     return f->out;
 }
 
