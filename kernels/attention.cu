@@ -76,6 +76,10 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;   // the two query rows this thread holds
     const bool ok0 = r0 < q_end, ok1 = r1 < q_end;
+    // a warp whose 16 rows all lie past the sequence's queries (a cached decode step: 32 rows in a
+    // 64-row tile) only helps stage K/V: it skips the products and the softmax (v4), so the tensor
+    // cores of its SM sub-partition serve the live warps
+    const bool live = q0 + warp * 16 < q_end;
     const int bc = p.block_causal;
     const int qb0 = (bc > 0 && ok0) ? p.q_pos[r0] / bc : 0;
     const int qb1 = (bc > 0 && ok1) ? p.q_pos[r1] / bc : 0;
@@ -137,6 +141,7 @@ __global__ void __launch_bounds__(128) k_attn_mma(attn_args a) {
         }
         __syncthreads();
 
+        if (!live) continue;   // warp-uniform; the barriers above are every warp's
         // S = Q·Kᵀ: n-tile nt covers keys nt*8..nt*8+7; B fragment = K[key nt*8+g][dims 2t.., 2t+8..]
         float sc[BC / 8][4];
 #pragma unroll
