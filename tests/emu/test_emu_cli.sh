@@ -196,6 +196,17 @@ else
     bad "--cuda-fuse on / off: $(tail -3 "$TMP/fuse.err"; cmp "$TMP/fuse_on.npy" "$TMP/fuse_off.npy")"
 fi
 
+# gpu_gemm_bench (what a lease runs first: a broken bench wastes device time) at toy sizes: a row per
+# product, path and weight type, the joined ones included
+GB="$(dirname "$BIN")/gpu_gemm_bench_emu"
+if "$GB" --d 32 --ffn 64 --vocab 64 --rows 1 --reps 1 --bw-mib 4 > "$TMP/gb.out" 2> "$TMP/gb.err" &&
+    [ "$(grep -c '^| ' "$TMP/gb.out")" = 28 ] && grep -q '^| q|k|v joined | 1 | bf16 | cuBLAS | ' "$TMP/gb.out" &&
+    grep -q '^| gate|up joined + swiglu | 1 | bf16 | skinny | ' "$TMP/gb.out"; then
+    ok
+else
+    bad "gpu_gemm_bench_emu: $(tail -5 "$TMP/gb.out" "$TMP/gb.err")"
+fi
+
 # UNMASK_CUDA_PACK (q|k|v and gate|up each joined into one weight and one product — the default, for a
 # model without biases or QK-norm, unquantized MLPs — or only one of them, or none): the bench says which
 # ran; every choice gives the same logits bit for bit on the emulator (cuBLAS's summation order on a GPU

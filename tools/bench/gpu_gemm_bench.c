@@ -2,12 +2,13 @@
  * gpu_gemm_bench — the products of a decode step on a CUDA device, one op at a time: the weight-
  * streaming skinny kernel (bf16 and FP8) against cuBLAS, at the LLaDA-8B shapes (or --d/--ffn/
  * --vocab) and 1..64 rows, as backend_linear runs them in a forward (q/k/v in one op, o + residual
- * add, gate/up + SwiGLU, down + residual add, the LM head). Each row: microseconds per op (the mean
+ * add, gate/up + SwiGLU, down + residual add, the LM head; q|k|v and gate|up also joined into one
+ * weight each, as the loader joins them: backend_packs). Each row: microseconds per op (the mean
  * of a CUDA graph of --reps ops, replayed 5 times, the fastest replay; the ops cycle through copies of
  * the weights so that each reads its weights from HBM, not from the L2 the op before filled — up to
  * 16 copies, enough for the 8B shapes), the weight bytes per second
  * and that rate over the device's copy bandwidth (bytes read + written per second of a cudaMemcpy
- * of 2 GiB, as `unmask bench` measures it). --splits N forces the skinny kernel's K ranges (0: its
+ * of --bw-mib, 2 GiB by default, as `unmask bench` measures it). --splits N forces the skinny kernel's K ranges (0: its
  * own choice), --sweep adds rows for 1, 2, 4, 8 and 16 ranges at each shape. --attention adds the
  * attention of the 8B decode steps (bench_attention) with the key splits forced and automatic.
  * Does not: check results (tests/gpu/gpu_parity.c does). Main thread only; a lent GPU machine runs
@@ -33,10 +34,10 @@ typedef struct shape {
     const char      *name;
     int              n_w, out[3], in;
     enum blinear_epi epi;
+    int              joined;   /* SwiGLU: w[1] continues w[0]'s rows (views of one weight, bf16 only) */
 } shape;
 
-static double copy_gbps(void) {
-    const size_t bytes = (size_t)1 << 31;
+static double copy_gbps(size_t bytes) {
     void *a = NULL, *b = NULL;
     if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
     cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
@@ -163,7 +164,7 @@ static void bench_attention(backend *be, int reps, double bw) {
 
 int main(int argc, char **argv) {
     const char *device = "cuda:0";
-    int d = 4096, ffn = 12288, vocab = 126464, reps = 50, splits = 0, sweep = 0, attention = 0;
+    int d = 4096, ffn = 12288, vocab = 126464, reps = 50, splits = 0, sweep = 0, attention = 0, bw_mib = 2048;
     const char *rows_arg = "1,8,32,64";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
@@ -175,14 +176,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) splits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else if (!strcmp(argv[i], "--attention")) attention = 1;
+        else if (!strcmp(argv[i], "--bw-mib") && i + 1 < argc) bw_mib = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: gpu_gemm_bench [--device cuda:N] [--d N] [--ffn N] [--vocab N] [--rows 1,8,32,64] "
-                            "[--reps N] [--splits N] [--sweep] [--attention]\n");
+                            "[--reps N] [--splits N] [--sweep] [--attention] [--bw-mib N]\n");
             return 2;
         }
     }
-    if (d < 16 || ffn < 16 || vocab < 16 || reps < 1 || splits < 0) {
-        fprintf(stderr, "gpu_gemm_bench: sizes must be >= 16, --reps >= 1, --splits >= 0\n");
+    if (d < 16 || ffn < 16 || vocab < 16 || reps < 1 || splits < 0 || bw_mib < 1) {
+        fprintf(stderr, "gpu_gemm_bench: sizes must be >= 16, --reps >= 1, --splits >= 0, --bw-mib >= 1\n");
         return 2;
     }
     log_level_set(LOG_LEVEL_WARN);
@@ -192,21 +194,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_gemm_bench: %s\n", err.msg);
         return 1;
     }
-    const double bw = copy_gbps();
+    const double bw = copy_gbps((size_t)bw_mib << 20);
     const double l2 = (double)backend_cuda_l2_bytes(be);
     printf("gpu_gemm_bench on %s (%s): copy bandwidth %.0f GB/s (read + write), L2 %.0f MiB; d %d, ffn %d, vocab %d; "
            "%d ops per graph over copies of the weights beyond the L2\n\n",
            device, backend_cuda_device_name(be), bw, l2 / 1048576.0, d, ffn, vocab, reps);
-    const shape shapes[] = {{"q/k/v", 3, {d, d, d}, d, BLIN_STORE},
-                            {"o + add", 1, {d, 0, 0}, d, BLIN_ADD},
-                            {"gate/up + swiglu", 2, {ffn, ffn, 0}, d, BLIN_SWIGLU},
+    const shape shapes[] = {{"q/k/v", 3, {d, d, d}, d, BLIN_STORE, 0},
+                            {"q|k|v joined", 1, {3 * d, 0, 0}, d, BLIN_STORE, 0},
+                            {"o + add", 1, {d, 0, 0}, d, BLIN_ADD, 0},
+                            {"gate/up + swiglu", 2, {ffn, ffn, 0}, d, BLIN_SWIGLU, 0},
+                            {"gate|up joined + swiglu", 2, {ffn, ffn, 0}, d, BLIN_SWIGLU, 1},
                             {"down + add", 1, {d, 0, 0}, ffn, BLIN_ADD},
                             {"LM head", 1, {vocab, 0, 0}, d, BLIN_STORE}};
     printf("| product | rows | weights | path | K ranges | us/op | weight GB/s | of copy bw |\n");
     printf("|---|---:|---|---|---:|---:|---:|---:|\n");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
-        for (int fp8 = 0; fp8 < 2; fp8++) {
+        for (int fp8 = 0; fp8 < 2 - sh->joined; fp8++) {
             double wbytes = 0;
             for (int j = 0; j < sh->n_w; j++) wbytes += (double)sh->out[j] * sh->in * (fp8 ? 1 : 2);
             /* copies of the weights: between two uses of one copy the others stream more than twice
@@ -215,7 +219,17 @@ int main(int argc, char **argv) {
             const double need = 1.0 + ceil(2.0 * l2 / wbytes);   /* small shapes: capped, partly in L2 */
             const int nc = need < MAX_COPIES ? (int)need : MAX_COPIES;
             bweight w[MAX_COPIES][3];
-            for (int j = 0; j < sh->n_w; j++) upload(be, sh->out[j], sh->in, fp8, nc, w, j);
+            if (sh->joined) {   /* one [2 ffn, d] weight per copy (w[c][2] owns it), gate and up views */
+                upload(be, 2 * sh->out[0], sh->in, 0, nc, w, 2);
+                for (int c = 0; c < nc; c++) {
+                    w[c][0] = w[c][1] = w[c][2];
+                    w[c][0].owned = w[c][1].owned = NULL;
+                    w[c][0].rows = w[c][1].rows = sh->out[0];
+                    w[c][1].data = (const char *)w[c][2].data + (size_t)sh->out[0] * sh->in * 2;
+                }
+            } else {
+                for (int j = 0; j < sh->n_w; j++) upload(be, sh->out[j], sh->in, fp8, nc, w, j);
+            }
             char buf[256];
             snprintf(buf, sizeof buf, "%s", rows_arg);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -223,7 +237,7 @@ int main(int argc, char **argv) {
                 if (m < 1 || m > 4096) continue;
                 void *x = be->ops->act_alloc(be, (size_t)m * sh->in);
                 backend_act_zero(be, x, (size_t)m * sh->in);
-                void *y[3], *tmp = be->ops->act_alloc(be, (size_t)m * sh->out[0]);
+                void *y[3], *tmp = be->ops->act_alloc(be, (size_t)m * sh->out[0] * (sh->joined ? 2 : 1));
                 const int n_out = sh->epi == BLIN_STORE ? sh->n_w : 1;
                 for (int j = 0; j < n_out; j++) {
                     y[j] = be->ops->act_alloc(be, (size_t)m * sh->out[j]);
@@ -231,7 +245,8 @@ int main(int argc, char **argv) {
                 }
                 blinear ops[MAX_COPIES];
                 for (int c = 0; c < nc; c++) {
-                    ops[c] = (blinear){.x = x, .n = m, .epi = sh->epi, .n_w = sh->n_w, .tmp_y = tmp};
+                    ops[c] = (blinear){.x = x, .n = m, .epi = sh->epi, .n_w = sh->n_w, .tmp_y = tmp,
+                                       .wide_tmp = sh->joined};
                     for (int j = 0; j < sh->n_w; j++) ops[c].w[j] = &w[c][j];
                     for (int j = 0; j < n_out; j++) ops[c].y[j] = y[j];
                 }
@@ -271,7 +286,7 @@ int main(int argc, char **argv) {
                 for (int j = 0; j < n_out; j++) be->ops->act_free(be, y[j]);
             }
             for (int c = 0; c < nc; c++)
-                for (int j = 0; j < sh->n_w; j++) be->ops->weight_free(be, &w[c][j]);
+                for (int j = 0; j < (sh->joined ? 3 : sh->n_w); j++) be->ops->weight_free(be, &w[c][j]);
         }
     }
     if (attention) bench_attention(be, reps, bw);
