@@ -88,6 +88,9 @@ size_t backend_trim(backend *be) { return be->ops->trim ? be->ops->trim(be) : 0;
 /* ---------------------------------------------------------------- forward ops */
 
 int backend_weight_upload(backend *be, const bweight_src *src, bweight *out, um_err *err) {
+    CHECK(src->n_parts == 0 || (be->ops->packs && !src->data && src->part_data && src->part_rows &&
+                                (src->type == DTYPE_F32 || src->type == DTYPE_BF16 || src->type == DTYPE_F16) &&
+                                src->quant != DTYPE_Q8_0 && src->quant != DTYPE_Q4_0 && src->quant != DTYPE_F8_E4M3));
     return be->ops->weight_upload(be, src, out, err);
 }
 void backend_weight_free(backend *be, bweight *w) { be->ops->weight_free(be, w); }

@@ -66,6 +66,12 @@ typedef struct bweight_src {
     const float *scale;      /* DTYPE_F8_E4M3: host f32 [ceil(rows/scale_rows), ceil(cols/scale_cols)]
                                 (a checkpoint's weight_scale_inv); not owned. NULL otherwise */
     int          scale_rows, scale_cols; /* its block shape (bweight.scale_rows / scale_cols) */
+    int          n_parts;    /* > 0 (a joined weight, backend_packs; F32 / BF16 / F16 stored as the
+                                backend stores them, no quant): data is NULL and the rows arrive in
+                                n_parts blocks, part_data[j] holding part_rows[j] rows (summing to
+                                rows), copied in order without joining them on the host first */
+    const void *const *part_data;
+    const int64_t     *part_rows;
 } bweight_src;
 
 /* Attention over a batch of variable-length sequences packed row after row (varlen layout).

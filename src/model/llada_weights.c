@@ -271,22 +271,33 @@ int llada_upload_rows_concat(llada_loader *ld, const st_tensor *const t[], const
     int64_t total = 0;
     for (int j = 0; j < n; j++) total += rows[j];
     const size_t rb = dtype_row_bytes(t[0]->type, cols);
-    char *buf = xmalloc((size_t)total * rb);
-    size_t off = 0;
-    for (int j = 0; j < n; j++) {
-        memcpy(buf + off, data[j], (size_t)rows[j] * rb);
-        off += (size_t)rows[j] * rb;
-    }
     const int quantize = kind == LLADA_W_MATRIX && model_quant_converts(ld->quant);
-    const bweight_src src = {.name = name, .data = buf, .type = t[0]->type, .rows = total, .cols = cols,
-                             .quant = quantize ? ld->quant : DTYPE_F32};
+    char *buf = NULL;
+    bweight_src src = {.name = name, .type = t[0]->type, .rows = total, .cols = cols,
+                       .quant = quantize ? ld->quant : DTYPE_F32};
+    if (quantize) {   /* quantized from one host array: the blocks joined here first */
+        buf = xmalloc((size_t)total * rb);
+        size_t off = 0;
+        for (int j = 0; j < n; j++) {
+            memcpy(buf + off, data[j], (size_t)rows[j] * rb);
+            off += (size_t)rows[j] * rb;
+        }
+        src.data = buf;
+    } else {          /* the backend copies the blocks in order (no host copy) */
+        src.n_parts = n;
+        src.part_data = data;
+        src.part_rows = rows;
+    }
     if (backend_weight_upload(be, &src, w, err) != 0) {
         free(buf);
         return -1;
     }
-    for (int j = 0; j < n; j++) checkpoint_release(&ld->ctx->m->ck, data[j], (size_t)rows[j] * rb);
+    const int kept = backend_weight_keeps_source(be, w);
+    CHECK(!kept || buf);   /* a backend that keeps views never joins (backend_packs) */
+    if (!kept)
+        for (int j = 0; j < n; j++) checkpoint_release(&ld->ctx->m->ck, data[j], (size_t)rows[j] * rb);
     if (quantize) loader_count_quantized(ld, (uint64_t)total * rb, total, cols);
-    if (backend_weight_keeps_source(be, w)) llada_host_parts_add(ld->parts, buf);
+    if (kept) llada_host_parts_add(ld->parts, buf);
     else free(buf);
     return 0;
 }

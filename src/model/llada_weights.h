@@ -61,8 +61,9 @@ typedef struct llada_loader {
 int  llada_upload(llada_loader *ld, const st_tensor *t, const void *data, int64_t row0, int64_t col0, int64_t rows,
                   int64_t cols, int64_t n_elems, enum llada_wkind kind, bweight *w, um_err *err);
 /* Upload n row blocks as one [sum rows, cols] weight, in order: block j is rows[j] rows of tensor
- * t[j] at data[j] (a checkpoint tensor or this rank's rows of it), copied together on the host (q, k
- * and v as one product, backend_packs); name labels it. Only F32 / BF16 / F16 tensors of one
+ * t[j] at data[j] (a checkpoint tensor or this rank's rows of it), which the backend copies block by
+ * block (bweight_src.n_parts; quantized — ld->quant — they are joined on the host first): q, k and v
+ * or gate and up as one product (backend_packs); name labels it. Only F32 / BF16 / F16 tensors of one
  * dtype are taken: 1 (nothing done) for any other, 0 when uploaded, -1 + err on failure. */
 int  llada_upload_rows_concat(llada_loader *ld, const st_tensor *const t[], const void *const data[],
                               const int64_t rows[], int n, int64_t cols, enum llada_wkind kind, const char *name,

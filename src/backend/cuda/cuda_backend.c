@@ -329,12 +329,32 @@ static int cuda_weight_upload(backend *be, const bweight_src *t, bweight *out, u
     const int64_t rows = t->rows, cols = t->cols;
     void *d = NULL;
     if (weight_alloc(be, ci, t->name, (size_t)(rows * cols) * 2, &d, err) != 0) return -1;
-    upload_elems(ci, t, d, 0);
+    if (t->n_parts > 0) {   /* a joined weight: its row blocks one after another */
+        int64_t r0 = 0;
+        for (int j = 0; j < t->n_parts; j++) {
+            bweight_src part = *t;
+            part.n_parts = 0;
+            part.data = t->part_data[j];
+            part.rows = t->part_rows[j];
+            upload_elems(ci, &part, (uint16_t *)d + r0 * cols, 0);
+            r0 += part.rows;
+        }
+        CHECK(r0 == rows);
+    } else {
+        upload_elems(ci, t, d, 0);
+    }
     out->data = d;
     out->owned = d;
     out->type = DTYPE_BF16;
     out->rows = rows;
     out->cols = cols;
+    return 0;
+}
+
+/* backend_weight_keeps_source: never — every weight is copied to device memory (the checkpoint's
+ * pages and host copies can go once uploaded) */
+static int cuda_weight_keeps_source(backend *be, const bweight *w) {
+    (void)be, (void)w;
     return 0;
 }
 
@@ -1031,6 +1051,7 @@ static const backend_ops k_cuda_ops = {
     .weight_upload = cuda_weight_upload,
     .fp8_weights = 1,
     .weight_free = cuda_weight_free,
+    .weight_keeps_source = cuda_weight_keeps_source,
     .act_alloc = cuda_act_alloc,
     .act_free = cuda_act_free,
     .act_to_host = cuda_act_to_host,
