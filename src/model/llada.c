@@ -499,8 +499,8 @@ static void scratch_reserve(backend *be, const model_config *c, int world, unsig
     const size_t up = packed & BACKEND_PACK_GATE_UP ? 2 * F : F;
     const int pqkv = (packed & BACKEND_PACK_QKV) != 0;
     const size_t own = pqkv && up < qd + 2 * kvd ? qd + 2 * kvd : 0;   /* s->qkv's own width, 0: in s->up */
-    if (n_tok > s->cap_tok || (pqkv && !s->qkv)) {
-        int cap = n_tok > s->cap_tok ? n_tok : s->cap_tok;
+    if (n_tok > s->cap_tok) {
+        int cap = n_tok;
         void **bufs[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->att, &s->gate, &s->up, &s->qkv_own};
         size_t width[] = {d, d, qd, kvd, kvd, qd, F, up, own};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -714,15 +714,11 @@ static void forward_layers(model_ctx *ctx, const fwd_batch *b, int out_cap) {
             backend_matmul(be, s->h, &L->q, &L->qb, n, s->q);
             backend_matmul(be, s->h, &L->k, &L->kb, n, s->k);
             backend_matmul(be, s->h, &L->v, &L->vb, n, s->v);
-        } else if (L->qkv.data) {   /* one product into s->qkv; rope_kv_layer unpacks its rows */
-            const blinear qkv = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->attn_norm,
-                                 .eps = c->norm_eps, .epi = BLIN_STORE, .n_w = 1, .w = {&L->qkv},
-                                 .y = {s->qkv}, .tmp_h = s->h};
-            backend_linear(be, &qkv);
-        } else {
-            const blinear qkv = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->attn_norm,
-                                 .eps = c->norm_eps, .epi = BLIN_STORE, .n_w = 3, .w = {&L->q, &L->k, &L->v},
-                                 .y = {s->q, s->k, s->v}, .tmp_h = s->h};
+        } else {   /* three products, or one into s->qkv (joined: rope_kv_layer unpacks its rows) */
+            blinear qkv = {.x = normed ? s->h : s->x, .n = n, .norm = normed ? NULL : &L->attn_norm,
+                           .eps = c->norm_eps, .epi = BLIN_STORE, .n_w = 3, .w = {&L->q, &L->k, &L->v},
+                           .y = {s->q, s->k, s->v}, .tmp_h = s->h};
+            if (L->qkv.data) qkv.n_w = 1, qkv.w[0] = &L->qkv, qkv.y[0] = s->qkv;
             backend_linear(be, &qkv);
         }
         if (L->qn.data) {   /* per-head QK-norm, before RoPE: rows of hd elements */
